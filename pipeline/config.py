@@ -1,0 +1,380 @@
+"""Typed configuration: one default for every field, here, and nowhere else.
+
+An expert's resolved config is ``configs/defaults.yaml`` (shared choices) under
+``configs/<expert>.yaml`` (the expert's delta) under command-line overrides (``DATASET=``,
+``MODEL=``, ...). Unknown keys are errors, and every problem is reported at once.
+
+The trainer reads the same file for its own sections (``model``, ``lora``, ``train``); it never
+reads the build sections' data, only the shards the build wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from pipeline.contract import check_expert_name
+
+BUNDLED = "bundled"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message lists every problem found."""
+
+
+@dataclass
+class SourceConfig:
+    """One dataset feeding the expert."""
+
+    name: str
+    """``bundled`` (the sample shipped with packtrain), an HF dataset id (``b-mc2/sql-create-context``)
+    found in the local HF caches, or a local path (jsonl/json/csv/parquet file or directory, or a
+    ``save_to_disk`` directory)."""
+    split: str = "train"
+    revision: str | None = None
+    """Hub cache only: a branch/tag name or a commit hash; default: the ``main`` ref, or the only snapshot."""
+    columns: dict[str, str] = field(default_factory=dict)
+    """Template field -> dataset column, for datasets whose column names differ from the template's."""
+    max_rows: int | None = None
+
+    def validate(self, errors: list[str], where: str) -> None:
+        if not self.name:
+            errors.append(f"{where}.name: must not be empty")
+        if self.max_rows is not None and self.max_rows <= 0:
+            errors.append(f"{where}.max_rows: must be positive, got {self.max_rows}")
+
+
+@dataclass
+class FormatConfig:
+    """How a row becomes (prompt, answer) text. The answer is supervised, the prompt is not."""
+
+    style: Literal["template", "chat"] = "template"
+    """``template``: ``prompt`` + ``answer`` + eos. ``chat``: the tokenizer's chat template, with
+    ``system`` (optional), the user turn rendered from ``prompt`` and the assistant turn from ``answer``."""
+    prompt: str = "{prompt}"
+    """Python format string over the row's fields, e.g. ``"### Question\\n{question}\\n### SQL\\n"``."""
+    answer: str = "{answer}"
+    system: str | None = None
+
+    def validate(self, errors: list[str], where: str) -> None:
+        for name in ("prompt", "answer"):
+            try:
+                template_fields(getattr(self, name))
+            except ValueError as e:
+                errors.append(f"{where}.{name}: not a valid format string ({e})")
+        if self.system is not None and self.style != "chat":
+            errors.append(f"{where}.system: only used with style: chat")
+
+    def fields(self) -> list[str]:
+        return sorted(set(template_fields(self.prompt)) | set(template_fields(self.answer)))
+
+
+def template_fields(template: str) -> list[str]:
+    import string
+
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+
+
+@dataclass
+class PackConfig:
+    block_size: int = 2048
+    strategy: Literal["bfd", "wrap"] = "bfd"
+    """``bfd``: best-fit decreasing over the whole dataset, documents never split across blocks.
+    ``wrap``: concatenate every document and cut into blocks (documents may span two blocks)."""
+    overlong: Literal["split", "truncate", "drop"] = "split"
+    """Documents longer than block_size (bfd only): split into block-size pieces, truncate to one
+    block, or drop. Always counted in the report."""
+    val_fraction: float = 0.02
+    """Share of documents held out for validation, chosen by a hash of each document's content."""
+    shard_size_mb: int = 128
+
+    def validate(self, errors: list[str], where: str) -> None:
+        if not 16 <= self.block_size <= 1 << 20:
+            errors.append(f"{where}.block_size: must be in [16, 1048576], got {self.block_size}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            errors.append(f"{where}.val_fraction: must be in [0, 1), got {self.val_fraction}")
+        if self.shard_size_mb <= 0:
+            errors.append(f"{where}.shard_size_mb: must be positive, got {self.shard_size_mb}")
+
+
+@dataclass
+class BuildConfig:
+    num_proc: int = 8
+    batch_rows: int = 1000
+    """Rows per tokenization task; fixed, so the output does not depend on num_proc."""
+    on_bad_rows: Literal["skip", "error"] = "skip"
+
+    def validate(self, errors: list[str], where: str) -> None:
+        if self.num_proc < 1:
+            errors.append(f"{where}.num_proc: must be >= 1, got {self.num_proc}")
+        if self.batch_rows < 1:
+            errors.append(f"{where}.batch_rows: must be >= 1, got {self.batch_rows}")
+
+
+@dataclass
+class ModelConfig:
+    name: str = BUNDLED
+    """``bundled`` (a small random-init demo model with the bundled tokenizer), an HF model id found
+    in the local hub cache, or a local directory. Its tokenizer is the one the build uses."""
+    tokenizer: str | None = None
+    """Tokenizer source when it differs from the model's (HF id or local directory)."""
+    revision: str | None = None
+    trust_remote_code: bool = False
+    use_sdpa: bool = True
+
+    def validate(self, errors: list[str], where: str) -> None:
+        if not self.name:
+            errors.append(f"{where}.name: must not be empty")
+
+
+@dataclass
+class LoraConfig:
+    method: Literal["lora", "qlora"] = "lora"
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"
+
+    def validate(self, errors: list[str], where: str) -> None:
+        if self.r < 1:
+            errors.append(f"{where}.r: must be >= 1, got {self.r}")
+        if not 0.0 <= self.dropout < 1.0:
+            errors.append(f"{where}.dropout: must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class TrainConfig:
+    """Training knobs, named as in Hugging Face ``TrainingArguments``."""
+
+    seed: int = 42
+    max_steps: int = 1000
+    num_train_epochs: int | None = None
+    per_device_train_batch_size: int = 8
+    per_device_eval_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 2e-4
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    lr_scheduler_type: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_ratio: float = 0.03
+    warmup_steps: int = 0
+    optim: Literal["adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit"] = "adamw_torch_fused"
+    bf16: bool = True
+    fp16: bool = False
+    tf32: bool = True
+    gradient_checkpointing: bool = False
+    torch_compile: bool = False
+    dataloader_num_workers: int = 8
+    dataloader_prefetch_factor: int = 8
+    dataloader_pin_memory: bool = True
+    dataloader_persistent_workers: bool = True
+    eval_steps: int = 200
+    max_eval_batches: int | None = None
+    save_steps: int = 200
+    save_total_limit: int = 3
+    logging_steps: int = 1
+    output_dir: str = "runs"
+    max_bad_steps: int = 3
+    """Consecutive non-finite losses tolerated (each skips its optimizer step) before the run stops."""
+    merge_adapter: bool = False
+    """Also export the base model with the adapter merged in (``merged/``) at the end."""
+
+    def validate(self, errors: list[str], where: str) -> None:
+        for name in ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size",
+                     "gradient_accumulation_steps", "eval_steps", "save_steps", "logging_steps"):
+            if getattr(self, name) < 1:
+                errors.append(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            errors.append(f"{where}.learning_rate: must be positive, got {self.learning_rate}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            errors.append(f"{where}.warmup_ratio: must be in [0, 1), got {self.warmup_ratio}")
+        if self.bf16 and self.fp16:
+            errors.append(f"{where}: bf16 and fp16 are both true; choose one")
+        if self.dataloader_num_workers < 0:
+            errors.append(f"{where}.dataloader_num_workers: must be >= 0")
+        if self.save_total_limit < 1:
+            errors.append(f"{where}.save_total_limit: must be >= 1 (checkpoints are needed to resume)")
+
+
+@dataclass
+class ExpertConfig:
+    expert: str
+    sources: list[SourceConfig]
+    format: FormatConfig = field(default_factory=FormatConfig)
+    pack: PackConfig = field(default_factory=PackConfig)
+    build: BuildConfig = field(default_factory=BuildConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self, errors: list[str], where: str = "") -> None:
+        if not self.sources:
+            errors.append("sources: at least one source is needed (or set DATASET=...)")
+        for i, source in enumerate(self.sources):
+            source.validate(errors, f"sources[{i}]")
+        for name in ("format", "pack", "build", "model", "lora", "train"):
+            getattr(self, name).validate(errors, name)
+        if self.pack.strategy == "wrap" and self.pack.overlong != "split":
+            errors.append("pack.overlong: wrap splits every document at block boundaries; leave overlong: split")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_config(
+    expert: str,
+    configs_dir: str | Path = "configs",
+    overrides: dict[str, Any] | None = None,
+) -> ExpertConfig:
+    """defaults.yaml < <expert>.yaml < overrides (dotted keys, e.g. ``{"train.max_steps": 10}``)."""
+    check_expert_name(expert)
+    configs_dir = Path(configs_dir)
+    path = configs_dir / f"{expert}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in configs_dir.glob("*.yaml") if p.stem != "defaults")
+        raise ConfigError(f"no config for expert {expert!r}: {path} does not exist (known experts: {', '.join(known) or 'none'})")
+    data: dict[str, Any] = {}
+    defaults = configs_dir / "defaults.yaml"
+    if defaults.is_file():
+        data = _merge(data, _read_yaml(defaults))
+    data = _merge(data, _read_yaml(path))
+    for key, value in (overrides or {}).items():
+        data = _merge(data, _dotted(key, value))
+    data["expert"] = expert
+    return config_from_dict(data, source=str(path))
+
+
+def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> ExpertConfig:
+    errors: list[str] = []
+    config = _build(ExpertConfig, data, "", errors)
+    if config is not None and not errors:  # value checks need well-typed fields
+        config.validate(errors)
+    if errors:
+        raise ConfigError(f"invalid config ({source}):\n  - " + "\n  - ".join(errors))
+    return config
+
+
+def apply_cli_overrides(dataset: str | None = None, model: str | None = None,
+                        num_proc: int | None = None) -> dict[str, Any]:
+    """The Make variables DATASET=, MODEL=, NUM_PROC= as config overrides."""
+    overrides: dict[str, Any] = {}
+    if dataset:
+        overrides["sources"] = [{"name": dataset}]
+    if model:
+        overrides["model.name"] = model
+    if num_proc:
+        overrides["build.num_proc"] = num_proc
+    return overrides
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _dotted(key: str, value: Any) -> dict:
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
+def _merge(base: dict, delta: dict) -> dict:
+    out = dict(base)
+    for key, value in delta.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "columns":
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
+    """Build dataclass ``cls`` from ``data``, appending every unknown key or type error to ``errors``."""
+    label = where or "config"
+    if not isinstance(data, dict):
+        errors.append(f"{label}: expected a mapping, got {type(data).__name__}")
+        return None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            close = [name for name in fields if name.startswith(str(key)[:3])]
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            errors.append(f"{where + '.' if where else ''}{key}: unknown key{hint}; known: {', '.join(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                errors.append(f"{where + '.' if where else ''}{name}: required")
+            continue
+        kwargs[name] = _coerce(hints[name], data[name], f"{where + '.' if where else ''}{name}", errors)
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        return None
+
+
+def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where, errors)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            result = _coerce(arg, value, where, trial)
+            if not trial:
+                return result
+        errors.append(f"{where}: expected {_type_name(hint)}, got {value!r}")
+        return value
+    if origin is Literal:
+        if value not in args:
+            errors.append(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            errors.append(f"{where}: expected a list, got {value!r}")
+            return value
+        return [_coerce(args[0], v, f"{where}[{i}]", errors) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            errors.append(f"{where}: expected a mapping of strings, got {value!r}")
+        return value
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        try:
+            return float(value)  # YAML reads 2e-4 as a string
+        except ValueError:
+            pass
+    if hint is int and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if hint in (int, float, str, bool) and (not isinstance(value, hint) or (hint is int and isinstance(value, bool))):
+        errors.append(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "")

@@ -1,0 +1,310 @@
+"""The one contract between the build (pipeline/) and the trainer (trainer/).
+
+Both halves import this module and nothing else from each other. It defines:
+
+- the build directory layout: ``cache/<expert>/CURRENT`` and ``cache/<expert>/<build-id>/``;
+- the shard schema: one Arrow IPC *stream* file per shard, one row per packed block;
+- the manifest (``manifest.json``): what went in (hashed into the build id) and what came out;
+- the tokenizer fingerprint, computed the same way by the build and by the trainer, so the trainer
+  can refuse shards made with another tokenizer.
+
+Shard row (``block_size`` = B, default 2048)::
+
+    input_ids  fixed_size_list<uint16|uint32>[B]   tokens; padding after the last document
+    loss_mask  fixed_size_list<uint8>[B]           1 where the token is a supervised target
+    doc_lens   list<uint32>                        lengths of the documents (or document pieces)
+                                                   packed in the block, in order; the padding is
+                                                   B - sum(doc_lens) tokens at the end
+
+Example, B = 10: a 3-token prompt ``p`` with a 2-token answer ``a`` and eos ``E``, then a
+second document (prompt ``q``, answer ``b``, eos), then one padding token ``_``::
+
+    input_ids  p p p a a E | q b E | _
+    loss_mask  0 0 0 1 1 1 | 0 1 1 | 0
+    doc_lens   [6, 3]                      (padding = 10 - 9 = 1 token)
+
+The trainer resets position ids at every document start and never lets a document attend to
+another one in the same block.
+
+Nothing here imports torch, datasets or tokenizers: only the standard library, numpy and pyarrow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+REPORT = "report.json"
+CURRENT = "CURRENT"
+CONFIG_SNAPSHOT = "config.json"
+TMP_PREFIX = ".tmp-"
+LOCK = ".lock"
+
+# Files that define a tokenizer's behaviour. Whatever of these exists is hashed, by content.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+# The demo model shipped with packtrain (``model: bundled``): a small config for random init plus
+# the bundled tokenizer, so a fresh clone builds and trains with no HF cache at all.
+BUNDLED_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "demo-model"
+
+EXPERT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+BUILD_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+class ContractError(Exception):
+    """A build directory, shard or manifest does not satisfy the contract."""
+
+
+def check_expert_name(name: str) -> str:
+    """Expert names become directory names under configs/ and cache/: no path can escape them."""
+    if not EXPERT_NAME.match(name or ""):
+        raise ContractError(
+            f"invalid expert name {name!r}: use lowercase letters, digits, '-' and '_' "
+            "(for example 'sql' or 'neo4j'), starting with a letter or digit"
+        )
+    return name
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every token id fits (vocab_size <= 65536), else uint32."""
+    if vocab_size <= 0:
+        raise ContractError(f"vocab_size must be positive, got {vocab_size}")
+    dtype = np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
+    assert np.iinfo(dtype).max >= vocab_size - 1
+    return dtype
+
+
+def shard_schema(block_size: int, dtype: np.dtype) -> pa.Schema:
+    token_type = pa.uint16() if np.dtype(dtype) == np.uint16 else pa.uint32()
+    return pa.schema(
+        [
+            pa.field("input_ids", pa.list_(token_type, block_size), nullable=False),
+            pa.field("loss_mask", pa.list_(pa.uint8(), block_size), nullable=False),
+            pa.field("doc_lens", pa.list_(pa.uint32()), nullable=False),
+        ],
+        metadata={"packtrain.format_version": str(FORMAT_VERSION), "packtrain.block_size": str(block_size)},
+    )
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while data := f.read(chunk):
+            h.update(data)
+    return h.hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    """Hash of a JSON value in canonical form (sorted keys, no whitespace)."""
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def tokenizer_fingerprint(directory: str | os.PathLike) -> dict:
+    """Content hash of every tokenizer file in ``directory`` (vocab, merges, specials, chat template).
+
+    The build stores this in the manifest; the trainer computes it for the model's tokenizer and
+    refuses shards whose hash differs.
+    """
+    directory = Path(directory)
+    files = {}
+    for name in TOKENIZER_FILES:
+        path = directory / name
+        if path.is_file():
+            files[name] = sha256_file(path)
+    if "tokenizer.json" not in files:
+        raise ContractError(
+            f"no tokenizer.json in {directory}: packtrain needs a fast (Rust) tokenizer file; "
+            "save one with `AutoTokenizer.from_pretrained(...).save_pretrained(dir)`"
+        )
+    return {"hash": sha256_json(files), "files": files}
+
+
+# ----------------------------------------------------------------------------------------------
+# Build directory layout
+
+
+def expert_dir(cache_dir: str | os.PathLike, expert: str) -> Path:
+    return Path(cache_dir) / check_expert_name(expert)
+
+
+def read_current(cache_dir: str | os.PathLike, expert: str) -> str | None:
+    """The build id that CURRENT names, or None when there is no build yet."""
+    path = expert_dir(cache_dir, expert) / CURRENT
+    try:
+        build_id = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not BUILD_ID.match(build_id):
+        raise ContractError(f"{path} holds {build_id!r}, not a build id; delete it and rebuild")
+    return build_id
+
+
+def write_current(cache_dir: str | os.PathLike, expert: str, build_id: str) -> None:
+    """Point CURRENT at ``build_id`` atomically (write a temporary file, fsync, rename)."""
+    directory = expert_dir(cache_dir, expert)
+    tmp = directory / f"{TMP_PREFIX}CURRENT-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(build_id + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / CURRENT)
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def resolve_build(cache_dir: str | os.PathLike, expert: str, build_id: str | None = None) -> Path:
+    """The directory of ``build_id``, or of the CURRENT build; a clear error when there is none."""
+    directory = expert_dir(cache_dir, expert)
+    if build_id is None:
+        build_id = read_current(cache_dir, expert)
+        if build_id is None:
+            raise ContractError(
+                f"no build for expert {expert!r} in {directory} (no CURRENT file); "
+                f"run `make pretokenize EXPERT={expert}` first"
+            )
+    if not BUILD_ID.match(build_id):
+        raise ContractError(f"{build_id!r} is not a build id (16 hex digits)")
+    path = directory / build_id
+    if not (path / MANIFEST).is_file():
+        raise ContractError(f"build {build_id} of expert {expert!r} is missing: no {path / MANIFEST}")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# Manifest
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    file: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The parsed manifest.json of one build (see DESIGN.md for the full field list)."""
+
+    build_id: str
+    expert: str
+    block_size: int
+    token_dtype: str
+    vocab_size: int
+    pad_id: int
+    eos_id: int
+    tokenizer_hash: str
+    train: tuple[ShardInfo, ...]
+    val: tuple[ShardInfo, ...]
+    raw: dict
+
+    @classmethod
+    def load(cls, build_dir: str | os.PathLike) -> "Manifest":
+        path = Path(build_dir) / MANIFEST
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ContractError(f"{path} is missing: the build is incomplete; rebuild it") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ContractError(f"{path} is not valid JSON ({e}): the file is corrupt; rebuild") from None
+        try:
+            if raw["format_version"] != FORMAT_VERSION:
+                raise ContractError(
+                    f"{path} has format_version {raw['format_version']}, this packtrain reads "
+                    f"{FORMAT_VERSION}: rebuild with `make pretokenize`"
+                )
+            tok = raw["inputs"]["tokenizer"]
+            shards = raw["outputs"]["shards"]
+            return cls(
+                build_id=raw["build_id"],
+                expert=raw["expert"],
+                block_size=int(raw["inputs"]["pack"]["block_size"]),
+                token_dtype=raw["outputs"]["token_dtype"],
+                vocab_size=int(tok["vocab_size"]),
+                pad_id=int(tok["pad_id"]),
+                eos_id=int(tok["eos_id"]),
+                tokenizer_hash=tok["hash"],
+                train=tuple(ShardInfo(**s) for s in shards["train"]),
+                val=tuple(ShardInfo(**s) for s in shards["val"]),
+                raw=raw,
+            )
+        except (KeyError, TypeError) as e:
+            raise ContractError(f"{path} lacks field {e}: the manifest is corrupt; rebuild") from None
+
+
+def check_shard_sizes(build_dir: str | os.PathLike, manifest: Manifest) -> None:
+    """Cheap start-up check: every shard exists with the size the manifest records."""
+    for shard in manifest.train + manifest.val:
+        path = Path(build_dir) / shard.file
+        if not path.is_file():
+            raise ContractError(f"shard {path} is missing: rebuild with `make pretokenize EXPERT={manifest.expert}`")
+        size = path.stat().st_size
+        if size != shard.bytes:
+            raise ContractError(
+                f"shard {path} has {size} bytes, the manifest says {shard.bytes}: the file is truncated "
+                f"or corrupt; rebuild with `make pretokenize EXPERT={manifest.expert}`"
+            )
+
+
+def verify_checksums(build_dir: str | os.PathLike, manifest: Manifest) -> list[str]:
+    """Full check: the sha256 of every shard. Returns the list of problems (empty when all good)."""
+    problems = []
+    for shard in manifest.train + manifest.val:
+        path = Path(build_dir) / shard.file
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != shard.bytes:
+            problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {shard.bytes}")
+        elif sha256_file(path) != shard.sha256:
+            problems.append(f"{path}: sha256 differs from the manifest (corrupt)")
+    return problems
+
+
+def open_shard(path: str | os.PathLike) -> pa.Table:
+    """Memory-map one shard zero-copy (no token is read until it is used)."""
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            return pa.ipc.open_stream(source).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ContractError(f"shard {path} cannot be read as Arrow IPC ({e}): corrupt; rebuild") from None
+
+
+def block_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pa.ChunkedArray]:
+    """(input_ids [rows, B], loss_mask [rows, B], doc_lens) as zero-copy numpy views where possible."""
+    def matrix(column: str) -> np.ndarray:
+        chunks = [c.flatten().to_numpy(zero_copy_only=True) for c in table.column(column).chunks]
+        flat = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        return flat.reshape(table.num_rows, -1)
+
+    return matrix("input_ids"), matrix("loss_mask"), table.column("doc_lens")
