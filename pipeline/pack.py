@@ -1,0 +1,208 @@
+"""Packing: which pieces of which documents go into which block. Pure functions on lengths.
+
+A *piece* is a slice ``(doc, start, stop)`` of one tokenized document; a *block* is a list of
+pieces whose lengths sum to at most ``block_size``. The rest of a block is padding. Nothing here
+touches tokens: ``assemble_block`` turns a block into arrays once the plan is made.
+
+Two strategies (``pack.strategy``)::
+
+    documents (lengths)   A=5  B=3  C=4  D=2        block_size = 8
+
+    bfd   best-fit decreasing: longest first, each into the fullest block it still fits in;
+          documents are never split
+          block 0: A A A A A B B B      (5 + 3 = 8)
+          block 1: C C C C D D _ _      (4 + 2 = 6, 2 padding)
+
+    wrap  concatenate in order and cut every block_size tokens; documents may span blocks
+          block 0: A A A A A B B B
+          block 1: C C C C D D _ _
+
+Documents longer than block_size (``pack.overlong``, bfd only; wrap always splits):
+
+    E=19, block_size=8
+    split     -> E[0:8], E[8:16], E[16:19]   three pieces, packed like documents
+    truncate  -> E[0:8]                      the rest is lost
+    drop      -> nothing
+
+The first token of every piece is never a target: nothing before it in the block belongs to the
+same document, so there is nothing to predict it from (the trainer's labels are shifted by one).
+A piece with no supervised token left teaches nothing and is dropped, and counted.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Piece = tuple[int, int, int]
+"""(document index, start, stop): tokens ``doc[start:stop]``."""
+
+
+@dataclass
+class PieceCounts:
+    """What happened to documents on their way to pieces; all of it goes into the report."""
+
+    documents: int = 0
+    overlong: int = 0
+    split: int = 0
+    truncated: int = 0
+    dropped_overlong: int = 0
+    dropped_unsupervised: int = 0
+    tokens_lost: int = 0
+    examples: dict[str, list[int]] = field(default_factory=dict)
+
+
+def plan_pieces(
+    lengths: Sequence[int],
+    prompt_lengths: Sequence[int],
+    block_size: int,
+    overlong: str = "split",
+) -> tuple[list[Piece], PieceCounts]:
+    """Cut documents into pieces that fit a block, following ``overlong`` for the long ones.
+
+    Tokens at positions >= prompt_length are supervised (answer and eos).
+
+    >>> plan_pieces([5, 19], [2, 4], 8, "split")[0]
+    [(0, 0, 5), (1, 0, 8), (1, 8, 16), (1, 16, 19)]
+    >>> plan_pieces([5, 19], [2, 10], 8, "truncate")[0]   # E[0:8] is all prompt: dropped
+    [(0, 0, 5)]
+    """
+    if overlong not in ("split", "truncate", "drop"):
+        raise ValueError(f"overlong must be split, truncate or drop, got {overlong!r}")
+    pieces: list[Piece] = []
+    counts = PieceCounts(documents=len(lengths))
+    for doc, (length, prompt) in enumerate(zip(lengths, prompt_lengths)):
+        if length <= block_size:
+            candidates = [(doc, 0, length)]
+        else:
+            counts.overlong += 1
+            if overlong == "drop":
+                counts.dropped_overlong += 1
+                counts.tokens_lost += length
+                _example(counts, "dropped_overlong", doc)
+                continue
+            if overlong == "truncate":
+                counts.truncated += 1
+                counts.tokens_lost += length - block_size
+                _example(counts, "truncated", doc)
+                candidates = [(doc, 0, block_size)]
+            else:
+                counts.split += 1
+                _example(counts, "split", doc)
+                candidates = [(doc, s, min(s + block_size, length)) for s in range(0, length, block_size)]
+        for piece in candidates:
+            if piece[2] > max(prompt, piece[1] + 1):  # a supervised token after the piece's first
+                pieces.append(piece)
+            else:
+                counts.dropped_unsupervised += 1
+                counts.tokens_lost += piece[2] - piece[1]
+                _example(counts, "dropped_unsupervised", doc)
+    return pieces, counts
+
+
+def _example(counts: PieceCounts, kind: str, doc: int, keep: int = 20) -> None:
+    examples = counts.examples.setdefault(kind, [])
+    if len(examples) < keep and doc not in examples:
+        examples.append(doc)
+
+
+def pack_bfd(pieces: Sequence[Piece], block_size: int) -> list[list[Piece]]:
+    """Best-fit decreasing: place pieces longest first, each into the block with the least free
+    space that still holds it (a new block when none does). Ties keep input order, so the result
+    is deterministic. O(n log n) plus O(block_size) per new free-space value.
+
+    >>> pack_bfd([(0, 0, 5), (1, 0, 3), (2, 0, 4), (3, 0, 2)], 8)
+    [[(0, 0, 5), (1, 0, 3)], [(2, 0, 4), (3, 0, 2)]]
+    """
+    sizes = [stop - start for _, start, stop in pieces]
+    if any(size > block_size or size <= 0 for size in sizes):
+        raise ValueError(f"every piece must have 1..{block_size} tokens; plan_pieces first")
+    order = sorted(range(len(pieces)), key=lambda k: (-sizes[k], k))
+    blocks: list[list[Piece]] = []
+    free_values: list[int] = []  # sorted free-space values that some open block has
+    blocks_by_free: dict[int, list[int]] = {}  # free space -> open blocks with exactly that much
+    for k in order:
+        size = sizes[k]
+        i = bisect_left(free_values, size)
+        if i < len(free_values):
+            free = free_values[i]
+            bucket = blocks_by_free[free]
+            block = bucket.pop(0)  # the oldest such block: deterministic, fills early blocks first
+            if not bucket:
+                del blocks_by_free[free]
+                free_values.pop(i)
+        else:
+            block, free = len(blocks), block_size
+            blocks.append([])
+        blocks[block].append(pieces[k])
+        left = free - size
+        if left > 0:
+            if left in blocks_by_free:
+                insort(blocks_by_free[left], block)
+            else:
+                blocks_by_free[left] = [block]
+                insort(free_values, left)
+    return blocks
+
+
+def pack_wrap(lengths: Sequence[int], block_size: int) -> list[list[Piece]]:
+    """Concatenate documents in order and cut every ``block_size`` tokens; the last block is
+    partial (padded later), never lost.
+
+    >>> pack_wrap([5, 3, 4, 2], 8)
+    [[(0, 0, 5), (1, 0, 3)], [(2, 0, 4), (3, 0, 2)]]
+    >>> pack_wrap([6, 5], 4)
+    [[(0, 0, 4)], [(0, 4, 6), (1, 0, 2)], [(1, 2, 5)]]
+    """
+    blocks: list[list[Piece]] = []
+    current: list[Piece] = []
+    free = block_size
+    for doc, length in enumerate(lengths):
+        start = 0
+        while start < length:
+            take = min(free, length - start)
+            current.append((doc, start, start + take))
+            start += take
+            free -= take
+            if free == 0:
+                blocks.append(current)
+                current, free = [], block_size
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def assemble_block(
+    pieces: Sequence[Piece],
+    tokens: Sequence[np.ndarray],
+    prompt_lengths: Sequence[int],
+    block_size: int,
+    pad_id: int,
+    dtype: np.dtype = np.dtype(np.uint32),
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Materialize one block: (input_ids, loss_mask, doc_lens).
+
+    ``tokens[doc]`` is the document's token array; its positions >= ``prompt_lengths[doc]`` are
+    supervised, except each piece's first token. Padding is ``pad_id`` with mask 0.
+
+    >>> ids, mask, lens = assemble_block([(0, 0, 3), (1, 1, 4)], [np.array([7, 8, 9]),
+    ...     np.array([4, 5, 6, 3])], [1, 0], 7, pad_id=0)
+    >>> ids.tolist(), mask.tolist(), lens
+    ([7, 8, 9, 5, 6, 3, 0], [0, 1, 1, 0, 1, 1, 0], [3, 3])
+    """
+    ids = np.full(block_size, pad_id, dtype=dtype)
+    mask = np.zeros(block_size, dtype=np.uint8)
+    lens = []
+    at = 0
+    for doc, start, stop in pieces:
+        n = stop - start
+        ids[at : at + n] = tokens[doc][start:stop]
+        supervised_from = max(prompt_lengths[doc] - start, 0)
+        mask[at + max(min(supervised_from, n), 1) : at + n] = 1
+        lens.append(n)
+        at += n
+    assert at <= block_size, f"pieces hold {at} tokens, more than block_size {block_size}"
+    return ids, mask, lens
