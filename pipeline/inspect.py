@@ -1,0 +1,67 @@
+"""``packtrain inspect``: decode a few packed blocks, showing document boundaries and which
+tokens are supervised. Supervised spans are wrapped in ⟦ ⟧ (and coloured on a terminal)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+
+from pipeline.contract import Manifest, block_arrays, open_shard
+
+OPEN, CLOSE = "⟦", "⟧"
+
+
+def spans(mask: np.ndarray) -> list[tuple[int, int, bool]]:
+    """Runs of equal mask values: ``[0, 0, 1, 1, 0]`` -> ``[(0, 2, False), (2, 4, True), (4, 5, False)]``."""
+    runs, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            runs.append((start, i, bool(mask[start])))
+            start = i
+    return runs
+
+
+def render_block(ids: np.ndarray, mask: np.ndarray, doc_lens: list[int], decode, color: bool) -> str:
+    lines, at = [], 0
+    for number, length in enumerate(doc_lens, 1):
+        doc_ids, doc_mask = ids[at : at + length], mask[at : at + length]
+        lines.append(f"── document {number}: {length} tokens, {int(doc_mask.sum())} supervised")
+        text = []
+        for start, stop, supervised in spans(doc_mask):
+            piece = decode(doc_ids[start:stop].tolist())
+            if supervised:
+                piece = OPEN + piece + CLOSE
+                text.append(click.style(piece, fg="green") if color else piece)
+            else:
+                text.append(click.style(piece, dim=True) if color else piece)
+        lines.append("".join(text))
+        at += length
+    padding = len(ids) - at
+    lines.append(f"── padding: {padding} tokens")
+    return "\n".join(lines)
+
+
+def inspect_build(build_dir: Path, tokenizer_file: Path, split: str, blocks: int, color: bool) -> str:
+    from tokenizers import Tokenizer
+
+    manifest = Manifest.load(build_dir)
+    shards = manifest.train if split == "train" else manifest.val
+    if not shards:
+        return f"build {manifest.build_id} has no {split} blocks"
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=False)
+
+    shard = shards[0]
+    table = open_shard(build_dir / shard.file)
+    ids, mask, doc_lens = block_arrays(table)
+    out = [f"build {manifest.build_id} ({manifest.expert}), {split}: {sum(s.rows for s in shards):,} blocks of "
+           f"{manifest.block_size} tokens; showing {min(blocks, len(ids))} from {shard.file}"]
+    for row in range(min(blocks, len(ids))):
+        lens = doc_lens[row].as_py()
+        out.append(f"\n═══ block {row}: {len(lens)} documents, {sum(lens)} tokens")
+        out.append(render_block(ids[row], mask[row], lens, decode, color))
+    return "\n".join(out)

@@ -1,0 +1,102 @@
+"""Build statistics: the totals stored in the manifest, report.json and the printed summary."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pipeline.pack import PieceCounts
+
+
+def split_totals(lengths: np.ndarray, prompt_lengths: np.ndarray, blocks: int, real_tokens: int,
+                 supervised_tokens: int, block_size: int, counts: PieceCounts | None) -> dict:
+    """Deterministic totals of one split (they go into the manifest, so no timings here)."""
+    capacity = blocks * block_size
+    totals = {
+        "documents": int(len(lengths)),
+        "document_tokens": int(lengths.sum()),
+        "tokens": int(real_tokens),
+        "supervised_tokens": int(supervised_tokens),
+        "blocks": int(blocks),
+        "padding_tokens": int(capacity - real_tokens),
+        "packing_efficiency": round(real_tokens / capacity, 6) if capacity else 0.0,
+        "padding_fraction": round(1 - real_tokens / capacity, 6) if capacity else 0.0,
+        "length_histogram": length_histogram(lengths, block_size),
+        "max_document_tokens": int(lengths.max()) if len(lengths) else 0,
+        "p99_document_tokens": int(np.percentile(lengths, 99)) if len(lengths) else 0,
+    }
+    if counts is not None:
+        fields = dataclasses.asdict(counts)
+        examples = fields.pop("examples")
+        fields.pop("documents")
+        totals.update(fields)
+        totals["examples"] = examples
+    return totals
+
+
+def length_histogram(lengths: np.ndarray, block_size: int) -> dict[str, int]:
+    """Document counts by length: ``<=64``, ``<=128``, ... ``<=block_size``, ``>block_size``."""
+    edges = [64]
+    while edges[-1] < block_size:
+        edges.append(min(edges[-1] * 2, block_size))
+    histogram, low = {}, 0
+    for edge in edges:
+        histogram[f"<={edge}"] = int(((lengths > low) & (lengths <= edge)).sum())
+        low = edge
+    histogram[f">{block_size}"] = int((lengths > block_size).sum())
+    return histogram
+
+
+def suggested_max_seq_length(p99: int, block_size: int) -> int:
+    """The smallest multiple of 64 that holds 99% of documents unsplit, capped at block_size."""
+    return min(block_size, max(64, -(-p99 // 64) * 64))
+
+
+def make_report(config, build_id: str, sources, source_stats: list[dict], outputs: dict, seconds: float,
+                tokenize_seconds: float) -> dict:
+    totals = outputs["totals"]
+    tokens = totals["train"]["document_tokens"] + totals["val"]["document_tokens"]
+    bad = sum(s["bad_rows"] for s in source_stats)
+    return {
+        "build_id": build_id,
+        "expert": config.expert,
+        "seconds": round(seconds, 3),
+        "tokenize_seconds": round(tokenize_seconds, 3),
+        "tokens_per_second": round(tokens / tokenize_seconds) if tokenize_seconds else None,
+        "num_proc": config.build.num_proc,
+        "used_bundled_sample": any(source.kind == "bundled" for source in sources),
+        "sources": [{"name": source.name, "kind": source.kind, "describe": source.describe(), **stats}
+                    for source, stats in zip(sources, source_stats)],
+        "bad_rows": bad,
+        "train": totals["train"],
+        "val": totals["val"],
+        "suggested_max_seq_length": suggested_max_seq_length(totals["train"]["p99_document_tokens"],
+                                                             config.pack.block_size),
+    }
+
+
+def summary(report: dict) -> str:
+    """The human summary printed at the end of a build."""
+    train, val = report["train"], report["val"]
+    lines = [
+        f"build {report['build_id']} of {report['expert']}: {report['seconds']:.1f} s, "
+        f"{(report['tokens_per_second'] or 0) / 1e6:.2f}M tokens/s tokenizing with num_proc={report['num_proc']}",
+        f"  train: {train['documents']:,} documents, {train['tokens']:,} tokens "
+        f"({train['supervised_tokens']:,} supervised) in {train['blocks']:,} blocks, "
+        f"packing efficiency {train['packing_efficiency']:.1%}",
+        f"  val:   {val['documents']:,} documents, {val['tokens']:,} tokens in {val['blocks']:,} blocks",
+    ]
+    changes = {key: train.get(key, 0) + val.get(key, 0)
+               for key in ("split", "truncated", "dropped_overlong", "dropped_unsupervised")}
+    if any(changes.values()):
+        lines.append("  overlong/unsupervised: " + ", ".join(f"{k} {v:,}" for k, v in changes.items()))
+    if report["bad_rows"]:
+        first = next(s["first_bad_rows"][0] for s in report["sources"] if s["first_bad_rows"])
+        lines.append(f"  skipped {report['bad_rows']:,} bad rows; first: {first['row']}: {first['reason']}")
+    lines.append(f"  document lengths: {train['length_histogram']}")
+    lines.append(f"  99% of documents have <= {train['p99_document_tokens']} tokens: "
+                 f"suggested max_seq_length {report['suggested_max_seq_length']}")
+    if report["used_bundled_sample"]:
+        lines.append("  built from the BUNDLED SAMPLE (demo data), not a real dataset")
+    return "\n".join(lines)

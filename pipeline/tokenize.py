@@ -1,0 +1,212 @@
+"""Tokenization: formatted rows -> token arrays, with ``num_proc`` processes and bounded memory.
+
+Each task is one fixed-size batch of rows (``build.batch_rows``), so the output never depends on
+``num_proc``: the main process submits at most ``2 * num_proc`` batches ahead and takes results
+back in submission order. Each worker loads the fast tokenizer once and calls ``encode_batch``.
+
+Per document the worker returns ``[bos?] + tokens(prompt + answer) + [eos]`` and the prompt
+length. The prompt's tokens are a prefix of the full text's tokens when the prompt ends on a token
+boundary of the full text; the worker checks that with the tokenizer's character offsets (no
+second encoding) and rejects the row otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.contract import tokenizer_fingerprint
+from pipeline.format import BadRow, RowFormatter
+
+TOKENIZER_CACHE: dict[str, object] = {}
+
+
+class TokenizerError(ValueError):
+    """The tokenizer's files cannot be used as they are; the message says how to fix them."""
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What the build needs to know about a tokenizer, read from its files."""
+
+    directory: Path
+    vocab_size: int
+    eos_id: int
+    eos_token: str
+    pad_id: int
+    pad_token: str
+    bos_id: int | None
+    bos_token: str | None
+    add_bos: bool
+    chat_template: str | None
+    fingerprint: dict
+
+    def manifest_entry(self, source: str) -> dict:
+        return {
+            "source": source,
+            "hash": self.fingerprint["hash"],
+            "files": self.fingerprint["files"],
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "bos_id": self.bos_id,
+            "add_bos": self.add_bos,
+        }
+
+
+def load_tokenizer_info(directory: str | os.PathLike) -> TokenizerInfo:
+    from tokenizers import Tokenizer
+
+    directory = Path(directory)
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    config_path = directory / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    template = config.get("chat_template")
+    if (directory / "chat_template.jinja").is_file():
+        template = (directory / "chat_template.jinja").read_text()
+    if isinstance(template, list):  # named templates: take the default one
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+
+    def special(key: str) -> tuple[str | None, int | None]:
+        token = config.get(key)
+        if isinstance(token, dict):
+            token = token.get("content")
+        if not token:
+            return None, None
+        token_id = tokenizer.token_to_id(token)
+        if token_id is None:
+            raise TokenizerError(f"{config_path}: {key} {token!r} is not in the tokenizer's vocabulary")
+        return token, token_id
+
+    eos_token, eos_id = special("eos_token")
+    if eos_id is None:
+        raise TokenizerError(
+            f"{config_path}: no eos_token; packtrain ends every document with EOS. Set eos_token "
+            "in tokenizer_config.json (for Qwen: <|endoftext|>)"
+        )
+    pad_token, pad_id = special("pad_token")
+    bos_token, bos_id = special("bos_token")
+    return TokenizerInfo(
+        directory=directory,
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+        eos_id=eos_id,
+        eos_token=eos_token,
+        pad_id=pad_id if pad_id is not None else eos_id,
+        pad_token=pad_token if pad_token is not None else eos_token,
+        bos_id=bos_id,
+        bos_token=bos_token,
+        add_bos=bool(config.get("add_bos_token", False)) and bos_id is not None,
+        chat_template=template,
+        fingerprint=tokenizer_fingerprint(directory),
+    )
+
+
+@dataclass(frozen=True)
+class EncodeTask:
+    """Everything a worker needs; small and picklable."""
+
+    tokenizer_file: str
+    formatter: RowFormatter
+    eos_id: int
+    bos_id: int | None
+    val_fraction: float
+
+
+@dataclass
+class EncodedBatch:
+    tokens: np.ndarray  # uint32, every document's tokens concatenated
+    lengths: np.ndarray  # int64 per document
+    prompt_lengths: np.ndarray  # int64 per document
+    is_val: np.ndarray  # bool per document
+    bad_rows: list[tuple[int, str]]  # (row index within the batch, reason)
+
+
+def is_validation(text: str, val_fraction: float) -> bool:
+    """Hold out a document by a hash of its content: appending data never moves old documents."""
+    if val_fraction <= 0:
+        return False
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < val_fraction * 2**64
+
+
+def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
+    """Format and tokenize one batch of rows given column-wise (as read from Arrow)."""
+    names = list(columns)
+    rows = [dict(zip(names, values)) for values in zip(*columns.values())]
+    tokenizer = TOKENIZER_CACHE.get(task.tokenizer_file)
+    if tokenizer is None:
+        from tokenizers import Tokenizer
+
+        tokenizer = TOKENIZER_CACHE[task.tokenizer_file] = Tokenizer.from_file(task.tokenizer_file)
+    texts, prompt_chars, kept, bad = [], [], [], []
+    for i, row in enumerate(rows):
+        try:
+            prompt, full = task.formatter(row)
+        except BadRow as e:
+            bad.append((i, str(e)))
+            continue
+        except (KeyError, ValueError, IndexError) as e:  # a template that does not fit the row
+            bad.append((i, f"template error: {e}"))
+            continue
+        texts.append(full)
+        prompt_chars.append(len(prompt))
+        kept.append(i)
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False) if texts else []
+    pieces, lengths, prompt_lengths, is_val, good = [], [], [], [], []
+    head = [task.bos_id] if task.bos_id is not None else []
+    for row, text, boundary, encoding in zip(kept, texts, prompt_chars, encodings):
+        ids = encoding.ids
+        first_answer = encoding.char_to_token(boundary) if boundary < len(text) else None
+        if first_answer is None or encoding.token_to_chars(first_answer)[0] != boundary:
+            bad.append((row, "the prompt does not end on a token boundary of prompt + answer, so its "
+                             "tokens are not a prefix; end format.prompt with a newline"))
+            continue
+        if not ids or ids[-1] != task.eos_id:
+            ids = ids + [task.eos_id]
+        pieces.append(head + ids)
+        lengths.append(len(head) + len(ids))
+        prompt_lengths.append(len(head) + first_answer)
+        is_val.append(is_validation(text, task.val_fraction))
+        good.append(row)
+    total = sum(lengths)
+    tokens = np.fromiter((t for p in pieces for t in p), dtype=np.uint32, count=total)
+    bad.sort()
+    return EncodedBatch(
+        tokens=tokens,
+        lengths=np.asarray(lengths, dtype=np.int64),
+        prompt_lengths=np.asarray(prompt_lengths, dtype=np.int64),
+        is_val=np.asarray(is_val, dtype=bool),
+        bad_rows=bad,
+    )
+
+
+def _init_worker() -> None:
+    # one process per core: keep the Rust tokenizer from starting its own thread pool in each
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["RAYON_NUM_THREADS"] = "1"
+
+
+def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc: int) -> Iterator[EncodedBatch]:
+    """Encode (task, batch) pairs in order with ``num_proc`` processes, at most ``2 * num_proc``
+    batches in flight, so memory stays bounded whatever the corpus size."""
+    if num_proc <= 1:
+        for task, columns in tasks:
+            yield encode_rows(task, columns)
+        return
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(num_proc, initializer=_init_worker) as pool:
+        pending: deque = deque()
+        for task, columns in tasks:
+            pending.append(pool.apply_async(encode_rows, (task, columns)))
+            if len(pending) >= 2 * num_proc:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()

@@ -1,0 +1,80 @@
+"""Tiny hermetic inputs for build tests: a byte-level BPE tokenizer trained in-process, a jsonl
+dataset and a configs directory, all in a temporary directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+SPECIALS = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def rows(n: int, start: int = 0) -> list[dict]:
+    """n distinct text-to-SQL-like rows with varying lengths."""
+    out = []
+    for i in range(start, start + n):
+        cols = ", ".join(f"col{j} INTEGER" for j in range(1 + i % 7))
+        out.append({
+            "question": f"How many rows of table t{i} have col0 above {i * 3}?",
+            "context": f"CREATE TABLE t{i} ({cols})",
+            "answer": f"SELECT COUNT(*) FROM t{i} WHERE col0 > {i * 3}",
+        })
+    return out
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    return path
+
+
+def make_tokenizer(directory: Path, vocab_size: int = 400, extra_special: list[str] | None = None) -> Path:
+    """Train a byte-level BPE on a fixed text so it is the same every time."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    corpus = [json.dumps(r) for r in rows(200)] + ["### Schema\n### Question\n### SQL\n"] * 20
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS + (extra_special or []),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": "<|endoftext|>", "pad_token": "<|pad|>", "chat_template": CHATML,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }))
+    return directory
+
+
+SQL_CONFIG = """\
+sources:
+  - name: {data}
+format:
+  prompt: "### Schema\\n{{context}}\\n### Question\\n{{question}}\\n### SQL\\n"
+  answer: "{{answer}}"
+pack:
+  block_size: {block_size}
+  val_fraction: {val_fraction}
+build:
+  num_proc: 1
+  batch_rows: 16
+model:
+  name: {model}
+"""
+
+
+def make_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fraction: float = 0.1) -> dict:
+    """configs/sql.yaml over a local jsonl and a local tokenizer; returns the paths."""
+    data = write_jsonl(tmp / "data" / "sql.jsonl", rows(n_rows))
+    model = make_tokenizer(tmp / "model")
+    configs = tmp / "configs"
+    configs.mkdir()
+    (configs / "sql.yaml").write_text(SQL_CONFIG.format(data=data, model=model, block_size=block_size,
+                                                        val_fraction=val_fraction))
+    return {"data": data, "model": model, "configs": configs, "cache": tmp / "cache"}

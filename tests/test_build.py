@@ -1,0 +1,246 @@
+"""The offline build end to end: shards, manifest, determinism, no-op rebuilds, crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from tokenizers import Tokenizer
+
+import pipeline.build
+from build_fixtures import make_project, make_tokenizer, rows, write_jsonl
+from pipeline.build import BuildError, build
+from pipeline.config import load_config
+from pipeline.contract import (
+    Manifest,
+    block_arrays,
+    open_shard,
+    read_current,
+    resolve_build,
+    sha256_file,
+    verify_checksums,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.fixture
+def project(tmp_path):
+    return make_project(tmp_path)
+
+
+def run_build(project, **overrides):
+    config = load_config("sql", project["configs"], overrides)
+    return build(config, project["cache"], log=quiet, progress=False)
+
+
+def shard_bytes(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.arrow"))}
+
+
+def test_build_writes_the_contract(project):
+    result = run_build(project)
+    manifest = Manifest.load(result.path)
+    assert manifest.build_id == result.build_id == read_current(project["cache"], "sql")
+    assert manifest.block_size == 128 and manifest.token_dtype == "uint16"
+    assert (manifest.eos_id, manifest.pad_id, manifest.vocab_size) == (0, 1, 400)
+    assert verify_checksums(result.path, manifest) == []
+    totals = manifest.raw["outputs"]["totals"]
+    assert totals["train"]["documents"] + totals["val"]["documents"] == 60
+
+    table = open_shard(result.path / manifest.train[0].file)
+    assert table.schema.field("input_ids").type == pa.list_(pa.uint16(), 128)
+    ids, mask, doc_lens = block_arrays(table)
+    assert ids.shape == (manifest.train[0].rows, 128) and ids.dtype == np.uint16
+    tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
+    texts = {r["answer"] for r in rows(60)}
+    supervised = 0
+    for row in range(len(ids)):
+        lens = doc_lens[row].as_py()
+        at = 0
+        for n in lens:
+            doc, doc_mask = ids[row, at:at + n], mask[row, at:at + n]
+            assert doc[-1] == 0 and doc_mask[-1] == 1  # eos ends every document and is supervised
+            assert doc_mask[0] == 0  # a document start is never a target
+            answer = tokenizer.decode(doc[doc_mask == 1].tolist()[:-1])
+            assert answer in texts
+            at += n
+        assert (ids[row, at:] == 1).all() and (mask[row, at:] == 0).all()  # padding: pad id, unsupervised
+        supervised += int(mask[row].sum())
+    assert supervised == sum(int(m.sum()) for m in [mask])
+
+
+def test_shards_open_with_datasets_and_memory_map(project):
+    import datasets
+
+    result = run_build(project)
+    shard = result.path / "train-00000.arrow"
+    ds = datasets.Dataset.from_file(str(shard))
+    assert ds.column_names == ["input_ids", "loss_mask", "doc_lens"]
+    assert len(ds[0]["input_ids"]) == 128
+    with pa.memory_map(str(shard)) as source:
+        table = pa.ipc.open_stream(source).read_all()
+    assert table.num_rows == ds.num_rows
+
+
+def test_first_block_literal_content(tmp_path):
+    # three short documents, one block of 64 tokens: bfd puts them together, longest first
+    project = make_project(tmp_path, n_rows=3, block_size=64, val_fraction=0.0)
+    project_rows = rows(3)
+    write_jsonl(project["data"], [{"question": "q", "context": "c", "answer": r["answer"][:12]} for r in project_rows])
+    result = run_build(project)
+    table = open_shard(result.path / "train-00000.arrow")
+    ids, mask, doc_lens = block_arrays(table)
+    tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
+    doc = ids[0, : doc_lens[0].as_py()[0]].tolist()
+    assert tokenizer.decode(doc, skip_special_tokens=False) == "### Schema\nc\n### Question\nq\n### SQL\nSELECT COUNT<|endoftext|>"
+    assert doc_lens.to_pylist() == [[len(doc)] * 3]
+    assert table.num_rows == 1
+
+
+def test_num_proc_does_not_change_the_bytes(project, tmp_path):
+    one = run_build(project, **{"build.num_proc": 1})
+    saved = shard_bytes(one.path)
+    shutil.rmtree(project["cache"])
+    two = run_build(project, **{"build.num_proc": 2})
+    assert two.build_id == one.build_id
+    assert shard_bytes(two.path) == saved
+
+
+def test_manifest_is_byte_identical_across_rebuilds(project):
+    first = run_build(project)
+    manifest = (first.path / "manifest.json").read_bytes()
+    shutil.rmtree(project["cache"])
+    second = run_build(project)
+    assert (second.path / "manifest.json").read_bytes() == manifest
+
+
+def test_second_run_is_a_no_op(project, monkeypatch):
+    first = run_build(project)
+    def fail(*_, **__):
+        raise AssertionError("tokenized again")
+    monkeypatch.setattr(pipeline.build, "encode_stream", fail)
+    second = run_build(project)
+    assert second.up_to_date and second.build_id == first.build_id
+
+
+def test_a_changed_byte_or_tokenizer_gives_a_new_build(project, tmp_path):
+    base = run_build(project).build_id
+    data = project["data"]
+    original = data.read_bytes()
+    data.write_bytes(original.replace(b"t0 ", b"t9 ", 1))
+    changed_data = run_build(project).build_id
+    data.write_bytes(original)
+    assert run_build(project).build_id == base  # back to the same inputs, back to the same build
+    make_tokenizer(project["model"], extra_special=["<|extra|>"])
+    changed_tokenizer = run_build(project).build_id
+    assert len({base, changed_data, changed_tokenizer}) == 3
+    assert read_current(project["cache"], "sql") == changed_tokenizer
+
+
+def test_touching_mtime_or_moving_the_project_keeps_the_build_id(project, tmp_path):
+    base = run_build(project).build_id
+    os.utime(project["data"], (1, 1))
+    assert run_build(project).build_id == base
+
+
+@pytest.mark.parametrize("point", ["mid_tokenize", "after_shards", "after_manifest", "before_rename", "after_rename"])
+def test_kill_9_leaves_current_valid(project, point):
+    old = run_build(project, **{"pack.block_size": 64})
+    script = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from pipeline.config import load_config\nfrom pipeline.build import build\n"
+        "build(load_config('sql', %r), %r, log=lambda *a: None, progress=False)\n"
+    ) % (str(ROOT), str(project["configs"]), str(project["cache"]))
+    env = dict(os.environ, PACKTRAIN_CRASH_AT=point)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    current = read_current(project["cache"], "sql")
+    # CURRENT names a complete build: the old one, or (killed after the rename) the new one
+    assert current == old.build_id or point == "after_rename"
+    assert verify_checksums(resolve_build(project["cache"], "sql"), Manifest.load(resolve_build(project["cache"], "sql"))) == []
+    new = run_build(project)
+    assert not list((project["cache"] / "sql").glob(".tmp-*"))  # leftovers cleaned
+    reference = shard_bytes(new.path)
+    shutil.rmtree(project["cache"])
+    assert shard_bytes(run_build(project).path) == reference
+
+
+def test_bad_rows_are_skipped_and_counted_or_fail(project):
+    records = rows(20)
+    records[3]["answer"] = None
+    records[7].pop("question")
+    write_jsonl(project["data"], records)
+    result = run_build(project)
+    report = json.loads((result.path / "report.json").read_text())
+    assert report["bad_rows"] == 2
+    first = report["sources"][0]["first_bad_rows"]
+    assert [b["row"].rsplit(":", 1)[1] for b in first] == ["sql.jsonl#3", "sql.jsonl#7"]
+    assert first[0]["reason"] == "field 'answer' is null"
+    with pytest.raises(BuildError, match=r"bad row .*sql.jsonl#3: field 'answer' is null"):
+        run_build(project, **{"build.on_bad_rows": "error"})
+
+
+def test_validation_split_is_stable_when_data_is_appended(project):
+    first = run_build(project, **{"pack.val_fraction": 0.3})
+    val_before = decoded_answers(first.path, "val", project)
+    write_jsonl(project["data"], rows(60) + rows(40, start=1000))
+    second = run_build(project, **{"pack.val_fraction": 0.3})
+    assert val_before and val_before <= decoded_answers(second.path, "val", project)
+    assert not (val_before & decoded_answers(second.path, "train", project))
+
+
+def decoded_answers(path: Path, split: str, project) -> set[str]:
+    tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
+    manifest = Manifest.load(path)
+    answers = set()
+    for shard in (manifest.train if split == "train" else manifest.val):
+        ids, mask, _ = block_arrays(open_shard(path / shard.file))
+        for row in range(len(ids)):
+            answers.update(t for t in tokenizer.decode(ids[row][mask[row] == 1].tolist(), skip_special_tokens=False)
+                           .split("<|endoftext|>") if t)
+    return answers
+
+
+def test_wrap_strategy_and_overlong_documents(project):
+    result = run_build(project, **{"pack.strategy": "wrap", "pack.block_size": 32})
+    totals = Manifest.load(result.path).raw["outputs"]["totals"]["train"]
+    assert totals["packing_efficiency"] > 0.95  # only the last block is partial
+    split = run_build(project, **{"pack.block_size": 48, "pack.overlong": "split"})
+    report = Manifest.load(split.path).raw["outputs"]["totals"]["train"]
+    assert report["overlong"] > 0 and report["split"] == report["overlong"]
+    dropped = run_build(project, **{"pack.block_size": 48, "pack.overlong": "drop"})
+    report = Manifest.load(dropped.path).raw["outputs"]["totals"]["train"]
+    assert report["dropped_overlong"] == report["overlong"] > 0
+
+
+def test_chat_style_masks_the_rendered_prompt(project):
+    result = run_build(project, **{"format.style": "chat", "format.system": "You write SQL."})
+    tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
+    ids, mask, doc_lens = block_arrays(open_shard(result.path / "train-00000.arrow"))
+    n = doc_lens[0].as_py()[0]
+    text = tokenizer.decode(ids[0, :n].tolist(), skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\nYou write SQL.<|im_end|>\n<|im_start|>user\n### Schema")
+    answer = tokenizer.decode(ids[0, :n][mask[0, :n] == 1].tolist(), skip_special_tokens=False)
+    assert answer.startswith("SELECT COUNT(*)") and answer.endswith("<|im_end|>\n<|endoftext|>")
+
+
+def test_a_build_with_no_usable_rows_fails_and_keeps_current(project):
+    good = run_build(project)
+    write_jsonl(project["data"], [{"question": "q", "context": "c", "answer": None}])
+    with pytest.raises(BuildError, match="no training blocks"):
+        run_build(project)
+    assert read_current(project["cache"], "sql") == good.build_id
+    assert not list((project["cache"] / "sql").glob(".tmp-*"))
