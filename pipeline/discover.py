@@ -1,0 +1,394 @@
+"""Find datasets, models and tokenizers on this machine. Offline, always: nothing here opens a socket.
+
+Where a source name is looked for, in order (``resolve_source``)::
+
+    bundled                      pipeline/assets/samples/<expert>.jsonl
+    an existing path             a jsonl/json/csv/parquet/arrow file, a directory of them, or a
+                                 ``save_to_disk`` directory (state.json / dataset_dict.json)
+    an HF id ("org/name")        1. the hub cache:       $HF_HUB_CACHE/datasets--org--name/snapshots/<commit>/...
+                                 2. the datasets cache:  $HF_DATASETS_CACHE/org___name/<config>/<version>/<hash>/
+                                                         name-<split>[-00000-of-00003].arrow
+
+Cache directories come from ``os.environ`` at call time (HF_HOME, HF_HUB_CACHE, HF_DATASETS_CACHE).
+``datasets.load_dataset`` is never called: offline, it fails on a hub snapshot that was downloaded
+but never prepared, so ``pipeline/sources.py`` reads the snapshot's own data files.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # forced, not defaulted: packtrain never downloads
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+import json  # noqa: E402
+import re  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from huggingface_hub import scan_cache_dir  # noqa: E402
+
+from pipeline.config import BUNDLED, ModelConfig, SourceConfig  # noqa: E402
+from pipeline.contract import BUNDLED_MODEL_DIR, sha256_file, sha256_json  # noqa: E402
+
+SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
+DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
+METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json"}
+SPLIT_ALIASES = {"validation": {"validation", "valid", "val", "dev"}, "test": {"test", "testing"}}
+KNOWN_SPLITS = {"train", "training", "test", "testing", "validation", "valid", "val", "dev", "eval"}
+DOWNLOAD_FIX = ("download it on a connected machine with `huggingface-cli download --repo-type dataset {name}` (or "
+                "`datasets.load_dataset({name!r})`), copy the HF cache (HF_HOME) here, or point sources: in "
+                "configs/<expert>.yaml / DATASET= at a local file")
+KIND_LABELS = {"bundled": "bundled sample", "hub": "hub dataset", "datasets_cache": "datasets-cache dataset",
+               "save_to_disk": "save_to_disk dataset", "local": "local files"}
+
+
+class SourceNotFound(Exception):
+    """A dataset, model or tokenizer is not on this machine; the message says where we looked and how to fix it."""
+
+
+class SourceError(Exception):
+    """A source's data is unusable; the message names the file, the field or row, and the fix."""
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    name: str  # as configured (SourceConfig.name)
+    kind: str  # "bundled" | "hub" | "datasets_cache" | "save_to_disk" | "local"
+    split: str
+    revision: str | None  # hub: commit hash of the snapshot; else None
+    root: Path  # directory the files are relative to
+    files: tuple[Path, ...]  # absolute data files, sorted
+    note: str = field(default="", compare=False)  # a choice worth telling the user (describe() shows it)
+
+    def describe(self) -> str:
+        rev = f"@{self.revision[:8]}" if self.revision else ""
+        n, size = len(self.files), format_size(sum(p.stat().st_size for p in self.files))
+        line = f"{KIND_LABELS[self.kind]} {self.name}{rev} [{self.split}] ({n} file{'s' * (n != 1)}, {size})"
+        return f"{line}; {self.note}" if self.note else line
+
+    def fingerprint(self) -> dict:
+        """Content identity of the source: relative paths, sizes and sha256 of every file, no absolute path."""
+        files = [{"path": p.relative_to(self.root).as_posix(), "size": p.stat().st_size, "sha256": sha256_file(p)}
+                 for p in self.files]
+        body = {"kind": self.kind, "name": self.name, "split": self.split, "revision": self.revision, "files": files}
+        return {**body, "hash": sha256_json(body)}
+
+
+# --- Cache directories, read at call time --------------------------------------------------------
+
+
+def hf_home() -> Path:
+    return _path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+
+
+def hub_cache_dir() -> Path:
+    return _path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or hf_home() / "hub")
+
+
+def datasets_cache_dir() -> Path:
+    return _path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets")
+
+
+def _path(value: str | Path) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(os.path.expandvars(str(value)))))
+
+
+# --- Datasets ------------------------------------------------------------------------------------
+
+
+def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSource:
+    """Find ``spec`` on this machine (see the module docstring for the search order)."""
+    if spec.name == BUNDLED:
+        return _resolve_bundled(spec, expert)
+    if (local := _path(spec.name)).exists():
+        return _resolve_local(spec, local)
+    searched = [f"local path {_path(spec.name)} (does not exist)"]
+    repo, hub_note = _hub_repo(spec.name, "dataset")
+    searched.append(f"hub cache {hub_cache_dir()} ({hub_note})")
+    if repo is not None:
+        rev = _pick_revision(repo, spec.revision, f"dataset {spec.name}")
+        seen = sorted(f.file_path for f in rev.files)
+        files, note = _select_split(rev.snapshot_path, seen, spec.split)
+        if files:
+            return ResolvedSource(spec.name, "hub", spec.split, rev.commit_hash, rev.snapshot_path, files, note)
+        searched[-1] = (f"hub cache snapshot {rev.snapshot_path}: no data file for split {spec.split!r} among "
+                        f"{_listing(rev.snapshot_path, seen)} (set split: under the source to one of them)")
+    found, ds_note = _datasets_cache_source(spec)
+    if found is not None:
+        return found
+    searched.append(f"datasets cache {datasets_cache_dir()} ({ds_note})")
+    raise SourceNotFound(
+        f"dataset {spec.name!r} (split {spec.split!r}) is not on this machine; looked in:\n  - "
+        + "\n  - ".join(searched) + "\nFix: " + DOWNLOAD_FIX.format(name=spec.name)
+    )
+
+
+def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
+    if not expert:
+        raise SourceNotFound("source 'bundled' needs the expert name: resolve_source(spec, expert='sql')")
+    path = SAMPLES_DIR / f"{expert}.jsonl"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in SAMPLES_DIR.glob("*.jsonl"))) or "none"
+        raise SourceNotFound(f"no bundled sample for expert {expert!r}: {path} does not exist (bundled: {known}); "
+                             f"add one there, or set sources: in configs/{expert}.yaml to a dataset or local file")
+    return ResolvedSource(BUNDLED, "bundled", spec.split, None, SAMPLES_DIR, (path,))
+
+
+def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
+    if path.is_file():
+        if path.suffix.lower() not in DATA_SUFFIXES:
+            raise SourceError(f"{path}: unsupported file type {path.suffix!r}; use one of {', '.join(DATA_SUFFIXES)}")
+        return ResolvedSource(spec.name, "local", spec.split, None, path.parent, (path,))
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        if spec.split not in splits:
+            raise SourceNotFound(f"{path} is a saved DatasetDict with splits {splits}, not {spec.split!r}; "
+                                 "set split: under the source in configs/<expert>.yaml to one of them")
+        return _resolve_saved(spec, path, path / spec.split)
+    if (path / "state.json").is_file():
+        return _resolve_saved(spec, path, path)
+    seen = sorted(p for p in path.rglob("*") if p.is_file())
+    files, note = _select_split(path, seen, spec.split)
+    if not files:
+        raise SourceNotFound(f"{path}: no {'/'.join(DATA_SUFFIXES)} file for split {spec.split!r} among "
+                             f"{_listing(path, seen)}; name files after their split (train.jsonl, test.jsonl) "
+                             "or point sources: at one file")
+    return ResolvedSource(spec.name, "local", spec.split, None, path, files, note)
+
+
+def _resolve_saved(spec: SourceConfig, root: Path, split_dir: Path) -> ResolvedSource:
+    state = json.loads((split_dir / "state.json").read_text())
+    files = tuple(split_dir / f["filename"] for f in state.get("_data_files", []))
+    missing = [str(p) for p in files if not p.is_file()]
+    if missing or not files:
+        raise SourceError(f"{split_dir}: state.json lists data files that are missing ({missing or 'none listed'}); "
+                          "save the dataset again with `save_to_disk`")
+    return ResolvedSource(spec.name, "save_to_disk", spec.split, None, root, files)
+
+
+def _select_split(root: Path, paths: list[Path], split: str) -> tuple[tuple[Path, ...], str]:
+    """The data files under ``root`` that belong to ``split``: those whose path has the split as a
+    component or a name token (``data/train-00000-of-00001.parquet``, ``sql_train.json``). When no
+    file mentions any split, they all form the train split (a single-file dataset)."""
+    data = [p for p in paths if _is_data_file(p.relative_to(root))]
+    wanted = SPLIT_ALIASES.get(split, set()) | {split.lower()}
+    chosen = [p for p in data if _tokens(p.relative_to(root)) & wanted]
+    if not chosen and split == "train" and not any(_tokens(p.relative_to(root)) & KNOWN_SPLITS for p in data):
+        chosen = data
+    suffixes = sorted({p.suffix.lower() for p in chosen}, key=DATA_SUFFIXES.index)
+    note = ""
+    if len(suffixes) > 1:  # the same split in several formats (e.g. parquet next to jsonl): read one
+        dropped = [p.relative_to(root).as_posix() for p in chosen if p.suffix.lower() != suffixes[0]]
+        chosen = [p for p in chosen if p.suffix.lower() == suffixes[0]]
+        note = f"read the {suffixes[0]} files, ignored {', '.join(dropped)}"
+    return tuple(sorted(chosen, key=lambda p: p.relative_to(root).as_posix())), note
+
+
+def _listing(root: Path, paths: list[Path], limit: int = 20) -> str:
+    """The data files among ``paths`` (all files when there is none), at most ``limit`` of them."""
+    rels = [p.relative_to(root) for p in paths]
+    shown = [r.as_posix() for r in ([r for r in rels if _is_data_file(r)] or rels)]
+    more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
+    return f"{shown[:limit]}{more}" if shown else "no files"
+
+
+def _is_data_file(rel: Path) -> bool:
+    return (rel.suffix.lower() in DATA_SUFFIXES and rel.name not in METADATA_FILES
+            and not any(part.startswith(".") for part in rel.parts))
+
+
+def _tokens(rel: Path) -> set[str]:
+    parts = [part.lower() for part in rel.with_suffix("").parts]
+    return set(parts) | {tok for part in parts for tok in re.split(r"[-_.\s]+", part) if tok}
+
+
+# --- Hub cache -----------------------------------------------------------------------------------
+
+
+def _hub_repo(repo_id: str, repo_type: str):
+    """(the CachedRepoInfo of ``repo_id`` or None, a note saying what was found)."""
+    hub = hub_cache_dir()
+    if not hub.is_dir():
+        return None, "directory does not exist"
+    info, folder = scan_cache_dir(hub), f"{repo_type}s--{repo_id.replace('/', '--')}"
+    found = sorted((r for r in info.repos if r.repo_type == repo_type and r.repo_id.lower() == repo_id.lower()),
+                   key=lambda r: (r.repo_id != repo_id, r.repo_id))  # the exact spelling first
+    if found:
+        return found[0], f"found {found[0].repo_path.name}"
+    if broken := [str(w) for w in info.warnings if folder.lower() in str(w).lower()]:
+        return None, f"{folder} is there but unreadable: {broken[0]}; download it again"
+    return None, f"no {folder}"
+
+
+def _pick_revision(repo, revision: str | None, what: str):
+    revs = sorted(repo.revisions, key=lambda r: r.commit_hash)
+    listing = ", ".join(f"{r.commit_hash[:8]} ({', '.join(sorted(r.refs)) or 'no ref'})" for r in revs) or "none"
+    if revision:
+        by_ref = [r for r in revs if revision in r.refs]
+        by_hash = [r for r in revs if len(revision) >= 7 and r.commit_hash.startswith(revision)]
+        if len(by_ref or by_hash) == 1:
+            return (by_ref or by_hash)[0]
+        raise SourceNotFound(
+            f"{what}: revision {revision!r} is not in the hub cache ({repo.repo_path}); cached snapshots: {listing}. "
+            f"Download it on a connected machine with `huggingface-cli download --repo-type {repo.repo_type} "
+            f"{repo.repo_id} --revision {revision}`, or set revision: to a cached one"
+        )
+    if main := [r for r in revs if "main" in r.refs]:
+        return main[0]
+    if len(revs) == 1:
+        return revs[0]
+    if not revs:
+        raise SourceNotFound(f"{what}: {repo.repo_path} holds no snapshot; download it again")
+    raise SourceNotFound(f"{what}: {len(revs)} snapshots in the hub cache ({repo.repo_path}) and no 'main' ref: "
+                         f"{listing}; set revision: to one of them")
+
+
+# --- Datasets cache (arrow files prepared by `datasets.load_dataset`) ----------------------------
+
+
+def _datasets_cache_source(spec: SourceConfig) -> tuple[ResolvedSource | None, str]:
+    cache = datasets_cache_dir()
+    if not cache.is_dir():
+        return None, "directory does not exist"
+    parts = spec.name.split("/")
+    wanted = {"___".join(parts).lower(), "___".join(parts[:-1] + [_snakecase(parts[-1])]).lower()}
+    builders = [d for d in sorted(cache.iterdir()) if d.is_dir() and d.name.lower() in wanted]
+    if not builders:
+        return None, f"no {' or '.join(sorted(wanted))}"
+    prepared = [(d, files) for b in builders for d in _prepared_dirs(b) if (files := _split_files(d, spec.split))]
+    if not prepared:
+        dirs = [d.relative_to(cache).as_posix() for b in builders for d in _prepared_dirs(b)]
+        return None, f"no prepared split {spec.split!r} in {dirs or [b.name for b in builders]}"
+    prepared.sort(key=lambda item: (max(p.stat().st_mtime for p in item[1]), item[0].as_posix()))
+    root, files = prepared[-1]
+    note = ""
+    if len(prepared) > 1:
+        note = (f"newest of {len(prepared)} prepared versions: {root.relative_to(cache).as_posix()} "
+                "(delete the others, or point sources: at one directory, to choose)")
+    return ResolvedSource(spec.name, "datasets_cache", spec.split, None, root, tuple(files), note), ""
+
+
+def _prepared_dirs(builder_dir: Path) -> list[Path]:
+    """``<config>/<version>/<hash>/`` directories under a builder directory, skipping unfinished ones."""
+    return [d for d in sorted(builder_dir.glob("*/*/*")) if d.is_dir() and not any(
+        part.endswith(".incomplete") or part.startswith((".", "_")) for part in d.relative_to(builder_dir).parts)]
+
+
+_SPLIT_FILE = re.compile(r"^(?!cache-|tmp).+?-(?P<split>\w+)(?:-\d{5}-of-\d{5})?\.arrow$")
+
+
+def _arrow_split(filename: str) -> str | None:
+    return m["split"] if (m := _SPLIT_FILE.match(filename)) else None
+
+
+def _split_files(prepared: Path, split: str | None = None) -> list[Path]:
+    """``<name>-<split>.arrow`` or ``<name>-<split>-00000-of-00003.arrow`` files (``cache-*.arrow`` are map caches)."""
+    return [p for p in sorted(prepared.glob("*.arrow")) if (found := _arrow_split(p.name)) and split in (None, found)]
+
+
+def _snakecase(name: str) -> str:
+    """``datasets.naming.camelcase_to_snakecase``: the builder directory of hub dataset ``org/Name``."""
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z\d])([A-Z])", r"\1_\2", name).lower()
+
+
+# --- Models and tokenizers -----------------------------------------------------------------------
+
+
+def resolve_model_dir(name: str, revision: str | None = None) -> Path:
+    """``bundled``, a local directory, or an HF model id in the hub cache -> the directory holding its files."""
+    if name == BUNDLED:
+        if not BUNDLED_MODEL_DIR.is_dir():
+            raise SourceNotFound(f"the bundled demo model is missing ({BUNDLED_MODEL_DIR}); reinstall packtrain")
+        return BUNDLED_MODEL_DIR
+    if (local := _path(name)).exists():
+        if not local.is_dir():
+            raise SourceNotFound(f"model {name!r}: {local} is a file; point model.name at the directory holding "
+                                 "config.json and the weights")
+        return local
+    repo, note = _hub_repo(name, "model")
+    if repo is not None:
+        return Path(_pick_revision(repo, revision, f"model {name}").snapshot_path)
+    raise SourceNotFound(
+        f"model {name!r} is not on this machine; looked in:\n  - local path {_path(name)} (does not exist)\n"
+        f"  - hub cache {hub_cache_dir()} ({note})\nFix: download it on a connected machine with "
+        f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set model.name in "
+        "configs/<expert>.yaml / MODEL= to a local directory"
+    )
+
+
+def resolve_tokenizer_dir(model: ModelConfig) -> Path:
+    """The directory of the tokenizer the build uses: ``model.tokenizer``, else the model's own."""
+    name = model.tokenizer or model.name
+    revision = model.revision if name == model.name else None
+    directory = resolve_model_dir(name, revision)
+    if not (directory / "tokenizer.json").is_file():
+        raise SourceNotFound(
+            f"no tokenizer.json in {directory} (tokenizer of {name!r}); packtrain needs a fast tokenizer file: save "
+            "one with `AutoTokenizer.from_pretrained(...).save_pretrained(dir)` on a connected machine, or set "
+            "model.tokenizer in configs/<expert>.yaml to a directory that has one"
+        )
+    return directory
+
+
+# --- `packtrain discover` ------------------------------------------------------------------------
+
+
+def discover_all() -> list[dict]:
+    """Every repo in the hub cache and every prepared dataset in the datasets cache, in a stable order."""
+    items: list[dict] = []
+    hub = hub_cache_dir()
+    if hub.is_dir():
+        info = scan_cache_dir(hub)
+        for repo in info.repos:
+            revisions = [{"commit": r.commit_hash, "refs": sorted(r.refs), "files": len(r.files),
+                          "size": r.size_on_disk, "path": str(r.snapshot_path)}
+                         for r in sorted(repo.revisions, key=lambda r: r.commit_hash)]
+            items.append({"where": "hub", "type": repo.repo_type, "id": repo.repo_id, "revisions": revisions,
+                          "size": repo.size_on_disk, "path": str(repo.repo_path)})
+        items += [{"where": "hub", "type": "unreadable", "id": str(w), "size": 0, "path": str(hub)}
+                  for w in info.warnings]
+    cache = datasets_cache_dir()
+    if cache.is_dir():
+        for builder in sorted(d for d in cache.iterdir() if d.is_dir() and d.name != "downloads"
+                              and not d.name.startswith((".", "_"))):
+            for prepared in _prepared_dirs(builder):
+                if not (files := _split_files(prepared)):
+                    continue
+                config, version, hash_ = prepared.relative_to(builder).parts
+                splits = sorted({_arrow_split(p.name) for p in files})
+                items.append({"where": "datasets_cache", "type": "dataset", "id": builder.name.replace("___", "/"),
+                              "config": config, "version": version, "hash": hash_, "splits": splits,
+                              "size": sum(p.stat().st_size for p in prepared.iterdir() if p.is_file()),
+                              "path": str(prepared)})
+    items.sort(key=lambda d: (d["where"], d["type"], d["id"].lower(), d.get("config", ""), d.get("hash", "")))
+    return items
+
+
+def format_discovery(items: list[dict]) -> str:
+    """A readable table of ``discover_all()``."""
+    footer = f"hub cache: {hub_cache_dir()}\ndatasets cache: {datasets_cache_dir()}"
+    if not items:
+        return f"nothing found in the local HF caches.\n{footer}\n(set HF_HOME or HF_HUB_CACHE / HF_DATASETS_CACHE)"
+    rows = [("WHERE", "TYPE", "ID", "REVISION / CONFIG", "SPLITS", "SIZE", "PATH")]
+    for it in items:
+        revs = it.get("revisions", [])
+        version = (", ".join(r["commit"][:8] + (f" ({','.join(r['refs'])})" if r["refs"] else "") for r in revs)
+                   if it["where"] == "hub" else f"{it['config']}/{it['version']}/{it['hash'][:8]}")
+        path = revs[0]["path"] if len(revs) == 1 else it["path"]
+        rows.append((it["where"], it["type"], it["id"], version, ",".join(it.get("splits", [])),
+                     format_size(it["size"]), path))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+    return "\n".join(lines) + f"\n\n{len(items)} item{'s' * (len(items) != 1)}\n{footer}"
+
+
+def format_size(n: float) -> str:
+    """Decimal units, as the hub shows them: 492 B, 3.2 MB."""
+    if n < 1000:
+        return f"{n} B"
+    for unit in ("kB", "MB", "GB", "TB"):
+        n /= 1000
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}"

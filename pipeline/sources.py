@@ -1,0 +1,227 @@
+"""Read rows from a resolved source, streamed in fixed-size batches of Python values.
+
+Memory stays bounded by one batch plus one reader block, whatever the dataset's size (a JSON
+*array* file is the exception: it has to be parsed whole). Only the requested columns are read
+where the format allows it (parquet, arrow, csv).
+
+Batches never cross a file boundary and hold exactly ``batch_rows`` rows, except the last one of
+each file; ``RowBatch.start`` is the index of its first row within its file, so a row is named by
+``(file, start + i)`` in errors and reports. Files are read in ``ResolvedSource.files`` order::
+
+    files a.jsonl (5 rows), b.jsonl (2 rows), batch_rows=2  ->  (a, 0) (a, 2) (a, 4) (b, 0)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from pipeline.discover import ResolvedSource, SourceError
+
+Columns = dict[str, list]
+
+
+@dataclass(frozen=True)
+class RowBatch:
+    file: str  # path relative to the source's root (posix)
+    start: int  # index of the first row within that file
+    columns: Columns  # only the requested columns, python values, in the requested order
+
+    @property
+    def num_rows(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+
+def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int,
+                 max_rows: int | None = None) -> Iterator[RowBatch]:
+    """Rows of ``source`` in file order, ``batch_rows`` at a time, at most ``max_rows`` in all."""
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    if not columns:
+        raise ValueError("iter_batches needs at least one column to read")
+    columns = list(dict.fromkeys(columns))
+    remaining = max_rows
+    for path in source.files:
+        if remaining is not None and remaining <= 0:
+            return
+        rel = path.relative_to(source.root).as_posix()
+        start = 0
+        for batch in _rebatch(_read_chunks(path, columns, batch_rows), columns, batch_rows):
+            n = len(batch[columns[0]])
+            if remaining is not None and n > remaining:
+                batch, n = {c: v[:remaining] for c, v in batch.items()}, remaining
+            yield RowBatch(rel, start, batch)
+            start += n
+            if remaining is not None:
+                remaining -= n
+                if remaining <= 0:
+                    return
+
+
+def _rebatch(chunks: Iterator[Columns], columns: list[str], batch_rows: int) -> Iterator[Columns]:
+    """Re-cut chunks of any size into batches of exactly ``batch_rows`` rows (the last may be short)."""
+    buf: Columns = {c: [] for c in columns}
+    held = 0
+    for chunk in chunks:
+        k = len(chunk[columns[0]])
+        if held == 0 and k == batch_rows:
+            yield {c: chunk[c] for c in columns}
+            continue
+        for c in columns:
+            buf[c].extend(chunk[c])
+        held += k
+        while held >= batch_rows:
+            yield {c: buf[c][:batch_rows] for c in columns}
+            buf = {c: buf[c][batch_rows:] for c in columns}
+            held -= batch_rows
+    if held:
+        yield buf
+
+
+def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+    suffix = path.suffix.lower()
+    readers = {".parquet": _parquet, ".arrow": _arrow, ".jsonl": _jsonl, ".json": _json, ".csv": _csv}
+    if suffix not in readers:
+        raise SourceError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(readers)}")
+    try:
+        yield from readers[suffix](path, columns, batch_rows)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        raise SourceError(f"{path}: cannot be read as {suffix[1:]} ({e}); check the file (re-download or "
+                          "regenerate it) or remove it from the source") from None
+
+
+def _check_columns(path: Path, columns: list[str], available: list[str]) -> None:
+    missing = [c for c in columns if c not in available]
+    if missing:
+        raise SourceError(
+            f"{path}: no column {', '.join(map(repr, missing))} (it has: {', '.join(map(repr, available)) or 'none'}); "
+            "map the template's fields to this dataset's columns with `columns: {field: column}` under the "
+            "source in configs/<expert>.yaml"
+        )
+
+
+def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:
+    for offset in range(0, batch.num_rows, batch_rows):
+        yield batch.slice(offset, batch_rows).to_pydict()
+
+
+def _parquet(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+    parquet = pq.ParquetFile(path, memory_map=True)
+    _check_columns(path, columns, parquet.schema_arrow.names)
+    for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
+        yield from _pieces(batch, batch_rows)
+
+
+def _arrow(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+    """Arrow IPC: the stream format (datasets cache, save_to_disk), else the file format."""
+    try:
+        reader = pa.ipc.open_stream(pa.memory_map(str(path)))
+        batches = iter(reader)
+    except pa.ArrowInvalid:
+        reader = pa.ipc.open_file(pa.memory_map(str(path)))
+        batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+    _check_columns(path, columns, reader.schema.names)
+    for batch in batches:
+        yield from _pieces(batch.select(columns), batch_rows)
+
+
+def _csv(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+    """Every requested column is read as text, as written (no "007" -> 7 type guessing)."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        header = next(csv.reader(f), [])
+    _check_columns(path, columns, header)
+    convert = pcsv.ConvertOptions(include_columns=columns, column_types={c: pa.string() for c in columns})
+    for batch in pcsv.open_csv(path, convert_options=convert):
+        yield from _pieces(batch, batch_rows)
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _jsonl(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+    """JSON lines through pyarrow's streaming reader; where it cannot give exactly what ``json.loads``
+    would (types that change between rows, strings it would parse as timestamps), line by line."""
+    done = 0
+    try:
+        reader = pjson.open_json(path)
+        _check_columns(path, columns, reader.schema.names)
+        if not all(_json_native(reader.schema.field(c).type) for c in columns):
+            raise _Fallback
+        for batch in reader:
+            for piece in _pieces(batch.select(columns), batch_rows):
+                yield piece
+                done += len(piece[columns[0]])
+        return
+    except (pa.ArrowInvalid, _Fallback):
+        pass
+    yield from _json_lines(path, columns, batch_rows, skip=done)
+
+
+def _json_native(t: pa.DataType) -> bool:
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _json_native(t.value_type)
+    if pa.types.is_struct(t):
+        return all(_json_native(t.field(i).type) for i in range(t.num_fields))
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_int64(t)
+            or pa.types.is_float64(t) or pa.types.is_boolean(t) or pa.types.is_null(t))
+
+
+def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) -> Iterator[Columns]:
+    """One JSON object per non-blank line; the first ``skip`` rows were already read."""
+    buf: Columns = {c: [] for c in columns}
+    row = 0
+    with open(path, encoding="utf-8-sig") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if row < skip:
+                row += 1
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SourceError(f"{path}, line {lineno}: not valid JSON ({e.msg}); fix or remove that line") from None
+            if not isinstance(obj, dict):
+                raise SourceError(f"{path}, line {lineno}: expected one JSON object per line, got "
+                                  f"{type(obj).__name__}; write one {{\"field\": value}} object per line")
+            if row == 0:
+                _check_columns(path, columns, list(obj))
+            for c in columns:
+                buf[c].append(obj.get(c))
+            row += 1
+            if len(buf[columns[0]]) == batch_rows:
+                yield buf
+                buf = {c: [] for c in columns}
+    if buf[columns[0]]:
+        yield buf
+
+
+def _json(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+    """A JSON array of objects (parsed whole: json has no streaming form), or JSON lines."""
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not head.startswith(b"["):
+        yield from _jsonl(path, columns, batch_rows)
+        return
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            rows = json.load(f)
+    except json.JSONDecodeError as e:
+        raise SourceError(f"{path}, line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); fix the file") from None
+    keys: dict[str, None] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise SourceError(f"{path}, row {i}: expected an array of JSON objects, got {type(row).__name__}")
+        keys.update(dict.fromkeys(row))
+    _check_columns(path, columns, list(keys))
+    for offset in range(0, len(rows), batch_rows):
+        yield {c: [row.get(c) for row in rows[offset:offset + batch_rows]] for c in columns}

@@ -1,0 +1,138 @@
+"""Shared fixtures: hermetic HF caches built in a tmp dir with the layouts the real libraries write."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+SQL_ROWS = [
+    {"question": f"q{i}", "context": f"CREATE TABLE t{i} (x INT)", "answer": f"SELECT x FROM t{i}"}
+    for i in range(5)
+]
+SQL_COMMIT = "a" * 40
+PARQUET_COMMIT = "b" * 40
+MODEL_COMMIT = "c" * 40
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch) -> Path:
+    """An empty HF_HOME with hub/ and datasets/ caches, set in the environment (read at call time)."""
+    home = tmp_path / "hf"
+    (home / "hub").mkdir(parents=True)
+    (home / "datasets").mkdir()
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(home / "datasets"))
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    return home
+
+
+def write_hub_repo(hub: Path, repo_type: str, repo_id: str, commit: str, files: dict[str, bytes],
+                   refs: tuple[str, ...] = ("main",)) -> Path:
+    """Lay out a repo as huggingface_hub's downloads do; returns the snapshot directory::
+
+        datasets--org--name/blobs/<sha256>
+                           /snapshots/<commit>/<path> -> ../../blobs/<sha256>   (relative symlink)
+                           /refs/main                                           (the commit hash)
+    """
+    repo = hub / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    for rel, data in files.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = repo / "snapshots" / commit / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    for ref in refs:
+        (repo / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
+    return repo / "snapshots" / commit
+
+
+def parquet_bytes(columns: dict[str, list]) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.table(columns), sink)
+    return sink.getvalue()
+
+
+def tiny_tokenizer_json() -> bytes:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<unk>": 0, "<eos>": 1, "select": 2, "from": 3, "x": 4}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok.to_str().encode()
+
+
+@pytest.fixture
+def hub_cache(hf_home) -> SimpleNamespace:
+    """Two dataset repos and one model repo in the hub cache:
+
+    - ``b-mc2/sql-create-context``: one JSON array file (no split in its name), 5 rows;
+    - ``org/parquet-ds``: data/train-00000-of-00001.parquet (3 rows) + data/test-... (2 rows);
+    - ``org/tiny-model``: tokenizer.json + config.json.
+    """
+    hub = hf_home / "hub"
+    sql = write_hub_repo(hub, "dataset", "b-mc2/sql-create-context", SQL_COMMIT, {
+        "sql_create_context_v4.json": json.dumps(SQL_ROWS, indent=1).encode(),
+        "README.md": b"# sql-create-context\n",
+        ".gitattributes": b"*.json filter=lfs\n",
+    })
+    parquet = write_hub_repo(hub, "dataset", "org/parquet-ds", PARQUET_COMMIT, {
+        "data/train-00000-of-00001.parquet": parquet_bytes({"text": ["t0", "t1", "t2"], "n": [0, 1, 2]}),
+        "data/test-00000-of-00001.parquet": parquet_bytes({"text": ["e0", "e1"], "n": [10, 11]}),
+        "README.md": b"---\nconfigs: []\n---\n",
+    })
+    model = write_hub_repo(hub, "model", "org/tiny-model", MODEL_COMMIT, {
+        "tokenizer.json": tiny_tokenizer_json(),
+        "config.json": json.dumps({"model_type": "llama", "vocab_size": 5}).encode(),
+    })
+    return SimpleNamespace(home=hf_home, hub=hub, sql=sql, parquet=parquet, model=model)
+
+
+def _quiet_datasets():
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    return datasets
+
+
+@pytest.fixture
+def prepared_dataset(hf_home, tmp_path) -> Path:
+    """``org/prepared-ds`` in the datasets cache, prepared by the real ``datasets`` builder (train: 5 rows
+    in 2 shards, test: 2 rows), then given a hub dataset's names (``org___prepared-ds/.../prepared-ds-train-*``)."""
+    datasets = _quiet_datasets()
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name, rows in {"a": SQL_ROWS[:3], "b": SQL_ROWS[3:], "t": SQL_ROWS[:2]}.items():
+        (raw / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    builder = datasets.load_dataset_builder(
+        "json", data_files={"train": [str(raw / "a.jsonl"), str(raw / "b.jsonl")], "test": str(raw / "t.jsonl")},
+        cache_dir=str(hf_home / "datasets"))  # datasets reads HF_DATASETS_CACHE once, at import
+    builder.download_and_prepare(num_proc=2)
+    cache = hf_home / "datasets"
+    (cache / "json").rename(cache / "org___prepared-ds")
+    prepared = next((cache / "org___prepared-ds").glob("*/*/*/dataset_info.json")).parent
+    for arrow in prepared.glob("json-*.arrow"):
+        arrow.rename(prepared / arrow.name.replace("json-", "prepared-ds-", 1))
+    return prepared
+
+
+@pytest.fixture
+def saved_datasets(tmp_path) -> SimpleNamespace:
+    """A ``save_to_disk`` Dataset (5 rows) and DatasetDict (train 5 rows, test 2 rows)."""
+    datasets = _quiet_datasets()
+    train = datasets.Dataset.from_list(SQL_ROWS)
+    test = datasets.Dataset.from_list(SQL_ROWS[:2])
+    train.save_to_disk(str(tmp_path / "saved_ds"))
+    datasets.DatasetDict({"train": train, "test": test}).save_to_disk(str(tmp_path / "saved_dd"))
+    return SimpleNamespace(dataset=tmp_path / "saved_ds", dataset_dict=tmp_path / "saved_dd")

@@ -1,0 +1,209 @@
+"""Discovery, offline: hub cache, datasets cache, save_to_disk, local files, models and tokenizers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from conftest import MODEL_COMMIT, PARQUET_COMMIT, SQL_COMMIT, write_hub_repo
+from huggingface_hub import scan_cache_dir
+
+from pipeline import discover
+from pipeline.config import ModelConfig, SourceConfig
+from pipeline.discover import (
+    SourceError,
+    SourceNotFound,
+    discover_all,
+    format_discovery,
+    resolve_model_dir,
+    resolve_source,
+    resolve_tokenizer_dir,
+)
+
+
+def rel_files(source):
+    return [p.relative_to(source.root).as_posix() for p in source.files]
+
+
+def test_import_forces_offline_mode():
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert os.environ["HF_DATASETS_OFFLINE"] == "1"
+
+
+def test_fixture_hub_cache_is_what_huggingface_hub_sees(hub_cache):
+    info = scan_cache_dir(hub_cache.hub)
+    assert info.warnings == []
+    assert sorted((r.repo_type, r.repo_id, [rev.commit_hash for rev in r.revisions]) for r in info.repos) == [
+        ("dataset", "b-mc2/sql-create-context", [SQL_COMMIT]),
+        ("dataset", "org/parquet-ds", [PARQUET_COMMIT]),
+        ("model", "org/tiny-model", [MODEL_COMMIT]),
+    ]
+
+
+def test_hub_single_json_file_is_the_train_split(hub_cache):
+    source = resolve_source(SourceConfig(name="b-mc2/sql-create-context"))
+    assert (source.kind, source.revision, source.split) == ("hub", SQL_COMMIT, "train")
+    assert source.root == hub_cache.sql.resolve()
+    assert rel_files(source) == ["sql_create_context_v4.json"]
+    assert all(p.is_absolute() for p in source.files)
+    assert source.describe() == "hub dataset b-mc2/sql-create-context@aaaaaaaa [train] (1 file, 492 B)"
+    with pytest.raises(SourceNotFound, match=r"no data file for split 'test' among \['sql_create_context_v4.json'\]"):
+        resolve_source(SourceConfig(name="b-mc2/sql-create-context", split="test"))
+
+
+def test_hub_parquet_split_files(hub_cache):
+    train = resolve_source(SourceConfig(name="org/parquet-ds"))
+    test = resolve_source(SourceConfig(name="org/parquet-ds", split="test"))
+    assert (train.kind, train.revision) == ("hub", PARQUET_COMMIT)
+    assert rel_files(train) == ["data/train-00000-of-00001.parquet"]
+    assert rel_files(test) == ["data/test-00000-of-00001.parquet"]
+    with pytest.raises(SourceNotFound) as e:
+        resolve_source(SourceConfig(name="org/parquet-ds", split="validation"))
+    assert "'data/test-00000-of-00001.parquet', 'data/train-00000-of-00001.parquet'" in str(e.value)
+
+
+def test_hub_revisions(hub_cache):
+    assert resolve_source(SourceConfig(name="org/parquet-ds", revision="main")).revision == PARQUET_COMMIT
+    assert resolve_source(SourceConfig(name="org/parquet-ds", revision="bbbbbbb")).revision == PARQUET_COMMIT
+    with pytest.raises(SourceNotFound, match=r"revision 'v2' is not in the hub cache .* bbbbbbbb \(main\)"):
+        resolve_source(SourceConfig(name="org/parquet-ds", revision="v2"))
+    # two snapshots and no main ref: ambiguous, both listed
+    for commit in ("1" * 40, "2" * 40):
+        write_hub_repo(hub_cache.hub, "dataset", "org/two", commit, {"train.jsonl": b'{"a": 1}\n'}, refs=())
+    with pytest.raises(SourceNotFound, match=r"2 snapshots .* 11111111 \(no ref\), 22222222 \(no ref\); set revision"):
+        resolve_source(SourceConfig(name="org/two"))
+    assert resolve_source(SourceConfig(name="org/two", revision="2" * 40)).revision == "2" * 40
+
+
+def test_datasets_cache_prepared_by_datasets(prepared_dataset):
+    train = resolve_source(SourceConfig(name="org/prepared-ds"))
+    test = resolve_source(SourceConfig(name="org/prepared-ds", split="test"))
+    assert (train.kind, train.revision, train.root) == ("datasets_cache", None, prepared_dataset)
+    assert rel_files(train) == ["prepared-ds-train-00000-of-00002.arrow", "prepared-ds-train-00001-of-00002.arrow"]
+    assert rel_files(test) == ["prepared-ds-test.arrow"]
+    assert train.note == ""
+
+
+def test_datasets_cache_newest_of_several_versions_is_said(prepared_dataset):
+    newer = prepared_dataset.parent / ("f" * 64)
+    shutil.copytree(prepared_dataset, newer)
+    for p in newer.glob("*.arrow"):
+        os.utime(p, (p.stat().st_mtime + 100, p.stat().st_mtime + 100))
+    source = resolve_source(SourceConfig(name="org/prepared-ds"))
+    assert source.root == newer
+    assert "newest of 2 prepared versions" in source.describe()
+    assert f"/0.0.0/{'f' * 64}" in source.note
+
+
+def test_hub_snapshot_without_the_split_falls_back_to_a_prepared_one(hub_cache, prepared_dataset):
+    write_hub_repo(hub_cache.hub, "dataset", "org/prepared-ds", "d" * 40, {"prepared-ds.py": b"# loading script\n"})
+    source = resolve_source(SourceConfig(name="org/prepared-ds", split="test"))
+    assert source.kind == "datasets_cache"
+
+
+def test_save_to_disk_dataset_and_dataset_dict(saved_datasets):
+    ds = resolve_source(SourceConfig(name=str(saved_datasets.dataset)))
+    assert (ds.kind, ds.root, rel_files(ds)) == ("save_to_disk", saved_datasets.dataset, ["data-00000-of-00001.arrow"])
+    dd = resolve_source(SourceConfig(name=str(saved_datasets.dataset_dict), split="test"))
+    assert (dd.kind, dd.root, rel_files(dd)) == ("save_to_disk", saved_datasets.dataset_dict, ["test/data-00000-of-00001.arrow"])
+    with pytest.raises(SourceNotFound, match=r"saved DatasetDict with splits \['train', 'test'\], not 'validation'"):
+        resolve_source(SourceConfig(name=str(saved_datasets.dataset_dict), split="validation"))
+
+
+def test_local_file_and_directory(tmp_path, monkeypatch, hf_home):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"a": 1}\n')
+    (data / "test.jsonl").write_text('{"a": 2}\n')
+    (data / ".hidden").mkdir()
+    (data / ".hidden" / "train.jsonl").write_text('{"a": 3}\n')
+    monkeypatch.chdir(tmp_path)
+    one = resolve_source(SourceConfig(name="./data/test.jsonl"))
+    assert (one.kind, one.root, rel_files(one)) == ("local", data, ["test.jsonl"])
+    both = resolve_source(SourceConfig(name="data"))
+    assert (both.kind, rel_files(both)) == ("local", ["train.jsonl"])
+    assert rel_files(resolve_source(SourceConfig(name=str(data), split="test"))) == ["test.jsonl"]
+    (data / "notes.txt").write_text("x")
+    with pytest.raises(SourceError, match=r"unsupported file type '.txt'"):
+        resolve_source(SourceConfig(name="data/notes.txt"))
+
+
+def test_bundled_sample(tmp_path, monkeypatch):
+    monkeypatch.setattr(discover, "SAMPLES_DIR", tmp_path)
+    (tmp_path / "sql.jsonl").write_text('{"question": "q", "context": "c", "answer": "a"}\n')
+    source = resolve_source(SourceConfig(name="bundled"), expert="sql")
+    assert (source.kind, source.name, source.root, rel_files(source)) == ("bundled", "bundled", tmp_path, ["sql.jsonl"])
+    with pytest.raises(SourceNotFound, match=r"no bundled sample for expert 'neo4j'.*\(bundled: sql\)"):
+        resolve_source(SourceConfig(name="bundled"), expert="neo4j")
+
+
+def test_missing_dataset_says_where_it_looked_and_how_to_fix(hub_cache, prepared_dataset):
+    with pytest.raises(SourceNotFound) as e:
+        resolve_source(SourceConfig(name="org/nope"))
+    message = str(e.value)
+    assert f"hub cache {hub_cache.hub} (no datasets--org--nope)" in message
+    assert f"datasets cache {hub_cache.home / 'datasets'} (no org___nope)" in message
+    assert f"local path {os.path.abspath('org/nope')} (does not exist)" in message
+    assert "huggingface-cli download --repo-type dataset org/nope" in message
+    assert "configs/<expert>.yaml / DATASET=" in message
+
+
+def test_fingerprint_is_relocatable_and_content_addressed(hub_cache, prepared_dataset, monkeypatch, tmp_path):
+    specs = [SourceConfig(name="b-mc2/sql-create-context"), SourceConfig(name="org/prepared-ds")]
+    before = [resolve_source(s).fingerprint() for s in specs]
+    assert before[0]["files"][0]["path"] == "sql_create_context_v4.json"
+    assert str(tmp_path) not in json.dumps(before)
+    moved = tmp_path / "elsewhere" / "hf"
+    shutil.copytree(hub_cache.home, moved, symlinks=True)
+    monkeypatch.setenv("HF_HOME", str(moved))
+    monkeypatch.setenv("HF_HUB_CACHE", str(moved / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(moved / "datasets"))
+    after = [resolve_source(s) for s in specs]
+    assert all(moved in s.root.parents for s in after)
+    assert [s.fingerprint() for s in after] == before
+    blob = after[0].files[0].resolve()  # the blob the snapshot's symlink points at
+    data = bytearray(blob.read_bytes())
+    data[-2] ^= 1
+    blob.write_bytes(bytes(data))
+    changed = after[0].fingerprint()
+    assert changed["hash"] != before[0]["hash"]
+    assert changed["files"][0]["sha256"] != before[0]["files"][0]["sha256"]
+
+
+def test_model_and_tokenizer_dirs(hub_cache, tmp_path):
+    assert resolve_model_dir("org/tiny-model") == hub_cache.model.resolve()
+    assert resolve_model_dir("org/tiny-model", revision="main") == hub_cache.model.resolve()
+    assert resolve_tokenizer_dir(ModelConfig(name="org/tiny-model")) == hub_cache.model.resolve()
+    assert resolve_tokenizer_dir(ModelConfig(name=str(tmp_path), tokenizer="org/tiny-model")) == hub_cache.model.resolve()
+    assert resolve_model_dir(str(tmp_path)) == tmp_path
+    with pytest.raises(SourceNotFound, match=r"no tokenizer.json in .*save_pretrained"):
+        resolve_tokenizer_dir(ModelConfig(name=str(tmp_path)))
+    with pytest.raises(SourceNotFound) as e:
+        resolve_model_dir("org/missing-model")
+    assert f"hub cache {hub_cache.hub} (no models--org--missing-model)" in str(e.value)
+    assert "huggingface-cli download org/missing-model" in str(e.value)
+    with pytest.raises(SourceNotFound):  # a dataset repo is not a model
+        resolve_model_dir("org/parquet-ds")
+
+
+def test_discover_all_lists_both_caches_in_a_stable_order(hub_cache, prepared_dataset):
+    items = discover_all()
+    assert [(i["where"], i["type"], i["id"]) for i in items] == [
+        ("datasets_cache", "dataset", "org/prepared-ds"),
+        ("hub", "dataset", "b-mc2/sql-create-context"),
+        ("hub", "dataset", "org/parquet-ds"),
+        ("hub", "model", "org/tiny-model"),
+    ]
+    assert items[0]["splits"] == ["test", "train"]
+    assert items[1]["revisions"][0]["commit"] == SQL_COMMIT and items[1]["revisions"][0]["refs"] == ["main"]
+    table = format_discovery(items)
+    assert table.splitlines()[0].split() == ["WHERE", "TYPE", "ID", "REVISION", "/", "CONFIG", "SPLITS", "SIZE", "PATH"]
+    assert "org/tiny-model" in table and "cccccccc (main)" in table and "test,train" in table
+    assert discover_all() == items
+
+
+def test_discover_all_on_empty_caches(hf_home):
+    assert discover_all() == []
+    assert format_discovery([]).startswith("nothing found in the local HF caches.")
