@@ -146,6 +146,10 @@ class LoraConfig:
             errors.append(f"{where}.r: must be >= 1, got {self.r}")
         if not 0.0 <= self.dropout < 1.0:
             errors.append(f"{where}.dropout: must be in [0, 1), got {self.dropout}")
+        if self.alpha <= 0:
+            errors.append(f"{where}.alpha: must be positive, got {self.alpha}")
+        if isinstance(self.target_modules, list) and not self.target_modules:
+            errors.append(f"{where}.target_modules: must not be empty (use \"all-linear\" for every linear layer)")
 
 
 @dataclass
@@ -187,6 +191,12 @@ class TrainConfig:
     """Consecutive non-finite losses tolerated (each skips its optimizer step) before the run stops."""
     merge_adapter: bool = False
     """Also export the base model with the adapter merged in (``merged/``) at the end."""
+    run_name: str | None = None
+    """Name of the run directory ``<output_dir>/<expert>/<run_name>/``; default: the start time
+    and the build id (``20250131-142501-0123abcd``), so names sort by age."""
+    peak_tflops: float | None = None
+    """Peak dense TFLOP/s of the accelerator, for MFU; default: looked up by GPU name (H100, H200,
+    A100, L4, L40S, RTX 4090), none on CPU (then mfu is null)."""
 
     def validate(self, errors: list[str], where: str) -> None:
         for name in ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size",
@@ -203,6 +213,23 @@ class TrainConfig:
             errors.append(f"{where}.dataloader_num_workers: must be >= 0")
         if self.save_total_limit < 1:
             errors.append(f"{where}.save_total_limit: must be >= 1 (checkpoints are needed to resume)")
+        if self.num_train_epochs is not None and self.num_train_epochs < 1:
+            errors.append(f"{where}.num_train_epochs: must be >= 1 (or unset: max_steps decides), got {self.num_train_epochs}")
+        if self.warmup_steps < 0:
+            errors.append(f"{where}.warmup_steps: must be >= 0, got {self.warmup_steps}")
+        if self.max_grad_norm <= 0:
+            errors.append(f"{where}.max_grad_norm: must be positive, got {self.max_grad_norm}")
+        if self.max_bad_steps < 1:
+            errors.append(f"{where}.max_bad_steps: must be >= 1, got {self.max_bad_steps}")
+        if self.dataloader_prefetch_factor < 1:
+            errors.append(f"{where}.dataloader_prefetch_factor: must be >= 1, got {self.dataloader_prefetch_factor}")
+        if self.max_eval_batches is not None and self.max_eval_batches < 1:
+            errors.append(f"{where}.max_eval_batches: must be >= 1 (or unset for all), got {self.max_eval_batches}")
+        if self.run_name is not None and not (self.run_name[:1].isalnum() and len(self.run_name) <= 128
+                                              and all(c.isalnum() or c in "._-" for c in self.run_name)):
+            errors.append(f"{where}.run_name: use letters, digits, '.', '_' and '-' (a directory name), got {self.run_name!r}")
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            errors.append(f"{where}.peak_tflops: must be positive, got {self.peak_tflops}")
 
 
 @dataclass

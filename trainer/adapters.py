@@ -1,0 +1,95 @@
+"""LoRA / QLoRA adapters with peft, saved in PEFT format.
+
+An adapter directory holds ``adapter_config.json`` + ``adapter_model.safetensors`` (load it with
+``PeftModel.from_pretrained(base, path)``), the tokenizer files of the build and the resolved
+packtrain config (``config.json`` is taken by transformers conventions for model configs, so the
+packtrain config goes to ``packtrain_config.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import torch
+from peft import LoraConfig as PeftLoraConfig
+from peft import get_peft_model, prepare_model_for_kbit_training
+from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+from safetensors.torch import load_file
+
+from pipeline.config import LoraConfig
+from pipeline.contract import TOKENIZER_FILES
+
+log = logging.getLogger("packtrain.train")
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PACKTRAIN_CONFIG = "packtrain_config.json"
+
+
+def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpointing: bool) -> torch.nn.Module:
+    """Wrap the frozen base in a PeftModel with trainable fp32 LoRA weights."""
+    checkpointing = {"use_reentrant": False}
+    if lora.method == "qlora":
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing)
+    elif gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+    peft_config = PeftLoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_config, autocast_adapter_dtype=True)
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def save_adapter(model, directory: Path, config: dict, tokenizer_dir: Path | None = None) -> None:
+    """PEFT-format adapter + resolved config (+ tokenizer files, so the directory is self-contained)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory, safe_serialization=True)
+    save_adapter_extras(directory, config, tokenizer_dir)
+
+
+def load_adapter_weights(model, directory: Path) -> None:
+    """Put the adapter weights saved in ``directory`` into ``model`` (exactly; names must all match)."""
+    path = directory / ADAPTER_WEIGHTS
+    try:
+        state = load_file(path)
+    except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
+        raise RuntimeError(f"adapter weights {path} cannot be read ({e}): the checkpoint is corrupt; "
+                           "resume from another checkpoint (--resume PATH) or start a new run") from None
+    expected = set(get_peft_model_state_dict(model))
+    if set(state) != expected:
+        missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+        raise RuntimeError(f"adapter weights {path} do not fit this model (missing {missing[:3]}, unexpected "
+                           f"{extra[:3]}): the checkpoint was taken with other lora settings (r, target_modules) "
+                           "or another base model")
+    set_peft_model_state_dict(model, state)
+
+
+def export_merged(model, directory: Path, config: dict, tokenizer_dir: Path | None) -> None:
+    """Base model with the adapter folded in, saved as a plain transformers model (``merged/``)."""
+    if getattr(model, "is_loaded_in_4bit", False) or getattr(model.base_model.model, "is_loaded_in_4bit", False):
+        log.warning("merge_adapter: skipped for QLoRA (merging into NF4 weights loses precision); "
+                    "merge the adapter into the full-precision base model separately")
+        return
+    merged = model.merge_and_unload(safe_merge=True)
+    merged.save_pretrained(directory, safe_serialization=True)
+    save_adapter_extras(directory, config, tokenizer_dir)
+    log.info("merged model written to %s", directory)
+
+
+def save_adapter_extras(directory: Path, config: dict, tokenizer_dir: Path | None) -> None:
+    """The resolved packtrain config and the tokenizer files, beside the weights."""
+    (directory / PACKTRAIN_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if tokenizer_dir is not None:
+        for name in TOKENIZER_FILES:
+            if (tokenizer_dir / name).is_file():
+                shutil.copy2(tokenizer_dir / name, directory / name)

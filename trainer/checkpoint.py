@@ -1,0 +1,208 @@
+"""Checkpoints: everything needed to continue a run exactly where it stopped.
+
+``runs/<expert>/<run>/checkpoint-<step>/``::
+
+    adapter/               the LoRA weights in PEFT format (PeftModel.from_pretrained loads it)
+    trainer_state.pt       optimizer, scheduler, grad scaler, RNG states (python, numpy, torch, cuda)
+    state.json             step, data position (epoch, index in the permutation), build id,
+                           tokenizer hash, token counters
+    config.json            the resolved packtrain config
+
+A checkpoint is written into ``.tmp-checkpoint-<step>-<pid>/`` and renamed into place when
+complete, so a crash never leaves a directory named ``checkpoint-*`` that is half written.
+``trainer_state.pt`` holds only tensors, numbers, strings, lists and dicts, so it loads with
+``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir
+from trainer.adapters import load_adapter_weights, save_adapter
+
+log = logging.getLogger("packtrain.train")
+
+PREFIX = "checkpoint-"
+TRAINER_STATE = "trainer_state.pt"
+STATE_JSON = "state.json"
+ADAPTER_DIR = "adapter"
+CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, corrupt or does not fit this run; the message says what to do."""
+
+
+@dataclass
+class TrainState:
+    """The run's position: saved in state.json, restored on resume."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0          # index of the next block in this epoch's permutation (this rank's slice)
+    tokens: int = 0            # non-padding tokens trained on so far
+    sup_tokens: int = 0        # supervised targets trained on so far
+    build_id: str = ""
+    tokenizer_hash: str = ""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What every artifact of a run is saved with."""
+
+    run_dir: Path
+    config: dict               # resolved ExpertConfig as a dict
+    tokenizer_dir: Path
+
+
+# ----------------------------------------------------------------------------------------------
+# RNG states as plain lists/tensors (weights_only-loadable)
+
+
+def rng_state() -> dict:
+    version, keys, gauss = random.getstate()
+    name, np_keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": [version, list(keys), gauss],
+        "numpy": [name, torch.from_numpy(np_keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, keys, gauss = state["python"]
+    random.setstate((version, tuple(keys), gauss))
+    name, np_keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np_keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Save
+
+
+def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler, scaler) -> Path:
+    final = run.run_dir / f"{PREFIX}{state.step}"
+    tmp = run.run_dir / f"{TMP_PREFIX}{PREFIX}{state.step}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_adapter(model, tmp / ADAPTER_DIR, run.config)
+    torch.save({
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "rng": rng_state(),
+    }, tmp / TRAINER_STATE)
+    (tmp / CONFIG_SNAPSHOT).write_text(json.dumps(run.config, indent=2, sort_keys=True) + "\n")
+    (tmp / STATE_JSON).write_text(json.dumps(asdict(state), indent=2) + "\n")  # written last
+    if final.exists():  # a previous attempt of this very step (resumed run): replace it
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fsync_dir(run.run_dir)
+    return final
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> None:
+    """Delete the oldest complete checkpoints beyond ``keep``, and stale temporary ones."""
+    for stale in run_dir.glob(f"{TMP_PREFIX}{PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for old in complete_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old)
+
+
+# ----------------------------------------------------------------------------------------------
+# Find
+
+
+def is_complete(path: Path) -> bool:
+    return (CHECKPOINT_NAME.match(path.name) is not None and (path / STATE_JSON).is_file()
+            and (path / TRAINER_STATE).is_file() and (path / ADAPTER_DIR).is_dir())
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's complete checkpoints, oldest first (temporary directories are ignored)."""
+    found = [p for p in run_dir.glob(f"{PREFIX}*") if p.is_dir() and is_complete(p)]
+    return sorted(found, key=lambda p: int(CHECKPOINT_NAME.match(p.name).group(1)))
+
+
+def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
+    """``auto``: the newest complete checkpoint (highest step) of the run that most recently wrote
+    one; None when no run has any. A path: that checkpoint, or the newest complete checkpoint of
+    that run directory."""
+    if resume == "auto":
+        runs = [p for p in expert_runs.iterdir() if p.is_dir()] if expert_runs.is_dir() else []
+        newest = [found[-1] for found in map(complete_checkpoints, runs) if found]
+        if not newest:
+            return None
+        # the newest run is the one that wrote a checkpoint last (run names need not sort by age)
+        return max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name))
+    path = Path(resume).expanduser()
+    if is_complete(path):
+        return path
+    if path.is_dir() and complete_checkpoints(path):
+        return complete_checkpoints(path)[-1]
+    raise CheckpointError(f"--resume {resume}: no complete checkpoint there (a checkpoint-<step>/ directory "
+                          f"with {STATE_JSON}, {TRAINER_STATE} and {ADAPTER_DIR}/, or a run directory holding one); "
+                          "use --resume auto to take the newest one")
+
+
+# ----------------------------------------------------------------------------------------------
+# Load
+
+
+def read_state(path: Path) -> TrainState:
+    file = path / STATE_JSON
+    try:
+        return TrainState(**json.loads(file.read_text()))
+    except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint file {file} is corrupt ({e}); resume from another checkpoint "
+                              "with --resume PATH or start a new run") from None
+
+
+def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: str, allow_build_change: bool) -> None:
+    if state.tokenizer_hash != tokenizer_hash:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with tokenizer {state.tokenizer_hash[:12]}, the build and model use "
+            f"{tokenizer_hash[:12]}: an adapter cannot continue on another tokenizer; start a new run")
+    if state.build_id != build_id and not allow_build_change:
+        raise CheckpointError(
+            f"checkpoint {path} was taken on build {state.build_id}, this run would train on build {build_id}: "
+            "resuming would mix two datasets. Train on the old build with --build-id "
+            f"{state.build_id}, or pass --allow-build-change to continue on the new one "
+            "(the data position then restarts at the beginning of an epoch)")
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:
+    """Restore adapter weights, optimizer, scheduler, scaler and RNG states (RNG last)."""
+    load_adapter_weights(model, path / ADAPTER_DIR)
+    file = path / TRAINER_STATE
+    try:
+        blob = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle/zip errors of a truncated or foreign file
+        raise CheckpointError(f"checkpoint file {file} cannot be loaded ({type(e).__name__}: {e}); it is corrupt. "
+                              "Resume from another checkpoint with --resume PATH or start a new run") from None
+    try:
+        optimizer.load_state_dict(blob["optimizer"])
+        scheduler.load_state_dict(blob["scheduler"])
+        if scaler is not None and blob["scaler"] is not None:
+            scaler.load_state_dict(blob["scaler"])
+        set_rng_state(blob["rng"])
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint file {file} does not fit this run ({e}): it was written by another "
+                              "optimizer or lora setup; resume with the settings it was taken with") from None

@@ -1,0 +1,222 @@
+"""Shards -> batches: a map-style Dataset over the memory-mapped blocks, a resumable Sampler, a loader.
+
+The trainer reads the build's Arrow shards and nothing else. One row of a shard is one packed block
+of ``B`` tokens (see ``pipeline/contract.py``). For every block the dataset returns::
+
+    input_ids     p p p a a E | q b E | _         int64 [B]
+    position_ids  0 1 2 3 4 5 | 0 1 2 | 0         int64 [B]   reset at every document start
+    labels        - - - a a E | - b E | -         int64 [B]   token id where loss_mask == 1, else -100
+
+(``-`` is -100.) The model's loss shifts labels by one: ``labels[i]`` is predicted from position
+``i - 1``. A document's first token is therefore never a target (its label is forced to -100 even
+if the mask says otherwise: predicting it would read the previous document). The padding after the
+last document gets its own run of position ids, so it is a separate "document" nobody attends to.
+
+Shards are opened lazily, in the process that reads them (each DataLoader worker after the fork):
+``__init__`` stores paths only; the first ``__getitem__`` memory-maps the file and keeps numpy
+views of the record batches (zero-copy, no token is read until it is used).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from pipeline.contract import ContractError, Manifest
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class _Shard:
+    """The open record batches of one shard: numpy views, plus the first global row of each batch."""
+
+    starts: np.ndarray
+    input_ids: list[np.ndarray]
+    loss_mask: list[np.ndarray]
+    doc_offsets: list[np.ndarray]
+    doc_values: list[np.ndarray]
+
+
+def _open_shard(path: Path, block_size: int) -> _Shard:
+    try:
+        source = pa.memory_map(str(path), "r")
+        batches = list(pa.ipc.open_stream(source))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ContractError(f"shard {path} cannot be read as Arrow IPC ({e}): corrupt; rebuild it") from None
+    shard = _Shard(np.zeros(len(batches) + 1, dtype=np.int64), [], [], [], [])
+    for i, batch in enumerate(batches):
+        rows = batch.num_rows
+        shard.starts[i + 1] = shard.starts[i] + rows
+        shard.input_ids.append(batch.column("input_ids").flatten().to_numpy(zero_copy_only=True).reshape(rows, block_size))
+        shard.loss_mask.append(batch.column("loss_mask").flatten().to_numpy(zero_copy_only=True).reshape(rows, block_size))
+        doc_lens = batch.column("doc_lens")
+        shard.doc_offsets.append(doc_lens.offsets.to_numpy(zero_copy_only=True))
+        shard.doc_values.append(doc_lens.values.to_numpy(zero_copy_only=True))
+    return shard
+
+
+def position_ids_from_doc_lens(doc_lens: Sequence[int], block_size: int) -> np.ndarray:
+    """0, 1, ... restarting at every document; the trailing padding counts as one more run.
+
+    >>> position_ids_from_doc_lens([3, 2], 6).tolist()
+    [0, 1, 2, 0, 1, 0]
+    """
+    lens = [int(n) for n in doc_lens if n > 0]
+    padding = block_size - sum(lens)
+    if padding < 0:
+        raise ContractError(f"doc_lens {lens} sum to more than block_size {block_size}: the shard is corrupt; rebuild")
+    if padding:
+        lens.append(padding)
+    starts = np.repeat(np.cumsum([0] + lens[:-1]), lens)
+    return np.arange(block_size, dtype=np.int64) - starts
+
+
+class BlockDataset(Dataset):
+    """Map-style dataset over the blocks of one split (``train`` or ``val``) of a build.
+
+    Item ``i`` is a dict of int64 tensors ``input_ids``, ``labels``, ``position_ids`` (all ``[B]``)
+    and scalars ``n_tokens`` (non-padding tokens), ``n_sup`` (supervised targets) and
+    ``attn_pairs`` (sum over documents of n*(n+1)/2: causal attention pairs, for the FLOP count).
+    """
+
+    def __init__(self, build_dir: str | Path, manifest: Manifest, split: str):
+        shards = manifest.train if split == "train" else manifest.val
+        self.paths = [Path(build_dir) / s.file for s in shards]  # paths only: opened lazily per process
+        self.rows = np.cumsum([0] + [s.rows for s in shards])
+        self.block_size = manifest.block_size
+        self._open: dict[int, _Shard] = {}
+
+    def __len__(self) -> int:
+        return int(self.rows[-1])
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"block {index} out of range (0..{len(self) - 1})")
+        s = int(np.searchsorted(self.rows, index, side="right")) - 1
+        if s not in self._open:
+            self._open[s] = _open_shard(self.paths[s], self.block_size)
+        shard = self._open[s]
+        row = index - int(self.rows[s])
+        b = int(np.searchsorted(shard.starts, row, side="right")) - 1
+        r = row - int(shard.starts[b])
+        offsets = shard.doc_offsets[b]
+        doc_lens = shard.doc_values[b][offsets[r]:offsets[r + 1]]
+
+        ids = shard.input_ids[b][r].astype(np.int64)  # the one copy: uint16/uint32 -> int64
+        position_ids = position_ids_from_doc_lens(doc_lens, self.block_size)
+        targets = (shard.loss_mask[b][r] == 1) & (position_ids != 0)
+        labels = np.where(targets, ids, IGNORE_INDEX)
+        n = doc_lens.astype(np.int64)
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "labels": torch.from_numpy(labels),
+            "position_ids": torch.from_numpy(position_ids),
+            "n_tokens": torch.tensor(int(n.sum())),
+            "n_sup": torch.tensor(int(targets.sum())),
+            "attn_pairs": torch.tensor(int((n * (n + 1) // 2).sum())),
+        }
+
+
+def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack blocks (all have the same length); per-block counts become [batch] tensors."""
+    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
+
+
+def permutation_seed(seed: int, build_id: str, epoch: int) -> int:
+    digest = hashlib.sha256(f"packtrain:{seed}:{build_id}:{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+class BlockSampler(Sampler[int]):
+    """A deterministic shuffle of the blocks per (seed, build id, epoch), resumable at any position.
+
+    Iterating yields ``order(epoch)[start:]`` where ``order`` is this rank's slice of the
+    permutation. Resuming sets ``start`` and jumps straight there (nothing is replayed).
+    ``rank``/``world_size`` slice the permutation for data parallel runs (every rank gets the same
+    number of blocks; the remainder of an epoch is left out).
+    """
+
+    def __init__(self, num_blocks: int, seed: int, build_id: str, shuffle: bool = True,
+                 rank: int = 0, world_size: int = 1):
+        if num_blocks < world_size:
+            raise ValueError(f"{num_blocks} blocks cannot be split over {world_size} ranks")
+        self.num_blocks, self.seed, self.build_id, self.shuffle = num_blocks, seed, build_id, shuffle
+        self.rank, self.world_size = rank, world_size
+        self.epoch, self.start = 0, 0
+
+    def set_position(self, epoch: int, start: int) -> None:
+        self.epoch, self.start = epoch, start
+
+    def order(self, epoch: int) -> np.ndarray:
+        if self.shuffle:
+            perm = np.random.default_rng(permutation_seed(self.seed, self.build_id, epoch)).permutation(self.num_blocks)
+        else:
+            perm = np.arange(self.num_blocks)
+        per_rank = self.num_blocks // self.world_size
+        return perm[self.rank:per_rank * self.world_size:self.world_size]
+
+    def __len__(self) -> int:
+        return self.num_blocks // self.world_size - self.start
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order(self.epoch)[self.start:].tolist())
+
+
+def make_loader(dataset: BlockDataset, sampler: Sampler | None, batch_size: int, train_config,
+                device: torch.device, drop_last: bool, seed: int, num_workers: int | None = None) -> DataLoader:
+    """DataLoader with the configured workers, prefetching, pinning (CUDA only) and persistence.
+
+    ``sampler`` None reads in order (validation). ``num_workers`` overrides the configured count.
+    """
+    workers = train_config.dataloader_num_workers if num_workers is None else num_workers
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        collate_fn=collate,
+        drop_last=drop_last,
+        num_workers=workers,
+        prefetch_factor=train_config.dataloader_prefetch_factor if workers > 0 else None,
+        persistent_workers=train_config.dataloader_persistent_workers and workers > 0,
+        pin_memory=train_config.dataloader_pin_memory and device.type == "cuda",
+        # A private generator: creating an iterator must not draw from the global torch RNG, or a
+        # resumed run (which creates its iterator at a different step) would diverge.
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+class BatchStream:
+    """Endless batches, epoch after epoch, that know where the next one starts.
+
+    ``epoch`` and ``position`` (blocks of this epoch's permutation consumed by the trainer, not by
+    prefetching workers) are what a checkpoint stores; a new stream built with them continues
+    exactly there.
+    """
+
+    def __init__(self, loader: DataLoader, sampler: BlockSampler, epoch: int = 0, position: int = 0):
+        self.loader, self.sampler = loader, sampler
+        self.epoch, self.position = epoch, position
+        sampler.set_position(epoch, position)
+        self._it = iter(loader)
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            self.epoch, self.position = self.epoch + 1, 0
+            self.sampler.set_position(self.epoch, 0)
+            self._it = iter(self.loader)
+            batch = next(self._it)
+        self.position += len(batch["input_ids"])
+        return batch

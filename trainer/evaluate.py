@@ -1,0 +1,34 @@
+"""Validation: token-weighted loss and perplexity over the build's val blocks."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils.data import DataLoader
+
+from trainer.loss import token_loss_sum
+from trainer.model import Precision, packed_forward
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, device: torch.device,
+             max_batches: int | None = None) -> dict:
+    """``{"eval/loss", "eval/ppl", "eval/tokens"}``: the mean loss over every supervised val token."""
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), device=device)
+    tokens = 0
+    for i, batch in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        input_ids = batch["input_ids"].to(device, non_blocking=True)
+        position_ids = batch["position_ids"].to(device, non_blocking=True)
+        labels = batch["labels"].to(device, non_blocking=True)
+        with precision.autocast(device):
+            logits = packed_forward(model, input_ids, position_ids)
+        loss_sum += token_loss_sum(logits, labels)
+        tokens += int(batch["n_sup"].sum())
+    model.train(was_training)
+    loss = loss_sum.item() / max(tokens, 1)
+    return {"eval/loss": loss, "eval/ppl": math.exp(min(loss, 80.0)), "eval/tokens": tokens}

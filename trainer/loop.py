@@ -1,0 +1,147 @@
+"""The training loop: one function, read top to bottom.
+
+One optimizer step =
+  1. fetch the whole gradient-accumulation window of micro-batches (their supervised-token count
+     is known on the CPU before any forward, so no host sync is needed to normalise);
+  2. forward + backward every micro-batch, the loss being the SUM of token losses divided by the
+     number of supervised tokens in the whole window (bs1 x ga8 == bs8 x ga1);
+  3. unscale (fp16), clip, and check the loss is finite (the one host sync of a step);
+     a non-finite loss skips the optimizer step; ``max_bad_steps`` in a row stop the run;
+  4. optimizer + scheduler step; then, when due: log, evaluate, checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from tqdm import tqdm
+
+from pipeline.config import TrainConfig
+from trainer.adapters import trainable_parameters
+from trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
+from trainer.data import BatchStream
+from trainer.evaluate import evaluate
+from trainer.loss import token_loss_sum
+from trainer.metrics import Meter, MetricsFile, report_memory
+from trainer.model import Precision, packed_forward
+
+log = logging.getLogger("packtrain.train")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many consecutive non-finite losses; the run stopped without saving the state."""
+
+
+def train_loop(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler | None,
+    precision: Precision,
+    device: torch.device,
+    batches: BatchStream,
+    val_loader,
+    train: TrainConfig,
+    total_steps: int,
+    state: TrainState,
+    run: RunInfo,
+    meter: Meter,
+    metrics: MetricsFile,
+) -> tuple[list[dict], list[dict]]:
+    """Train from ``state.step`` to ``total_steps``; returns the logged train and eval records."""
+    ga = train.gradient_accumulation_steps
+    params = trainable_parameters(model)
+    forward_model = torch.compile(model) if train.torch_compile else model
+    records: list[dict] = []
+    evals: list[dict] = []
+    bad_streak = 0
+    grad_norm = None
+
+    model.train()
+    bar = tqdm(total=total_steps, initial=state.step, desc=f"train {run.run_dir.name}", unit="step",
+               dynamic_ncols=True, disable=None)
+    meter.reset()
+    while state.step < total_steps:
+        # 1. the accumulation window; its supervised-token count comes from CPU tensors (no sync)
+        wait_start = time.perf_counter()
+        window = [next(batches) for _ in range(ga)]
+        wait = time.perf_counter() - wait_start
+        window_sup = sum(int(b["n_sup"].sum()) for b in window)
+        norm = max(window_sup, 1)
+
+        # 2. forward + backward, every token weighted 1 / (supervised tokens in the window)
+        loss_sum = torch.zeros((), device=device)
+        for micro in window:
+            input_ids = micro["input_ids"].to(device, non_blocking=True)
+            position_ids = micro["position_ids"].to(device, non_blocking=True)
+            labels = micro["labels"].to(device, non_blocking=True)
+            with precision.autocast(device):
+                logits = packed_forward(forward_model, input_ids, position_ids)
+            micro_loss = token_loss_sum(logits, labels)
+            scaled = micro_loss / norm
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            loss_sum += micro_loss.detach()
+            del logits, micro_loss, scaled
+
+        # 3. clip, then the step's one host sync: is the loss finite?
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
+        finite = bool(torch.isfinite(loss_sum))
+        if finite:
+            # 4. update (the scaler skips the step itself when fp16 gradients overflowed)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            bad_streak = 0
+        else:
+            bad_streak += 1
+            log.warning("step %d: non-finite loss (%s); optimizer step skipped (%d in a row, max_bad_steps %d)",
+                        state.step + 1, loss_sum.item(), bad_streak, train.max_bad_steps)
+            metrics.write({"step": state.step + 1, "skipped": "non-finite loss", "loss": loss_sum.item(),
+                           "bad_streak": bad_streak})
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        state.step += 1
+        state.epoch, state.position = batches.epoch, batches.position
+        state.tokens += sum(int(b["n_tokens"].sum()) for b in window)
+        state.sup_tokens += window_sup
+        bar.update(1)
+        if bad_streak >= train.max_bad_steps:
+            bar.close()
+            raise NonFiniteLossError(
+                f"{bad_streak} consecutive non-finite losses (steps {state.step - bad_streak + 1}..{state.step}): "
+                f"stopping without saving this state. Lower train.learning_rate, keep train.max_grad_norm set, "
+                f"use bf16 rather than fp16, or check the build's data; resume from the last good checkpoint "
+                f"in {run.run_dir} with --resume auto (max_bad_steps: {train.max_bad_steps})")
+        if not finite:
+            continue
+        meter.add(window, wait, loss_sum)
+
+        # log (the only other host syncs: .item() on loss and grad norm, every logging_steps)
+        if state.step % train.logging_steps == 0 or state.step == total_steps:
+            record = meter.flush(state.step, state.epoch, scheduler.get_last_lr()[0], grad_norm)
+            records.append(record)
+            metrics.write(record)
+            bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tok_s']:.0f}")
+            if len(records) == 1:
+                report_memory(device, state.step)
+
+        paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
+        if val_loader is not None and (state.step % train.eval_steps == 0 or state.step == total_steps):
+            result = {"step": state.step, **evaluate(model, val_loader, precision, device, train.max_eval_batches)}
+            evals.append(result)
+            metrics.write(result)
+            log.info("step %d: eval loss %.4f, ppl %.2f", state.step, result["eval/loss"], result["eval/ppl"])
+
+        if state.step % train.save_steps == 0 or state.step == total_steps:
+            path = save_checkpoint(run, state, model, optimizer, scheduler, scaler)
+            prune_checkpoints(run.run_dir, train.save_total_limit)
+            log.info("step %d: checkpoint %s", state.step, path)
+        meter.start += time.perf_counter() - paused
+    bar.close()
+    return records, evals

@@ -1,0 +1,193 @@
+"""The base model: where it comes from, in which precision it runs, and how a packed block goes in.
+
+``model.name`` is one of:
+
+- ``bundled``: ``pipeline/assets/demo-model`` (config + tokenizer, no weights): random init with
+  the run seed, so a fresh clone trains end to end;
+- a local directory with ``config.json`` (and weights, or not: see below);
+- an HF model id, found in the local hub cache only (``HF_HUB_CACHE`` / ``HF_HOME`` honoured,
+  nothing is downloaded).
+
+A directory with weights is loaded from them. A directory with only ``config.json`` is randomly
+initialised, and the log says so loudly: an adapter trained on random weights is only a demo.
+
+Precision: bf16 on CUDA where supported, else fp16 with a GradScaler; fp32 on CPU. LoRA weights
+always stay fp32 (peft's ``autocast_adapter_dtype``) and the forward runs under autocast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.config import BUNDLED, ModelConfig, TrainConfig
+from pipeline.contract import BUNDLED_MODEL_DIR
+
+log = logging.getLogger("packtrain.train")
+
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+
+
+class ModelError(Exception):
+    """The model cannot be found or loaded; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    directory: Path
+    label: str          # what the user asked for, for messages
+    has_weights: bool
+
+
+def hub_cache_dir() -> Path:
+    """The hub cache as huggingface_hub resolves it, read at call time (HF_HUB_CACHE, HF_HOME)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        return Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def resolve_dir(name: str, revision: str | None, what: str = "model") -> Path:
+    """A local directory for ``bundled``, a directory path, or an HF id in the local hub cache."""
+    if name == BUNDLED:
+        if not (BUNDLED_MODEL_DIR / "config.json").is_file():
+            raise ModelError(f"the bundled demo model is missing ({BUNDLED_MODEL_DIR}/config.json): "
+                             "reinstall packtrain or set model.name to a local directory or HF model id")
+        return BUNDLED_MODEL_DIR
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:  # not an HF id (org/name)
+        raise ModelError(f"{what} directory {name} does not exist; set model.name to an existing directory, "
+                         "an HF model id in the local cache, or 'bundled'")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cache = hub_cache_dir()
+    try:
+        return Path(snapshot_download(name, revision=revision, cache_dir=cache, local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError) as e:
+        raise ModelError(
+            f"{what} {name!r}{f' (revision {revision})' if revision else ''} is not in the local HF cache "
+            f"(looked in {cache}; {type(e).__name__}). Download it on a connected machine with "
+            f"`huggingface-cli download {name}` and copy the cache over (or set HF_HUB_CACHE), "
+            "or set model.name to a local directory or 'bundled'"
+        ) from None
+
+
+def model_source(config: ModelConfig) -> ModelSource:
+    directory = resolve_dir(config.name, config.revision)
+    if not (directory / "config.json").is_file():
+        raise ModelError(f"{directory} has no config.json: not a transformers model directory "
+                         f"(model.name: {config.name})")
+    has_weights = any(any(directory.glob(p)) for p in WEIGHT_PATTERNS)
+    return ModelSource(directory, config.name, has_weights)
+
+
+def tokenizer_dir(config: ModelConfig, source: ModelSource) -> Path:
+    """The directory whose tokenizer files must match the build's (model.tokenizer, else the model's)."""
+    if config.tokenizer and config.tokenizer != config.name:
+        return resolve_dir(config.tokenizer, None, what="tokenizer")  # as the build resolves it
+    return source.directory
+
+
+@dataclass(frozen=True)
+class Precision:
+    param_dtype: torch.dtype      # frozen base weights
+    autocast_dtype: torch.dtype | None  # None: no autocast (fp32)
+    use_scaler: bool              # fp16 needs loss scaling
+    note: str
+
+    def autocast(self, device: torch.device):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.autocast_dtype)
+
+
+def choose_precision(train: TrainConfig, device: torch.device) -> Precision:
+    if device.type != "cuda":
+        wanted = "bf16" if train.bf16 else "fp16" if train.fp16 else None
+        note = f"{device.type}: training in fp32" + (f" ({wanted} is for CUDA)" if wanted else "")
+        return Precision(torch.float32, None, False, note)
+    if train.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if train.bf16 and torch.cuda.is_bf16_supported():
+        return Precision(torch.bfloat16, torch.bfloat16, False, "cuda: bf16 autocast")
+    if train.bf16 or train.fp16:
+        why = "bf16 is not supported on this GPU, so " if train.bf16 else ""
+        return Precision(torch.float16, torch.float16, True, f"cuda: {why}fp16 autocast with a GradScaler")
+    return Precision(torch.float32, None, False, "cuda: fp32 (bf16 and fp16 are off)")
+
+
+def load_base_model(config: ModelConfig, source: ModelSource, precision: Precision, seed: int,
+                    quantize: bool, device: torch.device) -> torch.nn.Module:
+    """The base causal LM on ``device`` (NF4-quantized when ``quantize``), frozen, cache off."""
+    from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig
+
+    kwargs = dict(
+        attn_implementation="sdpa" if config.use_sdpa else "eager",
+        dtype=precision.param_dtype,
+        trust_remote_code=config.trust_remote_code,
+    )
+    scratch = None
+    try:
+        directory = source.directory
+        if not source.has_weights:
+            log.warning("=" * 78)
+            log.warning("model %s has no weights (%s holds only config.json): RANDOM INIT with seed %d.",
+                        source.label, directory, seed)
+            log.warning("The adapter will fit a random base model: fine for a demo or a smoke test, "
+                        "useless for real work.")
+            log.warning("=" * 78)
+            hf_config = AutoConfig.from_pretrained(directory, trust_remote_code=config.trust_remote_code)
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(hf_config, **kwargs)
+            if not quantize:
+                return _finish(model.to(device))
+            # bitsandbytes quantizes while loading: write the random weights, then load them quantized
+            scratch = tempfile.TemporaryDirectory(prefix="packtrain-random-init-")
+            model.save_pretrained(scratch.name)
+            directory = Path(scratch.name)
+            del model
+        if quantize:
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True,
+                bnb_4bit_quant_type="nf4",
+                bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=precision.autocast_dtype or torch.float32,
+            )
+            kwargs["device_map"] = {"": device}
+        model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, **kwargs)
+        return _finish(model if quantize else model.to(device))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load model {source.label} from {source.directory}: {e}") from e
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+
+
+def _finish(model: torch.nn.Module) -> torch.nn.Module:
+    model.config.use_cache = False  # a KV cache disables transformers' packed-sequence detection
+    model.requires_grad_(False)
+    return model
+
+
+def packed_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    """Logits of packed blocks where documents never attend to each other.
+
+    No 2D attention mask (it would disable the detection) and no KV cache (ditto): transformers'
+    ``create_causal_mask`` then finds the document boundaries in ``position_ids`` (wherever they do
+    not increase by one) and builds the block-diagonal causal mask for SDPA/eager, while flash
+    attention uses the same position ids for its varlen kernel. tests/test_trainer_packing.py
+    checks that a packed block's logits equal each document's logits run alone.
+    """
+    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False).logits

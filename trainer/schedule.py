@@ -1,0 +1,44 @@
+"""Learning-rate schedule: linear warmup, then cosine / linear decay to 0, or constant.
+
+Warmup lasts ``warmup_steps`` optimizer steps when that is > 0, else ``ceil(warmup_ratio * total)``.
+The multiplier at step ``s`` (0-based, applied to the update of step s + 1)::
+
+    s < W:        (s + 1) / W         (never 0: the first update is not wasted)
+    cosine:       0.5 * (1 + cos(pi * p)),  p = (s - W) / max(1, total - W)
+    linear:       1 - p
+    constant:     1
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from pipeline.config import TrainConfig
+
+
+def warmup_steps(train: TrainConfig, total_steps: int) -> int:
+    if train.warmup_steps > 0:
+        return min(train.warmup_steps, total_steps)
+    return math.ceil(train.warmup_ratio * total_steps)
+
+
+def lr_multiplier(step: int, warmup: int, total: int, kind: str) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    if kind == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if kind == "linear":
+        return 1.0 - progress
+    if kind == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown lr_scheduler_type {kind!r}: use cosine, linear or constant")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, train: TrainConfig, total_steps: int) -> LambdaLR:
+    warmup = warmup_steps(train, total_steps)
+    kind = train.lr_scheduler_type
+    return LambdaLR(optimizer, lambda step: lr_multiplier(step, warmup, total_steps, kind))

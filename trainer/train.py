@@ -1,0 +1,240 @@
+"""Entry point: ``run(config, cache_dir)`` trains one expert's adapter on its CURRENT build.
+
+Order of business (every check before anything expensive):
+
+1. the build: CURRENT (or ``build_id``), its manifest, the shard sizes;
+2. the model's tokenizer fingerprint against the build's (refused when they differ);
+3. the checkpoint to resume, if any (refused when taken on another build or tokenizer);
+4. model + adapters, data, optimizer, schedule; restore the checkpoint;
+5. :func:`trainer.loop.train_loop`; then the final adapter, optional merged model, summary.
+
+The run directory ``<output_dir>/<expert>/<run>/`` ends up with ``config.json`` (the resolved
+config), ``run.json`` (build, model, device, precision), ``metrics.jsonl``, ``train.log``,
+``checkpoint-<step>/``, ``adapter/`` and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.config import ExpertConfig
+from pipeline.contract import CONFIG_SNAPSHOT, Manifest, check_shard_sizes, resolve_build, tokenizer_fingerprint
+from trainer.adapters import attach_adapters, export_merged, save_adapter, trainable_parameters
+from trainer.checkpoint import (RunInfo, TrainState, check_resume, find_checkpoint, load_checkpoint,
+                                read_state)
+from trainer.data import BatchStream, BlockDataset, BlockSampler, make_loader
+from trainer.loop import train_loop
+from trainer.metrics import FlopCounter, Meter, MetricsFile, oom_advice, peak_flops, summarize
+from trainer.model import choose_precision, load_base_model, model_source, tokenizer_dir
+from trainer.optim import build_optimizer
+from trainer.schedule import build_scheduler, warmup_steps
+
+log = logging.getLogger("packtrain.train")
+
+
+class TrainError(Exception):
+    """The run cannot start; the message says what differs and how to fix it."""
+
+
+def run(config: ExpertConfig, cache_dir: Path, build_id: str | None = None, resume: str | None = None,
+        allow_build_change: bool = False) -> Path:
+    """Train ``config.expert``'s adapter on its CURRENT build (or ``build_id``); returns the run directory.
+
+    ``resume``: ``"auto"`` continues from the newest complete checkpoint of the expert's runs (a new
+    run when there is none), a path continues from that checkpoint (or run directory).
+    """
+    _ensure_log_handler()
+    train = config.train
+    build_dir = resolve_build(cache_dir, config.expert, build_id)
+    manifest = Manifest.load(build_dir)
+    check_shard_sizes(build_dir, manifest)
+    if manifest.expert != config.expert:
+        raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
+    source = model_source(config.model)
+    tok_dir = tokenizer_dir(config.model, source)
+    check_tokenizer(manifest, tok_dir, config.model.name)
+
+    state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash)
+    expert_runs = Path(train.output_dir) / config.expert
+    checkpoint = find_checkpoint(resume, expert_runs) if resume else None
+    if resume == "auto" and checkpoint is None:
+        log.info("resume auto: no complete checkpoint under %s; starting a new run", expert_runs)
+    if checkpoint is not None:
+        saved = read_state(checkpoint)
+        check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change)
+        state = saved
+        if saved.build_id != manifest.build_id:
+            log.warning("resuming on build %s (checkpoint taken on %s): data restarts at the start of epoch %d",
+                        manifest.build_id, saved.build_id, saved.epoch)
+            state.build_id, state.position = manifest.build_id, 0
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    seed_everything(train.seed)
+    precision = choose_precision(train, device)
+    log.info("precision: %s", precision.note)
+
+    # model + adapters
+    model = load_base_model(config.model, source, precision, train.seed, config.lora.method == "qlora", device)
+    vocab = model.get_input_embeddings().num_embeddings
+    if vocab < manifest.vocab_size:
+        raise TrainError(f"model {config.model.name} has {vocab} token embeddings, the build's tokenizer "
+                         f"{manifest.vocab_size} tokens: this model cannot read these shards")
+    model = attach_adapters(model, config.lora, train.gradient_checkpointing)
+    flops = FlopCounter.for_model(model)
+    log.info("model %s (%s): %.1fM matmul params, %.2fM trainable (%s r=%d)", config.model.name, source.directory,
+             flops.matmul_params / 1e6, flops.trainable_params / 1e6, config.lora.method, config.lora.r)
+
+    # data
+    train_set = BlockDataset(build_dir, manifest, "train")
+    batch_size = train.per_device_train_batch_size
+    if len(train_set) < batch_size:
+        raise TrainError(f"build {manifest.build_id} has {len(train_set)} train blocks, fewer than "
+                         f"per_device_train_batch_size {batch_size}: lower it, or add data and rebuild")
+    sampler = BlockSampler(len(train_set), train.seed, manifest.build_id)
+    train_loader = make_loader(train_set, sampler, batch_size, train, device, drop_last=True, seed=train.seed)
+    total_steps = total_training_steps(train, len(train_set) // batch_size)
+    val_loader = None
+    val_set = BlockDataset(build_dir, manifest, "val")
+    if len(val_set) == 0:
+        log.warning("build %s has no val blocks (pack.val_fraction: %s): evaluation is skipped",
+                    manifest.build_id, manifest.raw["inputs"]["pack"].get("val_fraction"))
+    else:
+        val_loader = make_loader(val_set, None, train.per_device_eval_batch_size, train, device, drop_last=False,
+                                 seed=train.seed, num_workers=min(train.dataloader_num_workers, 2))
+
+    # optimizer, schedule, scaler
+    optimizer = build_optimizer(trainable_parameters(model), train, device)
+    scheduler = build_scheduler(optimizer, train, total_steps)
+    scaler = torch.amp.GradScaler(device.type) if precision.use_scaler else None
+
+    # the run directory (a resumed run continues in its own)
+    run_dir = checkpoint.parent if checkpoint is not None else new_run_dir(expert_runs, train.run_name, manifest.build_id)
+    info = RunInfo(run_dir, config.to_dict(), tok_dir)
+    file_log = _add_file_log(run_dir / "train.log")
+    try:
+        _write_json(run_dir / CONFIG_SNAPSHOT, info.config)
+        _write_json(run_dir / "run.json", {
+            "build_id": manifest.build_id, "build_dir": str(build_dir), "tokenizer_hash": manifest.tokenizer_hash,
+            "model": config.model.name, "model_dir": str(source.directory), "random_init": not source.has_weights,
+            "device": str(device), "precision": precision.note, "total_steps": total_steps,
+            "warmup_steps": warmup_steps(train, total_steps), "resumed_from": str(checkpoint) if checkpoint else None,
+        })
+        batches = BatchStream(train_loader, sampler, state.epoch, state.position)
+        if checkpoint is not None:
+            load_checkpoint(checkpoint, model, optimizer, scheduler, scaler)  # RNG states last of all
+            log.info("resumed from %s: step %d, epoch %d, block %d of the epoch", checkpoint, state.step,
+                     state.epoch, state.position)
+        log.info("run %s: build %s, %d train blocks of %d tokens, %d steps of %d x %d blocks", run_dir,
+                 manifest.build_id, len(train_set), manifest.block_size, total_steps, batch_size,
+                 train.gradient_accumulation_steps)
+
+        metrics = MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if checkpoint else None)
+        meter = Meter(device, flops, peak_flops(device, train.peak_tflops))
+        start, start_tokens = time.perf_counter(), state.tokens
+        try:
+            records, evals = train_loop(model, optimizer, scheduler, scaler, precision, device, batches,
+                                        val_loader, train, total_steps, state, info, meter, metrics)
+        except torch.OutOfMemoryError as e:
+            raise TrainError(oom_advice(train, config.lora)) from e
+        finally:
+            metrics.close()
+        wall = time.perf_counter() - start
+
+        save_adapter(model, run_dir / "adapter", info.config, tok_dir)
+        if train.merge_adapter:
+            export_merged(model, run_dir / "merged", info.config, tok_dir)
+        summary = summarize(records, evals, {
+            "run_dir": str(run_dir), "build_id": manifest.build_id, "steps": state.step, "epoch": state.epoch,
+            "tokens": state.tokens, "sup_tokens": state.sup_tokens, "wall_s": wall,
+            "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
+            "adapter": str(run_dir / "adapter"),
+        })
+        _write_json(run_dir / "summary.json", summary)
+        log.info("done: %s", json.dumps(summary))
+    finally:
+        log.removeHandler(file_log)
+        file_log.close()
+    return run_dir
+
+
+def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
+    """Refuse shards tokenized with another tokenizer than the model's, naming the files that differ."""
+    ours = tokenizer_fingerprint(tok_dir)
+    if ours["hash"] == manifest.tokenizer_hash:
+        return
+    built = manifest.raw["inputs"]["tokenizer"]
+    theirs = built.get("files", {})
+    diffs = []
+    for name in sorted(set(theirs) | set(ours["files"])):
+        if name not in ours["files"]:
+            diffs.append(f"{name} (only in the build's tokenizer)")
+        elif name not in theirs:
+            diffs.append(f"{name} (only in the model's tokenizer)")
+        elif theirs[name] != ours["files"][name]:
+            diffs.append(f"{name} (build {theirs[name][:12]}, model {ours['files'][name][:12]})")
+    raise TrainError(
+        f"tokenizer mismatch: build {manifest.build_id} was tokenized with tokenizer {manifest.tokenizer_hash[:12]} "
+        f"(source: {built.get('source', '?')}), the model {model_name} has tokenizer {ours['hash'][:12]} ({tok_dir}). "
+        f"Files that differ: {', '.join(diffs) or 'none (the hash scheme differs: rebuild)'}. "
+        f"Rebuild with `make pretokenize EXPERT={manifest.expert} MODEL={model_name}`, or train with the model "
+        f"the build used (model.name: {built.get('source', '?')})")
+
+
+def total_training_steps(train, batches_per_epoch: int) -> int:
+    """max_steps, or fewer when num_train_epochs passes over the data end first."""
+    if train.num_train_epochs is None:
+        return train.max_steps
+    by_epochs = math.ceil(train.num_train_epochs * batches_per_epoch / train.gradient_accumulation_steps)
+    return min(train.max_steps, by_epochs)
+
+
+def new_run_dir(expert_runs: Path, run_name: str | None, build_id: str) -> Path:
+    if run_name:
+        path = expert_runs / run_name
+        if path.exists():
+            raise TrainError(f"run directory {path} already exists: continue it with --resume {path}, "
+                             "or choose another train.run_name")
+    else:
+        base = expert_runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{build_id[:8]}"
+        path, n = base, 1
+        while path.exists():
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+    path.mkdir(parents=True)
+    return path
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def _ensure_log_handler() -> None:
+    """Log to stderr unless the caller (the CLI) configured logging already."""
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+
+
+def _add_file_log(path: Path) -> logging.Handler:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    return handler
