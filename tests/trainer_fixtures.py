@@ -14,10 +14,15 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from pipeline.config import config_from_dict
 from pipeline.contract import (FORMAT_VERSION, MANIFEST, expert_dir, sha256_file, shard_schema, token_dtype,
                                tokenizer_fingerprint, write_current)
+
+# One intra-op thread: on a small shared CPU box, OpenMP threads spin-waiting for a busy core make a
+# tiny model's step up to 80x slower; the tests' numerics (bitwise resume) do not depend on it.
+torch.set_num_threads(1)
 
 VOCAB = 256
 EOS_ID, PAD_ID = 0, 3

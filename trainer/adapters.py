@@ -35,7 +35,10 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing)
     elif gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
     peft_config = PeftLoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,

@@ -167,6 +167,12 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
             )
             kwargs["device_map"] = {"": device}
         model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, **kwargs)
+        if quantize:
+            import bitsandbytes as bnb
+
+            n = sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+            log.info("qlora: %d linear layers quantized to NF4 (double quant, compute dtype %s)",
+                     n, str(kwargs["quantization_config"].bnb_4bit_compute_dtype).replace("torch.", ""))
         return _finish(model if quantize else model.to(device))
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load model {source.label} from {source.directory}: {e}") from e

@@ -63,6 +63,12 @@ def run(config: ExpertConfig, cache_dir: Path, build_id: str | None = None, resu
     tok_dir = tokenizer_dir(config.model, source)
     check_tokenizer(manifest, tok_dir, config.model.name)
 
+    train_blocks = sum(shard.rows for shard in manifest.train)
+    if train_blocks < train.per_device_train_batch_size:
+        raise TrainError(f"build {manifest.build_id} has {train_blocks} train blocks, fewer than "
+                         f"per_device_train_batch_size {train.per_device_train_batch_size}: lower it, or add data "
+                         "and rebuild")
+
     state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash)
     expert_runs = Path(train.output_dir) / config.expert
     checkpoint = find_checkpoint(resume, expert_runs) if resume else None
@@ -77,6 +83,23 @@ def run(config: ExpertConfig, cache_dir: Path, build_id: str | None = None, resu
                         manifest.build_id, saved.build_id, saved.epoch)
             state.build_id, state.position = manifest.build_id, 0
 
+    # the run directory (a resumed run continues in its own); from here on the log goes there too
+    run_dir = checkpoint.parent if checkpoint is not None else new_run_dir(expert_runs, train.run_name, manifest.build_id)
+    file_log = _add_file_log(run_dir / "train.log")
+    try:
+        return _train(config, build_dir, manifest, source, tok_dir, state, checkpoint, run_dir)
+    except Exception as e:
+        log.error("run failed: %s: %s", type(e).__name__, e)
+        raise
+    finally:
+        log.removeHandler(file_log)
+        file_log.close()
+
+
+def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, tok_dir: Path, state: TrainState,
+           checkpoint: Path | None, run_dir: Path) -> Path:
+    """Everything after the checks: set up, restore, train, export (logging into run_dir/train.log)."""
+    train = config.train
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     seed_everything(train.seed)
     precision = choose_precision(train, device)
@@ -96,9 +119,6 @@ def run(config: ExpertConfig, cache_dir: Path, build_id: str | None = None, resu
     # data
     train_set = BlockDataset(build_dir, manifest, "train")
     batch_size = train.per_device_train_batch_size
-    if len(train_set) < batch_size:
-        raise TrainError(f"build {manifest.build_id} has {len(train_set)} train blocks, fewer than "
-                         f"per_device_train_batch_size {batch_size}: lower it, or add data and rebuild")
     sampler = BlockSampler(len(train_set), train.seed, manifest.build_id)
     train_loader = make_loader(train_set, sampler, batch_size, train, device, drop_last=True, seed=train.seed)
     total_steps = total_training_steps(train, len(train_set) // batch_size)
@@ -116,53 +136,46 @@ def run(config: ExpertConfig, cache_dir: Path, build_id: str | None = None, resu
     scheduler = build_scheduler(optimizer, train, total_steps)
     scaler = torch.amp.GradScaler(device.type) if precision.use_scaler else None
 
-    # the run directory (a resumed run continues in its own)
-    run_dir = checkpoint.parent if checkpoint is not None else new_run_dir(expert_runs, train.run_name, manifest.build_id)
     info = RunInfo(run_dir, config.to_dict(), tok_dir)
-    file_log = _add_file_log(run_dir / "train.log")
+    _write_json(run_dir / CONFIG_SNAPSHOT, info.config)
+    _write_json(run_dir / "run.json", {
+        "build_id": manifest.build_id, "build_dir": str(build_dir), "tokenizer_hash": manifest.tokenizer_hash,
+        "model": config.model.name, "model_dir": str(source.directory), "random_init": not source.has_weights,
+        "device": str(device), "precision": precision.note, "total_steps": total_steps,
+        "warmup_steps": warmup_steps(train, total_steps), "resumed_from": str(checkpoint) if checkpoint else None,
+    })
+    batches = BatchStream(train_loader, sampler, state.epoch, state.position)
+    if checkpoint is not None:
+        load_checkpoint(checkpoint, model, optimizer, scheduler, scaler)  # RNG states last of all
+        log.info("resumed from %s: step %d, epoch %d, block %d of the epoch", checkpoint, state.step,
+                 state.epoch, state.position)
+    log.info("run %s: build %s, %d train blocks of %d tokens, %d steps of %d x %d blocks", run_dir,
+             manifest.build_id, len(train_set), manifest.block_size, total_steps, batch_size,
+             train.gradient_accumulation_steps)
+
+    metrics = MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if checkpoint else None)
+    meter = Meter(device, flops, peak_flops(device, train.peak_tflops))
+    start, start_tokens = time.perf_counter(), state.tokens
     try:
-        _write_json(run_dir / CONFIG_SNAPSHOT, info.config)
-        _write_json(run_dir / "run.json", {
-            "build_id": manifest.build_id, "build_dir": str(build_dir), "tokenizer_hash": manifest.tokenizer_hash,
-            "model": config.model.name, "model_dir": str(source.directory), "random_init": not source.has_weights,
-            "device": str(device), "precision": precision.note, "total_steps": total_steps,
-            "warmup_steps": warmup_steps(train, total_steps), "resumed_from": str(checkpoint) if checkpoint else None,
-        })
-        batches = BatchStream(train_loader, sampler, state.epoch, state.position)
-        if checkpoint is not None:
-            load_checkpoint(checkpoint, model, optimizer, scheduler, scaler)  # RNG states last of all
-            log.info("resumed from %s: step %d, epoch %d, block %d of the epoch", checkpoint, state.step,
-                     state.epoch, state.position)
-        log.info("run %s: build %s, %d train blocks of %d tokens, %d steps of %d x %d blocks", run_dir,
-                 manifest.build_id, len(train_set), manifest.block_size, total_steps, batch_size,
-                 train.gradient_accumulation_steps)
-
-        metrics = MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if checkpoint else None)
-        meter = Meter(device, flops, peak_flops(device, train.peak_tflops))
-        start, start_tokens = time.perf_counter(), state.tokens
-        try:
-            records, evals = train_loop(model, optimizer, scheduler, scaler, precision, device, batches,
-                                        val_loader, train, total_steps, state, info, meter, metrics)
-        except torch.OutOfMemoryError as e:
-            raise TrainError(oom_advice(train, config.lora)) from e
-        finally:
-            metrics.close()
-        wall = time.perf_counter() - start
-
-        save_adapter(model, run_dir / "adapter", info.config, tok_dir)
-        if train.merge_adapter:
-            export_merged(model, run_dir / "merged", info.config, tok_dir)
-        summary = summarize(records, evals, {
-            "run_dir": str(run_dir), "build_id": manifest.build_id, "steps": state.step, "epoch": state.epoch,
-            "tokens": state.tokens, "sup_tokens": state.sup_tokens, "wall_s": wall,
-            "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
-            "adapter": str(run_dir / "adapter"),
-        })
-        _write_json(run_dir / "summary.json", summary)
-        log.info("done: %s", json.dumps(summary))
+        records, evals = train_loop(model, optimizer, scheduler, scaler, precision, device, batches,
+                                    val_loader, train, total_steps, state, info, meter, metrics)
+    except torch.OutOfMemoryError as e:
+        raise TrainError(oom_advice(train, config.lora)) from e
     finally:
-        log.removeHandler(file_log)
-        file_log.close()
+        metrics.close()
+    wall = time.perf_counter() - start
+
+    save_adapter(model, run_dir / "adapter", info.config, tok_dir)
+    if train.merge_adapter:
+        export_merged(model, run_dir / "merged", info.config, tok_dir)
+    summary = summarize(records, evals, {
+        "run_dir": str(run_dir), "build_id": manifest.build_id, "steps": state.step, "epoch": state.epoch,
+        "tokens": state.tokens, "sup_tokens": state.sup_tokens, "wall_s": wall,
+        "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
+        "adapter": str(run_dir / "adapter"),
+    })
+    _write_json(run_dir / "summary.json", summary)
+    log.info("done: %s", json.dumps(summary))
     return run_dir
 
 
