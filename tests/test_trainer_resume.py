@@ -1,0 +1,109 @@
+"""Checkpoints and resume: an interrupted run continues bit for bit; foreign or corrupt ones are refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import trainer.loop
+from trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
+from trainer.train import run
+from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def step_losses(run_dir):
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in lines if "loss" in r], [(r["step"], r["eval/loss"]) for r in lines
+                                                                    if "eval/loss" in r]
+
+
+def crash_after_checkpoint(monkeypatch, step: int):
+    save = trainer.loop.save_checkpoint
+
+    def save_then_crash(run, state, *args):
+        path = save(run, state, *args)
+        if state.step == step:
+            raise Crash(f"simulated crash after {path.name}")
+        return path
+
+    monkeypatch.setattr(trainer.loop, "save_checkpoint", save_then_crash)
+
+
+def test_stop_and_resume_is_identical_to_an_uninterrupted_run(tmp_path, model_dir, monkeypatch):
+    write_build(tmp_path / "cache", "sql", random_blocks(10, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    settings = dict(max_steps=20, per_device_train_batch_size=3, gradient_accumulation_steps=2, save_steps=5,
+                    eval_steps=5, warmup_ratio=0.1, lr_scheduler_type="cosine")
+    lora = {"dropout": 0.1}  # dropout draws from the torch RNG: its state must be restored too
+    full = run(make_config(model_dir, tmp_path / "runs", lora=lora, run_name="full", **settings), tmp_path / "cache")
+
+    crash_after_checkpoint(monkeypatch, 10)
+    config = make_config(model_dir, tmp_path / "runs", lora=lora, run_name="part", **settings)
+    with pytest.raises(Crash):
+        run(config, tmp_path / "cache")
+    monkeypatch.undo()
+    part = tmp_path / "runs" / "sql" / "part"
+    assert [p.name for p in complete_checkpoints(part)] == ["checkpoint-5", "checkpoint-10"]
+    assert find_checkpoint("auto", tmp_path / "runs" / "sql") == part / "checkpoint-10"
+
+    resumed = run(config, tmp_path / "cache", resume="auto")
+    assert resumed == part
+    assert step_losses(resumed) == step_losses(full)  # every step's loss and eval loss, exactly
+    assert [s for s, _ in step_losses(resumed)[0]] == list(range(1, 21))
+    a, b = load_file(full / "adapter" / "adapter_model.safetensors"), load_file(part / "adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    state = json.loads((part / "checkpoint-20" / "state.json").read_text())
+    assert state["step"] == 20 and state["epoch"] == 13  # 3 batches of 3 per epoch, 2 per step
+    assert json.loads((part / "run.json").read_text())["resumed_from"] == str(part / "checkpoint-10")
+
+
+def test_resume_on_another_build_is_refused_unless_allowed(tmp_path, model_dir):
+    old = write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=2, run_name="r")
+    run_dir = run(config, tmp_path / "cache")
+    new = write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 5), [], 32, model_dir, salt="v2")
+
+    more = make_config(model_dir, tmp_path / "runs", max_steps=6, save_steps=2, run_name="r")
+    with pytest.raises(CheckpointError) as err:
+        run(more, tmp_path / "cache", resume="auto")
+    assert old in str(err.value) and new in str(err.value) and "--allow-build-change" in str(err.value)
+
+    assert run(more, tmp_path / "cache", resume="auto", allow_build_change=True) == run_dir
+    state = json.loads((run_dir / "checkpoint-6" / "state.json").read_text())
+    assert state["build_id"] == new and state["step"] == 6
+
+
+def test_resume_path_and_missing_checkpoint(tmp_path, model_dir):
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, save_total_limit=5)
+    run_dir = run(config, tmp_path / "cache")
+    assert find_checkpoint(str(run_dir), tmp_path) == run_dir / "checkpoint-2"
+    assert find_checkpoint(str(run_dir / "checkpoint-1"), tmp_path) == run_dir / "checkpoint-1"
+    (run_dir / ".tmp-checkpoint-3-999").mkdir()  # a crash while writing: ignored
+    assert find_checkpoint("auto", tmp_path / "runs" / "sql") == run_dir / "checkpoint-2"
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        find_checkpoint(str(tmp_path / "nowhere"), tmp_path)
+    assert find_checkpoint("auto", tmp_path / "no-runs") is None
+
+
+@pytest.mark.parametrize("victim", ["trainer_state.pt", "adapter/adapter_model.safetensors", "state.json"])
+def test_a_corrupt_checkpoint_file_fails_loudly_naming_it(tmp_path, model_dir, victim):
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=2)
+    run_dir = run(config, tmp_path / "cache")
+    path = run_dir / "checkpoint-2" / victim
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    more = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=2)
+    with pytest.raises((CheckpointError, RuntimeError), match=victim.split("/")[-1]):
+        run(more, tmp_path / "cache", resume="auto")
