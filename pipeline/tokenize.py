@@ -13,6 +13,7 @@ second encoding) and rejects the row otherwise.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -160,7 +161,7 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
         prompt_chars.append(len(prompt))
         kept.append(i)
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False) if texts else []
-    pieces, lengths, prompt_lengths, is_val, good = [], [], [], [], []
+    pieces, lengths, prompt_lengths, is_val = [], [], [], []
     head = [task.bos_id] if task.bos_id is not None else []
     for row, text, boundary, encoding in zip(kept, texts, prompt_chars, encodings):
         ids = encoding.ids
@@ -175,9 +176,7 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
         lengths.append(len(head) + len(ids))
         prompt_lengths.append(len(head) + first_answer)
         is_val.append(is_validation(text, task.val_fraction))
-        good.append(row)
-    total = sum(lengths)
-    tokens = np.fromiter((t for p in pieces for t in p), dtype=np.uint32, count=total)
+    tokens = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.uint32, count=sum(lengths))
     bad.sort()
     return EncodedBatch(
         tokens=tokens,
