@@ -190,7 +190,10 @@ def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: s
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:
     """Restore adapter weights, optimizer, scheduler, scaler and RNG states (RNG last)."""
-    load_adapter_weights(model, path / ADAPTER_DIR)
+    try:
+        load_adapter_weights(model, path / ADAPTER_DIR)
+    except (RuntimeError, ValueError) as e:
+        raise CheckpointError(str(e)) from None
     file = path / TRAINER_STATE
     try:
         blob = torch.load(file, map_location="cpu", weights_only=True)

@@ -105,6 +105,7 @@ def train_loop(
             metrics.write({"step": state.step + 1, "skipped": "non-finite loss", "loss": loss_sum.item(),
                            "bad_streak": bad_streak})
         optimizer.zero_grad(set_to_none=True)
+        lr = scheduler.get_last_lr()[0]  # the rate this step used
         scheduler.step()
         state.step += 1
         state.epoch, state.position = batches.epoch, batches.position
@@ -124,7 +125,7 @@ def train_loop(
 
         # log (the only other host syncs: .item() on loss and grad norm, every logging_steps)
         if state.step % train.logging_steps == 0 or state.step == total_steps:
-            record = meter.flush(state.step, state.epoch, scheduler.get_last_lr()[0], grad_norm)
+            record = meter.flush(state.step, state.epoch, lr, grad_norm)
             records.append(record)
             metrics.write(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tok_s']:.0f}")

@@ -26,15 +26,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.config import ExpertConfig
-from pipeline.contract import CONFIG_SNAPSHOT, Manifest, check_shard_sizes, resolve_build, tokenizer_fingerprint
+from pipeline.config import ConfigError, ExpertConfig
+from pipeline.contract import CONFIG_SNAPSHOT, ContractError, Manifest, check_shard_sizes, resolve_build, tokenizer_fingerprint
 from trainer.adapters import attach_adapters, export_merged, save_adapter, trainable_parameters
-from trainer.checkpoint import (RunInfo, TrainState, check_resume, find_checkpoint, load_checkpoint,
-                                read_state)
+from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, find_checkpoint,
+                                load_checkpoint, read_state)
 from trainer.data import BatchStream, BlockDataset, BlockSampler, make_loader
-from trainer.loop import train_loop
+from trainer.loop import NonFiniteLossError, train_loop
 from trainer.metrics import FlopCounter, Meter, MetricsFile, oom_advice, peak_flops, summarize
-from trainer.model import choose_precision, load_base_model, model_source, tokenizer_dir
+from trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
 from trainer.optim import build_optimizer
 from trainer.schedule import build_scheduler, warmup_steps
 
@@ -45,7 +45,11 @@ class TrainError(Exception):
     """The run cannot start; the message says what differs and how to fix it."""
 
 
-def run(config: ExpertConfig, cache_dir: Path, build_id: str | None = None, resume: str | None = None,
+# Errors whose message is the whole story (the CLI prints it without a traceback and exits 2).
+EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, ContractError, ConfigError)
+
+
+def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None, resume: str | None = None,
         allow_build_change: bool = False) -> Path:
     """Train ``config.expert``'s adapter on its CURRENT build (or ``build_id``); returns the run directory.
 
