@@ -138,3 +138,7 @@ def run() -> None:
     except (*EXPECTED, BuildError, SourceError, SourceNotFound, TokenizerError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()

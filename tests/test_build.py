@@ -113,10 +113,12 @@ def test_first_block_literal_content(tmp_path):
 def test_num_proc_does_not_change_the_bytes(project, tmp_path):
     one = run_build(project, **{"build.num_proc": 1})
     saved = shard_bytes(one.path)
+    manifest = (one.path / "manifest.json").read_bytes()
     shutil.rmtree(project["cache"])
     two = run_build(project, **{"build.num_proc": 2})
     assert two.build_id == one.build_id
     assert shard_bytes(two.path) == saved
+    assert (two.path / "manifest.json").read_bytes() == manifest
 
 
 def test_manifest_is_byte_identical_across_rebuilds(project):

@@ -1,0 +1,117 @@
+"""The packtrain CLI on the bundled defaults and on a hub-cache dataset; its error messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def invoke(*args, catch=False):
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=catch)
+    return result
+
+
+def packtrain(*args, cwd=ROOT):
+    """The real entry point in a subprocess: exit codes and stderr as a user sees them."""
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("expert", ["sql", "json", "neo4j", "typescript"])
+def test_every_expert_builds_from_the_bundled_sample(expert, hf_home, tmp_path):
+    cache = tmp_path / "cache"
+    result = invoke("pretokenize", expert, "--cache-dir", cache, "--num-proc", 1)
+    assert result.exit_code == 0, result.output
+    assert f"note: {expert} uses the bundled sample" in result.output
+    assert "built from the BUNDLED SAMPLE" in result.output
+    last = json.loads(result.output.strip().splitlines()[-1])
+    assert last["up_to_date"] is False and (cache / expert / "CURRENT").read_text().strip() == last["build_id"]
+    report = json.loads((cache / expert / last["build_id"] / "report.json").read_text())
+    assert report["used_bundled_sample"] is True
+    assert report["train"]["documents"] + report["val"]["documents"] == 3000
+    assert report["bad_rows"] == 0
+    again = invoke("pretokenize", expert, "--cache-dir", cache, "--num-proc", 1)
+    assert "is up to date: nothing to do" in again.output
+    assert json.loads(again.output.strip().splitlines()[-1])["build_id"] == last["build_id"]
+
+
+def test_inspect_and_verify(hf_home, tmp_path):
+    cache = tmp_path / "cache"
+    assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
+    shown = invoke("inspect", "sql", "--cache-dir", cache, "--blocks", 1)
+    assert shown.exit_code == 0, shown.output
+    assert "═══ block 0:" in shown.output and "### Schema\nCREATE TABLE" in shown.output
+    assert "⟦SELECT" in shown.output and "<|endoftext|>⟧" in shown.output
+    ok = invoke("verify", "sql", "--cache-dir", cache)
+    assert ok.exit_code == 0 and "all checksums match" in ok.output
+
+    build = next(p for p in (cache / "sql").iterdir() if p.is_dir())
+    shard = build / "train-00000.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    bad = packtrain("verify", "sql", "--cache-dir", cache)
+    assert bad.returncode == 2
+    assert f"{shard}: sha256 differs from the manifest (corrupt)" in bad.stderr
+    assert "rebuild with `make pretokenize EXPERT=sql`" in bad.stderr
+
+
+def test_dataset_switch_reads_a_hub_snapshot(hub_cache, tmp_path):
+    cache = tmp_path / "cache"
+    result = invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1,
+                    "--dataset", "b-mc2/sql-create-context", "--set", "pack.val_fraction=0")
+    assert result.exit_code == 0, result.output
+    assert "source: hub dataset b-mc2/sql-create-context@aaaaaaaa [train]" in result.output
+    assert "bundled" not in result.output.split("source:")[1].splitlines()[0]
+    report = json.loads((cache / "sql" / json.loads(result.output.strip().splitlines()[-1])["build_id"]
+                         / "report.json").read_text())
+    assert report["train"]["documents"] == 5 and report["used_bundled_sample"] is False
+    manifest = json.loads((cache / "sql" / report["build_id"] / "manifest.json").read_text())
+    source = manifest["inputs"]["sources"][0]["source"]
+    assert (source["kind"], source["revision"]) == ("hub", "a" * 40)
+
+
+def test_config_prints_the_resolved_config_with_overrides():
+    result = invoke("config", "neo4j", "--set", "pack.block_size=1024", "--set", "train.learning_rate=1e-4")
+    resolved = json.loads(result.output)
+    assert resolved["pack"]["block_size"] == 1024 and resolved["train"]["learning_rate"] == 1e-4
+    assert resolved["format"]["answer"] == "{cypher}"
+    assert resolved["sources"] == [{"name": "bundled", "split": "train", "revision": None, "columns": {},
+                                    "max_rows": None}]
+
+
+def test_errors_say_what_is_wrong_and_how_to_fix_it(hf_home, tmp_path):
+    unknown = packtrain("pretokenize", "cobol", "--cache-dir", tmp_path)
+    assert unknown.returncode == 2
+    assert "no config for expert 'cobol'" in unknown.stderr and "json, neo4j, sql, typescript" in unknown.stderr
+
+    escape = packtrain("pretokenize", "../etc", "--cache-dir", tmp_path)
+    assert escape.returncode == 2 and "invalid expert name '../etc'" in escape.stderr
+
+    missing = packtrain("pretokenize", "sql", "--cache-dir", tmp_path, "--dataset", "nobody/nothing")
+    assert missing.returncode == 2
+    assert str(hf_home / "hub") in missing.stderr and str(hf_home / "datasets") in missing.stderr
+
+    bad_key = packtrain("pretokenize", "sql", "--cache-dir", tmp_path, "--set", "pack.blocksize=8",
+                        "--set", "train.lr=1")
+    assert bad_key.returncode == 2
+    assert "pack.blocksize: unknown key" in bad_key.stderr and "train.lr: unknown key" in bad_key.stderr
+
+    no_build = packtrain("inspect", "sql", "--cache-dir", tmp_path)
+    assert no_build.returncode == 2 and "run `make pretokenize EXPERT=sql` first" in no_build.stderr
+    assert "Traceback" not in unknown.stderr + escape.stderr + missing.stderr + bad_key.stderr + no_build.stderr
+
+
+def test_discover_lists_the_hub_cache(hub_cache):
+    result = invoke("discover")
+    assert result.exit_code == 0, result.output
+    assert "b-mc2/sql-create-context" in result.output and "org/parquet-ds" in result.output
