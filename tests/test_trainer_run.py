@@ -88,12 +88,16 @@ def test_loss_falls_on_a_memorization_set(tmp_path, model_dir):
 def test_qlora_nf4_on_cpu_with_random_init_base(tmp_path):
     model_dir = tiny_model_dir(tmp_path / "model", weights=False)
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
-    config = make_config(model_dir, tmp_path / "runs", max_steps=3, lora={"method": "qlora"},
-                         optim="adamw_bnb_8bit" if torch.cuda.is_available() else "adamw_torch")
+    config = make_config(model_dir, tmp_path / "runs", max_steps=3, lora={"method": "qlora"}, optim="adamw_bnb_8bit",
+                         save_steps=2)
     run_dir = run(config, tmp_path / "cache")
+    # the 8-bit optimizer state round-trips through a weights_only checkpoint
+    longer = make_config(model_dir, tmp_path / "runs", max_steps=4, lora={"method": "qlora"}, optim="adamw_bnb_8bit")
+    assert run(longer, tmp_path / "cache", resume=str(run_dir / "checkpoint-3")) == run_dir
     log = (run_dir / "train.log").read_text()
     assert "RANDOM INIT" in log
     assert "qlora: 14 linear layers quantized to NF4" in log  # 7 per layer; lm_head stays full precision
+    assert [r["step"] for r in train_records(run_dir)] == [1, 2, 3, 4]
     assert all(math.isfinite(r["loss"]) for r in train_records(run_dir))
     assert json.loads((run_dir / "run.json").read_text())["random_init"] is True
     assert (run_dir / "adapter" / "adapter_model.safetensors").is_file()
