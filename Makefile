@@ -17,7 +17,7 @@ TORCH_CPU  ?= torch==2.13.0
 
 BUILD_ARGS := --cache-dir $(CACHE_DIR) --num-proc $(NUM_PROC) \
 	$(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL))
-TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(MODEL),--model $(MODEL)) \
+TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
 .PHONY: install pretokenize train rebuild inspect verify discover test bench-build clean-venv

@@ -88,6 +88,35 @@ def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settin
 
 @main.command()
 @click.argument("expert")
+@expert_options
+@click.option("--build-id", default=None, help="Train on this build (default: the one CURRENT names).")
+@click.option("--resume", default=None, metavar="auto|PATH",
+              help="auto: continue the newest complete checkpoint of EXPERT's runs (a new run if none); "
+                   "PATH: that checkpoint or run directory.")
+@click.option("--allow-build-change", is_flag=True,
+              help="Resume a checkpoint taken on another build of the same tokenizer.")
+@click.option("--max-steps", type=int, default=None, help="Train exactly this many optimizer steps.")
+def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, build_id, resume,
+          allow_build_change, max_steps):
+    """Train EXPERT's LoRA/QLoRA adapter on its packed shards (build first: `make train` does)."""
+    from trainer.train import EXPECTED_ERRORS, run
+
+    if max_steps is not None:
+        settings = (*settings, f"train.max_steps={max_steps}")
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    try:
+        run_dir = run(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change)
+    except EXPECTED_ERRORS as e:
+        raise TrainFailed(str(e)) from None
+    click.echo(json.dumps({"expert": expert, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
+
+
+class TrainFailed(Exception):
+    """The trainer refused or stopped; its message says why and what to do."""
+
+
+@main.command()
+@click.argument("expert")
 @click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
 @click.option("--build-id", default=None, help="A build id (default: CURRENT).")
 @click.option("--split", type=click.Choice(["train", "val"]), default="train", show_default=True)
@@ -135,7 +164,7 @@ def run() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except (*EXPECTED, BuildError, SourceError, SourceNotFound, TokenizerError) as e:
+    except (*EXPECTED, BuildError, SourceError, SourceNotFound, TokenizerError, TrainFailed) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
 

@@ -157,8 +157,10 @@ class TrainConfig:
     """Training knobs, named as in Hugging Face ``TrainingArguments``."""
 
     seed: int = 42
-    max_steps: int = 1000
-    num_train_epochs: int | None = None
+    num_train_epochs: int = 1
+    max_steps: int | None = None
+    """When set, train exactly this many optimizer steps (cycling over epochs as needed), whatever
+    num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
     per_device_train_batch_size: int = 8
     per_device_eval_batch_size: int = 8
     gradient_accumulation_steps: int = 1
@@ -199,7 +201,9 @@ class TrainConfig:
     A100, L4, L40S, RTX 4090), none on CPU (then mfu is null)."""
 
     def validate(self, errors: list[str], where: str) -> None:
-        for name in ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size",
+        if self.max_steps is not None and self.max_steps < 1:
+            errors.append(f"{where}.max_steps: must be >= 1 (or unset: num_train_epochs decides), got {self.max_steps}")
+        for name in ("num_train_epochs", "per_device_train_batch_size", "per_device_eval_batch_size",
                      "gradient_accumulation_steps", "eval_steps", "save_steps", "logging_steps"):
             if getattr(self, name) < 1:
                 errors.append(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
@@ -213,8 +217,6 @@ class TrainConfig:
             errors.append(f"{where}.dataloader_num_workers: must be >= 0")
         if self.save_total_limit < 1:
             errors.append(f"{where}.save_total_limit: must be >= 1 (checkpoints are needed to resume)")
-        if self.num_train_epochs is not None and self.num_train_epochs < 1:
-            errors.append(f"{where}.num_train_epochs: must be >= 1 (or unset: max_steps decides), got {self.num_train_epochs}")
         if self.warmup_steps < 0:
             errors.append(f"{where}.warmup_steps: must be >= 0, got {self.warmup_steps}")
         if self.max_grad_norm <= 0:

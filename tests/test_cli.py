@@ -115,3 +115,41 @@ def test_discover_lists_the_hub_cache(hub_cache):
     result = invoke("discover")
     assert result.exit_code == 0, result.output
     assert "b-mc2/sql-create-context" in result.output and "org/parquet-ds" in result.output
+
+
+def test_train_on_the_bundled_sample_writes_a_loadable_adapter(hf_home, tmp_path):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.contract import BUNDLED_MODEL_DIR
+
+    cache, runs = tmp_path / "cache", tmp_path / "runs"
+    assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
+    result = invoke("train", "sql", "--cache-dir", cache, "--max-steps", 2, "--set", f"train.output_dir={runs}",
+                    "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
+                    "--set", "train.dataloader_num_workers=0")
+    assert result.exit_code == 0, result.output
+    run_dir = Path(json.loads(result.output.strip().splitlines()[-1])["run_dir"])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r and "eval/loss" not in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert {"loss", "lr", "grad_norm", "tok_s", "sup_tok_s", "data_wait", "mem/peak_gib"} <= set(steps[0])
+    base = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(BUNDLED_MODEL_DIR))
+    model = PeftModel.from_pretrained(base, run_dir / "adapter")
+    assert model(torch.tensor([[5, 6, 7]])).logits.shape == (1, 3, 8192)
+
+
+def test_train_refuses_a_build_made_with_another_tokenizer(hf_home, tmp_path):
+    from build_fixtures import make_tokenizer
+
+    cache = tmp_path / "cache"
+    assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
+    other = make_tokenizer(tmp_path / "other-model")
+    (other / "config.json").write_text((ROOT / "pipeline/assets/demo-model/config.json").read_text())
+    refused = packtrain("train", "sql", "--cache-dir", cache, "--model", other, "--max-steps", 1,
+                        "--set", f"train.output_dir={tmp_path / 'runs'}")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "tokenizer.json" in refused.stderr and "make pretokenize EXPERT=sql" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not (tmp_path / "runs" / "sql").exists() or not any((tmp_path / "runs" / "sql").rglob("adapter"))

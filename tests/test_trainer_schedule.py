@@ -35,9 +35,10 @@ def test_scheduler_drives_the_optimizer_lr():
 
 
 def test_total_steps_from_epochs_or_max_steps():
-    assert total_training_steps(TrainConfig(max_steps=100), batches_per_epoch=7) == 100
-    assert total_training_steps(TrainConfig(max_steps=100, num_train_epochs=2, gradient_accumulation_steps=4), 7) == 4
+    assert total_training_steps(TrainConfig(max_steps=100), batches_per_epoch=7) == 100  # max_steps wins
     assert total_training_steps(TrainConfig(max_steps=3, num_train_epochs=2), 7) == 3
+    assert total_training_steps(TrainConfig(num_train_epochs=2, gradient_accumulation_steps=4), 7) == 4
+    assert total_training_steps(TrainConfig(), batches_per_epoch=7) == 7  # default: one epoch
 
 
 def test_flops_count_4n_plus_lora_plus_attention():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -46,7 +47,10 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, peft_config, autocast_adapter_dtype=True)
+    with warnings.catch_warnings():
+        # peft 0.21 still reads transformers' deprecated `is_gradient_checkpointing` alias
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, peft_config, autocast_adapter_dtype=True)
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:

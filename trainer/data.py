@@ -20,6 +20,8 @@ views of the record batches (zero-copy, no token is read until it is used).
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -32,6 +34,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from pipeline.contract import ContractError, Manifest
 
 IGNORE_INDEX = -100
+
+log = logging.getLogger("packtrain.train")
 
 
 @dataclass
@@ -177,6 +181,10 @@ def make_loader(dataset: BlockDataset, sampler: Sampler | None, batch_size: int,
     ``sampler`` None reads in order (validation). ``num_workers`` overrides the configured count.
     """
     workers = train_config.dataloader_num_workers if num_workers is None else num_workers
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if workers > cpus:
+        log.info("dataloader_num_workers %d > %d CPUs on this machine: using %d workers", workers, cpus, cpus)
+        workers = cpus
     return DataLoader(
         dataset,
         batch_size=batch_size,

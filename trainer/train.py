@@ -207,11 +207,10 @@ def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
 
 
 def total_training_steps(train, batches_per_epoch: int) -> int:
-    """max_steps, or fewer when num_train_epochs passes over the data end first."""
-    if train.num_train_epochs is None:
+    """``max_steps`` when set (as in HF TrainingArguments), else ``num_train_epochs`` passes."""
+    if train.max_steps is not None:
         return train.max_steps
-    by_epochs = math.ceil(train.num_train_epochs * batches_per_epoch / train.gradient_accumulation_steps)
-    return min(train.max_steps, by_epochs)
+    return math.ceil(train.num_train_epochs * batches_per_epoch / train.gradient_accumulation_steps)
 
 
 def new_run_dir(expert_runs: Path, run_name: str | None, build_id: str) -> Path:
