@@ -20,7 +20,7 @@ BUILD_ARGS := --cache-dir $(CACHE_DIR) --num-proc $(NUM_PROC) \
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize train rebuild inspect verify discover test bench-build clean-venv
+.PHONY: install pretokenize train rebuild status inspect verify discover test bench-build clean-venv
 
 install: $(VENV)/.installed
 
@@ -40,6 +40,13 @@ train: pretokenize
 
 inspect: install
 	$(BIN)/packtrain inspect $(EXPERT) --cache-dir $(CACHE_DIR)
+
+# The scheduled job: rebuild every expert whose inputs changed (exit 0 ok, 1 failed, 3 locked).
+rebuild: install
+	$(BIN)/packtrain rebuild --all --cache-dir $(CACHE_DIR) --num-proc $(NUM_PROC)
+
+status: install
+	$(BIN)/packtrain status --cache-dir $(CACHE_DIR)
 
 verify: install
 	$(BIN)/packtrain verify $(EXPERT) --cache-dir $(CACHE_DIR)

@@ -1,13 +1,15 @@
 """The build: sources -> format -> tokenize -> pack -> shards, published atomically.
 
     cache/<expert>/.lock                 one builder at a time per expert
-    cache/<expert>/.tmp-<id>-<pid>/      everything is written here first ...
+    cache/<expert>/.sources/<key>/       each source's tokens, reused while that source is unchanged
+    cache/<expert>/.tmp-<id>-<pid>/      every build is written here first ...
     cache/<expert>/<build-id>/           ... and renamed into place only when complete
     cache/<expert>/CURRENT               then pointed at it (write a temp file, rename)
 
 The build id is a hash of every input that can change the output (source contents, tokenizer
 files, format, packing settings, format version), never of paths, times or ``num_proc``. When
-the build with that id already exists, nothing is tokenized.
+the build with that id already exists, nothing is tokenized; when only some sources changed,
+only those are tokenized again before everything is re-packed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import shutil
 import signal
 import time
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,12 +45,14 @@ from pipeline.contract import (
     expert_dir,
     fsync_dir,
     read_current,
+    resolve_build,
     sha256_json,
     token_dtype,
     write_current,
 )
 from pipeline.discover import ResolvedSource, resolve_source, resolve_tokenizer_dir
 from pipeline.format import RowFormatter
+from pipeline.hashcache import STAT_CACHE, StatCache
 from pipeline.pack import assemble_block, pack_bfd, pack_wrap, plan_pieces
 from pipeline.shards import ShardWriter
 from pipeline.sources import iter_batches
@@ -72,23 +77,36 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def plan_inputs(config: ExpertConfig) -> tuple[list[ResolvedSource], TokenizerInfo, dict]:
-    """Resolve every input and return the dict the build id hashes."""
+SOURCES = ".sources"
+SOURCE_STATS = "stats.json"
+SPLITS = ("train", "val")
+
+
+def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource], TokenizerInfo, dict]:
+    """Resolve every input and return the dict the build id hashes (``sha256``: a cached hasher)."""
     sources = [resolve_source(spec, expert=config.expert) for spec in config.sources]
     tokenizer = load_tokenizer_info(resolve_tokenizer_dir(config.model))
-    pack = dataclasses.asdict(config.pack)
     inputs = {
         "format_version": FORMAT_VERSION,
         "sources": [
-            {"source": source.fingerprint(), "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows}
+            {"source": source.fingerprint(sha256) if sha256 else source.fingerprint(),
+             "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows}
             for spec, source in zip(config.sources, sources)
         ],
         "tokenizer": tokenizer.manifest_entry(config.model.tokenizer or config.model.name),
         "format": dataclasses.asdict(config.format),
-        "pack": pack,
+        "pack": dataclasses.asdict(config.pack),
         "on_bad_rows": config.build.on_bad_rows,
     }
     return sources, tokenizer, inputs
+
+
+def plan(config: ExpertConfig, cache_dir: str | os.PathLike) -> tuple[list[ResolvedSource], TokenizerInfo, dict, str]:
+    """Inputs and build id, hashing only the files whose stat changed since the last time."""
+    cache = StatCache(expert_dir(cache_dir, config.expert) / STAT_CACHE)
+    sources, tokenizer, inputs = plan_inputs(config, cache.sha256)
+    cache.save()
+    return sources, tokenizer, inputs, build_id_of(inputs)
 
 
 def build_id_of(inputs: dict) -> str:
@@ -97,12 +115,21 @@ def build_id_of(inputs: dict) -> str:
     return sha256_json(hashed)[:16]
 
 
+def source_key(inputs: dict, index: int) -> str:
+    """Identity of one source's tokenized documents: what tokenizing that source depends on."""
+    tokenizer = {k: v for k, v in inputs["tokenizer"].items() if k != "source"}
+    return sha256_json({
+        "format_version": inputs["format_version"], "source": inputs["sources"][index], "tokenizer": tokenizer,
+        "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
+        "on_bad_rows": inputs["on_bad_rows"],
+    })[:16]
+
+
 def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progress: bool = True) -> BuildResult:
     """Build ``config.expert`` into ``cache_dir`` unless an identical build exists."""
-    sources, tokenizer, inputs = plan_inputs(config)
-    build_id = build_id_of(inputs)
     root = expert_dir(cache_dir, config.expert)
     root.mkdir(parents=True, exist_ok=True)
+    sources, tokenizer, inputs, build_id = plan(config, cache_dir)
     for spec, source in zip(config.sources, sources):
         log(f"source: {source.describe()}")
         if source.kind == BUNDLED:
@@ -122,10 +149,11 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
                 write_current(cache_dir, config.expert, build_id)
             log(f"build {build_id} is up to date: nothing to do ({final})")
             return BuildResult(build_id, final, True, None)
+        previous = previous_manifest(cache_dir, config.expert)
         tmp = root / f"{TMP_PREFIX}{build_id}-{os.getpid()}"
         tmp.mkdir()
         try:
-            report = write_build(config, sources, tokenizer, inputs, build_id, tmp, log, progress)
+            report = write_build(config, sources, tokenizer, inputs, build_id, root, tmp, previous, log, progress)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # a failed build leaves nothing behind
             raise
@@ -138,39 +166,44 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
     return BuildResult(build_id, final, False, report)
 
 
+def previous_manifest(cache_dir, expert: str) -> dict | None:
+    try:
+        return Manifest.load(resolve_build(cache_dir, expert)).raw
+    except ContractError:
+        return None
+
+
 def remove_leftovers(root: Path, log) -> None:
-    """Temporary directories of builds that died (we hold the lock, so none is alive)."""
-    for path in sorted(root.glob(f"{TMP_PREFIX}*")):
+    """Temporary files and directories of builds that died (we hold the lock, so none is alive)."""
+    for path in sorted([*root.glob(f"{TMP_PREFIX}*"), *(root / SOURCES).glob(f"{TMP_PREFIX}*")]):
         log(f"removing leftover {path.name} of an interrupted build")
         shutil.rmtree(path) if path.is_dir() else path.unlink()
+        crash_point("mid_cleanup")
 
 
-@dataclass
-class Spill:
-    """One split's documents, tokens on disk, lengths in memory."""
-
-    path: Path
-    lengths: list[np.ndarray]
-    prompt_lengths: list[np.ndarray]
-
-
-def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_id: str, tmp: Path, log,
-                progress: bool) -> dict:
+def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_id: str, root: Path, tmp: Path,
+                previous: dict | None, log, progress: bool) -> dict:
     started = time.perf_counter()
     dtype = token_dtype(tokenizer.vocab_size)
-    spill_dir = tmp / ".spill"
-    spill_dir.mkdir()
-    spills = {split: Spill(spill_dir / f"{split}.tokens", [], []) for split in ("train", "val")}
-    source_stats = tokenize_sources(config, sources, tokenizer, spills, dtype, progress)
+    source_dirs = [root / SOURCES / source_key(inputs, i) for i in range(len(sources))]
+    todo = [i for i, d in enumerate(source_dirs) if not (d / SOURCE_STATS).is_file()]
+    for i, d in enumerate(source_dirs):
+        if i not in todo:
+            log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
+    if todo:
+        tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
+    source_stats = [json.loads((d / SOURCE_STATS).read_text()) for d in source_dirs]
+    for i, stats in enumerate(source_stats):
+        stats["reused"] = i not in todo
 
     outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {}}
-    for split, spill in spills.items():
-        shards, totals = pack_split(config, spill, split, dtype, tokenizer.pad_id, tmp)
+    for split in SPLITS:
+        shards, totals = pack_split(config, [SourceSpill(d, split, dtype) for d in source_dirs], split, dtype,
+                                    tokenizer.pad_id, tmp)
         outputs["shards"][split] = shards
         outputs["totals"][split] = totals
-    shutil.rmtree(spill_dir)
     crash_point("after_shards")
     if outputs["totals"]["train"]["blocks"] == 0:
         raise BuildError(f"the build of {config.expert!r} has no training blocks: every row was bad or empty "
@@ -182,19 +215,26 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     crash_point("after_manifest")
     write_json(tmp / CONFIG_SNAPSHOT, config.to_dict())
     seconds = time.perf_counter() - started
-    report = reporting.make_report(config, build_id, sources, source_stats, outputs, seconds, tokenize_seconds)
+    report = reporting.make_report(config, build_id, sources, source_stats, outputs, seconds,
+                                   tokenize_seconds if todo else None, manifest, previous)
     write_json(tmp / REPORT, report)
     fsync_dir(tmp)
     log(reporting.summary(report))
     return report
 
 
-def tokenize_sources(config, sources, tokenizer: TokenizerInfo, spills: dict[str, Spill], dtype, progress) -> list[dict]:
-    stats = [{"rows": 0, "documents": 0, "bad_rows": 0, "first_bad_rows": []} for _ in sources]
+def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
+                     progress) -> None:
+    """Tokenize the sources in ``todo`` with one pool; each lands in ``.sources/<key>/`` atomically."""
+    stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": []} for i in todo}
+    tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
+    lengths = {(i, split): [] for i in todo for split in SPLITS}
+    prompts = {(i, split): [] for i in todo for split in SPLITS}
     headers: deque = deque()  # (source index, file, start) of each batch in flight
 
     def tasks():
-        for i, (spec, source) in enumerate(zip(config.sources, sources)):
+        for i in todo:
+            spec, source = config.sources[i], sources[i]
             formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
                                      tokenizer.bos_token, tokenizer.eos_token)
             task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
@@ -203,7 +243,9 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, spills: dict[str
                 headers.append((i, batch.file, batch.start))
                 yield task, batch.columns
 
-    files = {split: open(spill.path, "wb") for split, spill in spills.items()}
+    for tmp in tmps.values():
+        tmp.mkdir(parents=True)
+    files = {(i, split): open(tmps[i] / f"{split}.tokens", "wb") for i in todo for split in SPLITS}
     bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
     tokens_seen = 0
     try:
@@ -212,6 +254,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, spills: dict[str
             rows = len(encoded.lengths) + len(encoded.bad_rows)
             stats[i]["rows"] += rows
             stats[i]["documents"] += len(encoded.lengths)
+            stats[i]["tokens"] += len(encoded.tokens)
             for row, reason in encoded.bad_rows:
                 row_id = f"{config.sources[i].name}:{file}#{start + row}"
                 if config.build.on_bad_rows == "error":
@@ -221,34 +264,59 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, spills: dict[str
                     stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason})
             val_tokens = np.repeat(encoded.is_val, encoded.lengths)
             for split, selected, docs in (("train", ~val_tokens, ~encoded.is_val), ("val", val_tokens, encoded.is_val)):
-                encoded.tokens[selected].astype(dtype, copy=False).tofile(files[split])
-                spills[split].lengths.append(encoded.lengths[docs])
-                spills[split].prompt_lengths.append(encoded.prompt_lengths[docs])
+                encoded.tokens[selected].astype(dtype, copy=False).tofile(files[i, split])
+                lengths[i, split].append(encoded.lengths[docs])
+                prompts[i, split].append(encoded.prompt_lengths[docs])
             tokens_seen += len(encoded.tokens)
             bar.update(rows)
             bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s", refresh=False)
             crash_point("mid_tokenize")
+        for (i, split), f in files.items():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            np.save(tmps[i] / f"{split}.lengths.npy", concat(lengths[i, split]))
+            np.save(tmps[i] / f"{split}.prompts.npy", concat(prompts[i, split]))
+        for i in todo:
+            write_json(tmps[i] / SOURCE_STATS, stats[i])  # last: its presence marks a complete source
+            fsync_dir(tmps[i])
+            if source_dirs[i].exists():  # an incomplete one (no stats.json): replace it
+                shutil.rmtree(source_dirs[i])
+            os.rename(tmps[i], source_dirs[i])
+        fsync_dir(source_dirs[todo[0]].parent)
     finally:
         bar.close()
         for f in files.values():
             f.close()
-    return stats
+        for tmp in tmps.values():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
-def pack_split(config, spill: Spill, split: str, dtype, pad_id: int, tmp: Path) -> tuple[list[dict], dict]:
+def concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+
+
+class SourceSpill:
+    """One source's documents of one split: tokens memory-mapped, lengths in memory."""
+
+    def __init__(self, directory: Path, split: str, dtype):
+        self.lengths = np.load(directory / f"{split}.lengths.npy")
+        self.prompt_lengths = np.load(directory / f"{split}.prompts.npy")
+        path = directory / f"{split}.tokens"
+        self.tokens = np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+
+
+def pack_split(config, spills: list[SourceSpill], split: str, dtype, pad_id: int, tmp: Path) -> tuple[list[dict], dict]:
     block_size = config.pack.block_size
-    lengths = np.concatenate(spill.lengths) if spill.lengths else np.zeros(0, np.int64)
-    prompt_lengths = np.concatenate(spill.prompt_lengths) if spill.prompt_lengths else np.zeros(0, np.int64)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    tokens = np.memmap(spill.path, dtype=dtype, mode="r") if offsets[-1] else np.zeros(0, dtype)
+    lengths = concat([s.lengths for s in spills])
+    prompt_lengths = concat([s.prompt_lengths for s in spills])
     if config.pack.strategy == "bfd":
         pieces, counts = plan_pieces(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.overlong)
         blocks = pack_bfd(pieces, block_size)
     else:
         blocks = pack_wrap(lengths.tolist(), block_size)
         counts = None
-    documents = DocumentView(tokens, offsets)
+    documents = DocumentView(spills)
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
     real = supervised = 0
     for block in blocks:
@@ -263,13 +331,23 @@ def pack_split(config, spill: Spill, split: str, dtype, pad_id: int, tmp: Path) 
 
 
 class DocumentView:
-    """``view[doc]``: one document's tokens, sliced from the memory-mapped spill file."""
+    """``view[doc]``: one document's tokens (documents numbered across sources, in source order),
+    sliced from its source's memory-mapped token file."""
 
-    def __init__(self, tokens: np.ndarray, offsets: np.ndarray):
-        self.tokens, self.offsets = tokens, offsets
+    def __init__(self, spills: list[SourceSpill]):
+        self.spills = spills
+        self.first_doc = np.cumsum([0] + [len(s.lengths) for s in spills])[:-1].tolist()
+        self.offsets = []
+        for s in spills:
+            offsets = np.zeros(len(s.lengths) + 1, dtype=np.int64)
+            np.cumsum(s.lengths, out=offsets[1:])
+            self.offsets.append(offsets)
 
     def __getitem__(self, doc: int) -> np.ndarray:
-        return self.tokens[self.offsets[doc] : self.offsets[doc + 1]]
+        source = bisect_right(self.first_doc, doc) - 1
+        local = doc - self.first_doc[source]
+        offsets = self.offsets[source]
+        return self.spills[source].tokens[offsets[local] : offsets[local + 1]]
 
 
 def write_json(path: Path, obj) -> None:

@@ -150,6 +150,49 @@ def verify(expert, cache_dir, build_id):
     click.echo(f"build {manifest.build_id} of {expert}: {shards} shards, all checksums match")
 
 
+@main.command()
+@click.argument("experts", nargs=-1)
+@click.option("--all", "all_experts", is_flag=True, help="Every expert with a configs/<expert>.yaml.")
+@click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False))
+@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@click.option("--keep", default=3, show_default=True, help="Builds to keep per expert (plus CURRENT and any a "
+              "checkpoint was taken on).")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="When another rebuild runs: wait for it, or exit at once with code 3.")
+@click.option("--num-proc", type=int, default=None, help="Tokenizer processes (default: the config's).")
+def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
+    """Rebuild the experts whose inputs changed (scheduled job); one JSON line per expert.
+
+    Exit code 0: all up to date or rebuilt; 1: some expert failed; 3: another rebuild is running.
+    """
+    from pipeline.rebuild import all_experts as list_experts
+    from pipeline.rebuild import rebuild as run_rebuild
+
+    if all_experts == bool(experts):
+        raise click.UsageError("name the experts to rebuild, or pass --all (not both)")
+    if keep < 1:
+        raise click.BadParameter("must be >= 1 (CURRENT is always kept)", param_hint="--keep")
+    names = list_experts(configs_dir) if all_experts else list(experts)
+    overrides = apply_cli_overrides(num_proc=num_proc)
+    code = run_rebuild(names, configs_dir, cache_dir, keep, wait, overrides, emit=click.echo,
+                       log=lambda line: click.echo(line, err=True))
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("experts", nargs=-1)
+@click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False))
+@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per expert instead of a table.")
+def status(experts, configs_dir, cache_dir, as_json):
+    """Each expert's current build, age, whether its inputs changed since, tokens and last run."""
+    from pipeline.rebuild import all_experts as list_experts
+    from pipeline.status import expert_status, format_status
+
+    rows = [expert_status(e, configs_dir, cache_dir) for e in (experts or list_experts(configs_dir))]
+    click.echo("\n".join(json.dumps(r) for r in rows) if as_json else format_status(rows))
+
+
 def run() -> None:
     """Entry point: expected errors print one clear message and exit 2, without a traceback."""
     from pipeline.build import BuildError

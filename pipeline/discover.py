@@ -23,6 +23,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 import json  # noqa: E402
 import re  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -67,9 +68,10 @@ class ResolvedSource:
         line = f"{KIND_LABELS[self.kind]} {self.name}{rev} [{self.split}] ({n} file{'s' * (n != 1)}, {size})"
         return f"{line}; {self.note}" if self.note else line
 
-    def fingerprint(self) -> dict:
-        """Content identity of the source: relative paths, sizes and sha256 of every file, no absolute path."""
-        files = [{"path": p.relative_to(self.root).as_posix(), "size": p.stat().st_size, "sha256": sha256_file(p)}
+    def fingerprint(self, sha256: Callable[[Path], str] = sha256_file) -> dict:
+        """Content identity of the source: relative paths, sizes and sha256 of every file, no absolute
+        path. ``sha256`` may be a cached hasher (pipeline.hashcache.StatCache.sha256)."""
+        files = [{"path": p.relative_to(self.root).as_posix(), "size": p.stat().st_size, "sha256": sha256(p)}
                  for p in self.files]
         body = {"kind": self.kind, "name": self.name, "split": self.split, "revision": self.revision, "files": files}
         return {**body, "hash": sha256_json(body)}

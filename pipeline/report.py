@@ -54,25 +54,49 @@ def suggested_max_seq_length(p99: int, block_size: int) -> int:
 
 
 def make_report(config, build_id: str, sources, source_stats: list[dict], outputs: dict, seconds: float,
-                tokenize_seconds: float) -> dict:
+                tokenize_seconds: float | None, manifest: dict, previous: dict | None) -> dict:
     totals = outputs["totals"]
-    tokens = totals["train"]["document_tokens"] + totals["val"]["document_tokens"]
-    bad = sum(s["bad_rows"] for s in source_stats)
+    tokenized = sum(s["tokens"] for s in source_stats if not s["reused"])
     return {
         "build_id": build_id,
         "expert": config.expert,
         "seconds": round(seconds, 3),
-        "tokenize_seconds": round(tokenize_seconds, 3),
-        "tokens_per_second": round(tokens / tokenize_seconds) if tokenize_seconds else None,
+        "tokenize_seconds": round(tokenize_seconds, 3) if tokenize_seconds is not None else None,
+        "tokens_per_second": round(tokenized / tokenize_seconds) if tokenize_seconds else None,
         "num_proc": config.build.num_proc,
         "used_bundled_sample": any(source.kind == "bundled" for source in sources),
         "sources": [{"name": source.name, "kind": source.kind, "describe": source.describe(), **stats}
                     for source, stats in zip(sources, source_stats)],
-        "bad_rows": bad,
+        "bad_rows": sum(s["bad_rows"] for s in source_stats),
         "train": totals["train"],
         "val": totals["val"],
         "suggested_max_seq_length": suggested_max_seq_length(totals["train"]["p99_document_tokens"],
                                                              config.pack.block_size),
+        "previous": diff_builds(previous, manifest),
+    }
+
+
+def diff_builds(previous: dict | None, manifest: dict) -> dict | None:
+    """What changed since the build CURRENT named before this one."""
+    if previous is None:
+        return None
+    def source_hashes(m: dict) -> dict[str, str]:
+        return {s["source"]["name"]: s["source"]["hash"] for s in m["inputs"]["sources"]}
+
+    old, new = source_hashes(previous), source_hashes(manifest)
+    changed_inputs = sorted(key for key in ("tokenizer", "format", "pack", "on_bad_rows", "format_version")
+                            if previous["inputs"].get(key) != manifest["inputs"].get(key))
+    delta = {}
+    for split in ("train", "val"):
+        before, after = previous["outputs"]["totals"][split], manifest["outputs"]["totals"][split]
+        delta[split] = {key: after[key] - before[key] for key in ("documents", "tokens", "supervised_tokens", "blocks")}
+    return {
+        "build_id": previous["build_id"],
+        "sources_added": sorted(set(new) - set(old)),
+        "sources_removed": sorted(set(old) - set(new)),
+        "sources_changed": sorted(name for name in set(old) & set(new) if old[name] != new[name]),
+        "inputs_changed": changed_inputs,
+        "delta": delta,
     }
 
 
@@ -81,7 +105,8 @@ def summary(report: dict) -> str:
     train, val = report["train"], report["val"]
     lines = [
         f"build {report['build_id']} of {report['expert']}: {report['seconds']:.1f} s, "
-        f"{(report['tokens_per_second'] or 0) / 1e6:.2f}M tokens/s tokenizing with num_proc={report['num_proc']}",
+        + (f"{report['tokens_per_second'] / 1e6:.2f}M tokens/s tokenizing with num_proc={report['num_proc']}"
+           if report["tokens_per_second"] else "every source reused, nothing tokenized"),
         f"  train: {train['documents']:,} documents, {train['tokens']:,} tokens "
         f"({train['supervised_tokens']:,} supervised) in {train['blocks']:,} blocks, "
         f"packing efficiency {train['packing_efficiency']:.1%}",
@@ -97,6 +122,12 @@ def summary(report: dict) -> str:
     lines.append(f"  document lengths: {train['length_histogram']}")
     lines.append(f"  99% of documents have <= {train['p99_document_tokens']} tokens: "
                  f"suggested max_seq_length {report['suggested_max_seq_length']}")
+    if report["previous"]:
+        prev = report["previous"]
+        what = [f"{k} {', '.join(prev[k])}" for k in ("sources_added", "sources_removed", "sources_changed",
+                                                     "inputs_changed") if prev[k]]
+        lines.append(f"  since build {prev['build_id']}: {'; '.join(what) or 'no input changed'}; "
+                     f"train tokens {prev['delta']['train']['tokens']:+,}, documents {prev['delta']['train']['documents']:+,}")
     if report["used_bundled_sample"]:
         lines.append("  built from the BUNDLED SAMPLE (demo data), not a real dataset")
     return "\n".join(lines)

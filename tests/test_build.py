@@ -160,7 +160,7 @@ def test_touching_mtime_or_moving_the_project_keeps_the_build_id(project, tmp_pa
 
 @pytest.mark.parametrize("point", ["mid_tokenize", "after_shards", "after_manifest", "before_rename", "after_rename"])
 def test_kill_9_leaves_current_valid(project, point):
-    old = run_build(project, **{"pack.block_size": 64})
+    old = run_build(project, **{"pack.val_fraction": 0.2})  # different tokens: the rerun must tokenize
     script = (
         "import sys; sys.path.insert(0, %r)\n"
         "from pipeline.config import load_config\nfrom pipeline.build import build\n"

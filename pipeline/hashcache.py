@@ -1,0 +1,56 @@
+"""A stat cache for content hashes: a file is re-hashed only when its stat changed.
+
+Deciding whether an expert's inputs changed must be cheap enough to run from cron every few
+minutes, so the sha256 of each source file is remembered under its stat key
+``(size, mtime_ns, ctime_ns, inode)``. A file whose key is unchanged is taken to be unchanged;
+any write (or ``touch``) changes ``ctime``, so the file is hashed again, and the build id still
+depends only on the content.
+
+One JSON file per expert (``cache/<expert>/.stat-cache.json``), replaced atomically; it is only a
+cache: a missing or unreadable one is rebuilt by hashing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pipeline.contract import sha256_file
+
+STAT_CACHE = ".stat-cache.json"
+
+
+class StatCache:
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.entries: dict[str, list] = {}
+        self.hashed: list[str] = []  # files whose content was read this time
+        self._dirty = False
+        if path is not None and path.is_file():
+            try:
+                self.entries = json.loads(path.read_text())
+            except (OSError, ValueError):
+                self.entries = {}  # a cache, not a record: start over
+
+    def sha256(self, file: Path) -> str:
+        st = os.stat(file)
+        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        name = str(Path(file).resolve())
+        entry = self.entries.get(name)
+        if entry is not None and entry[:4] == key:
+            return entry[4]
+        digest = sha256_file(file)
+        self.entries[name] = [*key, digest]
+        self.hashed.append(name)
+        self._dirty = True
+        return digest
+
+    def save(self) -> None:
+        if self.path is None or not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".tmp-stat-cache-{os.getpid()}.json")  # cleaned like any leftover
+        tmp.write_text(json.dumps(self.entries, sort_keys=True))
+        os.replace(tmp, self.path)
+        self._dirty = False

@@ -1,0 +1,146 @@
+"""``packtrain rebuild``: the scheduled job. Rebuild every expert whose inputs changed, nothing else.
+
+For each expert: hash its inputs through the stat cache (only files whose stat changed are read),
+compare the build id with CURRENT, and build only when it differs; within a build, only the
+sources that changed are tokenized again. One JSON line per expert::
+
+    {"expert": "sql", "action": "up-to-date"|"rebuilt"|"failed", "old_build": ..., "new_build": ...,
+     "seconds": 1.2, "token_delta": 1234, "pruned": [...], "error": "..."}
+
+Exit code: 0 when every expert is up to date or rebuilt, 1 when any failed, 3 when another
+rebuild holds the lock and ``--no-wait`` was given. A failed expert leaves its CURRENT as it was.
+
+Retention: after each expert, keep its ``keep`` newest builds plus CURRENT plus every build that a
+checkpoint under its runs directory was taken on (a run must always be able to resume), and the
+per-source token caches those builds use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from pipeline.build import SOURCES, build, plan, source_key
+from pipeline.config import ExpertConfig, load_config
+from pipeline.contract import BUILD_ID, MANIFEST, Manifest, expert_dir, read_current
+
+REBUILD_LOCK = ".rebuild.lock"
+EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
+
+
+def all_experts(configs_dir: str | Path) -> list[str]:
+    return sorted(p.stem for p in Path(configs_dir).glob("*.yaml") if p.stem != "defaults")
+
+
+def checkpoint_builds(runs_dir: Path) -> set[str]:
+    """Build ids that some checkpoint (``<run>/checkpoint-*/state.json``) under ``runs_dir`` was taken on."""
+    ids = set()
+    for state in runs_dir.glob("*/checkpoint-*/state.json"):
+        try:
+            ids.add(json.loads(state.read_text())["build_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an unreadable checkpoint protects nothing; resume reports it
+    return ids
+
+
+def prune_builds(cache_dir: str | Path, expert: str, keep: int, runs_dir: Path) -> list[str]:
+    """Delete old builds of ``expert`` beyond ``keep``; never CURRENT, never one a checkpoint uses."""
+    root = expert_dir(cache_dir, expert)
+    builds = [p for p in root.iterdir() if p.is_dir() and BUILD_ID.match(p.name) and (p / MANIFEST).is_file()]
+    builds.sort(key=lambda p: ((p / MANIFEST).stat().st_mtime_ns, p.name), reverse=True)
+    protected = {read_current(cache_dir, expert)} | checkpoint_builds(runs_dir)
+    kept = [p for i, p in enumerate(builds) if i < keep or p.name in protected]
+    removed = []
+    for path in builds:
+        if path not in kept:
+            shutil.rmtree(path)
+            removed.append(path.name)
+    used_sources = set()
+    for path in kept:
+        inputs = Manifest.load(path).raw["inputs"]
+        used_sources.update(source_key(inputs, i) for i in range(len(inputs["sources"])))
+    for cached in sorted((root / SOURCES).glob("*")):
+        if cached.is_dir() and not cached.name.startswith(".") and cached.name not in used_sources:
+            shutil.rmtree(cached)
+    return removed
+
+
+@dataclass
+class Outcome:
+    expert: str
+    action: str
+    old_build: str | None = None
+    new_build: str | None = None
+    seconds: float = 0.0
+    token_delta: int | None = None
+    pruned: list[str] | None = None
+    error: str | None = None
+
+    def line(self) -> str:
+        return json.dumps({k: v for k, v in self.__dict__.items() if v is not None or k in ("old_build", "new_build")})
+
+
+def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log) -> Outcome:
+    started = time.perf_counter()
+    old = read_current(cache_dir, config.expert)
+    outcome = Outcome(config.expert, "failed", old_build=old)
+    try:
+        _, _, _, build_id = plan(config, cache_dir)  # cheap: only changed files are hashed
+        if build_id == old:
+            outcome.action, outcome.new_build = "up-to-date", old
+        else:
+            result = build(config, cache_dir, log=log, progress=False)
+            outcome.action, outcome.new_build = "rebuilt", result.build_id
+            outcome.token_delta = token_delta(cache_dir, config.expert, old, result.build_id)
+        outcome.pruned = prune_builds(cache_dir, config.expert, keep, Path(config.train.output_dir) / config.expert)
+    except Exception as e:  # one expert's failure must not stop the others; it is reported
+        outcome.error = f"{type(e).__name__}: {e}"
+    outcome.seconds = round(time.perf_counter() - started, 3)
+    return outcome
+
+
+def token_delta(cache_dir, expert: str, old: str | None, new: str) -> int:
+    def tokens(build_id: str | None) -> int:
+        if build_id is None:
+            return 0
+        totals = Manifest.load(expert_dir(cache_dir, expert) / build_id).raw["outputs"]["totals"]
+        return totals["train"]["tokens"] + totals["val"]["tokens"]
+
+    try:
+        return tokens(new) - tokens(old)
+    except Exception:  # the old build may have been removed by hand
+        return tokens(new)
+
+
+def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, keep: int, wait: bool,
+            overrides: dict | None, emit, log) -> int:
+    """Rebuild ``experts``; ``emit`` gets one JSON line each. Returns the exit code."""
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(Path(cache_dir) / REBUILD_LOCK), timeout=-1 if wait else 0)
+    try:
+        lock.acquire()
+    except Timeout:
+        emit(json.dumps({"action": "skipped", "reason": f"another rebuild holds {lock.lock_file}",
+                         "pid": os.getpid()}))
+        return EXIT_LOCKED
+    try:
+        code = EXIT_OK
+        for expert in experts:
+            try:
+                config = load_config(expert, configs_dir, overrides)
+            except Exception as e:
+                outcome = Outcome(expert, "failed", error=f"{type(e).__name__}: {e}")
+            else:
+                outcome = rebuild_expert(config, cache_dir, keep, log)
+            emit(outcome.line())
+            if outcome.action == "failed":
+                code = EXIT_FAILED
+        return code
+    finally:
+        lock.release()

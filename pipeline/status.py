@@ -1,0 +1,63 @@
+"""``packtrain status``: each expert's current build, its age, whether its inputs changed since,
+its tokens, and the last run trained on it. Reads files only (no torch, no tokenization)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from pipeline.build import plan
+from pipeline.config import load_config
+from pipeline.contract import MANIFEST, ContractError, Manifest, expert_dir, read_current
+
+
+def last_run(runs_dir: Path, build_id: str) -> str | None:
+    """The newest run directory whose run.json names ``build_id``."""
+    runs = []
+    for info in runs_dir.glob("*/run.json"):
+        try:
+            if json.loads(info.read_text()).get("build_id") == build_id:
+                runs.append((info.stat().st_mtime_ns, info.parent.name))
+        except (OSError, ValueError):
+            continue
+    return max(runs)[1] if runs else None
+
+
+def expert_status(expert: str, configs_dir, cache_dir, overrides: dict | None = None) -> dict:
+    status: dict = {"expert": expert}
+    try:
+        config = load_config(expert, configs_dir, overrides)
+        current = read_current(cache_dir, expert)
+        status["build"] = current
+        if current is not None:
+            path = expert_dir(cache_dir, expert) / current
+            manifest = Manifest.load(path)
+            totals = manifest.raw["outputs"]["totals"]
+            status["age_hours"] = round((time.time() - (path / MANIFEST).stat().st_mtime) / 3600, 2)
+            status["train_tokens"] = totals["train"]["tokens"]
+            status["val_tokens"] = totals["val"]["tokens"]
+            status["last_run"] = last_run(Path(config.train.output_dir) / expert, current)
+        try:
+            wanted = plan(config, cache_dir)[3]
+            status["inputs_changed"] = wanted != current
+        except Exception as e:  # a source gone missing is news, not a crash
+            status["inputs_changed"] = None
+            status["error"] = f"{type(e).__name__}: {e}"
+    except ContractError as e:
+        status["error"] = str(e)
+    return status
+
+
+def format_status(rows: list[dict]) -> str:
+    header = f"{'expert':<12} {'build':<17} {'age':>8} {'changed':>8} {'train tokens':>13}  last run"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        changed = {True: "yes", False: "no", None: "?"}[r.get("inputs_changed")]
+        age = f"{r['age_hours']:.1f}h" if "age_hours" in r else "-"
+        tokens = f"{r['train_tokens']:,}" if "train_tokens" in r else "-"
+        lines.append(f"{r['expert']:<12} {r.get('build') or '(none)':<17} {age:>8} {changed:>8} {tokens:>13}  "
+                     f"{r.get('last_run') or '-'}")
+        if r.get("error"):
+            lines.append(f"{'':<12} error: {r['error']}")
+    return "\n".join(lines)
