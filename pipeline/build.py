@@ -353,6 +353,7 @@ class DocumentView:
 def write_json(path: Path, obj) -> None:
     with open(path, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
+        crash_point(f"mid_{path.stem}")  # PACKTRAIN_CRASH_AT=mid_manifest: killed with part of manifest.json written
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
