@@ -78,3 +78,28 @@ def make_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fractio
     (configs / "sql.yaml").write_text(SQL_CONFIG.format(data=data, model=model, block_size=block_size,
                                                         val_fraction=val_fraction))
     return {"data": data, "model": model, "configs": configs, "cache": tmp / "cache"}
+
+
+def make_relative_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fraction: float = 0.1) -> dict:
+    """Like make_project, but configs/sql.yaml names its source and tokenizer by paths relative to
+    ``tmp`` (``data/sql.jsonl``, ``model``): build from ``tmp`` as the working directory, and the
+    directory can be moved or copied without changing any input."""
+    project = make_project(tmp, n_rows, block_size, val_fraction)
+    (project["configs"] / "sql.yaml").write_text(SQL_CONFIG.format(
+        data="data/sql.jsonl", model="model", block_size=block_size, val_fraction=val_fraction))
+    return project
+
+
+def split_source(project: dict, n_files: int) -> Path:
+    """Spread the project's jsonl over ``data/parts/part-NNN.jsonl`` (``n_files`` files, same rows in the
+    same order) and point configs/sql.yaml at that directory; returns it. Each file is one entry of the
+    source fingerprint, so many files make a large manifest."""
+    lines = project["data"].read_text().splitlines(keepends=True)
+    parts = project["data"].parent / "parts"
+    parts.mkdir()
+    per_file = -(-len(lines) // n_files)
+    for i in range(n_files):
+        (parts / f"part-{i:03d}.jsonl").write_text("".join(lines[i * per_file:(i + 1) * per_file]))
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace(f"name: {project['data']}", f"name: {parts}"))
+    return parts

@@ -7,6 +7,8 @@
     state.json             step, data position (epoch, index in the permutation), build id,
                            tokenizer hash, token counters
     config.json            the resolved packtrain config
+    checksums.json         the sha256 of every other file but state.json, checked before a resume
+                           (a flipped byte in a weight would otherwise load silently)
 
 A checkpoint is written into ``.tmp-checkpoint-<step>-<pid>/`` and renamed into place when
 complete, so a crash never leaves a directory named ``checkpoint-*`` that is half written.
@@ -22,13 +24,14 @@ import os
 import random
 import re
 import shutil
+import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pipeline.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir
+from pipeline.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
 from trainer.adapters import load_adapter_weights, save_adapter
 
 log = logging.getLogger("packtrain.train")
@@ -36,6 +39,7 @@ log = logging.getLogger("packtrain.train")
 PREFIX = "checkpoint-"
 TRAINER_STATE = "trainer_state.pt"
 STATE_JSON = "state.json"
+CHECKSUMS = "checksums.json"
 ADAPTER_DIR = "adapter"
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 
@@ -97,6 +101,12 @@ def set_rng_state(state: dict) -> None:
 # Save
 
 
+def crash_point(name: str) -> None:
+    """Test hook, as in pipeline.build: ``PACKTRAIN_CRASH_AT=<name>`` kills the process here with SIGKILL."""
+    if os.environ.get("PACKTRAIN_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler, scaler) -> Path:
     final = run.run_dir / f"{PREFIX}{state.step}"
     tmp = run.run_dir / f"{TMP_PREFIX}{PREFIX}{state.step}-{os.getpid()}"
@@ -110,7 +120,10 @@ def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler
         "rng": rng_state(),
     }, tmp / TRAINER_STATE)
     (tmp / CONFIG_SNAPSHOT).write_text(json.dumps(run.config, indent=2, sort_keys=True) + "\n")
+    sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=2, sort_keys=True) + "\n")
     (tmp / STATE_JSON).write_text(json.dumps(asdict(state), indent=2) + "\n")  # written last
+    crash_point("checkpoint_save")
     if final.exists():  # a previous attempt of this very step (resumed run): replace it
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -173,6 +186,24 @@ def read_state(path: Path) -> TrainState:
     except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"checkpoint file {file} is corrupt ({e}); resume from another checkpoint "
                               "with --resume PATH or start a new run") from None
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Every file of the checkpoint against its sha256 in checksums.json; the error names each bad file."""
+    file = path / CHECKSUMS
+    try:
+        sums = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        sums = f"{type(e).__name__}: {e}"
+    if not isinstance(sums, dict) or not sums:
+        raise CheckpointError(f"checkpoint file {file} is missing or corrupt ({sums}); resume from another "
+                              "checkpoint with --resume PATH or start a new run")
+    bad = [f"{path / name} ({'missing' if not (path / name).is_file() else 'sha256 differs'})"
+           for name, digest in sorted(sums.items())
+           if not (path / name).is_file() or sha256_file(path / name) != digest]
+    if bad:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {', '.join(bad)} do not match {CHECKSUMS}; resume "
+                              "from another checkpoint with --resume PATH or start a new run")
 
 
 def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: str, allow_build_change: bool) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import resource
 import time
 from dataclasses import dataclass
@@ -181,10 +182,13 @@ class MetricsFile:
     def __init__(self, path: Path, truncate_after_step: int | None = None):
         self.path = path
         if truncate_after_step is not None and path.exists():
-            # resuming: drop lines of steps after the checkpoint (they are about to be redone)
+            # resuming: drop lines of steps after the checkpoint (they are about to be redone) and a
+            # line torn by a crash; replaced atomically, so a crash now loses nothing either
             kept = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= truncate_after_step]
-            path.write_text("".join(line + "\n" for line in kept))
+                    if _step_of(line) is not None and _step_of(line) <= truncate_after_step]
+            tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, path)
         self.file = open(path, "a")
 
     def write(self, record: dict) -> None:
@@ -193,6 +197,14 @@ class MetricsFile:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _step_of(line: str) -> int | None:
+    """The step of one metrics line; None for a blank or torn (unparseable) line."""
+    try:
+        return json.loads(line).get("step", 0)
+    except ValueError:
+        return None
 
 
 def summarize(records: list[dict], evals: list[dict], extra: dict) -> dict:

@@ -2,9 +2,9 @@
 
 Order of business (every check before anything expensive):
 
-1. the build: CURRENT (or ``build_id``), its manifest, the shard sizes;
+1. the build: CURRENT (or ``build_id``), its manifest, every shard's sha256 against it;
 2. the model's tokenizer fingerprint against the build's (refused when they differ);
-3. the checkpoint to resume, if any (refused when taken on another build or tokenizer);
+3. the checkpoint to resume, if any (refused when taken on another build or tokenizer, or corrupt);
 4. model + adapters, data, optimizer, schedule; restore the checkpoint;
 5. :func:`trainer.loop.train_loop`; then the final adapter, optional merged model, summary.
 
@@ -27,10 +27,11 @@ import numpy as np
 import torch
 
 from pipeline.config import ConfigError, ExpertConfig
-from pipeline.contract import CONFIG_SNAPSHOT, ContractError, Manifest, check_shard_sizes, resolve_build, tokenizer_fingerprint
+from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve_build, tokenizer_fingerprint,
+                               verify_checksums)
 from trainer.adapters import attach_adapters, export_merged, save_adapter, trainable_parameters
 from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, find_checkpoint,
-                                load_checkpoint, read_state)
+                                load_checkpoint, read_state, verify_checkpoint)
 from trainer.data import BatchStream, BlockDataset, BlockSampler, make_loader
 from trainer.loop import NonFiniteLossError, train_loop
 from trainer.metrics import FlopCounter, Meter, MetricsFile, oom_advice, peak_flops, summarize
@@ -60,7 +61,7 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
     train = config.train
     build_dir = resolve_build(cache_dir, config.expert, build_id)
     manifest = Manifest.load(build_dir)
-    check_shard_sizes(build_dir, manifest)
+    verify_shards(build_dir, manifest)
     if manifest.expert != config.expert:
         raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
     source = model_source(config.model)
@@ -81,6 +82,7 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
     if checkpoint is not None:
         saved = read_state(checkpoint)
         check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change)
+        verify_checkpoint(checkpoint)
         state = saved
         if saved.build_id != manifest.build_id:
             log.warning("resuming on build %s (checkpoint taken on %s): data restarts at the start of epoch %d",
@@ -181,6 +183,23 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     _write_json(run_dir / "summary.json", summary)
     log.info("done: %s", json.dumps(summary))
     return run_dir
+
+
+def verify_shards(build_dir: Path, manifest: Manifest) -> None:
+    """Refuse a build whose shards are missing or differ from their sha256 in the manifest (a flipped
+    byte keeps the size, so sizes alone would train on corrupt tokens), naming every bad file."""
+    started = time.perf_counter()
+    problems = verify_checksums(build_dir, manifest)
+    seconds = time.perf_counter() - started
+    if problems:
+        raise TrainError(
+            f"build {manifest.build_id} of expert {manifest.expert!r} is corrupt, refusing to train on it:\n  "
+            + "\n  ".join(problems)
+            + f"\nDelete {build_dir} and rebuild it with `make pretokenize EXPERT={manifest.expert}`; "
+            f"`packtrain verify {manifest.expert}` checks a build")
+    shards = manifest.train + manifest.val
+    log.info("build %s: %d shards (%.1f MiB) match the manifest's sha256 (checked in %.2f s)", manifest.build_id,
+             len(shards), sum(s.bytes for s in shards) / 2**20, seconds)
 
 
 def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
