@@ -191,6 +191,9 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
         if i not in todo:
             log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
     if todo:
+        exact, why = tokenizer.line_split
+        log(f"line cache: {'on' if exact and config.build.line_cache else 'off'} "
+            f"({why if config.build.line_cache else 'build.line_cache is false'})")
         tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
@@ -238,7 +241,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
                                      tokenizer.bos_token, tokenizer.eos_token)
             task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
-                              tokenizer.bos_id if tokenizer.add_bos else None, config.pack.val_fraction)
+                              tokenizer.bos_id if tokenizer.add_bos else None, config.pack.val_fraction,
+                              line_cache=config.build.line_cache and tokenizer.line_split[0])
             for batch in iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows):
                 headers.append((i, batch.file, batch.start))
                 yield task, batch.columns

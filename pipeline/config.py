@@ -109,6 +109,9 @@ class BuildConfig:
     batch_rows: int = 1000
     """Rows per tokenization task; fixed, so the output does not depend on num_proc."""
     on_bad_rows: Literal["skip", "error"] = "skip"
+    line_cache: bool = True
+    """Tokenize each distinct line once (schemas repeat across rows). Used only with tokenizers for
+    which it provably gives the same tokens (pipeline/segments.py), so it is not part of the build id."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if self.num_proc < 1:

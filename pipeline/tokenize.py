@@ -26,8 +26,10 @@ import numpy as np
 
 from pipeline.contract import tokenizer_fingerprint
 from pipeline.format import BadRow, RowFormatter
+from pipeline.segments import LineCache, line_split_is_exact
 
 TOKENIZER_CACHE: dict[str, object] = {}
+LINE_CACHES: dict[str, LineCache] = {}
 
 
 class TokenizerError(ValueError):
@@ -49,6 +51,8 @@ class TokenizerInfo:
     add_bos: bool
     chat_template: str | None
     fingerprint: dict
+    line_split: tuple[bool, str]
+    """Whether repeated lines can be memoized exactly (pipeline.segments), and why."""
 
     def manifest_entry(self, source: str) -> dict:
         return {
@@ -107,6 +111,7 @@ def load_tokenizer_info(directory: str | os.PathLike) -> TokenizerInfo:
         add_bos=bool(config.get("add_bos_token", False)) and bos_id is not None,
         chat_template=template,
         fingerprint=tokenizer_fingerprint(directory),
+        line_split=line_split_is_exact(json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))),
     )
 
 
@@ -119,6 +124,8 @@ class EncodeTask:
     eos_id: int
     bos_id: int | None
     val_fraction: float
+    line_cache: bool = False
+    """Memoize repeated lines (only set when TokenizerInfo.line_split says it is exact)."""
 
 
 @dataclass
@@ -160,16 +167,25 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
         texts.append(full)
         prompt_chars.append(len(prompt))
         kept.append(i)
-    encodings = tokenizer.encode_batch(texts, add_special_tokens=False) if texts else []
+    memoized = [None] * len(texts)
+    if task.line_cache:
+        lines = LINE_CACHES.setdefault(task.tokenizer_file, LineCache(tokenizer))
+        memoized = lines.encode([t[:b] for t, b in zip(texts, prompt_chars)], [t[b:] for t, b in zip(texts, prompt_chars)])
+    whole = [k for k, m in enumerate(memoized) if m is None]
+    encodings = dict(zip(whole, tokenizer.encode_batch([texts[k] for k in whole], add_special_tokens=False)))
     pieces, lengths, prompt_lengths, is_val = [], [], [], []
     head = [task.bos_id] if task.bos_id is not None else []
-    for row, text, boundary, encoding in zip(kept, texts, prompt_chars, encodings):
-        ids = encoding.ids
-        first_answer = encoding.char_to_token(boundary) if boundary < len(text) else None
-        if first_answer is None or encoding.token_to_chars(first_answer)[0] != boundary:
-            bad.append((row, "the prompt does not end on a token boundary of prompt + answer, so its "
-                             "tokens are not a prefix; end format.prompt with a newline"))
-            continue
+    for k, (row, text, boundary) in enumerate(zip(kept, texts, prompt_chars)):
+        if memoized[k] is not None:
+            ids, first_answer = memoized[k]
+        else:
+            encoding = encodings[k]
+            ids = encoding.ids
+            first_answer = encoding.char_to_token(boundary) if boundary < len(text) else None
+            if first_answer is None or encoding.token_to_chars(first_answer)[0] != boundary:
+                bad.append((row, "the prompt does not end on a token boundary of prompt + answer, so its "
+                                 "tokens are not a prefix; end format.prompt with a newline"))
+                continue
         if not ids or ids[-1] != task.eos_id:
             ids = ids + [task.eos_id]
         pieces.append(head + ids)
