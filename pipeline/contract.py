@@ -77,7 +77,7 @@ class ContractError(Exception):
 
 def check_expert_name(name: str) -> str:
     """Expert names become directory names under configs/ and cache/: no path can escape them."""
-    if not EXPERT_NAME.match(name or ""):
+    if not EXPERT_NAME.fullmatch(name or ""):
         raise ContractError(
             f"invalid expert name {name!r}: use lowercase letters, digits, '-' and '_' "
             "(for example 'sql' or 'neo4j'), starting with a letter or digit"
