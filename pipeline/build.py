@@ -51,7 +51,7 @@ from pipeline.contract import (
     write_current,
 )
 from pipeline.discover import ResolvedSource, resolve_source, resolve_tokenizer_dir
-from pipeline.format import RowFormatter
+from pipeline.format import RowFormatter, compile_chat_template
 from pipeline.hashcache import STAT_CACHE, StatCache
 from pipeline.pack import assemble_block, pack_bfd, pack_wrap, plan_pieces
 from pipeline.shards import ShardWriter
@@ -77,6 +77,9 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# Bump when the build's logic changes its output for the same inputs (it is part of the build id,
+# so old builds are never reused by a pipeline that would write them differently).
+PIPELINE_VERSION = 2
 SOURCES = ".sources"
 SOURCE_STATS = "stats.json"
 SPLITS = ("train", "val")
@@ -88,6 +91,7 @@ def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource]
     tokenizer = load_tokenizer_info(resolve_tokenizer_dir(config.model))
     inputs = {
         "format_version": FORMAT_VERSION,
+        "pipeline_version": PIPELINE_VERSION,
         "sources": [
             {"source": source.fingerprint(sha256) if sha256 else source.fingerprint(),
              "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows}
@@ -119,7 +123,8 @@ def source_key(inputs: dict, index: int) -> str:
     """Identity of one source's tokenized documents: what tokenizing that source depends on."""
     tokenizer = {k: v for k, v in inputs["tokenizer"].items() if k != "source"}
     return sha256_json({
-        "format_version": inputs["format_version"], "source": inputs["sources"][index], "tokenizer": tokenizer,
+        "format_version": inputs["format_version"], "pipeline_version": inputs["pipeline_version"],
+        "source": inputs["sources"][index], "tokenizer": tokenizer,
         "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
         "on_bad_rows": inputs["on_bad_rows"],
     })[:16]
@@ -186,10 +191,13 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     started = time.perf_counter()
     dtype = token_dtype(tokenizer.vocab_size)
     source_dirs = [root / SOURCES / source_key(inputs, i) for i in range(len(sources))]
-    todo = [i for i, d in enumerate(source_dirs) if not (d / SOURCE_STATS).is_file()]
+    # a source listed twice (to upsample it) is tokenized once and packed twice
+    todo = [i for i, d in enumerate(source_dirs) if not (d / SOURCE_STATS).is_file() and d not in source_dirs[:i]]
     for i, d in enumerate(source_dirs):
         if i not in todo:
             log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
+    if config.format.style == "chat":
+        check_chat_template(tokenizer)
     if todo:
         exact, why = tokenizer.line_split
         log(f"line cache: {'on' if exact and config.build.line_cache else 'off'} "
@@ -209,8 +217,11 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
         outputs["totals"][split] = totals
     crash_point("after_shards")
     if outputs["totals"]["train"]["blocks"] == 0:
-        raise BuildError(f"the build of {config.expert!r} has no training blocks: every row was bad or empty "
-                         "(see the skipped rows above); check the sources and format templates")
+        bad = [row for stats in source_stats for row in stats["first_bad_rows"]][:3]
+        why = "; ".join(f"{row['row']}: {row['reason']}" for row in bad) or "the sources have no rows"
+        raise BuildError(f"the build of {config.expert!r} has no training blocks: "
+                         f"{sum(s['bad_rows'] for s in source_stats)} of {sum(s['rows'] for s in source_stats)} "
+                         f"rows were bad ({why}); check the sources and the format templates")
 
     manifest = {"format_version": FORMAT_VERSION, "build_id": build_id, "expert": config.expert,
                 "inputs": inputs, "outputs": outputs}
@@ -224,6 +235,19 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     fsync_dir(tmp)
     log(reporting.summary(report))
     return report
+
+
+def check_chat_template(tokenizer: TokenizerInfo) -> None:
+    """format.style chat needs a chat template that compiles; say so before tokenizing anything."""
+    import jinja2
+
+    if not tokenizer.chat_template:
+        raise BuildError(f"format.style is chat but {tokenizer.directory} has no chat_template "
+                         "(tokenizer_config.json or chat_template.jinja); use format.style: template")
+    try:
+        compile_chat_template(tokenizer.chat_template)
+    except jinja2.TemplateError as e:
+        raise BuildError(f"the chat template of {tokenizer.directory} does not compile: {e}") from None
 
 
 def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
@@ -241,7 +265,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
                                      tokenizer.bos_token, tokenizer.eos_token)
             task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
-                              tokenizer.bos_id if tokenizer.add_bos else None, config.pack.val_fraction,
+                              tokenizer.prefix_ids if config.format.style == "template" else (),
+                              config.pack.val_fraction,
                               line_cache=config.build.line_cache and tokenizer.line_split[0])
             for batch in iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows):
                 headers.append((i, batch.file, batch.start))

@@ -73,7 +73,9 @@ class ResolvedSource:
         path. ``sha256`` may be a cached hasher (pipeline.hashcache.StatCache.sha256)."""
         files = [{"path": p.relative_to(self.root).as_posix(), "size": p.stat().st_size, "sha256": sha256(p)}
                  for p in self.files]
-        body = {"kind": self.kind, "name": self.name, "split": self.split, "revision": self.revision, "files": files}
+        # a local source is identified by its content, not by how its path was spelled
+        name = Path(self.name).name if self.kind in ("local", "save_to_disk") else self.name
+        body = {"kind": self.kind, "name": name, "split": self.split, "revision": self.revision, "files": files}
         return {**body, "hash": sha256_json(body)}
 
 

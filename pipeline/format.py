@@ -76,7 +76,12 @@ def render_chat(
 ) -> tuple[str, str]:
     if not template:
         raise BadRow("format.style is chat but the tokenizer has no chat_template; use style: template")
-    compiled = compile_chat_template(template)
+    import jinja2
+
+    try:
+        compiled = compile_chat_template(template)
+    except jinja2.TemplateError as e:
+        raise BadRow(f"the chat template does not compile: {e}") from None
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
     head = compiled.render(messages=messages, add_generation_prompt=True, **extra)
@@ -84,6 +89,8 @@ def render_chat(
                            add_generation_prompt=False, **extra)
     if not full.startswith(head):
         raise BadRow("the chat template does not render the prompt as a prefix of prompt + answer")
+    if eos_token and full.rstrip().endswith(eos_token):
+        full = full.rstrip()  # the turn ends with EOS (Qwen-Instruct's <|im_end|>): train to stop there
     return head, full
 
 

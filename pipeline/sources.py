@@ -167,12 +167,13 @@ def _jsonl(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
 
 
 def _json_native(t: pa.DataType) -> bool:
+    """Types pyarrow reads exactly as ``json.loads`` does. Not structs (Arrow takes the union of
+    keys across rows, fills missing ones with null and reorders them) and not floats (a column
+    mixing 3 and 4.5 becomes 3.0 and 4.5): those columns are read line by line."""
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return _json_native(t.value_type)
-    if pa.types.is_struct(t):
-        return all(_json_native(t.field(i).type) for i in range(t.num_fields))
     return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_int64(t)
-            or pa.types.is_float64(t) or pa.types.is_boolean(t) or pa.types.is_null(t))
+            or pa.types.is_boolean(t) or pa.types.is_null(t))
 
 
 def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) -> Iterator[Columns]:

@@ -48,7 +48,9 @@ class TokenizerInfo:
     pad_token: str
     bos_id: int | None
     bos_token: str | None
-    add_bos: bool
+    prefix_ids: tuple[int, ...]
+    """What the tokenizer puts before a text when it adds special tokens (its post-processor, e.g.
+    Llama's BOS; or ``add_bos_token`` in tokenizer_config.json); empty for Qwen and GPT-2."""
     chat_template: str | None
     fingerprint: dict
     line_split: tuple[bool, str]
@@ -63,7 +65,7 @@ class TokenizerInfo:
             "eos_id": self.eos_id,
             "pad_id": self.pad_id,
             "bos_id": self.bos_id,
-            "add_bos": self.add_bos,
+            "prefix_ids": list(self.prefix_ids),
         }
 
 
@@ -99,6 +101,12 @@ def load_tokenizer_info(directory: str | os.PathLike) -> TokenizerInfo:
         )
     pad_token, pad_id = special("pad_token")
     bos_token, bos_id = special("bos_token")
+    plain = tokenizer.encode("x", add_special_tokens=False).ids
+    wrapped = tokenizer.encode("x", add_special_tokens=True).ids
+    at = next((i for i in range(len(wrapped) - len(plain) + 1) if wrapped[i : i + len(plain)] == plain), 0)
+    prefix = tuple(wrapped[:at])
+    if not prefix and config.get("add_bos_token") and bos_id is not None:
+        prefix = (bos_id,)
     return TokenizerInfo(
         directory=directory,
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
@@ -108,7 +116,7 @@ def load_tokenizer_info(directory: str | os.PathLike) -> TokenizerInfo:
         pad_token=pad_token if pad_token is not None else eos_token,
         bos_id=bos_id,
         bos_token=bos_token,
-        add_bos=bool(config.get("add_bos_token", False)) and bos_id is not None,
+        prefix_ids=prefix,
         chat_template=template,
         fingerprint=tokenizer_fingerprint(directory),
         line_split=line_split_is_exact(json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))),
@@ -122,7 +130,9 @@ class EncodeTask:
     tokenizer_file: str
     formatter: RowFormatter
     eos_id: int
-    bos_id: int | None
+    head: tuple[int, ...]
+    """Special tokens before every document: the tokenizer's prefix in template style, none in chat
+    style (the chat template renders its own BOS, as ``apply_chat_template`` does)."""
     val_fraction: float
     line_cache: bool = False
     """Memoize repeated lines (only set when TokenizerInfo.line_split says it is exact)."""
@@ -174,7 +184,7 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     whole = [k for k, m in enumerate(memoized) if m is None]
     encodings = dict(zip(whole, tokenizer.encode_batch([texts[k] for k in whole], add_special_tokens=False)))
     pieces, lengths, prompt_lengths, is_val = [], [], [], []
-    head = [task.bos_id] if task.bos_id is not None else []
+    head = list(task.head)
     for k, (row, text, boundary) in enumerate(zip(kept, texts, prompt_chars)):
         if memoized[k] is not None:
             ids, first_answer = memoized[k]

@@ -242,7 +242,71 @@ def test_chat_style_masks_the_rendered_prompt(project):
 def test_a_build_with_no_usable_rows_fails_and_keeps_current(project):
     good = run_build(project)
     write_jsonl(project["data"], [{"question": "q", "context": "c", "answer": None}])
-    with pytest.raises(BuildError, match="no training blocks"):
+    with pytest.raises(BuildError, match=r"no training blocks: 1 of 1 rows were bad \(.*sql.jsonl:sql.jsonl#0: field 'answer' is null\)"):
         run_build(project)
     assert read_current(project["cache"], "sql") == good.build_id
     assert not list((project["cache"] / "sql").glob(".tmp-*"))
+
+
+def with_bos_post_processor(model_dir: Path) -> None:
+    """Make the fixture tokenizer Llama-like: its post-processor puts <s> (the BOS) first."""
+    from tokenizers import processors
+
+    make_tokenizer(model_dir, extra_special=["<s>"])
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    tok.save(str(model_dir / "tokenizer.json"))
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config.update(bos_token="<s>",
+                  chat_template="{{ bos_token }}" + config["chat_template"])  # Llama-2 style: the template renders BOS
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def first_doc(result) -> list[int]:
+    ids, _, doc_lens = block_arrays(open_shard(result.path / "train-00000.arrow"))
+    return ids[0, : doc_lens[0].as_py()[0]].tolist()
+
+
+def test_bos_from_the_post_processor_once_in_both_styles(project):
+    with_bos_post_processor(project["model"])
+    bos = Tokenizer.from_file(str(project["model"] / "tokenizer.json")).token_to_id("<s>")
+    template = first_doc(run_build(project))
+    assert template[0] == bos and template[1] != bos  # as AutoTokenizer would encode it
+    chat = first_doc(run_build(project, **{"format.style": "chat"}))
+    assert chat[0] == bos and chat[1] != bos  # the template's own BOS, not a second one
+
+
+def test_chat_turn_ending_with_eos_gets_no_second_eos(project):
+    config = json.loads((project["model"] / "tokenizer_config.json").read_text())
+    (project["model"] / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|im_end|>"}))
+    tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
+    doc = first_doc(run_build(project, **{"format.style": "chat"}))
+    assert doc[-1] == tokenizer.token_to_id("<|im_end|>") and doc[-2] != doc[-1]
+
+
+def test_chat_style_without_a_usable_template_fails_before_tokenizing(project):
+    config = json.loads((project["model"] / "tokenizer_config.json").read_text())
+    (project["model"] / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "{% if %}"}))
+    with pytest.raises(BuildError, match="chat template of .* does not compile"):
+        run_build(project, **{"format.style": "chat"})
+    del config["chat_template"]
+    (project["model"] / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(BuildError, match="has no chat_template"):
+        run_build(project, **{"format.style": "chat"})
+
+
+def test_a_source_listed_twice_is_upsampled(project):
+    once = json.loads((run_build(project).path / "report.json").read_text())
+    twice = run_build(project, sources=[{"name": str(project["data"])}, {"name": str(project["data"])}])
+    report = json.loads((twice.path / "report.json").read_text())
+    docs = lambda r: r["train"]["documents"] + r["val"]["documents"]
+    assert docs(report) == 2 * docs(once) == 120
+    assert [s["reused"] for s in report["sources"]] == [True, True]  # tokenized by the first build
+
+
+def test_the_spelling_of_a_local_path_does_not_change_the_build_id(project, monkeypatch):
+    monkeypatch.chdir(project["data"].parent)
+    ids = {run_build(project, sources=[{"name": spelling}]).build_id
+           for spelling in (str(project["data"]), "sql.jsonl", "./sql.jsonl", "../data/sql.jsonl")}
+    assert len(ids) == 1

@@ -157,3 +157,19 @@ def test_no_network_during_resolve_and_read(hub_cache, prepared_dataset, saved_d
         source.fingerprint()
         assert read_all(source, [column])
     assert resolve_model_dir("org/tiny-model") == hub_cache.model.resolve()
+
+
+@pytest.mark.parametrize("answers", [
+    [{"name": "x", "age": 3}, {"age": 4.5, "city": "Paris"}],  # pyarrow: a struct with every key, nulls filled
+    [3, 4.5],  # pyarrow: float64, so 3 would read as 3.0
+])
+def test_jsonl_objects_and_mixed_numbers_read_exactly_as_json_loads(tmp_path, answers):
+    from pipeline.discover import ResolvedSource
+    from pipeline.sources import iter_batches
+
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"q": str(i), "answer": a}) + "\n" for i, a in enumerate(answers)))
+    source = ResolvedSource("d", "local", "train", None, tmp_path, (path,))
+    (batch,) = iter_batches(source, ["q", "answer"], batch_rows=10)
+    assert batch.columns["answer"] == answers
+    assert [json.dumps(a) for a in batch.columns["answer"]] == [json.dumps(a) for a in answers]
