@@ -118,3 +118,37 @@ def test_repeated_non_finite_losses_stop_without_saving(tmp_path, model_dir, mon
     assert not list(run_dir.glob(".tmp-*")) and not (run_dir / "adapter").exists()
     assert all(torch.isfinite(t).all() for t in adapter_tensors(run_dir / "checkpoint-2").values())
     assert "NonFiniteLossError" in (run_dir / "train.log").read_text()
+
+
+def test_fp16_grad_scaler_survives_a_skipped_step(tmp_path, model_dir, monkeypatch):
+    """With a GradScaler (fp16), a skipped step must still close the scaler's step, or the next
+    unscale_ raises 'unscale_() has already been called'."""
+    import trainer.train
+    from trainer.model import Precision
+
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    poison_losses(monkeypatch, {2})
+    monkeypatch.setattr(trainer.train, "choose_precision",
+                        lambda train, device: Precision(torch.float32, None, True, "test: fp32 with a GradScaler"))
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=4), tmp_path / "cache")
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if r.get("skipped")] == [2]
+    assert sorted(train_losses(run_dir)) == [1, 3, 4]
+
+
+def test_a_non_finite_gradient_with_a_finite_loss_is_skipped(tmp_path, model_dir, monkeypatch):
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    calls = {"n": 0}
+    real = torch.nn.utils.clip_grad_norm_
+
+    def clip(params, max_norm):
+        calls["n"] += 1
+        norm = real(params, max_norm)
+        return norm * float("inf") if calls["n"] == 2 else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=3, save_steps=1, save_total_limit=10),
+                  tmp_path / "cache")
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["skipped"]) for r in lines if r.get("skipped")] == [(2, "non-finite gradient norm")]
+    assert all(torch.isfinite(t).all() for t in adapter_tensors(run_dir).values())

@@ -145,3 +145,19 @@ def test_model_from_the_hub_cache_offline(tmp_path, model_dir, monkeypatch):
         model_source(ModelConfig(name="org/absent"))
     with pytest.raises(ModelError, match="does not exist"):
         model_source(ModelConfig(name=str(tmp_path / "no" / "such" / "dir")))
+
+
+def test_a_hub_model_without_refs_resolves_for_training_as_for_the_build(hf_home):
+    """Downloaded by commit (no refs/main): the build finds it, so the trainer must too."""
+    from conftest import write_hub_repo
+    from pipeline.config import ModelConfig
+    from pipeline.contract import BUNDLED_MODEL_DIR
+    from pipeline.discover import resolve_tokenizer_dir
+    from trainer.model import model_source
+
+    files = {name: (BUNDLED_MODEL_DIR / name).read_bytes() for name in ("config.json", "tokenizer.json", "tokenizer_config.json")}
+    snapshot = write_hub_repo(hf_home / "hub", "model", "org/tiny", "0123456789" * 4, files, refs=())
+    config = ModelConfig(name="org/tiny")
+    assert resolve_tokenizer_dir(config) == snapshot
+    assert model_source(config).directory == snapshot
+    assert model_source(ModelConfig(name="org/tiny", revision="01234567")).directory == snapshot

@@ -5,8 +5,8 @@ One optimizer step =
      is known on the CPU before any forward, so no host sync is needed to normalise);
   2. forward + backward every micro-batch, the loss being the SUM of token losses divided by the
      number of supervised tokens in the whole window (bs1 x ga8 == bs8 x ga1);
-  3. unscale (fp16), clip, and check the loss is finite (the one host sync of a step);
-     a non-finite loss skips the optimizer step; ``max_bad_steps`` in a row stop the run;
+  3. unscale (fp16), clip, and check the loss and gradient norm are finite (the one host sync of
+     a step); a non-finite one skips the optimizer step; ``max_bad_steps`` in a row stop the run;
   4. optimizer + scheduler step; then, when due: log, evaluate, checkpoint.
 """
 
@@ -85,11 +85,14 @@ def train_loop(
             loss_sum += micro_loss.detach()
             del logits, micro_loss, scaled
 
-        # 3. clip, then the step's one host sync: is the loss finite?
+        # 3. clip, then the step's one host sync: are the loss and the gradients finite?
+        #    (with fp16, overflowing gradients are the GradScaler's business: it skips the update
+        #    and lowers the scale; that is not a bad step)
         if scaler is not None:
             scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
-        finite = bool(torch.isfinite(loss_sum))
+        loss_ok, grads_ok = torch.isfinite(loss_sum), torch.isfinite(grad_norm)
+        finite = bool(loss_ok & (grads_ok | (scaler is not None)))
         if finite:
             # 4. update (the scaler skips the step itself when fp16 gradients overflowed)
             if scaler is not None:
@@ -99,10 +102,13 @@ def train_loop(
                 optimizer.step()
             bad_streak = 0
         else:
+            if scaler is not None:
+                scaler.update()  # unscale_ ran: the scaler must close this step before the next one
             bad_streak += 1
-            log.warning("step %d: non-finite loss (%s); optimizer step skipped (%d in a row, max_bad_steps %d)",
-                        state.step + 1, loss_sum.item(), bad_streak, train.max_bad_steps)
-            metrics.write({"step": state.step + 1, "skipped": "non-finite loss", "loss": loss_sum.item(),
+            what = "loss" if not bool(loss_ok) else "gradient norm"
+            log.warning("step %d: non-finite %s (loss %s); optimizer step skipped (%d in a row, max_bad_steps %d)",
+                        state.step + 1, what, loss_sum.item(), bad_streak, train.max_bad_steps)
+            metrics.write({"step": state.step + 1, "skipped": f"non-finite {what}", "loss": loss_sum.item(),
                            "bad_streak": bad_streak})
         optimizer.zero_grad(set_to_none=True)
         lr = scheduler.get_last_lr()[0]  # the rate this step used

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from pipeline.config import BUNDLED, ModelConfig, TrainConfig
-from pipeline.contract import BUNDLED_MODEL_DIR
+from pipeline.config import ModelConfig, TrainConfig
 
 log = logging.getLogger("packtrain.train")
 
@@ -45,42 +43,15 @@ class ModelSource:
     has_weights: bool
 
 
-def hub_cache_dir() -> Path:
-    """The hub cache as huggingface_hub resolves it, read at call time (HF_HUB_CACHE, HF_HOME)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
 def resolve_dir(name: str, revision: str | None, what: str = "model") -> Path:
-    """A local directory for ``bundled``, a directory path, or an HF id in the local hub cache."""
-    if name == BUNDLED:
-        if not (BUNDLED_MODEL_DIR / "config.json").is_file():
-            raise ModelError(f"the bundled demo model is missing ({BUNDLED_MODEL_DIR}/config.json): "
-                             "reinstall packtrain or set model.name to a local directory or HF model id")
-        return BUNDLED_MODEL_DIR
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return path.resolve()
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:  # not an HF id (org/name)
-        raise ModelError(f"{what} directory {name} does not exist; set model.name to an existing directory, "
-                         "an HF model id in the local cache, or 'bundled'")
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    """``bundled``, a local directory, or an HF id in the local hub cache: resolved exactly as the
+    build resolves its tokenizer (pipeline.discover), so a model that builds is a model that trains."""
+    from pipeline.discover import SourceNotFound, resolve_model_dir
 
-    cache = hub_cache_dir()
     try:
-        return Path(snapshot_download(name, revision=revision, cache_dir=cache, local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError) as e:
-        raise ModelError(
-            f"{what} {name!r}{f' (revision {revision})' if revision else ''} is not in the local HF cache "
-            f"(looked in {cache}; {type(e).__name__}). Download it on a connected machine with "
-            f"`huggingface-cli download {name}` and copy the cache over (or set HF_HUB_CACHE), "
-            "or set model.name to a local directory or 'bundled'"
-        ) from None
+        return resolve_model_dir(name, revision)
+    except SourceNotFound as e:
+        raise ModelError(f"{what}: {e}") from None
 
 
 def model_source(config: ModelConfig) -> ModelSource:
