@@ -11,8 +11,8 @@ Exit code: 0 when every expert is up to date or rebuilt, 1 when any failed, 3 wh
 rebuild holds the lock and ``--no-wait`` was given. A failed expert leaves its CURRENT as it was.
 
 Retention: after each expert, keep its ``keep`` newest builds plus CURRENT plus every build that a
-checkpoint under its runs directory was taken on (a run must always be able to resume), and the
-per-source token caches those builds use.
+checkpoint under its runs directory was taken on (a run must always be able to resume) or that an
+unfinished run names, and the per-source token caches those builds use.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from filelock import FileLock, Timeout
 
 from pipeline.build import SOURCES, build, plan, source_key
 from pipeline.config import ExpertConfig, load_config
-from pipeline.contract import BUILD_ID, MANIFEST, Manifest, expert_dir, read_current
+from pipeline.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current
 
 REBUILD_LOCK = ".rebuild.lock"
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
@@ -38,23 +38,32 @@ def all_experts(configs_dir: str | Path) -> list[str]:
     return sorted(p.stem for p in Path(configs_dir).glob("*.yaml") if p.stem != "defaults")
 
 
-def checkpoint_builds(runs_dir: Path) -> set[str]:
-    """Build ids that some checkpoint (``<run>/checkpoint-*/state.json``) under ``runs_dir`` was taken on."""
+def builds_in_use(runs_dir: Path) -> set[str]:
+    """Build ids that a run under ``runs_dir`` still needs: any checkpoint's (``checkpoint-*/state.json``,
+    so it can resume) and any unfinished run's (``run.json`` without ``summary.json``: it may be
+    training right now, before its first checkpoint)."""
     ids = set()
-    for state in runs_dir.glob("*/checkpoint-*/state.json"):
+    unfinished = [info for info in runs_dir.glob("*/run.json") if not (info.parent / "summary.json").exists()]
+    for path in [*runs_dir.glob("*/checkpoint-*/state.json"), *unfinished]:
         try:
-            ids.add(json.loads(state.read_text())["build_id"])
+            ids.add(json.loads(path.read_text())["build_id"])
         except (OSError, ValueError, KeyError, TypeError):
-            continue  # an unreadable checkpoint protects nothing; resume reports it
+            continue  # an unreadable file protects nothing; resume reports it
     return ids
 
 
 def prune_builds(cache_dir: str | Path, expert: str, keep: int, runs_dir: Path) -> list[str]:
-    """Delete old builds of ``expert`` beyond ``keep``; never CURRENT, never one a checkpoint uses."""
+    """Delete old builds of ``expert`` beyond ``keep``; never CURRENT, never one a run still needs.
+    Holds the expert's build lock, so no build in progress can lose the source caches it uses."""
     root = expert_dir(cache_dir, expert)
+    with FileLock(str(root / LOCK)):
+        return _prune(cache_dir, expert, root, keep, runs_dir)
+
+
+def _prune(cache_dir, expert: str, root: Path, keep: int, runs_dir: Path) -> list[str]:
     builds = [p for p in root.iterdir() if p.is_dir() and BUILD_ID.match(p.name) and (p / MANIFEST).is_file()]
     builds.sort(key=lambda p: ((p / MANIFEST).stat().st_mtime_ns, p.name), reverse=True)
-    protected = {read_current(cache_dir, expert)} | checkpoint_builds(runs_dir)
+    protected = {read_current(cache_dir, expert)} | builds_in_use(runs_dir)
     kept = [p for i, p in enumerate(builds) if i < keep or p.name in protected]
     removed = []
     for path in builds:

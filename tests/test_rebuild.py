@@ -131,6 +131,15 @@ def test_retention_keeps_current_recent_and_checkpointed_builds(two_sources):
     checkpoint = two_sources["runs"] / "sql" / "run-1" / "checkpoint-10"
     checkpoint.mkdir(parents=True)
     (checkpoint / "state.json").write_text(json.dumps({"build_id": ids[0], "step": 10}))
+    running = two_sources["runs"] / "sql" / "run-2"  # started on ids[1], no checkpoint or summary yet
+    running.mkdir()
+    (running / "run.json").write_text(json.dumps({"build_id": ids[1]}))
+    finished = two_sources["runs"] / "sql" / "run-3"
+    finished.mkdir()
+    (finished / "run.json").write_text(json.dumps({"build_id": ids[1]}))
+    (finished / "summary.json").write_text("{}")
+    assert prune_builds(two_sources["cache"], "sql", keep=2, runs_dir=two_sources["runs"] / "sql") == []
+    (running / "summary.json").write_text("{}")  # that run finished: ids[1] is free to go
     removed = prune_builds(two_sources["cache"], "sql", keep=2, runs_dir=two_sources["runs"] / "sql")
     assert sorted(removed) == sorted([ids[1]])
     left = sorted(p.name for p in (two_sources["cache"] / "sql").iterdir() if p.is_dir() and not p.name.startswith("."))
