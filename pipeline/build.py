@@ -14,7 +14,9 @@ only those are tokenized again before everything is re-packed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -107,9 +109,11 @@ def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource]
 
 def plan(config: ExpertConfig, cache_dir: str | os.PathLike) -> tuple[list[ResolvedSource], TokenizerInfo, dict, str]:
     """Inputs and build id, hashing only the files whose stat changed since the last time."""
-    cache = StatCache(expert_dir(cache_dir, config.expert) / STAT_CACHE)
+    root = expert_dir(cache_dir, config.expert)
+    cache = StatCache(root / STAT_CACHE)
     sources, tokenizer, inputs = plan_inputs(config, cache.sha256)
-    cache.save()
+    root.mkdir(parents=True, exist_ok=True)
+    cache.save(lock=root / LOCK)
     return sources, tokenizer, inputs, build_id_of(inputs)
 
 
@@ -159,8 +163,12 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
         tmp.mkdir()
         try:
             report = write_build(config, sources, tokenizer, inputs, build_id, root, tmp, previous, log, progress)
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)  # a failed build leaves nothing behind
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                raise BuildError(f"no space left on the device of {root} while building {config.expert!r} "
+                                 f"({e}); nothing was published and CURRENT is unchanged: free space or set "
+                                 "CACHE_DIR (--cache-dir) to a larger disk, then build again") from e
             raise
         crash_point("before_rename")
         os.rename(tmp, final)
@@ -293,7 +301,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason})
             val_tokens = np.repeat(encoded.is_val, encoded.lengths)
             for split, selected, docs in (("train", ~val_tokens, ~encoded.is_val), ("val", val_tokens, encoded.is_val)):
-                encoded.tokens[selected].astype(dtype, copy=False).tofile(files[i, split])
+                # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills
+                files[i, split].write(encoded.tokens[selected].astype(dtype, copy=False).tobytes())
                 lengths[i, split].append(encoded.lengths[docs])
                 prompts[i, split].append(encoded.prompt_lengths[docs])
             tokens_seen += len(encoded.tokens)
@@ -304,6 +313,10 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             f.flush()
             os.fsync(f.fileno())
             f.close()
+            expected = int(sum(int(n.sum()) for n in lengths[i, split])) * np.dtype(dtype).itemsize
+            if os.path.getsize(f.name) != expected:  # never cache a short file as complete
+                raise OSError(errno.ENOSPC, f"{f.name} has {os.path.getsize(f.name)} bytes, expected {expected}: "
+                                            "the disk is full or failing")
             np.save(tmps[i] / f"{split}.lengths.npy", concat(lengths[i, split]))
             np.save(tmps[i] / f"{split}.prompts.npy", concat(prompts[i, split]))
         for i in todo:
@@ -316,7 +329,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     finally:
         bar.close()
         for f in files.values():
-            f.close()
+            with contextlib.suppress(OSError):  # on a full disk, closing fails too; the error is on its way
+                f.close()
         for tmp in tmps.values():
             shutil.rmtree(tmp, ignore_errors=True)
 

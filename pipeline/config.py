@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeline.contract import check_expert_name
+from pipeline.contract import ContractError, check_expert_name
 
 BUNDLED = "bundled"
 
@@ -249,6 +249,10 @@ class ExpertConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self, errors: list[str], where: str = "") -> None:
+        try:
+            check_expert_name(self.expert)
+        except ContractError as e:
+            errors.append(f"expert: {e}")
         if not self.sources:
             errors.append("sources: at least one source is needed (or set DATASET=...)")
         for i, source in enumerate(self.sources):

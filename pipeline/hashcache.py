@@ -46,8 +46,20 @@ class StatCache:
         self._dirty = True
         return digest
 
-    def save(self) -> None:
+    def save(self, lock: Path | None = None) -> None:
+        """Replace the file atomically. With ``lock`` (the expert's build lock), only when the lock is
+        free at once: a builder holding it may be cleaning temporary files, ours included, and a
+        cache that is not saved this time is only hashed again next time."""
         if self.path is None or not self._dirty:
+            return
+        if lock is not None:
+            from filelock import FileLock, Timeout
+
+            try:
+                with FileLock(str(lock), timeout=0):
+                    self.save()
+            except Timeout:
+                pass
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".tmp-stat-cache-{os.getpid()}.json")  # cleaned like any leftover

@@ -26,7 +26,7 @@ import pipeline.build
 import pipeline.contract
 import pipeline.shards
 from build_fixtures import SQL_CONFIG, make_project, make_relative_project, rows, split_source, write_jsonl
-from pipeline.build import build
+from pipeline.build import BuildError, build
 from pipeline.config import load_config
 from pipeline.contract import BUILD_ID, Manifest, read_current, resolve_build, verify_checksums, write_current
 
@@ -264,9 +264,9 @@ def test_disk_full_keeps_the_previous_build(tmp_path, monkeypatch, where):
         write_json = pipeline.build.write_json
         monkeypatch.setattr(pipeline.build, "write_json",
                             lambda path, obj: enospc() if path.name == "manifest.json" else write_json(path, obj))
-    with pytest.raises(OSError) as err:
+    with pytest.raises(BuildError, match=r"no space left on the device of .* CURRENT is unchanged") as err:
         run_build(project)
-    assert err.value.errno == errno.ENOSPC and "No space left on device" in str(err.value)
+    assert err.value.__cause__.errno == errno.ENOSPC and "No space left on device" in str(err.value)
     assert_current_is_valid(project["cache"], {old.build_id})
     assert leftovers(project["cache"]) == []  # the failed build removed its temporary files
     monkeypatch.undo()
@@ -296,9 +296,9 @@ def test_disk_full_on_a_real_small_tmpfs(tmp_path, small_disk):
     old = run_build(project)
     used_before = shutil.disk_usage(small_disk).used
     write_jsonl(project["data"], rows(3000))  # ~1 MB of tokens and shards: cannot fit in 256 KiB
-    with pytest.raises(OSError) as err:
+    with pytest.raises(BuildError, match=r"no space left on the device of .* CURRENT is unchanged") as err:
         run_build(project)
-    assert err.value.errno == errno.ENOSPC, err.value
+    assert err.value.__cause__.errno == errno.ENOSPC, err.value
     assert_current_is_valid(project["cache"], {old.build_id})
     assert leftovers(project["cache"]) == []
     print(f"tmpfs used: {used_before} bytes before, {shutil.disk_usage(small_disk).used} after the failed build")

@@ -4,6 +4,7 @@ cannot escape their directories."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import socket
 from pathlib import Path
@@ -174,8 +175,11 @@ def test_expert_names_cannot_escape(tmp_path, name, model_dir):
         expert_dir(tmp_path, name)
     with pytest.raises(ContractError):
         load_config(name, tmp_path)
-    # a config made in code is not checked when it is made, but where the name would become a path
-    config = make_config(model_dir, tmp_path / "runs", expert=name)
+    # a config made in code is refused when it is validated ...
+    with pytest.raises(ConfigError, match="expert: invalid expert name"):
+        make_config(model_dir, tmp_path / "runs", expert=name)
+    # ... and one that skipped validation is refused where the name would become a path
+    config = dataclasses.replace(make_config(model_dir, tmp_path / "runs"), expert=name)
     with pytest.raises(ContractError, match="invalid expert name"):
         build(config, tmp_path / "cache", log=lambda *a: None, progress=False)
     with pytest.raises(ContractError, match="invalid expert name"):
@@ -202,3 +206,10 @@ def test_good_names_are_accepted():
         assert check_expert_name(name) == name
     config = config_from_dict({"expert": "sql", "sources": [{"name": "bundled"}], "train": {"run_name": "v1.2_a-b"}})
     assert config.train.run_name == "v1.2_a-b"
+
+
+def test_a_config_made_in_code_validates_the_expert_name():
+    from pipeline.config import ConfigError, config_from_dict
+
+    with pytest.raises(ConfigError, match=r"expert: invalid expert name '\.\./x'"):
+        config_from_dict({"expert": "../x", "sources": [{"name": "bundled"}]})
