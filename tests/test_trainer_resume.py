@@ -107,3 +107,16 @@ def test_a_corrupt_checkpoint_file_fails_loudly_naming_it(tmp_path, model_dir, v
     more = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=2)
     with pytest.raises(CheckpointError, match=victim.split("/")[-1]):
         run(more, tmp_path / "cache", resume="auto")
+
+
+def test_resuming_an_older_checkpoint_abandons_the_later_ones(tmp_path, model_dir):
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=6, save_steps=2, save_total_limit=10, run_name="r")
+    run_dir = run(config, tmp_path / "cache")
+    assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    shorter = make_config(model_dir, tmp_path / "runs", max_steps=3, save_steps=2, save_total_limit=10, run_name="r")
+    run(shorter, tmp_path / "cache", resume=str(run_dir / "checkpoint-2"))
+    # 4 and 6 belonged to the abandoned trajectory: auto must now take step 3, not step 6
+    assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-2", "checkpoint-3"]
+    assert find_checkpoint("auto", tmp_path / "runs" / "sql") == run_dir / "checkpoint-3"
+    assert "resuming from step 2 abandons checkpoint-4: removed" in (run_dir / "train.log").read_text()

@@ -123,12 +123,26 @@ def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler
     sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=2, sort_keys=True) + "\n")
     (tmp / STATE_JSON).write_text(json.dumps(asdict(state), indent=2) + "\n")  # written last
+    for path in tmp.rglob("*"):  # on disk before the rename makes the checkpoint visible
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    fsync_dir(tmp)
     crash_point("checkpoint_save")
     if final.exists():  # a previous attempt of this very step (resumed run): replace it
         shutil.rmtree(final)
     os.replace(tmp, final)
     fsync_dir(run.run_dir)
     return final
+
+
+def discard_later_checkpoints(run_dir: Path, step: int) -> list[Path]:
+    """Resuming an older checkpoint of a run abandons the steps after it: remove the checkpoints of
+    that abandoned trajectory, so ``--resume auto`` can never pick one of them later."""
+    later = [p for p in complete_checkpoints(run_dir) if int(CHECKPOINT_NAME.match(p.name).group(1)) > step]
+    for path in later:
+        shutil.rmtree(path)
+    return later
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> None:

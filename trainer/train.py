@@ -30,8 +30,8 @@ from pipeline.config import ConfigError, ExpertConfig
 from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve_build, tokenizer_fingerprint,
                                verify_checksums)
 from trainer.adapters import attach_adapters, export_merged, save_adapter, trainable_parameters
-from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, find_checkpoint,
-                                load_checkpoint, read_state, verify_checkpoint)
+from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, discard_later_checkpoints,
+                                find_checkpoint, load_checkpoint, read_state, verify_checkpoint)
 from trainer.data import BatchStream, BlockDataset, BlockSampler, make_loader
 from trainer.loop import NonFiniteLossError, train_loop
 from trainer.metrics import FlopCounter, Meter, MetricsFile, oom_advice, peak_flops, summarize
@@ -92,6 +92,9 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
     # the run directory (a resumed run continues in its own); from here on the log goes there too
     run_dir = checkpoint.parent if checkpoint is not None else new_run_dir(expert_runs, train.run_name, manifest.build_id)
     file_log = _add_file_log(run_dir / "train.log")
+    if checkpoint is not None:
+        for dropped in discard_later_checkpoints(run_dir, state.step):
+            log.warning("resuming from step %d abandons %s: removed", state.step, dropped.name)
     try:
         return _train(config, build_dir, manifest, source, tok_dir, state, checkpoint, run_dir)
     except Exception as e:
