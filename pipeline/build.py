@@ -346,7 +346,8 @@ class SourceSpill:
         self.lengths = np.load(directory / f"{split}.lengths.npy")
         self.prompt_lengths = np.load(directory / f"{split}.prompts.npy")
         path = directory / f"{split}.tokens"
-        self.tokens = np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+        # a plain ndarray view of the mapping: slicing an np.memmap goes through Python-level hooks
+        self.tokens = np.asarray(np.memmap(path, dtype=dtype, mode="r")) if path.stat().st_size else np.zeros(0, dtype)
 
 
 def pack_split(config, spills: list[SourceSpill], split: str, dtype, pad_id: int, tmp: Path) -> tuple[list[dict], dict]:
