@@ -20,9 +20,7 @@ import errno
 import json
 import os
 import shutil
-import signal
 import time
-from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +52,9 @@ from pipeline.contract import (
 )
 from pipeline.discover import ResolvedSource, resolve_source, resolve_tokenizer_dir
 from pipeline.format import RowFormatter, compile_chat_template
+from pipeline.faults import crash_point
 from pipeline.hashcache import STAT_CACHE, StatCache
-from pipeline.pack import assemble_block, pack_bfd, pack_wrap, plan_pieces
-from pipeline.shards import ShardWriter
+from pipeline.shards import SourceSpill, concat, pack_split
 from pipeline.sources import iter_batches
 from pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream, load_tokenizer_info
 
@@ -71,12 +69,6 @@ class BuildResult:
     path: Path
     up_to_date: bool
     report: dict | None
-
-
-def crash_point(name: str) -> None:
-    """Test hook: ``PACKTRAIN_CRASH_AT=<name>`` kills the process here with SIGKILL."""
-    if os.environ.get("PACKTRAIN_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # Bump when the build's logic changes its output for the same inputs (it is part of the build id,
@@ -333,65 +325,6 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 f.close()
         for tmp in tmps.values():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def concat(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
-
-
-class SourceSpill:
-    """One source's documents of one split: tokens memory-mapped, lengths in memory."""
-
-    def __init__(self, directory: Path, split: str, dtype):
-        self.lengths = np.load(directory / f"{split}.lengths.npy")
-        self.prompt_lengths = np.load(directory / f"{split}.prompts.npy")
-        path = directory / f"{split}.tokens"
-        # a plain ndarray view of the mapping: slicing an np.memmap goes through Python-level hooks
-        self.tokens = np.asarray(np.memmap(path, dtype=dtype, mode="r")) if path.stat().st_size else np.zeros(0, dtype)
-
-
-def pack_split(config, spills: list[SourceSpill], split: str, dtype, pad_id: int, tmp: Path) -> tuple[list[dict], dict]:
-    block_size = config.pack.block_size
-    lengths = concat([s.lengths for s in spills])
-    prompt_lengths = concat([s.prompt_lengths for s in spills])
-    if config.pack.strategy == "bfd":
-        pieces, counts = plan_pieces(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.overlong)
-        blocks = pack_bfd(pieces, block_size)
-    else:
-        blocks = pack_wrap(lengths.tolist(), block_size)
-        counts = None
-    documents = DocumentView(spills)
-    writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
-    real = supervised = 0
-    for block in blocks:
-        ids, mask, doc_lens = assemble_block(block, documents, prompt_lengths, block_size, pad_id, dtype)
-        writer.add(ids, mask, doc_lens)
-        real += sum(doc_lens)
-        supervised += int(mask.sum())
-        crash_point("mid_shard")
-    shards = writer.close()
-    totals = reporting.split_totals(lengths, prompt_lengths, len(blocks), real, supervised, block_size, counts)
-    return shards, totals
-
-
-class DocumentView:
-    """``view[doc]``: one document's tokens (documents numbered across sources, in source order),
-    sliced from its source's memory-mapped token file."""
-
-    def __init__(self, spills: list[SourceSpill]):
-        self.spills = spills
-        self.first_doc = np.cumsum([0] + [len(s.lengths) for s in spills])[:-1].tolist()
-        self.offsets = []
-        for s in spills:
-            offsets = np.zeros(len(s.lengths) + 1, dtype=np.int64)
-            np.cumsum(s.lengths, out=offsets[1:])
-            self.offsets.append(offsets)
-
-    def __getitem__(self, doc: int) -> np.ndarray:
-        source = bisect_right(self.first_doc, doc) - 1
-        local = doc - self.first_doc[source]
-        offsets = self.offsets[source]
-        return self.spills[source].tokens[offsets[local] : offsets[local + 1]]
 
 
 def write_json(path: Path, obj) -> None:
