@@ -1,5 +1,5 @@
 # packtrain: every target is a thin wrapper over the `packtrain` CLI in .venv/.
-# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL (build); MAX_STEPS, RESUME (train).
+# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS (build); MAX_STEPS, RESUME (train).
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -11,16 +11,19 @@ DATASET    ?=
 MODEL      ?=
 MAX_STEPS  ?=
 RESUME     ?=
+PART       ?=
+PARTS      ?=
 # On a machine without an NVIDIA GPU, pre-install this CPU build of torch (an unpinned torch
 # pulls a 5.5 GB CUDA build). Set TORCH_CPU= to skip.
 TORCH_CPU  ?= torch==2.13.0
 
 BUILD_ARGS := --cache-dir $(CACHE_DIR) --num-proc $(NUM_PROC) \
 	$(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL))
+PART_ARGS  := $(if $(PART),--part $(PART))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize train rebuild status inspect verify discover test bench-build clean-venv
+.PHONY: install pretokenize merge train rebuild status inspect verify discover test bench-build clean-venv
 
 install: $(VENV)/.installed
 
@@ -33,7 +36,11 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 pretokenize: install
-	$(BIN)/packtrain pretokenize $(EXPERT) $(BUILD_ARGS)
+	$(BIN)/packtrain pretokenize $(EXPERT) $(BUILD_ARGS) $(PART_ARGS)
+
+# Partitioned build: `make pretokenize PART=i/N` on each machine, then `make merge PARTS=N` once.
+merge: install
+	$(BIN)/packtrain merge $(EXPERT) --parts $(PARTS) $(BUILD_ARGS)
 
 train: pretokenize
 	$(BIN)/packtrain train $(EXPERT) $(TRAIN_ARGS)

@@ -137,37 +137,44 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
             log(f"note: {config.expert} uses the bundled sample shipped with packtrain, not a real dataset; "
                 f"set DATASET=<hf id or path> or sources: in configs/{config.expert}.yaml for real data")
     with FileLock(str(root / LOCK)):
-        remove_leftovers(root, log)
-        final = root / build_id
-        if final.is_dir():
-            try:
-                check_shard_sizes(final, Manifest.load(final))
-            except ContractError as e:
-                log(f"existing build {build_id} is damaged ({e}); rebuilding it")
-                shutil.rmtree(final)
-        if final.is_dir():
-            if read_current(cache_dir, config.expert) != build_id:
-                write_current(cache_dir, config.expert, build_id)
-            log(f"build {build_id} is up to date: nothing to do ({final})")
-            return BuildResult(build_id, final, True, None)
-        previous = previous_manifest(cache_dir, config.expert)
-        tmp = root / f"{TMP_PREFIX}{build_id}-{os.getpid()}"
-        tmp.mkdir()
+        return publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress)
+
+
+def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: TokenizerInfo, inputs: dict, build_id: str,
+                   log, progress: bool) -> BuildResult:
+    """Build and publish ``build_id`` unless it exists; the caller holds the expert's lock."""
+    root = expert_dir(cache_dir, config.expert)
+    remove_leftovers(root, log)
+    final = root / build_id
+    if final.is_dir():
         try:
-            report = write_build(config, sources, tokenizer, inputs, build_id, root, tmp, previous, log, progress)
-        except BaseException as e:
-            shutil.rmtree(tmp, ignore_errors=True)  # a failed build leaves nothing behind
-            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-                raise BuildError(f"no space left on the device of {root} while building {config.expert!r} "
-                                 f"({e}); nothing was published and CURRENT is unchanged: free space or set "
-                                 "CACHE_DIR (--cache-dir) to a larger disk, then build again") from e
-            raise
-        crash_point("before_rename")
-        os.rename(tmp, final)
-        fsync_dir(root)
-        crash_point("after_rename")
-        write_current(cache_dir, config.expert, build_id)
-        log(f"build {build_id} published: {final}")
+            check_shard_sizes(final, Manifest.load(final))
+        except ContractError as e:
+            log(f"existing build {build_id} is damaged ({e}); rebuilding it")
+            shutil.rmtree(final)
+    if final.is_dir():
+        if read_current(cache_dir, config.expert) != build_id:
+            write_current(cache_dir, config.expert, build_id)
+        log(f"build {build_id} is up to date: nothing to do ({final})")
+        return BuildResult(build_id, final, True, None)
+    previous = previous_manifest(cache_dir, config.expert)
+    tmp = root / f"{TMP_PREFIX}{build_id}-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        report = write_build(config, sources, tokenizer, inputs, build_id, root, tmp, previous, log, progress)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed build leaves nothing behind
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            raise BuildError(f"no space left on the device of {root} while building {config.expert!r} "
+                             f"({e}); nothing was published and CURRENT is unchanged: free space or set "
+                             "CACHE_DIR (--cache-dir) to a larger disk, then build again") from e
+        raise
+    crash_point("before_rename")
+    os.rename(tmp, final)
+    fsync_dir(root)
+    crash_point("after_rename")
+    write_current(cache_dir, config.expert, build_id)
+    log(f"build {build_id} published: {final}")
     return BuildResult(build_id, final, False, report)
 
 
@@ -251,13 +258,20 @@ def check_chat_template(tokenizer: TokenizerInfo) -> None:
 
 
 def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
-                     progress) -> None:
-    """Tokenize the sources in ``todo`` with one pool; each lands in ``.sources/<key>/`` atomically."""
+                     progress, part: tuple[int, int] | None = None) -> None:
+    """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically.
+
+    ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
+    ``n`` (pipeline/partition.py merges the parts). Every source directory records which batches it
+    holds (``batch_index.npy``) and how many documents of each split each batch gave
+    (``<split>.batch_docs.npy``).
+    """
     stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": []} for i in todo}
     tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
     lengths = {(i, split): [] for i in todo for split in SPLITS}
     prompts = {(i, split): [] for i in todo for split in SPLITS}
-    headers: deque = deque()  # (source index, file, start) of each batch in flight
+    batch_index = {i: [] for i in todo}
+    headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
 
     def tasks():
         for i in todo:
@@ -268,9 +282,11 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                               tokenizer.prefix_ids if config.format.style == "template" else (),
                               config.pack.val_fraction,
                               line_cache=config.build.line_cache and tokenizer.line_split[0])
-            for batch in iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows):
-                headers.append((i, batch.file, batch.start))
-                yield task, batch.columns
+            batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows)
+            for number, batch in enumerate(batches):
+                if part is None or number % part[1] == part[0]:
+                    headers.append((i, batch.file, batch.start, number))
+                    yield task, batch.columns
 
     for tmp in tmps.values():
         tmp.mkdir(parents=True)
@@ -279,7 +295,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     tokens_seen = 0
     try:
         for encoded in encode_stream(tasks(), config.build.num_proc):
-            i, file, start = headers.popleft()
+            i, file, start, number = headers.popleft()
+            batch_index[i].append(number)
             rows = len(encoded.lengths) + len(encoded.bad_rows)
             stats[i]["rows"] += rows
             stats[i]["documents"] += len(encoded.lengths)
@@ -290,7 +307,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and count such rows)")
                 stats[i]["bad_rows"] += 1
                 if len(stats[i]["first_bad_rows"]) < 20:
-                    stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason})
+                    stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number, "at": row})
             val_tokens = np.repeat(encoded.is_val, encoded.lengths)
             for split, selected, docs in (("train", ~val_tokens, ~encoded.is_val), ("val", val_tokens, encoded.is_val)):
                 # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills
@@ -311,6 +328,9 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                                             "the disk is full or failing")
             np.save(tmps[i] / f"{split}.lengths.npy", concat(lengths[i, split]))
             np.save(tmps[i] / f"{split}.prompts.npy", concat(prompts[i, split]))
+            np.save(tmps[i] / f"{split}.batch_docs.npy", np.array([len(n) for n in lengths[i, split]], np.int64))
+        for i in todo:
+            np.save(tmps[i] / "batch_index.npy", np.array(batch_index[i], np.int64))
         for i in todo:
             write_json(tmps[i] / SOURCE_STATS, stats[i])  # last: its presence marks a complete source
             fsync_dir(tmps[i])

@@ -76,12 +76,38 @@ def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
 @click.argument("expert")
 @expert_options
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
-def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, progress):
+@click.option("--part", default=None, metavar="I/N",
+              help="Tokenize only part I of N (a machine's share) and publish nothing; then `packtrain merge`.")
+def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, progress, part):
     """Build EXPERT's packed shards into the cache, unless an identical build exists."""
     from pipeline.build import build
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    if part is not None:
+        from pipeline.partition import parse_part, pretokenize_part
+
+        try:
+            share = parse_part(part)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--part") from None
+        click.echo(json.dumps(pretokenize_part(cfg, cache_dir, share, log=click.echo,
+                                               progress=progress and sys.stderr.isatty())))
+        return
     result = build(cfg, cache_dir, log=click.echo, progress=progress and sys.stderr.isatty())
+    click.echo(json.dumps({"expert": expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
+                           "path": str(result.path)}))
+
+
+@main.command()
+@click.argument("expert")
+@expert_options
+@click.option("--parts", type=click.IntRange(min=1), required=True, help="How many parts were tokenized (N of --part I/N).")
+def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, parts):
+    """Merge the parts of a partitioned build of EXPERT and publish it (same bytes as one machine's)."""
+    from pipeline.partition import merge as merge_parts
+
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    result = merge_parts(cfg, cache_dir, parts, log=click.echo)
     click.echo(json.dumps({"expert": expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
                            "path": str(result.path)}))
 

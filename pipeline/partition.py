@@ -1,0 +1,127 @@
+"""Partitioned builds: tokenize one part of an expert per machine, then merge and publish once.
+
+    packtrain pretokenize sql --part 0/3      # machine 0 (1/3 and 2/3 on the others)
+    packtrain merge sql --parts 3             # once every part is under cache/sql/.sources/.parts/
+
+Part ``i`` of ``n`` tokenizes, for every source whose tokens are not cached yet, the batches
+(``build.batch_rows`` rows each) whose index within their source is ``i`` modulo ``n``, into
+``cache/<expert>/.sources/.parts/<key>/<i>-of-<n>/`` (written to a temporary name, renamed when
+complete; no lock is taken, so parts on a shared file system run in parallel). ``merge``
+interleaves the parts back into batch order, which is exactly the source cache a single-machine
+build writes, then builds as usual under the expert's lock: every source is cached, so it only
+packs. Same build id, same shard bytes (tests/test_partition.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+from filelock import FileLock
+
+from pipeline.build import (SOURCE_STATS, SOURCES, SPLITS, BuildError, BuildResult, plan, publish_locked,
+                            source_key, tokenize_sources, write_json)
+from pipeline.config import ExpertConfig
+from pipeline.contract import LOCK, TMP_PREFIX, expert_dir, fsync_dir, token_dtype
+
+PARTS = ".parts"
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``"1/3"`` -> ``(1, 3)``; a clear error for anything else."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and 0 <= int(index) < int(count)):
+        raise ValueError(f"--part {text!r}: expected i/n with 0 <= i < n, e.g. 0/3")
+    return int(index), int(count)
+
+
+def part_dir(root: Path, key: str, index: int, count: int) -> Path:
+    return root / SOURCES / PARTS / key / f"{index}-of-{count}"
+
+
+def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log=print, progress=False) -> dict:
+    """Tokenize part ``part = (i, n)`` of every source not cached yet; publishes no build."""
+    root = expert_dir(cache_dir, config.expert)
+    root.mkdir(parents=True, exist_ok=True)
+    sources, tokenizer, inputs, build_id = plan(config, cache_dir)
+    keys = [source_key(inputs, i) for i in range(len(sources))]
+    outs = [part_dir(root, key, *part) for key in keys]
+    todo = [i for i, key in enumerate(keys) if key not in keys[:i] and not (root / SOURCES / key / SOURCE_STATS).is_file()
+            and not (outs[i] / SOURCE_STATS).is_file()]
+    if todo:
+        tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, part=part)
+    log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
+        f"`packtrain merge {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
+    return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,
+            "tokenized": [config.sources[i].name for i in todo]}
+
+
+def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False) -> BuildResult:
+    """Assemble every source's cache from its ``count`` parts, then publish the build."""
+    root = expert_dir(cache_dir, config.expert)
+    sources, tokenizer, inputs, build_id = plan(config, cache_dir)
+    dtype = token_dtype(tokenizer.vocab_size)
+    keys = [source_key(inputs, i) for i in range(len(sources))]
+    with FileLock(str(root / LOCK)):
+        merged = []
+        for i, key in enumerate(keys):
+            if key in keys[:i] or (root / SOURCES / key / SOURCE_STATS).is_file():
+                continue
+            parts = [part_dir(root, key, p, count) for p in range(count)]
+            missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
+            if missing:
+                raise BuildError(
+                    f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
+                    f"{', '.join(missing)} in {parts[0].parent}; run `packtrain pretokenize {config.expert} "
+                    f"--part i/{count}` for each, or copy their directories there")
+            merge_source(parts, root / SOURCES / key, dtype)
+            merged.append(key)
+        result = publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress)
+        for key in merged:  # consumed: the source cache holds them now
+            shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
+    return result
+
+
+def merge_source(parts: list[Path], out: Path, dtype) -> None:
+    """Interleave parts back into batch order; the result is what one machine would have written."""
+    index = [np.load(p / "batch_index.npy") for p in parts]
+    order = sorted((int(g), p, k) for p, batches in enumerate(index) for k, g in enumerate(batches))
+    if [g for g, _, _ in order] != list(range(len(order))):
+        raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
+                         "(parts of different builds or of another --parts count?); delete them and run the parts again")
+    tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    try:
+        for split in SPLITS:
+            docs = [np.load(p / f"{split}.batch_docs.npy") for p in parts]
+            lengths = [np.load(p / f"{split}.lengths.npy") for p in parts]
+            prompts = [np.load(p / f"{split}.prompts.npy") for p in parts]
+            tokens = [np.asarray(np.memmap(p / f"{split}.tokens", dtype=dtype, mode="r"))
+                      if (p / f"{split}.tokens").stat().st_size else np.zeros(0, dtype) for p in parts]
+            first_doc = [np.concatenate([[0], np.cumsum(d)]) for d in docs]
+            first_token = [np.concatenate([[0], np.cumsum(n)]) for n in lengths]
+            out_lengths, out_prompts = [], []
+            with open(tmp / f"{split}.tokens", "wb") as f:
+                for _, p, k in order:
+                    a, b = first_doc[p][k], first_doc[p][k + 1]
+                    f.write(tokens[p][first_token[p][a] : first_token[p][b]].tobytes())
+                    out_lengths.append(lengths[p][a:b])
+                    out_prompts.append(prompts[p][a:b])
+                f.flush()
+                os.fsync(f.fileno())
+            np.save(tmp / f"{split}.lengths.npy", np.concatenate(out_lengths) if out_lengths else np.zeros(0, np.int64))
+            np.save(tmp / f"{split}.prompts.npy", np.concatenate(out_prompts) if out_prompts else np.zeros(0, np.int64))
+            np.save(tmp / f"{split}.batch_docs.npy", np.array([docs[p][k] for _, p, k in order], np.int64))
+        np.save(tmp / "batch_index.npy", np.arange(len(order), dtype=np.int64))
+        stats = [json.loads((p / SOURCE_STATS).read_text()) for p in parts]
+        merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows")}
+        first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
+        write_json(tmp / SOURCE_STATS, {**merged, "first_bad_rows": first[:20]})
+        fsync_dir(tmp)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

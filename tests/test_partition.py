@@ -1,0 +1,104 @@
+"""Partitioned builds: parts tokenized apart and merged give the single-machine build, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from build_fixtures import make_project, rows, write_jsonl
+from pipeline.build import SOURCES, BuildError, build
+from pipeline.config import load_config
+from pipeline.contract import read_current
+from pipeline.partition import PARTS, merge, parse_part, pretokenize_part
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.fixture
+def project(tmp_path):
+    project = make_project(tmp_path, n_rows=90)  # batch_rows 16: 6 batches per source
+    records = rows(90)
+    records[20]["answer"] = None  # a bad row in batch 1 and one in batch 4
+    records[70]["question"] = None
+    write_jsonl(project["data"], records)
+    second = write_jsonl(project["data"].parent / "more.jsonl", rows(40, start=300))
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace(f"  - name: {project['data']}\n",
+                                                 f"  - name: {project['data']}\n  - name: {second}\n"))
+    return project
+
+
+def config_of(project):
+    return load_config("sql", project["configs"])
+
+
+def files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.suffix in (".arrow", ".json") and p.name != "report.json"}
+
+
+def test_three_machines_then_merge_equals_one_machine(project, tmp_path):
+    single = build(config_of(project), tmp_path / "one", log=quiet, progress=False)
+    # three "machines", each with its own cache; their parts are then copied into one cache
+    for i in range(3):
+        result = pretokenize_part(config_of(project), tmp_path / f"machine{i}", (i, 3), log=quiet)
+        assert result["build_id"] == single.build_id and len(result["tokenized"]) == 2
+        assert read_current(tmp_path / f"machine{i}", "sql") is None  # a part publishes nothing
+        shutil.copytree(tmp_path / f"machine{i}" / "sql" / SOURCES / PARTS, project["cache"] / "sql" / SOURCES / PARTS,
+                        dirs_exist_ok=True)
+    merged = merge(config_of(project), project["cache"], 3, log=quiet)
+    assert merged.build_id == single.build_id and not merged.up_to_date
+    assert files(merged.path) == files(single.path)  # shards, manifest and config: same bytes
+    report, reference = (json.loads((p / "report.json").read_text()) for p in (merged.path, single.path))
+    assert report["sources"][0]["first_bad_rows"] == reference["sources"][0]["first_bad_rows"]
+    assert [r["row"].rsplit(":", 1)[1] for r in report["sources"][0]["first_bad_rows"]] == ["sql.jsonl#20", "sql.jsonl#70"]
+    assert not (project["cache"] / "sql" / SOURCES / PARTS).exists() or not any((project["cache"] / "sql" / SOURCES / PARTS).iterdir())
+
+
+def test_merge_names_the_missing_part(project):
+    for i in (0, 2):
+        pretokenize_part(config_of(project), project["cache"], (i, 3), log=quiet)
+    with pytest.raises(BuildError, match=r"has no part\(s\) 1-of-3 in .*\.parts.*--part i/3"):
+        merge(config_of(project), project["cache"], 3, log=quiet)
+    assert read_current(project["cache"], "sql") is None
+
+
+def test_parts_counted_differently_do_not_merge(project):
+    for i in range(2):
+        pretokenize_part(config_of(project), project["cache"], (i, 2), log=quiet)
+    with pytest.raises(BuildError, match="has no part"):
+        merge(config_of(project), project["cache"], 3, log=quiet)
+
+
+def test_parts_run_in_parallel_processes_through_the_cli(project):
+    def cli(*args):
+        return subprocess.Popen([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    common = ("--configs-dir", project["configs"], "--cache-dir", project["cache"], "--num-proc", 1)
+    procs = [cli("pretokenize", "sql", "--part", f"{i}/2", *common) for i in range(2)]
+    outs = [p.communicate() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    assert sorted(json.loads(out.splitlines()[-1])["part"] for out, _ in outs) == ["0/2", "1/2"]
+    done = cli("merge", "sql", "--parts", 2, *common)
+    out, err = done.communicate()
+    assert done.returncode == 0, err
+    build_id = json.loads(out.splitlines()[-1])["build_id"]
+    assert read_current(project["cache"], "sql") == build_id
+    bad = cli("pretokenize", "sql", "--part", "3/2", *common)
+    assert bad.wait() == 2 and "expected i/n with 0 <= i < n" in bad.stderr.read()
+
+
+def test_parse_part():
+    assert parse_part("0/1") == (0, 1) and parse_part("2/3") == (2, 3)
+    for text in ("3/3", "-1/2", "1", "a/b", "1/0"):
+        with pytest.raises(ValueError):
+            parse_part(text)
