@@ -4,8 +4,8 @@
 
     adapter/               the LoRA weights in PEFT format (PeftModel.from_pretrained loads it)
     trainer_state.pt       optimizer, scheduler, grad scaler, RNG states (python, numpy, torch, cuda)
-    state.json             step, data position (epoch, index in the permutation), build id,
-                           tokenizer hash, token counters
+    state.json             step, data position (epoch, index in the permutation over all ranks),
+                           build id, tokenizer hash, token counters, world size
     config.json            the resolved packtrain config
     checksums.json         the sha256 of every other file but state.json, checked before a resume
                            (a flipped byte in a weight would otherwise load silently)
@@ -54,11 +54,12 @@ class TrainState:
 
     step: int = 0
     epoch: int = 0
-    position: int = 0          # index of the next block in this epoch's permutation (this rank's slice)
-    tokens: int = 0            # non-padding tokens trained on so far
-    sup_tokens: int = 0        # supervised targets trained on so far
+    position: int = 0          # index of the next block in this epoch's permutation, over all ranks
+    tokens: int = 0            # non-padding tokens trained on so far (all ranks)
+    sup_tokens: int = 0        # supervised targets trained on so far (all ranks)
     build_id: str = ""
     tokenizer_hash: str = ""
+    world_size: int = 1        # training processes (checkpoints from before it was recorded: 1)
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,15 @@ def verify_checkpoint(path: Path) -> None:
                               "from another checkpoint with --resume PATH or start a new run")
 
 
-def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: str, allow_build_change: bool) -> None:
+def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: str, allow_build_change: bool,
+                 world_size: int = 1) -> None:
+    if state.world_size != world_size:
+        raise CheckpointError(
+            f"checkpoint {path} was taken with world size {state.world_size}, this run has world size {world_size}: "
+            "the global batch (per_device_train_batch_size x world size x gradient_accumulation_steps), the "
+            "schedule and each rank's slice of the data would change mid-run. Resume with "
+            f"{state.world_size} process(es) (torchrun --nnodes ... --nproc-per-node ... with WORLD_SIZE "
+            f"{state.world_size}{', or without torchrun' if state.world_size == 1 else ''}), or start a new run")
     if state.tokenizer_hash != tokenizer_hash:
         raise CheckpointError(
             f"checkpoint {path} was trained with tokenizer {state.tokenizer_hash[:12]}, the build and model use "

@@ -144,8 +144,18 @@ class BlockSampler(Sampler[int]):
 
     Iterating yields ``order(epoch)[start:]`` where ``order`` is this rank's slice of the
     permutation. Resuming sets ``start`` and jumps straight there (nothing is replayed).
-    ``rank``/``world_size`` slice the permutation for data parallel runs (every rank gets the same
-    number of blocks; the remainder of an epoch is left out).
+
+    ``rank``/``world_size`` slice the permutation for data parallel runs, strided: rank r takes
+    positions r, r+W, r+2W, ... (every rank gets ``num_blocks // W`` blocks; the remainder of an
+    epoch is left out). With W=2 and a per-rank batch of 2::
+
+        permutation   p0 p1 p2 p3 | p4 p5 p6 p7 | ...
+        rank 0        p0    p2    | p4    p6
+        rank 1           p1    p3 |    p5    p7
+
+    so the k-th micro-batches of all ranks together hold exactly the blocks of the k-th micro-batch
+    of one process with a W times larger batch, and this rank's position ``i`` in its slice is the
+    global position ``i x W`` (what a checkpoint stores).
     """
 
     def __init__(self, num_blocks: int, seed: int, build_id: str, shuffle: bool = True,
@@ -205,15 +215,23 @@ class BatchStream:
     """Endless batches, epoch after epoch, that know where the next one starts.
 
     ``epoch`` and ``position`` (blocks of this epoch's permutation consumed by the trainer, not by
-    prefetching workers) are what a checkpoint stores; a new stream built with them continues
-    exactly there.
+    prefetching workers, counted over ALL ranks) are what a checkpoint stores; a new stream built
+    with them continues exactly there. A rank has consumed ``position / world_size`` blocks of its
+    own slice.
     """
 
     def __init__(self, loader: DataLoader, sampler: BlockSampler, epoch: int = 0, position: int = 0):
+        if position % sampler.world_size:
+            raise ValueError(f"global position {position} is not a multiple of the world size {sampler.world_size}")
         self.loader, self.sampler = loader, sampler
-        self.epoch, self.position = epoch, position
-        sampler.set_position(epoch, position)
+        self.epoch, self.local = epoch, position // sampler.world_size
+        sampler.set_position(epoch, self.local)
         self._it = iter(loader)
+
+    @property
+    def position(self) -> int:
+        """Blocks of this epoch's permutation consumed by all ranks together."""
+        return self.local * self.sampler.world_size
 
     def __iter__(self) -> "BatchStream":
         return self
@@ -222,9 +240,9 @@ class BatchStream:
         try:
             batch = next(self._it)
         except StopIteration:
-            self.epoch, self.position = self.epoch + 1, 0
+            self.epoch, self.local = self.epoch + 1, 0
             self.sampler.set_position(self.epoch, 0)
             self._it = iter(self.loader)
             batch = next(self._it)
-        self.position += len(batch["input_ids"])
+        self.local += len(batch["input_ids"])
         return batch

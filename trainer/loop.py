@@ -8,12 +8,18 @@ One optimizer step =
   3. unscale (fp16), clip, and check the loss and gradient norm are finite (the one host sync of
      a step); a non-finite one skips the optimizer step; ``max_bad_steps`` in a row stop the run;
   4. optimizer + scheduler step; then, when due: log, evaluate, checkpoint.
+
+Under torchrun (``world``: see trainer/distributed.py) ``model`` is DistributedDataParallel: the
+window's counts are summed over ranks before the forward (one small CPU all_reduce), gradients are
+all_reduced once per window (``no_sync()`` on the other micro-batches), the loss sum is summed over
+ranks before the finiteness check, and only rank 0 logs, writes metrics and saves checkpoints.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import astuple
 
 import torch
 from tqdm import tqdm
@@ -22,9 +28,10 @@ from pipeline.config import TrainConfig
 from trainer.adapters import trainable_parameters
 from trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
 from trainer.data import BatchStream
+from trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, unwrap
 from trainer.evaluate import evaluate
 from trainer.loss import token_loss_sum
-from trainer.metrics import Meter, MetricsFile, report_memory
+from trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
 from trainer.model import Precision, packed_forward
 
 log = logging.getLogger("packtrain.train")
@@ -49,9 +56,14 @@ def train_loop(
     run: RunInfo,
     meter: Meter,
     metrics: MetricsFile,
+    world: World = World(),
 ) -> tuple[list[dict], list[dict]]:
-    """Train from ``state.step`` to ``total_steps``; returns the logged train and eval records."""
+    """Train from ``state.step`` to ``total_steps``; returns the logged train and eval records.
+
+    ``model`` may be DistributedDataParallel (see ``world``); ``val_loader`` then reads this rank's
+    slice of the val blocks."""
     ga = train.gradient_accumulation_steps
+    module = unwrap(model)  # the PeftModel: evaluated and saved as it is
     params = trainable_parameters(model)
     forward_model = torch.compile(model) if train.torch_compile else model
     records: list[dict] = []
@@ -61,19 +73,21 @@ def train_loop(
 
     model.train()
     bar = tqdm(total=total_steps, initial=state.step, desc=f"train {run.run_dir.name}", unit="step",
-               dynamic_ncols=True, disable=None)
+               dynamic_ncols=True, disable=None if world.is_main else True)
     meter.reset()
     while state.step < total_steps:
-        # 1. the accumulation window; its supervised-token count comes from CPU tensors (no sync)
+        # 1. the accumulation window; its counts come from CPU tensors (no sync), summed over ranks
         wait_start = time.perf_counter()
         window = [next(batches) for _ in range(ga)]
         wait = time.perf_counter() - wait_start
-        window_sup = sum(int(b["n_sup"].sum()) for b in window)
-        norm = max(window_sup, 1)
+        counts = WindowCounts(*all_sum_ints(astuple(WindowCounts.of(window)), world))
+        # DDP averages the ranks' gradients: dividing by (global count / W) makes the average the sum
+        # over every rank's tokens / global count, as one process with the whole global batch
+        norm = max(counts.sup, 1) / world.world_size
 
         # 2. forward + backward, every token weighted 1 / (supervised tokens in the window)
         loss_sum = torch.zeros((), device=device)
-        for micro in window:
+        for micro in accumulate(model, window):  # under DDP: no_sync() but for the last micro-batch
             input_ids = micro["input_ids"].to(device, non_blocking=True)
             position_ids = micro["position_ids"].to(device, non_blocking=True)
             labels = micro["labels"].to(device, non_blocking=True)
@@ -84,6 +98,8 @@ def train_loop(
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             loss_sum += micro_loss.detach()
             del logits, micro_loss, scaled
+
+        all_sum_(loss_sum, world)  # the global loss: every rank takes the same decision below
 
         # 3. clip, then the step's one host sync: are the loss and the gradients finite?
         #    (with fp16, overflowing gradients are the GradScaler's business: it skips the update
@@ -115,8 +131,8 @@ def train_loop(
         scheduler.step()
         state.step += 1
         state.epoch, state.position = batches.epoch, batches.position
-        state.tokens += sum(int(b["n_tokens"].sum()) for b in window)
-        state.sup_tokens += window_sup
+        state.tokens += counts.tokens
+        state.sup_tokens += counts.sup
         bar.update(1)
         if bad_streak >= train.max_bad_steps:
             bar.close()
@@ -127,7 +143,7 @@ def train_loop(
                 f"in {run.run_dir} with --resume auto (max_bad_steps: {train.max_bad_steps})")
         if not finite:
             continue
-        meter.add(window, wait, loss_sum)
+        meter.add(counts, wait, loss_sum)
 
         # log (the only other host syncs: .item() on loss and grad norm, every logging_steps)
         if state.step % train.logging_steps == 0 or state.step == total_steps:
@@ -140,15 +156,18 @@ def train_loop(
 
         paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
         if val_loader is not None and (state.step % train.eval_steps == 0 or state.step == total_steps):
-            result = {"step": state.step, **evaluate(model, val_loader, precision, device, train.max_eval_batches)}
+            # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
+            result = {"step": state.step, **reduce_eval(evaluate(module, val_loader, precision, device), world)}
             evals.append(result)
             metrics.write(result)
             log.info("step %d: eval loss %.4f, ppl %.2f", state.step, result["eval/loss"], result["eval/ppl"])
 
         if state.step % train.save_steps == 0 or state.step == total_steps:
-            path = save_checkpoint(run, state, model, optimizer, scheduler, scaler)
-            prune_checkpoints(run.run_dir, train.save_total_limit)
-            log.info("step %d: checkpoint %s", state.step, path)
+            if world.is_main:
+                path = save_checkpoint(run, state, module, optimizer, scheduler, scaler)
+                prune_checkpoints(run.run_dir, train.save_total_limit)
+                log.info("step %d: checkpoint %s", state.step, path)
+            barrier(world)  # nobody runs ahead of a checkpoint that is not on disk yet
         meter.start += time.perf_counter() - paused
     bar.close()
     return records, evals

@@ -10,7 +10,10 @@ and one per skipped step (``{"step": 7, "skipped": "non-finite loss", ...}``).
 
 ``loss`` is the token-weighted mean over the supervised tokens of the steps since the previous
 line; ``tok_s`` counts real (non-padding) tokens, ``sup_tok_s`` supervised targets; ``data_wait``
-is the share of wall time spent waiting for the loader. The FLOP count behind ``mfu`` is
+is the share of wall time spent waiting for the loader. In a data-parallel run (torchrun) only
+rank 0 writes the file: loss and token counts are summed over all ranks (so ``tok_s`` is the
+whole job's throughput and ``mfu`` is against W devices' peak), ``data_wait`` and
+``mem/peak_gib`` are rank 0's own. The FLOP count behind ``mfu`` is
 documented in docs/TRAINING.md and in :class:`FlopCounter`.
 """
 
@@ -131,6 +134,24 @@ def oom_advice(train_config, lora_config) -> str:
     return "out of memory; reduce memory with: " + "; ".join(knobs)
 
 
+@dataclass(frozen=True)
+class WindowCounts:
+    """What one optimizer step trained on: real tokens, supervised targets, causal attention pairs.
+
+    Read from the batches' CPU tensors (no device sync); in a data-parallel run the loop sums them
+    over ranks once per step, so every count the loop keeps is global.
+    """
+
+    tokens: int
+    sup: int
+    pairs: int
+
+    @classmethod
+    def of(cls, window: list[dict]) -> "WindowCounts":
+        return cls(sum(int(b["n_tokens"].sum()) for b in window), sum(int(b["n_sup"].sum()) for b in window),
+                   sum(int(b["attn_pairs"].sum()) for b in window))
+
+
 class Meter:
     """Counts what happened since the last logged step; ``flush`` turns it into one metrics record.
 
@@ -147,12 +168,11 @@ class Meter:
         self.tokens = self.sup = self.pairs = 0
         self.loss_sum = torch.zeros((), device=self.device)
 
-    def add(self, window: list[dict], wait: float, loss_sum: torch.Tensor) -> None:
+    def add(self, counts: WindowCounts, wait: float, loss_sum: torch.Tensor) -> None:
         self.wait += wait
-        for batch in window:  # CPU tensors: no sync
-            self.tokens += int(batch["n_tokens"].sum())
-            self.sup += int(batch["n_sup"].sum())
-            self.pairs += int(batch["attn_pairs"].sum())
+        self.tokens += counts.tokens
+        self.sup += counts.sup
+        self.pairs += counts.pairs
         self.loss_sum += loss_sum
 
     def flush(self, step: int, epoch: int, lr: float, grad_norm: torch.Tensor | None) -> dict:
@@ -197,6 +217,16 @@ class MetricsFile:
 
     def close(self) -> None:
         self.file.close()
+
+
+class NoMetricsFile:
+    """What ranks other than 0 of a data-parallel run write: nothing (rank 0 logs the global numbers)."""
+
+    def write(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _step_of(line: str) -> int | None:

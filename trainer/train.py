@@ -8,6 +8,10 @@ Order of business (every check before anything expensive):
 4. model + adapters, data, optimizer, schedule; restore the checkpoint;
 5. :func:`trainer.loop.train_loop`; then the final adapter, optional merged model, summary.
 
+Under ``torchrun`` (WORLD_SIZE > 1) every rank runs all of this with its own device and slice of
+the data (trainer/distributed.py); rank 0 picks the checkpoint and the run directory and is the
+only one writing files.
+
 The run directory ``<output_dir>/<expert>/<run>/`` ends up with ``config.json`` (the resolved
 config), ``run.json`` (build, model, device, precision), ``metrics.jsonl``, ``train.log``,
 ``checkpoint-<step>/``, ``adapter/`` and ``summary.json``.
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import Subset
 
 from pipeline.config import ConfigError, ExpertConfig
 from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve_build, tokenizer_fingerprint,
@@ -33,8 +38,10 @@ from trainer.adapters import attach_adapters, export_merged, save_adapter, train
 from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, discard_later_checkpoints,
                                 find_checkpoint, load_checkpoint, read_state, verify_checkpoint)
 from trainer.data import BatchStream, BlockDataset, BlockSampler, make_loader
+from trainer.distributed import (DistributedError, World, barrier, close_world, decide_on_rank0, device_for,
+                                 init_world, wrap)
 from trainer.loop import NonFiniteLossError, train_loop
-from trainer.metrics import FlopCounter, Meter, MetricsFile, oom_advice, peak_flops, summarize
+from trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops, summarize
 from trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
 from trainer.optim import build_optimizer
 from trainer.schedule import build_scheduler, warmup_steps
@@ -47,7 +54,8 @@ class TrainError(Exception):
 
 
 # Errors whose message is the whole story (the CLI prints it without a traceback and exits 2).
-EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, ContractError, ConfigError)
+EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, ContractError, ConfigError,
+                   DistributedError)
 
 
 def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None, resume: str | None = None,
@@ -56,8 +64,23 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
 
     ``resume``: ``"auto"`` continues from the newest complete checkpoint of the expert's runs (a new
     run when there is none), a path continues from that checkpoint (or run directory).
+
+    Under ``torchrun`` every rank calls this; all of them return the run directory.
     """
     _ensure_log_handler()
+    world = init_world()
+    quiet = _RankFilter(world)
+    if not world.is_main:
+        log.addFilter(quiet)  # rank 0 tells the story; the others only warn
+    try:
+        return _run(config, cache_dir, build_id, resume, allow_build_change, world)
+    finally:
+        log.removeFilter(quiet)
+        close_world(world)
+
+
+def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resume: str | None,
+         allow_build_change: bool, world: World) -> Path:
     train = config.train
     build_dir = resolve_build(cache_dir, config.expert, build_id)
     manifest = Manifest.load(build_dir)
@@ -69,19 +92,22 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
     check_tokenizer(manifest, tok_dir, config.model.name)
 
     train_blocks = sum(shard.rows for shard in manifest.train)
-    if train_blocks < train.per_device_train_batch_size:
+    if train_blocks < train.per_device_train_batch_size * world.world_size:
+        ranks = f" x world size {world.world_size}" if world.enabled else ""
         raise TrainError(f"build {manifest.build_id} has {train_blocks} train blocks, fewer than "
-                         f"per_device_train_batch_size {train.per_device_train_batch_size}: lower it, or add data "
-                         "and rebuild")
+                         f"per_device_train_batch_size {train.per_device_train_batch_size}{ranks}: lower it, "
+                         "or add data and rebuild")
 
-    state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash)
+    state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash,
+                       world_size=world.world_size)
     expert_runs = Path(train.output_dir) / config.expert
-    checkpoint = find_checkpoint(resume, expert_runs) if resume else None
+    checkpoint = decide_on_rank0(lambda: find_checkpoint(resume, expert_runs) if resume else None, world)
     if resume == "auto" and checkpoint is None:
         log.info("resume auto: no complete checkpoint under %s; starting a new run", expert_runs)
     if checkpoint is not None:
         saved = read_state(checkpoint)
-        check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change)
+        check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change,
+                     world.world_size)
         verify_checkpoint(checkpoint)
         state = saved
         if saved.build_id != manifest.build_id:
@@ -90,27 +116,32 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
             state.build_id, state.position = manifest.build_id, 0
 
     # the run directory (a resumed run continues in its own); from here on the log goes there too
-    run_dir = checkpoint.parent if checkpoint is not None else new_run_dir(expert_runs, train.run_name, manifest.build_id)
-    file_log = _add_file_log(run_dir / "train.log")
-    if checkpoint is not None:
+    run_dir = decide_on_rank0(lambda: checkpoint.parent if checkpoint is not None
+                              else new_run_dir(expert_runs, train.run_name, manifest.build_id), world)
+    file_log = _add_file_log(run_dir / "train.log") if world.is_main else None
+    if checkpoint is not None and world.is_main:
         for dropped in discard_later_checkpoints(run_dir, state.step):
             log.warning("resuming from step %d abandons %s: removed", state.step, dropped.name)
     try:
-        return _train(config, build_dir, manifest, source, tok_dir, state, checkpoint, run_dir)
+        return _train(config, build_dir, manifest, source, tok_dir, state, checkpoint, run_dir, world)
     except Exception as e:
-        log.error("run failed: %s: %s", type(e).__name__, e)
+        log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e)
         raise
     finally:
-        log.removeHandler(file_log)
-        file_log.close()
+        if file_log is not None:
+            log.removeHandler(file_log)
+            file_log.close()
 
 
 def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, tok_dir: Path, state: TrainState,
-           checkpoint: Path | None, run_dir: Path) -> Path:
+           checkpoint: Path | None, run_dir: Path, world: World) -> Path:
     """Everything after the checks: set up, restore, train, export (logging into run_dir/train.log)."""
     train = config.train
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    seed_everything(train.seed)
+    device = device_for(world)
+    seed_everything(train.seed)  # the same on every rank: identical LoRA init and dropout RNG streams
+    if world.enabled:
+        log.info("data parallel: %d processes (this is rank %d, local rank %d, %s), backend %s", world.world_size,
+                 world.rank, world.local_rank, device, torch.distributed.get_backend())
     precision = choose_precision(train, device)
     log.info("precision: %s", precision.note)
 
@@ -128,17 +159,19 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     # data
     train_set = BlockDataset(build_dir, manifest, "train")
     batch_size = train.per_device_train_batch_size
-    sampler = BlockSampler(len(train_set), train.seed, manifest.build_id)
+    sampler = BlockSampler(len(train_set), train.seed, manifest.build_id, rank=world.rank,
+                           world_size=world.world_size)
     train_loader = make_loader(train_set, sampler, batch_size, train, device, drop_last=True, seed=train.seed)
-    total_steps = total_training_steps(train, len(train_set) // batch_size)
+    total_steps = total_training_steps(train, len(train_set) // (batch_size * world.world_size))
     val_loader = None
     val_set = BlockDataset(build_dir, manifest, "val")
     if len(val_set) == 0:
         log.warning("build %s has no val blocks (pack.val_fraction: %s): evaluation is skipped",
                     manifest.build_id, manifest.raw["inputs"]["pack"].get("val_fraction"))
     else:
-        val_loader = make_loader(val_set, None, train.per_device_eval_batch_size, train, device, drop_last=False,
-                                 seed=train.seed, num_workers=min(train.dataloader_num_workers, 2))
+        val_loader = make_loader(eval_slice(val_set, train, world), None, train.per_device_eval_batch_size, train,
+                                 device, drop_last=False, seed=train.seed,
+                                 num_workers=min(train.dataloader_num_workers, 2))
 
     # optimizer, schedule, scaler
     optimizer = build_optimizer(trainable_parameters(model), train, device)
@@ -146,34 +179,42 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     scaler = torch.amp.GradScaler(device.type) if precision.use_scaler else None
 
     info = RunInfo(run_dir, config.to_dict(), tok_dir)
-    _write_json(run_dir / CONFIG_SNAPSHOT, info.config)
-    _write_json(run_dir / "run.json", {
-        "build_id": manifest.build_id, "build_dir": str(build_dir), "tokenizer_hash": manifest.tokenizer_hash,
-        "model": config.model.name, "model_dir": str(source.directory), "random_init": not source.has_weights,
-        "device": str(device), "precision": precision.note, "total_steps": total_steps,
-        "warmup_steps": warmup_steps(train, total_steps), "resumed_from": str(checkpoint) if checkpoint else None,
-    })
+    if world.is_main:
+        _write_json(run_dir / CONFIG_SNAPSHOT, info.config)
+        _write_json(run_dir / "run.json", {
+            "build_id": manifest.build_id, "build_dir": str(build_dir), "tokenizer_hash": manifest.tokenizer_hash,
+            "model": config.model.name, "model_dir": str(source.directory), "random_init": not source.has_weights,
+            "device": str(device), "precision": precision.note, "total_steps": total_steps,
+            "warmup_steps": warmup_steps(train, total_steps), "resumed_from": str(checkpoint) if checkpoint else None,
+            "world_size": world.world_size,
+            "global_batch_blocks": batch_size * world.world_size * train.gradient_accumulation_steps,
+        })
     batches = BatchStream(train_loader, sampler, state.epoch, state.position)
     if checkpoint is not None:
         load_checkpoint(checkpoint, model, optimizer, scheduler, scaler)  # RNG states last of all
         log.info("resumed from %s: step %d, epoch %d, block %d of the epoch", checkpoint, state.step,
                  state.epoch, state.position)
-    log.info("run %s: build %s, %d train blocks of %d tokens, %d steps of %d x %d blocks", run_dir,
-             manifest.build_id, len(train_set), manifest.block_size, total_steps, batch_size,
-             train.gradient_accumulation_steps)
+    log.info("run %s: build %s, %d train blocks of %d tokens, %d steps of %d x %d x %d blocks (per device x "
+             "world size x gradient accumulation)", run_dir, manifest.build_id, len(train_set), manifest.block_size,
+             total_steps, batch_size, world.world_size, train.gradient_accumulation_steps)
 
-    metrics = MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if checkpoint else None)
-    meter = Meter(device, flops, peak_flops(device, train.peak_tflops))
+    metrics = (MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if checkpoint else None)
+               if world.is_main else NoMetricsFile())
+    peak = peak_flops(device, train.peak_tflops)
+    meter = Meter(device, flops, peak * world.world_size if peak else None)  # the counts are global
     start, start_tokens = time.perf_counter(), state.tokens
     try:
-        records, evals = train_loop(model, optimizer, scheduler, scaler, precision, device, batches,
-                                    val_loader, train, total_steps, state, info, meter, metrics)
+        records, evals = train_loop(wrap(model, world, device), optimizer, scheduler, scaler, precision, device,
+                                    batches, val_loader, train, total_steps, state, info, meter, metrics, world)
     except torch.OutOfMemoryError as e:
         raise TrainError(oom_advice(train, config.lora)) from e
     finally:
         metrics.close()
     wall = time.perf_counter() - start
 
+    if not world.is_main:
+        barrier(world)  # until rank 0 has written the adapter and summary
+        return run_dir
     save_adapter(model, run_dir / "adapter", info.config, tok_dir)
     if train.merge_adapter:
         export_merged(model, run_dir / "merged", info.config, tok_dir)
@@ -185,7 +226,18 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     })
     _write_json(run_dir / "summary.json", summary)
     log.info("done: %s", json.dumps(summary))
+    barrier(world)
     return run_dir
+
+
+def eval_slice(val_set: BlockDataset, train, world: World) -> Subset:
+    """This rank's val blocks: of the first ``max_eval_batches x per_device_eval_batch_size`` blocks (all
+    of them when unset), every W-th from ``rank``; the ranks together evaluate exactly what one process
+    evaluates, and trainer.distributed.reduce_eval sums their losses and token counts."""
+    n = len(val_set)
+    if train.max_eval_batches is not None:
+        n = min(n, train.max_eval_batches * train.per_device_eval_batch_size)
+    return Subset(val_set, range(world.rank, n, world.world_size))
 
 
 def verify_shards(build_dir: Path, manifest: Manifest) -> None:
@@ -259,6 +311,20 @@ def seed_everything(seed: int) -> None:
 
 def _write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+class _RankFilter(logging.Filter):
+    """On ranks other than 0: warnings and errors only, prefixed with the rank."""
+
+    def __init__(self, world: World):
+        super().__init__()
+        self.rank = world.rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return False
+        record.msg = f"[rank {self.rank}] {record.msg}"
+        return True
 
 
 def _ensure_log_handler() -> None:
