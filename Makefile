@@ -23,7 +23,7 @@ PART_ARGS  := $(if $(PART),--part $(PART))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge train rebuild status inspect verify discover test bench-build clean-venv
+.PHONY: install pretokenize merge train train-all rebuild status inspect verify discover test bench-build clean-venv
 
 install: $(VENV)/.installed
 
@@ -44,6 +44,10 @@ merge: install
 
 train: pretokenize
 	$(BIN)/packtrain train $(EXPERT) $(TRAIN_ARGS)
+
+# Every expert: one per visible GPU at a time, or one after another (logs in runs/train-all/).
+train-all: install
+	$(BIN)/packtrain train-all --all --cache-dir $(CACHE_DIR) $(if $(MAX_STEPS),--max-steps $(MAX_STEPS))
 
 inspect: install
 	$(BIN)/packtrain inspect $(EXPERT) --cache-dir $(CACHE_DIR)

@@ -137,6 +137,37 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
     click.echo(json.dumps({"expert": expert, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
 
+@main.command("train-all")
+@click.argument("experts", nargs=-1)
+@click.option("--all", "all_experts", is_flag=True, help="Every expert with a configs/<expert>.yaml.")
+@click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False))
+@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Config override for every expert.")
+@click.option("--max-steps", type=int, default=None, help="Train exactly this many steps per expert.")
+@click.option("--log-dir", default="runs/train-all", show_default=True, type=click.Path(file_okay=False),
+              help="Where each expert's output goes (<expert>.log).")
+def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps, log_dir):
+    """Build and train several experts: one per visible GPU at a time, else one after another.
+
+    One JSON line per expert; exit code 0 when all trained, 1 when any failed.
+    """
+    from pipeline.experiments import train_all as run_all
+    from pipeline.experiments import visible_gpus
+    from pipeline.rebuild import all_experts as list_experts
+
+    if all_experts == bool(experts):
+        raise click.UsageError("name the experts to train, or pass --all (not both)")
+    names = list_experts(configs_dir) if all_experts else list(experts)
+    common = ["--configs-dir", str(configs_dir), "--cache-dir", str(cache_dir)]
+    for item in settings:
+        common += ["--set", item]
+    train_args = common + (["--max-steps", str(max_steps)] if max_steps is not None else [])
+    gpus = visible_gpus()
+    click.echo(f"train-all: {len(names)} experts on {len(gpus) or 'no'} GPU(s)"
+               f"{', one at a time' if len(gpus) <= 1 else ''}; logs in {log_dir}", err=True)
+    sys.exit(run_all(names, common, train_args, Path(log_dir), gpus, emit=click.echo))
+
+
 class TrainFailed(Exception):
     """The trainer refused or stopped; its message says why and what to do."""
 

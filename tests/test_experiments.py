@@ -1,0 +1,55 @@
+"""Experiment sets: several experts built and trained by one command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.experiments import expert_command, train_all
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_train_all_runs_each_expert_and_reports_failures(hf_home, tmp_path):
+    configs = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs", configs)
+    (configs / "broken.yaml").write_text("sources:\n  - name: nobody/nothing\n")
+    runs = tmp_path / "runs"
+    settings = ["--set", f"train.output_dir={runs}", "--set", "train.per_device_train_batch_size=1",
+                "--set", "train.max_eval_batches=1", "--set", "train.dataloader_num_workers=0",
+                "--set", "build.num_proc=1"]
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train-all", "sql", "broken", "json",
+                           "--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--max-steps", "1",
+                           "--log-dir", tmp_path / "logs", *settings], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    lines = {line["expert"]: line for line in map(json.loads, proc.stdout.splitlines())}
+    assert [lines[e]["exit"] for e in ("sql", "broken", "json")] == [0, 2, 0]
+    assert all(lines[e]["gpu"] is None for e in lines)  # no GPU: one after another
+    assert "nobody/nothing" in (tmp_path / "logs" / "broken.log").read_text()
+    for expert in ("sql", "json"):
+        (run_dir,) = (runs / expert).iterdir()
+        assert (run_dir / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_one_expert_per_gpu_slot(tmp_path, monkeypatch):
+    """With 2 GPUs, two experts run at once, each pinned to its own GPU."""
+    import pipeline.experiments
+
+    script = "import os, time; print(os.environ.get('CUDA_VISIBLE_DEVICES')); time.sleep(0.5)"
+    monkeypatch.setattr(pipeline.experiments, "expert_command", lambda e, b, t: [sys.executable, "-c", script])
+    lines = []
+    code = train_all(["a", "b", "c"], [], [], tmp_path, ["0", "1"], emit=lambda line: lines.append(json.loads(line)))
+    assert code == 0
+    gpus = {line["expert"]: line["gpu"] for line in lines}
+    assert gpus["a"] == 0 and gpus["b"] == 1 and gpus["c"] in (0, 1)
+    assert (tmp_path / "a.log").read_text().strip() == "0" and (tmp_path / "b.log").read_text().strip() == "1"
+
+
+def test_the_expert_command_builds_then_trains():
+    command = expert_command("sql", ["--cache-dir", "c d"], ["--max-steps", "2"])
+    assert command[:2] == ["/bin/sh", "-c"]
+    assert "pretokenize sql --cache-dir 'c d' --no-progress && " in command[2]
+    assert command[2].endswith("train sql --max-steps 2")
