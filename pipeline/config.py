@@ -202,6 +202,10 @@ class TrainConfig:
     peak_tflops: float | None = None
     """Peak dense TFLOP/s of the accelerator, for MFU; default: looked up by GPU name (H100, H200,
     A100, L4, L40S, RTX 4090), none on CPU (then mfu is null)."""
+    chunked_loss: bool = True
+    """Compute the loss from the final hidden states of the supervised positions, in chunks of
+    4096 through the output head under activation checkpointing, so the [batch, block, vocab]
+    logits never exist (trainer/loss.py); false: the full-logits loss. Same loss and gradients."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if self.max_steps is not None and self.max_steps < 1:

@@ -208,7 +208,7 @@ def test_killed_at_10_random_steps_ends_bitwise_equal(tmp_path, model_dir, unint
     rng = random.Random(11)
     kills = [(step, rng.choice(["forward", "checkpoint_save", "after_save"]))
              for step in sorted(rng.sample(range(2, SETTINGS["max_steps"]), 10))]
-    save, forward = trainer.loop.save_checkpoint, trainer.loop.packed_forward
+    save, forward = trainer.loop.save_checkpoint, trainer.loop.packed_loss_sum
     run_dir = tmp_path / "runs" / "sql" / "r"
 
     for step, moment in kills:
@@ -221,14 +221,14 @@ def test_killed_at_10_random_steps_ends_bitwise_equal(tmp_path, model_dir, unint
             return path
 
         def forward_or_die(model, *args, **kwargs):
-            forwards.append(1)  # training forwards only (evaluation calls trainer.evaluate's packed_forward)
+            forwards.append(1)  # training forwards only (evaluation calls trainer.evaluate's packed_loss_sum)
             if moment == "forward" and start + len(forwards) == step:
                 os.kill(os.getpid(), signal.SIGKILL)  # inside step `step`, before its checkpoint
             return forward(model, *args, **kwargs)
 
         def child():
             monkeypatch.setattr(trainer.loop, "save_checkpoint", save_or_die)
-            monkeypatch.setattr(trainer.loop, "packed_forward", forward_or_die)
+            monkeypatch.setattr(trainer.loop, "packed_loss_sum", forward_or_die)
             run(config, tmp_path / "cache", resume="auto")
 
         start, forwards = newest_step(run_dir), []  # one micro-batch per step: step = start + forwards

@@ -79,13 +79,14 @@ def test_bs1_ga8_equals_bs8_ga1(tmp_path, model_dir, monkeypatch):
 def poison_losses(monkeypatch, bad_steps: set[int]):
     """Make the loss of the given optimizer steps NaN (one micro-batch per step in these tests)."""
     calls = {"n": 0}
+    real = trainer.loop.packed_loss_sum
 
-    def loss(logits, labels):
+    def loss(*args, **kwargs):
         calls["n"] += 1
-        value = token_loss_sum(logits, labels)
+        value = real(*args, **kwargs)
         return value * float("nan") if calls["n"] in bad_steps else value
 
-    monkeypatch.setattr(trainer.loop, "token_loss_sum", loss)
+    monkeypatch.setattr(trainer.loop, "packed_loss_sum", loss)
 
 
 def adapter_tensors(path):

@@ -7,14 +7,16 @@ import math
 import torch
 from torch.utils.data import DataLoader
 
-from trainer.loss import token_loss_sum
-from trainer.model import Precision, packed_forward
+from trainer.loss import packed_loss_sum
+from trainer.model import Precision
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, device: torch.device,
-             max_batches: int | None = None) -> dict:
-    """``{"eval/loss", "eval/ppl", "eval/tokens"}``: the mean loss over every supervised val token."""
+             max_batches: int | None = None, chunked: bool = True) -> dict:
+    """``{"eval/loss", "eval/ppl", "eval/tokens"}``: the mean loss over every supervised val token,
+    computed by the training loss (:func:`trainer.loss.packed_loss_sum`; ``chunked`` as
+    ``train.chunked_loss``: the same number either way)."""
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros((), device=device)
@@ -26,8 +28,7 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, d
         position_ids = batch["position_ids"].to(device, non_blocking=True)
         labels = batch["labels"].to(device, non_blocking=True)
         with precision.autocast(device):
-            logits = packed_forward(model, input_ids, position_ids)
-        loss_sum += token_loss_sum(logits, labels)
+            loss_sum += packed_loss_sum(model, input_ids, position_ids, labels, chunked=chunked)
         tokens += int(batch["n_sup"].sum())
     model.train(was_training)
     loss = loss_sum.item() / max(tokens, 1)

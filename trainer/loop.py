@@ -30,9 +30,9 @@ from trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_chec
 from trainer.data import BatchStream
 from trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, unwrap
 from trainer.evaluate import evaluate
-from trainer.loss import token_loss_sum
+from trainer.loss import packed_loss_sum
 from trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
-from trainer.model import Precision, packed_forward
+from trainer.model import Precision
 
 log = logging.getLogger("packtrain.train")
 
@@ -92,12 +92,11 @@ def train_loop(
             position_ids = micro["position_ids"].to(device, non_blocking=True)
             labels = micro["labels"].to(device, non_blocking=True)
             with precision.autocast(device):
-                logits = packed_forward(forward_model, input_ids, position_ids)
-            micro_loss = token_loss_sum(logits, labels)
+                micro_loss = packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss)
             scaled = micro_loss / norm
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             loss_sum += micro_loss.detach()
-            del logits, micro_loss, scaled
+            del micro_loss, scaled
 
         all_sum_(loss_sum, world)  # the global loss: every rank takes the same decision below
 

@@ -6,17 +6,135 @@ the same loss and gradients (a mean of per-micro-batch means would not).
 
 ``labels`` are unshifted (HF convention): ``labels[i]`` is the target predicted from position
 ``i - 1``; the shift happens here, on the labels (cheaper than slicing the logits).
+
+Two ways to the same number (``train.chunked_loss``, default true):
+
+- **chunked** (:func:`chunked_loss_sum`): the model returns its final hidden states, those of the
+  supervised positions only are gathered (``[N, H]``, N = supervised targets), and the output head
+  + cross-entropy run over them ``CHUNK_TOKENS`` rows at a time, each chunk under
+  ``torch.utils.checkpoint``: the forward keeps only the chunk's loss, the backward recomputes the
+  chunk's logits. The ``[B, T, V]`` logits (fp32: 2 x 2048 x 151,936 x 4 bytes = 2.5 GB per
+  pair of blocks, twice that with their gradient) never exist; at most one chunk's logits do
+  (4096 x V: 2.5 GB in fp32 for Qwen2.5's vocabulary), and the head's matmul skips the prompt and
+  padding positions.
+- **reference** (:func:`token_loss_sum` over :func:`trainer.model.packed_forward`'s logits): the
+  full logits; used when ``chunked_loss`` is false and for architectures whose head does more than
+  a linear layer (logit soft-capping or scaling: Gemma 2, Cohere, Granite...), said once in the
+  log. tests/test_trainer_loss.py checks both give the same loss and gradients.
 """
 
 from __future__ import annotations
 
+import logging
+import weakref
+
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from trainer.data import IGNORE_INDEX
+from trainer.model import causal_lm, packed_forward, packed_hidden_states
+
+log = logging.getLogger("packtrain.train")
+
+CHUNK_TOKENS = 4096
+"""Supervised positions per head + cross-entropy chunk."""
+
+# model types whose *ForCausalLM.forward computes ``logits = self.lm_head(hidden_states)`` and
+# nothing more (checked in transformers 5.23's modeling files)
+PLAIN_HEAD_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+# config fields by which other heads post-process their logits
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_softcapping", "logit_scale", "logits_scaling")
+
+_checked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # causal LM -> chunked path usable
+_said: set[str] = set()
+
+
+def shifted_targets(labels: torch.Tensor) -> torch.Tensor:
+    """``targets[:, i] = labels[:, i + 1]``: the token predicted from position ``i`` (-100 at the end)."""
+    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Sum of the cross-entropy of every supervised target (fp32), a 0-d tensor."""
-    targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+    """Sum of the cross-entropy of every supervised target (fp32), a 0-d tensor: the reference path."""
+    targets = shifted_targets(labels)
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def packed_loss_sum(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                    labels: torch.Tensor, chunked: bool = True) -> torch.Tensor:
+    """The summed token loss of a micro-batch of packed blocks: forward + loss in one call (run it
+    under the precision's autocast). ``chunked`` picks the path (see the module docstring)."""
+    if chunked and _chunked_supported(model):
+        hidden, last_logits = packed_hidden_states(model, input_ids, position_ids)
+        head = causal_lm(model).get_output_embeddings()
+        if not _check_hidden_states(model, head, hidden, last_logits):
+            return token_loss_sum(packed_forward(model, input_ids, position_ids), labels)
+        return chunked_loss_sum(head, hidden, labels)
+    return token_loss_sum(packed_forward(model, input_ids, position_ids), labels)
+
+
+def chunked_loss_sum(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
+                     chunk_tokens: int | None = None) -> torch.Tensor:
+    """:func:`token_loss_sum` of ``head(hidden)`` without the full logits.
+
+    ``head`` is called as a module, so a tied embedding, a bias or a LoRA-adapted head all work.
+    ``chunk_tokens`` defaults to :data:`CHUNK_TOKENS`. A micro-batch without supervised tokens gives
+    a 0 connected to the graph (zero gradients, as the reference path gives). On CUDA, counting the supervised positions is one host sync.
+    """
+    targets = shifted_targets(labels).flatten()
+    index = (targets != IGNORE_INDEX).nonzero().squeeze(1)
+    states = hidden.flatten(0, 1).index_select(0, index)
+    targets = targets.index_select(0, index)
+    chunk_tokens = chunk_tokens or CHUNK_TOKENS
+    total = None
+    for start in range(0, max(len(index), 1), chunk_tokens):
+        h, t = states[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+        if torch.is_grad_enabled():
+            part = checkpoint(_head_loss_sum, head, h, t, use_reentrant=False)
+        else:
+            part = _head_loss_sum(head, h, t)
+        total = part if total is None else total + part
+    return total
+
+
+def _head_loss_sum(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """One chunk: logits (the compute dtype), upcast to fp32 for the log-softmax, summed loss."""
+    return F.cross_entropy(head(hidden).float(), targets, reduction="sum")
+
+
+def _chunked_supported(model: torch.nn.Module) -> bool:
+    lm = causal_lm(model)
+    config = getattr(lm, "config", None)
+    model_type = getattr(config, "model_type", type(lm).__name__)
+    transforms = [f"{k}={getattr(config, k)}" for k in LOGIT_TRANSFORMS if getattr(config, k, None) not in (None, 1, 1.0)]
+    if model_type in PLAIN_HEAD_MODEL_TYPES and not transforms and lm.get_output_embeddings() is not None:
+        return True
+    _say_once(model_type, f"chunked_loss: not supported for model type {model_type!r}"
+              + (f" (its head transforms the logits: {', '.join(transforms)})" if transforms else
+                 f" (supported: {', '.join(PLAIN_HEAD_MODEL_TYPES)})")
+              + "; using the full-logits loss (more memory, same result)")
+    return False
+
+
+def _check_hidden_states(model: torch.nn.Module, head: torch.nn.Module, hidden: torch.Tensor,
+                         last_logits: torch.Tensor) -> bool:
+    """Once per model: is ``hidden`` really the head's input? (head(last position) == the model's
+    own logits there). One host sync, on the first micro-batch only."""
+    lm = causal_lm(model)
+    if lm not in _checked:
+        with torch.no_grad():
+            ours = head(hidden[:, -1:].detach()).float()
+            theirs = last_logits.detach().float()
+            scale = theirs.abs().max().clamp_min(1e-6)
+            _checked[lm] = bool(((ours - theirs).abs().max() <= 1e-3 * scale).item())
+        if not _checked[lm]:
+            _say_once(f"check-{id(lm)}", "chunked_loss: the model's last hidden states are not its head's input "
+                      "(transformers changed output_hidden_states?); using the full-logits loss")
+    return _checked[lm]
+
+
+def _say_once(key: str, message: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        log.warning(message)

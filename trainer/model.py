@@ -168,3 +168,36 @@ def packed_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids
     checks that a packed block's logits equal each document's logits run alone.
     """
     return model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False).logits
+
+
+def packed_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor,
+                         position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The final hidden states of packed blocks (the output head's input, ``[B, T, H]``), and the
+    model's own logits of the last position of every block (``[B, 1, V]``, for a check).
+
+    The call goes through ``model`` itself, exactly as :func:`packed_forward` does (same packed
+    attention), so whatever wraps the causal LM still sees its forward run: peft's ``PeftModel``,
+    ``torch.compile``'s module and DistributedDataParallel (whose gradient all-reduce is armed by
+    its forward; calling the inner decoder directly would silently skip it). ``logits_to_keep=1``
+    makes the head run on one position per block instead of all of them, and
+    ``output_hidden_states`` returns the final-norm output as ``hidden_states[-1]`` (transformers
+    5 replaces the last recorded layer output with ``last_hidden_state``; trainer.loss checks it
+    against the logits on first use).
+    """
+    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
+                output_hidden_states=True, logits_to_keep=1)
+    return out.hidden_states[-1], out.logits
+
+
+def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers ``*ForCausalLM`` inside ``model``: through torch.compile's module, (Distributed)
+    DataParallel and peft's PeftModel."""
+    while True:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):  # torch.compile's OptimizedModule
+            model = model._orig_mod
+        elif hasattr(model, "get_base_model"):  # peft.PeftModel
+            model = model.get_base_model()
+        else:
+            return model
