@@ -118,12 +118,12 @@ def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn
 
     Only the LoRA parameters require gradients and every one of them is used in every forward, so
     ``find_unused_parameters=False``. Buffers (rotary frequencies) are identical on every rank and
-    never change: no per-forward broadcast. DDP broadcasts rank 0's parameters once, here.
+    never change: no per-forward sync. DDP broadcasts rank 0's parameters and buffers once, here.
     """
     if not world.enabled:
         return model
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                   find_unused_parameters=False, broadcast_buffers=False)
+                                   find_unused_parameters=False, forward_sync_buffers=False)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
