@@ -1,5 +1,5 @@
 # packtrain: every target is a thin wrapper over the `packtrain` CLI in .venv/.
-# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS (build); MAX_STEPS, RESUME (train).
+# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS (build); MAX_STEPS, RESUME, NPROC (train).
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -13,6 +13,8 @@ MAX_STEPS  ?=
 RESUME     ?=
 PART       ?=
 PARTS      ?=
+# Processes for data-parallel training under torchrun (one per GPU); unset: a single process.
+NPROC      ?=
 # On a machine without an NVIDIA GPU, pre-install this CPU build of torch (an unpinned torch
 # pulls a 5.5 GB CUDA build). Set TORCH_CPU= to skip.
 TORCH_CPU  ?= torch==2.13.0
@@ -43,7 +45,7 @@ merge: install
 	$(BIN)/packtrain merge $(EXPERT) --parts $(PARTS) $(BUILD_ARGS)
 
 train: pretokenize
-	$(BIN)/packtrain train $(EXPERT) $(TRAIN_ARGS)
+	$(if $(NPROC),$(BIN)/torchrun --nproc-per-node $(NPROC) -m pipeline.cli,$(BIN)/packtrain) train $(EXPERT) $(TRAIN_ARGS)
 
 # Every expert: one per visible GPU at a time, or one after another (logs in runs/train-all/).
 train-all: install

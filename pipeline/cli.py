@@ -134,7 +134,8 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
         run_dir = run(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change)
     except EXPECTED_ERRORS as e:
         raise TrainFailed(str(e)) from None
-    click.echo(json.dumps({"expert": expert, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
+        click.echo(json.dumps({"expert": expert, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
 
 @main.command("train-all")
