@@ -90,12 +90,14 @@ def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settin
             share = parse_part(part)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--part") from None
-        click.echo(json.dumps(pretokenize_part(cfg, cache_dir, share, log=click.echo,
-                                               progress=progress and sys.stderr.isatty())))
+        for stage in cfg.stage_configs():
+            click.echo(json.dumps(pretokenize_part(stage, cache_dir, share, log=click.echo,
+                                                   progress=progress and sys.stderr.isatty())))
         return
-    result = build(cfg, cache_dir, log=click.echo, progress=progress and sys.stderr.isatty())
-    click.echo(json.dumps({"expert": expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
-                           "path": str(result.path)}))
+    for stage in cfg.stage_configs():  # one build, or one per curriculum stage
+        result = build(stage, cache_dir, log=click.echo, progress=progress and sys.stderr.isatty())
+        click.echo(json.dumps({"expert": stage.expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
+                               "path": str(result.path)}))
 
 
 @main.command()
@@ -107,9 +109,10 @@ def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, pa
     from pipeline.partition import merge as merge_parts
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
-    result = merge_parts(cfg, cache_dir, parts, log=click.echo)
-    click.echo(json.dumps({"expert": expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
-                           "path": str(result.path)}))
+    for stage in cfg.stage_configs():
+        result = merge_parts(stage, cache_dir, parts, log=click.echo)
+        click.echo(json.dumps({"expert": stage.expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
+                               "path": str(result.path)}))
 
 
 @main.command()
@@ -130,12 +133,21 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
     if max_steps is not None:
         settings = (*settings, f"train.max_steps={max_steps}")
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
-    try:
-        run_dir = run(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change)
-    except EXPECTED_ERRORS as e:
-        raise TrainFailed(str(e)) from None
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
-        click.echo(json.dumps({"expert": expert, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
+    stages = cfg.stage_configs()
+    if build_id is not None and len(stages) > 1:
+        raise click.BadParameter("a curriculum has one build per stage; --build-id names one build",
+                                 param_hint="--build-id")
+    previous = None
+    for stage in stages:  # a curriculum: each stage starts from the previous stage's adapter
+        if previous is not None:
+            stage.train.init_adapter = str(previous / "adapter")
+        try:
+            previous = run(stage, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change)
+        except EXPECTED_ERRORS as e:
+            raise TrainFailed(f"{stage.expert}: {e}" if len(stages) > 1 else str(e)) from None
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
+            click.echo(json.dumps({"expert": stage.expert, "run_dir": str(previous),
+                                   "adapter": str(previous / "adapter")}))
 
 
 @main.command("train-all")
@@ -247,7 +259,7 @@ def status(experts, configs_dir, cache_dir, as_json):
     from pipeline.rebuild import all_experts as list_experts
     from pipeline.status import expert_status, format_status
 
-    rows = [expert_status(e, configs_dir, cache_dir) for e in (experts or list_experts(configs_dir))]
+    rows = [row for e in (experts or list_experts(configs_dir)) for row in expert_status(e, configs_dir, cache_dir)]
     click.echo("\n".join(json.dumps(r) for r in rows) if as_json else format_status(rows))
 
 

@@ -194,6 +194,9 @@ class TrainConfig:
     output_dir: str = "runs"
     max_bad_steps: int = 3
     """Consecutive non-finite losses tolerated (each skips its optimizer step) before the run stops."""
+    init_adapter: str | None = None
+    """Start the LoRA weights from this PEFT adapter directory instead of zeros (each curriculum
+    stage starts from the previous stage's adapter). Ignored when resuming a checkpoint."""
     merge_adapter: bool = False
     """Also export the base model with the adapter merged in (``merged/``) at the end."""
     run_name: str | None = None
@@ -242,6 +245,26 @@ class TrainConfig:
 
 
 @dataclass
+class StageConfig:
+    """One stage of a curriculum: its own sources and length; it starts from the previous stage's
+    adapter. Built and trained as the expert ``<expert>-<name>``."""
+
+    name: str
+    sources: list[SourceConfig]
+    num_train_epochs: int | None = None
+    max_steps: int | None = None
+
+    def validate(self, errors: list[str], where: str) -> None:
+        if not self.sources:
+            errors.append(f"{where}.sources: a stage needs at least one source")
+        for i, source in enumerate(self.sources):
+            source.validate(errors, f"{where}.sources[{i}]")
+        for name in ("num_train_epochs", "max_steps"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                errors.append(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
 class ExpertConfig:
     expert: str
     sources: list[SourceConfig]
@@ -251,14 +274,25 @@ class ExpertConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    stages: list[StageConfig] = field(default_factory=list)
+    """A curriculum: when set, ``sources`` is not used; each stage is built and trained in order."""
 
     def validate(self, errors: list[str], where: str = "") -> None:
         try:
             check_expert_name(self.expert)
         except ContractError as e:
             errors.append(f"expert: {e}")
-        if not self.sources:
-            errors.append("sources: at least one source is needed (or set DATASET=...)")
+        if not self.sources and not self.stages:
+            errors.append("sources: at least one source is needed (or set DATASET=..., or stages:)")
+        names = [stage.name for stage in self.stages]
+        for i, stage in enumerate(self.stages):
+            stage.validate(errors, f"stages[{i}]")
+            try:
+                check_expert_name(f"{self.expert}-{stage.name}")
+            except ContractError as e:
+                errors.append(f"stages[{i}].name: {e}")
+            if names.count(stage.name) > 1 and names.index(stage.name) == i:
+                errors.append(f"stages[{i}].name: {stage.name!r} is used twice")
         for i, source in enumerate(self.sources):
             source.validate(errors, f"sources[{i}]")
         for name in ("format", "pack", "build", "model", "lora", "train"):
@@ -268,6 +302,24 @@ class ExpertConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def stage_configs(self) -> list["ExpertConfig"]:
+        """One config per stage, expert ``<expert>-<stage>``, in order; [self] without stages. A
+        stage's ``bundled`` source means this expert's sample (``bundled:<expert>``). The trainer
+        chains the adapters (train.init_adapter)."""
+        if not self.stages:
+            return [self]
+        out = []
+        for stage in self.stages:
+            sources = [dataclasses.replace(s, name=f"{BUNDLED}:{self.expert}") if s.name == BUNDLED else s
+                       for s in stage.sources]
+            train = dataclasses.replace(
+                self.train,
+                num_train_epochs=stage.num_train_epochs or self.train.num_train_epochs,
+                max_steps=stage.max_steps if stage.max_steps is not None else self.train.max_steps)
+            out.append(dataclasses.replace(self, expert=f"{self.expert}-{stage.name}", sources=sources, stages=[],
+                                           train=train))
+        return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -105,6 +105,8 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
     """Find ``spec`` on this machine (see the module docstring for the search order)."""
     if spec.name == BUNDLED:
         return _resolve_bundled(spec, expert)
+    if spec.name.startswith(f"{BUNDLED}:"):  # bundled:<expert>: another expert's sample (curriculum stages)
+        return _resolve_bundled(spec, spec.name.partition(":")[2])
     if (local := _path(spec.name)).exists():
         return _resolve_local(spec, local)
     searched = [f"local path {_path(spec.name)} (does not exist)"]

@@ -142,14 +142,15 @@ def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, 
         code = EXIT_OK
         for expert in experts:
             try:
-                config = load_config(expert, configs_dir, overrides)
+                configs = load_config(expert, configs_dir, overrides).stage_configs()
             except Exception as e:
-                outcome = Outcome(expert, "failed", error=f"{type(e).__name__}: {e}")
+                outcomes = [Outcome(expert, "failed", error=f"{type(e).__name__}: {e}")]
             else:
-                outcome = rebuild_expert(config, cache_dir, keep, log)
-            emit(outcome.line())
-            if outcome.action == "failed":
-                code = EXIT_FAILED
+                outcomes = [rebuild_expert(config, cache_dir, keep, log) for config in configs]
+            for outcome in outcomes:  # one line per expert, or per curriculum stage
+                emit(outcome.line())
+                if outcome.action == "failed":
+                    code = EXIT_FAILED
         return code
     finally:
         lock.release()

@@ -24,10 +24,19 @@ def last_run(runs_dir: Path, build_id: str) -> str | None:
     return max(runs)[1] if runs else None
 
 
-def expert_status(expert: str, configs_dir, cache_dir, overrides: dict | None = None) -> dict:
+def expert_status(expert: str, configs_dir, cache_dir, overrides: dict | None = None) -> list[dict]:
+    """One row for the expert, or one per curriculum stage."""
+    try:
+        configs = load_config(expert, configs_dir, overrides).stage_configs()
+    except Exception as e:
+        return [{"expert": expert, "error": f"{type(e).__name__}: {e}"}]
+    return [config_status(config, cache_dir) for config in configs]
+
+
+def config_status(config, cache_dir) -> dict:
+    expert = config.expert
     status: dict = {"expert": expert}
     try:
-        config = load_config(expert, configs_dir, overrides)
         current = read_current(cache_dir, expert)
         status["build"] = current
         if current is not None:

@@ -154,8 +154,8 @@ def test_status_reports_changes_and_the_last_run(two_sources):
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"build_id": built.build_id}))
     overrides = {"train.output_dir": str(two_sources["runs"])}
-    status = expert_status("sql", two_sources["configs"], two_sources["cache"], overrides)
+    (status,) = expert_status("sql", two_sources["configs"], two_sources["cache"], overrides)
     assert status["build"] == built.build_id and status["inputs_changed"] is False
     assert status["last_run"] == "20261122-000000-x" and status["train_tokens"] > 0
     write_jsonl(two_sources["b"], rows(31, start=500))
-    assert expert_status("sql", two_sources["configs"], two_sources["cache"], overrides)["inputs_changed"] is True
+    assert expert_status("sql", two_sources["configs"], two_sources["cache"], overrides)[0]["inputs_changed"] is True

@@ -34,7 +34,7 @@ from torch.utils.data import Subset
 from pipeline.config import ConfigError, ExpertConfig
 from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve_build, tokenizer_fingerprint,
                                verify_checksums)
-from trainer.adapters import attach_adapters, export_merged, save_adapter, trainable_parameters
+from trainer.adapters import attach_adapters, export_merged, load_adapter_weights, save_adapter, trainable_parameters
 from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, discard_later_checkpoints,
                                 find_checkpoint, load_checkpoint, read_state, verify_checkpoint)
 from trainer.data import BatchStream, BlockDataset, BlockSampler, make_loader
@@ -152,6 +152,12 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         raise TrainError(f"model {config.model.name} has {vocab} token embeddings, the build's tokenizer "
                          f"{manifest.vocab_size} tokens: this model cannot read these shards")
     model = attach_adapters(model, config.lora, train.gradient_checkpointing)
+    if train.init_adapter and checkpoint is None:  # a resumed run's checkpoint already holds the weights
+        try:
+            load_adapter_weights(model, Path(train.init_adapter))
+        except RuntimeError as e:
+            raise TrainError(f"train.init_adapter: {e}") from None
+        log.info("adapter weights initialised from %s", train.init_adapter)
     flops = FlopCounter.for_model(model)
     log.info("model %s (%s): %.1fM matmul params, %.2fM trainable (%s r=%d)", config.model.name, source.directory,
              flops.matmul_params / 1e6, flops.trainable_params / 1e6, config.lora.method, config.lora.r)

@@ -1,0 +1,75 @@
+"""Curriculum stages: each stage its own build and run, each starting from the previous adapter."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pipeline.contract import read_current
+from trainer.train import TrainError, run
+from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def adapter(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "adapter" / "adapter_model.safetensors")
+
+
+def test_init_adapter_starts_from_those_weights(tmp_path):
+    model_dir = tiny_model_dir(tmp_path / "model")
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    first = run(make_config(model_dir, tmp_path / "runs", max_steps=3, run_name="first"), tmp_path / "cache")
+    trained = adapter(first)
+    assert max(t.abs().max().item() for name, t in trained.items() if "lora_B" in name) > 1e-4  # B left zero
+    # a near-zero learning rate: what comes out is what went in
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, learning_rate=1e-12, run_name="second",
+                         init_adapter=str(first / "adapter"))
+    second = adapter(run(config, tmp_path / "cache"))
+    assert all(torch.allclose(second[name], trained[name], atol=1e-7) for name in trained)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, run_name="third",
+                         init_adapter=str(tmp_path / "nowhere"))
+    with pytest.raises(TrainError, match=r"train.init_adapter: adapter weights .*nowhere.* cannot be read"):
+        run(config, tmp_path / "cache")
+
+
+def test_a_curriculum_builds_and_trains_each_stage_from_the_last(hf_home, tmp_path):
+    configs = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs", configs)
+    (configs / "sql.yaml").write_text((configs / "sql.yaml").read_text() + """
+stages:
+  - name: basics
+    sources: [{name: bundled, max_rows: 300}]
+  - name: all
+    sources: [{name: bundled}]
+    max_steps: 2
+""")
+    common = ["--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--set", f"train.output_dir={tmp_path / 'runs'}",
+              "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
+              "--set", "train.dataloader_num_workers=0", "--num-proc", "1"]
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+                              text=True)
+
+    built = cli("pretokenize", "sql", *common)
+    assert built.returncode == 0, built.stderr
+    lines = [json.loads(line) for line in built.stdout.splitlines() if line.startswith("{")]
+    assert [line["expert"] for line in lines] == ["sql-basics", "sql-all"]
+    assert read_current(tmp_path / "cache", "sql-basics") and read_current(tmp_path / "cache", "sql-all")
+
+    trained = cli("train", "sql", *common, "--set", "train.max_steps=1")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    runs = [json.loads(line) for line in trained.stdout.splitlines() if line.startswith("{")]
+    assert [r["expert"] for r in runs] == ["sql-basics", "sql-all"]
+    log = (Path(runs[1]["run_dir"]) / "train.log").read_text()
+    assert f"adapter weights initialised from {runs[0]['adapter']}" in log
+    assert json.loads((Path(runs[1]["run_dir"]) / "summary.json").read_text())["steps"] == 2  # the stage's max_steps
+    assert json.loads((Path(runs[0]["run_dir"]) / "summary.json").read_text())["steps"] == 1
