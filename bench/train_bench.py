@@ -423,7 +423,8 @@ def main() -> None:
         result_file.unlink(missing_ok=True)
         shutil.rmtree(work / "runs" / "sql" / contender, ignore_errors=True)
         env = dict(os.environ, BENCH_WORK=str(work), BENCH_CACHE=str(work / "cache"), BENCH_BUILD=str(build_dir),
-                   BENCH_RESULT=str(result_file), PYTHONPATH=str(ROOT))
+                   BENCH_RESULT=str(result_file),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         cmd = [sys.executable, __file__, "--run-one", contender, *sys.argv[1:]]
         started = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
