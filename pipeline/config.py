@@ -209,6 +209,11 @@ class TrainConfig:
     """Compute the loss from the final hidden states of the supervised positions, in chunks of
     4096 through the output head under activation checkpointing, so the [batch, block, vocab]
     logits never exist (trainer/loss.py); false: the full-logits loss. Same loss and gradients."""
+    fsdp: bool = False
+    """Under torchrun, shard the model over the ranks with FSDP2 (``fully_shard`` on every decoder
+    layer and on the root), for a base too large for one device; without torchrun nothing is
+    sharded. The type is checked like every field's; ``lora.method: qlora`` and ``merge_adapter``
+    with it are refused when training starts (trainer/train.py); docs/DISTRIBUTED.md."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if self.max_steps is not None and self.max_steps < 1:

@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 
 from pipeline.config import LoraConfig
 from pipeline.contract import TOKENIZER_FILES
+from trainer.distributed import load_full_trainable_state, sharded
 
 log = logging.getLogger("packtrain.train")
 
@@ -57,10 +58,16 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def save_adapter(model, directory: Path, config: dict, tokenizer_dir: Path | None = None) -> None:
-    """PEFT-format adapter + resolved config (+ tokenizer files, so the directory is self-contained)."""
+def save_adapter(model, directory: Path, config: dict, tokenizer_dir: Path | None = None,
+                 state_dict: dict | None = None) -> None:
+    """PEFT-format adapter + resolved config (+ tokenizer files, so the directory is self-contained).
+    ``state_dict``: the full trainable weights keyed as in ``model.state_dict()``, for a model sharded
+    with FSDP (trainer.distributed.full_trainable_state); peft converts them to its format."""
     directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory, safe_serialization=True)
+    if state_dict is None:
+        model.save_pretrained(directory, safe_serialization=True)
+    else:
+        model.save_pretrained(directory, safe_serialization=True, state_dict=state_dict)
     save_adapter_extras(directory, config, tokenizer_dir)
 
 
@@ -78,7 +85,18 @@ def load_adapter_weights(model, directory: Path) -> None:
         raise RuntimeError(f"adapter weights {path} do not fit this model (missing {missing[:3]}, unexpected "
                            f"{extra[:3]}): the checkpoint was taken with other lora settings (r, target_modules) "
                            "or another base model")
-    set_peft_model_state_dict(model, state)
+    if sharded(model):
+        load_full_trainable_state(model, _to_model_keys(model, state))
+    else:
+        set_peft_model_state_dict(model, state)
+
+
+def _to_model_keys(model, state: dict) -> dict:
+    """Adapter weights keyed as peft saves them -> keyed as in ``model.state_dict()``, by asking peft
+    how it names each trainable parameter (so its naming rules stay its own)."""
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    numbered = get_peft_model_state_dict(model, state_dict={n: torch.tensor(i) for i, n in enumerate(names)})
+    return {names[int(index)]: state[key] for key, index in numbered.items()}
 
 
 def export_merged(model, directory: Path, config: dict, tokenizer_dir: Path | None) -> None:

@@ -3,7 +3,9 @@
 ``runs/<expert>/<run>/checkpoint-<step>/``::
 
     adapter/               the LoRA weights in PEFT format (PeftModel.from_pretrained loads it)
-    trainer_state.pt       optimizer, scheduler, grad scaler, RNG states (python, numpy, torch, cuda)
+    trainer_state.pt       optimizer, scheduler, grad scaler, RNG states (python, numpy, torch, cuda);
+                           with train.fsdp the optimizer state is gathered, full and keyed by
+                           parameter name (``optimizer_layout: fsdp-full``)
     state.json             step, data position (epoch, index in the permutation over all ranks),
                            build id, tokenizer hash, token counters, world size
     config.json            the resolved packtrain config
@@ -33,6 +35,8 @@ import torch
 
 from pipeline.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
 from trainer.adapters import load_adapter_weights, save_adapter
+from trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
+                                 sharded)
 
 log = logging.getLogger("packtrain.train")
 
@@ -42,6 +46,9 @@ STATE_JSON = "state.json"
 CHECKSUMS = "checksums.json"
 ADAPTER_DIR = "adapter"
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+# how trainer_state.pt holds the optimizer: optimizer.state_dict() of one process (parameters
+# numbered), or, with train.fsdp, the full unsharded state keyed by parameter name (get_optimizer_state_dict)
+LOCAL_LAYOUT, FSDP_LAYOUT = "local", "fsdp-full"
 
 
 class CheckpointError(Exception):
@@ -108,14 +115,24 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler, scaler) -> Path:
+def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler, scaler) -> Path | None:
+    """Rank 0 (or the only process) writes the checkpoint. A model sharded with FSDP is first gathered:
+    then EVERY rank calls this (the gathers are collectives) and the others return None."""
+    if sharded(model):
+        adapter_state = full_trainable_state(model)
+        optimizer_state = full_optimizer_state(model, optimizer)
+        if torch.distributed.get_rank() != 0:
+            return None
+    else:
+        adapter_state, optimizer_state = None, optimizer.state_dict()
     final = run.run_dir / f"{PREFIX}{state.step}"
     tmp = run.run_dir / f"{TMP_PREFIX}{PREFIX}{state.step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_adapter(model, tmp / ADAPTER_DIR, run.config)
+    save_adapter(model, tmp / ADAPTER_DIR, run.config, state_dict=adapter_state)
     torch.save({
-        "optimizer": optimizer.state_dict(),
+        "optimizer": optimizer_state,
+        "optimizer_layout": FSDP_LAYOUT if adapter_state is not None else LOCAL_LAYOUT,
         "scheduler": scheduler.state_dict(),
         "scaler": scaler.state_dict() if scaler is not None else None,
         "rng": rng_state(),
@@ -243,7 +260,8 @@ def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: s
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:
-    """Restore adapter weights, optimizer, scheduler, scaler and RNG states (RNG last)."""
+    """Restore adapter weights, optimizer, scheduler, scaler and RNG states (RNG last). A model sharded
+    with FSDP: every rank calls this and reads the same files (each keeps its shards)."""
     try:
         load_adapter_weights(model, path / ADAPTER_DIR)
     except (RuntimeError, ValueError) as e:
@@ -254,8 +272,17 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:
     except Exception as e:  # pickle/zip errors of a truncated or foreign file
         raise CheckpointError(f"checkpoint file {file} cannot be loaded ({type(e).__name__}: {e}); it is corrupt. "
                               "Resume from another checkpoint with --resume PATH or start a new run") from None
+    layout = blob.get("optimizer_layout", LOCAL_LAYOUT) if isinstance(blob, dict) else LOCAL_LAYOUT
+    ours = FSDP_LAYOUT if sharded(model) else LOCAL_LAYOUT
+    if layout != ours:
+        raise CheckpointError(f"checkpoint {path} was taken with train.fsdp {str(layout == FSDP_LAYOUT).lower()}, "
+                              f"this run has train.fsdp {str(ours == FSDP_LAYOUT).lower()}: the optimizer state is "
+                              "stored differently; resume with the setting it was taken with")
     try:
-        optimizer.load_state_dict(blob["optimizer"])
+        if ours == FSDP_LAYOUT:
+            load_full_optimizer_state(model, optimizer, blob["optimizer"])
+        else:
+            optimizer.load_state_dict(blob["optimizer"])
         scheduler.load_state_dict(blob["scheduler"])
         if scaler is not None and blob["scaler"] is not None:
             scaler.load_state_dict(blob["scaler"])

@@ -126,18 +126,97 @@ def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn
                                    find_unused_parameters=False, forward_sync_buffers=False)
 
 
+def shard(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn.Module:
+    """FSDP2 (``train.fsdp``): ``fully_shard`` every decoder layer, then the root (the PeftModel), on a
+    1-D mesh of all ranks. Each rank keeps 1/W of every parameter (frozen base and LoRA alike, as
+    DTensors sharded on dim 0); a layer's forward and backward all-gather it, the LoRA gradients are
+    reduce-scattered (averaged over ranks, as DDP averages). Every rank must hold identical full
+    weights beforehand (same checkpoint, same seed): each keeps its own chunk of them. The optimizer
+    must be built afterwards, on the sharded parameters. The model itself when not distributed."""
+    if not world.enabled:
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from trainer.model import causal_lm
+
+    base = causal_lm(model)
+    layer_classes = set(getattr(base, "_no_split_modules", None) or [])
+    layers = [m for m in base.modules() if type(m).__name__ in layer_classes]
+    if not layers:
+        raise DistributedError(f"train.fsdp: no decoder layers found in {type(base).__name__} (looked for "
+                               f"{sorted(layer_classes) or 'its _no_split_modules'}); "
+                               "this architecture cannot be sharded")
+    mesh = init_device_mesh(device.type, (world.world_size,))
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    log.info("fsdp: %d decoder layers and the root sharded over %d ranks", len(layers), world.world_size)
+    return model
+
+
+def sharded(model: torch.nn.Module) -> bool:
+    """Whether ``model`` was sharded by :func:`shard` (its parameters are DTensors)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def _options(**kwargs):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(**kwargs)
+
+
+def full_trainable_state(model: torch.nn.Module) -> dict:
+    """COLLECTIVE (every rank calls it): the full, unsharded trainable (LoRA) parameters of a sharded
+    model, on the CPU, keyed as in ``model.state_dict()``, on rank 0; ``{}`` on the other ranks.
+    The frozen base is never gathered."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_options(full_state_dict=True, cpu_offload=True,
+                                                        ignore_frozen_params=True))
+
+
+def load_full_trainable_state(model: torch.nn.Module, state: dict) -> None:
+    """COLLECTIVE: put full (unsharded) tensors, keyed as in ``model.state_dict()`` and the same on
+    every rank, into a sharded model (each rank keeps its chunk); keys not given are left as they are."""
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    set_model_state_dict(model, state, options=_options(full_state_dict=True, strict=False))
+
+
+def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """COLLECTIVE: the optimizer state of a sharded model, unsharded, on the CPU, keyed by parameter
+    name, on rank 0 (``{}`` on the others)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=_options(full_state_dict=True, cpu_offload=True))
+
+
+def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """COLLECTIVE: restore what :func:`full_optimizer_state` returned (every rank passes the same dict)."""
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=_options(full_state_dict=True))
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def accumulate(model: torch.nn.Module, window: list) -> Iterator:
     """Yield the window's micro-batches; under DDP all but the last run (forward AND backward, i.e. the
-    body of the caller's loop) inside ``no_sync()``, so gradients are all_reduced once per window."""
+    body of the caller's loop) inside ``no_sync()``, so gradients are all_reduced once per window;
+    under FSDP2 gradient sync is off for all but the last (reduce-scattered once per window)."""
     last = len(window) - 1
     for i, micro in enumerate(window):
         if isinstance(model, DistributedDataParallel) and i < last:
             with model.no_sync():
                 yield micro
+        elif sharded(model):  # FSDP2: accumulate unsharded gradients, reduce-scatter on the last one
+            model.set_requires_gradient_sync(i == last)
+            yield micro
         else:
             yield micro
 

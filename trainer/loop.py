@@ -28,7 +28,7 @@ from pipeline.config import TrainConfig
 from trainer.adapters import trainable_parameters
 from trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
 from trainer.data import BatchStream
-from trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, unwrap
+from trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
 from trainer.evaluate import evaluate
 from trainer.loss import packed_loss_sum
 from trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
@@ -162,10 +162,11 @@ def train_loop(
             log.info("step %d: eval loss %.4f, ppl %.2f", state.step, result["eval/loss"], result["eval/ppl"])
 
         if state.step % train.save_steps == 0 or state.step == total_steps:
-            if world.is_main:
+            if world.is_main or sharded(module):  # FSDP: every rank takes part in gathering the state
                 path = save_checkpoint(run, state, module, optimizer, scheduler, scaler)
-                prune_checkpoints(run.run_dir, train.save_total_limit)
-                log.info("step %d: checkpoint %s", state.step, path)
+                if world.is_main:
+                    prune_checkpoints(run.run_dir, train.save_total_limit)
+                    log.info("step %d: checkpoint %s", state.step, path)
             barrier(world)  # nobody runs ahead of a checkpoint that is not on disk yet
         meter.start += time.perf_counter() - paused
     bar.close()

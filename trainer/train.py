@@ -10,7 +10,8 @@ Order of business (every check before anything expensive):
 
 Under ``torchrun`` (WORLD_SIZE > 1) every rank runs all of this with its own device and slice of
 the data (trainer/distributed.py); rank 0 picks the checkpoint and the run directory and is the
-only one writing files.
+only one writing files. With ``train.fsdp`` the adapted model is sharded (FSDP2) instead of wrapped
+in DDP; its adapter and optimizer state are gathered by every rank and written by rank 0.
 
 The run directory ``<output_dir>/<expert>/<run>/`` ends up with ``config.json`` (the resolved
 config), ``run.json`` (build, model, device, precision), ``metrics.jsonl``, ``train.log``,
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Subset
+from torch.utils.data import Dataset, Subset
 
 from pipeline.config import ConfigError, ExpertConfig
 from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve_build, tokenizer_fingerprint,
@@ -37,9 +38,9 @@ from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve
 from trainer.adapters import attach_adapters, export_merged, load_adapter_weights, save_adapter, trainable_parameters
 from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, discard_later_checkpoints,
                                 find_checkpoint, load_checkpoint, read_state, verify_checkpoint)
-from trainer.data import BatchStream, BlockDataset, BlockSampler, make_loader
+from trainer.data import IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader
 from trainer.distributed import (DistributedError, World, barrier, close_world, decide_on_rank0, device_for,
-                                 init_world, wrap)
+                                 full_trainable_state, init_world, shard, wrap)
 from trainer.loop import NonFiniteLossError, train_loop
 from trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops, summarize
 from trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
@@ -87,6 +88,7 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     verify_shards(build_dir, manifest)
     if manifest.expert != config.expert:
         raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
+    check_fsdp(config)
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
     check_tokenizer(manifest, tok_dir, config.model.name)
@@ -158,7 +160,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         except RuntimeError as e:
             raise TrainError(f"train.init_adapter: {e}") from None
         log.info("adapter weights initialised from %s", train.init_adapter)
-    flops = FlopCounter.for_model(model)
+    flops = FlopCounter.for_model(model)  # counted on the full model, before any sharding
     log.info("model %s (%s): %.1fM matmul params, %.2fM trainable (%s r=%d)", config.model.name, source.directory,
              flops.matmul_params / 1e6, flops.trainable_params / 1e6, config.lora.method, config.lora.r)
 
@@ -175,9 +177,15 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         log.warning("build %s has no val blocks (pack.val_fraction: %s): evaluation is skipped",
                     manifest.build_id, manifest.raw["inputs"]["pack"].get("val_fraction"))
     else:
-        val_loader = make_loader(eval_slice(val_set, train, world), None, train.per_device_eval_batch_size, train,
-                                 device, drop_last=False, seed=train.seed,
+        val_loader = make_loader(eval_slice(val_set, train, world, pad=train.fsdp), None,
+                                 train.per_device_eval_batch_size, train, device, drop_last=False, seed=train.seed,
                                  num_workers=min(train.dataloader_num_workers, 2))
+
+    fsdp = train.fsdp and world.enabled
+    if train.fsdp and not world.enabled:
+        log.info("train.fsdp: a single process, nothing to shard")
+    if fsdp:  # before the optimizer: it must hold the sharded parameters
+        model = shard(model, world, device)
 
     # optimizer, schedule, scaler
     optimizer = build_optimizer(trainable_parameters(model), train, device)
@@ -210,18 +218,20 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     meter = Meter(device, flops, peak * world.world_size if peak else None)  # the counts are global
     start, start_tokens = time.perf_counter(), state.tokens
     try:
-        records, evals = train_loop(wrap(model, world, device), optimizer, scheduler, scaler, precision, device,
-                                    batches, val_loader, train, total_steps, state, info, meter, metrics, world)
+        records, evals = train_loop(model if fsdp else wrap(model, world, device), optimizer, scheduler, scaler,
+                                    precision, device, batches, val_loader, train, total_steps, state, info, meter,
+                                    metrics, world)
     except torch.OutOfMemoryError as e:
         raise TrainError(oom_advice(train, config.lora)) from e
     finally:
         metrics.close()
     wall = time.perf_counter() - start
 
+    adapter_state = full_trainable_state(model) if fsdp else None  # a collective: every rank
     if not world.is_main:
         barrier(world)  # until rank 0 has written the adapter and summary
         return run_dir
-    save_adapter(model, run_dir / "adapter", info.config, tok_dir)
+    save_adapter(model, run_dir / "adapter", info.config, tok_dir, state_dict=adapter_state)
     if train.merge_adapter:
         export_merged(model, run_dir / "merged", info.config, tok_dir)
     summary = summarize(records, evals, {
@@ -236,14 +246,52 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     return run_dir
 
 
-def eval_slice(val_set: BlockDataset, train, world: World) -> Subset:
+def eval_slice(val_set: BlockDataset, train, world: World, pad: bool = False) -> Dataset:
     """This rank's val blocks: of the first ``max_eval_batches x per_device_eval_batch_size`` blocks (all
     of them when unset), every W-th from ``rank``; the ranks together evaluate exactly what one process
-    evaluates, and trainer.distributed.reduce_eval sums their losses and token counts."""
+    evaluates, and trainer.distributed.reduce_eval sums their losses and token counts.
+
+    ``pad`` (FSDP, where every forward is a collective): every rank gets as many blocks as rank 0, the
+    largest slice, so all run the same number of forwards; the padding repeats block 0 with no
+    supervised target (it adds nothing to the loss or the token count)."""
     n = len(val_set)
     if train.max_eval_batches is not None:
         n = min(n, train.max_eval_batches * train.per_device_eval_batch_size)
-    return Subset(val_set, range(world.rank, n, world.world_size))
+    indices = range(world.rank, n, world.world_size)
+    if not pad or not world.enabled:
+        return Subset(val_set, indices)
+    return _PaddedSlice(val_set, list(indices), len(range(0, n, world.world_size)))
+
+
+class _PaddedSlice(Dataset):
+    """``indices`` of ``data``, then copies of block 0 without supervised targets up to ``length`` items."""
+
+    def __init__(self, data: Dataset, indices: list[int], length: int):
+        self.data, self.indices, self.length = data, indices, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> dict:
+        if i < len(self.indices):
+            return self.data[self.indices[i]]
+        item = dict(self.data[0])
+        item["labels"] = torch.full_like(item["labels"], IGNORE_INDEX)
+        item["n_sup"] = torch.zeros_like(item["n_sup"])
+        return item
+
+
+def check_fsdp(config: ExpertConfig) -> None:
+    """``train.fsdp`` refuses what cannot run on a sharded base, before anything is loaded."""
+    if not config.train.fsdp:
+        return
+    if config.lora.method == "qlora":
+        raise TrainError("train.fsdp cannot shard a QLoRA base: bitsandbytes' NF4 weights (Params4bit) are not "
+                         "shardable by fully_shard as they are. Use lora.method: lora with train.fsdp (the bf16 "
+                         "base is split over the ranks), or qlora without train.fsdp (the NF4 base on each device)")
+    if config.train.merge_adapter:
+        raise TrainError("train.fsdp with train.merge_adapter: merging needs the whole base on one device. Train "
+                         "with merge_adapter false, then merge the saved adapter into the base separately")
 
 
 def verify_shards(build_dir: Path, manifest: Manifest) -> None:
