@@ -156,7 +156,7 @@ def train_loop(
         paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
         if val_loader is not None and (state.step % train.eval_steps == 0 or state.step == total_steps):
             # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
-            result = {"step": state.step, **reduce_eval(evaluate(module, val_loader, precision, device), world)}
+            result = {"step": state.step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss), world)}
             evals.append(result)
             metrics.write(result)
             log.info("step %d: eval loss %.4f, ppl %.2f", state.step, result["eval/loss"], result["eval/ppl"])
