@@ -60,7 +60,7 @@ def make_corpus(path: Path, rows: int) -> Path:
 
 
 def template():
-    from pipeline.config import load_config
+    from pipeline.configfile import load_config
 
     fmt = load_config("sql", ROOT / "configs").format
     return fmt.prompt, fmt.answer
@@ -72,7 +72,7 @@ def template():
 
 def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path) -> dict:
     from pipeline.build import build
-    from pipeline.config import load_config
+    from pipeline.configfile import load_config
 
     config = load_config("sql", ROOT / "configs", {
         "sources": [{"name": str(corpus)}], "model.name": str(tokenizer), "build.num_proc": num_proc,

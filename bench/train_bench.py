@@ -90,7 +90,7 @@ def model_dir(arch: str, work: Path) -> tuple[Path, str]:
 
 
 def expert_config(args, model: Path, cache: Path, output: Path, contender: str = "packtrain"):
-    from pipeline.config import load_config
+    from pipeline.configfile import load_config
 
     return load_config("sql", configs_dir=ROOT / "configs", overrides={
         "model.name": str(model),

@@ -16,7 +16,8 @@ import click
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
-from pipeline.config import ConfigError, apply_cli_overrides, load_config  # noqa: E402
+from pipeline.config import ConfigError  # noqa: E402
+from pipeline.configfile import apply_cli_overrides, load_config  # noqa: E402
 from pipeline.contract import ContractError, Manifest, check_shard_sizes, resolve_build, verify_checksums  # noqa: E402
 
 EXPECTED = (ConfigError, ContractError, OSError)

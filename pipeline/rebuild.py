@@ -27,7 +27,8 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from pipeline.build import SOURCES, build, plan, source_key
-from pipeline.config import ExpertConfig, load_config
+from pipeline.config import ExpertConfig
+from pipeline.configfile import load_config
 from pipeline.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current
 
 REBUILD_LOCK = ".rebuild.lock"

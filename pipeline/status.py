@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from pipeline.build import plan
-from pipeline.config import load_config
+from pipeline.configfile import load_config
 from pipeline.contract import MANIFEST, ContractError, Manifest, expert_dir, read_current
 
 

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 import pipeline.build
 from build_fixtures import make_project, make_tokenizer, rows, write_jsonl
 from pipeline.build import BuildError, build
-from pipeline.config import load_config
+from pipeline.configfile import load_config
 from pipeline.contract import (
     Manifest,
     block_arrays,
@@ -163,7 +163,7 @@ def test_kill_9_leaves_current_valid(project, point):
     old = run_build(project, **{"pack.val_fraction": 0.2})  # different tokens: the rerun must tokenize
     script = (
         "import sys; sys.path.insert(0, %r)\n"
-        "from pipeline.config import load_config\nfrom pipeline.build import build\n"
+        "from pipeline.configfile import load_config\nfrom pipeline.build import build\n"
         "build(load_config('sql', %r), %r, log=lambda *a: None, progress=False)\n"
     ) % (str(ROOT), str(project["configs"]), str(project["cache"]))
     env = dict(os.environ, PACKTRAIN_CRASH_AT=point)

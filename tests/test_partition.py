@@ -12,7 +12,7 @@ import pytest
 
 from build_fixtures import make_project, rows, write_jsonl
 from pipeline.build import SOURCES, BuildError, build
-from pipeline.config import load_config
+from pipeline.configfile import load_config
 from pipeline.contract import read_current
 from pipeline.partition import PARTS, merge, parse_part, pretokenize_part
 

@@ -16,7 +16,7 @@ import pipeline.build
 import pipeline.hashcache
 from build_fixtures import make_project, rows, write_jsonl
 from pipeline.build import SOURCES, build, plan
-from pipeline.config import load_config
+from pipeline.configfile import load_config
 from pipeline.contract import read_current
 from pipeline.rebuild import REBUILD_LOCK, prune_builds
 from pipeline.status import expert_status

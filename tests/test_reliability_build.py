@@ -27,7 +27,7 @@ import pipeline.contract
 import pipeline.shards
 from build_fixtures import SQL_CONFIG, make_project, make_relative_project, rows, split_source, write_jsonl
 from pipeline.build import BuildError, build
-from pipeline.config import load_config
+from pipeline.configfile import load_config
 from pipeline.contract import BUILD_ID, Manifest, read_current, resolve_build, verify_checksums, write_current
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = f"""
 import json, os, sys, time
 sys.path.insert(0, {str(ROOT)!r})
-from pipeline.config import load_config
+from pipeline.configfile import load_config
 from pipeline.build import build
 configs, cache, go, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 config = load_config("sql", configs, overrides)

@@ -13,7 +13,8 @@ import pytest
 
 from build_fixtures import make_project, make_tokenizer
 from pipeline.build import build
-from pipeline.config import ConfigError, config_from_dict, load_config
+from pipeline.config import ConfigError
+from pipeline.configfile import config_from_dict, load_config
 from pipeline.contract import ContractError, check_expert_name, expert_dir
 from trainer_fixtures import make_config, tiny_model_dir
 
@@ -209,7 +210,8 @@ def test_good_names_are_accepted():
 
 
 def test_a_config_made_in_code_validates_the_expert_name():
-    from pipeline.config import ConfigError, config_from_dict
+    from pipeline.config import ConfigError
+    from pipeline.configfile import config_from_dict
 
     with pytest.raises(ConfigError, match=r"expert: invalid expert name '\.\./x'"):
         config_from_dict({"expert": "../x", "sources": [{"name": "bundled"}]})

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from build_fixtures import make_project, make_tokenizer
 from pipeline.build import build
-from pipeline.config import load_config
+from pipeline.configfile import load_config
 from pipeline.contract import BUNDLED_MODEL_DIR
 from pipeline.segments import LineCache, line_split_is_exact
 

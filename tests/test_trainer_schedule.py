@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.config import ConfigError, LoraConfig, TrainConfig, config_from_dict
+from pipeline.config import ConfigError, LoraConfig, TrainConfig
+from pipeline.configfile import config_from_dict
 from trainer.metrics import FlopCounter, oom_advice
 from trainer.optim import build_optimizer
 from trainer.schedule import build_scheduler, lr_multiplier, warmup_steps

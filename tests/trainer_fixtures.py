@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from pipeline.config import config_from_dict
+from pipeline.configfile import config_from_dict
 from pipeline.contract import (FORMAT_VERSION, MANIFEST, expert_dir, sha256_file, shard_schema, token_dtype,
                                tokenizer_fingerprint, write_current)
 

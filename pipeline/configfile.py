@@ -1,0 +1,165 @@
+"""Loading an expert's config: ``configs/defaults.yaml`` < ``configs/<expert>.yaml`` < overrides
+(``DATASET=``, ``MODEL=``, ``--set key=value``), into the typed dataclasses of pipeline/config.py.
+
+Unknown keys and wrong types are collected, not raised one by one, so a user sees every problem
+of a config at once; value checks (``validate``) run once the types are right.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from pipeline.config import ConfigError, ExpertConfig
+from pipeline.contract import check_expert_name
+
+
+def load_config(
+    expert: str,
+    configs_dir: str | Path = "configs",
+    overrides: dict[str, Any] | None = None,
+) -> ExpertConfig:
+    """defaults.yaml < <expert>.yaml < overrides (dotted keys, e.g. ``{"train.max_steps": 10}``)."""
+    check_expert_name(expert)
+    configs_dir = Path(configs_dir)
+    path = configs_dir / f"{expert}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in configs_dir.glob("*.yaml") if p.stem != "defaults")
+        raise ConfigError(f"no config for expert {expert!r}: {path} does not exist (known experts: {', '.join(known) or 'none'})")
+    data: dict[str, Any] = {}
+    defaults = configs_dir / "defaults.yaml"
+    if defaults.is_file():
+        data = _merge(data, _read_yaml(defaults))
+    data = _merge(data, _read_yaml(path))
+    for key, value in (overrides or {}).items():
+        data = _merge(data, _dotted(key, value))
+    data["expert"] = expert
+    return config_from_dict(data, source=str(path))
+
+
+def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> ExpertConfig:
+    errors: list[str] = []
+    config = _build(ExpertConfig, data, "", errors)
+    if config is not None and not errors:  # value checks need well-typed fields
+        config.validate(errors)
+    if errors:
+        raise ConfigError(f"invalid config ({source}):\n  - " + "\n  - ".join(errors))
+    return config
+
+
+def apply_cli_overrides(dataset: str | None = None, model: str | None = None,
+                        num_proc: int | None = None) -> dict[str, Any]:
+    """The Make variables DATASET=, MODEL=, NUM_PROC= as config overrides."""
+    overrides: dict[str, Any] = {}
+    if dataset:
+        overrides["sources"] = [{"name": dataset}]
+    if model:
+        overrides["model.name"] = model
+    if num_proc:
+        overrides["build.num_proc"] = num_proc
+    return overrides
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _dotted(key: str, value: Any) -> dict:
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
+def _merge(base: dict, delta: dict) -> dict:
+    out = dict(base)
+    for key, value in delta.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "columns":
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
+    """Build dataclass ``cls`` from ``data``, appending every unknown key or type error to ``errors``."""
+    label = where or "config"
+    if not isinstance(data, dict):
+        errors.append(f"{label}: expected a mapping, got {type(data).__name__}")
+        return None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            close = [name for name in fields if name.startswith(str(key)[:3])]
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            errors.append(f"{where + '.' if where else ''}{key}: unknown key{hint}; known: {', '.join(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                errors.append(f"{where + '.' if where else ''}{name}: required")
+            continue
+        kwargs[name] = _coerce(hints[name], data[name], f"{where + '.' if where else ''}{name}", errors)
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        return None
+
+
+def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where, errors)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            result = _coerce(arg, value, where, trial)
+            if not trial:
+                return result
+        errors.append(f"{where}: expected {_type_name(hint)}, got {value!r}")
+        return value
+    if origin is Literal:
+        if value not in args:
+            errors.append(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            errors.append(f"{where}: expected a list, got {value!r}")
+            return value
+        return [_coerce(args[0], v, f"{where}[{i}]", errors) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            errors.append(f"{where}: expected a mapping of strings, got {value!r}")
+        return value
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        try:
+            return float(value)  # YAML reads 2e-4 as a string
+        except ValueError:
+            pass
+    if hint is int and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if hint in (int, float, str, bool) and (not isinstance(value, hint) or (hint is int and isinstance(value, bool))):
+        errors.append(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "")
