@@ -110,16 +110,21 @@ def test_strided_slices_make_up_the_global_batches():
         assert sorted(ranks[0][2 * k:2 * k + 2] + ranks[1][2 * k:2 * k + 2]) == sorted(one[4 * k:4 * k + 4])
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="gloo over TCP on localhost, tested on Linux")
-def test_two_ranks_match_one_process_with_the_global_batch(tmp_path, monkeypatch):
+def single_process_reference(tmp_path, monkeypatch):
+    """A build (14 train, 5 val blocks) and one process's run with the global batch (4 x ga 2), the
+    reference every multi-process run is compared with; returns (model_dir, single run dir)."""
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     model_dir = tiny_model_dir(tmp_path / "model")
     write_build(tmp_path / "cache", "sql", random_blocks(14, 32, 0), random_blocks(5, 32, 1), 32, model_dir)
-
-    # one process, global batch 4 x ga 2
     single = run(make_config(model_dir, tmp_path / "runs", run_name="single", per_device_train_batch_size=4,
                              **SETTINGS), tmp_path / "cache")
+    return model_dir, single
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo over TCP on localhost, tested on Linux")
+def test_two_ranks_match_one_process_with_the_global_batch(tmp_path, monkeypatch):
+    model_dir, single = single_process_reference(tmp_path, monkeypatch)
     # two processes, 2 each x ga 2
     ddp, calls = run_two_ranks(tmp_path, model_dir, "ddp")
     assert_same_run(ddp, single)

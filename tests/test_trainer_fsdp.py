@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_trainer_distributed import SETTINGS, assert_same_run, records, run_two_ranks
+from test_trainer_distributed import SETTINGS, assert_same_run, records, run_two_ranks, single_process_reference
 from trainer.checkpoint import complete_checkpoints
 from trainer.train import TrainError, run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
@@ -27,13 +27,7 @@ FSDP = {**SETTINGS, "fsdp": True}
 
 @pytest.mark.skipif(sys.platform != "linux", reason="gloo over TCP on localhost, tested on Linux")
 def test_fsdp_two_ranks_match_one_process_and_resume_exactly(tmp_path, monkeypatch):
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    model_dir = tiny_model_dir(tmp_path / "model")
-    write_build(tmp_path / "cache", "sql", random_blocks(14, 32, 0), random_blocks(5, 32, 1), 32, model_dir)
-
-    single = run(make_config(model_dir, tmp_path / "runs", run_name="single", per_device_train_batch_size=4,
-                             **SETTINGS), tmp_path / "cache")
+    model_dir, single = single_process_reference(tmp_path, monkeypatch)
     fsdp, calls = run_two_ranks(tmp_path, model_dir, "fsdp", settings=FSDP)
     assert_same_run(fsdp, single)
 
