@@ -266,7 +266,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     holds (``batch_index.npy``) and how many documents of each split each batch gave
     (``<split>.batch_docs.npy``).
     """
-    stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": []} for i in todo}
+    stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
+                 "batch_rows": config.build.batch_rows, "batches": 0} for i in todo}
     tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
     lengths = {(i, split): [] for i in todo for split in SPLITS}
     prompts = {(i, split): [] for i in todo for split in SPLITS}
@@ -284,6 +285,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                               line_cache=config.build.line_cache and tokenizer.line_split[0])
             batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows)
             for number, batch in enumerate(batches):
+                stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
                 if part is None or number % part[1] == part[0]:
                     headers.append((i, batch.file, batch.start, number))
                     yield task, batch.columns

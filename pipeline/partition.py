@@ -87,9 +87,14 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
 
 def merge_source(parts: list[Path], out: Path, dtype) -> None:
     """Interleave parts back into batch order; the result is what one machine would have written."""
+    stats = [json.loads((p / SOURCE_STATS).read_text()) for p in parts]
+    shapes = {(s.get("batch_rows"), s.get("batches")) for s in stats}
+    if len(shapes) != 1:  # batch boundaries differ: interleaving would lose and repeat rows
+        raise BuildError(f"the parts in {parts[0].parent} were cut differently ((build.batch_rows, batches) = "
+                         f"{sorted(shapes, key=str)}): run every part with the same build.batch_rows")
     index = [np.load(p / "batch_index.npy") for p in parts]
     order = sorted((int(g), p, k) for p, batches in enumerate(index) for k, g in enumerate(batches))
-    if [g for g, _, _ in order] != list(range(len(order))):
+    if [g for g, _, _ in order] != list(range(stats[0]["batches"])):
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
                          "(parts of different builds or of another --parts count?); delete them and run the parts again")
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
@@ -116,10 +121,10 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
             np.save(tmp / f"{split}.prompts.npy", np.concatenate(out_prompts) if out_prompts else np.zeros(0, np.int64))
             np.save(tmp / f"{split}.batch_docs.npy", np.array([docs[p][k] for _, p, k in order], np.int64))
         np.save(tmp / "batch_index.npy", np.arange(len(order), dtype=np.int64))
-        stats = [json.loads((p / SOURCE_STATS).read_text()) for p in parts]
         merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows")}
         first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
-        write_json(tmp / SOURCE_STATS, {**merged, "first_bad_rows": first[:20]})
+        write_json(tmp / SOURCE_STATS, {**merged, "first_bad_rows": first[:20], "batch_rows": stats[0]["batch_rows"],
+                                        "batches": stats[0]["batches"]})
         fsync_dir(tmp)
         os.rename(tmp, out)
     except BaseException:

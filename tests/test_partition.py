@@ -102,3 +102,14 @@ def test_parse_part():
     for text in ("3/3", "-1/2", "1", "a/b", "1/0"):
         with pytest.raises(ValueError):
             parse_part(text)
+
+
+def test_parts_cut_with_different_batch_rows_do_not_merge(project):
+    """40+ rows, part 0 in batches of 16 and part 1 in batches of 20: interleaving would drop rows
+    16-19 and repeat 32-39 (the counts can line up by chance), so merge must refuse."""
+    pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
+    other = load_config("sql", project["configs"], {"build.batch_rows": 20})
+    pretokenize_part(other, project["cache"], (1, 2), log=quiet)
+    with pytest.raises(BuildError, match=r"cut differently .* run every part with the same build.batch_rows"):
+        merge(config_of(project), project["cache"], 2, log=quiet)
+    assert read_current(project["cache"], "sql") is None
