@@ -133,22 +133,35 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
 
     if max_steps is not None:
         settings = (*settings, f"train.max_steps={max_steps}")
+    from trainer.distributed import close_world, init_world
+
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
     stages = cfg.stage_configs()
-    if build_id is not None and len(stages) > 1:
+    if len(stages) > 1 and build_id is not None:
         raise click.BadParameter("a curriculum has one build per stage; --build-id names one build",
                                  param_hint="--build-id")
-    previous = None
-    for stage in stages:  # a curriculum: each stage starts from the previous stage's adapter
-        if previous is not None:
-            stage.train.init_adapter = str(previous / "adapter")
-        try:
-            previous = run(stage, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change)
-        except EXPECTED_ERRORS as e:
-            raise TrainFailed(f"{stage.expert}: {e}" if len(stages) > 1 else str(e)) from None
-        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
-            click.echo(json.dumps({"expert": stage.expert, "run_dir": str(previous),
-                                   "adapter": str(previous / "adapter")}))
+    if len(stages) > 1 and resume not in (None, "auto"):
+        raise click.BadParameter("a curriculum resumes each stage from its own runs: use --resume auto",
+                                 param_hint="--resume")
+    if max_steps is not None:  # the command line wins over a stage's own length
+        for stage in stages:
+            stage.train.max_steps = max_steps
+    world = init_world()  # under torchrun: one process group for every stage, closed once at the end
+    try:
+        previous = None
+        for stage in stages:  # a curriculum: each stage starts from the previous stage's adapter
+            if previous is not None:
+                stage.train.init_adapter = str(previous / "adapter")
+            try:
+                previous = run(stage, cache_dir, build_id=build_id, resume=resume,
+                               allow_build_change=allow_build_change)
+            except EXPECTED_ERRORS as e:
+                raise TrainFailed(f"{stage.expert}: {e}" if len(stages) > 1 else str(e)) from None
+            if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
+                click.echo(json.dumps({"expert": stage.expert, "run_dir": str(previous),
+                                       "adapter": str(previous / "adapter")}))
+    finally:
+        close_world(world)
 
 
 @main.command("train-all")
@@ -172,6 +185,8 @@ def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps,
     if all_experts == bool(experts):
         raise click.UsageError("name the experts to train, or pass --all (not both)")
     names = list_experts(configs_dir) if all_experts else list(experts)
+    if len(set(names)) != len(names):
+        raise click.UsageError(f"an expert is listed twice: {' '.join(names)}")
     common = ["--configs-dir", str(configs_dir), "--cache-dir", str(cache_dir)]
     for item in settings:
         common += ["--set", item]

@@ -12,6 +12,7 @@ reads the build sections' data, only the shards the build wrote.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -256,6 +257,9 @@ class StageConfig:
     max_steps: int | None = None
 
     def validate(self, errors: list[str], where: str) -> None:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,31}", self.name or ""):
+            errors.append(f"{where}.name: {self.name!r}: use lowercase letters, digits and '_' (it becomes "
+                          "part of the directory names <expert>-<stage>)")
         if not self.sources:
             errors.append(f"{where}.sources: a stage needs at least one source")
         for i, source in enumerate(self.sources):

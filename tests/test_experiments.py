@@ -53,3 +53,16 @@ def test_the_expert_command_builds_then_trains():
     assert command[:2] == ["/bin/sh", "-c"]
     assert "pretokenize sql --cache-dir 'c d' --no-progress && " in command[2]
     assert command[2].endswith("train sql --max-steps 2")
+
+
+def test_train_all_refuses_duplicates_and_escaping_names(tmp_path):
+    import pytest
+
+    from pipeline.contract import ContractError
+
+    twice = subprocess.run([sys.executable, "-m", "pipeline.cli", "train-all", "sql", "sql"], cwd=ROOT,
+                           capture_output=True, text=True)
+    assert twice.returncode == 2 and "an expert is listed twice" in twice.stderr
+    with pytest.raises(ContractError, match="invalid expert name"):
+        train_all(["../x"], [], [], tmp_path / "logs", [], emit=print)
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "x.log").exists()

@@ -73,3 +73,41 @@ stages:
     assert f"adapter weights initialised from {runs[0]['adapter']}" in log
     assert json.loads((Path(runs[1]["run_dir"]) / "summary.json").read_text())["steps"] == 2  # the stage's max_steps
     assert json.loads((Path(runs[0]["run_dir"]) / "summary.json").read_text())["steps"] == 1
+
+
+def test_curriculum_command_line_rules(hf_home, tmp_path):
+    configs = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs", configs)
+    (configs / "sql.yaml").write_text((configs / "sql.yaml").read_text() + """
+stages:
+  - name: basics
+    sources: [{name: bundled, max_rows: 200}]
+    max_steps: 5000
+  - name: all
+    sources: [{name: bundled, max_rows: 300}]
+""")
+    common = ["--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--set", f"train.output_dir={tmp_path / 'runs'}",
+              "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
+              "--set", "train.dataloader_num_workers=0", "--num-proc", "1"]
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+                              text=True)
+
+    refused = cli("train", "sql", *common, "--resume", tmp_path / "runs" / "sql-basics")
+    assert refused.returncode == 2 and "use --resume auto" in refused.stderr
+    assert cli("pretokenize", "sql", *common).returncode == 0
+    trained = cli("train", "sql", *common, "--max-steps", 1)  # beats the stage's max_steps: 5000
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    runs = [json.loads(line) for line in trained.stdout.splitlines() if line.startswith("{")]
+    assert [json.loads((Path(r["run_dir"]) / "summary.json").read_text())["steps"] for r in runs] == [1, 1]
+
+
+def test_stage_names_are_checked():
+    from pipeline.config import ConfigError
+    from pipeline.configfile import config_from_dict
+
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"expert": "sql", "sources": [], "stages": [
+            {"name": "", "sources": [{"name": "bundled"}]}, {"name": "A-b", "sources": [{"name": "bundled"}]}]})
+    assert "stages[0].name: ''" in str(err.value) and "stages[1].name: 'A-b'" in str(err.value)

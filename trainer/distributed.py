@@ -103,6 +103,7 @@ def init_world() -> World:
 
 def close_world(world: World) -> None:
     if world.owns_group and dist.is_initialized():
+        dist.barrier(group=world.cpu_group)  # every rank done with its last collective before teardown
         dist.destroy_process_group()
 
 
