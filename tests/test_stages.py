@@ -40,10 +40,23 @@ def test_init_adapter_starts_from_those_weights(tmp_path):
         run(config, tmp_path / "cache")
 
 
-def test_a_curriculum_builds_and_trains_each_stage_from_the_last(hf_home, tmp_path):
+def curriculum(tmp_path: Path, stages_yaml: str) -> list:
+    """configs/ with sql.yaml + ``stages_yaml``, and the CLI arguments for a quick CPU run of it."""
     configs = tmp_path / "configs"
     shutil.copytree(ROOT / "configs", configs)
-    (configs / "sql.yaml").write_text((configs / "sql.yaml").read_text() + """
+    (configs / "sql.yaml").write_text((configs / "sql.yaml").read_text() + stages_yaml)
+    return ["--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--set", f"train.output_dir={tmp_path / 'runs'}",
+            "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
+            "--set", "train.dataloader_num_workers=0", "--num-proc", "1"]
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True)
+
+
+def test_a_curriculum_builds_and_trains_each_stage_from_the_last(hf_home, tmp_path):
+    common = curriculum(tmp_path, """
 stages:
   - name: basics
     sources: [{name: bundled, max_rows: 300}]
@@ -51,13 +64,6 @@ stages:
     sources: [{name: bundled}]
     max_steps: 2
 """)
-    common = ["--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--set", f"train.output_dir={tmp_path / 'runs'}",
-              "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
-              "--set", "train.dataloader_num_workers=0", "--num-proc", "1"]
-
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                              text=True)
 
     built = cli("pretokenize", "sql", *common)
     assert built.returncode == 0, built.stderr
@@ -76,9 +82,7 @@ stages:
 
 
 def test_curriculum_command_line_rules(hf_home, tmp_path):
-    configs = tmp_path / "configs"
-    shutil.copytree(ROOT / "configs", configs)
-    (configs / "sql.yaml").write_text((configs / "sql.yaml").read_text() + """
+    common = curriculum(tmp_path, """
 stages:
   - name: basics
     sources: [{name: bundled, max_rows: 200}]
@@ -86,13 +90,6 @@ stages:
   - name: all
     sources: [{name: bundled, max_rows: 300}]
 """)
-    common = ["--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--set", f"train.output_dir={tmp_path / 'runs'}",
-              "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
-              "--set", "train.dataloader_num_workers=0", "--num-proc", "1"]
-
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                              text=True)
 
     refused = cli("train", "sql", *common, "--resume", tmp_path / "runs" / "sql-basics")
     assert refused.returncode == 2 and "use --resume auto" in refused.stderr
