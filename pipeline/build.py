@@ -126,11 +126,13 @@ def source_key(inputs: dict, index: int) -> str:
     })[:16]
 
 
-def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progress: bool = True) -> BuildResult:
-    """Build ``config.expert`` into ``cache_dir`` unless an identical build exists."""
+def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progress: bool = True,
+          planned: tuple | None = None) -> BuildResult:
+    """Build ``config.expert`` into ``cache_dir`` unless an identical build exists. ``planned``: the
+    result of :func:`plan` when the caller has it already (rebuild decides with it)."""
     root = expert_dir(cache_dir, config.expert)
     root.mkdir(parents=True, exist_ok=True)
-    sources, tokenizer, inputs, build_id = plan(config, cache_dir)
+    sources, tokenizer, inputs, build_id = planned or plan(config, cache_dir)
     for spec, source in zip(config.sources, sources):
         log(f"source: {source.describe()}")
         if source.kind == BUNDLED:

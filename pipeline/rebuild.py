@@ -101,11 +101,11 @@ def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log) 
     old = read_current(cache_dir, config.expert)
     outcome = Outcome(config.expert, "failed", old_build=old)
     try:
-        _, _, _, build_id = plan(config, cache_dir)  # cheap: only changed files are hashed
-        if build_id == old:
+        planned = plan(config, cache_dir)  # cheap: only changed files are hashed
+        if planned[3] == old:
             outcome.action, outcome.new_build = "up-to-date", old
         else:
-            result = build(config, cache_dir, log=log, progress=False)
+            result = build(config, cache_dir, log=log, progress=False, planned=planned)
             outcome.action, outcome.new_build = "rebuilt", result.build_id
             outcome.token_delta = token_delta(cache_dir, config.expert, old, result.build_id)
         outcome.pruned = prune_builds(cache_dir, config.expert, keep, Path(config.train.output_dir) / config.expert)
