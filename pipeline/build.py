@@ -126,6 +126,14 @@ def source_key(inputs: dict, index: int) -> str:
     })[:16]
 
 
+def uncached_sources(root: Path, inputs: dict) -> list[int]:
+    """Indices of the sources whose tokens are not in ``root/.sources/<key>/`` yet; a source listed
+    twice (to upsample it) appears once: it is tokenized once and packed twice."""
+    keys = [source_key(inputs, i) for i in range(len(inputs["sources"]))]
+    return [i for i, key in enumerate(keys)
+            if key not in keys[:i] and not (root / SOURCES / key / SOURCE_STATS).is_file()]
+
+
 def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progress: bool = True,
           planned: tuple | None = None) -> BuildResult:
     """Build ``config.expert`` into ``cache_dir`` unless an identical build exists. ``planned``: the
@@ -200,8 +208,7 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     started = time.perf_counter()
     dtype = token_dtype(tokenizer.vocab_size)
     source_dirs = [root / SOURCES / source_key(inputs, i) for i in range(len(sources))]
-    # a source listed twice (to upsample it) is tokenized once and packed twice
-    todo = [i for i, d in enumerate(source_dirs) if not (d / SOURCE_STATS).is_file() and d not in source_dirs[:i]]
+    todo = uncached_sources(root, inputs)
     for i, d in enumerate(source_dirs):
         if i not in todo:
             log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")

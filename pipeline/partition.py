@@ -23,7 +23,7 @@ import numpy as np
 from filelock import FileLock
 
 from pipeline.build import (SOURCE_STATS, SOURCES, SPLITS, BuildError, BuildResult, plan, publish_locked,
-                            source_key, tokenize_sources, write_json)
+                            source_key, tokenize_sources, uncached_sources, write_json)
 from pipeline.config import ExpertConfig
 from pipeline.contract import LOCK, TMP_PREFIX, expert_dir, fsync_dir, token_dtype
 
@@ -49,8 +49,7 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     sources, tokenizer, inputs, build_id = plan(config, cache_dir)
     keys = [source_key(inputs, i) for i in range(len(sources))]
     outs = [part_dir(root, key, *part) for key in keys]
-    todo = [i for i, key in enumerate(keys) if key not in keys[:i] and not (root / SOURCES / key / SOURCE_STATS).is_file()
-            and not (outs[i] / SOURCE_STATS).is_file()]
+    todo = [i for i in uncached_sources(root, inputs) if not (outs[i] / SOURCE_STATS).is_file()]
     if todo:
         tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, part=part)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
@@ -67,9 +66,8 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
     keys = [source_key(inputs, i) for i in range(len(sources))]
     with FileLock(str(root / LOCK)):
         merged = []
-        for i, key in enumerate(keys):
-            if key in keys[:i] or (root / SOURCES / key / SOURCE_STATS).is_file():
-                continue
+        for i in uncached_sources(root, inputs):
+            key = keys[i]
             parts = [part_dir(root, key, p, count) for p in range(count)]
             missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
             if missing:
