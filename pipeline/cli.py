@@ -23,11 +23,15 @@ from pipeline.contract import ContractError, Manifest, check_shard_sizes, resolv
 EXPECTED = (ConfigError, ContractError, OSError)
 
 
+cache_dir_option = click.option(
+    "--cache-dir", default="cache", show_default=True, type=click.Path(file_okay=False), envvar="PACKTRAIN_CACHE_DIR",
+    help="Where builds live: <cache-dir>/<expert>/<build-id>/.")
+
+
 def expert_options(f):
     f = click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False),
                      help="Directory of <expert>.yaml files.")(f)
-    f = click.option("--cache-dir", default="cache", show_default=True, type=click.Path(file_okay=False),
-                     envvar="PACKTRAIN_CACHE_DIR", help="Where builds live: <cache-dir>/<expert>/<build-id>/.")(f)
+    f = cache_dir_option(f)
     f = click.option("--dataset", default=None, help="Use this source instead of the config's: an HF dataset id "
                      "from the local HF caches, or a local path.")(f)
     f = click.option("--model", default=None, help="Model (and so tokenizer): an HF id from the local hub "
@@ -168,7 +172,7 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
 @click.argument("experts", nargs=-1)
 @click.option("--all", "all_experts", is_flag=True, help="Every expert with a configs/<expert>.yaml.")
 @click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False))
-@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@cache_dir_option
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Config override for every expert.")
 @click.option("--max-steps", type=int, default=None, help="Train exactly this many steps per expert.")
 @click.option("--log-dir", default="runs/train-all", show_default=True, type=click.Path(file_okay=False),
@@ -203,7 +207,7 @@ class TrainFailed(Exception):
 
 @main.command()
 @click.argument("expert")
-@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@cache_dir_option
 @click.option("--build-id", default=None, help="A build id (default: CURRENT).")
 @click.option("--split", type=click.Choice(["train", "val"]), default="train", show_default=True)
 @click.option("--blocks", default=2, show_default=True, help="How many blocks to show.")
@@ -221,7 +225,7 @@ def inspect(expert, cache_dir, build_id, split, blocks):
 
 @main.command()
 @click.argument("expert")
-@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@cache_dir_option
 @click.option("--build-id", default=None, help="A build id (default: CURRENT).")
 def verify(expert, cache_dir, build_id):
     """Check every shard of EXPERT's build against the sha256 in its manifest."""
@@ -240,7 +244,7 @@ def verify(expert, cache_dir, build_id):
 @click.argument("experts", nargs=-1)
 @click.option("--all", "all_experts", is_flag=True, help="Every expert with a configs/<expert>.yaml.")
 @click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False))
-@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@cache_dir_option
 @click.option("--keep", default=3, show_default=True, help="Builds to keep per expert (plus CURRENT and any a "
               "checkpoint was taken on).")
 @click.option("--wait/--no-wait", default=True, show_default=True,
@@ -268,7 +272,7 @@ def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
 @main.command()
 @click.argument("experts", nargs=-1)
 @click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False))
-@click.option("--cache-dir", default="cache", show_default=True, envvar="PACKTRAIN_CACHE_DIR")
+@cache_dir_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per expert instead of a table.")
 def status(experts, configs_dir, cache_dir, as_json):
     """Each expert's current build, age, whether its inputs changed since, tokens and last run."""
