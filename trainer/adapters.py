@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig as PeftLoraConfig
-from peft import get_peft_model, prepare_model_for_kbit_training
+from peft import get_peft_model
+from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
@@ -31,12 +32,19 @@ PACKTRAIN_CONFIG = "packtrain_config.json"
 
 
 def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpointing: bool) -> torch.nn.Module:
-    """Wrap the frozen base in a PeftModel with trainable fp32 LoRA weights."""
+    """Wrap the frozen base in a PeftModel with trainable fp32 LoRA weights.
+
+    LoRA and QLoRA take the same path. QLoRA does not go through peft's
+    ``prepare_model_for_kbit_training``: it casts the embeddings, norms and head to fp32, which turns
+    the whole hidden stream fp32 (bitsandbytes returns its input's dtype): more memory and traffic
+    for nothing the bf16 autocast needs. The base is frozen already (trainer.model) and checkpointing
+    is non-reentrant, so its other duty (input gradients for reentrant checkpointing) is not needed.
+
+    The LoRA inputs are not upcast to the fp32 adapter dtype (peft's ``cast_input_dtype_enabled``):
+    under autocast the adapter matmuls run in bf16/fp16 anyway, so the cast only made an fp32 copy of
+    every adapted layer's input; without autocast (fp32 on CPU) there is nothing to cast."""
     checkpointing = {"use_reentrant": False}
-    if lora.method == "qlora":
-        model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing)
-    elif gradient_checkpointing:
+    if gradient_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing)
         else:
@@ -51,7 +59,11 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
     with warnings.catch_warnings():
         # peft 0.21 still reads transformers' deprecated `is_gradient_checkpointing` alias
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        return get_peft_model(model, peft_config, autocast_adapter_dtype=True)
+        model = get_peft_model(model, peft_config, autocast_adapter_dtype=True)
+    for module in model.modules():
+        if isinstance(module, BaseTunerLayer):
+            module.cast_input_dtype_enabled = False
+    return model
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -67,18 +67,26 @@ def _open_shard(path: Path, block_size: int) -> _Shard:
     return shard
 
 
-def position_ids_from_doc_lens(doc_lens: Sequence[int], block_size: int) -> np.ndarray:
-    """0, 1, ... restarting at every document; the trailing padding counts as one more run.
+def segment_lens(doc_lens: Sequence[int], block_size: int) -> list[int]:
+    """The attention segments of a block: its documents, then the padding tail as one more segment.
 
-    >>> position_ids_from_doc_lens([3, 2], 6).tolist()
-    [0, 1, 2, 0, 1, 0]
+    >>> segment_lens([3, 2], 6)
+    [3, 2, 1]
     """
     lens = [int(n) for n in doc_lens if n > 0]
     padding = block_size - sum(lens)
     if padding < 0:
         raise ContractError(f"doc_lens {lens} sum to more than block_size {block_size}: the shard is corrupt; rebuild")
-    if padding:
-        lens.append(padding)
+    return lens + [padding] if padding else lens
+
+
+def position_ids_from_doc_lens(doc_lens: Sequence[int], block_size: int) -> np.ndarray:
+    """0, 1, ... restarting at every segment (document or padding tail, see :func:`segment_lens`).
+
+    >>> position_ids_from_doc_lens([3, 2], 6).tolist()
+    [0, 1, 2, 0, 1, 0]
+    """
+    lens = segment_lens(doc_lens, block_size)
     starts = np.repeat(np.cumsum([0] + lens[:-1]), lens)
     return np.arange(block_size, dtype=np.int64) - starts
 
@@ -86,8 +94,8 @@ def position_ids_from_doc_lens(doc_lens: Sequence[int], block_size: int) -> np.n
 class BlockDataset(Dataset):
     """Map-style dataset over the blocks of one split (``train`` or ``val``) of a build.
 
-    Item ``i`` is a dict of int64 tensors ``input_ids``, ``labels``, ``position_ids`` (all ``[B]``)
-    and scalars ``n_tokens`` (non-padding tokens), ``n_sup`` (supervised targets) and
+    Item ``i`` is a dict of int64 tensors ``input_ids``, ``labels``, ``position_ids`` (all ``[B]``),
+    ``seq_lens`` (int32, the block's attention segments: :func:`segment_lens`) and scalars ``n_tokens`` (non-padding tokens), ``n_sup`` (supervised targets) and
     ``attn_pairs`` (sum over documents of n*(n+1)/2: causal attention pairs, for the FLOP count).
     """
 
@@ -115,6 +123,7 @@ class BlockDataset(Dataset):
         doc_lens = shard.doc_values[b][offsets[r]:offsets[r + 1]]
 
         ids = shard.input_ids[b][r].astype(np.int64)  # the one copy: uint16/uint32 -> int64
+        segments = segment_lens(doc_lens, self.block_size)
         position_ids = position_ids_from_doc_lens(doc_lens, self.block_size)
         targets = (shard.loss_mask[b][r] == 1) & (position_ids != 0)
         labels = np.where(targets, ids, IGNORE_INDEX)
@@ -123,6 +132,7 @@ class BlockDataset(Dataset):
             "input_ids": torch.from_numpy(ids),
             "labels": torch.from_numpy(labels),
             "position_ids": torch.from_numpy(position_ids),
+            "seq_lens": torch.tensor(segments, dtype=torch.int32),
             "n_tokens": torch.tensor(int(n.sum())),
             "n_sup": torch.tensor(int(targets.sum())),
             "attn_pairs": torch.tensor(int((n * (n + 1) // 2).sum())),
@@ -130,8 +140,22 @@ class BlockDataset(Dataset):
 
 
 def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stack blocks (all have the same length); per-block counts become [batch] tensors."""
-    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
+    """Stack blocks (all have the same length); per-block counts become [batch] tensors.
+
+    The blocks' attention segments become what varlen attention takes (trainer/attention.py), made
+    here on the CPU so no training step syncs with the GPU for them: ``cu_seq_lens`` (int32, the
+    cumulative segment lengths over the whole micro-batch, starting at 0) and ``max_length`` (the
+    longest segment, a 0-d int64 tensor). Blocks of 6 holding documents [3, 2] and [6]::
+
+        seq_lens      [3, 2, 1] [6]
+        cu_seq_lens   [0, 3, 5, 6, 12]
+        max_length    6
+    """
+    batch = {key: torch.stack([item[key] for item in items]) for key in items[0] if key != "seq_lens"}
+    segments = torch.cat([item["seq_lens"] for item in items])
+    batch["cu_seq_lens"] = torch.nn.functional.pad(segments.cumsum(0, dtype=torch.int32), (1, 0))
+    batch["max_length"] = segments.max().to(torch.int64)
+    return batch
 
 
 def permutation_seed(seed: int, build_id: str, epoch: int) -> int:

@@ -7,13 +7,15 @@ import math
 import torch
 from torch.utils.data import DataLoader
 
+from trainer.attention import AttentionChoice, attention_inputs
 from trainer.loss import packed_loss_sum
 from trainer.model import Precision
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, device: torch.device,
-             max_batches: int | None = None, chunked: bool = True) -> dict:
+             max_batches: int | None = None, chunked: bool = True, fused=None,
+             attention: AttentionChoice | None = None) -> dict:
     """``{"eval/loss", "eval/ppl", "eval/tokens"}``: the mean loss over every supervised val token,
     computed by the training loss (:func:`trainer.loss.packed_loss_sum`; ``chunked`` as
     ``train.chunked_loss``: the same number either way)."""
@@ -28,7 +30,8 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, d
         position_ids = batch["position_ids"].to(device, non_blocking=True)
         labels = batch["labels"].to(device, non_blocking=True)
         with precision.autocast(device):
-            loss_sum += packed_loss_sum(model, input_ids, position_ids, labels, chunked=chunked)
+            loss_sum += packed_loss_sum(model, input_ids, position_ids, labels, chunked=chunked, fused=fused,
+                                        attention=attention_inputs(batch, device, attention))
         tokens += int(batch["n_sup"].sum())
     model.train(was_training)
     loss = loss_sum.item() / max(tokens, 1)

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from pipeline.config import TrainConfig
 from trainer.adapters import trainable_parameters
+from trainer.attention import AttentionChoice, attention_inputs
 from trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
 from trainer.data import BatchStream
 from trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
@@ -57,15 +58,19 @@ def train_loop(
     meter: Meter,
     metrics: MetricsFile,
     world: World = World(),
+    attention: AttentionChoice | None = None,
+    fused=None,
 ) -> tuple[list[dict], list[dict]]:
     """Train from ``state.step`` to ``total_steps``; returns the logged train and eval records.
 
     ``model`` may be DistributedDataParallel (see ``world``); ``val_loader`` then reads this rank's
-    slice of the val blocks."""
+    slice of the val blocks. ``train`` is the resolved config (``torch_compile`` a bool, the micro-batch
+    a number: trainer/train.py). ``attention`` is the run's attention path (its inputs come with each
+    batch), ``fused`` the fused loss kernel or None (trainer/loss.py)."""
     ga = train.gradient_accumulation_steps
     module = unwrap(model)  # the PeftModel: evaluated and saved as it is
     params = trainable_parameters(model)
-    forward_model = torch.compile(model) if train.torch_compile else model
+    forward_model = torch.compile(model) if train.torch_compile is True else model
     records: list[dict] = []
     evals: list[dict] = []
     bad_streak = 0
@@ -92,7 +97,8 @@ def train_loop(
             position_ids = micro["position_ids"].to(device, non_blocking=True)
             labels = micro["labels"].to(device, non_blocking=True)
             with precision.autocast(device):
-                micro_loss = packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss)
+                micro_loss = packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss,
+                                             fused=fused, attention=attention_inputs(micro, device, attention))
             scaled = micro_loss / norm
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             loss_sum += micro_loss.detach()
@@ -156,7 +162,8 @@ def train_loop(
         paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
         if val_loader is not None and (state.step % train.eval_steps == 0 or state.step == total_steps):
             # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
-            result = {"step": state.step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss), world)}
+            result = {"step": state.step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss,
+                                                  fused=fused, attention=attention), world)}
             evals.append(result)
             metrics.write(result)
             log.info("step %d: eval loss %.4f, ppl %.2f", state.step, result["eval/loss"], result["eval/ppl"])

@@ -165,11 +165,12 @@ class Meter:
     def reset(self) -> None:
         self.start = time.perf_counter()
         self.wait = 0.0
-        self.tokens = self.sup = self.pairs = 0
+        self.tokens = self.sup = self.pairs = self.steps = 0
         self.loss_sum = torch.zeros((), device=self.device)
 
     def add(self, counts: WindowCounts, wait: float, loss_sum: torch.Tensor) -> None:
         self.wait += wait
+        self.steps += 1
         self.tokens += counts.tokens
         self.sup += counts.sup
         self.pairs += counts.pairs
@@ -186,6 +187,7 @@ class Meter:
             "loss": self.loss_sum.item() / max(self.sup, 1),
             "lr": lr,
             "grad_norm": None if grad_norm is None else grad_norm.item(),
+            "step_s": elapsed / max(self.steps, 1),
             "tok_s": self.tokens / elapsed,
             "sup_tok_s": self.sup / elapsed,
             "mfu": flops / elapsed / self.peak if self.peak else None,

@@ -121,7 +121,8 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
             log.warning("=" * 78)
             hf_config = AutoConfig.from_pretrained(directory, trust_remote_code=config.trust_remote_code)
             torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(hf_config, **kwargs)
+            with torch.device(device):  # initialised where it trains (a 7B init on the CPU takes minutes)
+                model = AutoModelForCausalLM.from_config(hf_config, **kwargs)
             if not quantize:
                 return _finish(model.to(device))
             # bitsandbytes quantizes while loading: write the random weights, then load them quantized
@@ -158,20 +159,23 @@ def _finish(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def packed_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+def packed_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                   **attention) -> torch.Tensor:
     """Logits of packed blocks where documents never attend to each other.
 
-    No 2D attention mask (it would disable the detection) and no KV cache (ditto): transformers'
-    ``create_causal_mask`` then finds the document boundaries in ``position_ids`` (wherever they do
-    not increase by one) and builds the block-diagonal causal mask for SDPA/eager, while flash
-    attention uses the same position ids for its varlen kernel. tests/test_trainer_packing.py
-    checks that a packed block's logits equal each document's logits run alone.
+    No 2D attention mask (it would disable the detection) and no KV cache (ditto). With the reference
+    attention transformers' ``create_causal_mask`` finds the document boundaries in ``position_ids``
+    (wherever they do not increase by one) and builds the block-diagonal causal mask for SDPA/eager;
+    with varlen attention ``attention`` holds the segment boundaries (trainer.attention.attention_inputs)
+    and no mask is built. tests/test_trainer_packing.py checks that a packed block's logits equal each
+    document's logits run alone.
     """
-    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False).logits
+    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
+                 **attention).logits
 
 
-def packed_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor,
-                         position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def packed_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                         **attention) -> tuple[torch.Tensor, torch.Tensor]:
     """The final hidden states of packed blocks (the output head's input, ``[B, T, H]``), and the
     model's own logits of the last position of every block (``[B, 1, V]``, for a check).
 
@@ -185,7 +189,7 @@ def packed_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor,
     against the logits on first use).
     """
     out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
-                output_hidden_states=True, logits_to_keep=1)
+                output_hidden_states=True, logits_to_keep=1, **attention)
     return out.hidden_states[-1], out.logits
 
 

@@ -20,6 +20,7 @@ config), ``run.json`` (build, model, device, precision), ``metrics.jsonl``, ``tr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -35,6 +36,7 @@ from torch.utils.data import Dataset, Subset
 from pipeline.config import ConfigError, ExpertConfig
 from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve_build, tokenizer_fingerprint,
                                verify_checksums)
+from trainer.attention import attention_inputs, choose_attention
 from trainer.adapters import attach_adapters, export_merged, load_adapter_weights, save_adapter, trainable_parameters
 from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, discard_later_checkpoints,
                                 find_checkpoint, load_checkpoint, read_state, verify_checkpoint)
@@ -43,7 +45,9 @@ from trainer.distributed import (DistributedError, World, barrier, close_world, 
                                  full_trainable_state, init_world, shard, wrap)
 from trainer.loop import NonFiniteLossError, train_loop
 from trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops, summarize
-from trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
+from trainer.loss import fused_kernel
+from trainer.microbatch import MicroBatch, auto_micro_batch, divisors, per_device_blocks
+from trainer.model import ModelError, causal_lm, choose_precision, load_base_model, model_source, tokenizer_dir
 from trainer.optim import build_optimizer
 from trainer.schedule import build_scheduler, warmup_steps
 
@@ -93,11 +97,13 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     tok_dir = tokenizer_dir(config.model, source)
     check_tokenizer(manifest, tok_dir, config.model.name)
 
+    check_batch_shape(train, world)
     train_blocks = sum(shard.rows for shard in manifest.train)
-    if train_blocks < train.per_device_train_batch_size * world.world_size:
+    micro = train.per_device_train_batch_size if train.per_device_train_batch_size != "auto" else 1
+    if train_blocks < micro * world.world_size:
         ranks = f" x world size {world.world_size}" if world.enabled else ""
         raise TrainError(f"build {manifest.build_id} has {train_blocks} train blocks, fewer than "
-                         f"per_device_train_batch_size {train.per_device_train_batch_size}{ranks}: lower it, "
+                         f"per_device_train_batch_size {micro}{ranks}: lower it, "
                          "or add data and rebuild")
 
     state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash,
@@ -153,6 +159,11 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     if vocab < manifest.vocab_size:
         raise TrainError(f"model {config.model.name} has {vocab} token embeddings, the build's tokenizer "
                          f"{manifest.vocab_size} tokens: this model cannot read these shards")
+    attention = choose_attention(device, config.model.use_sdpa, manifest.block_size, model,
+                                 varlen=config.model.varlen_attention)
+    log.info("attention: %s", attention.note)
+    if attention.varlen:
+        model.set_attn_implementation(attention.implementation)
     model = attach_adapters(model, config.lora, train.gradient_checkpointing)
     if train.init_adapter and checkpoint is None:  # a resumed run's checkpoint already holds the weights
         try:
@@ -164,8 +175,17 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     log.info("model %s (%s): %.1fM matmul params, %.2fM trainable (%s r=%d)", config.model.name, source.directory,
              flops.matmul_params / 1e6, flops.trainable_params / 1e6, config.lora.method, config.lora.r)
 
-    # data
+    # loss, compile, micro-batch: resolved into the config the loop gets (``auto`` decided here, once)
+    fused = fused_kernel(train.fused_loss, device)
+    compile_on = train.torch_compile if isinstance(train.torch_compile, bool) else device.type == "cuda"
+    log.info("torch.compile: %s", ("on" if compile_on else "off") + (f" (auto on {device.type})"
+                                                                     if train.torch_compile == "auto" else ""))
+    train = dataclasses.replace(train, torch_compile=compile_on)
     train_set = BlockDataset(build_dir, manifest, "train")
+    if train.per_device_train_batch_size == "auto":
+        train = resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world)
+
+    # data
     batch_size = train.per_device_train_batch_size
     sampler = BlockSampler(len(train_set), train.seed, manifest.build_id, rank=world.rank,
                            world_size=world.world_size)
@@ -202,6 +222,9 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
             "warmup_steps": warmup_steps(train, total_steps), "resumed_from": str(checkpoint) if checkpoint else None,
             "world_size": world.world_size,
             "global_batch_blocks": batch_size * world.world_size * train.gradient_accumulation_steps,
+            "per_device_train_batch_size": batch_size, "gradient_accumulation_steps": train.gradient_accumulation_steps,
+            "gradient_checkpointing": train.gradient_checkpointing, "attention": attention.name,
+            "torch_compile": train.torch_compile, "fused_loss": fused is not None,
         })
     batches = BatchStream(train_loader, sampler, state.epoch, state.position)
     if checkpoint is not None:
@@ -220,7 +243,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     try:
         records, evals = train_loop(model if fsdp else wrap(model, world, device), optimizer, scheduler, scaler,
                                     precision, device, batches, val_loader, train, total_steps, state, info, meter,
-                                    metrics, world)
+                                    metrics, world, attention=attention, fused=fused)
     except torch.OutOfMemoryError as e:
         raise TrainError(oom_advice(train, config.lora)) from e
     finally:
@@ -279,6 +302,55 @@ class _PaddedSlice(Dataset):
         item["labels"] = torch.full_like(item["labels"], IGNORE_INDEX)
         item["n_sup"] = torch.zeros_like(item["n_sup"])
         return item
+
+
+def check_batch_shape(train, world: World) -> None:
+    """``global_batch_size`` agrees with the numbers given, and auto can split it over the ranks."""
+    micro, global_batch = train.per_device_train_batch_size, train.global_batch_size
+    if global_batch is None:
+        return
+    if micro == "auto":
+        if train.fsdp and world.enabled:
+            raise TrainError("train.per_device_train_batch_size: auto cannot measure a model sharded with FSDP; "
+                             "give a number")
+        if global_batch % world.world_size:
+            raise TrainError(f"train.global_batch_size {global_batch} is not a multiple of the world size "
+                             f"{world.world_size}: make it one")
+        return
+    if micro * train.gradient_accumulation_steps * world.world_size != global_batch:
+        raise TrainError(f"train.global_batch_size {global_batch} != per_device_train_batch_size {micro} x "
+                         f"gradient_accumulation_steps {train.gradient_accumulation_steps} x world size "
+                         f"{world.world_size}: fix one of them, or set per_device_train_batch_size: auto")
+
+
+def resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world: World):
+    """``per_device_train_batch_size: auto``: measured on CUDA (trainer/microbatch.py; under torchrun
+    every rank measures, rank 0's choice is taken by all); on CPU, where there is no device memory to
+    measure, the largest divisor of the per-device batch up to 8 (said in the log)."""
+    from trainer.loss import packed_loss_sum
+
+    per_device = per_device_blocks(train.global_batch_size, world.world_size)
+    if device.type != "cuda":
+        micro = max(d for d in divisors(per_device) if d <= 8)
+        choice = MicroBatch(micro, per_device // micro, train.gradient_checkpointing,
+                            f"micro-batch auto on {device.type}: {micro} block(s) x {per_device // micro} "
+                            "accumulation (no device memory to measure: the largest divisor up to 8)")
+    else:
+        def loss_fn(forward_model, batch):
+            with precision.autocast(device):
+                return packed_loss_sum(forward_model, batch["input_ids"].to(device), batch["position_ids"].to(device),
+                                       batch["labels"].to(device), chunked=train.chunked_loss, fused=fused,
+                                       attention=attention_inputs(batch, device, attention))
+
+        forward_model = torch.compile(model) if train.torch_compile else model
+        measured = auto_micro_batch(model, forward_model, train_set, per_device, loss_fn,
+                                    trainable_parameters(model), train.gradient_checkpointing, device)
+        choice = decide_on_rank0(lambda: measured, world)
+        if choice.checkpointing and not measured.checkpointing:
+            causal_lm(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    log.info("%s", choice.note)
+    return dataclasses.replace(train, per_device_train_batch_size=choice.micro,
+                               gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.checkpointing)
 
 
 def check_fsdp(config: ExpertConfig) -> None:

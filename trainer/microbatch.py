@@ -1,0 +1,149 @@
+"""``per_device_train_batch_size: auto``: the fastest micro-batch that fits, measured, not guessed.
+
+The optimizer step always trains ``global_batch_size`` blocks (micro-batch x accumulation x world
+size): auto only decides how they are split into forwards. On CUDA it runs forward + backward on
+real blocks of the build at each candidate micro-batch (the divisors of the per-device batch, from
+1 up), twice each (the first may compile), and records the peak memory and the time of the second.
+Candidates stop at the first that goes over ``1 - HEADROOM`` of the GPU's memory or runs out of it.
+If not even one block fits, activation checkpointing is switched on and the search runs again. The
+fastest candidate wins; the log gets every measurement. Nothing is trained: gradients are dropped
+and the RNG state is restored, so the run continues exactly as if it had started with the choice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+log = logging.getLogger("packtrain.train")
+
+HEADROOM = 0.15
+"""Share of the GPU's memory left free by the chosen micro-batch (allocator fragmentation, eval, the
+optimizer's first step, other processes)."""
+
+
+class MicroBatchError(RuntimeError):
+    """Not even one block fits on the device; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    micro: int
+    checkpointing: bool
+    peak_gib: float | None   # None: out of memory
+    seconds: float | None
+
+    @property
+    def fits(self) -> bool:
+        return self.seconds is not None
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    micro: int
+    accumulation: int
+    checkpointing: bool
+    note: str
+
+
+def divisors(n: int) -> list[int]:
+    """>>> divisors(12)
+    [1, 2, 3, 4, 6, 12]"""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def per_device_blocks(global_batch: int, world_size: int) -> int:
+    if global_batch % world_size:
+        raise MicroBatchError(f"train.global_batch_size {global_batch} is not a multiple of the world size "
+                              f"{world_size}: make it one")
+    return global_batch // world_size
+
+
+def choose(trials: list[Trial], per_device: int) -> Trial:
+    """The fastest fitting trial (tokens per second: micro / seconds); ties go to the smaller micro-batch."""
+    fitting = [t for t in trials if t.fits]
+    if not fitting:
+        raise MicroBatchError("not even one block per forward fits on this GPU, with activation checkpointing: "
+                              "lower pack.block_size and rebuild, use lora.method: qlora, or a smaller model")
+    return max(fitting, key=lambda t: (t.micro / t.seconds, -t.micro))
+
+
+def search(step: Callable[[int], None], per_device: int, total_bytes: int, checkpointing: bool,
+           enable_checkpointing: Callable[[], None], device: torch.device) -> tuple[Trial, list[Trial]]:
+    """Measure ``step(micro)`` (one forward + backward on ``micro`` blocks) at each divisor of
+    ``per_device``; returns the chosen trial and all of them."""
+    limit = (1 - HEADROOM) * total_bytes
+    trials: list[Trial] = []
+    for attempt in ((checkpointing,) if checkpointing else (False, True)):
+        if attempt and not checkpointing:
+            log.info("micro-batch auto: one block does not fit without activation checkpointing: switching it on")
+            enable_checkpointing()
+        for micro in divisors(per_device):
+            trial = _measure(step, micro, attempt, limit, device)
+            trials.append(trial)
+            log.info("micro-batch auto: %d block(s)%s: %s", micro, " (checkpointing)" if attempt else "",
+                     f"peak {trial.peak_gib:.2f} GiB, {trial.seconds * 1e3:.0f} ms" if trial.fits else
+                     "does not fit" + (f" (peak {trial.peak_gib:.2f} GiB)" if trial.peak_gib else ""))
+            if not trial.fits:
+                break
+        if any(t.fits for t in trials):
+            break
+    return choose(trials, per_device), trials
+
+
+def _measure(step: Callable[[int], None], micro: int, checkpointing: bool, limit: float, device: torch.device) -> Trial:
+    seconds = None
+    peak = None
+    try:
+        for _ in range(2):  # the first run may compile; the second is timed
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            start = time.perf_counter()
+            step(micro)
+            torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - start
+        peak = torch.cuda.max_memory_allocated(device)
+    except torch.OutOfMemoryError:
+        seconds = None
+    finally:
+        torch.cuda.empty_cache()
+    if peak is not None and peak > limit:
+        seconds = None
+    return Trial(micro, checkpointing, None if peak is None else peak / 2**30, seconds)
+
+
+def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dataset, per_device: int,
+                     loss_fn: Callable, params: list[torch.nn.Parameter], checkpointing: bool,
+                     device: torch.device) -> MicroBatch:
+    """Search on ``dataset``'s first blocks with the run's own loss function (``loss_fn(model, batch)``,
+    forward + loss under autocast); ``model`` is the PeftModel (for switching checkpointing on)."""
+    from trainer.data import collate
+    from trainer.model import causal_lm
+
+    blocks = [dataset[i % len(dataset)] for i in range(per_device)]
+    rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all())
+
+    def step(micro: int) -> None:
+        loss = loss_fn(forward_model, collate(blocks[:micro]))
+        loss.backward()
+        del loss
+        for p in params:
+            p.grad = None
+
+    def enable_checkpointing() -> None:
+        causal_lm(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    try:
+        chosen, trials = search(step, per_device, total, checkpointing, enable_checkpointing, device)
+    finally:
+        torch.set_rng_state(rng[0])
+        torch.cuda.set_rng_state_all(rng[1])
+    note = (f"micro-batch auto: {chosen.micro} block(s) per forward x {per_device // chosen.micro} accumulation "
+            f"(peak {chosen.peak_gib:.2f} of {total / 2**30:.1f} GiB, {chosen.micro / chosen.seconds:.2f} blocks/s"
+            f"{', activation checkpointing on' if chosen.checkpointing else ''})")
+    return MicroBatch(chosen.micro, per_device // chosen.micro, chosen.checkpointing, note)
