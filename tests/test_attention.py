@@ -32,7 +32,7 @@ def per_segment_kernel(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=
     if window_size != (-1, 0):  # a list, or (-1, -1), is NOT causal in the real kernel: fail loudly
         raise AssertionError(f"not the causal window: {window_size!r}")
     bounds = cu_seq_q.tolist()
-    assert max_q == max(b - a for a, b in zip(bounds, bounds[1:]))
+    assert max_q >= max(b - a for a, b in zip(bounds, bounds[1:]))  # a bound on every segment
     out = []
     for a, b in zip(bounds, bounds[1:]):
         qs, ks, vs = (t[a:b].transpose(0, 1) for t in (q, k, v))

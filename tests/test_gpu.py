@@ -58,7 +58,7 @@ def test_varlen_kernel_matches_per_document_sdpa(lens, heads):
                for h in (hq, hkv, hkv))
     attention.register()
     query, key, value = (t.unsqueeze(0).transpose(1, 2) for t in (q, k, v))  # [1, H, N, D]
-    batch = collate([{"seq_lens": torch.tensor(lens, dtype=torch.int32), "n_sup": torch.tensor(0)}])
+    batch = collate([{"seq_lens": torch.tensor(lens, dtype=torch.int32), "position_ids": torch.zeros(n)}])
     choice = attention.AttentionChoice("varlen", attention.VARLEN_NAME, "")
     out, _ = attention.varlen_attention_forward(None, query, key, value, None, scaling=d ** -0.5,
                                                 **attention.attention_inputs(batch, CUDA, choice))
@@ -88,13 +88,15 @@ def test_packed_block_equals_documents_alone_with_varlen(model_dir):
     ids = torch.cat(docs + [torch.full((block - sum(lens),), 3)])[None].to(CUDA)
     segments = segment_lens(lens, block)
     positions = torch.cat([torch.arange(n) for n in segments])[None].to(CUDA)
-    batch = collate([{"seq_lens": torch.tensor(segments, dtype=torch.int32), "n_sup": torch.tensor(0)}])
+    batch = collate([{"seq_lens": torch.tensor(segments, dtype=torch.int32), "position_ids": positions[0].cpu()}])
     choice = attention.AttentionChoice("varlen", attention.VARLEN_NAME, "")
     with torch.no_grad():
         packed = packed_forward(model, ids, positions, **attention.attention_inputs(batch, CUDA, choice))[0]
         start = 0
         for doc in docs:
-            alone = model(input_ids=doc[None].to(CUDA), use_cache=False).logits[0]
+            one = collate([{"seq_lens": torch.tensor([len(doc)], dtype=torch.int32), "position_ids": torch.zeros(len(doc))}])
+            alone = packed_forward(model, doc[None].to(CUDA), torch.arange(len(doc))[None].to(CUDA),
+                                   **attention.attention_inputs(one, CUDA, choice))[0]
             torch.testing.assert_close(packed[start:start + len(doc)].float(), alone.float(), atol=3e-2, rtol=3e-2)
             start += len(doc)
 

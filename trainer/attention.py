@@ -21,7 +21,7 @@ Segments of one block, for ``doc_lens [3, 2]`` in a block of 6 (``.`` = padding)
     position_ids  0 1 2 0 1 0
     segments      [3, 2, 1]           (the padding tail is a segment of its own)
     cu_seq_lens   0 3 5 6             (over a micro-batch: the blocks' segments one after another)
-    max_length    3
+    max_length    6                   (the block length: a bound on every segment, constant for compile)
 
 Both paths give the same attention: tests/test_attention.py checks the varlen wiring on CPU with a
 pure-torch per-segment kernel standing in for ``varlen_attn`` (and the call contract: the causal
@@ -180,5 +180,8 @@ def attention_inputs(batch: dict, device: torch.device, choice: AttentionChoice 
     if choice is None or not choice.varlen:
         return {}
     cu = batch["cu_seq_lens"].to(device, non_blocking=True)
+    # its length (segments + 1) changes every batch: dynamic from the start, so torch.compile traces
+    # one graph for all of them instead of recompiling (a no-op without compile)
+    torch._dynamo.mark_dynamic(cu, 0)
     longest = int(batch["max_length"])
     return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
