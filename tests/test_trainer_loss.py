@@ -163,3 +163,52 @@ def test_a_head_that_transforms_logits_uses_the_full_logits_and_says_so_once(mod
     assert len(calls) == 2  # the full-logits path ran
     said = [r.message for r in caplog.records if "chunked_loss" in r.message]
     assert len(said) == 1 and "final_logit_softcapping=30.0" in said[0], said
+
+
+def reference_linear_cross_entropy(states, weight, targets, reduction="sum"):
+    """A pure-torch stand-in with cut-cross-entropy's call signature (the real one needs CUDA)."""
+    assert reduction == "sum" and states.dim() == 2 and weight.shape[1] == states.shape[1]
+    return torch.nn.functional.cross_entropy((states @ weight.T).float(), targets, reduction="sum")
+
+
+def test_fused_path_gives_the_chunked_loss_and_gradients(model_dir):
+    """The fused path's wiring (gathered supervised rows, the head's weight, sum reduction), in bf16
+    so the head qualifies; the kernel is a pure-torch stand-in on CPU (tests/test_gpu.py: the real one)."""
+    batch = batch_of(blocks_with_edge_cases())
+    results = {}
+    for name, fused in (("chunked", None), ("fused", reference_linear_cross_entropy)):
+        model = lora_model(model_dir).to(torch.bfloat16)
+        loss = packed_loss_sum(model, batch["input_ids"], batch["position_ids"], batch["labels"], fused=fused)
+        loss.backward()
+        grads = {n: p.grad.float().clone() for n, p in model.named_parameters() if p.requires_grad}
+        results[name] = (loss.detach().float(), grads)
+    torch.testing.assert_close(results["fused"][0], results["chunked"][0], rtol=1e-2, atol=1e-2)
+    for n, g in results["chunked"][1].items():
+        torch.testing.assert_close(results["fused"][1][n], g, rtol=5e-2, atol=1e-3)
+
+
+def test_fused_path_without_targets_is_a_connected_zero(model_dir):
+    model = lora_model(model_dir).to(torch.bfloat16)
+    prompt_only = batch_of([[(list(range(10, 30)), 20)]])
+    loss = packed_loss_sum(model, prompt_only["input_ids"], prompt_only["position_ids"], prompt_only["labels"],
+                           fused=reference_linear_cross_entropy)
+    loss.backward()
+    assert loss.item() == 0.0 and all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_fused_kernel_choice_off_cuda():
+    cpu = torch.device("cpu")
+    assert trainer.loss.fused_kernel("auto", cpu) is None and trainer.loss.fused_kernel(False, cpu) is None
+    with pytest.raises(RuntimeError, match="fused_loss: true needs CUDA"):
+        trainer.loss.fused_kernel(True, cpu)
+
+
+def test_an_fp32_or_lora_head_is_not_fused(model_dir, caplog):
+    """fp32 states (CPU training) and a LoRA-wrapped head take the chunked path, said once."""
+    head = torch.nn.Linear(8, 16, bias=False)
+    with caplog.at_level(logging.WARNING, logger="packtrain.train"):
+        assert not trainer.loss._fusable(head, torch.zeros(2, 8))
+    assert trainer.loss._fusable(head.to(torch.bfloat16), torch.zeros(2, 8, dtype=torch.bfloat16))
+    assert not trainer.loss._fusable(torch.nn.Linear(8, 16, bias=True).to(torch.bfloat16),
+                                     torch.zeros(2, 8, dtype=torch.bfloat16))
+    assert "not a plain bf16/fp16 linear layer" in caplog.text

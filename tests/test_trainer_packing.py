@@ -69,3 +69,20 @@ def test_packed_with_lora_adapter_in_train_mode(model_dir):
                 p.normal_(0, 0.1)
     model.train()  # gradient checkpointing only acts in train mode
     assert_packed_equals_alone(model)
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_adapters_keep_the_base_dtype_and_do_not_upcast_lora_inputs(model_dir, method):
+    """No fp32 copies: the bf16 base keeps its bf16 norms and embeddings (peft's
+    prepare_model_for_kbit_training would cast them to fp32) and no LoRA layer casts its input to
+    the fp32 adapter dtype; the LoRA weights themselves are fp32."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.bfloat16)
+    model = attach_adapters(base, LoraConfig(method=method, r=4, alpha=8), gradient_checkpointing=False)
+    norms = [m for name, m in model.named_modules() if name.endswith("norm")]
+    assert norms and all(m.weight.dtype == torch.bfloat16 for m in norms)
+    assert model.get_input_embeddings().weight.dtype == torch.bfloat16
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    assert layers and all(m.cast_input_dtype_enabled is False for m in layers)
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.float32}

@@ -122,7 +122,8 @@ def report_memory(device: torch.device, step: int) -> None:
 
 def oom_advice(train_config, lora_config) -> str:
     knobs = [f"train.per_device_train_batch_size (now {train_config.per_device_train_batch_size}; "
-             "raise gradient_accumulation_steps to keep the effective batch)"]
+             "raise gradient_accumulation_steps to keep the effective batch, or set it to auto with "
+             "train.global_batch_size: the largest micro-batch that fits is then measured)"]
     if not train_config.gradient_checkpointing:
         knobs.append("train.gradient_checkpointing: true")
     if lora_config.method != "qlora":

@@ -1,0 +1,111 @@
+"""per_device_train_batch_size: auto: the search's decisions with a scripted device (no GPU needed),
+the config rules around it, and an end-to-end CPU run that keeps the global batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.config import ConfigError
+from trainer import microbatch
+from trainer.microbatch import MicroBatchError, Trial, choose, divisors
+from trainer.train import TrainError, run
+from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+GIB = 2**30
+
+
+def test_divisors():
+    assert divisors(16) == [1, 2, 4, 8, 16] and divisors(12) == [1, 2, 3, 4, 6, 12] and divisors(1) == [1]
+
+
+def test_choose_takes_the_fastest_fitting_and_ties_go_to_the_smaller():
+    trials = [Trial(1, False, 4.0, 0.27), Trial(2, False, 6.5, 0.17), Trial(4, False, 11.9, 0.19),
+              Trial(8, False, 22.8, 0.21), Trial(16, False, 44.5, 0.37)]  # measured on an H100 (0.5B, no compile)
+    assert choose(trials, 16).micro == 16  # 16/0.37 = 43 blocks/s beats 8/0.21 = 38
+    assert choose([Trial(2, False, 1, 0.2), Trial(4, False, 2, 0.4)], 4).micro == 2
+    assert choose([Trial(1, False, 1, 0.1), Trial(2, False, 70, None)], 2).micro == 1
+    with pytest.raises(MicroBatchError, match="not even one block"):
+        choose([Trial(1, True, None, None)], 4)
+
+
+class ScriptedDevice:
+    """A step whose 'peak memory' grows with the micro-batch, and checkpointing that halves it."""
+
+    def __init__(self, gib_per_block: float, checkpointing: bool = False):
+        self.gib_per_block, self.checkpointing, self.calls = gib_per_block, checkpointing, []
+
+    def step(self, micro: int) -> None:
+        self.calls.append((micro, self.checkpointing))
+        self.peak = micro * self.gib_per_block * (0.5 if self.checkpointing else 1.0) * GIB
+
+    def enable(self) -> None:
+        self.checkpointing = True
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    def install(device: ScriptedDevice):
+        def measure(step, micro, checkpointing, limit, _device):
+            step(micro)
+            fits = device.peak <= limit
+            return Trial(micro, checkpointing, device.peak / GIB, 1.0 if fits else None)  # 1 s each: bigger wins
+        monkeypatch.setattr(microbatch, "_measure", measure)
+        return device
+    return install
+
+
+def test_search_stops_at_the_first_that_does_not_fit(scripted):
+    device = scripted(ScriptedDevice(gib_per_block=10))
+    chosen, trials = microbatch.search(device.step, 16, 80 * GIB, False, device.enable, None)
+    # limit 0.85 x 80 = 68 GiB: 1, 2, 4 fit (40 GiB), 8 (80 GiB) does not, 16 is never tried
+    assert [t.micro for t in trials] == [1, 2, 4, 8] and chosen.micro == 4 and not chosen.checkpointing
+
+
+def test_search_switches_checkpointing_on_when_one_block_does_not_fit(scripted):
+    device = scripted(ScriptedDevice(gib_per_block=100))
+    chosen, trials = microbatch.search(device.step, 4, 80 * GIB, False, device.enable, None)
+    assert device.calls == [(1, False), (1, True), (2, True)]  # 50 GiB fits, 100 does not
+    assert chosen.micro == 1 and chosen.checkpointing
+
+
+def test_search_gives_up_with_advice(scripted):
+    device = scripted(ScriptedDevice(gib_per_block=1000))
+    with pytest.raises(MicroBatchError, match="lower pack.block_size"):
+        microbatch.search(device.step, 4, 80 * GIB, True, device.enable, None)
+
+
+def test_auto_needs_a_global_batch_and_numbers_must_agree(tmp_path):
+    with pytest.raises(ConfigError, match="auto needs train.global_batch_size"):
+        make_config(tmp_path, tmp_path, per_device_train_batch_size="auto")
+    with pytest.raises(ConfigError, match="is not per_device_train_batch_size"):
+        make_config(tmp_path, tmp_path, per_device_train_batch_size=3, global_batch_size=16)
+    assert make_config(tmp_path, tmp_path, per_device_train_batch_size="auto",
+                       global_batch_size=16).train.global_batch_size == 16
+    with pytest.raises(ConfigError, match="must be one of 'auto'|expected"):
+        make_config(tmp_path, tmp_path, per_device_train_batch_size="max")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def test_auto_on_cpu_keeps_the_global_batch(tmp_path, model_dir):
+    write_build(tmp_path / "cache", "sql", random_blocks(24, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=2, per_device_train_batch_size="auto",
+                              global_batch_size=12), tmp_path / "cache")
+    info = json.loads((run_dir / "run.json").read_text())
+    # no device memory to measure on a CPU: the largest divisor of 12 up to 8, accumulation for the rest
+    assert (info["per_device_train_batch_size"], info["gradient_accumulation_steps"]) == (6, 2)
+    assert info["global_batch_blocks"] == 12
+    assert "micro-batch auto on cpu: 6 block(s) x 2 accumulation" in (run_dir / "train.log").read_text()
+
+
+def test_global_batch_that_disagrees_with_the_world_is_refused(tmp_path, model_dir):
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                         global_batch_size=8)  # 2 x 2 x world 1 = 4, not 8
+    with pytest.raises(TrainError, match="global_batch_size 8 != per_device_train_batch_size 2"):
+        run(config, tmp_path / "cache")
