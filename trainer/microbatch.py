@@ -140,7 +140,9 @@ def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dat
     total = torch.cuda.get_device_properties(device).total_memory
     try:
         chosen, trials = search(step, per_device, total, checkpointing, enable_checkpointing, device)
-    finally:
+    finally:  # a trial that ran out of memory may have left partial gradients: none survive
+        for p in params:
+            p.grad = None
         torch.set_rng_state(rng[0])
         torch.cuda.set_rng_state_all(rng[1])
     note = (f"micro-batch auto: {chosen.micro} block(s) per forward x {per_device // chosen.micro} accumulation "
