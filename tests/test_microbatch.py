@@ -83,6 +83,9 @@ def test_auto_needs_a_global_batch_and_numbers_must_agree(tmp_path):
         make_config(tmp_path, tmp_path, per_device_train_batch_size=3, global_batch_size=16)
     assert make_config(tmp_path, tmp_path, per_device_train_batch_size="auto",
                        global_batch_size=16).train.global_batch_size == 16
+    with pytest.raises(ConfigError, match="with per_device_train_batch_size: auto, which sets it"):
+        make_config(tmp_path, tmp_path, per_device_train_batch_size="auto", global_batch_size=16,
+                    gradient_accumulation_steps=4)
     with pytest.raises(ConfigError, match="must be one of 'auto'|expected"):
         make_config(tmp_path, tmp_path, per_device_train_batch_size="max")
 
@@ -109,3 +112,18 @@ def test_global_batch_that_disagrees_with_the_world_is_refused(tmp_path, model_d
                          global_batch_size=8)  # 2 x 2 x world 1 = 4, not 8
     with pytest.raises(TrainError, match="global_batch_size 8 != per_device_train_batch_size 2"):
         run(config, tmp_path / "cache")
+
+
+def test_auto_needs_a_global_batch_of_blocks_the_build_has(tmp_path, model_dir):
+    write_build(tmp_path / "cache", "sql", random_blocks(10, 32, 0), [], 32, model_dir)
+    with pytest.raises(TrainError, match="10 train blocks, fewer than train.global_batch_size 12"):
+        run(make_config(model_dir, tmp_path / "runs", per_device_train_batch_size="auto", global_batch_size=12),
+            tmp_path / "cache")
+
+
+def test_steps_per_epoch_do_not_depend_on_the_micro_batch(tmp_path, model_dir):
+    """30 blocks, global batch 12: 2 steps an epoch whatever micro-batch auto picks (here 6 x 2)."""
+    write_build(tmp_path / "cache", "sql", random_blocks(30, 32, 0), [], 32, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=None, num_train_epochs=2,
+                              per_device_train_batch_size="auto", global_batch_size=12), tmp_path / "cache")
+    assert json.loads((run_dir / "run.json").read_text())["total_steps"] == 4

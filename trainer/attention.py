@@ -60,8 +60,13 @@ class AttentionChoice:
         return self.name == "varlen"
 
 
+SCORE_TRANSFORMS = ("attn_logit_softcapping",)
+"""Config fields by which a model changes its attention scores (Gemma 2's soft cap): the flash
+kernel cannot apply them, so such models keep the reference path."""
+
+
 def choose_attention(device: torch.device, use_sdpa: bool, block_size: int, model: torch.nn.Module,
-                     varlen: bool = True) -> AttentionChoice:
+                     varlen: bool = True, dtype: torch.dtype | None = torch.bfloat16) -> AttentionChoice:
     """The attention path for this run (``model``: the transformers causal LM), decided once and
     logged by the caller; for varlen the caller sets ``model.set_attn_implementation(choice.implementation)``."""
     config = model.config
@@ -81,6 +86,13 @@ def choose_attention(device: torch.device, use_sdpa: bool, block_size: int, mode
     if major < 8:
         return AttentionChoice("sdpa", "sdpa", f"{reference}: varlen flash attention needs compute capability "
                                f">= 8.0, this GPU has {major}.{minor}")
+    if dtype not in (torch.bfloat16, torch.float16):
+        return AttentionChoice("sdpa", "sdpa", f"{reference}: flash attention needs bf16 or fp16, this run "
+                               "computes in fp32 (train.bf16 and train.fp16 are off)")
+    transforms = [f"{k}={getattr(config, k)}" for k in SCORE_TRANSFORMS if getattr(config, k, None) is not None]
+    if transforms:
+        return AttentionChoice("sdpa", "sdpa", f"{reference}: the model transforms its attention scores "
+                               f"({', '.join(transforms)})")
     if not getattr(type(model), "_supports_attention_backend", False):
         return AttentionChoice("sdpa", "sdpa", f"{reference}: {type(model).__name__} does not take a custom "
                                "attention function")
@@ -137,14 +149,18 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     if dropout:
         raise RuntimeError(f"varlen attention: attention dropout {dropout} is not supported; set the model "
                            "config's attention_dropout to 0")
+    unsupported = [k for k in ("softcap", "s_aux", "sinks") if kwargs.get(k) is not None]
+    if unsupported:
+        raise RuntimeError(f"varlen attention cannot apply {', '.join(unsupported)} (the model changes its "
+                           "attention scores); set model.varlen_attention: false")
     if _active is None:
         raise RuntimeError("varlen attention is not registered: call trainer.attention.register() first")
     kernel, call = _active
     batch, heads, length, dim = query.shape
-    kv_heads = key.shape[1]
+    kv_heads, value_dim = key.shape[1], value.shape[-1]
     q = query.transpose(1, 2).reshape(batch * length, heads, dim)
     k = key.transpose(1, 2).reshape(batch * length, kv_heads, dim)
-    v = value.transpose(1, 2).reshape(batch * length, kv_heads, dim)
+    v = value.transpose(1, 2).reshape(batch * length, kv_heads, value_dim)
     options: dict = {"scale": scaling}
     if call.window:
         options["window_size"] = CAUSAL_WINDOW
@@ -158,7 +174,7 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
             v = v.repeat_interleave(heads // kv_heads, dim=1)
     out = kernel(q, k, v, cu_seq_lens_q, cu_seq_lens_k if cu_seq_lens_k is not None else cu_seq_lens_q,
                  int(max_length_q), int(max_length_k if max_length_k is not None else max_length_q), **options)
-    return out.view(batch, length, heads, dim), None
+    return out.view(batch, length, heads, value_dim), None
 
 
 def register(kernel: Callable | None = None) -> None:

@@ -109,6 +109,10 @@ def _measure(step: Callable[[int], None], micro: int, checkpointing: bool, limit
         peak = torch.cuda.max_memory_allocated(device)
     except torch.OutOfMemoryError:
         seconds = None
+    except RuntimeError as e:  # cuBLAS / Triton allocation failures are out-of-memory too
+        if not any(mark in str(e) for mark in ("out of memory", "ALLOC_FAILED", "OutOfResources", "out of resource")):
+            raise
+        seconds = None
     finally:
         torch.cuda.empty_cache()
     if peak is not None and peak > limit:
@@ -122,8 +126,8 @@ def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dat
     """Search on ``dataset``'s first blocks with the run's own loss function (``loss_fn(model, batch)``,
     forward + loss under autocast); ``model`` is the PeftModel (for switching checkpointing on)."""
     from trainer.data import collate
-    from trainer.model import causal_lm
 
+    model.train()  # as in training: transformers checkpoints layers only in train mode
     blocks = [dataset[i % len(dataset)] for i in range(per_device)]
     rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all())
 
@@ -135,7 +139,7 @@ def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dat
             p.grad = None
 
     def enable_checkpointing() -> None:
-        causal_lm(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        set_checkpointing(model, True)
 
     total = torch.cuda.get_device_properties(device).total_memory
     try:
@@ -149,3 +153,19 @@ def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dat
             f"(peak {chosen.peak_gib:.2f} of {total / 2**30:.1f} GiB, {chosen.micro / chosen.seconds:.2f} blocks/s"
             f"{', activation checkpointing on' if chosen.checkpointing else ''})")
     return MicroBatch(chosen.micro, per_device // chosen.micro, chosen.checkpointing, note)
+
+
+def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
+    """Activation checkpointing of the causal LM inside ``model`` on or off (non-reentrant)."""
+    from trainer.model import causal_lm
+
+    lm = causal_lm(model)
+    if on:
+        enable = getattr(lm, "activation_checkpointing_enable", None)  # the transformers >= 5 name
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        disable = getattr(lm, "activation_checkpointing_disable", None) or lm.gradient_checkpointing_disable
+        disable()

@@ -46,8 +46,9 @@ from trainer.distributed import (DistributedError, World, barrier, close_world, 
 from trainer.loop import NonFiniteLossError, train_loop
 from trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops, summarize
 from trainer.loss import fused_kernel
-from trainer.microbatch import MicroBatch, auto_micro_batch, divisors, per_device_blocks
-from trainer.model import ModelError, causal_lm, choose_precision, load_base_model, model_source, tokenizer_dir
+from trainer.microbatch import (MicroBatch, MicroBatchError, auto_micro_batch, divisors, per_device_blocks,
+                                set_checkpointing)
+from trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
 from trainer.optim import build_optimizer
 from trainer.schedule import build_scheduler, warmup_steps
 
@@ -99,11 +100,14 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
 
     check_batch_shape(train, world)
     train_blocks = sum(shard.rows for shard in manifest.train)
-    micro = train.per_device_train_batch_size if train.per_device_train_batch_size != "auto" else 1
-    if train_blocks < micro * world.world_size:
+    if train.per_device_train_batch_size == "auto":
+        if train_blocks < train.global_batch_size:
+            raise TrainError(f"build {manifest.build_id} has {train_blocks} train blocks, fewer than "
+                             f"train.global_batch_size {train.global_batch_size}: lower it, or add data and rebuild")
+    elif train_blocks < train.per_device_train_batch_size * world.world_size:
         ranks = f" x world size {world.world_size}" if world.enabled else ""
         raise TrainError(f"build {manifest.build_id} has {train_blocks} train blocks, fewer than "
-                         f"per_device_train_batch_size {micro}{ranks}: lower it, "
+                         f"per_device_train_batch_size {train.per_device_train_batch_size}{ranks}: lower it, "
                          "or add data and rebuild")
 
     state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash,
@@ -160,7 +164,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         raise TrainError(f"model {config.model.name} has {vocab} token embeddings, the build's tokenizer "
                          f"{manifest.vocab_size} tokens: this model cannot read these shards")
     attention = choose_attention(device, config.model.use_sdpa, manifest.block_size, model,
-                                 varlen=config.model.varlen_attention)
+                                 varlen=config.model.varlen_attention, dtype=precision.autocast_dtype)
     log.info("attention: %s", attention.note)
     if attention.varlen:
         model.set_attn_implementation(attention.implementation)
@@ -190,7 +194,10 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     sampler = BlockSampler(len(train_set), train.seed, manifest.build_id, rank=world.rank,
                            world_size=world.world_size)
     train_loader = make_loader(train_set, sampler, batch_size, train, device, drop_last=True, seed=train.seed)
-    total_steps = total_training_steps(train, len(train_set) // (batch_size * world.world_size))
+    if train.global_batch_size is not None:  # counted in whole global batches: the same whatever auto measured
+        total_steps = total_training_steps(train, len(train_set) // train.global_batch_size * train.gradient_accumulation_steps)
+    else:
+        total_steps = total_training_steps(train, len(train_set) // (batch_size * world.world_size))
     val_loader = None
     val_set = BlockDataset(build_dir, manifest, "val")
     if len(val_set) == 0:
@@ -343,11 +350,20 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
                                        attention=attention_inputs(batch, device, attention))
 
         forward_model = torch.compile(model) if train.torch_compile else model
-        measured = auto_micro_batch(model, forward_model, train_set, per_device, loss_fn,
-                                    trainable_parameters(model), train.gradient_checkpointing, device)
-        choice = decide_on_rank0(lambda: measured, world)
-        if choice.checkpointing and not measured.checkpointing:
-            causal_lm(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        try:
+            measured = auto_micro_batch(model, forward_model, train_set, per_device, loss_fn,
+                                        trainable_parameters(model), train.gradient_checkpointing, device)
+        except MicroBatchError as e:
+            measured = e  # raised below on every rank if rank 0 failed; never a rank left waiting
+
+        def rank0_choice():
+            if isinstance(measured, Exception):
+                raise measured
+            return measured
+        choice = decide_on_rank0(rank0_choice, world)
+        ours = measured.checkpointing if isinstance(measured, MicroBatch) else True
+        if choice.checkpointing != ours:
+            set_checkpointing(model, choice.checkpointing)  # every rank as rank 0 decided
     log.info("%s", choice.note)
     return dataclasses.replace(train, per_device_train_batch_size=choice.micro,
                                gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.checkpointing)
