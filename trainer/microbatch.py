@@ -51,8 +51,11 @@ class MicroBatch:
 
 
 def divisors(n: int) -> list[int]:
-    """>>> divisors(12)
-    [1, 2, 3, 4, 6, 12]"""
+    """The micro-batches that split ``n`` blocks evenly.
+
+    >>> divisors(12)
+    [1, 2, 3, 4, 6, 12]
+    """
     return [d for d in range(1, n + 1) if n % d == 0]
 
 

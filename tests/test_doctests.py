@@ -1,0 +1,14 @@
+"""The examples drawn in docstrings are run, so they cannot drift from the code."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+
+@pytest.mark.parametrize("module, examples", [("pipeline.pack", 7), ("trainer.data", 2), ("trainer.microbatch", 1)])
+def test_docstring_examples_hold(module, examples):
+    result = doctest.testmod(importlib.import_module(module))
+    assert (result.failed, result.attempted) == (0, examples)
