@@ -246,9 +246,10 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
     batches: each costs a tokenizer's memory, so a small source gets fewer (and it is said)."""
     tasks = iter(tasks)
     first = list(itertools.islice(tasks, num_proc))
-    if 0 < len(first) < num_proc:
-        log(f"num_proc {num_proc} capped at {max(len(first), 1)}: only {len(first)} batch"
-            f"{'es' * (len(first) != 1)} of rows (build.batch_rows each) to tokenize")
+    if len(first) < num_proc:
+        if first:
+            log(f"num_proc {num_proc} capped at {len(first)}: only {len(first)} batch"
+                f"{'es' * (len(first) != 1)} of rows (build.batch_rows each) to tokenize")
         num_proc = len(first)
     tasks = itertools.chain(first, tasks)
     if num_proc <= 1:
