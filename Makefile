@@ -5,7 +5,8 @@ PYTHON     ?= python3
 VENV       ?= .venv
 BIN        := $(VENV)/bin
 EXPERT     ?= sql
-NUM_PROC   ?= 8
+# Tokenizer processes; unset: the config's build.num_proc (0 or a negative number is refused).
+NUM_PROC   ?=
 CACHE_DIR  ?= cache
 DATASET    ?=
 MODEL      ?=
@@ -19,7 +20,7 @@ NPROC      ?=
 # pulls a 5.5 GB CUDA build). Set TORCH_CPU= to skip.
 TORCH_CPU  ?= torch==2.13.0
 
-BUILD_ARGS := --cache-dir $(CACHE_DIR) --num-proc $(NUM_PROC) \
+BUILD_ARGS := --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC)) \
 	$(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL))
 PART_ARGS  := $(if $(PART),--part $(PART))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
@@ -60,7 +61,7 @@ inspect: install
 
 # The scheduled job: rebuild every expert whose inputs changed (exit 0 ok, 1 failed, 3 locked).
 rebuild: install
-	$(BIN)/packtrain rebuild --all --cache-dir $(CACHE_DIR) --num-proc $(NUM_PROC)
+	$(BIN)/packtrain rebuild --all --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC))
 
 status: install
 	$(BIN)/packtrain status --cache-dir $(CACHE_DIR)

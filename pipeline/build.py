@@ -102,11 +102,24 @@ def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource]
 def plan(config: ExpertConfig, cache_dir: str | os.PathLike) -> tuple[list[ResolvedSource], TokenizerInfo, dict, str]:
     """Inputs and build id, hashing only the files whose stat changed since the last time."""
     root = expert_dir(cache_dir, config.expert)
+    check_cache_outside_sources(config, cache_dir)
     cache = StatCache(root / STAT_CACHE)
     sources, tokenizer, inputs = plan_inputs(config, cache.sha256)
     root.mkdir(parents=True, exist_ok=True)
     cache.save(lock=root / LOCK)
     return sources, tokenizer, inputs, build_id_of(inputs)
+
+
+def check_cache_outside_sources(config: ExpertConfig, cache_dir: str | os.PathLike) -> None:
+    """Refuse a cache directory inside a dataset directory: every file under a local source
+    directory is read as data, so the next build would read this build's own shards."""
+    cache = Path(cache_dir).resolve()
+    for i, spec in enumerate(config.sources):
+        directory = Path(os.path.expandvars(spec.name)).expanduser().resolve()
+        if spec.name != BUNDLED and directory.is_dir() and (cache == directory or directory in cache.parents):
+            raise BuildError(f"the cache directory {cache} is inside the dataset directory {directory} "
+                             f"(sources[{i}] of {config.expert!r}): the next build would read its own shards as "
+                             f"data; set CACHE_DIR (--cache-dir) to a directory outside {directory}")
 
 
 def build_id_of(inputs: dict) -> str:
@@ -218,7 +231,7 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
         exact, why = tokenizer.line_split
         log(f"line cache: {'on' if exact and config.build.line_cache else 'off'} "
             f"({why if config.build.line_cache else 'build.line_cache is false'})")
-        tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress)
+        tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress, log=log)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
     source_stats = [json.loads((d / SOURCE_STATS).read_text()) for d in source_dirs]
@@ -267,7 +280,7 @@ def check_chat_template(tokenizer: TokenizerInfo) -> None:
 
 
 def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
-                     progress, part: tuple[int, int] | None = None) -> None:
+                     progress, part: tuple[int, int] | None = None, log=print) -> None:
     """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically.
 
     ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
@@ -305,7 +318,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
     tokens_seen = 0
     try:
-        for encoded in encode_stream(tasks(), config.build.num_proc):
+        for encoded in encode_stream(tasks(), config.build.num_proc, log):
             i, file, start, number = headers.popleft()
             batch_index[i].append(number)
             rows = len(encoded.lengths) + len(encoded.bad_rows)

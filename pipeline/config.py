@@ -12,9 +12,10 @@ reads the build sections' data, only the shards the build wrote.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pipeline.contract import ContractError, check_expert_name
 
@@ -23,6 +24,45 @@ BUNDLED = "bundled"
 
 class ConfigError(Exception):
     """The configuration is invalid; the message lists every problem found."""
+
+
+def num(default: int | float | None, allowed: str, hint: str = "") -> Any:
+    """A numeric field whose allowed values are declared with it, as an interval: ``"[1, 1024]"``,
+    ``"(0, 1]"`` (``(`` and ``)`` exclude the end). :func:`check_numbers` checks every such field
+    when the config loads; NaN and infinities never pass, whatever the interval."""
+    return field(default=default, metadata={"range": allowed, "hint": hint})
+
+
+_INTERVAL = re.compile(r"([\[(])([-+.\de]+), ([-+.\de]+)([\])])")
+
+
+def in_range(value: int | float, allowed: str) -> bool:
+    """``value`` is a finite number inside the interval ``allowed`` (``"(0, 1]"``)."""
+    low_bracket, low, high, high_bracket = _INTERVAL.fullmatch(allowed).groups()
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    above = value >= float(low) if low_bracket == "[" else value > float(low)
+    below = value <= float(high) if high_bracket == "]" else value < float(high)
+    return above and below
+
+
+def check_numbers(obj: Any, errors: list[str], where: str = "") -> None:
+    """Every numeric field of the dataclass ``obj``, and of the dataclasses inside it, against the
+    interval declared with :func:`num`; one message per bad value, naming the field and the interval."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        label = f"{where}.{f.name}" if where else f.name
+        if dataclasses.is_dataclass(value):
+            check_numbers(value, errors, label)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if dataclasses.is_dataclass(item):
+                    check_numbers(item, errors, f"{label}[{i}]")
+        elif "range" in f.metadata and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not in_range(value, f.metadata["range"]):
+                finite = "a finite number " if isinstance(value, float) and not math.isfinite(value) else ""
+                hint = f" ({f.metadata['hint']})" if f.metadata["hint"] else ""
+                errors.append(f"{label}: must be {finite}in {f.metadata['range']}{hint}, got {value!r}")
 
 
 @dataclass
@@ -38,13 +78,11 @@ class SourceConfig:
     """Hub cache only: a branch/tag name or a commit hash; default: the ``main`` ref, or the only snapshot."""
     columns: dict[str, str] = field(default_factory=dict)
     """Template field -> dataset column, for datasets whose column names differ from the template's."""
-    max_rows: int | None = None
+    max_rows: int | None = num(None, "[1, 1000000000000]", "or unset for every row")
 
     def validate(self, errors: list[str], where: str) -> None:
         if not self.name:
             errors.append(f"{where}.name: must not be empty")
-        if self.max_rows is not None and self.max_rows <= 0:
-            errors.append(f"{where}.max_rows: must be positive, got {self.max_rows}")
 
 
 @dataclass
@@ -80,30 +118,25 @@ def template_fields(template: str) -> list[str]:
 
 @dataclass
 class PackConfig:
-    block_size: int = 2048
+    block_size: int = num(2048, "[16, 1048576]")
     strategy: Literal["bfd", "wrap"] = "bfd"
     """``bfd``: best-fit decreasing over the whole dataset, documents never split across blocks.
     ``wrap``: concatenate every document and cut into blocks (documents may span two blocks)."""
     overlong: Literal["split", "truncate", "drop"] = "split"
     """Documents longer than block_size (bfd only): split into block-size pieces, truncate to one
     block, or drop. Always counted in the report."""
-    val_fraction: float = 0.02
+    val_fraction: float = num(0.02, "[0, 1)")
     """Share of documents held out for validation, chosen by a hash of each document's content."""
-    shard_size_mb: int = 128
+    shard_size_mb: int = num(128, "[1, 1048576]")
 
     def validate(self, errors: list[str], where: str) -> None:
-        if not 16 <= self.block_size <= 1 << 20:
-            errors.append(f"{where}.block_size: must be in [16, 1048576], got {self.block_size}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            errors.append(f"{where}.val_fraction: must be in [0, 1), got {self.val_fraction}")
-        if self.shard_size_mb <= 0:
-            errors.append(f"{where}.shard_size_mb: must be positive, got {self.shard_size_mb}")
+        pass  # its numbers are checked by check_numbers
 
 
 @dataclass
 class BuildConfig:
-    num_proc: int = 8
-    batch_rows: int = 1000
+    num_proc: int = num(8, "[1, 1024]", "tokenizer processes; capped at the number of batches")
+    batch_rows: int = num(1000, "[1, 10000000]")
     """Rows per tokenization task; fixed, so the output does not depend on num_proc."""
     on_bad_rows: Literal["skip", "error"] = "skip"
     line_cache: bool = True
@@ -111,10 +144,7 @@ class BuildConfig:
     which it provably gives the same tokens (pipeline/segments.py), so it is not part of the build id."""
 
     def validate(self, errors: list[str], where: str) -> None:
-        if self.num_proc < 1:
-            errors.append(f"{where}.num_proc: must be >= 1, got {self.num_proc}")
-        if self.batch_rows < 1:
-            errors.append(f"{where}.batch_rows: must be >= 1, got {self.batch_rows}")
+        pass  # its numbers are checked by check_numbers
 
 
 @dataclass
@@ -140,19 +170,13 @@ class ModelConfig:
 @dataclass
 class LoraConfig:
     method: Literal["lora", "qlora"] = "lora"
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
+    r: int = num(16, "[1, 65536]")
+    alpha: int = num(32, "[1, 1048576]")
+    dropout: float = num(0.0, "[0, 1)")
     """LoRA dropout. 0 by default: dropout > 0 keeps one more activation per adapted layer (docs/TRAINING.md)."""
     target_modules: str | list[str] = "all-linear"
 
     def validate(self, errors: list[str], where: str) -> None:
-        if self.r < 1:
-            errors.append(f"{where}.r: must be >= 1, got {self.r}")
-        if not 0.0 <= self.dropout < 1.0:
-            errors.append(f"{where}.dropout: must be in [0, 1), got {self.dropout}")
-        if self.alpha <= 0:
-            errors.append(f"{where}.alpha: must be positive, got {self.alpha}")
         if isinstance(self.target_modules, list) and not self.target_modules:
             errors.append(f"{where}.target_modules: must not be empty (use \"all-linear\" for every linear layer)")
 
@@ -161,30 +185,30 @@ class LoraConfig:
 class TrainConfig:
     """Training knobs, named as in Hugging Face ``TrainingArguments``."""
 
-    seed: int = 42
-    num_train_epochs: int = 1
-    max_steps: int | None = None
+    seed: int = num(42, "[0, 4294967295]")
+    num_train_epochs: int = num(1, "[1, 1000000]")
+    max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: num_train_epochs decides")
     """When set, train exactly this many optimizer steps (cycling over epochs as needed), whatever
     num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
-    per_device_train_batch_size: int | Literal["auto"] = 8
+    per_device_train_batch_size: int | Literal["auto"] = num(8, "[1, 1048576]", "or auto")
     """Blocks per forward on each device, or ``auto`` (CUDA): measured in the first steps, the
     fastest micro-batch that fits the GPU with headroom (trainer/microbatch.py), with
     gradient_accumulation_steps set so that every step still trains ``global_batch_size`` blocks."""
-    global_batch_size: int | None = None
+    global_batch_size: int | None = num(None, "[1, 1048576]")
     """Blocks per optimizer step over all devices (micro-batch x accumulation x world size). Needed
     with ``per_device_train_batch_size: auto`` (it is what auto keeps); when set with a number for
     the micro-batch it must agree with it."""
-    per_device_eval_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 2e-4
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    max_grad_norm: float = 1.0
+    per_device_eval_batch_size: int = num(8, "[1, 1048576]")
+    gradient_accumulation_steps: int = num(1, "[1, 1048576]")
+    learning_rate: float = num(2e-4, "(0, 1]")
+    weight_decay: float = num(0.0, "[0, 1]")
+    adam_beta1: float = num(0.9, "[0, 1)")
+    adam_beta2: float = num(0.999, "[0, 1)")
+    adam_epsilon: float = num(1e-8, "(0, 1]")
+    max_grad_norm: float = num(1.0, "(0, 1000000]")
     lr_scheduler_type: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_ratio: float = 0.03
-    warmup_steps: int = 0
+    warmup_ratio: float = num(0.03, "[0, 1)")
+    warmup_steps: int = num(0, "[0, 1000000000000]")
     optim: Literal["adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit"] = "adamw_torch_fused"
     bf16: bool = True
     fp16: bool = False
@@ -196,17 +220,17 @@ class TrainConfig:
     fused_loss: bool | Literal["auto"] = "auto"
     """The fused linear cross-entropy of cut-cross-entropy for the loss head on CUDA (trainer/loss.py);
     ``auto``: used on CUDA when installed (``pip install 'packtrain[cuda]'``), else the chunked loss."""
-    dataloader_num_workers: int = 8
-    dataloader_prefetch_factor: int = 8
+    dataloader_num_workers: int = num(8, "[0, 1024]")
+    dataloader_prefetch_factor: int = num(8, "[1, 1024]")
     dataloader_pin_memory: bool = True
     dataloader_persistent_workers: bool = True
-    eval_steps: int = 200
-    max_eval_batches: int | None = None
-    save_steps: int = 200
-    save_total_limit: int = 3
-    logging_steps: int = 1
+    eval_steps: int = num(200, "[1, 1000000000000]")
+    max_eval_batches: int | None = num(None, "[1, 1000000000000]", "or unset for all")
+    save_steps: int = num(200, "[1, 1000000000000]")
+    save_total_limit: int = num(3, "[1, 1000000]", "checkpoints are needed to resume")
+    logging_steps: int = num(1, "[1, 1000000000000]")
     output_dir: str = "runs"
-    max_bad_steps: int = 3
+    max_bad_steps: int = num(3, "[1, 1000000]")
     """Consecutive non-finite losses tolerated (each skips its optimizer step) before the run stops."""
     init_adapter: str | None = None
     """Start the LoRA weights from this PEFT adapter directory instead of zeros (each curriculum
@@ -216,7 +240,7 @@ class TrainConfig:
     run_name: str | None = None
     """Name of the run directory ``<output_dir>/<expert>/<run_name>/``; default: the start time
     and the build id (``20250131-142501-0123abcd``), so names sort by age."""
-    peak_tflops: float | None = None
+    peak_tflops: float | None = num(None, "(0, 1000000000]", "or unset: looked up by GPU name")
     """Peak dense TFLOP/s of the accelerator, for MFU; default: looked up by GPU name (H100, H200,
     A100, L4, L40S, RTX 4090), none on CPU (then mfu is null)."""
     chunked_loss: bool = True
@@ -230,13 +254,7 @@ class TrainConfig:
     with it are refused when training starts (trainer/train.py); docs/DISTRIBUTED.md."""
 
     def validate(self, errors: list[str], where: str) -> None:
-        if self.max_steps is not None and self.max_steps < 1:
-            errors.append(f"{where}.max_steps: must be >= 1 (or unset: num_train_epochs decides), got {self.max_steps}")
-        for name in ("num_train_epochs", "per_device_train_batch_size", "per_device_eval_batch_size",
-                     "gradient_accumulation_steps", "eval_steps", "save_steps", "logging_steps", "global_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-                errors.append(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
+        # the numbers themselves are checked by check_numbers; here, how they fit together
         micro = self.per_device_train_batch_size
         if micro == "auto" and self.global_batch_size is None:
             errors.append(f"{where}.per_device_train_batch_size: auto needs {where}.global_batch_size (blocks per "
@@ -245,36 +263,17 @@ class TrainConfig:
             errors.append(f"{where}.gradient_accumulation_steps: {self.gradient_accumulation_steps} with "
                           "per_device_train_batch_size: auto, which sets it (global_batch_size / micro-batch / "
                           "world size); remove it")
-        if (isinstance(micro, int) and self.global_batch_size is not None
+        if (isinstance(micro, int) and micro >= 1 and self.gradient_accumulation_steps >= 1
+                and self.global_batch_size is not None
                 and self.global_batch_size % (micro * self.gradient_accumulation_steps)):
             errors.append(f"{where}.global_batch_size: {self.global_batch_size} is not per_device_train_batch_size "
                           f"({micro}) x gradient_accumulation_steps ({self.gradient_accumulation_steps}) x world size; "
                           "unset it, or set per_device_train_batch_size: auto")
-        if self.learning_rate <= 0:
-            errors.append(f"{where}.learning_rate: must be positive, got {self.learning_rate}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            errors.append(f"{where}.warmup_ratio: must be in [0, 1), got {self.warmup_ratio}")
         if self.bf16 and self.fp16:
             errors.append(f"{where}: bf16 and fp16 are both true; choose one")
-        if self.dataloader_num_workers < 0:
-            errors.append(f"{where}.dataloader_num_workers: must be >= 0")
-        if self.save_total_limit < 1:
-            errors.append(f"{where}.save_total_limit: must be >= 1 (checkpoints are needed to resume)")
-        if self.warmup_steps < 0:
-            errors.append(f"{where}.warmup_steps: must be >= 0, got {self.warmup_steps}")
-        if self.max_grad_norm <= 0:
-            errors.append(f"{where}.max_grad_norm: must be positive, got {self.max_grad_norm}")
-        if self.max_bad_steps < 1:
-            errors.append(f"{where}.max_bad_steps: must be >= 1, got {self.max_bad_steps}")
-        if self.dataloader_prefetch_factor < 1:
-            errors.append(f"{where}.dataloader_prefetch_factor: must be >= 1, got {self.dataloader_prefetch_factor}")
-        if self.max_eval_batches is not None and self.max_eval_batches < 1:
-            errors.append(f"{where}.max_eval_batches: must be >= 1 (or unset for all), got {self.max_eval_batches}")
         if self.run_name is not None and not (self.run_name[:1].isalnum() and len(self.run_name) <= 128
                                               and all(c.isalnum() or c in "._-" for c in self.run_name)):
             errors.append(f"{where}.run_name: use letters, digits, '.', '_' and '-' (a directory name), got {self.run_name!r}")
-        if self.peak_tflops is not None and self.peak_tflops <= 0:
-            errors.append(f"{where}.peak_tflops: must be positive, got {self.peak_tflops}")
 
 
 @dataclass
@@ -284,8 +283,8 @@ class StageConfig:
 
     name: str
     sources: list[SourceConfig]
-    num_train_epochs: int | None = None
-    max_steps: int | None = None
+    num_train_epochs: int | None = num(None, "[1, 1000000]", "or unset: train.num_train_epochs")
+    max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: train.max_steps")
 
     def validate(self, errors: list[str], where: str) -> None:
         if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,31}", self.name or ""):
@@ -295,9 +294,6 @@ class StageConfig:
             errors.append(f"{where}.sources: a stage needs at least one source")
         for i, source in enumerate(self.sources):
             source.validate(errors, f"{where}.sources[{i}]")
-        for name in ("num_train_epochs", "max_steps"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                errors.append(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -314,6 +310,7 @@ class ExpertConfig:
     """A curriculum: when set, ``sources`` is not used; each stage is built and trained in order."""
 
     def validate(self, errors: list[str], where: str = "") -> None:
+        check_numbers(self, errors)
         try:
             check_expert_name(self.expert)
         except ContractError as e:

@@ -8,6 +8,7 @@ of a config at once; value checks (``validate``) run once the types are right.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeline.config import ConfigError, ExpertConfig
+from pipeline.config import ConfigError, ExpertConfig, check_numbers
 from pipeline.contract import check_expert_name
 
 
@@ -47,6 +48,11 @@ def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> ExpertConf
     config = _build(ExpertConfig, data, "", errors)
     if config is not None and not errors:  # value checks need well-typed fields
         config.validate(errors)
+    elif config is not None:  # numbers can be checked anyway, so that every problem shows at once
+        named = {error.partition(":")[0] for error in errors}
+        numbers: list[str] = []
+        check_numbers(config, numbers)
+        errors += [error for error in numbers if error.partition(":")[0] not in named]
     if errors:
         raise ConfigError(f"invalid config ({source}):\n  - " + "\n  - ".join(errors))
     return config
@@ -60,7 +66,7 @@ def apply_cli_overrides(dataset: str | None = None, model: str | None = None,
         overrides["sources"] = [{"name": dataset}]
     if model:
         overrides["model.name"] = model
-    if num_proc:
+    if num_proc is not None:  # NUM_PROC=0 is refused by the config's check, never replaced by the default
         overrides["build.num_proc"] = num_proc
     return overrides
 
@@ -148,7 +154,10 @@ def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
             errors.append(f"{where}: expected a mapping of strings, got {value!r}")
         return value
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer too large for a float; the range check names the field
+            return math.inf
     if hint is float and isinstance(value, str):
         try:
             return float(value)  # YAML reads 2e-4 as a string

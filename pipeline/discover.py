@@ -160,7 +160,35 @@ def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
         raise SourceNotFound(f"{path}: no {'/'.join(DATA_SUFFIXES)} file for split {spec.split!r} among "
                              f"{_listing(path, seen)}; name files after their split (train.jsonl, test.jsonl) "
                              "or point sources: at one file")
-    return ResolvedSource(spec.name, "local", spec.split, None, path, files, note)
+    return ResolvedSource(spec.name, "local", spec.split, None, path, files, _ignored_note(path, seen, files, spec.split) or note)
+
+
+def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], split: str, limit: int = 10) -> str:
+    """Every file of a dataset directory that is not read, named with the reason (a file is never
+    dropped silently): ``ignored 2 files: notes.txt (not a data file), test.jsonl (another split)``."""
+    chosen = set(files)
+    wanted = SPLIT_ALIASES.get(split, set()) | {split.lower()}
+    read_suffix = files[0].suffix.lower() if files else None
+    ignored = []
+    for p in seen:
+        if p in chosen:
+            continue
+        rel = p.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts):
+            why = "hidden"
+        elif rel.name in METADATA_FILES:
+            why = "dataset metadata"
+        elif rel.suffix.lower() not in DATA_SUFFIXES:
+            why = f"not a {'/'.join(DATA_SUFFIXES)} file"
+        elif rel.suffix.lower() != read_suffix and (_tokens(rel) & wanted or not _tokens(rel) & KNOWN_SPLITS):
+            why = f"the {read_suffix} files are read"
+        else:
+            why = "another split"
+        ignored.append(f"{rel.as_posix()} ({why})")
+    if not ignored:
+        return ""
+    more = f" and {len(ignored) - limit} more" if len(ignored) > limit else ""
+    return f"ignored {len(ignored)} file{'s' * (len(ignored) != 1)}: {', '.join(ignored[:limit])}{more}"
 
 
 def _resolve_saved(spec: SourceConfig, root: Path, split_dir: Path) -> ResolvedSource:

@@ -13,6 +13,10 @@ import signal
 
 
 def crash_point(name: str) -> None:
-    """Kill this process with SIGKILL here when ``PACKTRAIN_CRASH_AT`` is ``name``."""
+    """Kill this process with SIGKILL here when ``PACKTRAIN_CRASH_AT`` is ``name``; or, when
+    ``PACKTRAIN_INTERRUPT_AT`` is ``name``, send SIGINT to the whole process group, as Ctrl-C in a
+    terminal does (workers included; run such a test in its own session)."""
     if os.environ.get("PACKTRAIN_CRASH_AT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("PACKTRAIN_INTERRUPT_AT") == name:
+        os.killpg(os.getpgrp(), signal.SIGINT)

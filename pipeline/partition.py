@@ -51,7 +51,8 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     outs = [part_dir(root, key, *part) for key in keys]
     todo = [i for i in uncached_sources(root, inputs) if not (outs[i] / SOURCE_STATS).is_file()]
     if todo:
-        tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, part=part)
+        tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, part=part,
+                         log=log)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
         f"`packtrain merge {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
     return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,

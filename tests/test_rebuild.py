@@ -60,7 +60,8 @@ def test_only_the_changed_source_is_tokenized_again(two_sources, monkeypatch):
     tokenized = []
     real = pipeline.build.tokenize_sources
     monkeypatch.setattr(pipeline.build, "tokenize_sources",
-                        lambda config, sources, tok, todo, *rest: (tokenized.extend(todo), real(config, sources, tok, todo, *rest)))
+                        lambda config, sources, tok, todo, *rest, **kw: (tokenized.extend(todo),
+                                                                         real(config, sources, tok, todo, *rest, **kw)))
     second = run_build(two_sources)
     assert tokenized == [1]
     report = second.report

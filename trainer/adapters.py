@@ -70,11 +70,30 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+class NonFiniteWeightsError(RuntimeError):
+    """The trainable weights hold NaN or inf; they are never saved (the message says what to do)."""
+
+
+def check_finite_weights(model, directory: Path, state_dict: dict | None = None) -> None:
+    """Refuse to save an adapter (or a checkpoint) whose trainable weights are not all finite:
+    every save of the weights calls this before it writes anything."""
+    tensors = (state_dict.items() if state_dict is not None
+               else ((name, p) for name, p in model.named_parameters() if p.requires_grad))
+    bad = [name for name, t in tensors if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise NonFiniteWeightsError(
+            f"not saving {directory}: {len(bad)} trainable weight tensor(s) hold NaN or inf (first: {bad[0]}), "
+            "so training diverged; nothing was written. Lower train.learning_rate or train.max_grad_norm, "
+            "then resume from the last good checkpoint with --resume auto (or start a new run)")
+
+
 def save_adapter(model, directory: Path, config: dict, tokenizer_dir: Path | None = None,
                  state_dict: dict | None = None) -> None:
     """PEFT-format adapter + resolved config (+ tokenizer files, so the directory is self-contained).
     ``state_dict``: the full trainable weights keyed as in ``model.state_dict()``, for a model sharded
-    with FSDP (trainer.distributed.full_trainable_state); peft converts them to its format."""
+    with FSDP (trainer.distributed.full_trainable_state); peft converts them to its format.
+    Non-finite weights are refused (:func:`check_finite_weights`)."""
+    check_finite_weights(model, directory, state_dict)
     directory.mkdir(parents=True, exist_ok=True)
     if state_dict is None:
         model.save_pretrained(directory, safe_serialization=True)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from pipeline.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
-from trainer.adapters import load_adapter_weights, save_adapter
+from trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
 from trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
                                  sharded)
 
@@ -126,6 +126,7 @@ def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler
     else:
         adapter_state, optimizer_state = None, optimizer.state_dict()
     final = run.run_dir / f"{PREFIX}{state.step}"
+    check_finite_weights(model, final, adapter_state)  # before anything is written
     tmp = run.run_dir / f"{TMP_PREFIX}{PREFIX}{state.step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -33,11 +33,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
 
-from pipeline.config import ConfigError, ExpertConfig
+from pipeline.config import ConfigError, ExpertConfig, check_numbers
 from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve_build, tokenizer_fingerprint,
                                verify_checksums)
 from trainer.attention import attention_inputs, choose_attention
-from trainer.adapters import attach_adapters, export_merged, load_adapter_weights, save_adapter, trainable_parameters
+from trainer.adapters import (NonFiniteWeightsError, attach_adapters, export_merged, load_adapter_weights, save_adapter,
+                              trainable_parameters)
 from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, discard_later_checkpoints,
                                 find_checkpoint, load_checkpoint, read_state, verify_checkpoint)
 from trainer.data import IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader
@@ -60,8 +61,8 @@ class TrainError(Exception):
 
 
 # Errors whose message is the whole story (the CLI prints it without a traceback and exits 2).
-EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, ContractError, ConfigError,
-                   DistributedError)
+EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, NonFiniteWeightsError, ContractError,
+                   ConfigError, DistributedError)
 
 
 def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None, resume: str | None = None,
@@ -87,6 +88,10 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
 
 def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resume: str | None,
          allow_build_change: bool, world: World) -> Path:
+    errors: list[str] = []
+    check_numbers(config, errors)  # a config made in code, not loaded from a file, is checked too
+    if errors:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
     train = config.train
     build_dir = resolve_build(cache_dir, config.expert, build_id)
     manifest = Manifest.load(build_dir)
