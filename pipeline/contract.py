@@ -123,18 +123,18 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def tokenizer_fingerprint(directory: str | os.PathLike) -> dict:
+def tokenizer_fingerprint(directory: str | os.PathLike, sha256=sha256_file) -> dict:
     """Content hash of every tokenizer file in ``directory`` (vocab, merges, specials, chat template).
 
     The build stores this in the manifest; the trainer computes it for the model's tokenizer and
-    refuses shards whose hash differs.
+    refuses shards whose hash differs. ``sha256``: a cached hasher (pipeline.hashcache.StatCache.sha256).
     """
     directory = Path(directory)
     files = {}
     for name in TOKENIZER_FILES:
         path = directory / name
         if path.is_file():
-            files[name] = sha256_file(path)
+            files[name] = sha256(path)
     if "tokenizer.json" not in files:
         raise ContractError(
             f"no tokenizer.json in {directory}: packtrain needs a fast (Rust) tokenizer file; "

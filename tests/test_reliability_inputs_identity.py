@@ -1,0 +1,212 @@
+"""Issue 12, classes 1 and 5: a build's id describes the bytes it read; retention and names.
+
+Class 1: the inputs are hashed (plan) before the expert's lock is taken and read after it. A hook
+edits a file in between, or while it is read: no build may be published, and no source's tokens
+cached, under the id or key of the old content.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import pipeline.build
+import pipeline.partition
+from build_fixtures import make_project, rows, write_jsonl
+from pipeline.build import SOURCES, InputsChanged, build, plan, source_key
+from pipeline.configfile import load_config
+from pipeline.contract import BUILD_ID, read_current
+
+
+def quiet(*_):
+    pass
+
+
+def builds(cache: Path, expert: str = "sql") -> list[str]:
+    root = cache / expert
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and BUILD_ID.match(p.name)) if root.is_dir() else []
+
+
+def source_caches(cache: Path, expert: str = "sql") -> list[str]:
+    return sorted(p.name for p in (cache / expert / SOURCES).glob("*") if not p.name.startswith("."))
+
+
+def documents(result) -> int:
+    return result.report["train"]["documents"] + result.report["val"]["documents"]
+
+
+def leftovers(cache: Path) -> list[str]:
+    return sorted(p.name for p in cache.rglob(".tmp-*"))
+
+
+def edit_after_plan(monkeypatch, edit, times: int) -> list:
+    """Run ``edit()`` right after each of the first ``times`` plans: between hashing and the lock."""
+    plans = []
+    real = pipeline.build.plan
+
+    def hooked(config, cache_dir):
+        planned = real(config, cache_dir)
+        plans.append(planned)
+        if len(plans) <= times:
+            edit()
+        return planned
+
+    monkeypatch.setattr(pipeline.build, "plan", hooked)
+    return plans
+
+
+def edit_while_reading(monkeypatch, module, edit, times: int) -> list:
+    """Run ``edit()`` after the first batch of each of the first ``times`` source reads."""
+    reads = []
+    real = module.iter_batches
+
+    def hooked(*args, **kwargs):
+        reads.append(1)
+        for number, batch in enumerate(real(*args, **kwargs)):
+            yield batch
+            if number == 0 and len(reads) <= times:
+                edit()
+
+    monkeypatch.setattr(module, "iter_batches", hooked)
+    return reads
+
+
+@pytest.fixture
+def project(tmp_path):
+    return make_project(tmp_path, n_rows=40)
+
+
+def config_of(project):
+    return load_config("sql", project["configs"])
+
+
+def test_source_edited_while_waiting_for_the_lock_is_built_under_its_new_id(project, monkeypatch):
+    plans = edit_after_plan(monkeypatch, lambda: write_jsonl(project["data"], rows(45)), times=1)
+    logs = []
+    result = build(config_of(project), project["cache"], log=logs.append, progress=False)
+
+    stale, fresh = plans[0], plans[1]
+    assert stale.build_id != fresh.build_id
+    assert result.build_id == fresh.build_id
+    assert builds(project["cache"]) == [fresh.build_id]  # nothing under the old content's id
+    assert read_current(project["cache"], "sql") == fresh.build_id
+    assert source_caches(project["cache"]) == [source_key(fresh.inputs, 0)]
+    assert source_key(stale.inputs, 0) != source_key(fresh.inputs, 0)
+    said = [line for line in logs if "changed after the build id" in line]
+    assert len(said) == 1 and str(project["data"]) in said[0]
+    assert documents(result) == 45
+    # and a plan now agrees: up to date, not a stale build reported as current
+    assert plan(config_of(project), project["cache"]).build_id == result.build_id
+
+
+def test_source_that_keeps_changing_is_refused_and_nothing_is_published(project, monkeypatch):
+    edits = []
+    edit_after_plan(monkeypatch, lambda: (edits.append(1), write_jsonl(project["data"], rows(40 + len(edits)))),
+                    times=2)
+    with pytest.raises(InputsChanged) as e:
+        build(config_of(project), project["cache"], log=quiet, progress=False)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"{project['data']} changed after the build id of 'sql'")
+    assert message.endswith("build again once the file stops changing")
+    assert builds(project["cache"]) == []
+    assert read_current(project["cache"], "sql") is None
+    assert source_caches(project["cache"]) == []
+
+
+def test_source_edited_while_it_is_read_is_never_cached_under_the_old_key(project, monkeypatch):
+    config = config_of(project)
+    stale = plan(config, project["cache"])
+    edits = []
+    reads = edit_while_reading(monkeypatch, pipeline.build,
+                               lambda: (edits.append(1), write_jsonl(project["data"], rows(48 + len(edits)))), times=2)
+    with pytest.raises(InputsChanged, match="sql.jsonl changed after the build id"):
+        build(config, project["cache"], log=quiet, progress=False, planned=stale)
+    assert len(reads) == 2  # planned again once, read again once, changed again: refused
+    assert builds(project["cache"]) == []
+    assert source_caches(project["cache"]) == []
+    assert leftovers(project["cache"]) == []
+
+    # once the file holds still, the build describes what is there
+    result = build(config, project["cache"], log=quiet, progress=False)
+    assert result.build_id == plan(config, project["cache"]).build_id != stale.build_id
+    assert documents(result) == 50
+
+
+def test_a_touch_is_not_a_change(project, monkeypatch):
+    first = build(config_of(project), project["cache"], log=quiet, progress=False)
+    shutil.rmtree(project["cache"] / "sql" / first.build_id)
+    (project["cache"] / "sql" / "CURRENT").unlink()
+    edit_after_plan(monkeypatch, lambda: project["data"].touch(), times=1)
+    logs = []
+    result = build(config_of(project), project["cache"], log=logs.append, progress=False)
+    assert result.build_id == first.build_id
+    assert not [line for line in logs if "changed after" in line]
+
+
+def test_tokenizer_file_edited_after_hashing(project, monkeypatch):
+    config_path = project["model"] / "tokenizer_config.json"
+
+    def edit():  # a new value every time
+        cfg = json.loads(config_path.read_text())
+        cfg["model_max_length"] = cfg.get("model_max_length", 100) + 1
+        config_path.write_text(json.dumps(cfg))
+
+    plans = edit_after_plan(monkeypatch, edit, times=1)
+    result = build(config_of(project), project["cache"], log=quiet, progress=False)
+    assert plans[0].inputs["tokenizer"]["hash"] != plans[1].inputs["tokenizer"]["hash"]
+    assert result.build_id == plans[1].build_id
+    assert builds(project["cache"]) == [plans[1].build_id]
+    assert source_caches(project["cache"]) == [source_key(plans[1].inputs, 0)]
+
+    edit_after_plan(monkeypatch, edit, times=2)
+    (project["cache"] / "sql" / "CURRENT").unlink()
+    with pytest.raises(InputsChanged, match=r"tokenizer_config\.json changed after the build id"):
+        build(config_of(project), project["cache"], log=quiet, progress=False)
+    assert builds(project["cache"]) == [plans[1].build_id]  # the earlier build is untouched
+    assert read_current(project["cache"], "sql") is None
+
+
+def test_file_of_a_local_directory_edited_while_read(tmp_path, monkeypatch):
+    project = make_project(tmp_path, n_rows=20)
+    directory = project["data"].parent
+    second = write_jsonl(directory / "z.jsonl", rows(20, start=100))
+    config_file = project["configs"] / "sql.yaml"
+    config_file.write_text(config_file.read_text().replace(f"name: {project['data']}", f"name: {directory}"))
+    reads = edit_while_reading(monkeypatch, pipeline.build, lambda: write_jsonl(second, rows(25, start=100)), times=1)
+    result = build(config_of(project), project["cache"], log=quiet, progress=False)
+    assert len(reads) == 2
+    assert documents(result) == 45
+    assert builds(project["cache"]) == [result.build_id]
+    assert source_caches(project["cache"]) == [source_key(plan(config_of(project), project["cache"]).inputs, 0)]
+
+
+def test_hub_cache_blob_replaced_after_hashing(tmp_path, hub_cache, monkeypatch):
+    project = make_project(tmp_path, n_rows=5)
+    config_file = project["configs"] / "sql.yaml"
+    config_file.write_text(config_file.read_text().replace(f"name: {project['data']}", "name: b-mc2/sql-create-context"))
+    link = hub_cache.sql / "sql_create_context_v4.json"
+    blob = link.resolve()
+
+    def edit():  # one more row every time
+        data = json.loads(blob.read_text())
+        blob.write_text(json.dumps(data + data[:1]))
+
+    plans = edit_after_plan(monkeypatch, edit, times=2)
+    with pytest.raises(InputsChanged, match=r"sql_create_context_v4\.json changed after the build id"):
+        build(config_of(project), project["cache"], log=quiet, progress=False)
+    assert len(plans) == 2
+    assert builds(project["cache"]) == [] and source_caches(project["cache"]) == []
+
+
+def test_partitioned_part_is_not_kept_when_its_source_changed(project, monkeypatch):
+    from pipeline.partition import PARTS, pretokenize_part
+
+    edit_while_reading(monkeypatch, pipeline.build, lambda: write_jsonl(project["data"], rows(50)), times=1)
+    with pytest.raises(InputsChanged):
+        pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
+    assert list((project["cache"] / "sql" / SOURCES / PARTS).rglob("stats.json")) == []
+    assert leftovers(project["cache"]) == []
