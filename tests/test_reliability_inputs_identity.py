@@ -3,12 +3,18 @@
 Class 1: the inputs are hashed (plan) before the expert's lock is taken and read after it. A hook
 edits a file in between, or while it is read: no build may be published, and no source's tokens
 cached, under the id or key of the old content.
+
+Class 5: ``rebuild --keep`` from any working directory keeps every build a checkpoint needs; a
+curriculum stage, an expert and the files packtrain itself uses never share a name.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +24,8 @@ import pipeline.partition
 from build_fixtures import make_project, rows, write_jsonl
 from pipeline.build import SOURCES, InputsChanged, build, plan, source_key
 from pipeline.configfile import load_config
-from pipeline.contract import BUILD_ID, read_current
+from pipeline.contract import (BUILD_ID, ContractError, check_expert_name, expert_dir, read_current, record_runs_dir,
+                               recorded_runs_dirs)
 
 
 def quiet(*_):
@@ -210,3 +217,104 @@ def test_partitioned_part_is_not_kept_when_its_source_changed(project, monkeypat
         pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
     assert list((project["cache"] / "sql" / SOURCES / PARTS).rglob("stats.json")) == []
     assert leftovers(project["cache"]) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Class 5: retention and names. Runs are found through the absolute runs directories recorded in
+# the cache; a stage is ``<expert>.<stage>``, a name no expert can have.
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+def test_rebuild_from_another_directory_keeps_the_build_a_checkpoint_needs(tmp_path, monkeypatch):
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir(), elsewhere.mkdir()
+    project = make_project(home, n_rows=40)
+    monkeypatch.chdir(home)  # train.output_dir is the default, relative "runs"
+    ids = []
+    for n in (40, 41):
+        write_jsonl(project["data"], rows(n))
+        ids.append(build(config_of(project), project["cache"], log=quiet, progress=False).build_id)
+    checkpoint = home / "runs" / "sql" / "run-1" / "checkpoint-2"  # taken on the first build
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "state.json").write_text(json.dumps({"build_id": ids[0], "step": 2}))
+    record_runs_dir(project["cache"], "sql", Path("runs") / "sql")  # what trainer.train.run does
+    assert recorded_runs_dirs(project["cache"], "sql") == [home / "runs" / "sql"]
+
+    write_jsonl(project["data"], rows(42))
+    done = cli("rebuild", "sql", "--keep", 1, "--configs-dir", project["configs"], "--cache-dir", project["cache"],
+               cwd=elsewhere)
+    assert done.returncode == 0, done.stderr
+    line = json.loads(done.stdout)
+    assert line["action"] == "rebuilt" and line["pruned"] == [ids[1]]
+    assert builds(project["cache"]) == sorted([ids[0], line["new_build"]])  # the checkpoint can still resume
+
+
+def test_the_trainer_records_where_its_runs_live(tmp_path, monkeypatch):
+    from trainer.train import run
+    from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+    model = tiny_model_dir(tmp_path / "model")
+    cache = tmp_path / "cache"
+    write_build(cache, "sql", random_blocks(4, 32, 0), random_blocks(2, 32, 1), 32, model)
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path / "home")
+    run_dir = run(make_config(model, Path("runs"), max_steps=1), cache)
+    assert run_dir.absolute().parent == tmp_path / "home" / "runs" / "sql"
+    assert recorded_runs_dirs(cache, "sql") == [tmp_path / "home" / "runs" / "sql"]
+
+
+STAGES = """
+stages:
+  - name: v2
+    sources: [{{name: {data}}}]
+"""
+
+
+def test_a_stage_and_an_expert_of_the_same_spelling_never_share_builds(tmp_path):
+    project = make_project(tmp_path, n_rows=20)
+    other = write_jsonl(tmp_path / "data" / "other.jsonl", rows(30, start=300))
+    sql = project["configs"] / "sql.yaml"
+    (project["configs"] / "sql-v2.yaml").write_text(sql.read_text().replace(str(project["data"]), str(other)))
+    sql.write_text(sql.read_text() + STAGES.format(data=project["data"]))
+
+    [stage] = load_config("sql", project["configs"]).stage_configs()
+    expert = load_config("sql-v2", project["configs"])
+    assert (stage.expert, expert.expert) == ("sql.v2", "sql-v2")
+    built_stage = build(stage, project["cache"], log=quiet, progress=False)
+    built_expert = build(expert, project["cache"], log=quiet, progress=False)
+    assert built_stage.path.parent == project["cache"] / "sql.v2"
+    assert built_expert.path.parent == project["cache"] / "sql-v2"
+    assert documents(built_stage) == 20 and documents(built_expert) == 30
+    assert read_current(project["cache"], "sql.v2") == built_stage.build_id != built_expert.build_id
+    assert read_current(project["cache"], "sql-v2") == built_expert.build_id
+
+
+@pytest.mark.parametrize("name", ["sql.v2", "sql.", ".v2", "sql.v2.x", "sql.V2", "sql.a-b", "sql..v2"])
+def test_the_stage_namespace_is_not_an_expert_name(tmp_path, name):
+    with pytest.raises(ContractError, match="invalid expert name"):
+        check_expert_name(name)
+    with pytest.raises(ContractError, match="invalid expert name"):
+        load_config(name, tmp_path)
+    if name != "sql.v2":
+        with pytest.raises(ContractError, match="invalid expert name"):
+            expert_dir(tmp_path, name)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, why", [("defaults", "configs/defaults.yaml is the base of every expert's config"),
+                                       ("train-all", "runs/train-all/ holds the logs of `packtrain train-all`")])
+def test_names_used_by_something_else_are_refused(tmp_path, name, why):
+    project = make_project(tmp_path, n_rows=20)
+    shutil.copy(project["configs"] / "sql.yaml", project["configs"] / f"{name}.yaml")
+    done = cli("pretokenize", name, "--configs-dir", project["configs"], "--cache-dir", project["cache"], cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: invalid expert name {name!r}: it is reserved ({why}); "
+                           f"rename configs/{name}.yaml to another name\n")
+    assert not project["cache"].exists()
