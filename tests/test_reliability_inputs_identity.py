@@ -246,6 +246,13 @@ def test_rebuild_from_another_directory_keeps_the_build_a_checkpoint_needs(tmp_p
     (checkpoint / "state.json").write_text(json.dumps({"build_id": ids[0], "step": 2}))
     record_runs_dir(project["cache"], "sql", Path("runs") / "sql")  # what trainer.train.run does
     assert recorded_runs_dirs(project["cache"], "sql") == [home / "runs" / "sql"]
+    finished = home / "runs" / "sql" / "run-2"  # a finished run on the second build: needs nothing
+    finished.mkdir()
+    (finished / "run.json").write_text(json.dumps({"build_id": ids[1]}))
+    (finished / "summary.json").write_text("{}")
+    shown = cli("status", "sql", "--json", "--configs-dir", project["configs"], "--cache-dir", project["cache"],
+                cwd=elsewhere)
+    assert json.loads(shown.stdout)["last_run"] == "run-2"
 
     write_jsonl(project["data"], rows(42))
     done = cli("rebuild", "sql", "--keep", 1, "--configs-dir", project["configs"], "--cache-dir", project["cache"],
