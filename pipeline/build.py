@@ -71,7 +71,11 @@ class BuildError(Exception):
 
 
 class InputsChanged(BuildError):
-    """An input file changed after the build id was computed from its hash."""
+    """Input files (``files``) changed after the build id was computed from their hashes."""
+
+    def __init__(self, message: str, files: list[str]):
+        super().__init__(message)
+        self.files = files
 
 
 @dataclass
@@ -136,7 +140,7 @@ def check_inputs_unchanged(expert: str, files: StatCache | None) -> None:
         raise InputsChanged(
             f"{', '.join(changed)} changed after the build id of {expert!r} was computed from its content "
             "(edited or replaced while the build waited for the lock or read it); nothing was published or "
-            "cached under the old id: build again once the file stops changing")
+            "cached under the old id: build again once the file stops changing", changed)
 
 
 def build_id_of(inputs: dict) -> str:
@@ -184,7 +188,8 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
         except InputsChanged as e:
             if attempt == 2:
                 raise
-            log(f"{e}; hashing the inputs again and building once more")
+            log(f"{', '.join(e.files)} changed while the build of {config.expert!r} waited for the lock or read it: "
+                "hashing the inputs again and building once more (nothing was published under the old id)")
             planned = None
 
 
