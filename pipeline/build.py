@@ -40,6 +40,7 @@ from pipeline import report as reporting
 from pipeline.config import BUNDLED, ExpertConfig
 from pipeline.contract import (
     CONFIG_SNAPSHOT,
+    CURRENT,
     FORMAT_VERSION,
     LOCK,
     MANIFEST,
@@ -50,6 +51,7 @@ from pipeline.contract import (
     canonical_json,
     check_shard_sizes,
     expert_dir,
+    former_stage_name,
     fsync_dir,
     read_current,
     resolve_build,
@@ -173,6 +175,11 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
     """Build ``config.expert`` into ``cache_dir`` unless an identical build exists. ``planned``: the
     result of :func:`plan` when the caller has it already (rebuild decides with it)."""
     root = expert_dir(cache_dir, config.expert)
+    former = former_stage_name(config.expert)
+    if former and (Path(cache_dir) / former / CURRENT).is_file() and not (root / CURRENT).is_file():
+        log(f"note: the curriculum stage {config.expert} is built in {root} now; {Path(cache_dir) / former} may hold "
+            f"its builds by an older packtrain (kept as they are; delete them when no run needs them, unless they "
+            f"are the expert {former}'s)")
     root.mkdir(parents=True, exist_ok=True)
     for attempt in (1, 2):
         sources, tokenizer, inputs, build_id, files = planned or plan(config, cache_dir)

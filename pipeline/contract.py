@@ -104,6 +104,13 @@ def stage_expert(expert: str, stage: str) -> str:
     return f"{expert}{STAGE_SEPARATOR}{stage}"
 
 
+def former_stage_name(name: str) -> str | None:
+    """``<expert>-<stage>``: where the stage ``<expert>.<stage>`` lived before stages had a namespace of
+    their own (an expert may have that name too: never use it, only mention it)."""
+    expert, dot, stage = name.partition(STAGE_SEPARATOR)
+    return f"{expert}-{stage}" if dot else None
+
+
 def check_build_name(name: str) -> str:
     """What may name a directory under cache/ or runs/: an expert, or a stage ``<expert>.<stage>``."""
     expert, dot, stage = (name or "").partition(STAGE_SEPARATOR)

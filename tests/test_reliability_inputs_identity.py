@@ -194,7 +194,8 @@ def test_file_of_a_local_directory_edited_while_read(tmp_path, monkeypatch):
 def test_hub_cache_blob_replaced_after_hashing(tmp_path, hub_cache, monkeypatch):
     project = make_project(tmp_path, n_rows=5)
     config_file = project["configs"] / "sql.yaml"
-    config_file.write_text(config_file.read_text().replace(f"name: {project['data']}", "name: b-mc2/sql-create-context"))
+    config_file.write_text(config_file.read_text().replace(f"name: {project['data']}",
+                                                           "name: b-mc2/sql-create-context"))
     link = hub_cache.sql / "sql_create_context_v4.json"
     blob = link.resolve()
 
@@ -294,8 +295,14 @@ def test_a_stage_and_an_expert_of_the_same_spelling_never_share_builds(tmp_path)
     [stage] = load_config("sql", project["configs"]).stage_configs()
     expert = load_config("sql-v2", project["configs"])
     assert (stage.expert, expert.expert) == ("sql.v2", "sql-v2")
-    built_stage = build(stage, project["cache"], log=quiet, progress=False)
     built_expert = build(expert, project["cache"], log=quiet, progress=False)
+    logs = []
+    built_stage = build(stage, project["cache"], log=logs.append, progress=False)
+    # cache/sql-v2 may be where an older packtrain built this stage: said once, never used or touched
+    assert [line for line in logs if line.startswith("note: the curriculum stage")] == [
+        f"note: the curriculum stage sql.v2 is built in {project['cache'] / 'sql.v2'} now; "
+        f"{project['cache'] / 'sql-v2'} may hold its builds by an older packtrain (kept as they are; delete them "
+        "when no run needs them, unless they are the expert sql-v2's)"]
     assert built_stage.path.parent == project["cache"] / "sql.v2"
     assert built_expert.path.parent == project["cache"] / "sql-v2"
     assert documents(built_stage) == 20 and documents(built_expert) == 30
@@ -325,3 +332,23 @@ def test_names_used_by_something_else_are_refused(tmp_path, name, why):
     assert done.stderr == (f"error: invalid expert name {name!r}: it is reserved ({why}); "
                            f"rename configs/{name}.yaml to another name\n")
     assert not project["cache"].exists()
+
+
+def test_resume_auto_of_a_stage_points_at_checkpoints_of_the_former_layout(tmp_path, caplog):
+    import dataclasses
+
+    from trainer.train import run
+    from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+    model = tiny_model_dir(tmp_path / "model")
+    write_build(tmp_path / "cache", "sql.v2", random_blocks(4, 32, 0), random_blocks(2, 32, 1), 32, model)
+    (tmp_path / "runs" / "sql-v2" / "old-run" / "checkpoint-3").mkdir(parents=True)
+    config = dataclasses.replace(make_config(model, tmp_path / "runs", max_steps=1), expert="sql.v2")
+    with caplog.at_level("WARNING"):
+        run_dir = run(config, tmp_path / "cache", resume="auto")
+    assert run_dir.parent == tmp_path / "runs" / "sql.v2"
+    assert (tmp_path / "runs" / "sql-v2" / "old-run" / "checkpoint-3").is_dir()  # untouched
+    assert [r.getMessage() for r in caplog.records if "before curriculum" in r.getMessage()] == [
+        f"resume auto: {tmp_path / 'runs' / 'sql-v2'} has checkpoints made before curriculum stages were named "
+        f"<expert>.<stage>; if they are this stage's, stop and move that directory to {tmp_path / 'runs' / 'sql.v2'} "
+        "to resume them"]

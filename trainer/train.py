@@ -34,8 +34,8 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from pipeline.config import ConfigError, ExpertConfig
-from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, record_runs_dir, resolve_build,
-                               tokenizer_fingerprint, verify_checksums)
+from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, former_stage_name, record_runs_dir,
+                               resolve_build, tokenizer_fingerprint, verify_checksums)
 from trainer.attention import attention_inputs, choose_attention
 from trainer.adapters import attach_adapters, export_merged, load_adapter_weights, save_adapter, trainable_parameters
 from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, discard_later_checkpoints,
@@ -114,6 +114,11 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     checkpoint = decide_on_rank0(lambda: find_checkpoint(resume, expert_runs) if resume else None, world)
     if resume == "auto" and checkpoint is None:
         log.info("resume auto: no complete checkpoint under %s; starting a new run", expert_runs)
+        former = former_stage_name(config.expert)
+        if former and any((Path(train.output_dir) / former).glob("*/checkpoint-*")):
+            log.warning("resume auto: %s has checkpoints made before curriculum stages were named <expert>.<stage>; "
+                        "if they are this stage's, stop and move that directory to %s to resume them",
+                        Path(train.output_dir) / former, expert_runs)
     if checkpoint is not None:
         saved = read_state(checkpoint)
         check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change,
