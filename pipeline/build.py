@@ -10,6 +10,12 @@ The build id is a hash of every input that can change the output (source content
 files, format, packing settings, format version), never of paths, times or ``num_proc``. When
 the build with that id already exists, nothing is tokenized; when only some sources changed,
 only those are tokenized again before everything is re-packed.
+
+The id must describe the bytes the build read, but the files are hashed before the lock is taken
+and read after it: every input file (source data, tokenizer files) is checked again under the
+lock, before anything is built, and after the sources are read, before their tokens are cached
+(same stat, or same sha256). A file that changed in between is never published or cached under
+the id of its old content: the build plans again once, then refuses (:class:`InputsChanged`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from filelock import FileLock
@@ -33,6 +40,7 @@ from pipeline import report as reporting
 from pipeline.config import BUNDLED, ExpertConfig
 from pipeline.contract import (
     CONFIG_SNAPSHOT,
+    CURRENT,
     FORMAT_VERSION,
     LOCK,
     MANIFEST,
@@ -43,6 +51,7 @@ from pipeline.contract import (
     canonical_json,
     check_shard_sizes,
     expert_dir,
+    former_stage_name,
     fsync_dir,
     read_current,
     resolve_build,
@@ -61,6 +70,14 @@ from pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream, load_tok
 
 class BuildError(Exception):
     """The build cannot go on; the message names the input and the fix."""
+
+
+class InputsChanged(BuildError):
+    """Input files (``files``) changed after the build id was computed from their hashes."""
+
+    def __init__(self, message: str, files: list[str]):
+        super().__init__(message)
+        self.files = files
 
 
 @dataclass
@@ -82,7 +99,7 @@ SPLITS = ("train", "val")
 def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource], TokenizerInfo, dict]:
     """Resolve every input and return the dict the build id hashes (``sha256``: a cached hasher)."""
     sources = [resolve_source(spec, expert=config.expert) for spec in config.sources]
-    tokenizer = load_tokenizer_info(resolve_tokenizer_dir(config.model))
+    tokenizer = load_tokenizer_info(resolve_tokenizer_dir(config.model), sha256)
     inputs = {
         "format_version": FORMAT_VERSION,
         "pipeline_version": PIPELINE_VERSION,
@@ -99,7 +116,16 @@ def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource]
     return sources, tokenizer, inputs
 
 
-def plan(config: ExpertConfig, cache_dir: str | os.PathLike) -> tuple[list[ResolvedSource], TokenizerInfo, dict, str]:
+class Plan(NamedTuple):
+    sources: list[ResolvedSource]
+    tokenizer: TokenizerInfo
+    inputs: dict
+    build_id: str
+    files: StatCache
+    """Every input file with the stat and sha256 it had when hashed: what the build id describes."""
+
+
+def plan(config: ExpertConfig, cache_dir: str | os.PathLike) -> Plan:
     """Inputs and build id, hashing only the files whose stat changed since the last time."""
     root = expert_dir(cache_dir, config.expert)
     check_cache_outside_sources(config, cache_dir)
@@ -107,7 +133,17 @@ def plan(config: ExpertConfig, cache_dir: str | os.PathLike) -> tuple[list[Resol
     sources, tokenizer, inputs = plan_inputs(config, cache.sha256)
     root.mkdir(parents=True, exist_ok=True)
     cache.save(lock=root / LOCK)
-    return sources, tokenizer, inputs, build_id_of(inputs)
+    return Plan(sources, tokenizer, inputs, build_id_of(inputs), cache)
+
+
+def check_inputs_unchanged(expert: str, files: StatCache | None) -> None:
+    """Refuse when an input file no longer holds the content its hash in the build id describes."""
+    changed = files.changed() if files is not None else []
+    if changed:
+        raise InputsChanged(
+            f"{', '.join(changed)} changed after the build id of {expert!r} was computed from its content "
+            "(edited or replaced while the build waited for the lock or read it); nothing was published or "
+            "cached under the old id: build again once the file stops changing", changed)
 
 
 def check_cache_outside_sources(config: ExpertConfig, cache_dir: str | os.PathLike) -> None:
@@ -152,21 +188,37 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
     """Build ``config.expert`` into ``cache_dir`` unless an identical build exists. ``planned``: the
     result of :func:`plan` when the caller has it already (rebuild decides with it)."""
     root = expert_dir(cache_dir, config.expert)
+    former = former_stage_name(config.expert)
+    if former and (Path(cache_dir) / former / CURRENT).is_file() and not (root / CURRENT).is_file():
+        log(f"note: the curriculum stage {config.expert} is built in {root} now; {Path(cache_dir) / former} may hold "
+            f"its builds by an older packtrain (kept as they are; delete them when no run needs them, unless they "
+            f"are the expert {former}'s)")
     root.mkdir(parents=True, exist_ok=True)
-    sources, tokenizer, inputs, build_id = planned or plan(config, cache_dir)
-    for spec, source in zip(config.sources, sources):
-        log(f"source: {source.describe()}")
-        if source.kind == BUNDLED:
-            log(f"note: {config.expert} uses the bundled sample shipped with packtrain, not a real dataset; "
-                f"set DATASET=<hf id or path> or sources: in configs/{config.expert}.yaml for real data")
-    with FileLock(str(root / LOCK)):
-        return publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress)
+    for attempt in (1, 2):
+        sources, tokenizer, inputs, build_id, files = planned or plan(config, cache_dir)
+        if attempt == 1:
+            for spec, source in zip(config.sources, sources):
+                log(f"source: {source.describe()}")
+                if source.kind == BUNDLED:
+                    log(f"note: {config.expert} uses the bundled sample shipped with packtrain, not a real dataset; "
+                        f"set DATASET=<hf id or path> or sources: in configs/{config.expert}.yaml for real data")
+        try:
+            with FileLock(str(root / LOCK)):
+                return publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress, files)
+        except InputsChanged as e:
+            if attempt == 2:
+                raise
+            log(f"{', '.join(e.files)} changed while the build of {config.expert!r} waited for the lock or read it: "
+                "hashing the inputs again and building once more (nothing was published under the old id)")
+            planned = None
 
 
 def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: TokenizerInfo, inputs: dict, build_id: str,
-                   log, progress: bool) -> BuildResult:
-    """Build and publish ``build_id`` unless it exists; the caller holds the expert's lock."""
+                   log, progress: bool, files: StatCache | None = None) -> BuildResult:
+    """Build and publish ``build_id`` unless it exists; the caller holds the expert's lock. ``files``
+    (:attr:`Plan.files`): the input files are checked against it before and after they are read."""
     root = expert_dir(cache_dir, config.expert)
+    check_inputs_unchanged(config.expert, files)  # edited while we waited for the lock?
     remove_leftovers(root, log)
     final = root / build_id
     if final.is_dir():
@@ -184,7 +236,7 @@ def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: Tokenize
     tmp = root / f"{TMP_PREFIX}{build_id}-{os.getpid()}"
     tmp.mkdir()
     try:
-        report = write_build(config, sources, tokenizer, inputs, build_id, root, tmp, previous, log, progress)
+        report = write_build(config, sources, tokenizer, inputs, build_id, root, tmp, previous, log, progress, files)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed build leaves nothing behind
         if isinstance(e, OSError) and e.errno == errno.ENOSPC:
@@ -217,7 +269,7 @@ def remove_leftovers(root: Path, log) -> None:
 
 
 def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_id: str, root: Path, tmp: Path,
-                previous: dict | None, log, progress: bool) -> dict:
+                previous: dict | None, log, progress: bool, files: StatCache | None = None) -> dict:
     started = time.perf_counter()
     dtype = token_dtype(tokenizer.vocab_size)
     source_dirs = [root / SOURCES / source_key(inputs, i) for i in range(len(sources))]
@@ -231,7 +283,7 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
         exact, why = tokenizer.line_split
         log(f"line cache: {'on' if exact and config.build.line_cache else 'off'} "
             f"({why if config.build.line_cache else 'build.line_cache is false'})")
-        tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress, log=log)
+        tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress, files, log=log)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
     source_stats = [json.loads((d / SOURCE_STATS).read_text()) for d in source_dirs]
@@ -280,8 +332,10 @@ def check_chat_template(tokenizer: TokenizerInfo) -> None:
 
 
 def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
-                     progress, part: tuple[int, int] | None = None, log=print) -> None:
-    """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically.
+                     progress, files: StatCache | None = None, part: tuple[int, int] | None = None,
+                     log=print) -> None:
+    """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically,
+    once every input file is checked to be what ``files`` (:attr:`Plan.files`) hashed.
 
     ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
     ``n`` (pipeline/partition.py merges the parts). Every source directory records which batches it
@@ -314,7 +368,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
 
     for tmp in tmps.values():
         tmp.mkdir(parents=True)
-    files = {(i, split): open(tmps[i] / f"{split}.tokens", "wb") for i in todo for split in SPLITS}
+    outs = {(i, split): open(tmps[i] / f"{split}.tokens", "wb") for i in todo for split in SPLITS}
     bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
     tokens_seen = 0
     try:
@@ -335,14 +389,15 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             val_tokens = np.repeat(encoded.is_val, encoded.lengths)
             for split, selected, docs in (("train", ~val_tokens, ~encoded.is_val), ("val", val_tokens, encoded.is_val)):
                 # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills
-                files[i, split].write(encoded.tokens[selected].astype(dtype, copy=False).tobytes())
+                outs[i, split].write(encoded.tokens[selected].astype(dtype, copy=False).tobytes())
                 lengths[i, split].append(encoded.lengths[docs])
                 prompts[i, split].append(encoded.prompt_lengths[docs])
             tokens_seen += len(encoded.tokens)
             bar.update(rows)
             bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s", refresh=False)
             crash_point("mid_tokenize")
-        for (i, split), f in files.items():
+        check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
+        for (i, split), f in outs.items():
             f.flush()
             os.fsync(f.fileno())
             f.close()
@@ -364,7 +419,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         fsync_dir(source_dirs[todo[0]].parent)
     finally:
         bar.close()
-        for f in files.values():
+        for f in outs.values():
             with contextlib.suppress(OSError):  # on a full disk, closing fails too; the error is on its way
                 f.close()
         for tmp in tmps.values():

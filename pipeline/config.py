@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pipeline.contract import ContractError, check_expert_name
+from pipeline.contract import STAGE_NAME, ContractError, check_expert_name, stage_expert
 
 BUNDLED = "bundled"
 
@@ -279,7 +279,8 @@ class TrainConfig:
 @dataclass
 class StageConfig:
     """One stage of a curriculum: its own sources and length; it starts from the previous stage's
-    adapter. Built and trained as the expert ``<expert>-<name>``."""
+    adapter. Built and trained as the expert ``<expert>.<name>`` (a '.' is in no expert's name, so no
+    expert shares a stage's builds or runs)."""
 
     name: str
     sources: list[SourceConfig]
@@ -287,9 +288,9 @@ class StageConfig:
     max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: train.max_steps")
 
     def validate(self, errors: list[str], where: str) -> None:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,31}", self.name or ""):
+        if not STAGE_NAME.fullmatch(self.name or ""):
             errors.append(f"{where}.name: {self.name!r}: use lowercase letters, digits and '_' (it becomes "
-                          "part of the directory names <expert>-<stage>)")
+                          "part of the directory names <expert>.<stage>)")
         if not self.sources:
             errors.append(f"{where}.sources: a stage needs at least one source")
         for i, source in enumerate(self.sources):
@@ -320,10 +321,6 @@ class ExpertConfig:
         names = [stage.name for stage in self.stages]
         for i, stage in enumerate(self.stages):
             stage.validate(errors, f"stages[{i}]")
-            try:
-                check_expert_name(f"{self.expert}-{stage.name}")
-            except ContractError as e:
-                errors.append(f"stages[{i}].name: {e}")
             if names.count(stage.name) > 1 and names.index(stage.name) == i:
                 errors.append(f"stages[{i}].name: {stage.name!r} is used twice")
         for i, source in enumerate(self.sources):
@@ -337,7 +334,7 @@ class ExpertConfig:
         return dataclasses.asdict(self)
 
     def stage_configs(self) -> list["ExpertConfig"]:
-        """One config per stage, expert ``<expert>-<stage>``, in order; [self] without stages. A
+        """One config per stage, expert ``<expert>.<stage>``, in order; [self] without stages. A
         stage's ``bundled`` source means this expert's sample (``bundled:<expert>``). The trainer
         chains the adapters (train.init_adapter)."""
         if not self.stages:
@@ -350,6 +347,6 @@ class ExpertConfig:
                 self.train,
                 num_train_epochs=stage.num_train_epochs or self.train.num_train_epochs,
                 max_steps=stage.max_steps if stage.max_steps is not None else self.train.max_steps)
-            out.append(dataclasses.replace(self, expert=f"{self.expert}-{stage.name}", sources=sources, stages=[],
-                                           train=train))
+            out.append(dataclasses.replace(self, expert=stage_expert(self.expert, stage.name), sources=sources,
+                                           stages=[], train=train))
         return out

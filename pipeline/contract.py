@@ -2,7 +2,9 @@
 
 Both halves import this module and nothing else from each other. It defines:
 
-- the build directory layout: ``cache/<expert>/CURRENT`` and ``cache/<expert>/<build-id>/``;
+- the build directory layout: ``cache/<expert>/CURRENT`` and ``cache/<expert>/<build-id>/``; a
+  curriculum stage is the expert ``<expert>.<stage>`` (no expert name has a '.', so a stage never
+  shares a directory with an expert); ``cache/<expert>/.runs/`` records where its runs live;
 - the shard schema: one Arrow IPC *stream* file per shard, one row per packed block;
 - the manifest (``manifest.json``): what went in (hashed into the build id) and what came out;
 - the tokenizer fingerprint, computed the same way by the build and by the trainer, so the trainer
@@ -68,7 +70,15 @@ TOKENIZER_FILES = (
 BUNDLED_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "demo-model"
 
 EXPERT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+STAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,31}$")
+STAGE_SEPARATOR = "."  # in no expert name: stage builds and runs live where no expert's can
+# Names that would share a file or directory with something that is not the expert's.
+RESERVED_NAMES = {
+    "defaults": "configs/defaults.yaml is the base of every expert's config",
+    "train-all": "runs/train-all/ holds the logs of `packtrain train-all`",
+}
 BUILD_ID = re.compile(r"^[0-9a-f]{16}$")
+RUNS_RECORD = ".runs"
 
 
 class ContractError(Exception):
@@ -76,13 +86,38 @@ class ContractError(Exception):
 
 
 def check_expert_name(name: str) -> str:
-    """Expert names become directory names under configs/ and cache/: no path can escape them."""
+    """Expert names become directory names under configs/, cache/ and runs/: no path can escape them,
+    and none may be a name something else already uses there."""
     if not EXPERT_NAME.fullmatch(name or ""):
         raise ContractError(
             f"invalid expert name {name!r}: use lowercase letters, digits, '-' and '_' "
             "(for example 'sql' or 'neo4j'), starting with a letter or digit"
         )
+    if name in RESERVED_NAMES:
+        raise ContractError(f"invalid expert name {name!r}: it is reserved ({RESERVED_NAMES[name]}); "
+                            f"rename configs/{name}.yaml to another name")
     return name
+
+
+def stage_expert(expert: str, stage: str) -> str:
+    """The name a curriculum stage is built and trained under: ``<expert>.<stage>``."""
+    return f"{expert}{STAGE_SEPARATOR}{stage}"
+
+
+def former_stage_name(name: str) -> str | None:
+    """``<expert>-<stage>``: where the stage ``<expert>.<stage>`` lived before stages had a namespace of
+    their own (an expert may have that name too: never use it, only mention it)."""
+    expert, dot, stage = name.partition(STAGE_SEPARATOR)
+    return f"{expert}-{stage}" if dot else None
+
+
+def check_build_name(name: str) -> str:
+    """What may name a directory under cache/ or runs/: an expert, or a stage ``<expert>.<stage>``."""
+    expert, dot, stage = (name or "").partition(STAGE_SEPARATOR)
+    if dot and not (EXPERT_NAME.fullmatch(expert) and STAGE_NAME.fullmatch(stage)):
+        raise ContractError(f"invalid expert name {name!r}: a curriculum stage is <expert>{STAGE_SEPARATOR}<stage>, "
+                            "the stage in lowercase letters, digits and '_'")
+    return name if dot else check_expert_name(name)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -123,18 +158,18 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def tokenizer_fingerprint(directory: str | os.PathLike) -> dict:
+def tokenizer_fingerprint(directory: str | os.PathLike, sha256=sha256_file) -> dict:
     """Content hash of every tokenizer file in ``directory`` (vocab, merges, specials, chat template).
 
     The build stores this in the manifest; the trainer computes it for the model's tokenizer and
-    refuses shards whose hash differs.
+    refuses shards whose hash differs. ``sha256``: a cached hasher (pipeline.hashcache.StatCache.sha256).
     """
     directory = Path(directory)
     files = {}
     for name in TOKENIZER_FILES:
         path = directory / name
         if path.is_file():
-            files[name] = sha256_file(path)
+            files[name] = sha256(path)
     if "tokenizer.json" not in files:
         raise ContractError(
             f"no tokenizer.json in {directory}: packtrain needs a fast (Rust) tokenizer file; "
@@ -148,7 +183,37 @@ def tokenizer_fingerprint(directory: str | os.PathLike) -> dict:
 
 
 def expert_dir(cache_dir: str | os.PathLike, expert: str) -> Path:
-    return Path(cache_dir) / check_expert_name(expert)
+    return Path(cache_dir) / check_build_name(expert)
+
+
+def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | os.PathLike) -> None:
+    """Remember, beside the builds, the absolute directory of ``expert``'s runs
+    (``cache/<expert>/.runs/<hash>`` holds the path), so that retention protects the builds their
+    checkpoints need whatever directory it runs from. One file per runs directory: no read-modify-write."""
+    path = str(Path(runs_dir).absolute())
+    directory = expert_dir(cache_dir, expert) / RUNS_RECORD
+    entry = directory / hashlib.sha256(path.encode()).hexdigest()[:16]
+    if entry.is_file():
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f"{TMP_PREFIX}{entry.name}-{os.getpid()}"
+    tmp.write_text(path + "\n", encoding="utf-8")
+    os.replace(tmp, entry)
+
+
+def recorded_runs_dirs(cache_dir: str | os.PathLike, expert: str) -> list[Path]:
+    """Every runs directory :func:`record_runs_dir` recorded for ``expert`` (absolute paths)."""
+    dirs = []
+    for entry in sorted((expert_dir(cache_dir, expert) / RUNS_RECORD).glob("*")):
+        if entry.name.startswith("."):
+            continue
+        try:
+            path = Path(entry.read_text(encoding="utf-8").strip())
+        except (OSError, UnicodeDecodeError):
+            continue  # unreadable: it names no directory
+        if path.is_absolute():
+            dirs.append(path)
+    return dirs
 
 
 def read_current(cache_dir: str | os.PathLike, expert: str) -> str | None:

@@ -26,6 +26,7 @@ class StatCache:
         self.path = path
         self.entries: dict[str, list] = {}
         self.hashed: list[str] = []  # files whose content was read this time
+        self.seen: dict[str, list] = {}  # every file asked about, as named: [*stat key, sha256] it had then
         self._dirty = False
         if path is not None and path.is_file():
             try:
@@ -39,12 +40,28 @@ class StatCache:
         name = str(Path(file).resolve())
         entry = self.entries.get(name)
         if entry is not None and entry[:4] == key:
+            self.seen[str(file)] = entry
             return entry[4]
-        digest = sha256_file(file)
-        self.entries[name] = [*key, digest]
+        digest = sha256_file(file)  # the key was taken first: a write while hashing shows as a changed key
+        self.entries[name] = self.seen[str(file)] = [*key, digest]
         self.hashed.append(name)
         self._dirty = True
         return digest
+
+    def changed(self) -> list[str]:
+        """The files seen this time whose content is no longer what their hash says: the stat key
+        differs and so does the sha256 (a ``touch`` changes the key, not the content). A file that
+        is gone counts as changed."""
+        changed = []
+        for name, entry in self.seen.items():
+            try:
+                st = os.stat(name)
+            except OSError:
+                changed.append(name)
+                continue
+            if [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] != entry[:4] and sha256_file(name) != entry[4]:
+                changed.append(name)
+        return changed
 
     def save(self, lock: Path | None = None) -> None:
         """Replace the file atomically. With ``lock`` (the expert's build lock), only when the lock is

@@ -46,13 +46,13 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     """Tokenize part ``part = (i, n)`` of every source not cached yet; publishes no build."""
     root = expert_dir(cache_dir, config.expert)
     root.mkdir(parents=True, exist_ok=True)
-    sources, tokenizer, inputs, build_id = plan(config, cache_dir)
+    sources, tokenizer, inputs, build_id, files = plan(config, cache_dir)
     keys = [source_key(inputs, i) for i in range(len(sources))]
     outs = [part_dir(root, key, *part) for key in keys]
     todo = [i for i in uncached_sources(root, inputs) if not (outs[i] / SOURCE_STATS).is_file()]
     if todo:
-        tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, part=part,
-                         log=log)
+        tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, files,
+                         part=part, log=log)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
         f"`packtrain merge {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
     return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,
@@ -62,7 +62,7 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
 def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False) -> BuildResult:
     """Assemble every source's cache from its ``count`` parts, then publish the build."""
     root = expert_dir(cache_dir, config.expert)
-    sources, tokenizer, inputs, build_id = plan(config, cache_dir)
+    sources, tokenizer, inputs, build_id, files = plan(config, cache_dir)
     dtype = token_dtype(tokenizer.vocab_size)
     keys = [source_key(inputs, i) for i in range(len(sources))]
     with FileLock(str(root / LOCK)):
@@ -78,7 +78,7 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
                     f"--part i/{count}` for each, or copy their directories there")
             merge_source(parts, root / SOURCES / key, dtype)
             merged.append(key)
-        result = publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress)
+        result = publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress, files)
         for key in merged:  # consumed: the source cache holds them now
             shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
     return result

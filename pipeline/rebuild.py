@@ -11,8 +11,10 @@ Exit code: 0 when every expert is up to date or rebuilt, 1 when any failed, 3 wh
 rebuild holds the lock and ``--no-wait`` was given. A failed expert leaves its CURRENT as it was.
 
 Retention: after each expert, keep its ``keep`` newest builds plus CURRENT plus every build that a
-checkpoint under its runs directory was taken on (a run must always be able to resume) or that an
-unfinished run names, and the per-source token caches those builds use.
+checkpoint under its runs directories was taken on (a run must always be able to resume) or that an
+unfinished run names, and the per-source token caches those builds use. Its runs directories: the
+configured one and every one a run recorded in the cache (absolute paths, ``cache/<expert>/.runs/``),
+so a rebuild started from another working directory still sees them.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from filelock import FileLock, Timeout
 from pipeline.build import SOURCES, build, plan, source_key
 from pipeline.config import ExpertConfig
 from pipeline.configfile import load_config
-from pipeline.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current
+from pipeline.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current, recorded_runs_dirs
 
 REBUILD_LOCK = ".rebuild.lock"
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
@@ -54,8 +56,9 @@ def builds_in_use(runs_dir: Path) -> set[str]:
 
 
 def prune_builds(cache_dir: str | Path, expert: str, keep: int, runs_dir: Path) -> list[str]:
-    """Delete old builds of ``expert`` beyond ``keep``; never CURRENT, never one a run still needs.
-    Holds the expert's build lock, so no build in progress can lose the source caches it uses."""
+    """Delete old builds of ``expert`` beyond ``keep``; never CURRENT, never one a run still needs (under
+    ``runs_dir`` or any runs directory recorded in the cache). Holds the expert's build lock, so no
+    build in progress can lose the source caches it uses."""
     root = expert_dir(cache_dir, expert)
     with FileLock(str(root / LOCK)):
         return _prune(cache_dir, expert, root, keep, runs_dir)
@@ -64,7 +67,9 @@ def prune_builds(cache_dir: str | Path, expert: str, keep: int, runs_dir: Path) 
 def _prune(cache_dir, expert: str, root: Path, keep: int, runs_dir: Path) -> list[str]:
     builds = [p for p in root.iterdir() if p.is_dir() and BUILD_ID.match(p.name) and (p / MANIFEST).is_file()]
     builds.sort(key=lambda p: ((p / MANIFEST).stat().st_mtime_ns, p.name), reverse=True)
-    protected = {read_current(cache_dir, expert)} | builds_in_use(runs_dir)
+    protected = {read_current(cache_dir, expert)}
+    for runs in dict.fromkeys([Path(runs_dir).absolute(), *recorded_runs_dirs(cache_dir, expert)]):
+        protected |= builds_in_use(runs)
     kept = [p for i, p in enumerate(builds) if i < keep or p.name in protected]
     removed = []
     for path in builds:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from pipeline.build import plan
 from pipeline.configfile import load_config
-from pipeline.contract import MANIFEST, ContractError, Manifest, expert_dir, read_current
+from pipeline.contract import MANIFEST, ContractError, Manifest, expert_dir, read_current, recorded_runs_dirs
 
 
-def last_run(runs_dir: Path, build_id: str) -> str | None:
-    """The newest run directory whose run.json names ``build_id``."""
+def last_run(runs_dirs: list[Path], build_id: str) -> str | None:
+    """The newest run directory (under any of ``runs_dirs``) whose run.json names ``build_id``."""
     runs = []
-    for info in runs_dir.glob("*/run.json"):
+    for info in [info for runs_dir in dict.fromkeys(runs_dirs) for info in runs_dir.glob("*/run.json")]:
         try:
             if json.loads(info.read_text()).get("build_id") == build_id:
                 runs.append((info.stat().st_mtime_ns, info.parent.name))
@@ -46,7 +46,8 @@ def config_status(config, cache_dir) -> dict:
             status["age_hours"] = round((time.time() - (path / MANIFEST).stat().st_mtime) / 3600, 2)
             status["train_tokens"] = totals["train"]["tokens"]
             status["val_tokens"] = totals["val"]["tokens"]
-            status["last_run"] = last_run(Path(config.train.output_dir) / expert, current)
+            runs_dirs = [(Path(config.train.output_dir) / expert).absolute(), *recorded_runs_dirs(cache_dir, expert)]
+            status["last_run"] = last_run(runs_dirs, current)
         try:
             wanted = plan(config, cache_dir)[3]
             status["inputs_changed"] = wanted != current

@@ -72,10 +72,13 @@ class TokenizerInfo:
         }
 
 
-def load_tokenizer_info(directory: str | os.PathLike) -> TokenizerInfo:
+def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerInfo:
+    """``sha256``: a cached hasher (pipeline.hashcache.StatCache.sha256). The files are hashed before
+    they are read, so a change in between shows when the build checks them again."""
     from tokenizers import Tokenizer
 
     directory = Path(directory)
+    fingerprint = tokenizer_fingerprint(directory, sha256) if sha256 else tokenizer_fingerprint(directory)
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
     config_path = directory / "tokenizer_config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else {}
@@ -121,7 +124,7 @@ def load_tokenizer_info(directory: str | os.PathLike) -> TokenizerInfo:
         bos_token=bos_token,
         prefix_ids=prefix,
         chat_template=template,
-        fingerprint=tokenizer_fingerprint(directory),
+        fingerprint=fingerprint,
         line_split=line_split_is_exact(json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))),
     )
 

@@ -68,13 +68,13 @@ stages:
     built = cli("pretokenize", "sql", *common)
     assert built.returncode == 0, built.stderr
     lines = [json.loads(line) for line in built.stdout.splitlines() if line.startswith("{")]
-    assert [line["expert"] for line in lines] == ["sql-basics", "sql-all"]
-    assert read_current(tmp_path / "cache", "sql-basics") and read_current(tmp_path / "cache", "sql-all")
+    assert [line["expert"] for line in lines] == ["sql.basics", "sql.all"]
+    assert read_current(tmp_path / "cache", "sql.basics") and read_current(tmp_path / "cache", "sql.all")
 
     trained = cli("train", "sql", *common, "--set", "train.max_steps=1")
     assert trained.returncode == 0, trained.stderr[-3000:]
     runs = [json.loads(line) for line in trained.stdout.splitlines() if line.startswith("{")]
-    assert [r["expert"] for r in runs] == ["sql-basics", "sql-all"]
+    assert [r["expert"] for r in runs] == ["sql.basics", "sql.all"]
     log = (Path(runs[1]["run_dir"]) / "train.log").read_text()
     assert f"adapter weights initialised from {runs[0]['adapter']}" in log
     assert json.loads((Path(runs[1]["run_dir"]) / "summary.json").read_text())["steps"] == 2  # the stage's max_steps
@@ -91,7 +91,7 @@ stages:
     sources: [{name: bundled, max_rows: 300}]
 """)
 
-    refused = cli("train", "sql", *common, "--resume", tmp_path / "runs" / "sql-basics")
+    refused = cli("train", "sql", *common, "--resume", tmp_path / "runs" / "sql.basics")
     assert refused.returncode == 2 and "use --resume auto" in refused.stderr
     assert cli("pretokenize", "sql", *common).returncode == 0
     trained = cli("train", "sql", *common, "--max-steps", 1)  # beats the stage's max_steps: 5000

@@ -34,8 +34,8 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from pipeline.config import ConfigError, ExpertConfig, check_numbers
-from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, resolve_build, tokenizer_fingerprint,
-                               verify_checksums)
+from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, former_stage_name, record_runs_dir,
+                               resolve_build, tokenizer_fingerprint, verify_checksums)
 from trainer.attention import attention_inputs, choose_attention
 from trainer.adapters import (NonFiniteWeightsError, attach_adapters, export_merged, load_adapter_weights, save_adapter,
                               trainable_parameters)
@@ -118,9 +118,16 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash,
                        world_size=world.world_size)
     expert_runs = Path(train.output_dir) / config.expert
+    if world.is_main:
+        remember_runs_dir(cache_dir, config.expert, expert_runs)
     checkpoint = decide_on_rank0(lambda: find_checkpoint(resume, expert_runs) if resume else None, world)
     if resume == "auto" and checkpoint is None:
         log.info("resume auto: no complete checkpoint under %s; starting a new run", expert_runs)
+        former = former_stage_name(config.expert)
+        if former and any((Path(train.output_dir) / former).glob("*/checkpoint-*")):
+            log.warning("resume auto: %s has checkpoints made before curriculum stages were named <expert>.<stage>; "
+                        "if they are this stage's, stop and move that directory to %s to resume them",
+                        Path(train.output_dir) / former, expert_runs)
     if checkpoint is not None:
         saved = read_state(checkpoint)
         check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change,
@@ -148,6 +155,16 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         if file_log is not None:
             log.removeHandler(file_log)
             file_log.close()
+
+
+def remember_runs_dir(cache_dir, expert: str, expert_runs: Path) -> None:
+    """Record where this expert's runs live in its cache, so `rebuild --keep` never prunes a build
+    their checkpoints need, whatever directory it runs from."""
+    try:
+        record_runs_dir(cache_dir, expert, expert_runs)
+    except OSError as e:
+        log.warning("cannot record %s in %s (%s): a `rebuild --keep` started from another directory will not "
+                    "see this run's checkpoints; make the cache writable", expert_runs.absolute(), cache_dir, e)
 
 
 def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, tok_dir: Path, state: TrainState,
