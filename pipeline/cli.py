@@ -230,7 +230,7 @@ def inspect(expert, cache_dir, build_id, split, blocks):
 def verify(expert, cache_dir, build_id):
     """Check every shard of EXPERT's build against the sha256 in its manifest."""
     build_dir = resolve_build(cache_dir, expert, build_id)
-    manifest = Manifest.load(build_dir)
+    manifest = Manifest.load(build_dir, full=True)
     problems = verify_checksums(build_dir, manifest)
     if problems:
         raise ContractError(f"build {manifest.build_id} is corrupt:\n  " + "\n  ".join(problems)

@@ -46,7 +46,7 @@ def render_block(ids: np.ndarray, mask: np.ndarray, doc_lens: list[int], decode,
 def inspect_build(build_dir: Path, tokenizer_file: Path, split: str, blocks: int, color: bool) -> str:
     from tokenizers import Tokenizer
 
-    manifest = Manifest.load(build_dir)
+    manifest = Manifest.load(build_dir, full=True)
     shards = manifest.train if split == "train" else manifest.val
     if not shards:
         return f"build {manifest.build_id} has no {split} blocks"
