@@ -503,3 +503,37 @@ def test_read_json_names_the_file_the_problem_and_the_fix(tmp_path):
     assert str(e.value) == f"{path} is damaged (field n is '1', expected an integer >= 0); do X"
     path.write_text('{"n": 1}')
     assert read_json(path, {"n": COUNT}, "do X") == {"n": 1}
+
+
+@pytest.mark.parametrize("text,says", [
+    ('{"step": "3"}', "field step is '3', expected int >= 0"),
+    ('{"step": 3, "position": -1}', "field position is -1, expected int >= 0"),
+    ('{"build_id": 5}', "field build_id is 5, expected str"),
+    ('{"world_size": true}', "field world_size is True, expected int >= 0"),
+    ("[]", "argument after ** must be a mapping"),
+    ('{"step": 3, "lr": 1}', "unexpected keyword argument 'lr'"),
+])
+def test_a_checkpoint_state_with_wrong_types_is_refused_naming_the_file(tmp_path, text, says):
+    from trainer.checkpoint import CheckpointError, read_state
+
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(CheckpointError) as e:
+        read_state(tmp_path)
+    assert f"checkpoint file {tmp_path / 'state.json'} is corrupt" in str(e.value) and says in str(e.value)
+    assert "--resume PATH" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "adapter/../../x", "a\\b", "./state.json", ""])
+def test_checkpoint_checksums_naming_a_file_outside_are_refused(tmp_path, monkeypatch, name):
+    import trainer.checkpoint
+    from trainer.checkpoint import CheckpointError, verify_checkpoint
+
+    read = []
+    monkeypatch.setattr(trainer.checkpoint, "sha256_file", lambda p: read.append(p) or "0" * 64)
+    (tmp_path / "checksums.json").write_text(json.dumps({"state.json": "0" * 64, name: "0" * 64}))
+    (tmp_path / "state.json").write_text("{}")
+    with pytest.raises(CheckpointError) as e:
+        verify_checkpoint(tmp_path)
+    assert str(e.value) == (f"checkpoint file {tmp_path / 'checksums.json'} is corrupt (it names {name!r}, not a file "
+                            "inside the checkpoint); resume from another checkpoint with --resume PATH or start a new run")
+    assert read == []
