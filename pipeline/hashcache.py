@@ -43,6 +43,7 @@ class StatCache:
                 self.entries = data["entries"]
             except ContractError as e:
                 self.problem = str(e)  # a cache, not a record: start over
+                self._dirty = True  # and rewrite it, so that it is said once
 
     def sha256(self, file: Path) -> str:
         st = os.stat(file)

@@ -48,11 +48,11 @@ def builds_in_use(runs_dir: Path) -> set[str]:
     for path in [*runs_dir.glob("*/checkpoint-*/state.json"), *unfinished]:
         try:
             build_id = json.loads(path.read_bytes().decode("utf-8"))["build_id"]
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
             build_id = f"{type(e).__name__}: {e}"
         if not isinstance(build_id, str) or not BUILD_ID.fullmatch(build_id):
             # which build it needs is unknown, so no build can be pruned safely
-            raise ContractError(f"{path} is damaged (no build id in it: {str(build_id)[:60]}), so no build of "
+            raise ContractError(f"{path} is damaged (no build id in it: {repr(build_id)[:60]}), so no build of "
                                 f"{runs_dir.name} is pruned; repair or delete that file (or its run directory)")
         ids.add(build_id)
     return ids
