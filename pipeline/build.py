@@ -154,7 +154,7 @@ def uncached_sources(root: Path, inputs: dict, log=None) -> list[int]:
         directory = root / SOURCES / key
         if key in keys[:i]:
             continue
-        if not directory.exists():
+        if not os.path.lexists(directory):
             todo.append(i)
         elif problem := source_cache_problem(directory):
             if log is not None:
@@ -178,6 +178,11 @@ def source_cache_problem(directory: Path) -> str | None:
         if sha256_file(directory / name) != digest:
             return f"{directory / name} differs from its sha256 in {SOURCE_STATS} (corrupt)"
     return None
+
+
+def remove_path(path: Path) -> None:
+    """Remove a directory tree, a file or a link (a damaged cache may be any of them)."""
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def write_source_stats(directory: Path, stats: dict) -> None:
@@ -407,8 +412,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         for i in todo:
             write_source_stats(tmps[i], stats[i])  # last: its presence marks a complete source
             fsync_dir(tmps[i])
-            if source_dirs[i].exists():  # an incomplete one (no stats.json): replace it
-                shutil.rmtree(source_dirs[i])
+            if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
+                remove_path(source_dirs[i])
             os.rename(tmps[i], source_dirs[i])
         fsync_dir(source_dirs[todo[0]].parent)
     finally:

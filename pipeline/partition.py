@@ -23,7 +23,8 @@ import numpy as np
 from filelock import FileLock
 
 from pipeline.build import (SOURCE_STATS, SOURCES, SPLITS, BuildError, BuildResult, plan, publish_locked,
-                            source_cache_problem, source_key, tokenize_sources, uncached_sources, write_source_stats)
+                            remove_path, source_cache_problem, source_key, tokenize_sources, uncached_sources,
+                            write_source_stats)
 from pipeline.config import ExpertConfig
 from pipeline.contract import LOCK, TMP_PREFIX, expert_dir, fsync_dir, token_dtype
 
@@ -51,7 +52,7 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     outs = [part_dir(root, key, *part) for key in keys]
     todo = []
     for i in uncached_sources(root, inputs):
-        if not outs[i].exists():
+        if not os.path.lexists(outs[i]):
             todo.append(i)
         elif problem := source_cache_problem(outs[i]):  # a damaged part is tokenized again and replaced
             log(f"damaged part, tokenizing it again: {problem}")
@@ -134,8 +135,8 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
         write_source_stats(tmp, {**merged, "first_bad_rows": first[:20], "batch_rows": stats[0]["batch_rows"],
                                  "batches": stats[0]["batches"]})
         fsync_dir(tmp)
-        if out.exists():  # a damaged cache of this source: replaced
-            shutil.rmtree(out)
+        if os.path.lexists(out):  # a damaged cache of this source: replaced
+            remove_path(out)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
