@@ -557,3 +557,12 @@ def test_damaged_metrics_lines_are_dropped_on_resume(tmp_path):
                      b'{"step": 2, "loss": 1.5}\n{"step": 2, "lo')
     MetricsFile(path, truncate_after_step=2).close()
     assert path.read_text() == '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n'
+
+
+def test_inspect_refuses_a_shard_that_differs_from_its_sha256(project, monkeypatch, capsys):
+    result, _ = run_build(project)
+    flip_byte(result.path / "train-00000.arrow")
+    code, out, err = packtrain(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
+    assert code == 2 and err.count("\n") == 1
+    assert err == (f"error: shard {result.path / 'train-00000.arrow'} differs from its sha256 in the manifest "
+                   f"(corrupt); delete {result.path} and rebuild it with `make pretokenize EXPERT=sql`\n")
