@@ -40,23 +40,30 @@ from pipeline import report as reporting
 from pipeline.config import BUNDLED, ExpertConfig
 from pipeline.contract import (
     CONFIG_SNAPSHOT,
+    COUNT,
     CURRENT,
     FORMAT_VERSION,
     LOCK,
     MANIFEST,
+    POSITIVE,
     REPORT,
+    SHA256,
+    TEXT,
     TMP_PREFIX,
     ContractError,
     Manifest,
     canonical_json,
-    check_shard_sizes,
     expert_dir,
     former_stage_name,
     fsync_dir,
+    load_build_config,
     read_current,
+    read_json,
     resolve_build,
+    sha256_file,
     sha256_json,
     token_dtype,
+    verify_checksums,
     write_current,
 )
 from pipeline.discover import ResolvedSource, resolve_source, resolve_tokenizer_dir
@@ -94,6 +101,14 @@ PIPELINE_VERSION = 2
 SOURCES = ".sources"
 SOURCE_STATS = "stats.json"
 SPLITS = ("train", "val")
+# A source cache directory: these files, then stats.json (written last) with their sha256 and its own.
+SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
+                                     for kind in ("tokens", "lengths.npy", "prompts.npy", "batch_docs.npy")))
+SOURCE_STATS_SCHEMA = {
+    "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
+    "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
+    "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256,
+}
 
 
 def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource], TokenizerInfo, dict]:
@@ -125,11 +140,14 @@ class Plan(NamedTuple):
     """Every input file with the stat and sha256 it had when hashed: what the build id describes."""
 
 
-def plan(config: ExpertConfig, cache_dir: str | os.PathLike) -> Plan:
-    """Inputs and build id, hashing only the files whose stat changed since the last time."""
+def plan(config: ExpertConfig, cache_dir: str | os.PathLike, log=None) -> Plan:
+    """Inputs and build id, hashing only the files whose stat changed since the last time (``log``
+    says when the stat cache was damaged and is rebuilt)."""
     root = expert_dir(cache_dir, config.expert)
     check_cache_outside_sources(config, cache_dir)
     cache = StatCache(root / STAT_CACHE)
+    if cache.problem and log is not None:
+        log(cache.problem)
     sources, tokenizer, inputs = plan_inputs(config, cache.sha256)
     root.mkdir(parents=True, exist_ok=True)
     cache.save(lock=root / LOCK)
@@ -175,12 +193,51 @@ def source_key(inputs: dict, index: int) -> str:
     })[:16]
 
 
-def uncached_sources(root: Path, inputs: dict) -> list[int]:
-    """Indices of the sources whose tokens are not in ``root/.sources/<key>/`` yet; a source listed
-    twice (to upsample it) appears once: it is tokenized once and packed twice."""
+def uncached_sources(root: Path, inputs: dict, log=None) -> list[int]:
+    """Indices of the sources whose tokens are not in ``root/.sources/<key>/`` yet, or are there but
+    damaged (``log`` says which, once: they are tokenized again and replaced); a source listed twice
+    (to upsample it) appears once: it is tokenized once and packed twice."""
     keys = [source_key(inputs, i) for i in range(len(inputs["sources"]))]
-    return [i for i, key in enumerate(keys)
-            if key not in keys[:i] and not (root / SOURCES / key / SOURCE_STATS).is_file()]
+    todo = []
+    for i, key in enumerate(keys):
+        directory = root / SOURCES / key
+        if key in keys[:i]:
+            continue
+        if not os.path.lexists(directory):
+            todo.append(i)
+        elif problem := source_cache_problem(directory):
+            if log is not None:
+                log(f"damaged source token cache, tokenizing that source again: {problem}")
+            todo.append(i)
+    return todo
+
+
+def source_cache_problem(directory: Path) -> str | None:
+    """None when ``directory`` is a complete, intact source cache, else what is wrong with it, naming
+    the file: every file is checked against its sha256 in stats.json before its tokens are reused."""
+    try:
+        stats = read_json(directory / SOURCE_STATS, SOURCE_STATS_SCHEMA, "it is rebuilt")
+    except ContractError as e:
+        return str(e)
+    if sha256_json({k: v for k, v in stats.items() if k != "sha256"}) != stats["sha256"]:
+        return f"{directory / SOURCE_STATS} differs from its own sha256 (edited or corrupt)"
+    for name, digest in sorted(stats["files"].items()):
+        if not (directory / name).is_file():
+            return f"{directory / name} is missing"
+        if sha256_file(directory / name) != digest:
+            return f"{directory / name} differs from its sha256 in {SOURCE_STATS} (corrupt)"
+    return None
+
+
+def remove_path(path: Path) -> None:
+    """Remove a directory tree, a file or a link (a damaged cache may be any of them)."""
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def write_source_stats(directory: Path, stats: dict) -> None:
+    """Write stats.json last, with the sha256 of every other file of the source cache and its own."""
+    stats = {**stats, "files": {name: sha256_file(directory / name) for name in SOURCE_FILES}}
+    write_json(directory / SOURCE_STATS, {**stats, "sha256": sha256_json(stats)})
 
 
 def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progress: bool = True,
@@ -195,7 +252,7 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
             f"are the expert {former}'s)")
     root.mkdir(parents=True, exist_ok=True)
     for attempt in (1, 2):
-        sources, tokenizer, inputs, build_id, files = planned or plan(config, cache_dir)
+        sources, tokenizer, inputs, build_id, files = planned or plan(config, cache_dir, log)
         if attempt == 1:
             for spec, source in zip(config.sources, sources):
                 log(f"source: {source.describe()}")
@@ -221,14 +278,23 @@ def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: Tokenize
     check_inputs_unchanged(config.expert, files)  # edited while we waited for the lock?
     remove_leftovers(root, log)
     final = root / build_id
-    if final.is_dir():
+    if final.is_dir():  # reused only when every shard matches its sha256
         try:
-            check_shard_sizes(final, Manifest.load(final))
+            manifest = Manifest.load(final, full=True)
+            load_build_config(final)
+            problems = verify_checksums(final, manifest)
+            if problems:
+                raise ContractError("; ".join(problems))
         except ContractError as e:
             log(f"existing build {build_id} is damaged ({e}); rebuilding it")
             shutil.rmtree(final)
     if final.is_dir():
-        if read_current(cache_dir, config.expert) != build_id:
+        try:
+            current = read_current(cache_dir, config.expert)
+        except ContractError as e:
+            log(f"CURRENT is damaged, pointing it at build {build_id} ({e})")
+            current = None
+        if current != build_id:
             write_current(cache_dir, config.expert, build_id)
         log(f"build {build_id} is up to date: nothing to do ({final})")
         return BuildResult(build_id, final, True, None)
@@ -255,7 +321,7 @@ def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: Tokenize
 
 def previous_manifest(cache_dir, expert: str) -> dict | None:
     try:
-        return Manifest.load(resolve_build(cache_dir, expert)).raw
+        return Manifest.load(resolve_build(cache_dir, expert), full=True).raw
     except ContractError:
         return None
 
@@ -273,7 +339,7 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     started = time.perf_counter()
     dtype = token_dtype(tokenizer.vocab_size)
     source_dirs = [root / SOURCES / source_key(inputs, i) for i in range(len(sources))]
-    todo = uncached_sources(root, inputs)
+    todo = uncached_sources(root, inputs, log)
     for i, d in enumerate(source_dirs):
         if i not in todo:
             log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
@@ -286,8 +352,9 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
         tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress, files, log=log)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
-    source_stats = [json.loads((d / SOURCE_STATS).read_text()) for d in source_dirs]
+    source_stats = [read_json(d / SOURCE_STATS, SOURCE_STATS_SCHEMA, "build again") for d in source_dirs]
     for i, stats in enumerate(source_stats):
+        del stats["files"], stats["sha256"]
         stats["reused"] = i not in todo
 
     outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {}}
@@ -411,10 +478,10 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         for i in todo:
             np.save(tmps[i] / "batch_index.npy", np.array(batch_index[i], np.int64))
         for i in todo:
-            write_json(tmps[i] / SOURCE_STATS, stats[i])  # last: its presence marks a complete source
+            write_source_stats(tmps[i], stats[i])  # last: its presence marks a complete source
             fsync_dir(tmps[i])
-            if source_dirs[i].exists():  # an incomplete one (no stats.json): replace it
-                shutil.rmtree(source_dirs[i])
+            if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
+                remove_path(source_dirs[i])
             os.rename(tmps[i], source_dirs[i])
         fsync_dir(source_dirs[todo[0]].parent)
     finally:

@@ -18,7 +18,8 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 from pipeline.config import ConfigError  # noqa: E402
 from pipeline.configfile import apply_cli_overrides, load_config  # noqa: E402
-from pipeline.contract import ContractError, Manifest, check_shard_sizes, resolve_build, verify_checksums  # noqa: E402
+from pipeline.contract import (ContractError, Manifest, check_shard_sizes, load_build_config, resolve_build,  # noqa: E402
+                               verify_checksums)
 
 EXPECTED = (ConfigError, ContractError, OSError)
 
@@ -217,8 +218,7 @@ def inspect(expert, cache_dir, build_id, split, blocks):
     from pipeline.inspect import inspect_build
 
     build_dir = resolve_build(cache_dir, expert, build_id)
-    config_path = build_dir / "config.json"
-    model_cfg = json.loads(config_path.read_text())["model"]
+    model_cfg = load_build_config(build_dir)["model"]
     tokenizer_dir = resolve_model_dir(model_cfg["tokenizer"] or model_cfg["name"], model_cfg.get("revision"))
     click.echo(inspect_build(build_dir, tokenizer_dir / "tokenizer.json", split, blocks, sys.stdout.isatty()))
 
@@ -230,7 +230,7 @@ def inspect(expert, cache_dir, build_id, split, blocks):
 def verify(expert, cache_dir, build_id):
     """Check every shard of EXPERT's build against the sha256 in its manifest."""
     build_dir = resolve_build(cache_dir, expert, build_id)
-    manifest = Manifest.load(build_dir)
+    manifest = Manifest.load(build_dir, full=True)
     problems = verify_checksums(build_dir, manifest)
     if problems:
         raise ContractError(f"build {manifest.build_id} is corrupt:\n  " + "\n  ".join(problems)

@@ -39,7 +39,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -217,15 +217,23 @@ def recorded_runs_dirs(cache_dir: str | os.PathLike, expert: str) -> list[Path]:
 
 
 def read_current(cache_dir: str | os.PathLike, expert: str) -> str | None:
-    """The build id that CURRENT names, or None when there is no build yet."""
+    """The build id that CURRENT names, or None when there is no build yet; a damaged CURRENT (not
+    16 hex digits, not UTF-8, unreadable) is a ContractError, never a guess."""
     path = expert_dir(cache_dir, expert) / CURRENT
     try:
-        build_id = path.read_text().strip()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    if not BUILD_ID.match(build_id):
-        raise ContractError(f"{path} holds {build_id!r}, not a build id; delete it and rebuild")
+    except OSError as e:
+        raise ContractError(f"{path} cannot be read ({e.strerror}); {current_fix(expert)}") from None
+    build_id = data.decode("utf-8", errors="replace").strip()
+    if not BUILD_ID.fullmatch(build_id):
+        raise ContractError(f"{path} is damaged (it holds {_short(data)}, not a build id); {current_fix(expert)}")
     return build_id
+
+
+def current_fix(expert: str) -> str:
+    return f"run `make pretokenize EXPERT={expert}`, which rewrites it"
 
 
 def write_current(cache_dir: str | os.PathLike, expert: str, build_id: str) -> None:
@@ -258,12 +266,104 @@ def resolve_build(cache_dir: str | os.PathLike, expert: str, build_id: str | Non
                 f"no build for expert {expert!r} in {directory} (no CURRENT file); "
                 f"run `make pretokenize EXPERT={expert}` first"
             )
-    if not BUILD_ID.match(build_id):
+    if not BUILD_ID.fullmatch(build_id):
         raise ContractError(f"{build_id!r} is not a build id (16 hex digits)")
     path = directory / build_id
     if not (path / MANIFEST).is_file():
         raise ContractError(f"build {build_id} of expert {expert!r} is missing: no {path / MANIFEST}")
     return path
+
+
+# ----------------------------------------------------------------------------------------------
+# Files packtrain wrote and reads back: checked against a schema before anything uses them
+
+
+@dataclass(frozen=True)
+class Is:
+    """A leaf of a JSON schema: ``what`` says which values ``ok`` accepts.
+
+    A schema is an ``Is``, a dict ``{key: schema}`` (an object with at least these keys), a
+    one-item list ``[schema]`` (a list of such items) or ``MapOf(key, value)`` (an object whose
+    every key and value match)."""
+
+    what: str
+    ok: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
+class MapOf:
+    key: Is
+    value: Any
+
+
+PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # no '/', '\\', '..' or hidden name
+INTEGER = Is("an integer", lambda v: type(v) is int)
+COUNT = Is("an integer >= 0", lambda v: type(v) is int and v >= 0)
+POSITIVE = Is("an integer > 0", lambda v: type(v) is int and v > 0)
+NUMBER = Is("a number", lambda v: type(v) in (int, float))
+TEXT = Is("a string", lambda v: isinstance(v, str))
+OPTIONAL_TEXT = Is("a string or null", lambda v: v is None or isinstance(v, str))
+SHA256 = Is("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None)
+FILE_NAME = Is("a plain file name (no directory part)",
+               lambda v: isinstance(v, str) and PLAIN_FILE_NAME.fullmatch(v) is not None)
+OBJECT = Is("an object", lambda v: isinstance(v, dict))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def schema_problem(value: Any, schema: Any, where: str = "") -> str | None:
+    """The first way ``value`` differs from ``schema`` (``"field a.b[0] is 'x', expected an integer"``),
+    or None when it matches."""
+    name = f"field {where}" if where else "the top level"
+    if isinstance(schema, Is):
+        return None if schema.ok(value) else f"{name} is {_short(value)}, expected {schema.what}"
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return f"{name} is {_short(value)}, expected a list"
+        for i, item in enumerate(value):
+            if problem := schema_problem(item, schema[0], f"{where}[{i}]"):
+                return problem
+        return None
+    if not isinstance(value, dict):
+        return f"{name} is {_short(value)}, expected an object"
+    if isinstance(schema, MapOf):
+        for key, item in value.items():
+            if not schema.key.ok(key):
+                return f"{name} has the key {_short(key)}, expected {schema.key.what}"
+            if problem := schema_problem(item, schema.value, f"{where}[{key!r}]"):
+                return problem
+        return None
+    for key, sub in schema.items():
+        if key not in value:
+            return f"field {where + '.' if where else ''}{key} is missing"
+        if problem := schema_problem(value[key], sub, f"{where + '.' if where else ''}{key}"):
+            return problem
+    return None
+
+
+def read_json(path: str | os.PathLike, schema: Any, fix: str) -> Any:
+    """A JSON file that packtrain wrote earlier, checked before it is used: missing, unreadable, not
+    UTF-8, not JSON, or of another shape, it raises one ContractError naming the file, the field and
+    ``fix``."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise ContractError(f"{path} is missing; {fix}") from None
+    except OSError as e:
+        problem = f"cannot be read: {e.strerror}"
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except (ValueError, RecursionError) as e:
+        problem = f"not valid JSON: {e}"
+    else:
+        problem = schema_problem(value, schema)
+        if problem is None:
+            return value
+    raise ContractError(f"{path} is damaged ({problem}); {fix}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,37 +395,75 @@ class Manifest:
     raw: dict
 
     @classmethod
-    def load(cls, build_dir: str | os.PathLike) -> "Manifest":
-        path = Path(build_dir) / MANIFEST
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ContractError(f"{path} is missing: the build is incomplete; rebuild it") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ContractError(f"{path} is not valid JSON ({e}): the file is corrupt; rebuild") from None
-        try:
-            if raw["format_version"] != FORMAT_VERSION:
-                raise ContractError(
-                    f"{path} has format_version {raw['format_version']}, this packtrain reads "
-                    f"{FORMAT_VERSION}: rebuild with `make pretokenize`"
-                )
-            tok = raw["inputs"]["tokenizer"]
-            shards = raw["outputs"]["shards"]
-            return cls(
-                build_id=raw["build_id"],
-                expert=raw["expert"],
-                block_size=int(raw["inputs"]["pack"]["block_size"]),
-                token_dtype=raw["outputs"]["token_dtype"],
-                vocab_size=int(tok["vocab_size"]),
-                pad_id=int(tok["pad_id"]),
-                eos_id=int(tok["eos_id"]),
-                tokenizer_hash=tok["hash"],
-                train=tuple(ShardInfo(**s) for s in shards["train"]),
-                val=tuple(ShardInfo(**s) for s in shards["val"]),
-                raw=raw,
+    def load(cls, build_dir: str | os.PathLike, full: bool = False) -> "Manifest":
+        """Read and check ``build_dir/manifest.json``: every field the trainer uses has its type, every
+        shard is a plain file name of this directory, the build id is the directory's. ``full``: also
+        the fields only the pipeline reads (totals, sources: ``status``, ``rebuild``, the build report)."""
+        build_dir = Path(build_dir)
+        path = build_dir / MANIFEST
+        fix = rebuild_fix(build_dir)
+        raw = read_json(path, {"format_version": INTEGER}, fix)
+        if raw["format_version"] != FORMAT_VERSION:
+            raise ContractError(
+                f"{path} has format_version {raw['format_version']}, this packtrain reads "
+                f"{FORMAT_VERSION}: rebuild with `make pretokenize`"
             )
-        except (KeyError, TypeError) as e:
-            raise ContractError(f"{path} lacks field {e}: the manifest is corrupt; rebuild") from None
+        problem = schema_problem(raw, MANIFEST_SCHEMA) or (schema_problem(raw, PIPELINE_FIELDS) if full else None)
+        shards = raw["outputs"]["shards"] if problem is None else {}
+        names = [s["file"] for split in ("train", "val") for s in shards.get(split, [])]
+        if problem is None and BUILD_ID.fullmatch(build_dir.name) and raw["build_id"] != build_dir.name:
+            problem = f"field build_id is {raw['build_id']!r}, but the build directory is {build_dir.name}"
+        elif problem is None and len(set(names)) != len(names):
+            problem = "a shard file is listed twice"
+        elif problem is None and token_dtype(raw["inputs"]["tokenizer"]["vocab_size"]).name != raw["outputs"]["token_dtype"]:
+            problem = (f"field outputs.token_dtype is {raw['outputs']['token_dtype']!r}, but a vocabulary of "
+                       f"{raw['inputs']['tokenizer']['vocab_size']} tokens is stored as "
+                       f"{token_dtype(raw['inputs']['tokenizer']['vocab_size']).name}")
+        if problem is not None:
+            raise ContractError(f"{path} is damaged ({problem}); {fix}")
+        tok = raw["inputs"]["tokenizer"]
+        return cls(
+            build_id=raw["build_id"],
+            expert=raw["expert"],
+            block_size=raw["inputs"]["pack"]["block_size"],
+            token_dtype=raw["outputs"]["token_dtype"],
+            vocab_size=tok["vocab_size"],
+            pad_id=tok["pad_id"],
+            eos_id=tok["eos_id"],
+            tokenizer_hash=tok["hash"],
+            train=tuple(ShardInfo(**{k: s[k] for k in SHARD}) for s in shards["train"]),
+            val=tuple(ShardInfo(**{k: s[k] for k in SHARD}) for s in shards["val"]),
+            raw=raw,
+        )
+
+
+def rebuild_fix(build_dir: Path) -> str:
+    return f"delete {build_dir} and rebuild it with `make pretokenize EXPERT={build_dir.parent.name}`"
+
+
+BUILD_CONFIG_SCHEMA = {"model": {"name": TEXT, "tokenizer": OPTIONAL_TEXT, "revision": OPTIONAL_TEXT}}
+
+
+def load_build_config(build_dir: str | os.PathLike) -> dict:
+    """The resolved config saved beside a build (``config.json``), checked before use."""
+    return read_json(Path(build_dir) / CONFIG_SNAPSHOT, BUILD_CONFIG_SCHEMA, rebuild_fix(Path(build_dir)))
+
+
+SHARD = {"file": FILE_NAME, "rows": COUNT, "bytes": COUNT, "sha256": SHA256}
+MANIFEST_SCHEMA = {
+    "build_id": Is("a build id (16 hex digits)", lambda v: isinstance(v, str) and BUILD_ID.fullmatch(v) is not None),
+    "expert": Is("an expert name", lambda v: isinstance(v, str) and EXPERT_NAME.fullmatch(v) is not None),
+    "inputs": {"tokenizer": {"hash": TEXT, "vocab_size": POSITIVE, "pad_id": COUNT, "eos_id": COUNT},
+               "pack": {"block_size": POSITIVE}},
+    "outputs": {"token_dtype": Is("'uint16' or 'uint32'", lambda v: v in ("uint16", "uint32")),
+                "shards": {"train": [SHARD], "val": [SHARD]}},
+}
+TOTALS = {"documents": COUNT, "tokens": COUNT, "supervised_tokens": COUNT, "blocks": COUNT}
+PIPELINE_FIELDS = {  # what status, rebuild and the build report read besides MANIFEST_SCHEMA
+    "inputs": {"format_version": INTEGER, "pipeline_version": INTEGER, "on_bad_rows": TEXT, "format": OBJECT,
+               "sources": [{"source": {"name": TEXT, "hash": TEXT}}], "pack": {"val_fraction": NUMBER}},
+    "outputs": {"totals": {"train": TOTALS, "val": TOTALS}},
+}
 
 
 def check_shard_sizes(build_dir: str | os.PathLike, manifest: Manifest) -> None:

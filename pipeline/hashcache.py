@@ -6,8 +6,10 @@ minutes, so the sha256 of each source file is remembered under its stat key
 any write (or ``touch``) changes ``ctime``, so the file is hashed again, and the build id still
 depends only on the content.
 
-One JSON file per expert (``cache/<expert>/.stat-cache.json``), replaced atomically; it is only a
-cache: a missing or unreadable one is rebuilt by hashing.
+One JSON file per expert (``cache/<expert>/.stat-cache.json``), replaced atomically:
+``{"entries": {path: [size, mtime_ns, ctime_ns, inode, sha256]}, "sha256": <sha256 of entries>}``.
+It is only a cache, checked before use: a damaged one (not JSON, another shape, entries that do not
+match their sha256) is dropped, said once in ``problem``, and rebuilt by hashing.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.contract import sha256_file
+from pipeline.contract import SHA256, ContractError, Is, MapOf, TEXT, read_json, sha256_file, sha256_json
 
 STAT_CACHE = ".stat-cache.json"
+ENTRY = Is("[size, mtime_ns, ctime_ns, inode, sha256]",
+           lambda v: isinstance(v, list) and len(v) == 5 and all(type(x) is int for x in v[:4])
+           and SHA256.ok(v[4]))
+SCHEMA = {"entries": MapOf(TEXT, ENTRY), "sha256": SHA256}
 
 
 class StatCache:
@@ -28,11 +34,17 @@ class StatCache:
         self.hashed: list[str] = []  # files whose content was read this time
         self.seen: dict[str, list] = {}  # every file asked about, as named: [*stat key, sha256] it had then
         self._dirty = False
-        if path is not None and path.is_file():
+        self.problem: str | None = None  # why a damaged cache was dropped (the caller says it once)
+        if path is not None and path.exists():
             try:
-                self.entries = json.loads(path.read_text())
-            except (OSError, ValueError):
-                self.entries = {}  # a cache, not a record: start over
+                data = read_json(path, SCHEMA, "every source file is hashed again and the cache rewritten")
+                if sha256_json(data["entries"]) != data["sha256"]:
+                    raise ContractError(f"{path} is damaged (its entries differ from their sha256); every source "
+                                        "file is hashed again and the cache rewritten")
+                self.entries = data["entries"]
+            except ContractError as e:
+                self.problem = str(e)  # a cache, not a record: start over
+                self._dirty = True  # and rewrite it, so that it is said once
 
     def sha256(self, file: Path) -> str:
         st = os.stat(file)
@@ -80,6 +92,6 @@ class StatCache:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".tmp-stat-cache-{os.getpid()}.json")  # cleaned like any leftover
-        tmp.write_text(json.dumps(self.entries, sort_keys=True))
+        tmp.write_text(json.dumps({"entries": self.entries, "sha256": sha256_json(self.entries)}, sort_keys=True))
         os.replace(tmp, self.path)
         self._dirty = False

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from pipeline.contract import Manifest, block_arrays, open_shard
+from pipeline.contract import ContractError, Manifest, block_arrays, open_shard, rebuild_fix, sha256_file
 
 OPEN, CLOSE = "⟦", "⟧"
 
@@ -46,7 +46,7 @@ def render_block(ids: np.ndarray, mask: np.ndarray, doc_lens: list[int], decode,
 def inspect_build(build_dir: Path, tokenizer_file: Path, split: str, blocks: int, color: bool) -> str:
     from tokenizers import Tokenizer
 
-    manifest = Manifest.load(build_dir)
+    manifest = Manifest.load(build_dir, full=True)
     shards = manifest.train if split == "train" else manifest.val
     if not shards:
         return f"build {manifest.build_id} has no {split} blocks"
@@ -56,6 +56,9 @@ def inspect_build(build_dir: Path, tokenizer_file: Path, split: str, blocks: int
         return tokenizer.decode(ids, skip_special_tokens=False)
 
     shard = shards[0]
+    if sha256_file(build_dir / shard.file) != shard.sha256:  # never show tokens the build did not write
+        raise ContractError(f"shard {build_dir / shard.file} differs from its sha256 in the manifest (corrupt); "
+                            f"{rebuild_fix(build_dir)}")
     table = open_shard(build_dir / shard.file)
     ids, mask, doc_lens = block_arrays(table)
     out = [f"build {manifest.build_id} ({manifest.expert}), {split}: {sum(s.rows for s in shards):,} blocks of "

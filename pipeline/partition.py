@@ -23,7 +23,8 @@ import numpy as np
 from filelock import FileLock
 
 from pipeline.build import (SOURCE_STATS, SOURCES, SPLITS, BuildError, BuildResult, plan, publish_locked,
-                            source_key, tokenize_sources, uncached_sources, write_json)
+                            remove_path, source_cache_problem, source_key, tokenize_sources, uncached_sources,
+                            write_source_stats)
 from pipeline.config import ExpertConfig
 from pipeline.contract import LOCK, TMP_PREFIX, expert_dir, fsync_dir, token_dtype
 
@@ -46,10 +47,16 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     """Tokenize part ``part = (i, n)`` of every source not cached yet; publishes no build."""
     root = expert_dir(cache_dir, config.expert)
     root.mkdir(parents=True, exist_ok=True)
-    sources, tokenizer, inputs, build_id, files = plan(config, cache_dir)
+    sources, tokenizer, inputs, build_id, files = plan(config, cache_dir, log)
     keys = [source_key(inputs, i) for i in range(len(sources))]
     outs = [part_dir(root, key, *part) for key in keys]
-    todo = [i for i in uncached_sources(root, inputs) if not (outs[i] / SOURCE_STATS).is_file()]
+    todo = []
+    for i in uncached_sources(root, inputs):
+        if not os.path.lexists(outs[i]):
+            todo.append(i)
+        elif problem := source_cache_problem(outs[i]):  # a damaged part is tokenized again and replaced
+            log(f"damaged part, tokenizing it again: {problem}")
+            todo.append(i)
     if todo:
         tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, files,
                          part=part, log=log)
@@ -62,12 +69,12 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
 def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False) -> BuildResult:
     """Assemble every source's cache from its ``count`` parts, then publish the build."""
     root = expert_dir(cache_dir, config.expert)
-    sources, tokenizer, inputs, build_id, files = plan(config, cache_dir)
+    sources, tokenizer, inputs, build_id, files = plan(config, cache_dir, log)
     dtype = token_dtype(tokenizer.vocab_size)
     keys = [source_key(inputs, i) for i in range(len(sources))]
     with FileLock(str(root / LOCK)):
         merged = []
-        for i in uncached_sources(root, inputs):
+        for i in uncached_sources(root, inputs, log):
             key = keys[i]
             parts = [part_dir(root, key, p, count) for p in range(count)]
             missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
@@ -76,6 +83,10 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
                     f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
                     f"{', '.join(missing)} in {parts[0].parent}; run `packtrain pretokenize {config.expert} "
                     f"--part i/{count}` for each, or copy their directories there")
+            for p, part in enumerate(parts):  # every part is checked against its sha256 before it is merged
+                if problem := source_cache_problem(part):
+                    raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run `packtrain "
+                                     f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
             merge_source(parts, root / SOURCES / key, dtype)
             merged.append(key)
         result = publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress, files)
@@ -122,9 +133,11 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
         np.save(tmp / "batch_index.npy", np.arange(len(order), dtype=np.int64))
         merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows")}
         first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
-        write_json(tmp / SOURCE_STATS, {**merged, "first_bad_rows": first[:20], "batch_rows": stats[0]["batch_rows"],
-                                        "batches": stats[0]["batches"]})
+        write_source_stats(tmp, {**merged, "first_bad_rows": first[:20], "batch_rows": stats[0]["batch_rows"],
+                                 "batches": stats[0]["batches"]})
         fsync_dir(tmp)
+        if os.path.lexists(out):  # a damaged cache of this source: replaced
+            remove_path(out)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

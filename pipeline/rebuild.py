@@ -31,7 +31,8 @@ from filelock import FileLock, Timeout
 from pipeline.build import SOURCES, build, plan, source_key
 from pipeline.config import ExpertConfig
 from pipeline.configfile import load_config
-from pipeline.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current, recorded_runs_dirs
+from pipeline.contract import (BUILD_ID, LOCK, MANIFEST, ContractError, Manifest, expert_dir, read_current,
+                               recorded_runs_dirs)
 
 REBUILD_LOCK = ".rebuild.lock"
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
@@ -49,9 +50,14 @@ def builds_in_use(runs_dir: Path) -> set[str]:
     unfinished = [info for info in runs_dir.glob("*/run.json") if not (info.parent / "summary.json").exists()]
     for path in [*runs_dir.glob("*/checkpoint-*/state.json"), *unfinished]:
         try:
-            ids.add(json.loads(path.read_text())["build_id"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # an unreadable file protects nothing; resume reports it
+            build_id = json.loads(path.read_bytes().decode("utf-8"))["build_id"]
+        except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
+            build_id = f"{type(e).__name__}: {e}"
+        if not isinstance(build_id, str) or not BUILD_ID.fullmatch(build_id):
+            # which build it needs is unknown, so no build can be pruned safely
+            raise ContractError(f"{path} is damaged (no build id in it: {repr(build_id)[:60]}), so no build of "
+                                f"{runs_dir.name} is pruned; repair or delete that file (or its run directory)")
+        ids.add(build_id)
     return ids
 
 
@@ -78,7 +84,7 @@ def _prune(cache_dir, expert: str, root: Path, keep: int, runs_dir: Path) -> lis
             removed.append(path.name)
     used_sources = set()
     for path in kept:
-        inputs = Manifest.load(path).raw["inputs"]
+        inputs = Manifest.load(path, full=True).raw["inputs"]
         used_sources.update(source_key(inputs, i) for i in range(len(inputs["sources"])))
     for cached in sorted((root / SOURCES).glob("*")):
         if cached.is_dir() and not cached.name.startswith(".") and cached.name not in used_sources:
@@ -103,10 +109,14 @@ class Outcome:
 
 def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log) -> Outcome:
     started = time.perf_counter()
-    old = read_current(cache_dir, config.expert)
+    try:
+        old = read_current(cache_dir, config.expert)
+    except ContractError as e:  # the build below rewrites it
+        log(f"{e}")
+        old = None
     outcome = Outcome(config.expert, "failed", old_build=old)
     try:
-        planned = plan(config, cache_dir)  # cheap: only changed files are hashed
+        planned = plan(config, cache_dir, log)  # cheap: only changed files are hashed
         if planned[3] == old:
             outcome.action, outcome.new_build = "up-to-date", old
         else:
@@ -124,7 +134,7 @@ def token_delta(cache_dir, expert: str, old: str | None, new: str) -> int:
     def tokens(build_id: str | None) -> int:
         if build_id is None:
             return 0
-        totals = Manifest.load(expert_dir(cache_dir, expert) / build_id).raw["outputs"]["totals"]
+        totals = Manifest.load(expert_dir(cache_dir, expert) / build_id, full=True).raw["outputs"]["totals"]
         return totals["train"]["tokens"] + totals["val"]["tokens"]
 
     try:

@@ -17,10 +17,11 @@ def last_run(runs_dirs: list[Path], build_id: str) -> str | None:
     runs = []
     for info in [info for runs_dir in dict.fromkeys(runs_dirs) for info in runs_dir.glob("*/run.json")]:
         try:
-            if json.loads(info.read_text()).get("build_id") == build_id:
+            data = json.loads(info.read_bytes().decode("utf-8"))
+            if isinstance(data, dict) and data.get("build_id") == build_id:
                 runs.append((info.stat().st_mtime_ns, info.parent.name))
-        except (OSError, ValueError):
-            continue
+        except (OSError, ValueError, RecursionError):
+            continue  # a damaged run.json names no build
     return max(runs)[1] if runs else None
 
 
@@ -41,7 +42,7 @@ def config_status(config, cache_dir) -> dict:
         status["build"] = current
         if current is not None:
             path = expert_dir(cache_dir, expert) / current
-            manifest = Manifest.load(path)
+            manifest = Manifest.load(path, full=True)
             totals = manifest.raw["outputs"]["totals"]
             status["age_hours"] = round((time.time() - (path / MANIFEST).stat().st_mtime) / 3600, 2)
             status["train_tokens"] = totals["train"]["tokens"]

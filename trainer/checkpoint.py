@@ -215,8 +215,13 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
 def read_state(path: Path) -> TrainState:
     file = path / STATE_JSON
     try:
-        return TrainState(**json.loads(file.read_text()))
-    except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
+        state = TrainState(**json.loads(file.read_text()))
+        for name, value in asdict(state).items():  # each field has its default's type; counts are >= 0
+            if type(value) is not type(getattr(TrainState, name)) or (type(value) is int and value < 0):
+                raise TypeError(f"field {name} is {value!r}, expected {type(getattr(TrainState, name)).__name__}"
+                                + (" >= 0" if type(getattr(TrainState, name)) is int else ""))
+        return state
+    except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"checkpoint file {file} is corrupt ({e}); resume from another checkpoint "
                               "with --resume PATH or start a new run") from None
 
@@ -231,6 +236,11 @@ def verify_checkpoint(path: Path) -> None:
     if not isinstance(sums, dict) or not sums:
         raise CheckpointError(f"checkpoint file {file} is missing or corrupt ({sums}); resume from another "
                               "checkpoint with --resume PATH or start a new run")
+    outside = [name for name in sorted(sums) if name.startswith("/") or "\\" in name or "\0" in name
+               or any(part in ("", ".", "..") for part in name.split("/"))]
+    if outside:  # never read a file outside the checkpoint through a name in it
+        raise CheckpointError(f"checkpoint file {file} is corrupt (it names {outside[0]!r}, not a file inside the "
+                              "checkpoint); resume from another checkpoint with --resume PATH or start a new run")
     bad = [f"{path / name} ({'missing' if not (path / name).is_file() else 'sha256 differs'})"
            for name, digest in sorted(sums.items())
            if not (path / name).is_file() or sha256_file(path / name) != digest]

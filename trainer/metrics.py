@@ -207,7 +207,7 @@ class MetricsFile:
         if truncate_after_step is not None and path.exists():
             # resuming: drop lines of steps after the checkpoint (they are about to be redone) and a
             # line torn by a crash; replaced atomically, so a crash now loses nothing either
-            kept = [line for line in path.read_text().splitlines()
+            kept = [line for line in path.read_bytes().decode("utf-8", errors="replace").splitlines()
                     if _step_of(line) is not None and _step_of(line) <= truncate_after_step]
             tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
             tmp.write_text("".join(line + "\n" for line in kept))
@@ -233,11 +233,14 @@ class NoMetricsFile:
 
 
 def _step_of(line: str) -> int | None:
-    """The step of one metrics line; None for a blank or torn (unparseable) line."""
+    """The step of one metrics line; None for a blank, torn or damaged line (not an object with an
+    integer step)."""
     try:
-        return json.loads(line).get("step", 0)
-    except ValueError:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
         return None
+    step = record.get("step", 0) if isinstance(record, dict) else None
+    return step if type(step) is int else None
 
 
 def summarize(records: list[dict], evals: list[dict], extra: dict) -> dict:

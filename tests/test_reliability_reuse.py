@@ -1,0 +1,568 @@
+"""Issue 12, class 2: every intermediate that packtrain reads back is verified before it is reused.
+
+Caches (per-source token caches and partitioned parts, the stat cache, an existing build directory)
+that are damaged are rebuilt and said once, never trusted; artifacts that cannot be rebuilt here
+(CURRENT for read-only commands, a build's manifest.json and config.json, run files) give one line
+naming the file and the fix, never a traceback. Manifest shard names are plain file names only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import pipeline.cli
+from build_fixtures import make_project, rows, write_jsonl
+from pipeline.build import SOURCE_STATS, SOURCES, build, plan, source_cache_problem
+from pipeline.configfile import load_config
+from pipeline.contract import (COUNT, FILE_NAME, ContractError, Manifest, MapOf, TEXT, read_current, read_json,
+                               schema_problem)
+from pipeline.hashcache import STAT_CACHE, StatCache
+from pipeline.partition import PARTS, merge, pretokenize_part
+from pipeline.rebuild import prune_builds
+from pipeline.rebuild import rebuild as run_rebuild
+from pipeline.status import expert_status
+
+
+@pytest.fixture
+def project(tmp_path):
+    project = make_project(tmp_path)
+    project["runs"] = tmp_path / "runs"
+    return project
+
+
+def config_of(project, **overrides):
+    overrides.setdefault("train.output_dir", str(project["runs"]))
+    return load_config("sql", project["configs"], overrides)
+
+
+def run_build(project, **overrides):
+    lines = []
+    result = build(config_of(project, **overrides), project["cache"], log=lines.append, progress=False)
+    return result, lines
+
+
+def build_bytes(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.arrow"))} | {"manifest": (path / "manifest.json").read_bytes()}
+
+
+def packtrain(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """The real entry point (``pipeline.cli.run``) in this process: exit code, stdout, stderr."""
+    monkeypatch.setattr(sys, "argv", ["packtrain", *map(str, args)])
+    try:
+        pipeline.cli.run()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def flip_byte(path: Path, at: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 if at is None else at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def one_source_dir(project) -> Path:
+    (directory,) = [p for p in (project["cache"] / "sql" / SOURCES).iterdir() if not p.name.startswith(".")]
+    return directory
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-source token caches: checksummed, damaged means tokenized again (said once), never reused
+
+
+def damage_tokens_same_size(d):
+    flip_byte(d / "train.tokens")
+    return "train.tokens"
+
+
+def damage_tokens_truncated(d):
+    (d / "train.tokens").write_bytes((d / "train.tokens").read_bytes()[:-2])
+    return "train.tokens"
+
+
+def damage_lengths(d):
+    flip_byte(d / "train.lengths.npy", at=-1)
+    return "train.lengths.npy"
+
+
+def damage_missing_file(d):
+    (d / "val.prompts.npy").unlink()
+    return "val.prompts.npy"
+
+
+def damage_stats_truncated(d):
+    (d / SOURCE_STATS).write_text((d / SOURCE_STATS).read_text()[:40])
+    return SOURCE_STATS
+
+
+def damage_stats_wrong_top_level(d):
+    (d / SOURCE_STATS).write_text("[]")
+    return SOURCE_STATS
+
+
+def damage_stats_wrong_type(d):
+    stats = json.loads((d / SOURCE_STATS).read_text())
+    stats["rows"] = "60"
+    (d / SOURCE_STATS).write_text(json.dumps(stats))
+    return SOURCE_STATS
+
+
+def damage_stats_same_size_number(d):  # a count edited in place: same size, valid JSON, right shape
+    text = (d / SOURCE_STATS).read_text()
+    stats = json.loads(text)
+    old = f'"rows": {stats["rows"]}'
+    new = f'"rows": {stats["rows"] + 1 if stats["rows"] % 10 != 9 else stats["rows"] - 1}'
+    assert old in text and len(old) == len(new)
+    (d / SOURCE_STATS).write_text(text.replace(old, new))
+    return SOURCE_STATS
+
+
+def damage_stats_not_utf8(d):
+    (d / SOURCE_STATS).write_bytes(b"\xff\xfe{}")
+    return SOURCE_STATS
+
+
+def damage_stats_checksum_of_a_file(d):  # the recorded sha256 of a file no longer matches it
+    stats = json.loads((d / SOURCE_STATS).read_text())
+    digest = stats["files"]["val.tokens"]
+    stats["files"]["val.tokens"] = ("0" if digest[0] != "0" else "1") + digest[1:]
+    (d / SOURCE_STATS).write_text(json.dumps(stats))
+    return SOURCE_STATS
+
+
+def damage_cache_is_a_file(d):
+    shutil.rmtree(d)
+    d.write_text("not a directory")
+    return SOURCE_STATS
+
+
+def damage_cache_is_a_broken_link(d):
+    shutil.rmtree(d)
+    d.symlink_to(d.parent / "nowhere")
+    return SOURCE_STATS
+
+
+SOURCE_DAMAGES = [damage_cache_is_a_file, damage_cache_is_a_broken_link, damage_tokens_same_size, damage_tokens_truncated, damage_lengths, damage_missing_file,
+                  damage_stats_truncated, damage_stats_wrong_top_level, damage_stats_wrong_type,
+                  damage_stats_same_size_number, damage_stats_not_utf8, damage_stats_checksum_of_a_file]
+
+
+@pytest.mark.parametrize("damage", SOURCE_DAMAGES, ids=lambda f: f.__name__.removeprefix("damage_"))
+def test_a_damaged_source_cache_is_tokenized_again_and_said_once(project, damage):
+    reference, _ = run_build(project)
+    expected = build_bytes(reference.path)
+    source = one_source_dir(project)
+    assert source_cache_problem(source) is None
+    shutil.rmtree(reference.path)  # the next build must pack again, from the source cache
+    named = damage(source)
+    again, lines = run_build(project)
+    said = [line for line in lines if "damaged source token cache" in line]
+    assert len(said) == 1 and str(source / named) in said[0]
+    assert not any("reusing its tokens" in line for line in lines)
+    assert again.build_id == reference.build_id and build_bytes(again.path) == expected
+    assert source_cache_problem(source) is None  # replaced by a good one
+
+    shutil.rmtree(again.path)
+    third, lines = run_build(project)  # now intact: reused, and nothing said
+    assert [line for line in lines if "damaged source" in line or "is damaged" in line] == []
+    assert any("unchanged, reusing its tokens" in line for line in lines)
+    assert build_bytes(third.path) == expected
+
+
+def test_an_intact_source_cache_is_reused(project):
+    """The control: without damage the tokens are reused and nothing is called damaged."""
+    reference, _ = run_build(project)
+    shutil.rmtree(reference.path)
+    again, lines = run_build(project)
+    assert [line for line in lines if "damaged source" in line or "is damaged" in line] == []
+    assert any("unchanged, reusing its tokens" in line for line in lines)
+    assert build_bytes(again.path) == build_bytes(reference.path)
+
+
+def test_a_damaged_part_is_refused_by_merge_and_replaced_by_its_rerun(project, tmp_path):
+    single, _ = run_build(project)
+    expected = build_bytes(single.path)
+    shutil.rmtree(project["cache"])
+    config = config_of(project)
+    for i in range(2):
+        pretokenize_part(config, project["cache"], (i, 2), log=lambda _: None)
+    (part,) = (project["cache"] / "sql" / SOURCES / PARTS).glob("*/1-of-2")
+    flip_byte(part / "train.tokens")
+    with pytest.raises(Exception, match=r"damaged part: .*1-of-2/train.tokens differs from its sha256.*"
+                                        r"--part 1/2` again"):
+        merge(config, project["cache"], 2, log=lambda _: None)
+    lines = []
+    pretokenize_part(config, project["cache"], (1, 2), log=lines.append)
+    assert sum("damaged part" in line for line in lines) == 1
+    merged = merge(config, project["cache"], 2, log=lambda _: None)
+    assert merged.build_id == single.build_id and build_bytes(merged.path) == expected
+
+
+# ----------------------------------------------------------------------------------------------
+# An existing build is reused only when it is intact (shards by sha256, manifest and config.json by schema)
+
+
+@pytest.mark.parametrize("damage", ["shard-byte-same-size", "config-wrong-type", "config-truncated",
+                                    "manifest-wrong-type"])
+def test_an_existing_damaged_build_is_rebuilt_not_called_up_to_date(project, damage):
+    reference, _ = run_build(project)
+    expected = build_bytes(reference.path)
+    if damage == "shard-byte-same-size":
+        flip_byte(reference.path / "train-00000.arrow")
+    elif damage == "config-wrong-type":
+        (reference.path / "config.json").write_text(json.dumps({"model": {"name": 5}}))
+    elif damage == "config-truncated":
+        (reference.path / "config.json").write_text('{"model": {"na')
+    else:
+        manifest = json.loads((reference.path / "manifest.json").read_text())
+        manifest["outputs"]["totals"]["train"]["tokens"] = "many"
+        (reference.path / "manifest.json").write_text(json.dumps(manifest))
+    again, lines = run_build(project)
+    assert not again.up_to_date
+    assert sum(f"existing build {reference.build_id} is damaged" in line for line in lines) == 1
+    assert build_bytes(again.path) == expected
+    assert json.loads((again.path / "config.json").read_text())["model"]["name"] == str(project["model"])
+
+
+def test_a_damaged_previous_manifest_does_not_break_the_next_build(project):
+    old, _ = run_build(project)
+    manifest = json.loads((old.path / "manifest.json").read_text())
+    manifest["inputs"]["sources"] = {"not": "a list"}
+    (old.path / "manifest.json").write_text(json.dumps(manifest))
+    new, _ = run_build(project, **{"pack.block_size": 64})
+    assert new.build_id != old.build_id and new.report["previous"] is None
+
+
+# ----------------------------------------------------------------------------------------------
+# The stat cache: checked (shape and its own sha256), a damaged one is dropped, said once, rewritten
+
+
+def stat_cache_damages(path: Path) -> dict[str, bytes]:
+    good = json.loads(path.read_text())
+    (name,) = good["entries"]
+    entry = good["entries"][name]
+    edited = dict(good, entries={name: [*entry[:4], ("0" if entry[4][0] != "0" else "1") + entry[4][1:]]})
+    return {
+        "wrong-top-level": b"[]",
+        "wrong-shape": json.dumps({name: {"size": 1}}).encode(),
+        "old-plain-format": json.dumps({name: entry}).encode(),
+        "entry-too-short": json.dumps(dict(good, entries={name: entry[:4]})).encode(),
+        "entry-size-a-string": json.dumps(dict(good, entries={name: [str(entry[0]), *entry[1:]]})).encode(),
+        "digest-edited-same-size": json.dumps(edited).encode(),
+        "truncated": path.read_bytes()[:30],
+        "not-utf8": b"\xff\xfe\xfd",
+        "empty": b"",
+    }
+
+
+STAT_CASES = ["wrong-top-level", "wrong-shape", "old-plain-format", "entry-too-short", "entry-size-a-string",
+              "digest-edited-same-size", "truncated", "not-utf8", "empty"]
+
+
+@pytest.mark.parametrize("case", STAT_CASES)
+def test_a_damaged_stat_cache_is_rebuilt_and_said_once(project, case):
+    reference, _ = run_build(project)
+    path = project["cache"] / "sql" / STAT_CACHE
+    path.write_bytes(stat_cache_damages(path)[case])
+    assert StatCache(path).problem is not None and str(path) in StatCache(path).problem
+
+    again, lines = run_build(project)
+    assert again.build_id == reference.build_id and again.up_to_date
+    assert sum(f"{path} is damaged" in line for line in lines) == 1
+    assert StatCache(path).problem is None  # rewritten, good again
+
+    lines = []
+    assert plan(config_of(project), project["cache"], lines.append)[3] == reference.build_id
+    assert lines == []  # said once, not on every run
+
+    path.write_bytes(stat_cache_damages(path)[case])  # the scheduled job goes on too
+    emitted = []
+    code = run_rebuild(["sql"], project["configs"], project["cache"], 3, True,
+                       {"train.output_dir": str(project["runs"])}, emitted.append, lambda _: None)
+    assert code == 0 and json.loads(emitted[0])["action"] == "up-to-date"
+
+
+# ----------------------------------------------------------------------------------------------
+# CURRENT: damaged is one line (read-only commands) or rewritten (pretokenize, rebuild)
+
+CURRENT_CASES = {"not-utf8": b"\xff\xfe\x9c0123456789abcdef\n", "empty": b"", "short": b"0123\n",
+                 "text": b"latest\n", "nul": b"\x00" * 16}
+
+
+@pytest.mark.parametrize("case", CURRENT_CASES)
+@pytest.mark.parametrize("command", ["verify", "inspect", "status", "train", "pretokenize", "rebuild"])
+def test_a_damaged_current_is_one_line_or_rewritten(project, monkeypatch, capsys, case, command):
+    reference, _ = run_build(project)
+    current = project["cache"] / "sql" / "CURRENT"
+    current.write_bytes(CURRENT_CASES[case])
+    where = ["--cache-dir", project["cache"]]
+    configs = ["--configs-dir", project["configs"]]
+    args = {"verify": ["verify", "sql", *where], "inspect": ["inspect", "sql", *where],
+            "status": ["status", "sql", *configs, *where], "train": ["train", "sql", *configs, *where],
+            "pretokenize": ["pretokenize", "sql", *configs, *where, "--no-progress"],
+            "rebuild": ["rebuild", "sql", *configs, *where]}[command]
+    code, out, err = packtrain(monkeypatch, capsys, *args)
+    assert "Traceback" not in out + err
+    if command in ("verify", "inspect", "train"):
+        assert code == 2
+        assert err.count("\n") == 1 and err.startswith("error: ")
+        assert f"{current} is damaged" in err and "make pretokenize EXPERT=sql" in err
+    elif command == "status":
+        assert code == 0 and f"{current} is damaged" in out
+    else:  # the builders rewrite it, and say so
+        assert code == 0 and read_current(project["cache"], "sql") == reference.build_id
+        assert "CURRENT is damaged" in out + err or f"{current} is damaged" in out + err
+
+
+def test_current_that_is_a_directory_is_one_line(project, monkeypatch, capsys):
+    run_build(project)
+    current = project["cache"] / "sql" / "CURRENT"
+    current.unlink()
+    current.mkdir()
+    code, out, err = packtrain(monkeypatch, capsys, "verify", "sql", "--cache-dir", project["cache"])
+    assert code == 2 and err.count("\n") == 1 and f"{current} cannot be read" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# manifest.json: every field has its type; shard names are plain names inside the build directory
+
+
+def set_field(manifest: dict, where: str, value) -> dict:
+    *path, last = where.split(".")
+    node = manifest
+    for key in path:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return manifest
+
+
+MANIFEST_CASES = [  # (field, value, what the error says)
+    ("inputs.pack.block_size", "128", "field inputs.pack.block_size is '128', expected an integer > 0"),
+    ("inputs.pack.block_size", 128.5, "field inputs.pack.block_size is 128.5, expected an integer > 0"),
+    ("inputs.tokenizer.vocab_size", None, "field inputs.tokenizer.vocab_size is None, expected an integer > 0"),
+    ("inputs.tokenizer.eos_id", True, "field inputs.tokenizer.eos_id is True, expected an integer >= 0"),
+    ("inputs.tokenizer.pad_id", -1, "field inputs.tokenizer.pad_id is -1, expected an integer >= 0"),
+    ("outputs.shards.train", {"file": "x"}, "field outputs.shards.train is {'file': 'x'}, expected a list"),
+    ("outputs.shards.train.0.rows", "3", "field outputs.shards.train[0].rows is '3', expected an integer >= 0"),
+    ("outputs.shards.train.0.bytes", -5, "field outputs.shards.train[0].bytes is -5, expected an integer >= 0"),
+    ("outputs.shards.val.0.sha256", 7, "field outputs.shards.val[0].sha256 is 7, expected a sha256"),
+    ("outputs.token_dtype", "float32", "field outputs.token_dtype is 'float32', expected 'uint16' or 'uint32'"),
+    ("outputs.token_dtype", "uint32", "field outputs.token_dtype is 'uint32', but a vocabulary of 400 tokens"),
+    ("build_id", "0000000000000000", "field build_id is '0000000000000000', but the build directory is"),
+    ("build_id", 12, "field build_id is 12, expected a build id"),
+    ("expert", ["sql"], "field expert is ['sql'], expected an expert name"),
+    ("outputs.totals.train.tokens", "many", "field outputs.totals.train.tokens is 'many', expected an integer"),
+    ("inputs.tokenizer", "x", "field inputs.tokenizer is 'x', expected an object"),
+]
+NAMES = ["../../etc/passwd", "/etc/passwd", "..", ".", ".hidden", "sub/train-00000.arrow", "a\\b",
+         "train-00000.arrow\n", "", "~root"]
+
+
+def damaged_manifest(project, change) -> Path:
+    result, _ = run_build(project)
+    path = result.path / "manifest.json"
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    return path
+
+
+def assert_refused(project, monkeypatch, capsys, path: Path, says: str) -> None:
+    """verify, inspect and status each name the manifest and the problem, in one line, no traceback."""
+    for command in ("verify", "inspect"):
+        code, out, err = packtrain(monkeypatch, capsys, command, "sql", "--cache-dir", project["cache"])
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+        assert f"{path} is damaged (" in err and says in err
+        assert f"delete {path.parent} and rebuild it with `make pretokenize EXPERT=sql`" in err
+    code, out, err = packtrain(monkeypatch, capsys, "status", "sql", "--configs-dir", project["configs"],
+                               "--cache-dir", project["cache"])
+    assert code == 0 and says in out and "Traceback" not in out + err
+    with pytest.raises(ContractError, match="is damaged"):
+        Manifest.load(path.parent, full=True)
+
+
+@pytest.mark.parametrize("field,value,says", MANIFEST_CASES, ids=[f"{f}={v!r}" for f, v, _ in MANIFEST_CASES])
+def test_a_manifest_with_a_wrong_field_is_one_line(project, monkeypatch, capsys, field, value, says):
+    path = damaged_manifest(project, lambda m: set_field(m, field, value))
+    assert_refused(project, monkeypatch, capsys, path, says)
+
+
+@pytest.mark.parametrize("name", NAMES, ids=repr)
+def test_a_shard_name_outside_the_build_directory_is_refused_everywhere(project, monkeypatch, capsys, name):
+    path = damaged_manifest(project, lambda m: set_field(m, "outputs.shards.train.0.file", name))
+    read = []
+    monkeypatch.setattr("pipeline.contract.sha256_file", lambda p, *a: read.append(p) or "0" * 64)
+    assert_refused(project, monkeypatch, capsys, path,
+                   f"field outputs.shards.train[0].file is {name!r}, expected a plain file name")
+    assert read == []  # nothing was opened through that name
+    monkeypatch.undo()
+    _, lines = run_build(project)  # the builder does not reuse it either: rebuilt from its sources
+    assert any("is damaged" in line and "plain file name" in line for line in lines)
+    assert Manifest.load(path.parent).train[0].file == "train-00000.arrow"
+
+
+def test_a_shard_listed_twice_is_refused(project, monkeypatch, capsys):
+    def twice(m):
+        m["outputs"]["shards"]["val"] = [m["outputs"]["shards"]["train"][0]]
+        return m
+    path = damaged_manifest(project, twice)
+    assert_refused(project, monkeypatch, capsys, path, "a shard file is listed twice")
+
+
+@pytest.mark.parametrize("text,says", [
+    ("[]", "the top level is [], expected an object"),
+    ('"manifest"', "the top level is 'manifest', expected an object"),
+    ('{"format_version": 1, "build_id"', "not valid JSON"),
+    ("\udcff", "not UTF-8 text"),
+    ('{"format_version": "1"}', "field format_version is '1', expected an integer"),
+    ('{"format_version": 1}', "field build_id is missing"),
+    ("[" * 100000, "not valid JSON"),
+])
+def test_a_manifest_that_is_not_a_manifest_is_one_line(project, monkeypatch, capsys, text, says):
+    result, _ = run_build(project)
+    path = result.path / "manifest.json"
+    path.write_bytes(text.encode("utf-8", errors="surrogateescape"))
+    assert_refused(project, monkeypatch, capsys, path, says)
+
+
+# ----------------------------------------------------------------------------------------------
+# A build's config.json (read by inspect), run.json (status), checkpoint state.json (retention)
+
+
+@pytest.mark.parametrize("text,says", [
+    ('{"model": {"name": 5}}', "field model.name is 5, expected a string"),
+    ('{"model": "bundled"}', "field model is 'bundled', expected an object"),
+    ('{"train": {}}', "field model is missing"),
+    ('{"model": {"name": "x", "tokenizer": 1, "revision": null}}', "field model.tokenizer is 1, expected a string or null"),
+    ('{"model": {', "not valid JSON"),
+    ("[1]", "the top level is [1], expected an object"),
+])
+def test_a_damaged_build_config_is_one_line_in_inspect(project, monkeypatch, capsys, text, says):
+    result, _ = run_build(project)
+    path = result.path / "config.json"
+    path.write_text(text)
+    code, out, err = packtrain(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path} is damaged ({says}" in err and "make pretokenize EXPERT=sql" in err
+    path.unlink()
+    code, out, err = packtrain(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
+    assert code == 2 and f"{path} is missing" in err
+
+
+@pytest.mark.parametrize("text", ["[]", '"x"', "{", "\udcff", '{"build_id": ["a"]}', "null"])
+def test_a_damaged_run_json_does_not_break_status(project, text):
+    built, _ = run_build(project)
+    good = project["runs"] / "sql" / "20261122-000000-good"
+    bad = project["runs"] / "sql" / "20261123-000000-bad"
+    for run_dir in (good, bad):
+        run_dir.mkdir(parents=True)
+    (good / "run.json").write_text(json.dumps({"build_id": built.build_id}))
+    (bad / "run.json").write_bytes(text.encode("utf-8", errors="surrogateescape"))
+    (status,) = expert_status("sql", project["configs"], project["cache"], {"train.output_dir": str(project["runs"])})
+    assert status["last_run"] == "20261122-000000-good" and "error" not in status
+
+
+@pytest.mark.parametrize("text", ["[]", "{", '{"step": 3}', '{"build_id": 7}', '{"build_id": "../x"}', "\udcff"])
+def test_a_damaged_checkpoint_state_prunes_nothing(project, text):
+    ids = []
+    for n in (40, 41, 42):
+        write_jsonl(project["data"], rows(n))
+        ids.append(run_build(project)[0].build_id)
+    checkpoint = project["runs"] / "sql" / "run-1" / "checkpoint-10"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "state.json").write_bytes(text.encode("utf-8", errors="surrogateescape"))
+    with pytest.raises(ContractError, match=rf"{re.escape(str(checkpoint / 'state.json'))} is damaged .*no build of sql is pruned"):
+        prune_builds(project["cache"], "sql", keep=1, runs_dir=project["runs"] / "sql")
+    left = sorted(p.name for p in (project["cache"] / "sql").iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert left == sorted(ids)  # the checkpoint may need any of them: nothing was deleted
+    (checkpoint / "state.json").write_text(json.dumps({"build_id": ids[0]}))
+    assert sorted(prune_builds(project["cache"], "sql", keep=1, runs_dir=project["runs"] / "sql")) == [ids[1]]
+
+
+# ----------------------------------------------------------------------------------------------
+# The mechanism itself: literal messages, so it can fail
+
+
+def test_schema_problem_names_the_first_bad_field():
+    schema = {"a": {"b": [COUNT]}, "name": FILE_NAME, "m": MapOf(TEXT, COUNT)}
+    assert schema_problem({"a": {"b": [1, 2]}, "name": "x.arrow", "m": {"k": 0}}, schema) is None
+    assert schema_problem({"a": {"b": [1, -2]}, "name": "x", "m": {}}, schema) == \
+        "field a.b[1] is -2, expected an integer >= 0"
+    assert schema_problem({"a": {"b": [1]}, "name": "../x", "m": {}}, schema) == \
+        "field name is '../x', expected a plain file name (no directory part)"
+    assert schema_problem({"a": {"b": []}, "name": "x", "m": {"k": "1"}}, schema) == \
+        "field m['k'] is '1', expected an integer >= 0"
+    assert schema_problem({"a": {}, "name": "x", "m": {}}, schema) == "field a.b is missing"
+    assert schema_problem(3, schema) == "the top level is 3, expected an object"
+
+
+def test_read_json_names_the_file_the_problem_and_the_fix(tmp_path):
+    path = tmp_path / "f.json"
+    path.write_text('{"n": "1"}')
+    with pytest.raises(ContractError) as e:
+        read_json(path, {"n": COUNT}, "do X")
+    assert str(e.value) == f"{path} is damaged (field n is '1', expected an integer >= 0); do X"
+    path.write_text('{"n": 1}')
+    assert read_json(path, {"n": COUNT}, "do X") == {"n": 1}
+
+
+@pytest.mark.parametrize("text,says", [
+    ('{"step": "3"}', "field step is '3', expected int >= 0"),
+    ('{"step": 3, "position": -1}', "field position is -1, expected int >= 0"),
+    ('{"build_id": 5}', "field build_id is 5, expected str"),
+    ('{"world_size": true}', "field world_size is True, expected int >= 0"),
+    ("[]", "argument after ** must be a mapping"),
+    ('{"step": 3, "lr": 1}', "unexpected keyword argument 'lr'"),
+])
+def test_a_checkpoint_state_with_wrong_types_is_refused_naming_the_file(tmp_path, text, says):
+    from trainer.checkpoint import CheckpointError, read_state
+
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(CheckpointError) as e:
+        read_state(tmp_path)
+    assert f"checkpoint file {tmp_path / 'state.json'} is corrupt" in str(e.value) and says in str(e.value)
+    assert "--resume PATH" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "adapter/../../x", "a\\b", "./state.json", ""])
+def test_checkpoint_checksums_naming_a_file_outside_are_refused(tmp_path, monkeypatch, name):
+    import trainer.checkpoint
+    from trainer.checkpoint import CheckpointError, verify_checkpoint
+
+    read = []
+    monkeypatch.setattr(trainer.checkpoint, "sha256_file", lambda p: read.append(p) or "0" * 64)
+    (tmp_path / "checksums.json").write_text(json.dumps({"state.json": "0" * 64, name: "0" * 64}))
+    (tmp_path / "state.json").write_text("{}")
+    with pytest.raises(CheckpointError) as e:
+        verify_checkpoint(tmp_path)
+    assert str(e.value) == (f"checkpoint file {tmp_path / 'checksums.json'} is corrupt (it names {name!r}, not a file "
+                            "inside the checkpoint); resume from another checkpoint with --resume PATH or start a new run")
+    assert read == []
+
+
+def test_damaged_metrics_lines_are_dropped_on_resume(tmp_path):
+    from trainer.metrics import MetricsFile
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "loss": 2.0}\n[1, 2]\n{"step": "2"}\n"text"\n\xff\xfe\n{"step": 3}\n'
+                     b'{"step": 2, "loss": 1.5}\n{"step": 2, "lo')
+    MetricsFile(path, truncate_after_step=2).close()
+    assert path.read_text() == '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n'
+
+
+def test_inspect_refuses_a_shard_that_differs_from_its_sha256(project, monkeypatch, capsys):
+    result, _ = run_build(project)
+    flip_byte(result.path / "train-00000.arrow")
+    code, out, err = packtrain(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
+    assert code == 2 and err.count("\n") == 1
+    assert err == (f"error: shard {result.path / 'train-00000.arrow'} differs from its sha256 in the manifest "
+                   f"(corrupt); delete {result.path} and rebuild it with `make pretokenize EXPERT=sql`\n")
