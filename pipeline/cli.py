@@ -50,7 +50,13 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings):
         key, sep, value = item.partition("=")
         if not sep:
             raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. pack.block_size=1024", param_hint="--set")
-        overrides[key] = yaml.safe_load(value)
+        try:
+            overrides[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            from pipeline.inputs import one_line
+
+            raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
+                              f"e.g. --set '{key}=\"...\"'") from None
     return load_config(expert, configs_dir, overrides)
 
 
