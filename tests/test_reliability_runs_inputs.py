@@ -356,3 +356,29 @@ def test_the_intact_inputs_work(saved_datasets, hf_home, tmp_path):
         result = packtrain("pretokenize", "sql", "--dataset", dataset, "--model", model, "--cache-dir",
                            tmp_path / "cache", "--num-proc", 1, "--set", "pack.val_fraction=0")
         assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_resume_auto_of_a_finished_curriculum_keeps_every_stage(hf_home, tmp_path):
+    """A curriculum resumed with --resume auto skips the stages that finished (their runs stay as they
+    were) and goes on from their adapters, instead of resuming into them or training them again."""
+    from test_stages import cli, curriculum
+
+    common = curriculum(tmp_path, """
+stages:
+  - name: basics
+    sources: [{name: bundled, max_rows: 200}]
+  - name: all
+    sources: [{name: bundled, max_rows: 300}]
+""")
+    assert cli("pretokenize", "sql", *common).returncode == 0
+    first = cli("train", "sql", *common, "--max-steps", 1)
+    assert first.returncode == 0, first.stderr[-2000:]
+    runs = [Path(json.loads(line)["run_dir"]) for line in first.stdout.splitlines() if line.startswith("{")]
+    before = [snapshot(r) for r in runs]
+    again = cli("train", "sql", *common, "--max-steps", 1, "--resume", "auto")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [Path(json.loads(line)["run_dir"]) for line in again.stdout.splitlines() if line.startswith("{")] == runs
+    assert f"resume auto: stage sql-basics finished in {runs[0]}; going on from its adapter" in again.stderr
+    assert [snapshot(r) for r in runs] == before
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["sql-all", "sql-basics"]
+    assert [len(list((tmp_path / "runs" / s).iterdir())) for s in ("sql-basics", "sql-all")] == [1, 1]

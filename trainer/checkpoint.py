@@ -179,17 +179,20 @@ class written_or_removed:
         return self.tmp
 
     def __exit__(self, kind, error, tb) -> bool:
-        if error is None or not isinstance(error, (OSError, RuntimeError)):
+        if error is None:
             return False
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "write failed" in str(error)
+        shutil.rmtree(self.tmp, ignore_errors=True)  # whatever failed, no partial files stay behind
         where = self.tmp.parent
-        if full:
+        if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+                isinstance(error, RuntimeError) and "write failed" in str(error)):
             raise CheckpointError(f"no space left on the device of {where} while writing {self.what}: the partial "
                                   f"files were removed; free space (or set train.output_dir elsewhere) and continue "
                                   f"with --resume auto") from error
-        raise CheckpointError(f"cannot write {self.what} in {where} ({type(error).__name__}: {error}): the partial "
-                              "files were removed; fix the directory and continue with --resume auto") from error
+        if isinstance(error, OSError):
+            raise CheckpointError(f"cannot write {self.what} in {where} ({type(error).__name__}: {error}): the "
+                                  "partial files were removed; fix the directory and continue with --resume auto") \
+                from error
+        return False  # not a disk problem: the original error goes on
 
 
 def finished_artifacts(run_dir: Path) -> list[str]:
@@ -203,6 +206,13 @@ def check_not_finished(run_dir: Path, action: str) -> None:
     if done:
         raise CheckpointError(f"run {run_dir} is finished ({', '.join(done)} written): refusing to {action} there; "
                               f"continue it into a new run with --resume {run_dir}, or start a new run")
+
+
+def newest_finished_run(expert_runs: Path) -> Path | None:
+    """The run that finished last (summary.json and adapter/ written); None when there is none."""
+    runs = [p for p in expert_runs.iterdir() if (p / SUMMARY).is_file() and (p / ADAPTER_DIR).is_dir()] \
+        if expert_runs.is_dir() else []
+    return max(runs, key=lambda p: ((p / SUMMARY).stat().st_mtime_ns, p.name), default=None)
 
 
 def fork_dir(finished: Path, step: int) -> Path:
