@@ -51,7 +51,13 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings):
         key, sep, value = item.partition("=")
         if not sep:
             raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. pack.block_size=1024", param_hint="--set")
-        overrides[key] = yaml.safe_load(value)
+        try:
+            overrides[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            from pipeline.inputs import one_line
+
+            raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
+                              f"e.g. --set '{key}=\"...\"'") from None
     return load_config(expert, configs_dir, overrides)
 
 
@@ -157,11 +163,16 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
         for stage in stages:  # a curriculum: each stage starts from the previous stage's adapter
             if previous is not None:
                 stage.train.init_adapter = str(previous / "adapter")
-            try:
-                previous = run(stage, cache_dir, build_id=build_id, resume=resume,
-                               allow_build_change=allow_build_change)
-            except EXPECTED_ERRORS as e:
-                raise TrainFailed(f"{stage.expert}: {e}" if len(stages) > 1 else str(e)) from None
+            done = finished_stage(stage) if len(stages) > 1 and resume == "auto" else None
+            if done is not None:  # a finished run is never resumed: the stage is done, the next one goes on
+                click.echo(f"resume auto: stage {stage.expert} finished in {done}; going on from its adapter", err=True)
+                previous = done
+            else:
+                try:
+                    previous = run(stage, cache_dir, build_id=build_id, resume=resume,
+                                   allow_build_change=allow_build_change)
+                except EXPECTED_ERRORS as e:
+                    raise TrainFailed(f"{stage.expert}: {e}" if len(stages) > 1 else str(e)) from None
             if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
                 click.echo(json.dumps({"expert": stage.expert, "run_dir": str(previous),
                                        "adapter": str(previous / "adapter")}))
@@ -200,6 +211,14 @@ def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps,
     click.echo(f"train-all: {len(names)} experts on {len(gpus) or 'no'} GPU(s)"
                f"{', one at a time' if len(gpus) <= 1 else ''}; logs in {log_dir}", err=True)
     sys.exit(run_all(names, common, train_args, Path(log_dir), gpus, emit=click.echo))
+
+
+def finished_stage(stage) -> Path | None:
+    """``--resume auto`` of a curriculum: the stage's finished run, unless an unfinished one has a checkpoint."""
+    from trainer.checkpoint import find_checkpoint, newest_finished_run
+
+    runs = Path(stage.train.output_dir) / stage.expert
+    return None if find_checkpoint("auto", runs) is not None else newest_finished_run(runs)
 
 
 class TrainFailed(Exception):

@@ -105,15 +105,27 @@ class FormatConfig:
                 errors.append(f"{where}.{name}: not a valid format string ({e})")
         if self.system is not None and self.style != "chat":
             errors.append(f"{where}.system: only used with style: chat")
+        try:
+            names = template_fields(self.prompt, positional=True) + template_fields(self.answer, positional=True)
+        except ValueError:
+            return  # reported above
+        odd = [n for n in names if n == "" or n.isdigit() or "." in n or "[" in n]
+        if odd:
+            errors.append(f"{where}: field {{{odd[0]}}} is not a column name; name the dataset column in the braces, "
+                          "e.g. {question}")
+        elif not names:
+            errors.append(f"{where}.prompt/answer: no field at all, so every example would be the same text; name the "
+                          "dataset's columns in braces, e.g. prompt: \"{question}\" and answer: \"{answer}\"")
 
     def fields(self) -> list[str]:
         return sorted(set(template_fields(self.prompt)) | set(template_fields(self.answer)))
 
 
-def template_fields(template: str) -> list[str]:
+def template_fields(template: str, positional: bool = False) -> list[str]:
+    """The field names of a format string; ``positional``: also the empty names of ``{}``."""
     import string
 
-    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name or (positional and name == "")]
 
 
 @dataclass

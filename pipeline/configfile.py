@@ -54,6 +54,8 @@ def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> ExpertConf
         check_numbers(config, numbers)
         errors += [error for error in numbers if error.partition(":")[0] not in named]
     if errors:
+        if len(errors) == 1:  # one problem, one line
+            raise ConfigError(f"invalid config ({source}): {errors[0]}")
         raise ConfigError(f"invalid config ({source}):\n  - " + "\n  - ".join(errors))
     return config
 
@@ -72,10 +74,13 @@ def apply_cli_overrides(dataset: str | None = None, model: str | None = None,
 
 
 def _read_yaml(path: Path) -> dict:
+    from pipeline.inputs import InputError, read_input
+
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+        data = read_input(path, lambda p: yaml.safe_load(p.read_text(encoding="utf-8")) or {},
+                          "fix the YAML (indentation, quotes, a ':' after each key) in that file", "YAML")
+    except InputError as e:
+        raise ConfigError(str(e)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
     return data

@@ -31,6 +31,7 @@ from huggingface_hub import scan_cache_dir  # noqa: E402
 
 from pipeline.config import BUNDLED, ModelConfig, SourceConfig  # noqa: E402
 from pipeline.contract import BUNDLED_MODEL_DIR, sha256_file, sha256_json  # noqa: E402
+from pipeline.inputs import check_input, read_json  # noqa: E402
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
@@ -40,6 +41,7 @@ KNOWN_SPLITS = {"train", "training", "test", "testing", "validation", "valid", "
 DOWNLOAD_FIX = ("download it on a connected machine with `huggingface-cli download --repo-type dataset {name}` (or "
                 "`datasets.load_dataset({name!r})`), copy the HF cache (HF_HOME) here, or point sources: in "
                 "configs/<expert>.yaml / DATASET= at a local file")
+SAVED_FIX = "save the dataset again with `save_to_disk` (or point sources: at its data files)"
 KIND_LABELS = {"bundled": "bundled sample", "hub": "hub dataset", "datasets_cache": "datasets-cache dataset",
                "save_to_disk": "save_to_disk dataset", "local": "local files"}
 
@@ -147,7 +149,9 @@ def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
             raise SourceError(f"{path}: unsupported file type {path.suffix!r}; use one of {', '.join(DATA_SUFFIXES)}")
         return ResolvedSource(spec.name, "local", spec.split, None, path.parent, (path,))
     if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        splits = read_json(path / "dataset_dict.json", SAVED_FIX, "a saved DatasetDict's dataset_dict.json").get("splits")
+        check_input(isinstance(splits, list) and all(isinstance(s, str) for s in splits), path / "dataset_dict.json",
+                    f"'splits' is {splits!r}, not a list of split names", SAVED_FIX)
         if spec.split not in splits:
             raise SourceNotFound(f"{path} is a saved DatasetDict with splits {splits}, not {spec.split!r}; "
                                  "set split: under the source in configs/<expert>.yaml to one of them")
@@ -192,8 +196,12 @@ def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], split: 
 
 
 def _resolve_saved(spec: SourceConfig, root: Path, split_dir: Path) -> ResolvedSource:
-    state = json.loads((split_dir / "state.json").read_text())
-    files = tuple(split_dir / f["filename"] for f in state.get("_data_files", []))
+    state = read_json(split_dir / "state.json", SAVED_FIX, "a saved dataset's state.json")
+    listed = state.get("_data_files", [])
+    names = [f.get("filename") if isinstance(f, dict) else None for f in listed] if isinstance(listed, list) else [None]
+    check_input(all(isinstance(n, str) and n and Path(n).name == n for n in names), split_dir / "state.json",
+                f"'_data_files' is {listed!r}, not a list of {{\"filename\": ...}} in this directory", SAVED_FIX)
+    files = tuple(split_dir / n for n in names)
     missing = [str(p) for p in files if not p.is_file()]
     if missing or not files:
         raise SourceError(f"{split_dir}: state.json lists data files that are missing ({missing or 'none listed'}); "

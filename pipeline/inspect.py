@@ -9,6 +9,7 @@ import click
 import numpy as np
 
 from pipeline.contract import ContractError, Manifest, block_arrays, open_shard, rebuild_fix, sha256_file
+from pipeline.inputs import read_input
 
 OPEN, CLOSE = "⟦", "⟧"
 
@@ -50,7 +51,9 @@ def inspect_build(build_dir: Path, tokenizer_file: Path, split: str, blocks: int
     shards = manifest.train if split == "train" else manifest.val
     if not shards:
         return f"build {manifest.build_id} has no {split} blocks"
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    tokenizer = read_input(tokenizer_file, lambda p: Tokenizer.from_file(str(p)),
+                           "the model's tokenizer is damaged: copy it again, or set model.tokenizer to another "
+                           "directory", "a tokenizers file")
 
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=False)

@@ -25,6 +25,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from pipeline.discover import ResolvedSource, SourceError
+from pipeline.inputs import one_line
 
 Columns = dict[str, list]
 
@@ -93,8 +94,8 @@ def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Co
         raise SourceError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(readers)}")
     try:
         yield from readers[suffix](path, columns, batch_rows)
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
-        raise SourceError(f"{path}: cannot be read as {suffix[1:]} ({e}); check the file (re-download or "
+    except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error, RecursionError) as e:
+        raise SourceError(f"{path}: cannot be read as {suffix[1:]} ({one_line(e)}); check the file (re-download or "
                           "regenerate it) or remove it from the source") from None
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import multiprocessing
 import os
 import signal
@@ -29,6 +28,7 @@ import numpy as np
 
 from pipeline.contract import tokenizer_fingerprint
 from pipeline.format import BadRow, RowFormatter
+from pipeline.inputs import check_input, read_input, read_json
 from pipeline.segments import LineCache, line_split_is_exact
 
 TOKENIZER_CACHE: dict[str, object] = {}
@@ -79,13 +79,20 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerI
 
     directory = Path(directory)
     fingerprint = tokenizer_fingerprint(directory, sha256) if sha256 else tokenizer_fingerprint(directory)
-    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    fix = (f"the tokenizer in {directory} is damaged: copy it again (or save it with "
+           "`AutoTokenizer.from_pretrained(...).save_pretrained(dir)`), or set model.tokenizer to another directory")
+    tokenizer = read_input(directory / "tokenizer.json", lambda p: Tokenizer.from_file(str(p)), fix,
+                           "a tokenizers file")
     config_path = directory / "tokenizer_config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    config = read_json(config_path, fix, "a tokenizer config") if config_path.is_file() else {}
     template = config.get("chat_template")
     if (directory / "chat_template.jinja").is_file():
-        template = (directory / "chat_template.jinja").read_text()
+        template = read_input(directory / "chat_template.jinja", lambda p: p.read_text(encoding="utf-8"), fix, "text")
+    check_input(template is None or isinstance(template, (str, list)), config_path,
+                f"chat_template is {type(template).__name__}, expected text", fix)
     if isinstance(template, list):  # named templates: take the default one
+        check_input(all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in template), config_path,
+                    "chat_template is a list but not of {\"name\": ..., \"template\": ...}", fix)
         template = next((t["template"] for t in template if t.get("name") == "default"), None)
 
     def special(key: str) -> tuple[str | None, int | None]:
@@ -94,6 +101,7 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerI
             token = token.get("content")
         if not token:
             return None, None
+        check_input(isinstance(token, str), config_path, f"{key} is {token!r}, expected a token's text", fix)
         token_id = tokenizer.token_to_id(token)
         if token_id is None:
             raise TokenizerError(f"{config_path}: {key} {token!r} is not in the tokenizer's vocabulary")
@@ -125,7 +133,7 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerI
         prefix_ids=prefix,
         chat_template=template,
         fingerprint=fingerprint,
-        line_split=line_split_is_exact(json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))),
+        line_split=line_split_is_exact(read_json(directory / "tokenizer.json", fix, "a tokenizers file")),
     )
 
 

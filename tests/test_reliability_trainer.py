@@ -279,8 +279,8 @@ def test_a_damaged_checkpoint_fails_loudly_naming_the_file(tmp_path, checkpointe
     path = tmp_path / "runs" / "sql" / "r" / "checkpoint-2" / victim
     apply(path)
     more = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=2, run_name="r")
-    with pytest.raises(CheckpointError) as err:
-        run(more, tmp_path / "cache", resume="auto")
+    with pytest.raises(CheckpointError) as err:  # r is finished: only an explicit path resumes it (into a new run)
+        run(more, tmp_path / "cache", resume=str(tmp_path / "runs" / "sql" / "r"))
     assert str(path) in str(err.value) and "--resume PATH" in str(err.value)
 
 
@@ -288,6 +288,7 @@ def test_the_undamaged_checkpoint_resumes(tmp_path, checkpointed, model_dir):
     """The control for the cases above: the same copy, undamaged, resumes."""
     shutil.copytree(checkpointed, tmp_path, dirs_exist_ok=True)
     more = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=2, run_name="r")
-    run_dir = run(more, tmp_path / "cache", resume="auto")
+    run_dir = run(more, tmp_path / "cache", resume=str(tmp_path / "runs" / "sql" / "r"))
+    assert run_dir == tmp_path / "runs" / "sql" / "r-from-2"
     assert [s for s, loss, _ in step_losses(run_dir) if loss is not None] == [1, 2, 3, 4]
     assert torch.load(run_dir / "checkpoint-4" / "trainer_state.pt", weights_only=True)["rng"]

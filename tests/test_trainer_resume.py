@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -76,11 +77,12 @@ def test_resume_on_another_build_is_refused_unless_allowed(tmp_path, model_dir):
 
     more = make_config(model_dir, tmp_path / "runs", max_steps=6, save_steps=2, run_name="r")
     with pytest.raises(CheckpointError) as err:
-        run(more, tmp_path / "cache", resume="auto")
+        run(more, tmp_path / "cache", resume=str(run_dir))
     assert old in str(err.value) and new in str(err.value) and "--allow-build-change" in str(err.value)
 
-    assert run(more, tmp_path / "cache", resume="auto", allow_build_change=True) == run_dir
-    state = json.loads((run_dir / "checkpoint-6" / "state.json").read_text())
+    # r is finished: it continues in a new run beside it
+    assert run(more, tmp_path / "cache", resume=str(run_dir), allow_build_change=True) == run_dir.with_name("r-from-4")
+    state = json.loads((run_dir.with_name("r-from-4") / "checkpoint-6" / "state.json").read_text())
     assert state["build_id"] == new and state["step"] == 6
 
 
@@ -91,6 +93,9 @@ def test_resume_path_and_missing_checkpoint(tmp_path, model_dir):
     assert find_checkpoint(str(run_dir), tmp_path) == run_dir / "checkpoint-2"
     assert find_checkpoint(str(run_dir / "checkpoint-1"), tmp_path) == run_dir / "checkpoint-1"
     (run_dir / ".tmp-checkpoint-3-999").mkdir()  # a crash while writing: ignored
+    assert find_checkpoint("auto", tmp_path / "runs" / "sql") is None  # a finished run is never resumed
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "adapter")
     assert find_checkpoint("auto", tmp_path / "runs" / "sql") == run_dir / "checkpoint-2"
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
         find_checkpoint(str(tmp_path / "nowhere"), tmp_path)
@@ -106,17 +111,21 @@ def test_a_corrupt_checkpoint_file_fails_loudly_naming_it(tmp_path, model_dir, v
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
     more = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=2)
     with pytest.raises(CheckpointError, match=victim.split("/")[-1]):
-        run(more, tmp_path / "cache", resume="auto")
+        run(more, tmp_path / "cache", resume=str(run_dir))
 
 
-def test_resuming_an_older_checkpoint_abandons_the_later_ones(tmp_path, model_dir):
+def test_resuming_an_older_checkpoint_abandons_the_later_ones(tmp_path, model_dir, monkeypatch):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
-    config = make_config(model_dir, tmp_path / "runs", max_steps=6, save_steps=2, save_total_limit=10, run_name="r")
-    run_dir = run(config, tmp_path / "cache")
+    config = make_config(model_dir, tmp_path / "runs", max_steps=8, save_steps=2, save_total_limit=10, run_name="r")
+    crash_after_checkpoint(monkeypatch, 6)  # unfinished: a finished run would continue in a new directory
+    with pytest.raises(Crash):
+        run(config, tmp_path / "cache")
+    monkeypatch.undo()
+    run_dir = tmp_path / "runs" / "sql" / "r"
     assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     shorter = make_config(model_dir, tmp_path / "runs", max_steps=3, save_steps=2, save_total_limit=10, run_name="r")
     run(shorter, tmp_path / "cache", resume=str(run_dir / "checkpoint-2"))
     # 4 and 6 belonged to the abandoned trajectory: auto must now take step 3, not step 6
     assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-2", "checkpoint-3"]
-    assert find_checkpoint("auto", tmp_path / "runs" / "sql") == run_dir / "checkpoint-3"
+    assert find_checkpoint(str(run_dir), tmp_path / "runs" / "sql") == run_dir / "checkpoint-3"
     assert "resuming from step 2 abandons checkpoint-4: removed" in (run_dir / "train.log").read_text()

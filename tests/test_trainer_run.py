@@ -94,7 +94,9 @@ def test_qlora_nf4_on_cpu_with_random_init_base(tmp_path):
     run_dir = run(config, tmp_path / "cache")
     # the 8-bit optimizer state round-trips through a weights_only checkpoint
     longer = make_config(model_dir, tmp_path / "runs", max_steps=4, lora={"method": "qlora"}, optim="adamw_bnb_8bit")
-    assert run(longer, tmp_path / "cache", resume=str(run_dir / "checkpoint-3")) == run_dir
+    resumed = run(longer, tmp_path / "cache", resume=str(run_dir / "checkpoint-3"))
+    assert resumed == run_dir.with_name(f"{run_dir.name}-from-3")  # a finished run continues in a new one
+    run_dir = resumed
     log = (run_dir / "train.log").read_text()
     assert "RANDOM INIT" in log
     assert "qlora: 14 linear layers quantized to NF4" in log  # 7 per layer; lm_head stays full precision

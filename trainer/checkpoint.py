@@ -9,17 +9,25 @@
     state.json             step, data position (epoch, index in the permutation over all ranks),
                            build id, tokenizer hash, token counters, world size
     config.json            the resolved packtrain config
-    checksums.json         the sha256 of every other file but state.json, checked before a resume
-                           (a flipped byte in a weight would otherwise load silently)
+    checksums.json         the sha256 of every other file, state.json included, checked before a
+                           resume (a flipped byte in a weight or in the data position would otherwise
+                           load silently)
 
 A checkpoint is written into ``.tmp-checkpoint-<step>-<pid>/`` and renamed into place when
-complete, so a crash never leaves a directory named ``checkpoint-*`` that is half written.
+complete, so a crash never leaves a directory named ``checkpoint-*`` that is half written; a full
+disk removes the temporary directory and stops the run with one line naming the run directory.
+
+A run is *finished* once it wrote any of its final artifacts (``summary.json``, ``adapter/``,
+``merged/``). A finished run is never resumed into nor written to: ``--resume auto`` takes only
+unfinished runs' checkpoints, and ``--resume PATH`` into a finished run continues in a new run
+directory (:func:`fork_dir`), so what a run finished with stays as it was.
 ``trainer_state.pt`` holds only tensors, numbers, strings, lists and dicts, so it loads with
 ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -45,6 +53,8 @@ TRAINER_STATE = "trainer_state.pt"
 STATE_JSON = "state.json"
 CHECKSUMS = "checksums.json"
 ADAPTER_DIR = "adapter"
+SUMMARY = "summary.json"
+FINAL_ARTIFACTS = (SUMMARY, ADAPTER_DIR, "merged")  # any of them: the run is finished
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 # how trainer_state.pt holds the optimizer: optimizer.state_dict() of one process (parameters
 # numbered), or, with train.fsdp, the full unsharded state keyed by parameter name (get_optimizer_state_dict)
@@ -118,6 +128,7 @@ def crash_point(name: str) -> None:
 def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler, scaler) -> Path | None:
     """Rank 0 (or the only process) writes the checkpoint. A model sharded with FSDP is first gathered:
     then EVERY rank calls this (the gathers are collectives) and the others return None."""
+    check_not_finished(run.run_dir, f"save {PREFIX}{state.step}")
     if sharded(model):
         adapter_state = full_trainable_state(model)
         optimizer_state = full_optimizer_state(model, optimizer)
@@ -128,31 +139,94 @@ def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler
     final = run.run_dir / f"{PREFIX}{state.step}"
     check_finite_weights(model, final, adapter_state)  # before anything is written
     tmp = run.run_dir / f"{TMP_PREFIX}{PREFIX}{state.step}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_adapter(model, tmp / ADAPTER_DIR, run.config, state_dict=adapter_state)
-    torch.save({
-        "optimizer": optimizer_state,
-        "optimizer_layout": FSDP_LAYOUT if adapter_state is not None else LOCAL_LAYOUT,
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "rng": rng_state(),
-    }, tmp / TRAINER_STATE)
-    (tmp / CONFIG_SNAPSHOT).write_text(json.dumps(run.config, indent=2, sort_keys=True) + "\n")
-    sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-    (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=2, sort_keys=True) + "\n")
-    (tmp / STATE_JSON).write_text(json.dumps(asdict(state), indent=2) + "\n")  # written last
-    for path in tmp.rglob("*"):  # on disk before the rename makes the checkpoint visible
-        if path.is_file():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-    fsync_dir(tmp)
+    with written_or_removed(tmp, f"{PREFIX}{state.step} of run {run.run_dir}"):
+        save_adapter(model, tmp / ADAPTER_DIR, run.config, state_dict=adapter_state)
+        torch.save({
+            "optimizer": optimizer_state,
+            "optimizer_layout": FSDP_LAYOUT if adapter_state is not None else LOCAL_LAYOUT,
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "rng": rng_state(),
+        }, tmp / TRAINER_STATE)
+        (tmp / CONFIG_SNAPSHOT).write_text(json.dumps(run.config, indent=2, sort_keys=True) + "\n")
+        (tmp / STATE_JSON).write_text(json.dumps(asdict(state), indent=2) + "\n")
+        sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=2, sort_keys=True) + "\n")  # covers state.json
+        for path in tmp.rglob("*"):  # on disk before the rename makes the checkpoint visible
+            if path.is_file():
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+        fsync_dir(tmp)
     crash_point("checkpoint_save")
     if final.exists():  # a previous attempt of this very step (resumed run): replace it
         shutil.rmtree(final)
     os.replace(tmp, final)
     fsync_dir(run.run_dir)
     return final
+
+
+class written_or_removed:
+    """``with written_or_removed(tmp, what):`` writes into the temporary directory ``tmp`` (created
+    empty); when writing fails, ``tmp`` is removed, so a full disk stays no fuller than before, and
+    the failure becomes one CheckpointError that names ``what`` and the fix. A full disk (ENOSPC,
+    EDQUOT) also shows up as torch's RuntimeError "file write failed": both are recognised."""
+
+    def __init__(self, tmp: Path, what: str):
+        self.tmp, self.what = tmp, what
+
+    def __enter__(self) -> Path:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir(parents=True)
+        return self.tmp
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if error is None:
+            return False
+        shutil.rmtree(self.tmp, ignore_errors=True)  # whatever failed, no partial files stay behind
+        where = self.tmp.parent
+        if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+                isinstance(error, RuntimeError) and "write failed" in str(error)):
+            raise CheckpointError(f"no space left on the device of {where} while writing {self.what}: the partial "
+                                  f"files were removed; free space (or set train.output_dir elsewhere) and continue "
+                                  f"with --resume auto") from error
+        if isinstance(error, OSError):
+            raise CheckpointError(f"cannot write {self.what} in {where} ({type(error).__name__}: {error}): the "
+                                  "partial files were removed; fix the directory and continue with --resume auto") \
+                from error
+        return False  # not a disk problem: the original error goes on
+
+
+def finished_artifacts(run_dir: Path) -> list[str]:
+    """The final artifacts the run has written (empty while it is unfinished)."""
+    return [name for name in FINAL_ARTIFACTS if (run_dir / name).exists()]
+
+
+def check_not_finished(run_dir: Path, action: str) -> None:
+    """The one guard before anything is written into a run directory: a finished run is never touched."""
+    done = finished_artifacts(run_dir)
+    if done:
+        raise CheckpointError(f"run {run_dir} is finished ({', '.join(done)} written): refusing to {action} there; "
+                              f"continue it into a new run with --resume {run_dir}, or start a new run")
+
+
+def newest_finished_run(expert_runs: Path) -> Path | None:
+    """The run that finished last (summary.json and adapter/ written); None when there is none."""
+    runs = [p for p in expert_runs.iterdir() if (p / SUMMARY).is_file() and (p / ADAPTER_DIR).is_dir()] \
+        if expert_runs.is_dir() else []
+    return max(runs, key=lambda p: ((p / SUMMARY).stat().st_mtime_ns, p.name), default=None)
+
+
+def fork_dir(finished: Path, step: int) -> Path:
+    """A new run directory beside a finished run, for continuing it from its checkpoint at ``step``."""
+    base = finished.with_name(f"{finished.name}-from-{step}")
+    path, n = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
 
 
 def discard_later_checkpoints(run_dir: Path, step: int) -> list[Path]:
@@ -188,11 +262,16 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
-    """``auto``: the newest complete checkpoint (highest step) of the run that most recently wrote
-    one; None when no run has any. A path: that checkpoint, or the newest complete checkpoint of
+    """``auto``: the newest complete checkpoint (highest step) of the unfinished run that most recently
+    wrote one; None when no unfinished run has any. A path: that checkpoint, or the newest complete checkpoint of
     that run directory."""
     if resume == "auto":
         runs = [p for p in expert_runs.iterdir() if p.is_dir()] if expert_runs.is_dir() else []
+        done = sorted(p.name for p in runs if finished_artifacts(p))
+        if done:
+            log.info("resume auto: %d finished run(s) of %s are never resumed (%s)", len(done), expert_runs,
+                     ", ".join(done))
+        runs = [p for p in runs if not finished_artifacts(p)]
         newest = [found[-1] for found in map(complete_checkpoints, runs) if found]
         if not newest:
             return None
@@ -241,6 +320,9 @@ def verify_checkpoint(path: Path) -> None:
     if outside:  # never read a file outside the checkpoint through a name in it
         raise CheckpointError(f"checkpoint file {file} is corrupt (it names {outside[0]!r}, not a file inside the "
                               "checkpoint); resume from another checkpoint with --resume PATH or start a new run")
+    if STATE_JSON not in sums:
+        raise CheckpointError(f"checkpoint file {file} does not cover {STATE_JSON} (the data position cannot be "
+                              "trusted); resume from another checkpoint with --resume PATH or start a new run")
     bad = [f"{path / name} ({'missing' if not (path / name).is_file() else 'sha256 differs'})"
            for name, digest in sorted(sums.items())
            if not (path / name).is_file() or sha256_file(path / name) != digest]

@@ -18,6 +18,7 @@ always stay fp32 (peft's ``autocast_adapter_dtype``) and the forward runs under 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 import torch
 
 from pipeline.config import ModelConfig, TrainConfig
+from pipeline.inputs import one_line, read_input, read_json
 
 log = logging.getLogger("packtrain.train")
 
@@ -59,8 +61,31 @@ def model_source(config: ModelConfig) -> ModelSource:
     if not (directory / "config.json").is_file():
         raise ModelError(f"{directory} has no config.json: not a transformers model directory "
                          f"(model.name: {config.name})")
+    fix = (f"the model in {directory} is damaged or incomplete: copy it again (or download it on a connected "
+           f"machine), or set model.name to another model")
+    read_json(directory / "config.json", fix, "a transformers config.json")
+    for weights in sorted(directory.glob("*.safetensors")):  # the header describes every byte: truncation shows
+        read_input(weights, _check_safetensors, fix, "safetensors weights")
     has_weights = any(any(directory.glob(p)) for p in WEIGHT_PATTERNS)
     return ModelSource(directory, config.name, has_weights)
+
+
+def _check_safetensors(path: Path) -> None:
+    """The header parses and the tensors it lists end exactly at the end of the file."""
+    import struct
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{size} bytes, shorter than a safetensors header")
+        (length,) = struct.unpack("<Q", head)
+        if length > size - 8:
+            raise ValueError(f"the header claims {length} bytes, the file has {size}")
+        header = json.loads(f.read(length))
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    if 8 + length + end != size:
+        raise ValueError(f"the tensors need {8 + length + end} bytes, the file has {size} (truncated?)")
 
 
 def tokenizer_dir(config: ModelConfig, source: ModelSource) -> Path:
@@ -146,8 +171,11 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
             log.info("qlora: %d linear layers quantized to NF4 (double quant, compute dtype %s)",
                      n, str(kwargs["quantization_config"].bnb_4bit_compute_dtype).replace("torch.", ""))
         return _finish(model if quantize else model.to(device))
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load model {source.label} from {source.directory}: {e}") from e
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as e:  # transformers, safetensors and torch each raise their own types for a bad file
+        raise ModelError(f"cannot load model {source.label} from {source.directory} ({one_line(e)}): copy the "
+                         "model again, or set model.name to another model") from e
     finally:
         if scratch is not None:
             scratch.cleanup()

@@ -24,7 +24,9 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,8 +41,9 @@ from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, former_
 from trainer.attention import attention_inputs, choose_attention
 from trainer.adapters import (NonFiniteWeightsError, attach_adapters, export_merged, load_adapter_weights, save_adapter,
                               trainable_parameters)
-from trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_resume, discard_later_checkpoints,
-                                find_checkpoint, load_checkpoint, read_state, verify_checkpoint)
+from trainer.checkpoint import (ADAPTER_DIR, SUMMARY, CheckpointError, RunInfo, TrainState, check_not_finished,
+                                check_resume, discard_later_checkpoints, find_checkpoint, finished_artifacts,
+                                fork_dir, load_checkpoint, read_state, verify_checkpoint, written_or_removed)
 from trainer.data import IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader
 from trainer.distributed import (DistributedError, World, barrier, close_world, decide_on_rank0, device_for,
                                  full_trainable_state, init_world, shard, wrap)
@@ -129,21 +132,26 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
                         "if they are this stage's, stop and move that directory to %s to resume them",
                         Path(train.output_dir) / former, expert_runs)
     if checkpoint is not None:
+        verify_checkpoint(checkpoint)  # checksums.json covers state.json: its data position is checked too
         saved = read_state(checkpoint)
         check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change,
                      world.world_size)
-        verify_checkpoint(checkpoint)
         state = saved
         if saved.build_id != manifest.build_id:
             log.warning("resuming on build %s (checkpoint taken on %s): data restarts at the start of epoch %d",
                         manifest.build_id, saved.build_id, saved.epoch)
             state.build_id, state.position = manifest.build_id, 0
 
-    # the run directory (a resumed run continues in its own); from here on the log goes there too
-    run_dir = decide_on_rank0(lambda: checkpoint.parent if checkpoint is not None
-                              else new_run_dir(expert_runs, train.run_name, manifest.build_id), world)
+    # the run directory (a resumed run continues in its own, unless that run is finished: a finished
+    # run is never written to, so it continues in a new one); from here on the log goes there too
+    run_dir = decide_on_rank0(lambda: choose_run_dir(checkpoint, state.step, expert_runs, train.run_name,
+                                                     manifest.build_id), world)
     file_log = _add_file_log(run_dir / "train.log") if world.is_main else None
     if checkpoint is not None and world.is_main:
+        if run_dir != checkpoint.parent:
+            log.warning("run %s is finished (%s): it stays as it is; continuing from its %s in the new run %s",
+                        checkpoint.parent, ", ".join(finished_artifacts(checkpoint.parent)), checkpoint.name,
+                        run_dir)
         for dropped in discard_later_checkpoints(run_dir, state.step):
             log.warning("resuming from step %d abandons %s: removed", state.step, dropped.name)
     try:
@@ -243,6 +251,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
 
     info = RunInfo(run_dir, config.to_dict(), tok_dir)
     if world.is_main:
+        check_not_finished(run_dir, "write its config.json and run.json")
         _write_json(run_dir / CONFIG_SNAPSHOT, info.config)
         _write_json(run_dir / "run.json", {
             "build_id": manifest.build_id, "build_dir": str(build_dir), "tokenizer_hash": manifest.tokenizer_hash,
@@ -283,16 +292,29 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     if not world.is_main:
         barrier(world)  # until rank 0 has written the adapter and summary
         return run_dir
-    save_adapter(model, run_dir / "adapter", info.config, tok_dir, state_dict=adapter_state)
-    if train.merge_adapter:
-        export_merged(model, run_dir / "merged", info.config, tok_dir)
+    check_not_finished(run_dir, "write its adapter/ and summary.json")
     summary = summarize(records, evals, {
         "run_dir": str(run_dir), "build_id": manifest.build_id, "steps": state.step, "epoch": state.epoch,
         "tokens": state.tokens, "sup_tokens": state.sup_tokens, "wall_s": wall,
         "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
-        "adapter": str(run_dir / "adapter"),
+        "adapter": str(run_dir / ADAPTER_DIR),
     })
-    _write_json(run_dir / "summary.json", summary)
+    # the final artifacts are written into temporary directories and renamed into place, summary.json last
+    finals = [(ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))]
+    if train.merge_adapter:
+        finals.append(("merged", lambda d: export_merged(model, d, info.config, tok_dir)))
+    finals.append((SUMMARY, lambda d: _write_json(d / SUMMARY, summary)))
+    for name, write in finals:
+        tmp = run_dir / f".tmp-{name}-{os.getpid()}"
+        with written_or_removed(tmp, f"the final {name} of run {run_dir}"):
+            write(tmp)
+        if name == SUMMARY:
+            os.replace(tmp / SUMMARY, run_dir / SUMMARY)
+            shutil.rmtree(tmp)
+        elif any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
+            os.replace(tmp, run_dir / name)
+        else:
+            tmp.rmdir()
     log.info("done: %s", json.dumps(summary))
     barrier(world)
     return run_dir
@@ -451,6 +473,20 @@ def total_training_steps(train, batches_per_epoch: int) -> int:
     return math.ceil(train.num_train_epochs * batches_per_epoch / train.gradient_accumulation_steps)
 
 
+def choose_run_dir(checkpoint: Path | None, step: int, expert_runs: Path, run_name: str | None,
+                   build_id: str) -> Path:
+    """A resumed run continues in its own directory; from a finished run's checkpoint, in a new one
+    beside it (``<run>-from-<step>``, its metrics up to that step copied); else a new run directory."""
+    if checkpoint is None:
+        return new_run_dir(expert_runs, run_name, build_id)
+    if not finished_artifacts(checkpoint.parent):
+        return checkpoint.parent
+    path = fork_dir(checkpoint.parent, step)
+    if (checkpoint.parent / "metrics.jsonl").is_file():
+        shutil.copy2(checkpoint.parent / "metrics.jsonl", path / "metrics.jsonl")  # cut back to the step on open
+    return path
+
+
 def new_run_dir(expert_runs: Path, run_name: str | None, build_id: str) -> Path:
     if run_name:
         path = expert_runs / run_name
@@ -463,7 +499,10 @@ def new_run_dir(expert_runs: Path, run_name: str | None, build_id: str) -> Path:
         while path.exists():
             n += 1
             path = base.with_name(f"{base.name}-{n}")
-    path.mkdir(parents=True)
+    try:
+        path.mkdir(parents=True)  # never into an existing directory, even one made a moment ago
+    except FileExistsError:
+        raise TrainError(f"run directory {path} was just created by another run: start this one again") from None
     return path
 
 

@@ -1,0 +1,58 @@
+"""Reading the files a user hands packtrain: configs, saved datasets, tokenizers, model weights.
+
+Every parse of such a file goes through :func:`read_input`, which turns whatever the parser raises
+(a JSON, YAML, tokenizers, safetensors or Arrow error, a wrong encoding, a wrong shape) into one
+:class:`InputError` whose one-line message names the file and says how to fix it. The CLI prints
+it as ``error: ...`` and exits 2, never with a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.contract import ContractError
+
+
+class InputError(ContractError):
+    """An input file cannot be read; the message (one line) names it and the fix."""
+
+
+def one_line(error: BaseException, limit: int = 200) -> str:
+    """``Type: first line of the message``, cut to ``limit`` characters: a parser's error in one line."""
+    text = " ".join(str(error).split()) or "no details"
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}"
+
+
+def read_input(path: str | os.PathLike, parse: Callable[[Path], Any], fix: str, what: str = "") -> Any:
+    """``parse(path)``, with any error it raises turned into an InputError naming ``path`` and ``fix``.
+    ``what`` says what the file should be ("a saved dataset's state.json"), for the message."""
+    path = Path(path)
+    try:
+        return parse(path)
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every parser has its own error types; all mean "unreadable"
+        kind = f" as {what}" if what else ""
+        raise InputError(f"{path} cannot be read{kind} ({one_line(e)}): {fix}") from None
+
+
+def read_json(path: str | os.PathLike, fix: str, what: str = "JSON", shape: type = dict) -> Any:
+    """A JSON file whose top level must be a ``shape`` (dict by default)."""
+    def parse(p: Path) -> Any:
+        value = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(value, shape):
+            raise ValueError(f"the top level is {type(value).__name__}, expected {shape.__name__}")
+        return value
+
+    return read_input(path, parse, fix, what)
+
+
+def check_input(ok: bool, path: str | os.PathLike, problem: str, fix: str) -> None:
+    """A parsed file with the wrong content: the same one-line error as an unreadable one."""
+    if not ok:
+        raise InputError(f"{path}: {problem}: {fix}")
