@@ -120,6 +120,14 @@ def check_build_name(name: str) -> str:
     return name if dot else check_expert_name(name)
 
 
+def _is_build_name(name: str) -> bool:
+    try:
+        check_build_name(name)
+    except ContractError:
+        return False
+    return True
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every token id fits (vocab_size <= 65536), else uint32."""
     if vocab_size <= 0:
@@ -452,7 +460,7 @@ def load_build_config(build_dir: str | os.PathLike) -> dict:
 SHARD = {"file": FILE_NAME, "rows": COUNT, "bytes": COUNT, "sha256": SHA256}
 MANIFEST_SCHEMA = {
     "build_id": Is("a build id (16 hex digits)", lambda v: isinstance(v, str) and BUILD_ID.fullmatch(v) is not None),
-    "expert": Is("an expert name", lambda v: isinstance(v, str) and EXPERT_NAME.fullmatch(v) is not None),
+    "expert": Is("an expert name or <expert>.<stage>", lambda v: isinstance(v, str) and _is_build_name(v)),
     "inputs": {"tokenizer": {"hash": TEXT, "vocab_size": POSITIVE, "pad_id": COUNT, "eos_id": COUNT},
                "pack": {"block_size": POSITIVE}},
     "outputs": {"token_dtype": Is("'uint16' or 'uint32'", lambda v: v in ("uint16", "uint32")),

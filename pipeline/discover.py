@@ -21,7 +21,6 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"  # forced, not defaulted: packtrain never downloads
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
-import json  # noqa: E402
 import re  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402

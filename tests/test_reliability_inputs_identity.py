@@ -54,8 +54,8 @@ def edit_after_plan(monkeypatch, edit, times: int) -> list:
     plans = []
     real = pipeline.build.plan
 
-    def hooked(config, cache_dir):
-        planned = real(config, cache_dir)
+    def hooked(config, cache_dir, log=None):
+        planned = real(config, cache_dir, log)
         plans.append(planned)
         if len(plans) <= times:
             edit()

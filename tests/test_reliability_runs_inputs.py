@@ -378,7 +378,7 @@ stages:
     again = cli("train", "sql", *common, "--max-steps", 1, "--resume", "auto")
     assert again.returncode == 0, again.stderr[-2000:]
     assert [Path(json.loads(line)["run_dir"]) for line in again.stdout.splitlines() if line.startswith("{")] == runs
-    assert f"resume auto: stage sql-basics finished in {runs[0]}; going on from its adapter" in again.stderr
+    assert f"resume auto: stage sql.basics finished in {runs[0]}; going on from its adapter" in again.stderr
     assert [snapshot(r) for r in runs] == before
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["sql-all", "sql-basics"]
-    assert [len(list((tmp_path / "runs" / s).iterdir())) for s in ("sql-basics", "sql-all")] == [1, 1]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["sql.all", "sql.basics"]
+    assert [len(list((tmp_path / "runs" / s).iterdir())) for s in ("sql.basics", "sql.all")] == [1, 1]

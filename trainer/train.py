@@ -39,8 +39,8 @@ from pipeline.config import ConfigError, ExpertConfig, check_numbers
 from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, former_stage_name, record_runs_dir,
                                resolve_build, tokenizer_fingerprint, verify_checksums)
 from trainer.attention import attention_inputs, choose_attention
-from trainer.adapters import (NonFiniteWeightsError, attach_adapters, export_merged, load_adapter_weights, save_adapter,
-                              trainable_parameters)
+from trainer.adapters import (NonFiniteWeightsError, attach_adapters, check_finite_weights, export_merged,
+                              load_adapter_weights, save_adapter, trainable_parameters)
 from trainer.checkpoint import (ADAPTER_DIR, SUMMARY, CheckpointError, RunInfo, TrainState, check_not_finished,
                                 check_resume, discard_later_checkpoints, find_checkpoint, finished_artifacts,
                                 fork_dir, load_checkpoint, read_state, verify_checkpoint, written_or_removed)
@@ -299,7 +299,9 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
         "adapter": str(run_dir / ADAPTER_DIR),
     })
-    # the final artifacts are written into temporary directories and renamed into place, summary.json last
+    # the final artifacts are written into temporary directories and renamed into place, summary.json last;
+    # weights that are not finite are refused before anything is written (naming where they would go)
+    check_finite_weights(model, run_dir / ADAPTER_DIR, adapter_state)
     finals = [(ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))]
     if train.merge_adapter:
         finals.append(("merged", lambda d: export_merged(model, d, info.config, tok_dir)))
