@@ -176,4 +176,12 @@ def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
 
 
 def _type_name(hint: Any) -> str:
-    return str(hint).replace("typing.", "")
+    """How a field's type reads in an error: ``true, false or 'auto'``, ``an integer or null``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        names = [_type_name(a) for a in args]
+        return ", ".join(names[:-1]) + " or " + names[-1]
+    if origin is Literal:
+        return ", ".join(map(repr, args))
+    return {bool: "true, false", int: "an integer", float: "a number", str: "a string",
+            type(None): "null"}.get(hint, str(hint).replace("typing.", ""))
