@@ -14,7 +14,7 @@ from trainer.model import Precision
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, device: torch.device,
-             max_batches: int | None = None, chunked: bool = True, fused=None,
+             chunked: bool = True, fused=None,
              attention: AttentionChoice | None = None) -> dict:
     """``{"eval/loss", "eval/ppl", "eval/tokens"}``: the mean loss over every supervised val token,
     computed by the training loss (:func:`trainer.loss.packed_loss_sum`; ``chunked`` as
@@ -23,9 +23,7 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, d
     model.eval()
     loss_sum = torch.zeros((), device=device)
     tokens = 0
-    for i, batch in enumerate(loader):
-        if max_batches is not None and i >= max_batches:
-            break
+    for batch in loader:  # the loader holds exactly the blocks to evaluate (train.max_eval_batches: train.py)
         input_ids = batch["input_ids"].to(device, non_blocking=True)
         position_ids = batch["position_ids"].to(device, non_blocking=True)
         labels = batch["labels"].to(device, non_blocking=True)

@@ -43,6 +43,7 @@ class NonFiniteLossError(RuntimeError):
 
 
 def train_loop(
+    *,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,

@@ -279,9 +279,11 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     meter = Meter(device, flops, peak * world.world_size if peak else None)  # the counts are global
     start, start_tokens = time.perf_counter(), state.tokens
     try:
-        records, evals = train_loop(model if fsdp else wrap(model, world, device), optimizer, scheduler, scaler,
-                                    precision, device, batches, val_loader, train, total_steps, state, info, meter,
-                                    metrics, world, attention=attention, fused=fused)
+        records, evals = train_loop(
+            model=model if fsdp else wrap(model, world, device), optimizer=optimizer, scheduler=scheduler,
+            scaler=scaler, precision=precision, device=device, batches=batches, val_loader=val_loader, train=train,
+            total_steps=total_steps, state=state, run=info, meter=meter, metrics=metrics, world=world,
+            attention=attention, fused=fused)
     except torch.OutOfMemoryError as e:
         raise TrainError(oom_advice(train, config.lora)) from e
     finally:
