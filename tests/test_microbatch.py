@@ -23,11 +23,11 @@ def test_divisors():
 def test_choose_takes_the_fastest_fitting_and_ties_go_to_the_smaller():
     trials = [Trial(1, False, 4.0, 0.27), Trial(2, False, 6.5, 0.17), Trial(4, False, 11.9, 0.19),
               Trial(8, False, 22.8, 0.21), Trial(16, False, 44.5, 0.37)]  # measured on an H100 (0.5B, no compile)
-    assert choose(trials, 16).micro == 16  # 16/0.37 = 43 blocks/s beats 8/0.21 = 38
-    assert choose([Trial(2, False, 1, 0.2), Trial(4, False, 2, 0.4)], 4).micro == 2
-    assert choose([Trial(1, False, 1, 0.1), Trial(2, False, 70, None)], 2).micro == 1
+    assert choose(trials).micro == 16  # 16/0.37 = 43 blocks/s beats 8/0.21 = 38
+    assert choose([Trial(2, False, 1, 0.2), Trial(4, False, 2, 0.4)]).micro == 2
+    assert choose([Trial(1, False, 1, 0.1), Trial(2, False, 70, None)]).micro == 1
     with pytest.raises(MicroBatchError, match="not even one block"):
-        choose([Trial(1, True, None, None)], 4)
+        choose([Trial(1, True, None, None)])
 
 
 class ScriptedDevice:

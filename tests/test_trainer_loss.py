@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
 import trainer.loss
-from pipeline.config import LoraConfig
+from pipeline.config import ConfigError, LoraConfig
 from trainer.adapters import attach_adapters
 from trainer.data import IGNORE_INDEX, position_ids_from_doc_lens
 from trainer.evaluate import evaluate
@@ -199,7 +199,7 @@ def test_fused_path_without_targets_is_a_connected_zero(model_dir):
 def test_fused_kernel_choice_off_cuda():
     cpu = torch.device("cpu")
     assert trainer.loss.fused_kernel("auto", cpu) is None and trainer.loss.fused_kernel(False, cpu) is None
-    with pytest.raises(RuntimeError, match="fused_loss: true needs CUDA"):
+    with pytest.raises(ConfigError, match="fused_loss: true needs CUDA"):
         trainer.loss.fused_kernel(True, cpu)
 
 

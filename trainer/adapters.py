@@ -92,8 +92,8 @@ def save_adapter(model, directory: Path, config: dict, tokenizer_dir: Path | Non
     """PEFT-format adapter + resolved config (+ tokenizer files, so the directory is self-contained).
     ``state_dict``: the full trainable weights keyed as in ``model.state_dict()``, for a model sharded
     with FSDP (trainer.distributed.full_trainable_state); peft converts them to its format.
-    Non-finite weights are refused (:func:`check_finite_weights`)."""
-    check_finite_weights(model, directory, state_dict)
+    Callers refuse non-finite weights first (:func:`check_finite_weights`, before anything of theirs
+    is written, naming the final path rather than this temporary one)."""
     directory.mkdir(parents=True, exist_ok=True)
     if state_dict is None:
         model.save_pretrained(directory, safe_serialization=True)

@@ -99,7 +99,7 @@ def choose_attention(device: torch.device, use_sdpa: bool, block_size: int, mode
     if sliding_window is not None and sliding_window < block_size:
         return AttentionChoice("sdpa", "sdpa", f"{reference}: the model's sliding window ({sliding_window}) is "
                                f"shorter than the block ({block_size})")
-    register()
+    register(kernel)
     return AttentionChoice("varlen", VARLEN_NAME, "varlen flash attention per document "
                            "(torch.nn.attention.varlen, no mask)")
 

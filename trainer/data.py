@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from pipeline.contract import ContractError, Manifest
+from trainer.attention import attention_inputs
 
 IGNORE_INDEX = -100
 
@@ -86,8 +87,12 @@ def position_ids_from_doc_lens(doc_lens: Sequence[int], block_size: int) -> np.n
     >>> position_ids_from_doc_lens([3, 2], 6).tolist()
     [0, 1, 2, 0, 1, 0]
     """
-    lens = segment_lens(doc_lens, block_size)
-    starts = np.repeat(np.cumsum([0] + lens[:-1]), lens)
+    return positions_of_segments(segment_lens(doc_lens, block_size), block_size)
+
+
+def positions_of_segments(segments: Sequence[int], block_size: int) -> np.ndarray:
+    """Position ids restarting at every segment of :func:`segment_lens`."""
+    starts = np.repeat(np.cumsum([0] + list(segments[:-1])), segments)
     return np.arange(block_size, dtype=np.int64) - starts
 
 
@@ -124,7 +129,7 @@ class BlockDataset(Dataset):
 
         ids = shard.input_ids[b][r].astype(np.int64)  # the one copy: uint16/uint32 -> int64
         segments = segment_lens(doc_lens, self.block_size)
-        position_ids = position_ids_from_doc_lens(doc_lens, self.block_size)
+        position_ids = positions_of_segments(segments, self.block_size)
         targets = (shard.loss_mask[b][r] == 1) & (position_ids != 0)
         labels = np.where(targets, ids, IGNORE_INDEX)
         n = doc_lens.astype(np.int64)
@@ -159,6 +164,15 @@ def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     batch["cu_seq_lens"] = torch.nn.functional.pad(segments.cumsum(0, dtype=torch.int32), (1, 0))
     batch["max_length"] = torch.tensor(len(items[0]["position_ids"]))
     return batch
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device,
+              attention=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    """What the forward of a collated batch needs on ``device`` (copied without blocking): input ids,
+    position ids, labels, and the model's attention keyword arguments for ``attention`` (the run's
+    :class:`trainer.attention.AttentionChoice`; see :func:`trainer.attention.attention_inputs`)."""
+    return (batch["input_ids"].to(device, non_blocking=True), batch["position_ids"].to(device, non_blocking=True),
+            batch["labels"].to(device, non_blocking=True), attention_inputs(batch, device, attention))
 
 
 def permutation_seed(seed: int, build_id: str, epoch: int) -> int:

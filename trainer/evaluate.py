@@ -7,7 +7,8 @@ import math
 import torch
 from torch.utils.data import DataLoader
 
-from trainer.attention import AttentionChoice, attention_inputs
+from trainer.attention import AttentionChoice
+from trainer.data import to_device
 from trainer.loss import packed_loss_sum
 from trainer.model import Precision
 
@@ -24,12 +25,10 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, d
     loss_sum = torch.zeros((), device=device)
     tokens = 0
     for batch in loader:  # the loader holds exactly the blocks to evaluate (train.max_eval_batches: train.py)
-        input_ids = batch["input_ids"].to(device, non_blocking=True)
-        position_ids = batch["position_ids"].to(device, non_blocking=True)
-        labels = batch["labels"].to(device, non_blocking=True)
+        input_ids, position_ids, labels, attention_kwargs = to_device(batch, device, attention)
         with precision.autocast(device):
             loss_sum += packed_loss_sum(model, input_ids, position_ids, labels, chunked=chunked, fused=fused,
-                                        attention=attention_inputs(batch, device, attention))
+                                        attention=attention_kwargs)
         tokens += int(batch["n_sup"].sum())
     model.train(was_training)
     loss = loss_sum.item() / max(tokens, 1)

@@ -26,9 +26,9 @@ from tqdm import tqdm
 
 from pipeline.config import TrainConfig
 from trainer.adapters import trainable_parameters
-from trainer.attention import AttentionChoice, attention_inputs
+from trainer.attention import AttentionChoice
 from trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
-from trainer.data import BatchStream
+from trainer.data import BatchStream, to_device
 from trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
 from trainer.evaluate import evaluate
 from trainer.loss import packed_loss_sum
@@ -94,12 +94,10 @@ def train_loop(
         # 2. forward + backward, every token weighted 1 / (supervised tokens in the window)
         loss_sum = torch.zeros((), device=device)
         for micro in accumulate(model, window):  # under DDP: no_sync() but for the last micro-batch
-            input_ids = micro["input_ids"].to(device, non_blocking=True)
-            position_ids = micro["position_ids"].to(device, non_blocking=True)
-            labels = micro["labels"].to(device, non_blocking=True)
+            input_ids, position_ids, labels, attention_kwargs = to_device(micro, device, attention)
             with precision.autocast(device):
                 micro_loss = packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss,
-                                             fused=fused, attention=attention_inputs(micro, device, attention))
+                                             fused=fused, attention=attention_kwargs)
             scaled = micro_loss / norm
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             loss_sum += micro_loss.detach()

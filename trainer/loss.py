@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from pipeline.config import ConfigError
 from trainer.data import IGNORE_INDEX
 from trainer.model import causal_lm, packed_forward, packed_hidden_states
 
@@ -94,14 +95,14 @@ def fused_kernel(setting: bool | str, device: torch.device) -> Callable | None:
         return None
     if device.type != "cuda":
         if setting is True:
-            raise RuntimeError(f"train.fused_loss: true needs CUDA (this run is on {device.type}); "
+            raise ConfigError(f"train.fused_loss: true needs CUDA (this run is on {device.type}); "
                                "set it to auto or false")
         return None
     try:
         from cut_cross_entropy import linear_cross_entropy
     except ImportError as e:
         if setting is True:
-            raise RuntimeError(f"train.fused_loss: true, but cut-cross-entropy cannot be imported ({e}): "
+            raise ConfigError(f"train.fused_loss: true, but cut-cross-entropy cannot be imported ({e}): "
                                "pip install 'packtrain[cuda]', or set train.fused_loss: auto") from None
         _say_once("fused-missing", f"fused_loss: cut-cross-entropy is not installed ({e}); using the chunked "
                   "loss (same result, slower): pip install 'packtrain[cuda]'")

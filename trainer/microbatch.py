@@ -59,14 +59,7 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def per_device_blocks(global_batch: int, world_size: int) -> int:
-    if global_batch % world_size:
-        raise MicroBatchError(f"train.global_batch_size {global_batch} is not a multiple of the world size "
-                              f"{world_size}: make it one")
-    return global_batch // world_size
-
-
-def choose(trials: list[Trial], per_device: int) -> Trial:
+def choose(trials: list[Trial]) -> Trial:
     """The fastest fitting trial (tokens per second: micro / seconds); ties go to the smaller micro-batch."""
     fitting = [t for t in trials if t.fits]
     if not fitting:
@@ -95,7 +88,7 @@ def search(step: Callable[[int], None], per_device: int, total_bytes: int, check
                 break
         if any(t.fits for t in trials):
             break
-    return choose(trials, per_device), trials
+    return choose(trials), trials
 
 
 def _measure(step: Callable[[int], None], micro: int, checkpointing: bool, limit: float, device: torch.device) -> Trial:

@@ -38,20 +38,19 @@ from torch.utils.data import Dataset, Subset
 from pipeline.config import ConfigError, ExpertConfig, check_numbers
 from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, former_stage_name, record_runs_dir,
                                resolve_build, tokenizer_fingerprint, verify_checksums)
-from trainer.attention import attention_inputs, choose_attention
+from trainer.attention import choose_attention
 from trainer.adapters import (NonFiniteWeightsError, attach_adapters, check_finite_weights, export_merged,
                               load_adapter_weights, save_adapter, trainable_parameters)
 from trainer.checkpoint import (ADAPTER_DIR, SUMMARY, CheckpointError, RunInfo, TrainState, check_not_finished,
                                 check_resume, discard_later_checkpoints, find_checkpoint, finished_artifacts,
                                 fork_dir, load_checkpoint, read_state, verify_checkpoint, written_or_removed)
-from trainer.data import IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader
+from trainer.data import IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader, to_device
 from trainer.distributed import (DistributedError, World, barrier, close_world, decide_on_rank0, device_for,
                                  full_trainable_state, init_world, shard, wrap)
 from trainer.loop import NonFiniteLossError, train_loop
 from trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops, summarize
 from trainer.loss import fused_kernel
-from trainer.microbatch import (MicroBatch, MicroBatchError, auto_micro_batch, divisors, per_device_blocks,
-                                set_checkpointing)
+from trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
 from trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
 from trainer.optim import build_optimizer
 from trainer.schedule import build_scheduler, warmup_steps
@@ -65,7 +64,7 @@ class TrainError(Exception):
 
 # Errors whose message is the whole story (the CLI prints it without a traceback and exits 2).
 EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, NonFiniteWeightsError, ContractError,
-                   ConfigError, DistributedError)
+                   ConfigError, DistributedError, MicroBatchError)
 
 
 def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None, resume: str | None = None,
@@ -384,7 +383,7 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
     measure, the largest divisor of the per-device batch up to 8 (said in the log)."""
     from trainer.loss import packed_loss_sum
 
-    per_device = per_device_blocks(train.global_batch_size, world.world_size)
+    per_device = train.global_batch_size // world.world_size  # a multiple: check_batch_shape
     if device.type != "cuda":
         micro = max(d for d in divisors(per_device) if d <= 8)
         choice = MicroBatch(micro, per_device // micro, train.gradient_checkpointing,
@@ -392,10 +391,10 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
                             "accumulation (no device memory to measure: the largest divisor up to 8)")
     else:
         def loss_fn(forward_model, batch):
+            input_ids, position_ids, labels, attention_kwargs = to_device(batch, device, attention)
             with precision.autocast(device):
-                return packed_loss_sum(forward_model, batch["input_ids"].to(device), batch["position_ids"].to(device),
-                                       batch["labels"].to(device), chunked=train.chunked_loss, fused=fused,
-                                       attention=attention_inputs(batch, device, attention))
+                return packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss,
+                                       fused=fused, attention=attention_kwargs)
 
         forward_model = torch.compile(model) if train.torch_compile else model
         try:
