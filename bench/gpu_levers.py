@@ -1,4 +1,4 @@
-"""The levers one at a time on the GPU (docs/BENCHMARKS.md, run 2): `trainer.train.run` with the bench's
+"""The levers one at a time on the GPU (docs/BENCHMARKS.md, run 2): `packtrain.trainer.train.run` with the bench's
 config and one override, one process per variant. Usage, on the GPU machine:
 
     python3 bench/gpu_levers.py build [ARCH]; STEPS=6 MB=2 GA=8 python3 bench/gpu_levers.py nocompile-ref [ARCH]
@@ -21,13 +21,13 @@ def main():
     if variant == "build":
         tb.build_blocks(args, model, work); return
     import torch
-    from trainer import attention as A
+    from packtrain.trainer import attention as A
     config = tb.expert_config(args, model, work / "cache", work / "runs", variant)
     t = config.train
     if "nocompile" in variant: t.torch_compile = False
     if "ref" in variant: config.model.varlen_attention = False; t.fused_loss = False
     if "auto" in variant: t.per_device_train_batch_size = "auto"; t.global_batch_size = args.batch_size * args.grad_accum
-    from trainer.train import run
+    from packtrain.trainer.train import run
     if torch.cuda.is_available(): torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     run_dir = run(config, work / "cache")

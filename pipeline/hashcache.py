@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.contract import SHA256, ContractError, Is, MapOf, TEXT, read_json, sha256_file, sha256_json
+from packtrain.core.contract import SHA256, ContractError, Is, MapOf, TEXT, read_json, sha256_file, sha256_json
 
 STAT_CACHE = ".stat-cache.json"
 ENTRY = Is("[size, mtime_ns, ctime_ns, inode, sha256]",

@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 import numpy as np
 
-from pipeline.contract import ContractError, Manifest, block_arrays, open_shard, rebuild_fix, sha256_file
-from pipeline.inputs import read_input
+from packtrain.core.contract import ContractError, Manifest, rebuild_fix, sha256_file
+from packtrain.core.shardfile import open_shard
+from packtrain.core.inputs import read_input
 
 OPEN, CLOSE = "⟦", "⟧"
 
@@ -62,12 +63,11 @@ def inspect_build(build_dir: Path, tokenizer_file: Path, split: str, blocks: int
     if sha256_file(build_dir / shard.file) != shard.sha256:  # never show tokens the build did not write
         raise ContractError(f"shard {build_dir / shard.file} differs from its sha256 in the manifest (corrupt); "
                             f"{rebuild_fix(build_dir)}")
-    table = open_shard(build_dir / shard.file)
-    ids, mask, doc_lens = block_arrays(table)
+    ids, mask, doc_lens = open_shard(build_dir / shard.file, manifest.block_size).arrays()
     out = [f"build {manifest.build_id} ({manifest.expert}), {split}: {sum(s.rows for s in shards):,} blocks of "
            f"{manifest.block_size} tokens; showing {min(blocks, len(ids))} from {shard.file}"]
     for row in range(min(blocks, len(ids))):
-        lens = doc_lens[row].as_py()
+        lens = doc_lens[row]
         out.append(f"\n═══ block {row}: {len(lens)} documents, {sum(lens)} tokens")
         out.append(render_block(ids[row], mask[row], lens, decode, color))
     return "\n".join(out)

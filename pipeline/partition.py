@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from pipeline.build import (SOURCE_STATS, SOURCES, SPLITS, BuildError, BuildResult, plan, publish_locked,
+from packtrain.pipeline.build import (SOURCE_STATS, SOURCES, SPLITS, BuildError, BuildResult, plan, publish_locked,
                             remove_path, source_cache_problem, source_key, tokenize_sources, uncached_sources,
                             write_source_stats)
-from pipeline.config import ExpertConfig
-from pipeline.contract import LOCK, TMP_PREFIX, expert_dir, fsync_dir, token_dtype
+from packtrain.core.config import ExpertConfig
+from packtrain.core.contract import LOCK, TMP_PREFIX, expert_dir, fsync_dir, token_dtype
 
 PARTS = ".parts"
 

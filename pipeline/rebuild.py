@@ -28,10 +28,10 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from pipeline.build import SOURCES, build, plan, source_key
-from pipeline.config import ExpertConfig
-from pipeline.configfile import load_config
-from pipeline.contract import (BUILD_ID, LOCK, MANIFEST, ContractError, Manifest, expert_dir, read_current,
+from packtrain.pipeline.build import SOURCES, build, plan, source_key
+from packtrain.core.config import ExpertConfig
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import (BUILD_ID, LOCK, MANIFEST, ContractError, Manifest, expert_dir, read_current,
                                recorded_runs_dirs)
 
 REBUILD_LOCK = ".rebuild.lock"

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from pipeline.pack import PieceCounts
+from packtrain.pipeline.pack import PieceCounts
 
 
 def split_totals(lengths: np.ndarray, prompt_lengths: np.ndarray, blocks: int, real_tokens: int,

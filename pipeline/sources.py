@@ -24,8 +24,8 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from pipeline.discover import ResolvedSource, SourceError
-from pipeline.inputs import one_line
+from packtrain.pipeline.discover import ResolvedSource, SourceError
+from packtrain.core.inputs import one_line
 
 Columns = dict[str, list]
 

@@ -7,9 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from pipeline.build import plan
-from pipeline.configfile import load_config
-from pipeline.contract import MANIFEST, ContractError, Manifest, expert_dir, read_current, recorded_runs_dirs
+from packtrain.pipeline.build import plan
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import MANIFEST, ContractError, Manifest, expert_dir, read_current, recorded_runs_dirs
 
 
 def last_run(runs_dirs: list[Path], build_id: str) -> str | None:

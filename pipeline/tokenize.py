@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.contract import tokenizer_fingerprint
-from pipeline.format import BadRow, RowFormatter
-from pipeline.inputs import check_input, read_input, read_json
-from pipeline.segments import LineCache, line_split_is_exact
+from packtrain.core.contract import tokenizer_fingerprint
+from packtrain.pipeline.format import BadRow, RowFormatter
+from packtrain.core.inputs import check_input, read_input, read_json
+from packtrain.pipeline.segments import LineCache, line_split_is_exact
 
 TOKENIZER_CACHE: dict[str, object] = {}
 LINE_CACHES: dict[str, LineCache] = {}
@@ -57,7 +57,7 @@ class TokenizerInfo:
     chat_template: str | None
     fingerprint: dict
     line_split: tuple[bool, str]
-    """Whether repeated lines can be memoized exactly (pipeline.segments), and why."""
+    """Whether repeated lines can be memoized exactly (packtrain.pipeline.segments), and why."""
 
     def manifest_entry(self, source: str) -> dict:
         return {
@@ -73,7 +73,7 @@ class TokenizerInfo:
 
 
 def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerInfo:
-    """``sha256``: a cached hasher (pipeline.hashcache.StatCache.sha256). The files are hashed before
+    """``sha256``: a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256). The files are hashed before
     they are read, so a change in between shows when the build checks them again."""
     from tokenizers import Tokenizer
 

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "pipeline" / "assets" / "samples"
-DEMO_MODEL = ROOT / "pipeline" / "assets" / "demo-model"
+DEMO_MODEL = ROOT / "packtrain" / "core" / "assets" / "demo-model"
 
 ROWS = 3000
 FIELDS = {

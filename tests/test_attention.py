@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from trainer import attention
-from trainer.data import collate, position_ids_from_doc_lens, segment_lens
-from trainer.model import packed_forward
+from packtrain.trainer import attention
+from packtrain.trainer.data import collate, position_ids_from_doc_lens, segment_lens
+from packtrain.trainer.model import packed_forward
 from trainer_fixtures import PAD_ID, tiny_model_dir
 
 CALLS: list[dict] = []

@@ -15,17 +15,15 @@ import pyarrow as pa
 import pytest
 from tokenizers import Tokenizer
 
-import pipeline.build
+import packtrain.pipeline.build
 from build_fixtures import make_project, make_tokenizer, rows, write_jsonl
-from pipeline.build import BuildError, build
-from pipeline.configfile import load_config
-from pipeline.contract import (
+from packtrain.pipeline.build import BuildError, build
+from packtrain.core.configfile import load_config
+from packtrain.core.shardfile import open_shard
+from packtrain.core.contract import (
     Manifest,
-    block_arrays,
-    open_shard,
     read_current,
     resolve_build,
-    sha256_file,
     verify_checksums,
 )
 
@@ -60,15 +58,15 @@ def test_build_writes_the_contract(project):
     totals = manifest.raw["outputs"]["totals"]
     assert totals["train"]["documents"] + totals["val"]["documents"] == 60
 
-    table = open_shard(result.path / manifest.train[0].file)
-    assert table.schema.field("input_ids").type == pa.list_(pa.uint16(), 128)
-    ids, mask, doc_lens = block_arrays(table)
+    schema = pa.ipc.open_stream(pa.memory_map(str(result.path / manifest.train[0].file))).schema
+    assert schema.field("input_ids").type == pa.list_(pa.uint16(), 128)
+    ids, mask, doc_lens = open_shard(result.path / manifest.train[0].file, 128).arrays()
     assert ids.shape == (manifest.train[0].rows, 128) and ids.dtype == np.uint16
     tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
     texts = {r["answer"] for r in rows(60)}
     supervised = 0
     for row in range(len(ids)):
-        lens = doc_lens[row].as_py()
+        lens = doc_lens[row]
         at = 0
         for n in lens:
             doc, doc_mask = ids[row, at:at + n], mask[row, at:at + n]
@@ -101,13 +99,12 @@ def test_first_block_literal_content(tmp_path):
     project_rows = rows(3)
     write_jsonl(project["data"], [{"question": "q", "context": "c", "answer": r["answer"][:12]} for r in project_rows])
     result = run_build(project)
-    table = open_shard(result.path / "train-00000.arrow")
-    ids, mask, doc_lens = block_arrays(table)
+    ids, mask, doc_lens = open_shard(result.path / "train-00000.arrow", 64).arrays()
     tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
-    doc = ids[0, : doc_lens[0].as_py()[0]].tolist()
+    doc = ids[0, : doc_lens[0][0]].tolist()
     assert tokenizer.decode(doc, skip_special_tokens=False) == "### Schema\nc\n### Question\nq\n### SQL\nSELECT COUNT<|endoftext|>"
-    assert doc_lens.to_pylist() == [[len(doc)] * 3]
-    assert table.num_rows == 1
+    assert doc_lens == [[len(doc)] * 3]
+    assert len(ids) == 1
 
 
 def test_num_proc_does_not_change_the_bytes(project, tmp_path):
@@ -133,7 +130,7 @@ def test_second_run_is_a_no_op(project, monkeypatch):
     first = run_build(project)
     def fail(*_, **__):
         raise AssertionError("tokenized again")
-    monkeypatch.setattr(pipeline.build, "encode_stream", fail)
+    monkeypatch.setattr(packtrain.pipeline.build, "encode_stream", fail)
     second = run_build(project)
     assert second.up_to_date and second.build_id == first.build_id
 
@@ -163,7 +160,7 @@ def test_kill_9_leaves_current_valid(project, point):
     old = run_build(project, **{"pack.val_fraction": 0.2})  # different tokens: the rerun must tokenize
     script = (
         "import sys; sys.path.insert(0, %r)\n"
-        "from pipeline.configfile import load_config\nfrom pipeline.build import build\n"
+        "from packtrain.core.configfile import load_config\nfrom packtrain.pipeline.build import build\n"
         "build(load_config('sql', %r), %r, log=lambda *a: None, progress=False)\n"
     ) % (str(ROOT), str(project["configs"]), str(project["cache"]))
     env = dict(os.environ, PACKTRAIN_CRASH_AT=point)
@@ -209,7 +206,7 @@ def decoded_answers(path: Path, split: str, project) -> set[str]:
     manifest = Manifest.load(path)
     answers = set()
     for shard in (manifest.train if split == "train" else manifest.val):
-        ids, mask, _ = block_arrays(open_shard(path / shard.file))
+        ids, mask, _ = open_shard(path / shard.file, manifest.block_size).arrays()
         for row in range(len(ids)):
             answers.update(t for t in tokenizer.decode(ids[row][mask[row] == 1].tolist(), skip_special_tokens=False)
                            .split("<|endoftext|>") if t)
@@ -231,8 +228,8 @@ def test_wrap_strategy_and_overlong_documents(project):
 def test_chat_style_masks_the_rendered_prompt(project):
     result = run_build(project, **{"format.style": "chat", "format.system": "You write SQL."})
     tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
-    ids, mask, doc_lens = block_arrays(open_shard(result.path / "train-00000.arrow"))
-    n = doc_lens[0].as_py()[0]
+    ids, mask, doc_lens = open_shard(result.path / "train-00000.arrow", Manifest.load(result.path).block_size).arrays()
+    n = doc_lens[0][0]
     text = tokenizer.decode(ids[0, :n].tolist(), skip_special_tokens=False)
     assert text.startswith("<|im_start|>system\nYou write SQL.<|im_end|>\n<|im_start|>user\n### Schema")
     answer = tokenizer.decode(ids[0, :n][mask[0, :n] == 1].tolist(), skip_special_tokens=False)
@@ -264,8 +261,8 @@ def with_bos_post_processor(model_dir: Path) -> None:
 
 
 def first_doc(result) -> list[int]:
-    ids, _, doc_lens = block_arrays(open_shard(result.path / "train-00000.arrow"))
-    return ids[0, : doc_lens[0].as_py()[0]].tolist()
+    ids, _, doc_lens = open_shard(result.path / "train-00000.arrow", Manifest.load(result.path).block_size).arrays()
+    return ids[0, : doc_lens[0][0]].tolist()
 
 
 def test_bos_from_the_post_processor_once_in_both_styles(project):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import main
+from packtrain.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,9 +20,9 @@ def invoke(*args, catch=False):
     return result
 
 
-def packtrain(*args, cwd=ROOT):
+def run_cli(*args, cwd=ROOT):
     """The real entry point in a subprocess: exit codes and stderr as a user sees them."""
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True)
 
 
@@ -59,7 +59,7 @@ def test_inspect_and_verify(hf_home, tmp_path):
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    bad = packtrain("verify", "sql", "--cache-dir", cache)
+    bad = run_cli("verify", "sql", "--cache-dir", cache)
     assert bad.returncode == 2
     assert f"{shard}: sha256 differs from the manifest (corrupt)" in bad.stderr
     assert "rebuild with `make pretokenize EXPERT=sql`" in bad.stderr
@@ -90,23 +90,23 @@ def test_config_prints_the_resolved_config_with_overrides():
 
 
 def test_errors_say_what_is_wrong_and_how_to_fix_it(hf_home, tmp_path):
-    unknown = packtrain("pretokenize", "cobol", "--cache-dir", tmp_path)
+    unknown = run_cli("pretokenize", "cobol", "--cache-dir", tmp_path)
     assert unknown.returncode == 2
     assert "no config for expert 'cobol'" in unknown.stderr and "json, neo4j, sql, typescript" in unknown.stderr
 
-    escape = packtrain("pretokenize", "../etc", "--cache-dir", tmp_path)
+    escape = run_cli("pretokenize", "../etc", "--cache-dir", tmp_path)
     assert escape.returncode == 2 and "invalid expert name '../etc'" in escape.stderr
 
-    missing = packtrain("pretokenize", "sql", "--cache-dir", tmp_path, "--dataset", "nobody/nothing")
+    missing = run_cli("pretokenize", "sql", "--cache-dir", tmp_path, "--dataset", "nobody/nothing")
     assert missing.returncode == 2
     assert str(hf_home / "hub") in missing.stderr and str(hf_home / "datasets") in missing.stderr
 
-    bad_key = packtrain("pretokenize", "sql", "--cache-dir", tmp_path, "--set", "pack.blocksize=8",
+    bad_key = run_cli("pretokenize", "sql", "--cache-dir", tmp_path, "--set", "pack.blocksize=8",
                         "--set", "train.lr=1")
     assert bad_key.returncode == 2
     assert "pack.blocksize: unknown key" in bad_key.stderr and "train.lr: unknown key" in bad_key.stderr
 
-    no_build = packtrain("inspect", "sql", "--cache-dir", tmp_path)
+    no_build = run_cli("inspect", "sql", "--cache-dir", tmp_path)
     assert no_build.returncode == 2 and "run `make pretokenize EXPERT=sql` first" in no_build.stderr
     assert "Traceback" not in unknown.stderr + escape.stderr + missing.stderr + bad_key.stderr + no_build.stderr
 
@@ -122,7 +122,7 @@ def test_train_on_the_bundled_sample_writes_a_loadable_adapter(hf_home, tmp_path
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from pipeline.contract import BUNDLED_MODEL_DIR
+    from packtrain.core.contract import BUNDLED_MODEL_DIR
 
     cache, runs = tmp_path / "cache", tmp_path / "runs"
     assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
@@ -146,8 +146,8 @@ def test_train_refuses_a_build_made_with_another_tokenizer(hf_home, tmp_path):
     cache = tmp_path / "cache"
     assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
     other = make_tokenizer(tmp_path / "other-model")
-    (other / "config.json").write_text((ROOT / "pipeline/assets/demo-model/config.json").read_text())
-    refused = packtrain("train", "sql", "--cache-dir", cache, "--model", other, "--max-steps", 1,
+    (other / "config.json").write_text((ROOT / "packtrain/core/assets/demo-model/config.json").read_text())
+    refused = run_cli("train", "sql", "--cache-dir", cache, "--model", other, "--max-steps", 1,
                         "--set", f"train.output_dir={tmp_path / 'runs'}")
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "tokenizer.json" in refused.stderr and "make pretokenize EXPERT=sql" in refused.stderr

@@ -10,17 +10,10 @@ import pytest
 from conftest import MODEL_COMMIT, PARQUET_COMMIT, SQL_COMMIT, write_hub_repo
 from huggingface_hub import scan_cache_dir
 
-from pipeline import discover
-from pipeline.config import ModelConfig, SourceConfig
-from pipeline.discover import (
-    SourceError,
-    SourceNotFound,
-    discover_all,
-    format_discovery,
-    resolve_model_dir,
-    resolve_source,
-    resolve_tokenizer_dir,
-)
+from packtrain.pipeline import discover
+from packtrain.core.config import ModelConfig, SourceConfig
+from packtrain.core.resolve import SourceNotFound, resolve_model_dir, resolve_tokenizer_dir
+from packtrain.pipeline.discover import SourceError, discover_all, format_discovery, resolve_source
 
 
 def rel_files(source):

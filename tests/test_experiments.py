@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.experiments import expert_command, train_all
+from packtrain.cli.train_all import expert_command, train_all
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ def test_train_all_runs_each_expert_and_reports_failures(hf_home, tmp_path):
     settings = ["--set", f"train.output_dir={runs}", "--set", "train.per_device_train_batch_size=1",
                 "--set", "train.max_eval_batches=1", "--set", "train.dataloader_num_workers=0",
                 "--set", "build.num_proc=1"]
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train-all", "sql", "broken", "json",
+    proc = subprocess.run([sys.executable, "-m", "packtrain.cli", "train-all", "sql", "broken", "json",
                            "--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--max-steps", "1",
                            "--log-dir", tmp_path / "logs", *settings], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
@@ -36,10 +36,10 @@ def test_train_all_runs_each_expert_and_reports_failures(hf_home, tmp_path):
 
 def test_one_expert_per_gpu_slot(tmp_path, monkeypatch):
     """With 2 GPUs, two experts run at once, each pinned to its own GPU."""
-    import pipeline.experiments
+    import packtrain.cli.train_all
 
     script = "import os, time; print(os.environ.get('CUDA_VISIBLE_DEVICES')); time.sleep(0.5)"
-    monkeypatch.setattr(pipeline.experiments, "expert_command", lambda e, b, t: [sys.executable, "-c", script])
+    monkeypatch.setattr(packtrain.cli.train_all, "expert_command", lambda e, b, t: [sys.executable, "-c", script])
     lines = []
     code = train_all(["a", "b", "c"], [], [], tmp_path, ["0", "1"], emit=lambda line: lines.append(json.loads(line)))
     assert code == 0
@@ -58,9 +58,9 @@ def test_the_expert_command_builds_then_trains():
 def test_train_all_refuses_duplicates_and_escaping_names(tmp_path):
     import pytest
 
-    from pipeline.contract import ContractError
+    from packtrain.core.contract import ContractError
 
-    twice = subprocess.run([sys.executable, "-m", "pipeline.cli", "train-all", "sql", "sql"], cwd=ROOT,
+    twice = subprocess.run([sys.executable, "-m", "packtrain.cli", "train-all", "sql", "sql"], cwd=ROOT,
                            capture_output=True, text=True)
     assert twice.returncode == 2 and "an expert is listed twice" in twice.stderr
     with pytest.raises(ContractError, match="invalid expert name"):

@@ -23,13 +23,11 @@ import torch.nn.functional as F
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (make test-gpu on a GPU machine)")]
 
-from pipeline.config import LoraConfig  # noqa: E402
-from trainer import attention  # noqa: E402
-from trainer.adapters import attach_adapters  # noqa: E402
-from trainer.data import collate, segment_lens  # noqa: E402
-from trainer.loss import chunked_loss_sum, fused_kernel, fused_loss_sum  # noqa: E402
-from trainer.model import packed_forward  # noqa: E402
-from trainer.train import run  # noqa: E402
+from packtrain.trainer import attention  # noqa: E402
+from packtrain.trainer.data import collate, segment_lens  # noqa: E402
+from packtrain.trainer.loss import chunked_loss_sum, fused_kernel, fused_loss_sum  # noqa: E402
+from packtrain.trainer.model import packed_forward  # noqa: E402
+from packtrain.trainer.train import run  # noqa: E402
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +192,7 @@ def test_torchrun_nccl_one_process(tmp_path, model_dir):
     config = make_config(model_dir, tmp_path / "runs", max_steps=3, run_name="ddp")
     path = tmp_path / "sql.json"
     path.write_text(json.dumps(config.to_dict()))
-    code = ("import json,sys; from pipeline.configfile import config_from_dict; from trainer.train import run; "
+    code = ("import json,sys; from packtrain.core.configfile import config_from_dict; from packtrain.trainer.train import run; "
             f"run(config_from_dict(json.load(open({str(path)!r}))), {str(tmp_path / 'cache')!r})")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--no-python",
                            sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

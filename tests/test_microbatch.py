@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from pipeline.config import ConfigError
-from trainer import microbatch
-from trainer.microbatch import MicroBatchError, Trial, choose, divisors
-from trainer.train import TrainError, run
+from packtrain.core.config import ConfigError
+from packtrain.trainer import microbatch
+from packtrain.trainer.microbatch import MicroBatchError, Trial, choose, divisors
+from packtrain.trainer.train import TrainError, run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 GIB = 2**30

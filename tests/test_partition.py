@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from build_fixtures import make_project, rows, write_jsonl
-from pipeline.build import SOURCES, BuildError, build
-from pipeline.configfile import load_config
-from pipeline.contract import read_current
-from pipeline.partition import PARTS, merge, parse_part, pretokenize_part
+from packtrain.pipeline.build import SOURCES, BuildError, build
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import read_current
+from packtrain.pipeline.partition import PARTS, merge, parse_part, pretokenize_part
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def test_parts_counted_differently_do_not_merge(project):
 
 def test_parts_run_in_parallel_processes_through_the_cli(project):
     def cli(*args):
-        return subprocess.Popen([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     common = ("--configs-dir", project["configs"], "--cache-dir", project["cache"], "--num-proc", 1)

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-import pipeline.build
-import pipeline.hashcache
+import packtrain.pipeline.build
+import packtrain.pipeline.hashcache
 from build_fixtures import make_project, rows, write_jsonl
-from pipeline.build import SOURCES, build, plan
-from pipeline.configfile import load_config
-from pipeline.contract import read_current
-from pipeline.rebuild import REBUILD_LOCK, prune_builds
-from pipeline.status import expert_status
+from packtrain.pipeline.build import SOURCES, build, plan
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import read_current
+from packtrain.pipeline.rebuild import REBUILD_LOCK, prune_builds
+from packtrain.pipeline.status import expert_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,15 +51,15 @@ def shard_bytes(path: Path) -> dict[str, bytes]:
 
 
 def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=cwd, capture_output=True, text=True)
 
 
 def test_only_the_changed_source_is_tokenized_again(two_sources, monkeypatch):
     first = run_build(two_sources)
     write_jsonl(two_sources["b"], rows(35, start=500))  # b grows by 5 rows, a is untouched
     tokenized = []
-    real = pipeline.build.tokenize_sources
-    monkeypatch.setattr(pipeline.build, "tokenize_sources",
+    real = packtrain.pipeline.build.tokenize_sources
+    monkeypatch.setattr(packtrain.pipeline.build, "tokenize_sources",
                         lambda config, sources, tok, todo, *rest, **kw: (tokenized.extend(todo),
                                                                          real(config, sources, tok, todo, *rest, **kw)))
     second = run_build(two_sources)
@@ -81,8 +81,8 @@ def test_unchanged_files_are_not_hashed_again(two_sources, monkeypatch):
     config = load_config("sql", two_sources["configs"])
     first = plan(config, two_sources["cache"])[3]
     hashed = []
-    real = pipeline.hashcache.sha256_file
-    monkeypatch.setattr(pipeline.hashcache, "sha256_file", lambda p: (hashed.append(Path(p).name), real(p))[1])
+    real = packtrain.pipeline.hashcache.sha256_file
+    monkeypatch.setattr(packtrain.pipeline.hashcache, "sha256_file", lambda p: (hashed.append(Path(p).name), real(p))[1])
     assert plan(config, two_sources["cache"])[3] == first
     assert hashed == []
     os.utime(two_sources["b"], None)  # touched: stat changed, content not

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-import pipeline.build
-import pipeline.contract
-import pipeline.shards
+import packtrain.pipeline.build
+import packtrain.core.contract
+import packtrain.pipeline.shards
 from build_fixtures import SQL_CONFIG, make_project, make_relative_project, rows, split_source, write_jsonl
-from pipeline.build import BuildError, build
-from pipeline.configfile import load_config
-from pipeline.contract import BUILD_ID, Manifest, read_current, resolve_build, verify_checksums, write_current
+from packtrain.pipeline.build import BuildError, build
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import BUILD_ID, Manifest, read_current, resolve_build, verify_checksums, write_current
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = f"""
 import json, os, sys, time
 sys.path.insert(0, {str(ROOT)!r})
-from pipeline.configfile import load_config
-from pipeline.build import build
+from packtrain.core.configfile import load_config
+from packtrain.pipeline.build import build
 configs, cache, go, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 config = load_config("sql", configs, overrides)
 if go != "-":
@@ -250,7 +250,7 @@ def test_disk_full_keeps_the_previous_build(tmp_path, monkeypatch, where):
     project = make_project(tmp_path)
     old = run_build(project, **{"pack.block_size": 64})
     if where == "second-shard-batch":  # the first record batch is written, the next one hits a full disk
-        flush, calls = pipeline.shards.ShardWriter._flush, []
+        flush, calls = packtrain.pipeline.shards.ShardWriter._flush, []
 
         def flush_until_full(self):
             if self._ids:
@@ -259,10 +259,10 @@ def test_disk_full_keeps_the_previous_build(tmp_path, monkeypatch, where):
                     enospc()
             flush(self)
 
-        monkeypatch.setattr(pipeline.shards.ShardWriter, "_flush", flush_until_full)
+        monkeypatch.setattr(packtrain.pipeline.shards.ShardWriter, "_flush", flush_until_full)
     else:
-        write_json = pipeline.build.write_json
-        monkeypatch.setattr(pipeline.build, "write_json",
+        write_json = packtrain.pipeline.build.write_json
+        monkeypatch.setattr(packtrain.pipeline.build, "write_json",
                             lambda path, obj: enospc() if path.name == "manifest.json" else write_json(path, obj))
     with pytest.raises(BuildError, match=r"no space left on the device of .* CURRENT is unchanged") as err:
         run_build(project)
@@ -373,8 +373,8 @@ def add_vocab_entry(d: Path) -> None:
 
 
 def set_format_version(monkeypatch) -> None:
-    monkeypatch.setattr(pipeline.build, "FORMAT_VERSION", pipeline.contract.FORMAT_VERSION + 1)
-    monkeypatch.setattr(pipeline.contract, "FORMAT_VERSION", pipeline.contract.FORMAT_VERSION + 1)
+    monkeypatch.setattr(packtrain.pipeline.build, "FORMAT_VERSION", packtrain.core.contract.FORMAT_VERSION + 1)
+    monkeypatch.setattr(packtrain.core.contract, "FORMAT_VERSION", packtrain.core.contract.FORMAT_VERSION + 1)
 
 
 CHANGES = {

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.build
-import pipeline.partition
+import packtrain.pipeline.build
+import packtrain.pipeline.partition
 from build_fixtures import make_project, rows, write_jsonl
-from pipeline.build import SOURCES, InputsChanged, build, plan, source_key
-from pipeline.configfile import load_config
-from pipeline.contract import (BUILD_ID, ContractError, check_expert_name, expert_dir, read_current, record_runs_dir,
+from packtrain.pipeline.build import SOURCES, InputsChanged, build, plan, source_key
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import (BUILD_ID, ContractError, check_expert_name, expert_dir, read_current, record_runs_dir,
                                recorded_runs_dirs)
 
 
@@ -52,7 +52,7 @@ def leftovers(cache: Path) -> list[str]:
 def edit_after_plan(monkeypatch, edit, times: int) -> list:
     """Run ``edit()`` right after each of the first ``times`` plans: between hashing and the lock."""
     plans = []
-    real = pipeline.build.plan
+    real = packtrain.pipeline.build.plan
 
     def hooked(config, cache_dir, log=None):
         planned = real(config, cache_dir, log)
@@ -61,7 +61,7 @@ def edit_after_plan(monkeypatch, edit, times: int) -> list:
             edit()
         return planned
 
-    monkeypatch.setattr(pipeline.build, "plan", hooked)
+    monkeypatch.setattr(packtrain.pipeline.build, "plan", hooked)
     return plans
 
 
@@ -128,7 +128,7 @@ def test_source_edited_while_it_is_read_is_never_cached_under_the_old_key(projec
     config = config_of(project)
     stale = plan(config, project["cache"])
     edits = []
-    reads = edit_while_reading(monkeypatch, pipeline.build,
+    reads = edit_while_reading(monkeypatch, packtrain.pipeline.build,
                                lambda: (edits.append(1), write_jsonl(project["data"], rows(48 + len(edits)))), times=2)
     with pytest.raises(InputsChanged, match="sql.jsonl changed after the build id"):
         build(config, project["cache"], log=quiet, progress=False, planned=stale)
@@ -183,7 +183,7 @@ def test_file_of_a_local_directory_edited_while_read(tmp_path, monkeypatch):
     second = write_jsonl(directory / "z.jsonl", rows(20, start=100))
     config_file = project["configs"] / "sql.yaml"
     config_file.write_text(config_file.read_text().replace(f"name: {project['data']}", f"name: {directory}"))
-    reads = edit_while_reading(monkeypatch, pipeline.build, lambda: write_jsonl(second, rows(25, start=100)), times=1)
+    reads = edit_while_reading(monkeypatch, packtrain.pipeline.build, lambda: write_jsonl(second, rows(25, start=100)), times=1)
     result = build(config_of(project), project["cache"], log=quiet, progress=False)
     assert len(reads) == 2
     assert documents(result) == 45
@@ -211,9 +211,9 @@ def test_hub_cache_blob_replaced_after_hashing(tmp_path, hub_cache, monkeypatch)
 
 
 def test_partitioned_part_is_not_kept_when_its_source_changed(project, monkeypatch):
-    from pipeline.partition import PARTS, pretokenize_part
+    from packtrain.pipeline.partition import PARTS, pretokenize_part
 
-    edit_while_reading(monkeypatch, pipeline.build, lambda: write_jsonl(project["data"], rows(50)), times=1)
+    edit_while_reading(monkeypatch, packtrain.pipeline.build, lambda: write_jsonl(project["data"], rows(50)), times=1)
     with pytest.raises(InputsChanged):
         pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
     assert list((project["cache"] / "sql" / SOURCES / PARTS).rglob("stats.json")) == []
@@ -229,7 +229,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def cli(*args, cwd):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True)
 
 
@@ -245,7 +245,7 @@ def test_rebuild_from_another_directory_keeps_the_build_a_checkpoint_needs(tmp_p
     checkpoint = home / "runs" / "sql" / "run-1" / "checkpoint-2"  # taken on the first build
     checkpoint.mkdir(parents=True)
     (checkpoint / "state.json").write_text(json.dumps({"build_id": ids[0], "step": 2}))
-    record_runs_dir(project["cache"], "sql", Path("runs") / "sql")  # what trainer.train.run does
+    record_runs_dir(project["cache"], "sql", Path("runs") / "sql")  # what packtrain.trainer.train.run does
     assert recorded_runs_dirs(project["cache"], "sql") == [home / "runs" / "sql"]
     finished = home / "runs" / "sql" / "run-2"  # a finished run on the second build: needs nothing
     finished.mkdir()
@@ -265,7 +265,7 @@ def test_rebuild_from_another_directory_keeps_the_build_a_checkpoint_needs(tmp_p
 
 
 def test_the_trainer_records_where_its_runs_live(tmp_path, monkeypatch):
-    from trainer.train import run
+    from packtrain.trainer.train import run
     from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
     model = tiny_model_dir(tmp_path / "model")
@@ -337,7 +337,7 @@ def test_names_used_by_something_else_are_refused(tmp_path, name, why):
 def test_resume_auto_of_a_stage_points_at_checkpoints_of_the_former_layout(tmp_path, caplog):
     import dataclasses
 
-    from trainer.train import run
+    from packtrain.trainer.train import run
     from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
     model = tiny_model_dir(tmp_path / "model")

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import pipeline.config as config_module
-import pipeline.tokenize as tokenize_module
+import packtrain.core.config as config_module
+import packtrain.pipeline.tokenize as tokenize_module
 from build_fixtures import make_project, write_jsonl
-from pipeline.build import BuildError, build
-from pipeline.cli import resolve
-from pipeline.config import ConfigError, ExpertConfig, SourceConfig, StageConfig
-from pipeline.configfile import apply_cli_overrides, load_config
-from pipeline.discover import resolve_source
-from trainer.adapters import NonFiniteWeightsError
-from trainer.train import run
+from packtrain.pipeline.build import BuildError, build
+from packtrain.cli.commands import resolve
+from packtrain.core.config import ConfigError, ExpertConfig, SourceConfig, StageConfig
+from packtrain.core.configfile import apply_cli_overrides, load_config
+from packtrain.pipeline.discover import resolve_source
+from packtrain.trainer.adapters import NonFiniteWeightsError
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +159,7 @@ def test_the_auto_and_boolean_fields_still_load(project):
 
 
 def test_the_cli_prints_the_problem_without_a_traceback(project):
-    result = subprocess.run([sys.executable, "-m", "pipeline.cli", "config", "sql", "--configs-dir",
+    result = subprocess.run([sys.executable, "-m", "packtrain.cli", "config", "sql", "--configs-dir",
                              str(project["configs"]), "--set", "train.max_grad_norm=.nan"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2
@@ -311,7 +311,7 @@ def test_ctrl_c_during_a_multi_process_build_is_one_line(tmp_path):
     tokenizing (PACKTRAIN_INTERRUPT_AT=mid_tokenize): one line, exit 130, nothing left."""
     project = make_project(tmp_path, n_rows=3000)
     env = {**os.environ, "PACKTRAIN_INTERRUPT_AT": "mid_tokenize"}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "pretokenize", "sql", "--configs-dir",
+    proc = subprocess.Popen([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
                              str(project["configs"]), "--cache-dir", str(project["cache"]), "--num-proc", "4",
                              "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

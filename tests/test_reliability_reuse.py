@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.cli
+import packtrain.cli.commands
 from build_fixtures import make_project, rows, write_jsonl
-from pipeline.build import SOURCE_STATS, SOURCES, build, plan, source_cache_problem
-from pipeline.configfile import load_config
-from pipeline.contract import (COUNT, FILE_NAME, ContractError, Manifest, MapOf, TEXT, read_current, read_json,
+from packtrain.pipeline.build import SOURCE_STATS, SOURCES, build, plan, source_cache_problem
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import (COUNT, FILE_NAME, ContractError, Manifest, MapOf, TEXT, read_current, read_json,
                                schema_problem)
-from pipeline.hashcache import STAT_CACHE, StatCache
-from pipeline.partition import PARTS, merge, pretokenize_part
-from pipeline.rebuild import prune_builds
-from pipeline.rebuild import rebuild as run_rebuild
-from pipeline.status import expert_status
+from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
+from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
+from packtrain.pipeline.rebuild import prune_builds
+from packtrain.pipeline.rebuild import rebuild as run_rebuild
+from packtrain.pipeline.status import expert_status
 
 
 @pytest.fixture
@@ -51,11 +51,11 @@ def build_bytes(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(path.glob("*.arrow"))} | {"manifest": (path / "manifest.json").read_bytes()}
 
 
-def packtrain(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    """The real entry point (``pipeline.cli.run``) in this process: exit code, stdout, stderr."""
+def run_cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """The real entry point (``packtrain.cli.commands.run``) in this process: exit code, stdout, stderr."""
     monkeypatch.setattr(sys, "argv", ["packtrain", *map(str, args)])
     try:
-        pipeline.cli.run()
+        packtrain.cli.commands.run()
         code = 0
     except SystemExit as e:
         code = e.code
@@ -310,7 +310,7 @@ def test_a_damaged_current_is_one_line_or_rewritten(project, monkeypatch, capsys
             "status": ["status", "sql", *configs, *where], "train": ["train", "sql", *configs, *where],
             "pretokenize": ["pretokenize", "sql", *configs, *where, "--no-progress"],
             "rebuild": ["rebuild", "sql", *configs, *where]}[command]
-    code, out, err = packtrain(monkeypatch, capsys, *args)
+    code, out, err = run_cli(monkeypatch, capsys, *args)
     assert "Traceback" not in out + err
     if command in ("verify", "inspect", "train"):
         assert code == 2
@@ -328,7 +328,7 @@ def test_current_that_is_a_directory_is_one_line(project, monkeypatch, capsys):
     current = project["cache"] / "sql" / "CURRENT"
     current.unlink()
     current.mkdir()
-    code, out, err = packtrain(monkeypatch, capsys, "verify", "sql", "--cache-dir", project["cache"])
+    code, out, err = run_cli(monkeypatch, capsys, "verify", "sql", "--cache-dir", project["cache"])
     assert code == 2 and err.count("\n") == 1 and f"{current} cannot be read" in err
 
 
@@ -380,11 +380,11 @@ def damaged_manifest(project, change) -> Path:
 def assert_refused(project, monkeypatch, capsys, path: Path, says: str) -> None:
     """verify, inspect and status each name the manifest and the problem, in one line, no traceback."""
     for command in ("verify", "inspect"):
-        code, out, err = packtrain(monkeypatch, capsys, command, "sql", "--cache-dir", project["cache"])
+        code, out, err = run_cli(monkeypatch, capsys, command, "sql", "--cache-dir", project["cache"])
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
         assert f"{path} is damaged (" in err and says in err
         assert f"delete {path.parent} and rebuild it with `make pretokenize EXPERT=sql`" in err
-    code, out, err = packtrain(monkeypatch, capsys, "status", "sql", "--configs-dir", project["configs"],
+    code, out, err = run_cli(monkeypatch, capsys, "status", "sql", "--configs-dir", project["configs"],
                                "--cache-dir", project["cache"])
     assert code == 0 and says in out and "Traceback" not in out + err
     with pytest.raises(ContractError, match="is damaged"):
@@ -401,7 +401,7 @@ def test_a_manifest_with_a_wrong_field_is_one_line(project, monkeypatch, capsys,
 def test_a_shard_name_outside_the_build_directory_is_refused_everywhere(project, monkeypatch, capsys, name):
     path = damaged_manifest(project, lambda m: set_field(m, "outputs.shards.train.0.file", name))
     read = []
-    monkeypatch.setattr("pipeline.contract.sha256_file", lambda p, *a: read.append(p) or "0" * 64)
+    monkeypatch.setattr("packtrain.core.contract.sha256_file", lambda p, *a: read.append(p) or "0" * 64)
     assert_refused(project, monkeypatch, capsys, path,
                    f"field outputs.shards.train[0].file is {name!r}, expected a plain file name")
     assert read == []  # nothing was opened through that name
@@ -451,11 +451,11 @@ def test_a_damaged_build_config_is_one_line_in_inspect(project, monkeypatch, cap
     result, _ = run_build(project)
     path = result.path / "config.json"
     path.write_text(text)
-    code, out, err = packtrain(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
+    code, out, err = run_cli(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert f"{path} is damaged ({says}" in err and "make pretokenize EXPERT=sql" in err
     path.unlink()
-    code, out, err = packtrain(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
+    code, out, err = run_cli(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
     assert code == 2 and f"{path} is missing" in err
 
 
@@ -525,7 +525,7 @@ def test_read_json_names_the_file_the_problem_and_the_fix(tmp_path):
     ('{"step": 3, "lr": 1}', "unexpected keyword argument 'lr'"),
 ])
 def test_a_checkpoint_state_with_wrong_types_is_refused_naming_the_file(tmp_path, text, says):
-    from trainer.checkpoint import CheckpointError, read_state
+    from packtrain.trainer.checkpoint import CheckpointError, read_state
 
     (tmp_path / "state.json").write_text(text)
     with pytest.raises(CheckpointError) as e:
@@ -536,11 +536,11 @@ def test_a_checkpoint_state_with_wrong_types_is_refused_naming_the_file(tmp_path
 
 @pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "adapter/../../x", "a\\b", "./state.json", ""])
 def test_checkpoint_checksums_naming_a_file_outside_are_refused(tmp_path, monkeypatch, name):
-    import trainer.checkpoint
-    from trainer.checkpoint import CheckpointError, verify_checkpoint
+    import packtrain.trainer.checkpoint
+    from packtrain.trainer.checkpoint import CheckpointError, verify_checkpoint
 
     read = []
-    monkeypatch.setattr(trainer.checkpoint, "sha256_file", lambda p: read.append(p) or "0" * 64)
+    monkeypatch.setattr(packtrain.trainer.checkpoint, "sha256_file", lambda p: read.append(p) or "0" * 64)
     (tmp_path / "checksums.json").write_text(json.dumps({"state.json": "0" * 64, name: "0" * 64}))
     (tmp_path / "state.json").write_text("{}")
     with pytest.raises(CheckpointError) as e:
@@ -551,7 +551,7 @@ def test_checkpoint_checksums_naming_a_file_outside_are_refused(tmp_path, monkey
 
 
 def test_damaged_metrics_lines_are_dropped_on_resume(tmp_path):
-    from trainer.metrics import MetricsFile
+    from packtrain.trainer.metrics import MetricsFile
 
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1, "loss": 2.0}\n[1, 2]\n{"step": "2"}\n"text"\n\xff\xfe\n{"step": 3}\n'
@@ -563,7 +563,7 @@ def test_damaged_metrics_lines_are_dropped_on_resume(tmp_path):
 def test_inspect_refuses_a_shard_that_differs_from_its_sha256(project, monkeypatch, capsys):
     result, _ = run_build(project)
     flip_byte(result.path / "train-00000.arrow")
-    code, out, err = packtrain(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
+    code, out, err = run_cli(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
     assert code == 2 and err.count("\n") == 1
     assert err == (f"error: shard {result.path / 'train-00000.arrow'} differs from its sha256 in the manifest "
                    f"(corrupt); delete {result.path} and rebuild it with `make pretokenize EXPERT=sql`\n")

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-import trainer.checkpoint
-import trainer.loop
-import trainer.train
-from trainer.checkpoint import CheckpointError, check_not_finished, find_checkpoint, save_checkpoint
-from trainer.train import run
+import packtrain.trainer.checkpoint
+import packtrain.trainer.loop
+import packtrain.trainer.train
+from packtrain.trainer.checkpoint import CheckpointError, check_not_finished, find_checkpoint, save_checkpoint
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def crash_before_first_checkpoint(monkeypatch):
     def crash(*args, **kwargs):
         raise Crash("interrupted before the first checkpoint")
 
-    monkeypatch.setattr(trainer.loop, "save_checkpoint", crash)
+    monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", crash)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def test_any_final_artifact_makes_a_run_finished(tmp_path, artifact):
     assert str(err.value) == (f"run {run_dir} is finished ({artifact} written): refusing to save checkpoint-2 "
                               f"there; continue it into a new run with --resume {run_dir}, or start a new run")
     with pytest.raises(CheckpointError, match="is finished"):  # the save itself checks, before writing anything
-        save_checkpoint(trainer.checkpoint.RunInfo(run_dir, {}, tmp_path), trainer.checkpoint.TrainState(step=2),
+        save_checkpoint(packtrain.trainer.checkpoint.RunInfo(run_dir, {}, tmp_path), packtrain.trainer.checkpoint.TrainState(step=2),
                         None, None, None, None)
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(["checkpoint-1", artifact])
 
@@ -134,7 +134,7 @@ def test_any_final_artifact_makes_a_run_finished(tmp_path, artifact):
 def unfinished_run(tmp_path, model_dir, monkeypatch) -> Path:
     """A run killed after checkpoint-2 (of 4): what --resume auto continues."""
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
-    save = trainer.loop.save_checkpoint
+    save = packtrain.trainer.loop.save_checkpoint
 
     def save_then_crash(run_info, state, *args):
         path = save(run_info, state, *args)
@@ -142,7 +142,7 @@ def unfinished_run(tmp_path, model_dir, monkeypatch) -> Path:
             raise Crash("killed")
         return path
 
-    monkeypatch.setattr(trainer.loop, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
         run(make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r"), tmp_path / "cache")
     monkeypatch.undo()
@@ -176,7 +176,7 @@ def test_state_json_is_covered_by_the_checksums(tmp_path, model_dir, monkeypatch
                                                   "failed writing file data/0: file write failed")])
 def test_disk_full_during_a_checkpoint_save(tmp_path, model_dir, monkeypatch, failure):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
-    real_save = trainer.checkpoint.torch.save
+    real_save = packtrain.trainer.checkpoint.torch.save
     calls = []
 
     def full_disk(obj, path, *args, **kwargs):
@@ -185,7 +185,7 @@ def test_disk_full_during_a_checkpoint_save(tmp_path, model_dir, monkeypatch, fa
             raise failure
         return real_save(obj, path, *args, **kwargs)
 
-    monkeypatch.setattr(trainer.checkpoint.torch, "save", full_disk)
+    monkeypatch.setattr(packtrain.trainer.checkpoint.torch, "save", full_disk)
     config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r")
     with pytest.raises(CheckpointError) as err:
         run(config, tmp_path / "cache")
@@ -201,13 +201,13 @@ def test_disk_full_during_a_checkpoint_save(tmp_path, model_dir, monkeypatch, fa
 
 def test_disk_full_while_writing_the_final_adapter(tmp_path, model_dir, monkeypatch):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
-    real = trainer.train.save_adapter
+    real = packtrain.trainer.train.save_adapter
 
     def full_disk(model, directory, *args, **kwargs):
         real(model, directory, *args, **kwargs)
         raise OSError(errno.ENOSPC, "No space left on device", str(directory / "adapter_model.safetensors"))
 
-    monkeypatch.setattr(trainer.train, "save_adapter", full_disk)
+    monkeypatch.setattr(packtrain.trainer.train, "save_adapter", full_disk)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, run_name="r")
     with pytest.raises(CheckpointError, match="^no space left on the device of .* while writing the final adapter"):
         run(config, tmp_path / "cache")
@@ -223,8 +223,8 @@ def test_disk_full_while_writing_the_final_adapter(tmp_path, model_dir, monkeypa
 # Class 6: every bad input is a one-line error naming the file and the fix (the real CLI)
 
 
-def packtrain(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=cwd,
+def run_cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True)
 
 
@@ -242,7 +242,7 @@ def assert_one_line_error(result, *expected: str) -> str:
 @pytest.mark.parametrize("value", ["pack.block_size=[1024", "train.learning_rate={a: b", "format.prompt='x",
                                    "train.max_steps=a: b: c"])
 def test_malformed_yaml_in_set(value, tmp_path):
-    result = packtrain("config", "sql", "--set", value)
+    result = run_cli("config", "sql", "--set", value)
     assert_one_line_error(result, f"--set {value}: the value is not valid YAML", "quote it")
 
 
@@ -265,7 +265,7 @@ def test_a_bad_config_file(case, tmp_path):
     configs.mkdir()
     path = configs / "x.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    result = packtrain("pretokenize", "x", "--configs-dir", configs, "--cache-dir", tmp_path / "cache")
+    result = run_cli("pretokenize", "x", "--configs-dir", configs, "--cache-dir", tmp_path / "cache")
     assert_one_line_error(result, str(path), expected)
     assert not (tmp_path / "cache").exists()
 
@@ -292,13 +292,13 @@ def test_a_corrupt_saved_dataset(case, saved_datasets, hf_home, tmp_path):
     root = getattr(saved_datasets, "dataset_dict" if which == "saved_dd" else "dataset")
     path = root / name
     path.write_bytes(content)
-    result = packtrain("pretokenize", "sql", "--dataset", root, "--cache-dir", tmp_path / "cache", "--num-proc", 1)
+    result = run_cli("pretokenize", "sql", "--dataset", root, "--cache-dir", tmp_path / "cache", "--num-proc", 1)
     assert_one_line_error(result, str(path), expected, "save the dataset again with `save_to_disk`")
 
 
 def demo_model_copy(tmp_path) -> Path:
     model = tmp_path / "model"
-    shutil.copytree(ROOT / "pipeline" / "assets" / "demo-model", model)
+    shutil.copytree(ROOT / "packtrain" / "core" / "assets" / "demo-model", model)
     return model
 
 
@@ -321,7 +321,7 @@ def test_a_damaged_tokenizer(case, hf_home, tmp_path):
     model = demo_model_copy(tmp_path)
     path = model / name
     path.write_bytes(damage(path.read_bytes()))
-    result = packtrain("pretokenize", "sql", "--model", model, "--cache-dir", tmp_path / "cache", "--num-proc", 1)
+    result = run_cli("pretokenize", "sql", "--model", model, "--cache-dir", tmp_path / "cache", "--num-proc", 1)
     assert_one_line_error(result, str(path), expected, "copy it again")
     assert not any((tmp_path / "cache").rglob("manifest.json"))
 
@@ -343,7 +343,7 @@ def test_a_damaged_model(case, tmp_path):
     name, damage, expected = MODEL_CASES[case]
     path = model / name
     path.write_bytes(damage(path.read_bytes()))
-    result = packtrain("train", "sql", "--model", model, "--cache-dir", cache, "--max-steps", 1,
+    result = run_cli("train", "sql", "--model", model, "--cache-dir", cache, "--max-steps", 1,
                        "--set", f"train.output_dir={tmp_path / 'runs'}", "--set", "train.dataloader_num_workers=0")
     assert_one_line_error(result, str(path), expected, "copy it again")
     assert not (tmp_path / "runs").exists()  # refused before a run directory exists
@@ -353,7 +353,7 @@ def test_the_intact_inputs_work(saved_datasets, hf_home, tmp_path):
     """The control for the cases above: the same inputs, undamaged, build."""
     model = demo_model_copy(tmp_path)
     for dataset in (saved_datasets.dataset, saved_datasets.dataset_dict):
-        result = packtrain("pretokenize", "sql", "--dataset", dataset, "--model", model, "--cache-dir",
+        result = run_cli("pretokenize", "sql", "--dataset", dataset, "--model", model, "--cache-dir",
                            tmp_path / "cache", "--num-proc", 1, "--set", "pack.val_fraction=0")
         assert result.returncode == 0, result.stderr[-3000:]
 

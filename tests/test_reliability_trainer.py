@@ -17,11 +17,12 @@ import pyarrow as pa
 import pytest
 import torch
 
-import trainer.loop
-import trainer.train
-from pipeline.contract import ContractError, Manifest, check_shard_sizes, open_shard, resolve_build
-from trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
-from trainer.train import TrainError, run
+import packtrain.trainer.loop
+import packtrain.trainer.train
+from packtrain.core.contract import ContractError, Manifest, check_shard_sizes, resolve_build
+from packtrain.core.shardfile import open_shard
+from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
+from packtrain.trainer.train import TrainError, run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 
@@ -93,7 +94,7 @@ def corrupt(build_dir, case: str) -> list[str]:
         at = batch_boundaries(train)[1] - 40  # inside the second record batch's token data
         flip(train, at)
         assert check_shard_sizes(build_dir, Manifest.load(build_dir)) is None  # same size: only a hash sees it
-        assert open_shard(train).num_rows == 10  # and it still parses: the trainer would read wrong tokens
+        assert len(open_shard(train, Manifest.load(build_dir).block_size)) == 10  # and it still parses: the trainer would read wrong tokens
     elif case == "flip-first-byte":
         flip(train, 0)
     elif case == "flip-last-byte":
@@ -104,7 +105,7 @@ def corrupt(build_dir, case: str) -> list[str]:
         truncate(train, size - 1)
     elif case == "truncate-at-batch-boundary":
         truncate(train, batch_boundaries(train)[1])  # two whole record batches of four, no end marker
-        assert open_shard(train).num_rows == 6  # still a valid stream, 4 blocks short
+        assert len(open_shard(train, Manifest.load(build_dir).block_size)) == 6  # still a valid stream, 4 blocks short
     elif case == "delete-train-shard":
         train.unlink()
     elif case == "delete-val-shard":
@@ -135,7 +136,7 @@ def test_a_corrupt_build_is_refused_before_step_0(tmp_path, model_dir, monkeypat
     def no_model(*_, **__):
         raise AssertionError("the model was loaded: training got past the checks")
 
-    monkeypatch.setattr(trainer.train, "load_base_model", no_model)
+    monkeypatch.setattr(packtrain.trainer.train, "load_base_model", no_model)
     with pytest.raises((TrainError, ContractError)) as err:
         run(make_config(model_dir, tmp_path / "runs"), tmp_path / "cache")
     message = str(err.value)
@@ -176,7 +177,7 @@ def test_killed_during_a_checkpoint_save_resumes_from_the_newest_complete(tmp_pa
                                                                          monkeypatch):
     write_build(tmp_path / "cache", "sql", random_blocks(9, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
     config = make_config(model_dir, tmp_path / "runs", lora=LORA, run_name="r", **SETTINGS)
-    save = trainer.loop.save_checkpoint
+    save = packtrain.trainer.loop.save_checkpoint
 
     def save_and_die_at_step_7(run_info, state, *args):
         if state.step == 7:  # every file of checkpoint-7 written, not yet renamed into place
@@ -184,7 +185,7 @@ def test_killed_during_a_checkpoint_save_resumes_from_the_newest_complete(tmp_pa
         return save(run_info, state, *args)
 
     def child():
-        monkeypatch.setattr(trainer.loop, "save_checkpoint", save_and_die_at_step_7)
+        monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", save_and_die_at_step_7)
         run(config, tmp_path / "cache")
 
     in_killed_child(child)
@@ -208,7 +209,7 @@ def test_killed_at_10_random_steps_ends_bitwise_equal(tmp_path, model_dir, unint
     rng = random.Random(11)
     kills = [(step, rng.choice(["forward", "checkpoint_save", "after_save"]))
              for step in sorted(rng.sample(range(2, SETTINGS["max_steps"]), 10))]
-    save, forward = trainer.loop.save_checkpoint, trainer.loop.packed_loss_sum
+    save, forward = packtrain.trainer.loop.save_checkpoint, packtrain.trainer.loop.packed_loss_sum
     run_dir = tmp_path / "runs" / "sql" / "r"
 
     for step, moment in kills:
@@ -221,14 +222,14 @@ def test_killed_at_10_random_steps_ends_bitwise_equal(tmp_path, model_dir, unint
             return path
 
         def forward_or_die(model, *args, **kwargs):
-            forwards.append(1)  # training forwards only (evaluation calls trainer.evaluate's packed_loss_sum)
+            forwards.append(1)  # training forwards only (evaluation calls packtrain.trainer.evaluate's packed_loss_sum)
             if moment == "forward" and start + len(forwards) == step:
                 os.kill(os.getpid(), signal.SIGKILL)  # inside step `step`, before its checkpoint
             return forward(model, *args, **kwargs)
 
         def child():
-            monkeypatch.setattr(trainer.loop, "save_checkpoint", save_or_die)
-            monkeypatch.setattr(trainer.loop, "packed_loss_sum", forward_or_die)
+            monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", save_or_die)
+            monkeypatch.setattr(packtrain.trainer.loop, "packed_loss_sum", forward_or_die)
             run(config, tmp_path / "cache", resume="auto")
 
         start, forwards = newest_step(run_dir), []  # one micro-batch per step: step = start + forwards

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from build_fixtures import make_project, make_tokenizer
-from pipeline.build import build
-from pipeline.config import ConfigError
-from pipeline.configfile import config_from_dict, load_config
-from pipeline.contract import ContractError, check_expert_name, expert_dir
+from packtrain.pipeline.build import build
+from packtrain.core.config import ConfigError
+from packtrain.core.configfile import config_from_dict, load_config
+from packtrain.core.contract import ContractError, check_expert_name, expert_dir
 from trainer_fixtures import make_config, tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def no_network(monkeypatch):
 
 
 def test_a_full_build_and_a_training_run_never_touch_the_network(tmp_path, no_network, monkeypatch):
-    from trainer.train import run
+    from packtrain.trainer.train import run
 
     project = make_project(tmp_path, n_rows=200)
     model = tiny_model_dir(project["model"], vocab_size=400)  # the tiny model, with the build's tokenizer:
@@ -72,7 +72,7 @@ def test_trust_remote_code_is_what_the_config_says(tmp_path, monkeypatch, trust,
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer.model import choose_precision, load_base_model, model_source
+    from packtrain.trainer.model import choose_precision, load_base_model, model_source
 
     model_dir = tiny_model_dir(tmp_path / "model", weights=weights)  # before the spies: it calls from_config
     calls = []
@@ -168,7 +168,7 @@ BAD_NAMES = ["../x", "a/b", "", ".hidden", "x" * 100, "..", "/etc", "a\\b", "sql
 
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_expert_names_cannot_escape(tmp_path, name, model_dir):
-    from trainer.train import run
+    from packtrain.trainer.train import run
 
     with pytest.raises(ContractError, match="invalid expert name"):
         check_expert_name(name)
@@ -210,8 +210,8 @@ def test_good_names_are_accepted():
 
 
 def test_a_config_made_in_code_validates_the_expert_name():
-    from pipeline.config import ConfigError
-    from pipeline.configfile import config_from_dict
+    from packtrain.core.config import ConfigError
+    from packtrain.core.configfile import config_from_dict
 
     with pytest.raises(ConfigError, match=r"expert: invalid expert name '\.\./x'"):
         config_from_dict({"expert": "../x", "sources": [{"name": "bundled"}]})

@@ -12,10 +12,10 @@ import pytest
 from tokenizers import Tokenizer
 
 from build_fixtures import make_project, make_tokenizer
-from pipeline.build import build
-from pipeline.configfile import load_config
-from pipeline.contract import BUNDLED_MODEL_DIR
-from pipeline.segments import LineCache, line_split_is_exact
+from packtrain.pipeline.build import build
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import BUNDLED_MODEL_DIR
+from packtrain.pipeline.segments import LineCache, line_split_is_exact
 
 ALPHABET = ["a", "b", "Z", "é", "\u0301", "中", "7", "42", " ", "  ", "\t", "\n", "\n\n", "\r\n", ".", ")", "#",
             "'s", "'", "<|im_start|>", "<|endoftext|>", "SELECT", " FROM", "x_y", "\u00a0", "🙂"]

@@ -8,9 +8,10 @@ import socket
 import pytest
 from conftest import SQL_ROWS
 
-from pipeline.config import SourceConfig
-from pipeline.discover import SourceError, resolve_model_dir, resolve_source
-from pipeline.sources import RowBatch, iter_batches
+from packtrain.core.config import SourceConfig
+from packtrain.core.resolve import resolve_model_dir
+from packtrain.pipeline.discover import SourceError, resolve_source
+from packtrain.pipeline.sources import RowBatch, iter_batches
 
 
 def read_all(source, columns, batch_rows=1000, max_rows=None):
@@ -164,8 +165,8 @@ def test_no_network_during_resolve_and_read(hub_cache, prepared_dataset, saved_d
     [3, 4.5],  # pyarrow: float64, so 3 would read as 3.0
 ])
 def test_jsonl_objects_and_mixed_numbers_read_exactly_as_json_loads(tmp_path, answers):
-    from pipeline.discover import ResolvedSource
-    from pipeline.sources import iter_batches
+    from packtrain.pipeline.discover import ResolvedSource
+    from packtrain.pipeline.sources import iter_batches
 
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"q": str(i), "answer": a}) + "\n" for i, a in enumerate(answers)))

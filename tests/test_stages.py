@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pipeline.contract import read_current
-from trainer.train import TrainError, run
+from packtrain.core.contract import read_current
+from packtrain.trainer.train import TrainError, run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def curriculum(tmp_path: Path, stages_yaml: str) -> list:
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True)
 
 
@@ -101,8 +101,8 @@ stages:
 
 
 def test_stage_names_are_checked():
-    from pipeline.config import ConfigError
-    from pipeline.configfile import config_from_dict
+    from packtrain.core.config import ConfigError
+    from packtrain.core.configfile import config_from_dict
 
     with pytest.raises(ConfigError) as err:
         config_from_dict({"expert": "sql", "sources": [], "stages": [

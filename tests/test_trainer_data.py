@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.config import TrainConfig
-from pipeline.contract import ContractError, Manifest, expert_dir
-from trainer.data import (IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader,
+from packtrain.core.config import TrainConfig
+from packtrain.core.contract import ContractError, Manifest, expert_dir
+from packtrain.trainer.data import (IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader,
                           position_ids_from_doc_lens)
 from trainer_fixtures import pack_docs, random_blocks, write_build, write_tokenizer
 

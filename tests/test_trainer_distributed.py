@@ -2,7 +2,7 @@
 
 The two ranks are started with torch.multiprocessing (spawn), with the environment torchrun would
 set (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT), and run the real
-``trainer.train.run``. Tolerances (fp32; the ranks sum the same token losses in another order):
+``packtrain.trainer.train.run``. Tolerances (fp32; the ranks sum the same token losses in another order):
 losses, eval losses and gradient norms to 1e-5 relative (measured: <= 2e-7, gradient norms equal);
 adapter weights to 1e-4 absolute (measured: <= 1e-5, on weights of magnitude ~0.1). The weights get
 the looser bound because AdamW divides each element's update by its own gradient magnitude: where a
@@ -24,9 +24,9 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from trainer.checkpoint import CheckpointError, complete_checkpoints
-from trainer.data import BlockSampler
-from trainer.train import run
+from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints
+from packtrain.trainer.data import BlockSampler
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 WORLD = 2
@@ -47,14 +47,14 @@ def _rank_main(rank: int, port: int, model_dir, cache, out, run_name, settings, 
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    import trainer.loop
-    import trainer.metrics
+    import packtrain.trainer.loop
+    import packtrain.trainer.metrics
 
     def record(what):
         with open(os.path.join(calls_dir, f"rank{rank}.txt"), "a") as f:
             f.write(what + "\n")
 
-    save, write = trainer.loop.save_checkpoint, trainer.metrics.MetricsFile.write
+    save, write = packtrain.trainer.loop.save_checkpoint, packtrain.trainer.metrics.MetricsFile.write
 
     def save_recorded(run_info, state, *args):
         record(f"checkpoint {state.step}")
@@ -64,8 +64,8 @@ def _rank_main(rank: int, port: int, model_dir, cache, out, run_name, settings, 
         record(f"metrics {rec.get('step')}")
         return write(self, rec)
 
-    trainer.loop.save_checkpoint = save_recorded
-    trainer.metrics.MetricsFile.write = write_recorded
+    packtrain.trainer.loop.save_checkpoint = save_recorded
+    packtrain.trainer.metrics.MetricsFile.write = write_recorded
     config = make_config(model_dir, out, run_name=run_name, per_device_train_batch_size=2, **settings)
     run(config, cache, resume=resume)
 

@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file
 
 from test_trainer_distributed import SETTINGS, assert_same_run, records, run_two_ranks, single_process_reference
-from trainer.checkpoint import complete_checkpoints
-from trainer.train import TrainError, run
+from packtrain.trainer.checkpoint import complete_checkpoints
+from packtrain.trainer.train import TrainError, run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 FSDP = {**SETTINGS, "fsdp": True}

@@ -10,13 +10,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
-import trainer.loss
-from pipeline.config import ConfigError, LoraConfig
-from trainer.adapters import attach_adapters
-from trainer.data import IGNORE_INDEX, position_ids_from_doc_lens
-from trainer.evaluate import evaluate
-from trainer.loss import packed_loss_sum
-from trainer.model import Precision
+import packtrain.trainer.loss
+from packtrain.core.config import ConfigError, LoraConfig
+from packtrain.trainer.adapters import attach_adapters
+from packtrain.trainer.data import IGNORE_INDEX, position_ids_from_doc_lens
+from packtrain.trainer.evaluate import evaluate
+from packtrain.trainer.loss import packed_loss_sum
+from packtrain.trainer.model import Precision
 from trainer_fixtures import VOCAB, pack_docs, random_blocks, tiny_model_dir
 
 BLOCK = 64
@@ -79,7 +79,7 @@ def test_chunked_loss_and_gradients_equal_the_full_logits_path(model_dir, monkey
         assert any("lm_head.lora_A" in n for n, _ in model.named_parameters())
     model.train()
     if chunk:
-        monkeypatch.setattr(trainer.loss, "CHUNK_TOKENS", chunk)
+        monkeypatch.setattr(packtrain.trainer.loss, "CHUNK_TOKENS", chunk)
     batch = batch_of(blocks_with_edge_cases())
     assert batch["n_sup"].tolist()[-1] == 0 and batch["n_sup"].sum() > 3 * 5
 
@@ -125,7 +125,7 @@ class LargestTensors(TorchDispatchMode):
 def test_the_full_logits_are_never_materialized(model_dir, monkeypatch):
     model = lora_model(model_dir)
     model.train()
-    monkeypatch.setattr(trainer.loss, "CHUNK_TOKENS", 16)
+    monkeypatch.setattr(packtrain.trainer.loss, "CHUNK_TOKENS", 16)
     batch = batch_of(random_blocks(2, BLOCK, seed=9, docs_per_block=(1, 3)))
     b, t = batch["input_ids"].shape
     assert batch["n_sup"].sum() > 16  # several chunks
@@ -154,10 +154,10 @@ def test_a_head_that_transforms_logits_uses_the_full_logits_and_says_so_once(mod
     model.get_base_model().config.final_logit_softcapping = 30.0  # as Gemma 2 would have it
     batch = batch_of(blocks_with_edge_cases()[:2])
     calls = []
-    real = trainer.loss.packed_forward
+    real = packtrain.trainer.loss.packed_forward
     with caplog.at_level(logging.WARNING, logger="packtrain.train"):
         import unittest.mock
-        with unittest.mock.patch.object(trainer.loss, "packed_forward", lambda *a: calls.append(1) or real(*a)):
+        with unittest.mock.patch.object(packtrain.trainer.loss, "packed_forward", lambda *a: calls.append(1) or real(*a)):
             for _ in range(2):
                 packed_loss_sum(model, batch["input_ids"], batch["position_ids"], batch["labels"])
     assert len(calls) == 2  # the full-logits path ran
@@ -198,17 +198,17 @@ def test_fused_path_without_targets_is_a_connected_zero(model_dir):
 
 def test_fused_kernel_choice_off_cuda():
     cpu = torch.device("cpu")
-    assert trainer.loss.fused_kernel("auto", cpu) is None and trainer.loss.fused_kernel(False, cpu) is None
+    assert packtrain.trainer.loss.fused_kernel("auto", cpu) is None and packtrain.trainer.loss.fused_kernel(False, cpu) is None
     with pytest.raises(ConfigError, match="fused_loss: true needs CUDA"):
-        trainer.loss.fused_kernel(True, cpu)
+        packtrain.trainer.loss.fused_kernel(True, cpu)
 
 
 def test_an_fp32_or_lora_head_is_not_fused(model_dir, caplog):
     """fp32 states (CPU training) and a LoRA-wrapped head take the chunked path, said once."""
     head = torch.nn.Linear(8, 16, bias=False)
     with caplog.at_level(logging.WARNING, logger="packtrain.train"):
-        assert not trainer.loss._fusable(head, torch.zeros(2, 8))
-    assert trainer.loss._fusable(head.to(torch.bfloat16), torch.zeros(2, 8, dtype=torch.bfloat16))
-    assert not trainer.loss._fusable(torch.nn.Linear(8, 16, bias=True).to(torch.bfloat16),
+        assert not packtrain.trainer.loss._fusable(head, torch.zeros(2, 8))
+    assert packtrain.trainer.loss._fusable(head.to(torch.bfloat16), torch.zeros(2, 8, dtype=torch.bfloat16))
+    assert not packtrain.trainer.loss._fusable(torch.nn.Linear(8, 16, bias=True).to(torch.bfloat16),
                                      torch.zeros(2, 8, dtype=torch.bfloat16))
     assert "not a plain bf16/fp16 linear layer" in caplog.text

@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from pipeline.config import LoraConfig
-from trainer.adapters import attach_adapters
-from trainer.data import position_ids_from_doc_lens
-from trainer.model import packed_forward
+from packtrain.core.config import LoraConfig
+from packtrain.trainer.adapters import attach_adapters
+from packtrain.trainer.data import position_ids_from_doc_lens
+from packtrain.trainer.model import packed_forward
 from trainer_fixtures import PAD_ID, tiny_model_dir
 
 LENS = [5, 9, 4]

@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import trainer.loop
-from trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
-from trainer.train import run
+import packtrain.trainer.loop
+from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 
@@ -31,7 +31,7 @@ def step_losses(run_dir):
 
 
 def crash_after_checkpoint(monkeypatch, step: int):
-    save = trainer.loop.save_checkpoint
+    save = packtrain.trainer.loop.save_checkpoint
 
     def save_then_crash(run, state, *args):
         path = save(run, state, *args)
@@ -39,7 +39,7 @@ def crash_after_checkpoint(monkeypatch, step: int):
             raise Crash(f"simulated crash after {path.name}")
         return path
 
-    monkeypatch.setattr(trainer.loop, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", save_then_crash)
 
 
 def test_stop_and_resume_is_identical_to_an_uninterrupted_run(tmp_path, model_dir, monkeypatch):

@@ -1,4 +1,4 @@
-"""End-to-end runs of trainer.train.run on tiny hand-written builds (CPU, a 2-layer Qwen2)."""
+"""End-to-end runs of packtrain.trainer.train.run on tiny hand-written builds (CPU, a 2-layer Qwen2)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from pipeline.config import ModelConfig
-from trainer.model import ModelError, model_source
-from trainer.train import TrainError, run
+from packtrain.core.config import ModelConfig
+from packtrain.trainer.model import ModelError, model_source
+from packtrain.trainer.train import TrainError, run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build, write_tokenizer
 
 TRAIN_KEYS = {"step", "epoch", "loss", "lr", "grad_norm", "tok_s", "sup_tok_s", "mfu", "data_wait", "mem/peak_gib",
@@ -153,10 +153,10 @@ def test_model_from_the_hub_cache_offline(tmp_path, model_dir, monkeypatch):
 def test_a_hub_model_without_refs_resolves_for_training_as_for_the_build(hf_home):
     """Downloaded by commit (no refs/main): the build finds it, so the trainer must too."""
     from conftest import write_hub_repo
-    from pipeline.config import ModelConfig
-    from pipeline.contract import BUNDLED_MODEL_DIR
-    from pipeline.discover import resolve_tokenizer_dir
-    from trainer.model import model_source
+    from packtrain.core.config import ModelConfig
+    from packtrain.core.contract import BUNDLED_MODEL_DIR
+    from packtrain.core.resolve import resolve_tokenizer_dir
+    from packtrain.trainer.model import model_source
 
     files = {name: (BUNDLED_MODEL_DIR / name).read_bytes() for name in ("config.json", "tokenizer.json", "tokenizer_config.json")}
     snapshot = write_hub_repo(hf_home / "hub", "model", "org/tiny", "0123456789" * 4, files, refs=())

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.config import ConfigError, LoraConfig, TrainConfig
-from pipeline.configfile import config_from_dict
-from trainer.metrics import FlopCounter, oom_advice
-from trainer.optim import build_optimizer
-from trainer.schedule import build_scheduler, lr_multiplier, warmup_steps
-from trainer.train import total_training_steps
+from packtrain.core.config import ConfigError, LoraConfig, TrainConfig
+from packtrain.core.configfile import config_from_dict
+from packtrain.trainer.metrics import FlopCounter, oom_advice
+from packtrain.trainer.optim import build_optimizer
+from packtrain.trainer.schedule import build_scheduler, lr_multiplier, warmup_steps
+from packtrain.trainer.train import total_training_steps
 
 
 def test_warmup_then_cosine_linear_constant():
@@ -45,7 +45,7 @@ def test_total_steps_from_epochs_or_max_steps():
 def test_flops_count_4n_plus_lora_plus_attention():
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from trainer.adapters import attach_adapters
+    from packtrain.trainer.adapters import attach_adapters
 
     cfg = Qwen2Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)

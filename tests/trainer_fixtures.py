@@ -1,6 +1,6 @@
 """Hermetic fixtures for the trainer tests: a tiny Qwen2 model directory and hand-written builds.
 
-``write_build`` writes exactly what pipeline/ writes (contract.shard_schema, Arrow IPC stream,
+``write_build`` writes what the build writes (the core's ShardWriter, Arrow IPC stream,
 manifest.json, CURRENT), from token lists given by the test, so the trainer tests need neither
 the pipeline nor any dataset.
 """
@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import pyarrow as pa
 import torch
 
-from pipeline.configfile import config_from_dict
-from pipeline.contract import (FORMAT_VERSION, MANIFEST, expert_dir, sha256_file, shard_schema, token_dtype,
-                               tokenizer_fingerprint, write_current)
+from packtrain.core.configfile import config_from_dict
+from packtrain.core.contract import FORMAT_VERSION, MANIFEST, expert_dir, token_dtype, tokenizer_fingerprint, write_current
+from packtrain.core.shardfile import ShardWriter
 
 # One intra-op thread: on a small shared CPU box, OpenMP threads spin-waiting for a busy core make a
 # tiny model's step up to 80x slower; the tests' numerics (bitwise resume) do not depend on it.
@@ -104,21 +103,6 @@ def random_blocks(n_blocks: int, block_size: int, seed: int, vocab_size: int = V
     return blocks
 
 
-def _write_shard(path: Path, blocks: list[list[Doc]], block_size: int, dtype, rows_per_batch: int) -> dict:
-    schema = shard_schema(block_size, dtype)
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        for start in range(0, len(blocks), rows_per_batch):
-            chunk = [pack_docs(docs, block_size) for docs in blocks[start:start + rows_per_batch]]
-            ids = np.stack([c[0] for c in chunk]).astype(dtype).ravel()
-            mask = np.stack([c[1] for c in chunk]).ravel()
-            writer.write_batch(pa.record_batch([
-                pa.FixedSizeListArray.from_arrays(pa.array(ids), block_size),
-                pa.FixedSizeListArray.from_arrays(pa.array(mask, pa.uint8()), block_size),
-                pa.array([c[2] for c in chunk], pa.list_(pa.uint32())),
-            ], schema=schema))
-    return {"file": path.name, "rows": len(blocks), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
-
-
 def write_build(cache_dir: Path, expert: str, train: list[list[Doc]], val: list[list[Doc]], block_size: int,
                 tokenizer_dir: Path, vocab_size: int = VOCAB, rows_per_shard: int = 1 << 30,
                 rows_per_batch: int = 3, salt: str = "", current: bool = True) -> str:
@@ -131,11 +115,10 @@ def write_build(cache_dir: Path, expert: str, train: list[list[Doc]], val: list[
     build_dir.mkdir(parents=True, exist_ok=True)
     shards = {}
     for split, blocks in (("train", train), ("val", val)):
-        shards[split] = [
-            _write_shard(build_dir / f"{split}-{i:05d}.arrow", blocks[start:start + rows_per_shard], block_size,
-                         dtype, rows_per_batch)
-            for i, start in enumerate(range(0, len(blocks), rows_per_shard))
-        ]
+        writer = ShardWriter(build_dir, split, block_size, dtype, 0, rows_per_shard, rows_per_batch)
+        for docs in blocks:
+            writer.add(*pack_docs(docs, block_size))
+        shards[split] = writer.close()
     manifest = {
         "format_version": FORMAT_VERSION,
         "build_id": build_id,

@@ -1,6 +1,6 @@
 """Train the bundled demo tokenizer on the bundled samples.
 
-    python tools/make_tokenizer.py               # rewrite pipeline/assets/demo-model/tokenizer*.json
+    python tools/make_tokenizer.py               # rewrite packtrain/core/assets/demo-model/tokenizer*.json
     python tools/make_tokenizer.py --out /tmp/t  # write elsewhere
 
 A byte-level BPE like Qwen2's, only much smaller: Qwen2's pre-tokenizer regex (split off letters,
@@ -28,7 +28,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "pipeline" / "assets" / "samples"
-DEFAULT_OUT = ROOT / "pipeline" / "assets" / "demo-model"
+DEFAULT_OUT = ROOT / "packtrain" / "core" / "assets" / "demo-model"
 
 VOCAB_SIZE = 8192
 EOS, IM_START, IM_END, PAD = "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"

@@ -21,9 +21,9 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
-from pipeline.config import LoraConfig
-from pipeline.contract import TOKENIZER_FILES
-from trainer.distributed import load_full_trainable_state, sharded
+from packtrain.core.config import LoraConfig
+from packtrain.core.contract import TOKENIZER_FILES
+from packtrain.trainer.distributed import load_full_trainable_state, sharded
 
 log = logging.getLogger("packtrain.train")
 
@@ -37,7 +37,7 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
     LoRA and QLoRA take the same path. QLoRA does not go through peft's
     ``prepare_model_for_kbit_training``: it casts the embeddings, norms and head to fp32, which turns
     the whole hidden stream fp32 (bitsandbytes returns its input's dtype): more memory and traffic
-    for nothing the bf16 autocast needs. The base is frozen already (trainer.model) and checkpointing
+    for nothing the bf16 autocast needs. The base is frozen already (packtrain.trainer.model) and checkpointing
     is non-reentrant, so its other duty (input gradients for reentrant checkpointing) is not needed.
 
     The LoRA inputs are not upcast to the fp32 adapter dtype (peft's ``cast_input_dtype_enabled``):
@@ -91,7 +91,7 @@ def save_adapter(model, directory: Path, config: dict, tokenizer_dir: Path | Non
                  state_dict: dict | None = None) -> None:
     """PEFT-format adapter + resolved config (+ tokenizer files, so the directory is self-contained).
     ``state_dict``: the full trainable weights keyed as in ``model.state_dict()``, for a model sharded
-    with FSDP (trainer.distributed.full_trainable_state); peft converts them to its format.
+    with FSDP (packtrain.trainer.distributed.full_trainable_state); peft converts them to its format.
     Callers refuse non-finite weights first (:func:`check_finite_weights`, before anything of theirs
     is written, naming the final path rather than this temporary one)."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -143,7 +143,7 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     ``[B, Hkv, T, D]`` in, ``([B, T, Hq, D], None)`` out; every segment attends causally to itself only."""
     if cu_seq_lens_q is None or max_length_q is None:
         raise RuntimeError("varlen attention was called without cu_seq_lens_q / max_length_q: the batch did not "
-                           "come through trainer.data.collate (pass attention_inputs(batch) to the model)")
+                           "come through packtrain.trainer.data.collate (pass attention_inputs(batch) to the model)")
     if attention_mask is not None:
         raise RuntimeError("varlen attention got an attention mask; packed blocks must not build one")
     if dropout:
@@ -154,7 +154,7 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
         raise RuntimeError(f"varlen attention cannot apply {', '.join(unsupported)} (the model changes its "
                            "attention scores); set model.varlen_attention: false")
     if _active is None:
-        raise RuntimeError("varlen attention is not registered: call trainer.attention.register() first")
+        raise RuntimeError("varlen attention is not registered: call packtrain.trainer.attention.register() first")
     kernel, call = _active
     batch, heads, length, dim = query.shape
     kv_heads, value_dim = key.shape[1], value.shape[-1]

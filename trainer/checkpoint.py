@@ -41,9 +41,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
-from trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
-from trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
+from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
+from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
+from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
                                  sharded)
 
 log = logging.getLogger("packtrain.train")
@@ -120,7 +120,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def crash_point(name: str) -> None:
-    """Test hook, as in pipeline.build: ``PACKTRAIN_CRASH_AT=<name>`` kills the process here with SIGKILL."""
+    """Test hook, as in packtrain.pipeline.build: ``PACKTRAIN_CRASH_AT=<name>`` kills the process here with SIGKILL."""
     if os.environ.get("PACKTRAIN_CRASH_AT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
 

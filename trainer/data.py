@@ -1,7 +1,7 @@
 """Shards -> batches: a map-style Dataset over the memory-mapped blocks, a resumable Sampler, a loader.
 
 The trainer reads the build's Arrow shards and nothing else. One row of a shard is one packed block
-of ``B`` tokens (see ``pipeline/contract.py``). For every block the dataset returns::
+of ``B`` tokens (see ``packtrain/core/contract.py``). For every block the dataset returns::
 
     input_ids     p p p a a E | q b E | _         int64 [B]
     position_ids  0 1 2 3 4 5 | 0 1 2 | 0         int64 [B]   reset at every document start
@@ -22,50 +22,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
-import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from pipeline.contract import ContractError, Manifest
-from trainer.attention import attention_inputs
+from packtrain.core.contract import ContractError, Manifest
+from packtrain.core.shardfile import ShardBlocks, open_shard
+from packtrain.trainer.attention import attention_inputs
 
 IGNORE_INDEX = -100
 
 log = logging.getLogger("packtrain.train")
-
-
-@dataclass
-class _Shard:
-    """The open record batches of one shard: numpy views, plus the first global row of each batch."""
-
-    starts: np.ndarray
-    input_ids: list[np.ndarray]
-    loss_mask: list[np.ndarray]
-    doc_offsets: list[np.ndarray]
-    doc_values: list[np.ndarray]
-
-
-def _open_shard(path: Path, block_size: int) -> _Shard:
-    try:
-        source = pa.memory_map(str(path), "r")
-        batches = list(pa.ipc.open_stream(source))
-    except (pa.ArrowInvalid, OSError) as e:
-        raise ContractError(f"shard {path} cannot be read as Arrow IPC ({e}): corrupt; rebuild it") from None
-    shard = _Shard(np.zeros(len(batches) + 1, dtype=np.int64), [], [], [], [])
-    for i, batch in enumerate(batches):
-        rows = batch.num_rows
-        shard.starts[i + 1] = shard.starts[i] + rows
-        shard.input_ids.append(batch.column("input_ids").flatten().to_numpy(zero_copy_only=True).reshape(rows, block_size))
-        shard.loss_mask.append(batch.column("loss_mask").flatten().to_numpy(zero_copy_only=True).reshape(rows, block_size))
-        doc_lens = batch.column("doc_lens")
-        shard.doc_offsets.append(doc_lens.offsets.to_numpy(zero_copy_only=True))
-        shard.doc_values.append(doc_lens.values.to_numpy(zero_copy_only=True))
-    return shard
 
 
 def segment_lens(doc_lens: Sequence[int], block_size: int) -> list[int]:
@@ -109,7 +79,7 @@ class BlockDataset(Dataset):
         self.paths = [Path(build_dir) / s.file for s in shards]  # paths only: opened lazily per process
         self.rows = np.cumsum([0] + [s.rows for s in shards])
         self.block_size = manifest.block_size
-        self._open: dict[int, _Shard] = {}
+        self._open: dict[int, ShardBlocks] = {}
 
     def __len__(self) -> int:
         return int(self.rows[-1])
@@ -119,18 +89,13 @@ class BlockDataset(Dataset):
             raise IndexError(f"block {index} out of range (0..{len(self) - 1})")
         s = int(np.searchsorted(self.rows, index, side="right")) - 1
         if s not in self._open:
-            self._open[s] = _open_shard(self.paths[s], self.block_size)
-        shard = self._open[s]
-        row = index - int(self.rows[s])
-        b = int(np.searchsorted(shard.starts, row, side="right")) - 1
-        r = row - int(shard.starts[b])
-        offsets = shard.doc_offsets[b]
-        doc_lens = shard.doc_values[b][offsets[r]:offsets[r + 1]]
+            self._open[s] = open_shard(self.paths[s], self.block_size)
+        ids, mask, doc_lens = self._open[s].block(index - int(self.rows[s]))
 
-        ids = shard.input_ids[b][r].astype(np.int64)  # the one copy: uint16/uint32 -> int64
+        ids = ids.astype(np.int64)  # the one copy: uint16/uint32 -> int64
         segments = segment_lens(doc_lens, self.block_size)
         position_ids = positions_of_segments(segments, self.block_size)
-        targets = (shard.loss_mask[b][r] == 1) & (position_ids != 0)
+        targets = (mask == 1) & (position_ids != 0)
         labels = np.where(targets, ids, IGNORE_INDEX)
         n = doc_lens.astype(np.int64)
         return {
@@ -170,7 +135,7 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device,
               attention=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
     """What the forward of a collated batch needs on ``device`` (copied without blocking): input ids,
     position ids, labels, and the model's attention keyword arguments for ``attention`` (the run's
-    :class:`trainer.attention.AttentionChoice`; see :func:`trainer.attention.attention_inputs`)."""
+    :class:`packtrain.trainer.attention.AttentionChoice`; see :func:`packtrain.trainer.attention.attention_inputs`)."""
     return (batch["input_ids"].to(device, non_blocking=True), batch["position_ids"].to(device, non_blocking=True),
             batch["labels"].to(device, non_blocking=True), attention_inputs(batch, device, attention))
 

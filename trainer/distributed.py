@@ -139,7 +139,7 @@ def shard(model: torch.nn.Module, world: World, device: torch.device) -> torch.n
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from trainer.model import causal_lm
+    from packtrain.trainer.model import causal_lm
 
     base = causal_lm(model)
     layer_classes = set(getattr(base, "_no_split_modules", None) or [])

@@ -7,10 +7,10 @@ import math
 import torch
 from torch.utils.data import DataLoader
 
-from trainer.attention import AttentionChoice
-from trainer.data import to_device
-from trainer.loss import packed_loss_sum
-from trainer.model import Precision
+from packtrain.trainer.attention import AttentionChoice
+from packtrain.trainer.data import to_device
+from packtrain.trainer.loss import packed_loss_sum
+from packtrain.trainer.model import Precision
 
 
 @torch.no_grad()
@@ -18,7 +18,7 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, d
              chunked: bool = True, fused=None,
              attention: AttentionChoice | None = None) -> dict:
     """``{"eval/loss", "eval/ppl", "eval/tokens"}``: the mean loss over every supervised val token,
-    computed by the training loss (:func:`trainer.loss.packed_loss_sum`; ``chunked`` as
+    computed by the training loss (:func:`packtrain.trainer.loss.packed_loss_sum`; ``chunked`` as
     ``train.chunked_loss``: the same number either way)."""
     was_training = model.training
     model.eval()

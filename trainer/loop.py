@@ -24,16 +24,16 @@ from dataclasses import astuple
 import torch
 from tqdm import tqdm
 
-from pipeline.config import TrainConfig
-from trainer.adapters import trainable_parameters
-from trainer.attention import AttentionChoice
-from trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
-from trainer.data import BatchStream, to_device
-from trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
-from trainer.evaluate import evaluate
-from trainer.loss import packed_loss_sum
-from trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
-from trainer.model import Precision
+from packtrain.core.config import TrainConfig
+from packtrain.trainer.adapters import trainable_parameters
+from packtrain.trainer.attention import AttentionChoice
+from packtrain.trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
+from packtrain.trainer.data import BatchStream, to_device
+from packtrain.trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
+from packtrain.trainer.evaluate import evaluate
+from packtrain.trainer.loss import packed_loss_sum
+from packtrain.trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
+from packtrain.trainer.model import Precision
 
 log = logging.getLogger("packtrain.train")
 

@@ -22,7 +22,7 @@ Two ways to the same number (``train.chunked_loss``, default true):
   logits kept, no weight gradient for the frozen head). Used for a plain bias-free ``nn.Linear``
   head in bf16/fp16; anything else takes the chunked path. tests/test_gpu.py compares it with the
   chunked loss, which stays the CPU path and the reference.
-- **reference** (:func:`token_loss_sum` over :func:`trainer.model.packed_forward`'s logits): the
+- **reference** (:func:`token_loss_sum` over :func:`packtrain.trainer.model.packed_forward`'s logits): the
   full logits; used when ``chunked_loss`` is false and for architectures whose head does more than
   a linear layer (logit soft-capping or scaling: Gemma 2, Cohere, Granite...), said once in the
   log. tests/test_trainer_loss.py checks both give the same loss and gradients.
@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from pipeline.config import ConfigError
-from trainer.data import IGNORE_INDEX
-from trainer.model import causal_lm, packed_forward, packed_hidden_states
+from packtrain.core.config import ConfigError
+from packtrain.trainer.data import IGNORE_INDEX
+from packtrain.trainer.model import causal_lm, packed_forward, packed_hidden_states
 
 log = logging.getLogger("packtrain.train")
 
@@ -74,7 +74,7 @@ def packed_loss_sum(model: torch.nn.Module, input_ids: torch.Tensor, position_id
     """The summed token loss of a micro-batch of packed blocks: forward + loss in one call (run it
     under the precision's autocast). ``chunked`` picks the path (see the module docstring); ``fused``
     (:func:`fused_kernel`) replaces the chunks where the head allows it; ``attention`` are the
-    model's attention keyword arguments (trainer.attention.attention_inputs)."""
+    model's attention keyword arguments (packtrain.trainer.attention.attention_inputs)."""
     attention = attention or {}
     if chunked and _chunked_supported(model):
         hidden, last_logits = packed_hidden_states(model, input_ids, position_ids, **attention)

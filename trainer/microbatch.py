@@ -121,7 +121,7 @@ def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dat
                      device: torch.device) -> MicroBatch:
     """Search on ``dataset``'s first blocks with the run's own loss function (``loss_fn(model, batch)``,
     forward + loss under autocast); ``model`` is the PeftModel (for switching checkpointing on)."""
-    from trainer.data import collate
+    from packtrain.trainer.data import collate
 
     model.train()  # as in training: transformers checkpoints layers only in train mode
     blocks = [dataset[i % len(dataset)] for i in range(per_device)]
@@ -153,7 +153,7 @@ def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dat
 
 def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
     """Activation checkpointing of the causal LM inside ``model`` on or off (non-reentrant)."""
-    from trainer.model import causal_lm
+    from packtrain.trainer.model import causal_lm
 
     lm = causal_lm(model)
     if on:

@@ -2,7 +2,7 @@
 
 ``model.name`` is one of:
 
-- ``bundled``: ``pipeline/assets/demo-model`` (config + tokenizer, no weights): random init with
+- ``bundled``: ``packtrain/core/assets/demo-model`` (config + tokenizer, no weights): random init with
   the run seed, so a fresh clone trains end to end;
 - a local directory with ``config.json`` (and weights, or not: see below);
 - an HF model id, found in the local hub cache only (``HF_HUB_CACHE`` / ``HF_HOME`` honoured,
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from pipeline.config import ModelConfig, TrainConfig
-from pipeline.inputs import one_line, read_input, read_json
+from packtrain.core.config import ModelConfig, TrainConfig
+from packtrain.core.inputs import one_line, read_input, read_json
 
 log = logging.getLogger("packtrain.train")
 
@@ -47,8 +47,8 @@ class ModelSource:
 
 def resolve_dir(name: str, revision: str | None, what: str = "model") -> Path:
     """``bundled``, a local directory, or an HF id in the local hub cache: resolved exactly as the
-    build resolves its tokenizer (pipeline.discover), so a model that builds is a model that trains."""
-    from pipeline.discover import SourceNotFound, resolve_model_dir
+    build resolves its tokenizer (packtrain.pipeline.discover), so a model that builds is a model that trains."""
+    from packtrain.core.resolve import SourceNotFound, resolve_model_dir
 
     try:
         return resolve_model_dir(name, revision)
@@ -194,7 +194,7 @@ def packed_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids
     No 2D attention mask (it would disable the detection) and no KV cache (ditto). With the reference
     attention transformers' ``create_causal_mask`` finds the document boundaries in ``position_ids``
     (wherever they do not increase by one) and builds the block-diagonal causal mask for SDPA/eager;
-    with varlen attention ``attention`` holds the segment boundaries (trainer.attention.attention_inputs)
+    with varlen attention ``attention`` holds the segment boundaries (packtrain.trainer.attention.attention_inputs)
     and no mask is built. tests/test_trainer_packing.py checks that a packed block's logits equal each
     document's logits run alone.
     """
@@ -213,7 +213,7 @@ def packed_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, positi
     its forward; calling the inner decoder directly would silently skip it). ``logits_to_keep=1``
     makes the head run on one position per block instead of all of them, and
     ``output_hidden_states`` returns the final-norm output as ``hidden_states[-1]`` (transformers
-    5 replaces the last recorded layer output with ``last_hidden_state``; trainer.loss checks it
+    5 replaces the last recorded layer output with ``last_hidden_state``; packtrain.trainer.loss checks it
     against the logits on first use).
     """
     out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,

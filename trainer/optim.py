@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from pipeline.config import TrainConfig
+from packtrain.core.config import TrainConfig
 
 log = logging.getLogger("packtrain.train")
 

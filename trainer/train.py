@@ -6,7 +6,7 @@ Order of business (every check before anything expensive):
 2. the model's tokenizer fingerprint against the build's (refused when they differ);
 3. the checkpoint to resume, if any (refused when taken on another build or tokenizer, or corrupt);
 4. model + adapters, data, optimizer, schedule; restore the checkpoint;
-5. :func:`trainer.loop.train_loop`; then the final adapter, optional merged model, summary.
+5. :func:`packtrain.trainer.loop.train_loop`; then the final adapter, optional merged model, summary.
 
 Under ``torchrun`` (WORLD_SIZE > 1) every rank runs all of this with its own device and slice of
 the data (trainer/distributed.py); rank 0 picks the checkpoint and the run directory and is the
@@ -35,25 +35,25 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
 
-from pipeline.config import ConfigError, ExpertConfig, check_numbers
-from pipeline.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, former_stage_name, record_runs_dir,
+from packtrain.core.config import ConfigError, ExpertConfig, check_numbers
+from packtrain.core.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, former_stage_name, record_runs_dir,
                                resolve_build, tokenizer_fingerprint, verify_checksums)
-from trainer.attention import choose_attention
-from trainer.adapters import (NonFiniteWeightsError, attach_adapters, check_finite_weights, export_merged,
+from packtrain.trainer.attention import choose_attention
+from packtrain.trainer.adapters import (NonFiniteWeightsError, attach_adapters, check_finite_weights, export_merged,
                               load_adapter_weights, save_adapter, trainable_parameters)
-from trainer.checkpoint import (ADAPTER_DIR, SUMMARY, CheckpointError, RunInfo, TrainState, check_not_finished,
+from packtrain.trainer.checkpoint import (ADAPTER_DIR, SUMMARY, CheckpointError, RunInfo, TrainState, check_not_finished,
                                 check_resume, discard_later_checkpoints, find_checkpoint, finished_artifacts,
                                 fork_dir, load_checkpoint, read_state, verify_checkpoint, written_or_removed)
-from trainer.data import IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader, to_device
-from trainer.distributed import (DistributedError, World, barrier, close_world, decide_on_rank0, device_for,
+from packtrain.trainer.data import IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader, to_device
+from packtrain.trainer.distributed import (DistributedError, World, barrier, close_world, decide_on_rank0, device_for,
                                  full_trainable_state, init_world, shard, wrap)
-from trainer.loop import NonFiniteLossError, train_loop
-from trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops, summarize
-from trainer.loss import fused_kernel
-from trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
-from trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
-from trainer.optim import build_optimizer
-from trainer.schedule import build_scheduler, warmup_steps
+from packtrain.trainer.loop import NonFiniteLossError, train_loop
+from packtrain.trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops, summarize
+from packtrain.trainer.loss import fused_kernel
+from packtrain.trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
+from packtrain.trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
+from packtrain.trainer.optim import build_optimizer
+from packtrain.trainer.schedule import build_scheduler, warmup_steps
 
 log = logging.getLogger("packtrain.train")
 
@@ -326,7 +326,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
 def eval_slice(val_set: BlockDataset, train, world: World, pad: bool = False) -> Dataset:
     """This rank's val blocks: of the first ``max_eval_batches x per_device_eval_batch_size`` blocks (all
     of them when unset), every W-th from ``rank``; the ranks together evaluate exactly what one process
-    evaluates, and trainer.distributed.reduce_eval sums their losses and token counts.
+    evaluates, and packtrain.trainer.distributed.reduce_eval sums their losses and token counts.
 
     ``pad`` (FSDP, where every forward is a collective): every rank gets as many blocks as rank 0, the
     largest slice, so all run the same number of forwards; the padding repeats block 0 with no
@@ -381,7 +381,7 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
     """``per_device_train_batch_size: auto``: measured on CUDA (trainer/microbatch.py; under torchrun
     every rank measures, rank 0's choice is taken by all); on CPU, where there is no device memory to
     measure, the largest divisor of the per-device batch up to 8 (said in the log)."""
-    from trainer.loss import packed_loss_sum
+    from packtrain.trainer.loss import packed_loss_sum
 
     per_device = train.global_batch_size // world.world_size  # a multiple: check_batch_shape
     if device.type != "cuda":

@@ -12,14 +12,10 @@ from pathlib import Path
 
 import click
 
-# Offline, always: discovery reads local caches and nothing may reach the network.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-
-from pipeline.config import ConfigError  # noqa: E402
-from pipeline.configfile import apply_cli_overrides, load_config  # noqa: E402
-from pipeline.contract import (ContractError, Manifest, check_shard_sizes, load_build_config, resolve_build,  # noqa: E402
-                               verify_checksums)
+from packtrain.core.config import ConfigError
+from packtrain.core.configfile import apply_cli_overrides, load_config
+from packtrain.core.contract import (ContractError, Manifest, check_shard_sizes, load_build_config, resolve_build,
+                                     verify_checksums)
 
 EXPECTED = (ConfigError, ContractError, OSError)
 
@@ -54,7 +50,7 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings):
         try:
             overrides[key] = yaml.safe_load(value)
         except yaml.YAMLError as e:
-            from pipeline.inputs import one_line
+            from packtrain.core.inputs import one_line
 
             raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
@@ -70,7 +66,7 @@ def main():
 @main.command()
 def discover():
     """List the datasets and models in the local Hugging Face caches (no network)."""
-    from pipeline.discover import discover_all, format_discovery
+    from packtrain.pipeline.discover import discover_all, format_discovery
 
     click.echo(format_discovery(discover_all()))
 
@@ -92,11 +88,11 @@ def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
               help="Tokenize only part I of N (a machine's share) and publish nothing; then `packtrain merge`.")
 def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, progress, part):
     """Build EXPERT's packed shards into the cache, unless an identical build exists."""
-    from pipeline.build import build
+    from packtrain.pipeline.build import build
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
     if part is not None:
-        from pipeline.partition import parse_part, pretokenize_part
+        from packtrain.pipeline.partition import parse_part, pretokenize_part
 
         try:
             share = parse_part(part)
@@ -118,7 +114,7 @@ def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settin
 @click.option("--parts", type=click.IntRange(min=1), required=True, help="How many parts were tokenized (N of --part I/N).")
 def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, parts):
     """Merge the parts of a partitioned build of EXPERT and publish it (same bytes as one machine's)."""
-    from pipeline.partition import merge as merge_parts
+    from packtrain.pipeline.partition import merge as merge_parts
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
     for stage in cfg.stage_configs():
@@ -140,44 +136,23 @@ def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, pa
 def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, build_id, resume,
           allow_build_change, max_steps):
     """Train EXPERT's LoRA/QLoRA adapter on its packed shards (build first: `make train` does)."""
-    from trainer.train import EXPECTED_ERRORS, run
+    from packtrain.trainer.curriculum import train_expert
+    from packtrain.trainer.train import EXPECTED_ERRORS
 
-    if max_steps is not None:
-        settings = (*settings, f"train.max_steps={max_steps}")
-    from trainer.distributed import close_world, init_world
+    def done(stage: str, run_dir: Path) -> None:
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
+            click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
-    stages = cfg.stage_configs()
-    if len(stages) > 1 and build_id is not None:
-        raise click.BadParameter("a curriculum has one build per stage; --build-id names one build",
-                                 param_hint="--build-id")
-    if len(stages) > 1 and resume not in (None, "auto"):
-        raise click.BadParameter("a curriculum resumes each stage from its own runs: use --resume auto",
-                                 param_hint="--resume")
-    if max_steps is not None:  # the command line wins over a stage's own length
-        for stage in stages:
-            stage.train.max_steps = max_steps
-    world = init_world()  # under torchrun: one process group for every stage, closed once at the end
     try:
-        previous = None
-        for stage in stages:  # a curriculum: each stage starts from the previous stage's adapter
-            if previous is not None:
-                stage.train.init_adapter = str(previous / "adapter")
-            done = finished_stage(stage) if len(stages) > 1 and resume == "auto" else None
-            if done is not None:  # a finished run is never resumed: the stage is done, the next one goes on
-                click.echo(f"resume auto: stage {stage.expert} finished in {done}; going on from its adapter", err=True)
-                previous = done
-            else:
-                try:
-                    previous = run(stage, cache_dir, build_id=build_id, resume=resume,
-                                   allow_build_change=allow_build_change)
-                except EXPECTED_ERRORS as e:
-                    raise TrainFailed(f"{stage.expert}: {e}" if len(stages) > 1 else str(e)) from None
-            if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
-                click.echo(json.dumps({"expert": stage.expert, "run_dir": str(previous),
-                                       "adapter": str(previous / "adapter")}))
-    finally:
-        close_world(world)
+        train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
+                     max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
+    except EXPECTED_ERRORS as e:
+        raise TrainFailed(str(e)) from None
+
+
+class TrainFailed(Exception):
+    """The trainer refused or stopped; its message says why and what to do."""
 
 
 @main.command("train-all")
@@ -194,9 +169,9 @@ def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps,
 
     One JSON line per expert; exit code 0 when all trained, 1 when any failed.
     """
-    from pipeline.experiments import train_all as run_all
-    from pipeline.experiments import visible_gpus
-    from pipeline.rebuild import all_experts as list_experts
+    from packtrain.cli.train_all import train_all as run_all
+    from packtrain.cli.train_all import visible_gpus
+    from packtrain.pipeline.rebuild import all_experts as list_experts
 
     if all_experts == bool(experts):
         raise click.UsageError("name the experts to train, or pass --all (not both)")
@@ -213,18 +188,6 @@ def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps,
     sys.exit(run_all(names, common, train_args, Path(log_dir), gpus, emit=click.echo))
 
 
-def finished_stage(stage) -> Path | None:
-    """``--resume auto`` of a curriculum: the stage's finished run, unless an unfinished one has a checkpoint."""
-    from trainer.checkpoint import find_checkpoint, newest_finished_run
-
-    runs = Path(stage.train.output_dir) / stage.expert
-    return None if find_checkpoint("auto", runs) is not None else newest_finished_run(runs)
-
-
-class TrainFailed(Exception):
-    """The trainer refused or stopped; its message says why and what to do."""
-
-
 @main.command()
 @click.argument("expert")
 @cache_dir_option
@@ -233,8 +196,8 @@ class TrainFailed(Exception):
 @click.option("--blocks", default=2, show_default=True, help="How many blocks to show.")
 def inspect(expert, cache_dir, build_id, split, blocks):
     """Decode a few packed blocks of EXPERT: document boundaries and supervised spans (⟦ ⟧)."""
-    from pipeline.discover import resolve_model_dir
-    from pipeline.inspect import inspect_build
+    from packtrain.core.resolve import resolve_model_dir
+    from packtrain.pipeline.inspect import inspect_build
 
     build_dir = resolve_build(cache_dir, expert, build_id)
     model_cfg = load_build_config(build_dir)["model"]
@@ -274,8 +237,8 @@ def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
 
     Exit code 0: all up to date or rebuilt; 1: some expert failed; 3: another rebuild is running.
     """
-    from pipeline.rebuild import all_experts as list_experts
-    from pipeline.rebuild import rebuild as run_rebuild
+    from packtrain.pipeline.rebuild import all_experts as list_experts
+    from packtrain.pipeline.rebuild import rebuild as run_rebuild
 
     if all_experts == bool(experts):
         raise click.UsageError("name the experts to rebuild, or pass --all (not both)")
@@ -295,8 +258,8 @@ def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per expert instead of a table.")
 def status(experts, configs_dir, cache_dir, as_json):
     """Each expert's current build, age, whether its inputs changed since, tokens and last run."""
-    from pipeline.rebuild import all_experts as list_experts
-    from pipeline.status import expert_status, format_status
+    from packtrain.pipeline.rebuild import all_experts as list_experts
+    from packtrain.pipeline.status import expert_status, format_status
 
     rows = [row for e in (experts or list_experts(configs_dir)) for row in expert_status(e, configs_dir, cache_dir)]
     click.echo("\n".join(json.dumps(r) for r in rows) if as_json else format_status(rows))
@@ -304,9 +267,10 @@ def status(experts, configs_dir, cache_dir, as_json):
 
 def run() -> None:
     """Entry point: expected errors print one clear message and exit 2, without a traceback."""
-    from pipeline.build import BuildError
-    from pipeline.discover import SourceError, SourceNotFound
-    from pipeline.tokenize import TokenizerError
+    from packtrain.pipeline.build import BuildError
+    from packtrain.core.resolve import SourceNotFound
+    from packtrain.pipeline.discover import SourceError
+    from packtrain.pipeline.tokenize import TokenizerError
 
     try:
         main(standalone_mode=False)

@@ -2,7 +2,7 @@
 
 An expert's resolved config is ``configs/defaults.yaml`` (shared choices) under
 ``configs/<expert>.yaml`` (the expert's delta) under command-line overrides (``DATASET=``,
-``MODEL=``, ...), loaded by pipeline/configfile.py. Unknown keys are errors, and every problem is
+``MODEL=``, ...), loaded by packtrain/core/configfile.py. Unknown keys are errors, and every problem is
 reported at once.
 
 The trainer reads the same file for its own sections (``model``, ``lora``, ``train``); it never
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pipeline.contract import STAGE_NAME, ContractError, check_expert_name, stage_expert
+from packtrain.core.contract import STAGE_NAME, ContractError, check_expert_name, stage_expert
 
 BUNDLED = "bundled"
 

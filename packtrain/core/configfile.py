@@ -1,5 +1,5 @@
 """Loading an expert's config: ``configs/defaults.yaml`` < ``configs/<expert>.yaml`` < overrides
-(``DATASET=``, ``MODEL=``, ``--set key=value``), into the typed dataclasses of pipeline/config.py.
+(``DATASET=``, ``MODEL=``, ``--set key=value``), into the typed dataclasses of packtrain/core/config.py.
 
 Unknown keys and wrong types are collected, not raised one by one, so a user sees every problem
 of a config at once; value checks (``validate``) run once the types are right.
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeline.config import ConfigError, ExpertConfig, check_numbers
-from pipeline.contract import check_expert_name
+from packtrain.core.config import ConfigError, ExpertConfig, check_numbers
+from packtrain.core.contract import check_expert_name
 
 
 def load_config(
@@ -74,7 +74,7 @@ def apply_cli_overrides(dataset: str | None = None, model: str | None = None,
 
 
 def _read_yaml(path: Path) -> dict:
-    from pipeline.inputs import InputError, read_input
+    from packtrain.core.inputs import InputError, read_input
 
     try:
         data = read_input(path, lambda p: yaml.safe_load(p.read_text(encoding="utf-8")) or {},

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline.contract import ContractError
+from packtrain.core.contract import ContractError
 
 
 class InputError(ContractError):

@@ -1,32 +1,16 @@
-"""The one contract between the build (pipeline/) and the trainer (trainer/).
+"""The contract between the build (packtrain.pipeline) and the trainer (packtrain.trainer).
 
-Both halves import this module and nothing else from each other. It defines:
+The halves never import each other: what one writes and the other reads is defined here and in
+shardfile.py (the shard format), both in the core. This module defines:
 
 - the build directory layout: ``cache/<expert>/CURRENT`` and ``cache/<expert>/<build-id>/``; a
   curriculum stage is the expert ``<expert>.<stage>`` (no expert name has a '.', so a stage never
   shares a directory with an expert); ``cache/<expert>/.runs/`` records where its runs live;
-- the shard schema: one Arrow IPC *stream* file per shard, one row per packed block;
 - the manifest (``manifest.json``): what went in (hashed into the build id) and what came out;
 - the tokenizer fingerprint, computed the same way by the build and by the trainer, so the trainer
   can refuse shards made with another tokenizer.
 
-Shard row (``block_size`` = B, default 2048)::
-
-    input_ids  fixed_size_list<uint16|uint32>[B]   tokens; padding after the last document
-    loss_mask  fixed_size_list<uint8>[B]           1 where the token is a supervised target
-    doc_lens   list<uint32>                        lengths of the documents (or document pieces)
-                                                   packed in the block, in order; the padding is
-                                                   B - sum(doc_lens) tokens at the end
-
-Example, B = 10: a 3-token prompt ``p`` with a 2-token answer ``a`` and eos ``E``, then a
-second document (prompt ``q``, answer ``b``, eos), then one padding token ``_``::
-
-    input_ids  p p p a a E | q b E | _
-    loss_mask  0 0 0 1 1 1 | 0 1 1 | 0
-    doc_lens   [6, 3]                      (padding = 10 - 9 = 1 token)
-
-The trainer resets position ids at every document start and never lets a document attend to
-another one in the same block.
+The shard file format and its one reader: packtrain/core/shardfile.py.
 
 Nothing here imports torch, datasets or tokenizers: only the standard library, numpy and pyarrow.
 """
@@ -42,7 +26,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import pyarrow as pa
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -137,18 +120,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return dtype
 
 
-def shard_schema(block_size: int, dtype: np.dtype) -> pa.Schema:
-    token_type = pa.uint16() if np.dtype(dtype) == np.uint16 else pa.uint32()
-    return pa.schema(
-        [
-            pa.field("input_ids", pa.list_(token_type, block_size), nullable=False),
-            pa.field("loss_mask", pa.list_(pa.uint8(), block_size), nullable=False),
-            pa.field("doc_lens", pa.list_(pa.uint32()), nullable=False),
-        ],
-        metadata={"packtrain.format_version": str(FORMAT_VERSION), "packtrain.block_size": str(block_size)},
-    )
-
-
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -170,7 +141,7 @@ def tokenizer_fingerprint(directory: str | os.PathLike, sha256=sha256_file) -> d
     """Content hash of every tokenizer file in ``directory`` (vocab, merges, specials, chat template).
 
     The build stores this in the manifest; the trainer computes it for the model's tokenizer and
-    refuses shards whose hash differs. ``sha256``: a cached hasher (pipeline.hashcache.StatCache.sha256).
+    refuses shards whose hash differs. ``sha256``: a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256).
     """
     directory = Path(directory)
     files = {}
@@ -388,7 +359,7 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class Manifest:
-    """The parsed manifest.json of one build (see DESIGN.md for the full field list)."""
+    """The parsed manifest.json of one build (every field: docs/BUILD.md, "The manifest")."""
 
     build_id: str
     expert: str
@@ -500,22 +471,3 @@ def verify_checksums(build_dir: str | os.PathLike, manifest: Manifest) -> list[s
         elif sha256_file(path) != shard.sha256:
             problems.append(f"{path}: sha256 differs from the manifest (corrupt)")
     return problems
-
-
-def open_shard(path: str | os.PathLike) -> pa.Table:
-    """Memory-map one shard zero-copy (no token is read until it is used)."""
-    try:
-        with pa.memory_map(str(path), "r") as source:
-            return pa.ipc.open_stream(source).read_all()
-    except (pa.ArrowInvalid, OSError) as e:
-        raise ContractError(f"shard {path} cannot be read as Arrow IPC ({e}): corrupt; rebuild") from None
-
-
-def block_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pa.ChunkedArray]:
-    """(input_ids [rows, B], loss_mask [rows, B], doc_lens) as zero-copy numpy views where possible."""
-    def matrix(column: str) -> np.ndarray:
-        chunks = [c.flatten().to_numpy(zero_copy_only=True) for c in table.column(column).chunks]
-        flat = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-        return flat.reshape(table.num_rows, -1)
-
-    return matrix("input_ids"), matrix("loss_mask"), table.column("doc_lens")

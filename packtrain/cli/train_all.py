@@ -35,7 +35,7 @@ def visible_gpus() -> list[str]:
 
 def expert_command(expert: str, build_args: list[str], train_args: list[str]) -> list[str]:
     """Build (a no-op when up to date), then train if the build succeeded: ``sh -c 'a && b'``."""
-    cli = [sys.executable, "-m", "pipeline.cli"]
+    cli = [sys.executable, "-m", "packtrain.cli"]
     return ["/bin/sh", "-c", " && ".join([
         " ".join(map(_quote, [*cli, "pretokenize", expert, *build_args, "--no-progress"])),
         " ".join(map(_quote, [*cli, "train", expert, *train_args])),
@@ -51,7 +51,7 @@ def _quote(arg: str) -> str:
 def train_all(experts: list[str], build_args: list[str], train_args: list[str], log_dir: Path,
               gpus: list[str], emit) -> int:
     """Run every expert, ``len(gpus)`` at a time (1 at a time without GPUs); returns the exit code."""
-    from pipeline.contract import check_expert_name
+    from packtrain.core.contract import check_expert_name
 
     for expert in experts:  # names become log file names: none may escape log_dir
         check_expert_name(expert)

@@ -1,0 +1,115 @@
+"""Models and tokenizers from the local Hugging Face hub cache (or a local directory, or ``bundled``).
+
+Both halves use this: the build resolves the tokenizer it encodes with, the trainer the model it
+loads. Offline, always: nothing here opens a socket (``packtrain/__init__.py`` forces HF_HUB_OFFLINE).
+Cache directories come from ``os.environ`` at call time (HF_HOME, HF_HUB_CACHE).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from huggingface_hub import scan_cache_dir
+
+from packtrain.core.config import BUNDLED, ModelConfig
+from packtrain.core.contract import BUNDLED_MODEL_DIR
+
+
+class SourceNotFound(Exception):
+    """A dataset, model or tokenizer is not on this machine; the message says where we looked and how to fix it."""
+
+
+# --- Cache directories, read at call time ----------------------------------------------------------
+
+
+def hf_home() -> Path:
+    return cache_path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+
+
+def hub_cache_dir() -> Path:
+    return cache_path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or hf_home() / "hub")
+
+
+def cache_path(value: str | Path) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(os.path.expandvars(str(value)))))
+
+
+# --- Hub cache -----------------------------------------------------------------------------------
+
+
+def hub_repo(repo_id: str, repo_type: str):
+    """(the CachedRepoInfo of ``repo_id`` or None, a note saying what was found)."""
+    hub = hub_cache_dir()
+    if not hub.is_dir():
+        return None, "directory does not exist"
+    info, folder = scan_cache_dir(hub), f"{repo_type}s--{repo_id.replace('/', '--')}"
+    found = sorted((r for r in info.repos if r.repo_type == repo_type and r.repo_id.lower() == repo_id.lower()),
+                   key=lambda r: (r.repo_id != repo_id, r.repo_id))  # the exact spelling first
+    if found:
+        return found[0], f"found {found[0].repo_path.name}"
+    if broken := [str(w) for w in info.warnings if folder.lower() in str(w).lower()]:
+        return None, f"{folder} is there but unreadable: {broken[0]}; download it again"
+    return None, f"no {folder}"
+
+
+def pick_revision(repo, revision: str | None, what: str):
+    revs = sorted(repo.revisions, key=lambda r: r.commit_hash)
+    listing = ", ".join(f"{r.commit_hash[:8]} ({', '.join(sorted(r.refs)) or 'no ref'})" for r in revs) or "none"
+    if revision:
+        by_ref = [r for r in revs if revision in r.refs]
+        by_hash = [r for r in revs if len(revision) >= 7 and r.commit_hash.startswith(revision)]
+        if len(by_ref or by_hash) == 1:
+            return (by_ref or by_hash)[0]
+        raise SourceNotFound(
+            f"{what}: revision {revision!r} is not in the hub cache ({repo.repo_path}); cached snapshots: {listing}. "
+            f"Download it on a connected machine with `huggingface-cli download --repo-type {repo.repo_type} "
+            f"{repo.repo_id} --revision {revision}`, or set revision: to a cached one"
+        )
+    if main := [r for r in revs if "main" in r.refs]:
+        return main[0]
+    if len(revs) == 1:
+        return revs[0]
+    if not revs:
+        raise SourceNotFound(f"{what}: {repo.repo_path} holds no snapshot; download it again")
+    raise SourceNotFound(f"{what}: {len(revs)} snapshots in the hub cache ({repo.repo_path}) and no 'main' ref: "
+                         f"{listing}; set revision: to one of them")
+
+
+# --- Models and tokenizers -----------------------------------------------------------------------
+
+
+def resolve_model_dir(name: str, revision: str | None = None) -> Path:
+    """``bundled``, a local directory, or an HF model id in the hub cache -> the directory holding its files."""
+    if name == BUNDLED:
+        if not BUNDLED_MODEL_DIR.is_dir():
+            raise SourceNotFound(f"the bundled demo model is missing ({BUNDLED_MODEL_DIR}); reinstall packtrain")
+        return BUNDLED_MODEL_DIR
+    if (local := cache_path(name)).exists():
+        if not local.is_dir():
+            raise SourceNotFound(f"model {name!r}: {local} is a file; point model.name at the directory holding "
+                                 "config.json and the weights")
+        return local
+    repo, note = hub_repo(name, "model")
+    if repo is not None:
+        return Path(pick_revision(repo, revision, f"model {name}").snapshot_path)
+    raise SourceNotFound(
+        f"model {name!r} is not on this machine; looked in:\n  - local path {cache_path(name)} (does not exist)\n"
+        f"  - hub cache {hub_cache_dir()} ({note})\nFix: download it on a connected machine with "
+        f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set model.name in "
+        "configs/<expert>.yaml / MODEL= to a local directory"
+    )
+
+
+def resolve_tokenizer_dir(model: ModelConfig) -> Path:
+    """The directory of the tokenizer the build uses: ``model.tokenizer``, else the model's own."""
+    name = model.tokenizer or model.name
+    revision = model.revision if name == model.name else None
+    directory = resolve_model_dir(name, revision)
+    if not (directory / "tokenizer.json").is_file():
+        raise SourceNotFound(
+            f"no tokenizer.json in {directory} (tokenizer of {name!r}); packtrain needs a fast tokenizer file: save "
+            "one with `AutoTokenizer.from_pretrained(...).save_pretrained(dir)` on a connected machine, or set "
+            "model.tokenizer in configs/<expert>.yaml to a directory that has one"
+        )
+    return directory

@@ -1,0 +1,165 @@
+"""The shard file format, its one writer (:class:`ShardWriter`, which the build's
+packtrain/pipeline/shards.py feeds) and its one reader (:func:`open_shard`: the trainer, ``packtrain
+inspect`` and the tests).
+
+One Arrow IPC *stream* file per shard, uncompressed, one row per packed block. Shard row (``block_size`` = B, default 2048)::
+
+    input_ids  fixed_size_list<uint16|uint32>[B]   tokens; padding after the last document
+    loss_mask  fixed_size_list<uint8>[B]           1 where the token is a supervised target
+    doc_lens   list<uint32>                        lengths of the documents (or document pieces)
+                                                   packed in the block, in order; the padding is
+                                                   B - sum(doc_lens) tokens at the end
+
+Example, B = 10: a 3-token prompt ``p`` with a 2-token answer ``a`` and eos ``E``, then a
+second document (prompt ``q``, answer ``b``, eos), then one padding token ``_``::
+
+    input_ids  p p p a a E | q b E | _
+    loss_mask  0 0 0 1 1 1 | 0 1 1 | 0
+    doc_lens   [6, 3]                      (padding = 10 - 9 = 1 token)
+
+The trainer resets position ids at every document start and never lets a document attend to
+another one in the same block.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from packtrain.core.contract import FORMAT_VERSION, ContractError, sha256_file
+
+def shard_schema(block_size: int, dtype: np.dtype) -> pa.Schema:
+    token_type = pa.uint16() if np.dtype(dtype) == np.uint16 else pa.uint32()
+    return pa.schema(
+        [
+            pa.field("input_ids", pa.list_(token_type, block_size), nullable=False),
+            pa.field("loss_mask", pa.list_(pa.uint8(), block_size), nullable=False),
+            pa.field("doc_lens", pa.list_(pa.uint32()), nullable=False),
+        ],
+        metadata={"packtrain.format_version": str(FORMAT_VERSION), "packtrain.block_size": str(block_size)},
+    )
+
+
+ROWS_PER_BATCH = 256
+
+
+class ShardWriter:
+    """Append blocks one at a time; files ``<split>-00000.arrow``, ``<split>-00001.arrow``, ..."""
+
+    def __init__(self, directory: Path, split: str, block_size: int, dtype: np.dtype, shard_size_mb: int,
+                 rows_per_shard: int | None = None, rows_per_batch: int = ROWS_PER_BATCH):
+        self.directory = Path(directory)
+        self.split = split
+        self.block_size = block_size
+        self.dtype = np.dtype(dtype)
+        self.schema = shard_schema(block_size, self.dtype)
+        row_bytes = block_size * (self.dtype.itemsize + 1)
+        self.rows_per_shard = rows_per_shard or max(1, shard_size_mb * 2**20 // row_bytes)
+        self.rows_per_batch = min(rows_per_batch, self.rows_per_shard)
+        self.shards: list[dict] = []
+        self._ids: list[np.ndarray] = []
+        self._mask: list[np.ndarray] = []
+        self._lens: list[list[int]] = []
+        self._writer: pa.RecordBatchStreamWriter | None = None
+        self._sink = None
+        self._rows_in_shard = 0
+
+    def add(self, ids: np.ndarray, mask: np.ndarray, doc_lens: list[int]) -> None:
+        self._ids.append(ids)
+        self._mask.append(mask)
+        self._lens.append(doc_lens)
+        if len(self._ids) == self.rows_per_batch or self._rows_in_shard + len(self._ids) == self.rows_per_shard:
+            self._flush()
+
+    def close(self) -> list[dict]:
+        """Flush and close; returns one ``{file, rows, bytes, sha256}`` per shard."""
+        self._flush()
+        self._finish_shard()
+        return self.shards
+
+    def _flush(self) -> None:
+        if not self._ids:
+            return
+        if self._writer is None:
+            path = self.directory / f"{self.split}-{len(self.shards):05d}.arrow"
+            self._sink = open(path, "wb")
+            self._writer = pa.ipc.new_stream(self._sink, self.schema)
+        n = len(self._ids)
+        ids = pa.FixedSizeListArray.from_arrays(pa.array(np.concatenate(self._ids).astype(self.dtype, copy=False)), self.block_size)
+        mask = pa.FixedSizeListArray.from_arrays(pa.array(np.concatenate(self._mask)), self.block_size)
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum([len(lens) for lens in self._lens], out=offsets[1:])
+        values = pa.array(np.fromiter((x for lens in self._lens for x in lens), dtype=np.uint32, count=int(offsets[-1])))
+        doc_lens = pa.ListArray.from_arrays(pa.array(offsets), values)
+        self._writer.write_batch(pa.record_batch([ids, mask, doc_lens], schema=self.schema))
+        self._rows_in_shard += n
+        self._ids, self._mask, self._lens = [], [], []
+        if self._rows_in_shard >= self.rows_per_shard:
+            self._finish_shard()
+
+    def _finish_shard(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._sink.flush()
+        os.fsync(self._sink.fileno())
+        self._sink.close()
+        path = Path(self._sink.name)
+        self.shards.append({"file": path.name, "rows": self._rows_in_shard, "bytes": path.stat().st_size,
+                            "sha256": sha256_file(path)})
+        self._writer, self._sink, self._rows_in_shard = None, None, 0
+
+
+@dataclass
+class ShardBlocks:
+    """The blocks of one memory-mapped shard, as zero-copy numpy views per record batch (no token
+    is read until it is used); ``starts[i]`` is the first row of batch ``i``."""
+
+    starts: np.ndarray
+    input_ids: list[np.ndarray]  # [rows of the batch, B]
+    loss_mask: list[np.ndarray]  # [rows of the batch, B]
+    doc_offsets: list[np.ndarray]
+    doc_values: list[np.ndarray]
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def block(self, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(input_ids [B], loss_mask [B], doc_lens) of one block: views, nothing copied."""
+        if not 0 <= row < len(self):
+            raise IndexError(f"block {row} out of range (0..{len(self) - 1})")
+        b = int(np.searchsorted(self.starts, row, side="right")) - 1
+        r = row - int(self.starts[b])
+        offsets = self.doc_offsets[b]
+        return self.input_ids[b][r], self.loss_mask[b][r], self.doc_values[b][offsets[r]:offsets[r + 1]]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+        """Every block at once: (input_ids [rows, B], loss_mask [rows, B], doc_lens per block)."""
+        blocks = [self.block(row) for row in range(len(self))]
+        width = self.input_ids[0].shape[1] if self.input_ids else 0
+        return (np.stack([b[0] for b in blocks]) if blocks else np.zeros((0, width), np.uint16),
+                np.stack([b[1] for b in blocks]) if blocks else np.zeros((0, width), np.uint8),
+                [b[2].tolist() for b in blocks])
+
+
+def open_shard(path: str | os.PathLike, block_size: int) -> ShardBlocks:
+    """Memory-map one shard; a file that is not an Arrow stream of ``block_size`` blocks is a ContractError."""
+    try:
+        batches = list(pa.ipc.open_stream(pa.memory_map(str(path), "r")))
+        shard = ShardBlocks(np.zeros(len(batches) + 1, dtype=np.int64), [], [], [], [])
+        for i, batch in enumerate(batches):
+            rows = batch.num_rows
+            shard.starts[i + 1] = shard.starts[i] + rows
+            for name, views in (("input_ids", shard.input_ids), ("loss_mask", shard.loss_mask)):
+                views.append(batch.column(name).flatten().to_numpy(zero_copy_only=True).reshape(rows, block_size))
+            doc_lens = batch.column("doc_lens")
+            shard.doc_offsets.append(doc_lens.offsets.to_numpy(zero_copy_only=True))
+            shard.doc_values.append(doc_lens.values.to_numpy(zero_copy_only=True))
+    except (pa.ArrowInvalid, OSError, KeyError, ValueError) as e:
+        raise ContractError(f"shard {path} cannot be read as packed blocks of {block_size} tokens ({e}): "
+                         "corrupt; rebuild it") from None
+    return shard
