@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LINT = Path(sys.executable).parent / "lint-imports"
+LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"]
 PORTIONS = {"cli": ROOT / "packtrain" / "cli", "core": ROOT / "packtrain" / "core",
             "pipeline": ROOT / "pipeline", "trainer": ROOT / "trainer"}
 
@@ -33,7 +33,7 @@ def lint_copy(tmp_path: Path, module: str, line: str) -> subprocess.CompletedPro
     if module:
         with open(tmp_path / "packtrain" / module, "a") as f:
             f.write(f"\n{line}\n")
-    return subprocess.run([str(LINT), "--no-cache", "--no-logo"], cwd=tmp_path, capture_output=True, text=True,
+    return subprocess.run([*LINT, "--no-cache", "--no-logo"], cwd=tmp_path, capture_output=True, text=True,
                           env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
 
 
