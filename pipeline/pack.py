@@ -4,18 +4,23 @@ A *piece* is a slice ``(doc, start, stop)`` of one tokenized document; a *block*
 pieces whose lengths sum to at most ``block_size``. The rest of a block is padding. Nothing here
 touches tokens: ``assemble_block`` turns a block into arrays once the plan is made.
 
-Two strategies (``pack.strategy``)::
+The one entry point is :func:`pack` (lengths in, blocks out); two strategies (``pack.strategy``).
+Each document is a prompt (``p``, never a target) and an answer (``a``, supervised: loss_mask 1)::
 
-    documents (lengths)   A=5  B=3  C=4  D=2        block_size = 8
+    documents   A = p a a    B = p p a a a a    C = p p a a        block_size = 8
 
     bfd   best-fit decreasing: longest first, each into the fullest block it still fits in;
           documents are never split
-          block 0: A A A A A B B B      (5 + 3 = 8)
-          block 1: C C C C D D _ _      (4 + 2 = 6, 2 padding)
+          block 0    B B B B B B _ _      doc_lens [6]
+          loss_mask  0 0 1 1 1 1 0 0
+          block 1    C C C C A A A _      doc_lens [4, 3]
+          loss_mask  0 0 1 1 0 1 1 0
 
     wrap  concatenate in order and cut every block_size tokens; documents may span blocks
-          block 0: A A A A A B B B
-          block 1: C C C C D D _ _
+          block 0    A A A B B B B B      doc_lens [3, 5]
+          loss_mask  0 1 1 0 0 1 1 1
+          block 1    B C C C C _ _ _      doc_lens [1, 4]
+          loss_mask  0 0 0 1 1 0 0 0      (B's last token starts the block: nothing to predict it from)
 
 Documents longer than block_size (``pack.overlong``, bfd only; wrap always splits):
 
@@ -53,6 +58,25 @@ class PieceCounts:
     dropped_unsupervised: int = 0
     tokens_lost: int = 0
     examples: dict[str, list[int]] = field(default_factory=dict)
+
+
+def pack(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int, strategy: str = "bfd",
+         overlong: str = "split") -> tuple[list[list[Piece]], PieceCounts | None]:
+    """The blocks of one split, by ``strategy``: bfd (:func:`plan_pieces` by ``overlong``, then
+    :func:`pack_bfd`) or wrap (:func:`pack_wrap`). Also what happened to the documents on the way
+    (bfd; wrap cuts and drops nothing: None). The example of this module's header:
+
+    >>> pack([3, 6, 4], [1, 2, 2], 8, "bfd")[0]
+    [[(1, 0, 6)], [(2, 0, 4), (0, 0, 3)]]
+    >>> pack([3, 6, 4], [1, 2, 2], 8, "wrap")[0]
+    [[(0, 0, 3), (1, 0, 5)], [(1, 5, 6), (2, 0, 4)]]
+    """
+    if strategy == "bfd":
+        pieces, counts = plan_pieces(lengths, prompt_lengths, block_size, overlong)
+        return pack_bfd(pieces, block_size), counts
+    if strategy == "wrap":
+        return pack_wrap(lengths, block_size), None
+    raise ValueError(f"strategy must be bfd or wrap, got {strategy!r}")
 
 
 def plan_pieces(

@@ -31,8 +31,8 @@ from filelock import FileLock, Timeout
 from packtrain.pipeline.build import SOURCES, build, plan, source_key
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import (BUILD_ID, LOCK, MANIFEST, ContractError, Manifest, expert_dir, read_current,
-                               recorded_runs_dirs)
+from packtrain.core.contract import (BUILD_ID, CHECKPOINT_PREFIX, LOCK, MANIFEST, RUN_JSON, STATE_JSON, SUMMARY,
+                                     ContractError, Manifest, expert_dir, read_current, recorded_runs_dirs)
 
 REBUILD_LOCK = ".rebuild.lock"
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
@@ -47,8 +47,8 @@ def builds_in_use(runs_dir: Path) -> set[str]:
     so it can resume) and any unfinished run's (``run.json`` without ``summary.json``: it may be
     training right now, before its first checkpoint)."""
     ids = set()
-    unfinished = [info for info in runs_dir.glob("*/run.json") if not (info.parent / "summary.json").exists()]
-    for path in [*runs_dir.glob("*/checkpoint-*/state.json"), *unfinished]:
+    unfinished = [info for info in runs_dir.glob(f"*/{RUN_JSON}") if not (info.parent / SUMMARY).exists()]
+    for path in [*runs_dir.glob(f"*/{CHECKPOINT_PREFIX}*/{STATE_JSON}"), *unfinished]:
         try:
             build_id = json.loads(path.read_bytes().decode("utf-8"))["build_id"]
         except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError) as e:

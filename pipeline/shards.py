@@ -17,7 +17,7 @@ import numpy as np
 from packtrain.pipeline import report as reporting
 from packtrain.core.shardfile import ShardWriter
 from packtrain.core.faults import crash_point
-from packtrain.pipeline.pack import assemble_block, pack_bfd, pack_wrap, plan_pieces
+from packtrain.pipeline.pack import assemble_block, pack
 
 def concat(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
@@ -38,12 +38,8 @@ def pack_split(config, spills: list[SourceSpill], split: str, dtype, pad_id: int
     block_size = config.pack.block_size
     lengths = concat([s.lengths for s in spills])
     prompt_lengths = concat([s.prompt_lengths for s in spills])
-    if config.pack.strategy == "bfd":
-        pieces, counts = plan_pieces(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.overlong)
-        blocks = pack_bfd(pieces, block_size)
-    else:
-        blocks = pack_wrap(lengths.tolist(), block_size)
-        counts = None
+    blocks, counts = pack(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.strategy,
+                          config.pack.overlong)
     documents = DocumentView(spills)
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
     real = supervised = 0

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from packtrain.pipeline.build import plan
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import MANIFEST, ContractError, Manifest, expert_dir, read_current, recorded_runs_dirs
+from packtrain.core.contract import MANIFEST, RUN_JSON, ContractError, Manifest, expert_dir, read_current, recorded_runs_dirs
 
 
 def last_run(runs_dirs: list[Path], build_id: str) -> str | None:
     """The newest run directory (under any of ``runs_dirs``) whose run.json names ``build_id``."""
     runs = []
-    for info in [info for runs_dir in dict.fromkeys(runs_dirs) for info in runs_dir.glob("*/run.json")]:
+    for info in [info for runs_dir in dict.fromkeys(runs_dirs) for info in runs_dir.glob(f"*/{RUN_JSON}")]:
         try:
             data = json.loads(info.read_bytes().decode("utf-8"))
             if isinstance(data, dict) and data.get("build_id") == build_id:

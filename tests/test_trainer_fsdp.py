@@ -19,7 +19,8 @@ from safetensors.torch import load_file
 
 from test_trainer_distributed import SETTINGS, assert_same_run, records, run_two_ranks, single_process_reference
 from packtrain.trainer.checkpoint import complete_checkpoints
-from packtrain.trainer.train import TrainError, run
+from packtrain.core.config import ConfigError
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 FSDP = {**SETTINGS, "fsdp": True}
@@ -79,7 +80,11 @@ def test_fsdp_two_ranks_match_one_process_and_resume_exactly(tmp_path, monkeypat
 def test_fsdp_refuses_qlora_and_merge(tmp_path, lora, train, message):
     model_dir = tiny_model_dir(tmp_path / "model")
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
-    config = make_config(model_dir, tmp_path / "runs", lora=lora, fsdp=True, **train)
-    with pytest.raises(TrainError, match=message):
+    with pytest.raises(ConfigError, match=message):  # a cross-field rule: refused when the config is made
+        make_config(model_dir, tmp_path / "runs", lora=lora, fsdp=True, **train)
+    config = make_config(model_dir, tmp_path / "runs")
+    config.train.fsdp, config.lora.method = True, lora.get("method", "lora")  # set in code after validation
+    config.train.merge_adapter = train.get("merge_adapter", False)
+    with pytest.raises(ConfigError, match=message):  # run() validates the config it is given again
         run(config, tmp_path / "cache")
     assert not (tmp_path / "runs").exists()  # refused before any run directory

@@ -34,27 +34,24 @@ import os
 import random
 import re
 import shutil
-import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
+from packtrain.core.contract import (ADAPTER_DIR, CHECKPOINT_PREFIX, CONFIG_SNAPSHOT, FINAL_ARTIFACTS, STATE_JSON, SUMMARY,
+                                     TMP_PREFIX, fsync_dir, sha256_file)
+from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
 from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
                                  sharded)
 
 log = logging.getLogger("packtrain.train")
 
-PREFIX = "checkpoint-"
+PREFIX = CHECKPOINT_PREFIX
 TRAINER_STATE = "trainer_state.pt"
-STATE_JSON = "state.json"
 CHECKSUMS = "checksums.json"
-ADAPTER_DIR = "adapter"
-SUMMARY = "summary.json"
-FINAL_ARTIFACTS = (SUMMARY, ADAPTER_DIR, "merged")  # any of them: the run is finished
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 # how trainer_state.pt holds the optimizer: optimizer.state_dict() of one process (parameters
 # numbered), or, with train.fsdp, the full unsharded state keyed by parameter name (get_optimizer_state_dict)
@@ -117,12 +114,6 @@ def set_rng_state(state: dict) -> None:
 
 # ----------------------------------------------------------------------------------------------
 # Save
-
-
-def crash_point(name: str) -> None:
-    """Test hook, as in packtrain.pipeline.build: ``PACKTRAIN_CRASH_AT=<name>`` kills the process here with SIGKILL."""
-    if os.environ.get("PACKTRAIN_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler, scaler) -> Path | None:

@@ -150,7 +150,7 @@ def train_loop(
         meter.add(counts, wait, loss_sum)
 
         # log (the only other host syncs: .item() on loss and grad norm, every logging_steps)
-        if state.step % train.logging_steps == 0 or state.step == total_steps:
+        if is_due(state.step, train.logging_steps, total_steps):
             record = meter.flush(state.step, state.epoch, lr, grad_norm)
             records.append(record)
             metrics.write(record)
@@ -159,7 +159,7 @@ def train_loop(
                 report_memory(device, state.step)
 
         paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
-        if val_loader is not None and (state.step % train.eval_steps == 0 or state.step == total_steps):
+        if val_loader is not None and is_due(state.step, train.eval_steps, total_steps):
             # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
             result = {"step": state.step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss,
                                                   fused=fused, attention=attention), world)}
@@ -167,7 +167,7 @@ def train_loop(
             metrics.write(result)
             log.info("step %d: eval loss %.4f, ppl %.2f", state.step, result["eval/loss"], result["eval/ppl"])
 
-        if state.step % train.save_steps == 0 or state.step == total_steps:
+        if is_due(state.step, train.save_steps, total_steps):
             if world.is_main or sharded(module):  # FSDP: every rank takes part in gathering the state
                 path = save_checkpoint(run, state, module, optimizer, scheduler, scaler)
                 if world.is_main:
@@ -177,3 +177,12 @@ def train_loop(
         meter.start += time.perf_counter() - paused
     bar.close()
     return records, evals
+
+
+def is_due(step: int, every: int, last: int) -> bool:
+    """Logging, evaluation and checkpoints: every ``every`` steps, and at the last step.
+
+    >>> [s for s in range(1, 8) if is_due(s, 3, 7)]
+    [3, 6, 7]
+    """
+    return step % every == 0 or step == last

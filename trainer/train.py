@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
 
-from packtrain.core.config import ConfigError, ExpertConfig, check_numbers
-from packtrain.core.contract import (CONFIG_SNAPSHOT, ContractError, Manifest, former_stage_name, record_runs_dir,
+from packtrain.core.config import ConfigError, ExpertConfig
+from packtrain.core.contract import (CONFIG_SNAPSHOT, MERGED_DIR, RUN_JSON, ContractError, Manifest, former_stage_name, record_runs_dir,
                                resolve_build, tokenizer_fingerprint, verify_checksums)
 from packtrain.trainer.attention import choose_attention
 from packtrain.trainer.adapters import (NonFiniteWeightsError, attach_adapters, check_finite_weights, export_merged,
@@ -91,7 +91,7 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
 def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resume: str | None,
          allow_build_change: bool, world: World) -> Path:
     errors: list[str] = []
-    check_numbers(config, errors)  # a config made in code, not loaded from a file, is checked too
+    config.validate(errors)  # a config made in code, not loaded from a file, is checked too
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
     train = config.train
@@ -100,7 +100,6 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     verify_shards(build_dir, manifest)
     if manifest.expert != config.expert:
         raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
-    check_fsdp(config)
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
     check_tokenizer(manifest, tok_dir, config.model.name)
@@ -252,7 +251,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     if world.is_main:
         check_not_finished(run_dir, "write its config.json and run.json")
         _write_json(run_dir / CONFIG_SNAPSHOT, info.config)
-        _write_json(run_dir / "run.json", {
+        _write_json(run_dir / RUN_JSON, {
             "build_id": manifest.build_id, "build_dir": str(build_dir), "tokenizer_hash": manifest.tokenizer_hash,
             "model": config.model.name, "model_dir": str(source.directory), "random_init": not source.has_weights,
             "device": str(device), "precision": precision.note, "total_steps": total_steps,
@@ -305,7 +304,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     check_finite_weights(model, run_dir / ADAPTER_DIR, adapter_state)
     finals = [(ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))]
     if train.merge_adapter:
-        finals.append(("merged", lambda d: export_merged(model, d, info.config, tok_dir)))
+        finals.append((MERGED_DIR, lambda d: export_merged(model, d, info.config, tok_dir)))
     finals.append((SUMMARY, lambda d: _write_json(d / SUMMARY, summary)))
     for name, write in finals:
         tmp = run_dir / f".tmp-{name}-{os.getpid()}"
@@ -414,19 +413,6 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
     log.info("%s", choice.note)
     return dataclasses.replace(train, per_device_train_batch_size=choice.micro,
                                gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.checkpointing)
-
-
-def check_fsdp(config: ExpertConfig) -> None:
-    """``train.fsdp`` refuses what cannot run on a sharded base, before anything is loaded."""
-    if not config.train.fsdp:
-        return
-    if config.lora.method == "qlora":
-        raise TrainError("train.fsdp cannot shard a QLoRA base: bitsandbytes' NF4 weights (Params4bit) are not "
-                         "shardable by fully_shard as they are. Use lora.method: lora with train.fsdp (the bf16 "
-                         "base is split over the ranks), or qlora without train.fsdp (the NF4 base on each device)")
-    if config.train.merge_adapter:
-        raise TrainError("train.fsdp with train.merge_adapter: merging needs the whole base on one device. Train "
-                         "with merge_adapter false, then merge the saved adapter into the base separately")
 
 
 def verify_shards(build_dir: Path, manifest: Manifest) -> None:

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from packtrain.core.contract import STAGE_NAME, ContractError, check_expert_name, stage_expert
+from packtrain.core.contract import STAGE_NAME, ContractError, check_build_name, stage_expert
 
 BUNDLED = "bundled"
 
@@ -325,7 +325,7 @@ class ExpertConfig:
     def validate(self, errors: list[str], where: str = "") -> None:
         check_numbers(self, errors)
         try:
-            check_expert_name(self.expert)
+            check_build_name(self.expert)  # a curriculum stage is <expert>.<stage>
         except ContractError as e:
             errors.append(f"expert: {e}")
         if not self.sources and not self.stages:
@@ -341,14 +341,21 @@ class ExpertConfig:
             getattr(self, name).validate(errors, name)
         if self.pack.strategy == "wrap" and self.pack.overlong != "split":
             errors.append("pack.overlong: wrap splits every document at block boundaries; leave overlong: split")
+        if self.train.fsdp and self.lora.method == "qlora":
+            errors.append("train.fsdp cannot shard a QLoRA base: bitsandbytes' NF4 weights (Params4bit) are not "
+                          "shardable by fully_shard as they are. Use lora.method: lora with train.fsdp (the bf16 base "
+                          "is split over the ranks), or qlora without train.fsdp (the NF4 base on each device)")
+        if self.train.fsdp and self.train.merge_adapter:
+            errors.append("train.fsdp with train.merge_adapter: merging needs the whole base on one device. Train "
+                          "with merge_adapter false, then merge the saved adapter into the base separately")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def stage_configs(self) -> list["ExpertConfig"]:
         """One config per stage, expert ``<expert>.<stage>``, in order; [self] without stages. A
-        stage's ``bundled`` source means this expert's sample (``bundled:<expert>``). The trainer
-        chains the adapters (train.init_adapter)."""
+        stage's ``bundled`` source means this expert's sample (``bundled:<expert>``). The trainer trains
+        them in order, each from the previous stage's adapter (trainer/curriculum.py)."""
         if not self.stages:
             return [self]
         out = []

@@ -63,6 +63,16 @@ RESERVED_NAMES = {
 BUILD_ID = re.compile(r"^[0-9a-f]{16}$")
 RUNS_RECORD = ".runs"
 
+# A run directory, <output_dir>/<expert>/<run>/, as the trainer writes it and `status` and
+# `rebuild` read it (which build a run trained on, whether it finished, which builds its checkpoints need).
+RUN_JSON = "run.json"  # written at the start: {"build_id", model, device, precision, ...}
+SUMMARY = "summary.json"  # written at the end
+ADAPTER_DIR = "adapter"  # the final adapter
+MERGED_DIR = "merged"  # the merged model (train.merge_adapter)
+FINAL_ARTIFACTS = (SUMMARY, ADAPTER_DIR, MERGED_DIR)  # any of them: the run is finished, never written again
+CHECKPOINT_PREFIX = "checkpoint-"  # checkpoint-<step>/
+STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", ...}
+
 
 class ContractError(Exception):
     """A build directory, shard or manifest does not satisfy the contract."""
