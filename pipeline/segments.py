@@ -60,8 +60,10 @@ def line_split_is_exact(spec: dict) -> tuple[bool, str]:
 class LineCache:
     """Tokens of distinct lines, encoded in batches; bounded (cleared when it reaches MAX_ENTRIES)."""
 
-    def __init__(self, tokenizer, max_entries: int = MAX_ENTRIES):
-        self.tokenizer = tokenizer
+    def __init__(self, encode_ids, max_entries: int = MAX_ENTRIES):
+        """``encode_ids``: texts -> their ids without special tokens added (the HF tokenizer's, or
+        the tiktoken encoder's where that is exact)."""
+        self.encode_ids = encode_ids
         self.max_entries = max_entries
         self.lines: dict[str, list[int]] = {}
 
@@ -78,8 +80,8 @@ class LineCache:
             self.lines.clear()
         missing = list(dict.fromkeys(line for parts in split if parts for half in parts for line in half
                                      if line not in self.lines))
-        for line, encoding in zip(missing, self.tokenizer.encode_batch(missing, add_special_tokens=False)):
-            self.lines[line] = encoding.ids
+        for line, ids in zip(missing, self.encode_ids(missing)):
+            self.lines[line] = ids
         out: list[tuple[list[int], int] | None] = []
         for parts in split:
             if parts is None:

@@ -2,7 +2,8 @@
 
 Each task is one fixed-size batch of rows (``build.batch_rows``), so the output never depends on
 ``num_proc``: the main process submits at most ``2 * num_proc`` batches ahead and takes results
-back in submission order. Each worker loads the fast tokenizer once and calls ``encode_batch``.
+back in submission order. Each worker loads the fast tokenizer once and calls ``encode_batch``, or,
+where the build proved it gives the same ids (packtrain.pipeline.bpe_fast), tiktoken.
 
 Per document the worker returns ``[bos?] + tokens(prompt + answer) + [eos]`` and the prompt
 length. The prompt's tokens are a prefix of the full text's tokens when the prompt ends on a token
@@ -29,10 +30,12 @@ import numpy as np
 from packtrain.core.contract import tokenizer_fingerprint
 from packtrain.pipeline.format import BadRow, RowFormatter
 from packtrain.core.inputs import check_input, read_input, read_json
+from packtrain.pipeline.bpe_fast import FastEncoder
 from packtrain.pipeline.segments import LineCache, line_split_is_exact
 
 TOKENIZER_CACHE: dict[str, object] = {}
 LINE_CACHES: dict[str, LineCache] = {}
+FAST_ENCODERS: dict[str, FastEncoder] = {}
 
 
 class TokenizerError(ValueError):
@@ -150,6 +153,8 @@ class EncodeTask:
     val_fraction: float
     line_cache: bool = False
     """Memoize repeated lines (only set when TokenizerInfo.line_split says it is exact)."""
+    fast_encoder: bool = False
+    """Encode with tiktoken (only set where packtrain.pipeline.bpe_fast.decide proved it exact)."""
 
 
 @dataclass
@@ -191,10 +196,16 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
         texts.append(full)
         prompt_chars.append(len(prompt))
         kept.append(i)
+    fast = fast_encoder(task.tokenizer_file, tokenizer) if task.fast_encoder else None
+    encode_ids = fast.encode_ids if fast else (
+        lambda batch: [e.ids for e in tokenizer.encode_batch(batch, add_special_tokens=False)])
     memoized = [None] * len(texts)
     if task.line_cache:
-        lines = LINE_CACHES.setdefault(task.tokenizer_file, LineCache(tokenizer))
+        lines = LINE_CACHES.setdefault(task.tokenizer_file, LineCache(encode_ids))
         memoized = lines.encode([t[:b] for t, b in zip(texts, prompt_chars)], [t[b:] for t, b in zip(texts, prompt_chars)])
+    if fast:
+        memoized = [m if m is not None else fast.encode_split(text, boundary)
+                    for m, text, boundary in zip(memoized, texts, prompt_chars)]
     whole = [k for k, m in enumerate(memoized) if m is None]
     encodings = dict(zip(whole, tokenizer.encode_batch([texts[k] for k in whole], add_special_tokens=False)))
     pieces, lengths, prompt_lengths, is_val = [], [], [], []
@@ -225,6 +236,15 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
         is_val=np.asarray(is_val, dtype=bool),
         bad_rows=bad,
     )
+
+
+def fast_encoder(tokenizer_file: str, tokenizer) -> FastEncoder:
+    """The worker's tiktoken encoder, built once per process (the build decided it is exact)."""
+    encoder = FAST_ENCODERS.get(tokenizer_file)
+    if encoder is None:
+        spec = read_json(Path(tokenizer_file), "build again", "a tokenizers file")
+        encoder = FAST_ENCODERS[tokenizer_file] = FastEncoder(spec, tokenizer)
+    return encoder
 
 
 def _init_worker() -> None:

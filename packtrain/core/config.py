@@ -154,6 +154,10 @@ class BuildConfig:
     line_cache: bool = True
     """Tokenize each distinct line once (schemas repeat across rows). Used only with tokenizers for
     which it provably gives the same tokens (pipeline/segments.py), so it is not part of the build id."""
+    fast_encoder: bool = True
+    """Encode with tiktoken where it provably gives the HF tokenizer's ids (byte-level BPE whose
+    merges agree with its ranks: pipeline/bpe_fast.py), the HF tokenizer otherwise; the choice and
+    its reason are logged. The output is the same either way, so it is not part of the build id."""
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers

