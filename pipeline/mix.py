@@ -7,10 +7,10 @@ key is also a validation document's is dropped: a document in val is never also 
 Then each source's ``weight`` multiplies its training documents::
 
     source documents a b c d (after dedup), weight 2.5
-    -> a b c d  a b c d  + the 2 (= round(0.5 * 4)) documents of smallest key, say b d
-    weight 0.25 -> the 1 (= round(0.25 * 4)) document of smallest key
+    -> a b c d  a b c d  + the 2 (= 0.5 x 4) documents of smallest key, say b d
+    weight 0.25 -> the 1 (= 0.25 x 4) document of smallest key
 
-The fractional part is exact (``round(fraction * n)`` documents) and deterministic: chosen by key,
+The fractional part is exact (``fraction x n`` documents, rounded half up) and deterministic: chosen by key,
 not by position or a random generator, so the same documents are chosen in every build.
 Validation documents are deduplicated but never weighted (eval measures the data as it is).
 """
@@ -52,8 +52,8 @@ def unique(keys: Sequence[bytes], seen: set[bytes]) -> np.ndarray:
 
 
 def weighted(indices: np.ndarray, keys: Sequence[bytes], weight: float) -> np.ndarray:
-    """``indices`` repeated ``floor(weight)`` times, then the ``round(fraction * n)`` of them with the
-    smallest keys (in index order).
+    """``indices`` repeated ``floor(weight)`` times, then the ``fraction * n`` (rounded half up) of them
+    with the smallest keys, in index order.
 
     >>> keys = [b"d", b"a", b"c", b"b"]
     >>> weighted(np.arange(4), keys, 2.5).tolist()
@@ -63,7 +63,7 @@ def weighted(indices: np.ndarray, keys: Sequence[bytes], weight: float) -> np.nd
     """
     whole = math.floor(weight)
     fraction = weight - whole
-    extra = round(fraction * len(indices))
+    extra = math.floor(fraction * len(indices) + 0.5)  # half up (Python's round() goes to even)
     chosen = sorted(sorted(indices.tolist(), key=lambda i: keys[i])[:extra])
     return np.concatenate([np.tile(indices, whole), np.asarray(chosen, dtype=np.int64)]).astype(np.int64)
 
