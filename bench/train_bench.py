@@ -317,7 +317,8 @@ def raw_rows(config) -> list[tuple[str, str]]:
 
     fmt = RowFormatter(config.format)
     path = ROOT / "pipeline/assets/samples/sql.jsonl"
-    return [fmt(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    docs = [fmt(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [(doc.text[: doc.prompt_chars], doc.text) for doc in docs]
 
 
 def load_tokenizer(config):

@@ -37,6 +37,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from packtrain.pipeline import bpe_fast
+from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
 from packtrain.core.config import BUNDLED, ExpertConfig
 from packtrain.core.contract import (
@@ -99,14 +100,14 @@ class BuildResult:
 
 # Bump when the build's logic changes its output for the same inputs (it is part of the build id,
 # so old builds are never reused by a pipeline that would write them differently).
-PIPELINE_VERSION = 2
+PIPELINE_VERSION = 3  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights
 SOURCES = ".sources"
 FAST_ENCODER_NOTES = ".fast-encoder"  # inside SOURCES: remembered bpe_fast decisions, one file per tokenizer
 SOURCE_STATS = "stats.json"
 SPLITS = ("train", "val")
 # A source cache directory: these files, then stats.json (written last) with their sha256 and its own.
 SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
-                                     for kind in ("tokens", "lengths.npy", "prompts.npy", "batch_docs.npy")))
+                                     for kind in ("tokens", "mask", "lengths.npy", "prompts.npy", "batch_docs.npy")))
 SOURCE_STATS_SCHEMA = {
     "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
     "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
@@ -123,9 +124,10 @@ def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource]
         "pipeline_version": PIPELINE_VERSION,
         "sources": [
             {"source": source.fingerprint(sha256) if sha256 else source.fingerprint(),
-             "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows}
+             "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows, "weight": spec.weight}
             for spec, source in zip(config.sources, sources)
         ],
+        "dedup": config.build.dedup,
         "tokenizer": tokenizer.manifest_entry(config.model.tokenizer or config.model.name),
         "format": dataclasses.asdict(config.format),
         "pack": dataclasses.asdict(config.pack),
@@ -188,9 +190,10 @@ def build_id_of(inputs: dict) -> str:
 def source_key(inputs: dict, index: int) -> str:
     """Identity of one source's tokenized documents: what tokenizing that source depends on."""
     tokenizer = {k: v for k, v in inputs["tokenizer"].items() if k != "source"}
+    source = {k: v for k, v in inputs["sources"][index].items() if k != "weight"}  # weights apply when packing
     return sha256_json({
         "format_version": inputs["format_version"], "pipeline_version": inputs["pipeline_version"],
-        "source": inputs["sources"][index], "tokenizer": tokenizer,
+        "source": source, "tokenizer": tokenizer,
         "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
         "on_bad_rows": inputs["on_bad_rows"],
     })[:16]
@@ -199,7 +202,7 @@ def source_key(inputs: dict, index: int) -> str:
 def uncached_sources(root: Path, inputs: dict, log=None) -> list[int]:
     """Indices of the sources whose tokens are not in ``root/.sources/<key>/`` yet, or are there but
     damaged (``log`` says which, once: they are tokenized again and replaced); a source listed twice
-    (to upsample it) appears once: it is tokenized once and packed twice."""
+    (or with another weight) appears once: it is tokenized once."""
     keys = [source_key(inputs, i) for i in range(len(inputs["sources"]))]
     todo = []
     for i, key in enumerate(keys):
@@ -360,10 +363,14 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
         del stats["files"], stats["sha256"]
         stats["reused"] = i not in todo
 
-    outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {}}
+    spills = {split: [SourceSpill(d, split, dtype) for d in source_dirs] for split in SPLITS}
+    selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
+                                        [spec.weight for spec in config.sources], config.build.dedup == "exact")
+    outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
+               "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
+                            for split in SPLITS} for i in range(len(source_dirs))]}
     for split in SPLITS:
-        shards, totals = pack_split(config, [SourceSpill(d, split, dtype) for d in source_dirs], split, dtype,
-                                    tokenizer.pad_id, tmp)
+        shards, totals = pack_split(config, spills[split], selections[split], split, dtype, tokenizer.pad_id, tmp)
         outputs["shards"][split] = shards
         outputs["totals"][split] = totals
     crash_point("after_shards")
@@ -442,6 +449,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     for tmp in tmps.values():
         tmp.mkdir(parents=True)
     outs = {(i, split): open(tmps[i] / f"{split}.tokens", "wb") for i in todo for split in SPLITS}
+    mask_outs = {(i, split): open(tmps[i] / f"{split}.mask", "wb") for i in todo for split in SPLITS}
     bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
     tokens_seen = 0
     try:
@@ -463,6 +471,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             for split, selected, docs in (("train", ~val_tokens, ~encoded.is_val), ("val", val_tokens, encoded.is_val)):
                 # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills
                 outs[i, split].write(encoded.tokens[selected].astype(dtype, copy=False).tobytes())
+                mask_outs[i, split].write(encoded.masks[selected].tobytes())
                 lengths[i, split].append(encoded.lengths[docs])
                 prompts[i, split].append(encoded.prompt_lengths[docs])
             tokens_seen += len(encoded.tokens)
@@ -470,11 +479,12 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s", refresh=False)
             crash_point("mid_tokenize")
         check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
-        for (i, split), f in outs.items():
+        for (i, split), f in [*outs.items(), *mask_outs.items()]:
             f.flush()
             os.fsync(f.fileno())
             f.close()
-            expected = int(sum(int(n.sum()) for n in lengths[i, split])) * np.dtype(dtype).itemsize
+            itemsize = np.dtype(dtype).itemsize if f.name.endswith(".tokens") else 1
+            expected = int(sum(int(n.sum()) for n in lengths[i, split])) * itemsize
             if os.path.getsize(f.name) != expected:  # never cache a short file as complete
                 raise OSError(errno.ENOSPC, f"{f.name} has {os.path.getsize(f.name)} bytes, expected {expected}: "
                                             "the disk is full or failing")
@@ -492,7 +502,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         fsync_dir(source_dirs[todo[0]].parent)
     finally:
         bar.close()
-        for f in outs.values():
+        for f in [*outs.values(), *mask_outs.values()]:
             with contextlib.suppress(OSError):  # on a full disk, closing fails too; the error is on its way
                 f.close()
         for tmp in tmps.values():

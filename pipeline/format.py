@@ -1,7 +1,8 @@
-"""Formatting: one dataset row -> (prompt text, full text). Pure functions, no tokenizer.
+"""Formatting: one dataset row -> its text and the character spans the loss is on. Pure functions,
+no tokenizer.
 
-The prompt is everything the model reads but is not trained to produce; the full text is the
-prompt followed by the answer. Two styles (``format.style``)::
+A row becomes a :class:`Formatted` text with ``spans``, the supervised character ranges (the
+answers); everything else is read but not trained on. Two styles (``format.style``)::
 
     template   prompt = format.prompt.format(**row)     "### Question\\nHow many?\\n### SQL\\n"
                full   = prompt + format.answer.format(**row)    ... + "SELECT count(*) FROM t"
@@ -10,6 +11,15 @@ prompt followed by the answer. Two styles (``format.style``)::
                prompt = render(system?, user; add_generation_prompt=True)
                full   = render(system?, user, assistant)
                and the full text must start with the prompt (checked per row)
+
+    chat + messages   a conversation column (``format.messages``), multi-turn, rendered whole;
+               every assistant turn is a span, found by rendering the conversation up to it:
+                 render(m[:k], add_generation_prompt=True)  ends where assistant turn k starts
+                 render(m[:k+1])                            ends after its end-of-turn token
+               both must be prefixes of render(m), else the row is refused (never trained on
+               text the template would not produce)
+
+    <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n⟦Hello<|im_end|>⟧\n<|im_start|>user\n...
 
 Template fields name dataset columns, through ``sources[i].columns`` when the names differ.
 """
@@ -41,16 +51,39 @@ class RowFormatter:
         mapping = dict(self.columns)
         return [mapping.get(name, name) for name in self.fmt.fields()]
 
-    def __call__(self, row: dict[str, Any]) -> tuple[str, str]:
+    def __call__(self, row: dict[str, Any]) -> "Formatted":
         mapping = dict(self.columns)
+        if self.fmt.messages is not None:
+            column = mapping.get(self.fmt.messages, self.fmt.messages)
+            return render_conversation(self.chat_template, self.fmt.system, row.get(column), column,
+                                       self.bos_token, self.eos_token)
         values = {name: text_value(row.get(mapping.get(name, name)), name) for name in self.fmt.fields()}
         prompt = self.fmt.prompt.format_map(values)
         answer = self.fmt.answer.format_map(values)
         if not answer.strip():
             raise BadRow("the answer is empty")
         if self.fmt.style == "template":
-            return prompt, prompt + answer
-        return render_chat(self.chat_template, self.fmt.system, prompt, answer, self.bos_token, self.eos_token)
+            return Formatted(prompt + answer, ((len(prompt), len(prompt) + len(answer)),))
+        head, full = render_chat(self.chat_template, self.fmt.system, prompt, answer, self.bos_token, self.eos_token)
+        return Formatted(full, ((len(head), len(full)),))
+
+
+@dataclass(frozen=True)
+class Formatted:
+    """A document's text and its supervised character spans ``(start, stop)``, in order."""
+
+    text: str
+    spans: tuple[tuple[int, int], ...]
+
+    @property
+    def prompt_chars(self) -> int:
+        """Characters before the first supervised one."""
+        return self.spans[0][0]
+
+    @property
+    def is_suffix(self) -> bool:
+        """One span running to the end of the text: the prompt + answer shape."""
+        return len(self.spans) == 1 and self.spans[0][1] == len(self.text)
 
 
 def text_value(value: Any, name: str) -> str:
@@ -94,11 +127,80 @@ def render_chat(
     return head, full
 
 
+def render_conversation(template: str | None, system: str | None, messages: Any, column: str,
+                        bos_token: str | None = None, eos_token: str | None = None) -> Formatted:
+    """The whole conversation and the character span of every assistant turn (see the module doc)."""
+    if not template:
+        raise BadRow("format.messages needs the tokenizer's chat_template, and it has none")
+    messages = check_messages(messages, column)
+    if system and messages[0]["role"] != "system":
+        messages = [{"role": "system", "content": system}] + messages
+    compiled = compile_chat_template(template)
+    extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+
+    def render(turns: list[dict], generation_prompt: bool) -> str:
+        return compiled.render(messages=turns, add_generation_prompt=generation_prompt, **extra)
+
+    full = render(messages, False)
+    spans = []
+    for k, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        head, through = render(messages[:k], True), render(messages[: k + 1], False)
+        if not (full.startswith(head) and full.startswith(through) and len(through) > len(head)):
+            raise BadRow(f"the chat template does not render assistant turn {k} of {column!r} as a prefix of the "
+                         "whole conversation (it renders earlier turns differently), so its span cannot be found; "
+                         "use a template that renders turns the same whatever follows")
+        stop = len(through.rstrip())  # the end-of-turn token is supervised, the newline after it is not
+        if stop <= len(head) or not through[len(head):stop].strip():
+            raise BadRow(f"the chat template renders no text for assistant turn {k} of {column!r}")
+        spans.append((len(head), stop))
+    if not spans:
+        raise BadRow(f"the conversation in {column!r} has no assistant turn, so nothing to train on")
+    if eos_token and full.rstrip().endswith(eos_token):
+        full = full.rstrip()
+    return Formatted(full, tuple(spans))
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_messages(messages: Any, column: str) -> list[dict]:
+    """A list of ``{"role", "content"}`` dicts with known roles; a JSON string of one is parsed."""
+    if isinstance(messages, str):
+        try:
+            messages = json.loads(messages)
+        except json.JSONDecodeError:
+            raise BadRow(f"{column!r} is text but not JSON; expected a list of {{\"role\", \"content\"}} messages") from None
+    if not isinstance(messages, list) or not messages:
+        raise BadRow(f"{column!r} is {type(messages).__name__ if messages else 'empty'}, expected a non-empty list of "
+                     "{\"role\", \"content\"} messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise BadRow(f"{column!r} message {i} has no role among {', '.join(ROLES)} (got {message!r:.80})")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise BadRow(f"{column!r} message {i}: content is {type(content).__name__}, expected text")
+        if content is None and not message.get("tool_calls"):
+            raise BadRow(f"{column!r} message {i} ({message['role']}) has neither content nor tool_calls")
+    return messages
+
+
 @lru_cache(maxsize=4)
 def compile_chat_template(template: str):
     """Compile a chat template the way transformers does (sandboxed Jinja, trim/lstrip blocks)."""
-    from jinja2.ext import loopcontrols
+    from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationMarkers(Extension):
+        """``{% generation %}...{% endgeneration %}`` (transformers' assistant-mask markers) renders its
+        body: the spans are found by rendering prefixes, with or without the markers."""
+
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
     def raise_exception(message: str):
         raise BadRow(f"chat template: {message}")
@@ -106,7 +208,8 @@ def compile_chat_template(template: str):
     def tojson(value, indent=None, ensure_ascii=False):
         return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols, GenerationMarkers])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     return env.from_string(template)

@@ -37,7 +37,7 @@ A piece with no supervised token left teaches nothing and is dropped, and counte
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,10 +61,13 @@ class PieceCounts:
 
 
 def pack(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int, strategy: str = "bfd",
-         overlong: str = "split") -> tuple[list[list[Piece]], PieceCounts | None]:
+         overlong: str = "split", masks: Mapping[int, np.ndarray] | None = None,
+         ) -> tuple[list[list[Piece]], PieceCounts | None]:
     """The blocks of one split, by ``strategy``: bfd (:func:`plan_pieces` by ``overlong``, then
     :func:`pack_bfd`) or wrap (:func:`pack_wrap`). Also what happened to the documents on the way
-    (bfd; wrap cuts and drops nothing: None). The example of this module's header:
+    (bfd; wrap cuts and drops nothing: None). ``masks``: the loss masks of documents whose
+    supervised tokens are not simply those after the prompt (multi-turn; see plan_pieces). The
+    example of this module's header:
 
     >>> pack([3, 6, 4], [1, 2, 2], 8, "bfd")[0]
     [[(1, 0, 6)], [(2, 0, 4), (0, 0, 3)]]
@@ -72,7 +75,7 @@ def pack(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int,
     [[(0, 0, 3), (1, 0, 5)], [(1, 5, 6), (2, 0, 4)]]
     """
     if strategy == "bfd":
-        pieces, counts = plan_pieces(lengths, prompt_lengths, block_size, overlong)
+        pieces, counts = plan_pieces(lengths, prompt_lengths, block_size, overlong, masks)
         return pack_bfd(pieces, block_size), counts
     if strategy == "wrap":
         return pack_wrap(lengths, block_size), None
@@ -84,15 +87,20 @@ def plan_pieces(
     prompt_lengths: Sequence[int],
     block_size: int,
     overlong: str = "split",
+    masks: Mapping[int, np.ndarray] | None = None,
 ) -> tuple[list[Piece], PieceCounts]:
     """Cut documents into pieces that fit a block, following ``overlong`` for the long ones.
 
-    Tokens at positions >= prompt_length are supervised (answer and eos).
+    Tokens at positions >= prompt_length are supervised (answer and eos), except in the documents
+    of ``masks`` (a conversation: several supervised spans), whose loss mask says which are.
 
     >>> plan_pieces([5, 19], [2, 4], 8, "split")[0]
     [(0, 0, 5), (1, 0, 8), (1, 8, 16), (1, 16, 19)]
     >>> plan_pieces([5, 19], [2, 10], 8, "truncate")[0]   # E[0:8] is all prompt: dropped
     [(0, 0, 5)]
+    >>> turns = np.array([0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1])   # no loss in the middle piece
+    >>> plan_pieces([12], [1], 4, "split", masks={0: turns})[0]
+    [(0, 0, 4), (0, 8, 12)]
     """
     if overlong not in ("split", "truncate", "drop"):
         raise ValueError(f"overlong must be split, truncate or drop, got {overlong!r}")
@@ -118,7 +126,8 @@ def plan_pieces(
                 _example(counts, "split", doc)
                 candidates = [(doc, s, min(s + block_size, length)) for s in range(0, length, block_size)]
         for piece in candidates:
-            if piece[2] > max(prompt, piece[1] + 1):  # a supervised token after the piece's first
+            if (masks[doc][piece[1] + 1 : piece[2]].any() if masks and doc in masks
+                    else piece[2] > max(prompt, piece[1] + 1)):  # a supervised token after the piece's first
                 pieces.append(piece)
             else:
                 counts.dropped_unsupervised += 1
@@ -202,18 +211,18 @@ def pack_wrap(lengths: Sequence[int], block_size: int) -> list[list[Piece]]:
 def assemble_block(
     pieces: Sequence[Piece],
     tokens: Sequence[np.ndarray],
-    prompt_lengths: Sequence[int],
+    masks: Sequence[np.ndarray],
     block_size: int,
     pad_id: int,
     dtype: np.dtype = np.dtype(np.uint32),
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Materialize one block: (input_ids, loss_mask, doc_lens).
 
-    ``tokens[doc]`` is the document's token array; its positions >= ``prompt_lengths[doc]`` are
-    supervised, except each piece's first token. Padding is ``pad_id`` with mask 0.
+    ``tokens[doc]`` is the document's token array and ``masks[doc]`` its loss mask; the block's
+    mask is that, except each piece's first token (never a target). Padding is ``pad_id`` with mask 0.
 
     >>> ids, mask, lens = assemble_block([(0, 0, 3), (1, 1, 4)], [np.array([7, 8, 9]),
-    ...     np.array([4, 5, 6, 3])], [1, 0], 7, pad_id=0)
+    ...     np.array([4, 5, 6, 3])], [np.array([0, 1, 1]), np.array([1, 1, 1, 1])], 7, pad_id=0)
     >>> ids.tolist(), mask.tolist(), lens
     ([7, 8, 9, 5, 6, 3, 0], [0, 1, 1, 0, 1, 1, 0], [3, 3])
     """
@@ -224,8 +233,7 @@ def assemble_block(
     for doc, start, stop in pieces:
         n = stop - start
         ids[at : at + n] = tokens[doc][start:stop]
-        supervised_from = max(prompt_lengths[doc] - start, 0)
-        mask[at + max(min(supervised_from, n), 1) : at + n] = 1
+        mask[at + 1 : at + n] = masks[doc][start + 1 : stop]
         lens.append(n)
         at += n
     assert at <= block_size, f"pieces hold {at} tokens, more than block_size {block_size}"

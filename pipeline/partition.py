@@ -116,17 +116,21 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
             prompts = [np.load(p / f"{split}.prompts.npy") for p in parts]
             tokens = [np.asarray(np.memmap(p / f"{split}.tokens", dtype=dtype, mode="r"))
                       if (p / f"{split}.tokens").stat().st_size else np.zeros(0, dtype) for p in parts]
+            masks = [np.asarray(np.memmap(p / f"{split}.mask", dtype=np.uint8, mode="r"))
+                     if (p / f"{split}.mask").stat().st_size else np.zeros(0, np.uint8) for p in parts]
             first_doc = [np.concatenate([[0], np.cumsum(d)]) for d in docs]
             first_token = [np.concatenate([[0], np.cumsum(n)]) for n in lengths]
             out_lengths, out_prompts = [], []
-            with open(tmp / f"{split}.tokens", "wb") as f:
+            with open(tmp / f"{split}.tokens", "wb") as f, open(tmp / f"{split}.mask", "wb") as m:
                 for _, p, k in order:
                     a, b = first_doc[p][k], first_doc[p][k + 1]
                     f.write(tokens[p][first_token[p][a] : first_token[p][b]].tobytes())
+                    m.write(masks[p][first_token[p][a] : first_token[p][b]].tobytes())
                     out_lengths.append(lengths[p][a:b])
                     out_prompts.append(prompts[p][a:b])
-                f.flush()
-                os.fsync(f.fileno())
+                for out_file in (f, m):
+                    out_file.flush()
+                    os.fsync(out_file.fileno())
             np.save(tmp / f"{split}.lengths.npy", np.concatenate(out_lengths) if out_lengths else np.zeros(0, np.int64))
             np.save(tmp / f"{split}.prompts.npy", np.concatenate(out_prompts) if out_prompts else np.zeros(0, np.int64))
             np.save(tmp / f"{split}.batch_docs.npy", np.array([docs[p][k] for _, p, k in order], np.int64))

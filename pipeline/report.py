@@ -65,8 +65,11 @@ def make_report(config, build_id: str, sources, source_stats: list[dict], output
         "tokens_per_second": round(tokenized / tokenize_seconds) if tokenize_seconds else None,
         "num_proc": config.build.num_proc,
         "used_bundled_sample": any(source.kind == "bundled" for source in sources),
-        "sources": [{"name": source.name, "kind": source.kind, "describe": source.describe(), **stats}
-                    for source, stats in zip(sources, source_stats)],
+        "sources": [{"name": source.name, "kind": source.kind, "describe": source.describe(), "weight": spec.weight,
+                     **stats, "mix": mixed}
+                    for source, spec, stats, mixed in zip(sources, config.sources, source_stats, outputs["sources"])],
+        "dedup": config.build.dedup,
+        "duplicates": sum(m[split]["duplicates"] for m in outputs["sources"] for split in ("train", "val")),
         "bad_rows": sum(s["bad_rows"] for s in source_stats),
         "train": totals["train"],
         "val": totals["val"],
@@ -84,7 +87,7 @@ def diff_builds(previous: dict | None, manifest: dict) -> dict | None:
         return {s["source"]["name"]: s["source"]["hash"] for s in m["inputs"]["sources"]}
 
     old, new = source_hashes(previous), source_hashes(manifest)
-    changed_inputs = sorted(key for key in ("tokenizer", "format", "pack", "on_bad_rows", "format_version")
+    changed_inputs = sorted(key for key in ("tokenizer", "format", "pack", "on_bad_rows", "format_version", "dedup")
                             if previous["inputs"].get(key) != manifest["inputs"].get(key))
     delta = {}
     for split in ("train", "val"):
@@ -116,6 +119,15 @@ def summary(report: dict) -> str:
                for key in ("split", "truncated", "dropped_overlong", "dropped_unsupervised")}
     if any(changes.values()):
         lines.append("  overlong/unsupervised: " + ", ".join(f"{k} {v:,}" for k, v in changes.items()))
+    mixed = [s for s in report["sources"] if s["weight"] != 1 or s["mix"]["train"]["duplicates"]
+             or s["mix"]["val"]["duplicates"]]
+    if report["duplicates"]:
+        lines.append(f"  dedup {report['dedup']}: {report['duplicates']:,} duplicate documents dropped")
+    for s in mixed:
+        m = s["mix"]["train"]
+        lines.append(f"  source {s['name']} (weight {s['weight']:g}): train {m['documents_before']:,} documents, "
+                     f"{m['tokens_before']:,} tokens -> {m['documents']:,} documents, {m['tokens']:,} "
+                     f"tokens ({m['duplicates']:,} duplicates)")
     if report["bad_rows"]:
         first = next(s["first_bad_rows"][0] for s in report["sources"] if s["first_bad_rows"])
         lines.append(f"  skipped {report['bad_rows']:,} bad rows; first: {first['row']}: {first['reason']}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
 from packtrain.core.shardfile import ShardWriter
 from packtrain.core.faults import crash_point
@@ -24,27 +25,44 @@ def concat(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 class SourceSpill:
-    """One source's documents of one split: tokens memory-mapped, lengths in memory."""
+    """One source's documents of one split: tokens and loss mask memory-mapped, lengths in memory."""
 
     def __init__(self, directory: Path, split: str, dtype):
         self.lengths = np.load(directory / f"{split}.lengths.npy")
         self.prompt_lengths = np.load(directory / f"{split}.prompts.npy")
-        path = directory / f"{split}.tokens"
-        # a plain ndarray view of the mapping: slicing an np.memmap goes through Python-level hooks
-        self.tokens = np.asarray(np.memmap(path, dtype=dtype, mode="r")) if path.stat().st_size else np.zeros(0, dtype)
+        self.tokens = mapped(directory / f"{split}.tokens", dtype)
+        self.masks = mapped(directory / f"{split}.mask", np.uint8)
+        self.offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=self.offsets[1:])
+
+    def supervised(self) -> np.ndarray:
+        """Supervised tokens per document (every document has at least its EOS token)."""
+        if not len(self.lengths):
+            return np.zeros(0, np.int64)
+        return np.add.reduceat(self.masks, self.offsets[:-1], dtype=np.int64)
+
+    def keys(self) -> list[bytes]:
+        return mix.document_keys(self.tokens, self.masks, self.lengths)
 
 
-def pack_split(config, spills: list[SourceSpill], split: str, dtype, pad_id: int, tmp: Path) -> tuple[list[dict], dict]:
+def mapped(path: Path, dtype) -> np.ndarray:
+    # a plain ndarray view of the mapping: slicing an np.memmap goes through Python-level hooks
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r")) if path.stat().st_size else np.zeros(0, dtype)
+
+
+def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], split: str, dtype, pad_id: int,
+               tmp: Path) -> tuple[list[dict], dict]:
+    """Pack the documents ``selections[i]`` (indices, repeats allowed: pipeline/mix.py) of ``spills[i]``."""
     block_size = config.pack.block_size
-    lengths = concat([s.lengths for s in spills])
-    prompt_lengths = concat([s.prompt_lengths for s in spills])
+    documents = DocumentView(spills, selections)
+    lengths = concat([s.lengths[sel] for s, sel in zip(spills, selections)])
+    prompt_lengths = concat([s.prompt_lengths[sel] for s, sel in zip(spills, selections)])
     blocks, counts = pack(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.strategy,
-                          config.pack.overlong)
-    documents = DocumentView(spills)
+                          config.pack.overlong, masks=documents.irregular_masks(lengths, prompt_lengths))
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
     real = supervised = 0
     for block in blocks:
-        ids, mask, doc_lens = assemble_block(block, documents, prompt_lengths, block_size, pad_id, dtype)
+        ids, mask, doc_lens = assemble_block(block, documents, documents.masks(), block_size, pad_id, dtype)
         writer.add(ids, mask, doc_lens)
         real += sum(doc_lens)
         supervised += int(mask.sum())
@@ -55,20 +73,40 @@ def pack_split(config, spills: list[SourceSpill], split: str, dtype, pad_id: int
 
 
 class DocumentView:
-    """``view[doc]``: one document's tokens (documents numbered across sources, in source order),
-    sliced from its source's memory-mapped token file."""
+    """``view[doc]``: one packed document's tokens (``view.masks()[doc]``: its loss mask), documents
+    numbered across sources in source order through each source's selection, sliced from the
+    source's memory-mapped files."""
 
-    def __init__(self, spills: list[SourceSpill]):
+    def __init__(self, spills: list[SourceSpill], selections: list[np.ndarray]):
         self.spills = spills
-        self.first_doc = np.cumsum([0] + [len(s.lengths) for s in spills])[:-1].tolist()
-        self.offsets = []
-        for s in spills:
-            offsets = np.zeros(len(s.lengths) + 1, dtype=np.int64)
-            np.cumsum(s.lengths, out=offsets[1:])
-            self.offsets.append(offsets)
+        self.selections = selections
+        self.first_doc = np.cumsum([0] + [len(sel) for sel in selections])[:-1].tolist()
+
+    def locate(self, doc: int) -> tuple[SourceSpill, int, int]:
+        source = bisect_right(self.first_doc, doc) - 1
+        spill = self.spills[source]
+        local = int(self.selections[source][doc - self.first_doc[source]])
+        return spill, int(spill.offsets[local]), int(spill.offsets[local + 1])
 
     def __getitem__(self, doc: int) -> np.ndarray:
-        source = bisect_right(self.first_doc, doc) - 1
-        local = doc - self.first_doc[source]
-        offsets = self.offsets[source]
-        return self.spills[source].tokens[offsets[local] : offsets[local + 1]]
+        spill, a, b = self.locate(doc)
+        return spill.tokens[a:b]
+
+    def masks(self) -> "MaskView":
+        return MaskView(self)
+
+    def irregular_masks(self, lengths: np.ndarray, prompt_lengths: np.ndarray) -> dict[int, np.ndarray]:
+        """The masks of the documents whose loss is not on every token from the prompt's end on
+        (conversations with several assistant turns), for plan_pieces; the others need none."""
+        supervised = concat([s.supervised()[sel] for s, sel in zip(self.spills, self.selections)])
+        irregular = np.flatnonzero(supervised != lengths - prompt_lengths)
+        return {int(doc): self.masks()[int(doc)] for doc in irregular}
+
+
+class MaskView:
+    def __init__(self, view: DocumentView):
+        self.view = view
+
+    def __getitem__(self, doc: int) -> np.ndarray:
+        spill, a, b = self.view.locate(doc)
+        return spill.masks[a:b]

@@ -135,12 +135,14 @@ def _arrow(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
 
 
 def _csv(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
-    """Every requested column is read as text, as written (no "007" -> 7 type guessing)."""
+    """Every requested column is read as text, as written (no "007" -> 7 type guessing). Quoted
+    cells may span lines (code and queries often do)."""
     with open(path, newline="", encoding="utf-8-sig") as f:
         header = next(csv.reader(f), [])
     _check_columns(path, columns, header)
     convert = pcsv.ConvertOptions(include_columns=columns, column_types={c: pa.string() for c in columns})
-    for batch in pcsv.open_csv(path, convert_options=convert):
+    parse = pcsv.ParseOptions(newlines_in_values=True)
+    for batch in pcsv.open_csv(path, convert_options=convert, parse_options=parse):
         yield from _pieces(batch, batch_rows)
 
 

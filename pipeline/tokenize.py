@@ -5,10 +5,11 @@ Each task is one fixed-size batch of rows (``build.batch_rows``), so the output 
 back in submission order. Each worker loads the fast tokenizer once and calls ``encode_batch``, or,
 where the build proved it gives the same ids (packtrain.pipeline.bpe_fast), tiktoken.
 
-Per document the worker returns ``[bos?] + tokens(prompt + answer) + [eos]`` and the prompt
-length. The prompt's tokens are a prefix of the full text's tokens when the prompt ends on a token
-boundary of the full text; the worker checks that with the tokenizer's character offsets (no
-second encoding) and rejects the row otherwise.
+Per document the worker returns ``[bos?] + tokens(text) + [eos]`` and its loss mask: 1 on the
+tokens of every supervised span (the answer; each assistant turn of a conversation), and on the
+EOS when the last span runs to the end of the text. The prompt's tokens are a prefix of the full
+text's tokens when the prompt ends on a token boundary of the full text; the worker checks that
+with the tokenizer's character offsets (no second encoding) and rejects the row otherwise.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from packtrain.core.contract import tokenizer_fingerprint
-from packtrain.pipeline.format import BadRow, RowFormatter
+from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
 from packtrain.core.inputs import check_input, read_input, read_json
 from packtrain.pipeline.bpe_fast import FastEncoder
 from packtrain.pipeline.segments import LineCache, line_split_is_exact
@@ -160,8 +161,9 @@ class EncodeTask:
 @dataclass
 class EncodedBatch:
     tokens: np.ndarray  # uint32, every document's tokens concatenated
+    masks: np.ndarray  # uint8 per token: 1 where the loss is (the answers), aligned with tokens
     lengths: np.ndarray  # int64 per document
-    prompt_lengths: np.ndarray  # int64 per document
+    prompt_lengths: np.ndarray  # int64 per document: tokens before its first supervised one
     is_val: np.ndarray  # bool per document
     bad_rows: list[tuple[int, str]]  # (row index within the batch, reason)
 
@@ -174,6 +176,30 @@ def is_validation(text: str, val_fraction: float) -> bool:
     return int.from_bytes(digest, "big") < val_fraction * 2**64
 
 
+PROMPT_BOUNDARY = ("the prompt does not end on a token boundary of prompt + answer, so its tokens are not a prefix; "
+                   "end format.prompt with a newline")
+
+
+def token_spans(encoding, doc: Formatted) -> list[tuple[int, int]]:
+    """The supervised character spans of ``doc`` as token ranges. A span must start on a token
+    boundary (else the prompt's tokens would not be a prefix: :class:`BadRow`); it covers every
+    token that starts before its end."""
+    out = []
+    for number, (start, stop) in enumerate(doc.spans):
+        first = encoding.char_to_token(start) if start < len(doc.text) else None
+        if first is None or encoding.token_to_chars(first)[0] != start:
+            raise BadRow(PROMPT_BOUNDARY if doc.is_suffix else
+                         f"assistant turn {number} does not start on a token boundary of the conversation, so its "
+                         "tokens would not be the tokens the model generates; use another chat template")
+        last = encoding.char_to_token(stop) if stop < len(doc.text) else len(encoding.ids)
+        if last is None:
+            raise BadRow(f"supervised span {number} ends at character {stop}, which no token covers")
+        if last < len(encoding.ids) and encoding.token_to_chars(last)[0] < stop:
+            last += 1  # the span ends inside a token: the token is supervised
+        out.append((first, last))
+    return out
+
+
 def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize one batch of rows given column-wise (as read from Arrow)."""
     names = list(columns)
@@ -183,54 +209,65 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
         from tokenizers import Tokenizer
 
         tokenizer = TOKENIZER_CACHE[task.tokenizer_file] = Tokenizer.from_file(task.tokenizer_file)
-    texts, prompt_chars, kept, bad = [], [], [], []
+    docs: list[Formatted] = []
+    kept, bad = [], []
     for i, row in enumerate(rows):
         try:
-            prompt, full = task.formatter(row)
+            docs.append(task.formatter(row))
         except BadRow as e:
             bad.append((i, str(e)))
             continue
         except (KeyError, ValueError, IndexError) as e:  # a template that does not fit the row
             bad.append((i, f"template error: {e}"))
             continue
-        texts.append(full)
-        prompt_chars.append(len(prompt))
         kept.append(i)
     fast = fast_encoder(task.tokenizer_file, tokenizer) if task.fast_encoder else None
     encode_ids = fast.encode_ids if fast else (
         lambda batch: [e.ids for e in tokenizer.encode_batch(batch, add_special_tokens=False)])
-    memoized = [None] * len(texts)
+    memoized: list = [None] * len(docs)
+    simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: one boundary, the answer to the end
     if task.line_cache:
         lines = LINE_CACHES.setdefault(task.tokenizer_file, LineCache(encode_ids))
-        memoized = lines.encode([t[:b] for t, b in zip(texts, prompt_chars)], [t[b:] for t, b in zip(texts, prompt_chars)])
+        for k, m in zip(simple, lines.encode([docs[k].text[:docs[k].prompt_chars] for k in simple],
+                                             [docs[k].text[docs[k].prompt_chars:] for k in simple])):
+            memoized[k] = None if m is None else (m[0], [(m[1], len(m[0]))])
     if fast:
-        memoized = [m if m is not None else fast.encode_split(text, boundary)
-                    for m, text, boundary in zip(memoized, texts, prompt_chars)]
+        for k in simple:
+            m = memoized[k] or fast.encode_split(docs[k].text, docs[k].prompt_chars)
+            memoized[k] = m if m is None or isinstance(m[1], list) else (m[0], [(m[1], len(m[0]))])
     whole = [k for k, m in enumerate(memoized) if m is None]
-    encodings = dict(zip(whole, tokenizer.encode_batch([texts[k] for k in whole], add_special_tokens=False)))
-    pieces, lengths, prompt_lengths, is_val = [], [], [], []
+    encodings = dict(zip(whole, tokenizer.encode_batch([docs[k].text for k in whole], add_special_tokens=False)))
+    pieces, spans, lengths, prompt_lengths, is_val = [], [], [], [], []
     head = list(task.head)
-    for k, (row, text, boundary) in enumerate(zip(kept, texts, prompt_chars)):
+    for k, (row, doc) in enumerate(zip(kept, docs)):
         if memoized[k] is not None:
-            ids, first_answer = memoized[k]
+            ids, doc_spans = memoized[k]
         else:
-            encoding = encodings[k]
-            ids = encoding.ids
-            first_answer = encoding.char_to_token(boundary) if boundary < len(text) else None
-            if first_answer is None or encoding.token_to_chars(first_answer)[0] != boundary:
-                bad.append((row, "the prompt does not end on a token boundary of prompt + answer, so its "
-                                 "tokens are not a prefix; end format.prompt with a newline"))
+            try:
+                ids, doc_spans = encodings[k].ids, token_spans(encodings[k], doc)
+            except BadRow as e:
+                bad.append((row, str(e)))
                 continue
         if not ids or ids[-1] != task.eos_id:
+            if doc.spans[-1][1] == len(doc.text):  # the answer runs to the end: so does the loss, onto EOS
+                doc_spans = doc_spans[:-1] + [(doc_spans[-1][0], len(ids) + 1)]
             ids = ids + [task.eos_id]
         pieces.append(head + ids)
+        spans.append([(len(head) + a, len(head) + b) for a, b in doc_spans])
         lengths.append(len(head) + len(ids))
-        prompt_lengths.append(len(head) + first_answer)
-        is_val.append(is_validation(text, task.val_fraction))
+        prompt_lengths.append(spans[-1][0][0])
+        is_val.append(is_validation(doc.text, task.val_fraction))
     tokens = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.uint32, count=sum(lengths))
+    masks = np.zeros(len(tokens), dtype=np.uint8)
+    at = 0
+    for doc_spans, length in zip(spans, lengths):
+        for a, b in doc_spans:
+            masks[at + a : at + b] = 1
+        at += length
     bad.sort()
     return EncodedBatch(
         tokens=tokens,
+        masks=masks,
         lengths=np.asarray(lengths, dtype=np.int64),
         prompt_lengths=np.asarray(prompt_lengths, dtype=np.int64),
         is_val=np.asarray(is_val, dtype=bool),

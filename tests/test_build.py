@@ -98,7 +98,7 @@ def test_first_block_literal_content(tmp_path):
     project = make_project(tmp_path, n_rows=3, block_size=64, val_fraction=0.0)
     project_rows = rows(3)
     write_jsonl(project["data"], [{"question": "q", "context": "c", "answer": r["answer"][:12]} for r in project_rows])
-    result = run_build(project)
+    result = run_build(project, **{"build.dedup": "none"})  # the three documents are the same text
     ids, mask, doc_lens = open_shard(result.path / "train-00000.arrow", 64).arrays()
     tokenizer = Tokenizer.from_file(str(project["model"] / "tokenizer.json"))
     doc = ids[0, : doc_lens[0][0]].tolist()
@@ -293,13 +293,15 @@ def test_chat_style_without_a_usable_template_fails_before_tokenizing(project):
         run_build(project, **{"format.style": "chat"})
 
 
-def test_a_source_listed_twice_is_upsampled(project):
+def test_a_source_listed_twice_is_upsampled_only_without_dedup(project):
     once = json.loads((run_build(project).path / "report.json").read_text())
-    twice = run_build(project, sources=[{"name": str(project["data"])}, {"name": str(project["data"])}])
-    report = json.loads((twice.path / "report.json").read_text())
+    twice = [{"name": str(project["data"])}, {"name": str(project["data"])}]
+    report = json.loads((run_build(project, sources=twice, **{"build.dedup": "none"}).path / "report.json").read_text())
     docs = lambda r: r["train"]["documents"] + r["val"]["documents"]
     assert docs(report) == 2 * docs(once) == 120
     assert [s["reused"] for s in report["sources"]] == [True, True]  # tokenized by the first build
+    deduped = json.loads((run_build(project, sources=twice).path / "report.json").read_text())
+    assert docs(deduped) == 60 and deduped["duplicates"] == 60  # dedup: exact (the default) packs each once
 
 
 def test_the_spelling_of_a_local_path_does_not_change_the_build_id(project, monkeypatch):

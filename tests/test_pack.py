@@ -90,8 +90,8 @@ def test_plan_pieces_drops_a_document_whose_only_target_is_its_first_token():
 
 def test_assemble_block_masks_prompts_piece_starts_and_padding():
     tokens = [np.array([10, 11, 12, 13]), np.array([20, 21, 22]), np.array([30, 31, 32, 33, 34])]
-    prompts = [2, 1, 0]
-    ids, mask, lens = assemble_block([(0, 0, 4), (1, 0, 3), (2, 3, 5)], tokens, prompts, 12, pad_id=99,
+    masks = [np.array([0, 0, 1, 1]), np.array([0, 1, 1]), np.array([1, 1, 1, 1, 1])]  # prompts of 2, 1 and 0
+    ids, mask, lens = assemble_block([(0, 0, 4), (1, 0, 3), (2, 3, 5)], tokens, masks, 12, pad_id=99,
                                      dtype=np.dtype(np.uint16))
     assert ids.dtype == np.uint16
     assert ids.tolist() == [10, 11, 12, 13, 20, 21, 22, 33, 34, 99, 99, 99]

@@ -79,6 +79,11 @@ class SourceConfig:
     columns: dict[str, str] = field(default_factory=dict)
     """Template field -> dataset column, for datasets whose column names differ from the template's."""
     max_rows: int | None = num(None, "[1, 1000000000000]", "or unset for every row")
+    weight: float = num(1.0, "(0, 1000]")
+    """Mixing weight of this source's training documents: 0.25 keeps a quarter of them, 3 packs each
+    three times, 2.5 each twice plus exactly half of them once more (chosen by a hash of their
+    tokens, so the same half every build). Applied after dedup; validation documents are never
+    weighted (pipeline/mix.py)."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if not self.name:
@@ -96,8 +101,21 @@ class FormatConfig:
     """Python format string over the row's fields, e.g. ``"### Question\\n{question}\\n### SQL\\n"``."""
     answer: str = "{answer}"
     system: str | None = None
+    """style chat: a system message put before the user turn (before a conversation that has none)."""
+    messages: str | None = None
+    """style chat: the column holding a whole conversation, a list of ``{"role", "content"}`` messages
+    (system, user, assistant, tool; assistant ``tool_calls`` as the chat template renders them). The
+    loss is on every assistant turn and its end-of-turn token; prompt and answer are not used."""
 
     def validate(self, errors: list[str], where: str) -> None:
+        if self.messages is not None:
+            if self.style != "chat":
+                errors.append(f"{where}.messages: a conversation column needs style: chat")
+            if not self.messages:
+                errors.append(f"{where}.messages: name the column holding the conversations, e.g. messages")
+            if (self.prompt, self.answer) != ("{prompt}", "{answer}"):
+                errors.append(f"{where}.prompt/answer: not used with messages (the conversation holds the turns); "
+                              "remove them")
         for name in ("prompt", "answer"):
             try:
                 template_fields(getattr(self, name))
@@ -118,6 +136,8 @@ class FormatConfig:
                           "dataset's columns in braces, e.g. prompt: \"{question}\" and answer: \"{answer}\"")
 
     def fields(self) -> list[str]:
+        if self.messages is not None:
+            return [self.messages]
         return sorted(set(template_fields(self.prompt)) | set(template_fields(self.answer)))
 
 
@@ -151,6 +171,10 @@ class BuildConfig:
     batch_rows: int = num(1000, "[1, 10000000]")
     """Rows per tokenization task; fixed, so the output does not depend on num_proc."""
     on_bad_rows: Literal["skip", "error"] = "skip"
+    dedup: Literal["exact", "none"] = "exact"
+    """``exact``: a document whose tokens and supervised positions equal an earlier one's is packed
+    once, within and across sources; a training document equal to a validation one is dropped (a
+    document in val is never also in train). Counted per source in the report."""
     line_cache: bool = True
     """Tokenize each distinct line once (schemas repeat across rows). Used only with tokenizers for
     which it provably gives the same tokens (pipeline/segments.py), so it is not part of the build id."""

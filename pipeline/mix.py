@@ -1,0 +1,103 @@
+"""Mixing: which tokenized documents are packed, and how many times. Pure functions on document keys.
+
+Every document is keyed by a hash of its tokens and its loss mask (:func:`document_keys`). With
+``build.dedup: exact`` a document is packed once whatever the number of its copies, within a
+source and across sources (the first in source order is kept), and a training document whose
+key is also a validation document's is dropped: a document in val is never also in train.
+Then each source's ``weight`` multiplies its training documents::
+
+    source documents a b c d (after dedup), weight 2.5
+    -> a b c d  a b c d  + the 2 (= 0.5 x 4) documents of smallest key, say b d
+    weight 0.25 -> the 1 (= 0.25 x 4) document of smallest key
+
+The fractional part is exact (``fraction x n`` documents, rounded half up) and deterministic: chosen by key,
+not by position or a random generator, so the same documents are chosen in every build.
+Validation documents are deduplicated but never weighted (eval measures the data as it is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def document_keys(tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray) -> list[bytes]:
+    """A 16-byte key per document: the blake2b of its tokens and of its loss mask.
+
+    >>> keys = document_keys(np.array([1, 2, 1, 2, 1, 2]), np.array([0, 1, 0, 1, 1, 1], np.uint8), np.array([2, 2, 2]))
+    >>> keys[0] == keys[1], keys[0] == keys[2]   # same tokens; the third has another mask
+    (True, False)
+    """
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return [hashlib.blake2b(tokens[a:b].tobytes() + b"|" + masks[a:b].tobytes(), digest_size=16).digest()
+            for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+
+def unique(keys: Sequence[bytes], seen: set[bytes]) -> np.ndarray:
+    """Indices of the documents whose key is not in ``seen`` nor earlier in ``keys``; adds their keys to ``seen``.
+
+    >>> seen = {b"x"}
+    >>> unique([b"a", b"x", b"a", b"b"], seen).tolist(), sorted(seen)
+    ([0, 3], [b'a', b'b', b'x'])
+    """
+    keep = []
+    for i, key in enumerate(keys):
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    return np.asarray(keep, dtype=np.int64)
+
+
+def weighted(indices: np.ndarray, keys: Sequence[bytes], weight: float) -> np.ndarray:
+    """``indices`` repeated ``floor(weight)`` times, then the ``fraction * n`` (rounded half up) of them
+    with the smallest keys, in index order.
+
+    >>> keys = [b"d", b"a", b"c", b"b"]
+    >>> weighted(np.arange(4), keys, 2.5).tolist()
+    [0, 1, 2, 3, 0, 1, 2, 3, 1, 3]
+    >>> weighted(np.arange(4), keys, 0.25).tolist()
+    [1]
+    """
+    whole = math.floor(weight)
+    fraction = weight - whole
+    extra = math.floor(fraction * len(indices) + 0.5)  # half up (Python's round() goes to even)
+    chosen = sorted(sorted(indices.tolist(), key=lambda i: keys[i])[:extra])
+    return np.concatenate([np.tile(indices, whole), np.asarray(chosen, dtype=np.int64)]).astype(np.int64)
+
+
+def select(keys: dict[str, list[list[bytes]]], weights: Sequence[float],
+           dedup: bool) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
+    """Per split (``"train"``, ``"val"``), per source: the indices of the documents to pack, in order
+    (a document repeated as its weight says), and the number of duplicates dropped.
+    ``keys[split][source]`` lists that source's document keys.
+
+    >>> keys = {"val": [[b"v"], []], "train": [[b"a", b"v", b"a"], [b"a", b"b"]]}
+    >>> out, duplicates = select(keys, [1.0, 2.0], dedup=True)
+    >>> [s.tolist() for s in out["val"]], [s.tolist() for s in out["train"]], duplicates
+    ([[0], []], [[0], [1, 1]], {'val': [0, 0], 'train': [2, 1]})
+    """
+    seen: set[bytes] = set()
+    out: dict[str, list[np.ndarray]] = {}
+    duplicates: dict[str, list[int]] = {}
+    for split in ("val", "train"):  # val first: a training document equal to a validation one is dropped
+        out[split], duplicates[split] = [], []
+        for source_keys, weight in zip(keys[split], weights):
+            kept = unique(source_keys, seen) if dedup else np.arange(len(source_keys), dtype=np.int64)
+            out[split].append(weighted(kept, source_keys, weight) if split == "train" else kept)
+            duplicates[split].append(len(source_keys) - len(kept))
+    return out, duplicates
+
+
+def counts(lengths: np.ndarray, duplicates: int, selection: np.ndarray) -> dict:
+    """What mixing did to one source's split: documents and tokens before it, duplicates dropped,
+    documents and tokens packed (after dedup and weight)."""
+    return {
+        "documents_before": int(len(lengths)),
+        "tokens_before": int(lengths.sum()),
+        "duplicates": int(duplicates),
+        "documents": int(len(selection)),
+        "tokens": int(lengths[selection].sum()) if len(selection) else 0,
+    }
