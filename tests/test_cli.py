@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from packtrain.cli.commands import main
+from packtrain.core.contract import read_current
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,7 @@ def test_inspect_and_verify(hf_home, tmp_path):
     ok = invoke("verify", "sql", "--cache-dir", cache)
     assert ok.exit_code == 0 and "all checksums match" in ok.output
 
-    build = next(p for p in (cache / "sql").iterdir() if p.is_dir())
+    build = cache / "sql" / read_current(cache, "sql")
     shard = build / "train-00000.arrow"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -86,7 +87,7 @@ def test_config_prints_the_resolved_config_with_overrides():
     assert resolved["pack"]["block_size"] == 1024 and resolved["train"]["learning_rate"] == 1e-4
     assert resolved["format"]["answer"] == "{cypher}"
     assert resolved["sources"] == [{"name": "bundled", "split": "train", "revision": None, "columns": {},
-                                    "max_rows": None}]
+                                    "max_rows": None, "weight": 1.0}]
 
 
 def test_errors_say_what_is_wrong_and_how_to_fix_it(hf_home, tmp_path):
