@@ -34,11 +34,11 @@ def report_of(result) -> dict:
     return json.loads((result.path / "report.json").read_text())
 
 
-def documents_in_shards(result) -> list[tuple[int, ...]]:
+def documents_in_shards(result, split: str = "train") -> list[tuple[int, ...]]:
     """Every packed document's tokens, sorted (the packing order does not matter here)."""
     block_size = Manifest.load(result.path).block_size
     docs = []
-    for shard in sorted(result.path.glob("train-*.arrow")):
+    for shard in sorted(result.path.glob(f"{split}-*.arrow")):
         ids, _, doc_lens = open_shard(shard, block_size).arrays()
         for row, lens in zip(ids, doc_lens):
             at = 0
@@ -100,15 +100,7 @@ def test_no_document_is_in_both_train_and_val(tmp_path):
     report = report_of(result)
     assert report["duplicates"] == 60
     assert report["train"]["documents"] + report["val"]["documents"] == 60
-    val = Manifest.load(result.path).block_size
-    val_docs = set()
-    for shard in sorted(result.path.glob("val-*.arrow")):
-        ids, _, doc_lens = open_shard(shard, val).arrays()
-        for row, lens in zip(ids, doc_lens):
-            at = 0
-            for n in lens:
-                val_docs.add(tuple(row[at : at + n].tolist()))
-                at += n
+    val_docs = set(documents_in_shards(result, "val"))
     assert val_docs and not val_docs & set(documents_in_shards(result))
 
 
