@@ -49,7 +49,6 @@ from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_
 
 log = logging.getLogger("packtrain.train")
 
-PREFIX = CHECKPOINT_PREFIX
 TRAINER_STATE = "trainer_state.pt"
 CHECKSUMS = "checksums.json"
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
@@ -119,7 +118,7 @@ def set_rng_state(state: dict) -> None:
 def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler, scaler) -> Path | None:
     """Rank 0 (or the only process) writes the checkpoint. A model sharded with FSDP is first gathered:
     then EVERY rank calls this (the gathers are collectives) and the others return None."""
-    check_not_finished(run.run_dir, f"save {PREFIX}{state.step}")
+    check_not_finished(run.run_dir, f"save {CHECKPOINT_PREFIX}{state.step}")
     if sharded(model):
         adapter_state = full_trainable_state(model)
         optimizer_state = full_optimizer_state(model, optimizer)
@@ -127,10 +126,10 @@ def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler
             return None
     else:
         adapter_state, optimizer_state = None, optimizer.state_dict()
-    final = run.run_dir / f"{PREFIX}{state.step}"
+    final = run.run_dir / f"{CHECKPOINT_PREFIX}{state.step}"
     check_finite_weights(model, final, adapter_state)  # before anything is written
-    tmp = run.run_dir / f"{TMP_PREFIX}{PREFIX}{state.step}-{os.getpid()}"
-    with written_or_removed(tmp, f"{PREFIX}{state.step} of run {run.run_dir}"):
+    tmp = run.run_dir / f"{TMP_PREFIX}{CHECKPOINT_PREFIX}{state.step}-{os.getpid()}"
+    with written_or_removed(tmp, f"{CHECKPOINT_PREFIX}{state.step} of run {run.run_dir}"):
         save_adapter(model, tmp / ADAPTER_DIR, run.config, state_dict=adapter_state)
         torch.save({
             "optimizer": optimizer_state,
@@ -231,7 +230,7 @@ def discard_later_checkpoints(run_dir: Path, step: int) -> list[Path]:
 
 def prune_checkpoints(run_dir: Path, keep: int) -> None:
     """Delete the oldest complete checkpoints beyond ``keep``, and stale temporary ones."""
-    for stale in run_dir.glob(f"{TMP_PREFIX}{PREFIX}*"):
+    for stale in run_dir.glob(f"{TMP_PREFIX}{CHECKPOINT_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
     for old in complete_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old)
@@ -248,7 +247,7 @@ def is_complete(path: Path) -> bool:
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
     """The run's complete checkpoints, oldest first (temporary directories are ignored)."""
-    found = [p for p in run_dir.glob(f"{PREFIX}*") if p.is_dir() and is_complete(p)]
+    found = [p for p in run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and is_complete(p)]
     return sorted(found, key=lambda p: int(CHECKPOINT_NAME.match(p.name).group(1)))
 
 
