@@ -54,7 +54,7 @@ def test_inspect_and_verify(hf_home, tmp_path):
     ok = invoke("verify", "sql", "--cache-dir", cache)
     assert ok.exit_code == 0 and "all checksums match" in ok.output
 
-    build = next(p for p in (cache / "sql").iterdir() if p.is_dir())
+    build = next(p for p in (cache / "sql").iterdir() if p.is_dir() and not p.name.startswith("."))
     shard = build / "train-00000.arrow"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
