@@ -149,8 +149,8 @@ def render_conversation(template: str | None, system: str | None, messages: Any,
         head, through = render(messages[:k], True), render(messages[: k + 1], False)
         if not (full.startswith(head) and full.startswith(through) and len(through) > len(head)):
             raise BadRow(f"the chat template does not render assistant turn {k} of {column!r} as a prefix of the "
-                         "whole conversation (it renders earlier turns differently), so its span cannot be found; "
-                         "use a template that renders turns the same whatever follows")
+                         "whole conversation (its generation prompt or an earlier turn renders differently), so its "
+                         "span cannot be found; use a template that renders turns the same whatever follows")
         stop = len(through.rstrip())  # the end-of-turn token is supervised, the newline after it is not
         if stop <= len(head) or not through[len(head):stop].strip():
             raise BadRow(f"the chat template renders no text for assistant turn {k} of {column!r}")
@@ -166,7 +166,7 @@ ROLES = ("system", "user", "assistant", "tool")
 
 
 def check_messages(messages: Any, column: str) -> list[dict]:
-    """A list of ``{"role", "content"}`` dicts with known roles; a JSON string of one is parsed."""
+    """A list of ``{"role", "content"}`` dicts with known roles (null keys dropped); a JSON string of one is parsed."""
     if isinstance(messages, str):
         try:
             messages = json.loads(messages)
@@ -183,7 +183,9 @@ def check_messages(messages: Any, column: str) -> list[dict]:
             raise BadRow(f"{column!r} message {i}: content is {type(content).__name__}, expected text")
         if content is None and not message.get("tool_calls"):
             raise BadRow(f"{column!r} message {i} ({message['role']}) has neither content nor tool_calls")
-    return messages
+    # parquet/arrow give every message every key seen in the column, missing ones as null: drop
+    # those, so a template's "is defined" tests see the message as it was written
+    return [{key: value for key, value in message.items() if value is not None} for message in messages]
 
 
 @lru_cache(maxsize=4)

@@ -1,7 +1,8 @@
 """Shards: tokenized documents -> packed blocks -> Arrow IPC stream files, uncompressed,
 memory-mappable.
 
-``pack_split`` reads one split's documents from every source's token spill, plans the blocks
+``pack_split`` reads one split's documents from every source's token spill (those mixing chose,
+pipeline/mix.py, as many times as it chose them), plans the blocks
 (pipeline/pack.py) and writes them with the core's ``ShardWriter`` (packtrain/core/shardfile.py). Rows per shard and rows per record batch
 are fixed by the block size and ``shard_size_mb``, so the same blocks always give the same bytes.
 Each finished shard is fsynced and hashed.
@@ -60,9 +61,10 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     blocks, counts = pack(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.strategy,
                           config.pack.overlong, masks=documents.irregular_masks(lengths, prompt_lengths))
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
+    masks = documents.masks()
     real = supervised = 0
     for block in blocks:
-        ids, mask, doc_lens = assemble_block(block, documents, documents.masks(), block_size, pad_id, dtype)
+        ids, mask, doc_lens = assemble_block(block, documents, masks, block_size, pad_id, dtype)
         writer.add(ids, mask, doc_lens)
         real += sum(doc_lens)
         supervised += int(mask.sum())
@@ -104,6 +106,8 @@ class DocumentView:
 
 
 class MaskView:
+    """``masks[doc]``: the loss mask of the packed document ``doc`` of a :class:`DocumentView`."""
+
     def __init__(self, view: DocumentView):
         self.view = view
 

@@ -169,3 +169,21 @@ def test_messages_needs_chat_style_and_no_prompt_or_answer(chat_project):
         load_config("sql", chat_project["configs"], {"format.style": "template", "format.answer": "{x}"})
     assert "format.messages: a conversation column needs style: chat" in str(e.value)
     assert "format.prompt/answer: not used with messages" in str(e.value)
+
+
+def test_a_parquet_conversation_keeps_only_the_keys_each_message_has(chat_project):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    set_template(chat_project, "{% for m in messages %}<|im_start|>{{ m['role'] }}{% if m.name is defined %} "
+                               "({{ m.name }}){% endif %}{{ '\\n' }}{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    path = chat_project["data"].with_suffix(".parquet")  # Arrow gives the assistant message name: null
+    pq.write_table(pa.Table.from_pylist([{"messages": [{"role": "user", "content": "hi", "name": "ann"},
+                                                       {"role": "assistant", "content": "ok"}]}]), path)
+    chat_project["data"].unlink()
+    config = load_config("sql", chat_project["configs"], {"sources": [{"name": str(path)}]})
+    result = build(config, chat_project["cache"], log=quiet, progress=False)
+    runs, text = supervised_and_not(chat_project, result)
+    assert text == "<|im_start|>user (ann)\nhi<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n<|endoftext|>"
+    assert runs == ["ok<|im_end|>"]
