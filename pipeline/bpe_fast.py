@@ -63,11 +63,21 @@ def byte_decoder() -> dict[str, int]:
     return symbols
 
 
+@functools.cache
+def to_latin1() -> dict[int, str]:
+    """str.translate table: byte-level symbol -> the latin-1 character of its byte; every other
+    character below U+0100 -> U+FFFF, so that encoding to latin-1 fails on any non-symbol."""
+    table = {c: "\uffff" for c in range(256)}
+    table.update({ord(symbol): chr(b) for symbol, b in byte_decoder().items()})
+    return table
+
+
 def token_bytes(token: str) -> bytes | None:
-    decoder = byte_decoder()
-    if any(c not in decoder for c in token):
+    """The bytes a byte-level BPE token stands for; None if it is not in the byte-level alphabet."""
+    try:
+        return token.translate(to_latin1()).encode("latin-1")
+    except UnicodeEncodeError:
         return None
-    return bytes(decoder[c] for c in token)
 
 
 def rank_bpe(piece: bytes, ranks: dict[bytes, int], limit: int) -> list[bytes]:
@@ -186,7 +196,8 @@ def decide(tokenizer_file: str | Path) -> tuple[bool, str]:
         return False, "tiktoken is not installed (pip install tiktoken)"
     from tokenizers import Tokenizer
 
-    encoder = FastEncoder(spec, Tokenizer.from_str(json.dumps(spec)))
+    hf = Tokenizer.from_file(str(tokenizer_file))
+    encoder = FastEncoder(spec, lambda: hf)
     probe = unicodedata.normalize("NFC", probe_text()) if encoder.nfc else probe_text()
     pieces = [probe[i : i + 4096] for i in range(0, len(probe), 4096)]
     fast = [encoder.tiktoken_ids(p) for p in pieces]
@@ -254,15 +265,17 @@ def vocabulary_ranks(spec: dict) -> dict[bytes, int] | None:
 
 
 class FastEncoder:
-    """tiktoken for the texts it encodes exactly as ``hf`` does, ``hf`` for the rest (texts NFC
-    would change, where the tokenizer normalizes with NFC). Build it only where :func:`decide`
-    said yes."""
+    """tiktoken for the texts it encodes exactly as the HF tokenizer does, the HF tokenizer for the
+    rest (texts NFC would change, where the tokenizer normalizes with NFC). Build it only where
+    :func:`decide` said yes. ``load_hf``: returns the HF tokenizer; called the first time a text
+    needs it, so a worker whose texts never do skips loading it."""
 
-    def __init__(self, spec: dict, hf):
+    def __init__(self, spec: dict, load_hf):
         import numpy as np
         import tiktoken
 
-        self.hf = hf
+        self.load_hf = load_hf
+        self._hf = None
         added = {t["content"]: t["id"] for t in spec.get("added_tokens") or []}
         ranks = vocabulary_ranks(spec)
         self.nfc = spec.get("normalizer") == {"type": "NFC"}
@@ -275,6 +288,12 @@ class FastEncoder:
             self.byte_lengths[rank] = len(raw)
         for content, rank in added.items():
             self.byte_lengths[rank] = len(content.encode("utf-8"))
+
+    @property
+    def hf(self):
+        if self._hf is None:
+            self._hf = self.load_hf()
+        return self._hf
 
     def tiktoken_ids(self, text: str) -> list[int]:
         return self.encoding.encode(text, allowed_special="all", disallowed_special=())

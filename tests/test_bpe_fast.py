@@ -38,7 +38,7 @@ def qwen_tokenizer_json() -> Path:
 
 def fast_and_hf(tokenizer_json: Path) -> tuple[bpe_fast.FastEncoder, Tokenizer]:
     hf = Tokenizer.from_file(str(tokenizer_json))
-    return bpe_fast.FastEncoder(json.loads(tokenizer_json.read_text()), hf), hf
+    return bpe_fast.FastEncoder(json.loads(tokenizer_json.read_text()), lambda: hf), hf
 
 
 def assert_same_as_hf(encoder: bpe_fast.FastEncoder, hf: Tokenizer, texts: list[str], boundaries: list[int]) -> int:
