@@ -127,7 +127,7 @@ def test_the_decision_is_remembered_per_tokenizer_content(tmp_path, monkeypatch)
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
     notes = tmp_path / "notes"
     first = bpe_fast.choose(True, tokenizer_json, "abc", notes)
-    monkeypatch.setattr(bpe_fast, "decide", lambda _: (False, "decided again"))
+    monkeypatch.setattr(bpe_fast, "decide_in_child", lambda _: (False, "decided again"))
     assert bpe_fast.choose(True, tokenizer_json, "abc", notes) == first
     assert bpe_fast.choose(True, tokenizer_json, "other content", notes) == (False, "decided again")
     assert bpe_fast.choose(False, tokenizer_json, "abc", notes) == (False, "build.fast_encoder is false")
