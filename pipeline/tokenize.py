@@ -204,11 +204,6 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize one batch of rows given column-wise (as read from Arrow)."""
     names = list(columns)
     rows = [dict(zip(names, values)) for values in zip(*columns.values())]
-    tokenizer = TOKENIZER_CACHE.get(task.tokenizer_file)
-    if tokenizer is None:
-        from tokenizers import Tokenizer
-
-        tokenizer = TOKENIZER_CACHE[task.tokenizer_file] = Tokenizer.from_file(task.tokenizer_file)
     docs: list[Formatted] = []
     kept, bad = [], []
     for i, row in enumerate(rows):
@@ -221,9 +216,9 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
             bad.append((i, f"template error: {e}"))
             continue
         kept.append(i)
-    fast = fast_encoder(task.tokenizer_file, tokenizer) if task.fast_encoder else None
+    fast = fast_encoder(task.tokenizer_file) if task.fast_encoder else None
     encode_ids = fast.encode_ids if fast else (
-        lambda batch: [e.ids for e in tokenizer.encode_batch(batch, add_special_tokens=False)])
+        lambda batch: [e.ids for e in hf_tokenizer(task.tokenizer_file).encode_batch(batch, add_special_tokens=False)])
     memoized: list = [None] * len(docs)
     simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: one boundary, the answer to the end
     if task.line_cache:
@@ -236,7 +231,8 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
             m = memoized[k] or fast.encode_split(docs[k].text, docs[k].prompt_chars)
             memoized[k] = m if m is None or isinstance(m[1], list) else (m[0], [(m[1], len(m[0]))])
     whole = [k for k, m in enumerate(memoized) if m is None]
-    encodings = dict(zip(whole, tokenizer.encode_batch([docs[k].text for k in whole], add_special_tokens=False)))
+    encodings = dict(zip(whole, hf_tokenizer(task.tokenizer_file).encode_batch(
+        [docs[k].text for k in whole], add_special_tokens=False) if whole else []))
     pieces, spans, lengths, prompt_lengths, is_val = [], [], [], [], []
     head = list(task.head)
     for k, (row, doc) in enumerate(zip(kept, docs)):
@@ -275,12 +271,22 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     )
 
 
-def fast_encoder(tokenizer_file: str, tokenizer) -> FastEncoder:
+def hf_tokenizer(tokenizer_file: str):
+    """The worker's HF tokenizer, loaded once per process."""
+    tokenizer = TOKENIZER_CACHE.get(tokenizer_file)
+    if tokenizer is None:
+        from tokenizers import Tokenizer
+
+        tokenizer = TOKENIZER_CACHE[tokenizer_file] = Tokenizer.from_file(tokenizer_file)
+    return tokenizer
+
+
+def fast_encoder(tokenizer_file: str) -> FastEncoder:
     """The worker's tiktoken encoder, built once per process (the build decided it is exact)."""
     encoder = FAST_ENCODERS.get(tokenizer_file)
     if encoder is None:
         spec = read_json(Path(tokenizer_file), "build again", "a tokenizers file")
-        encoder = FAST_ENCODERS[tokenizer_file] = FastEncoder(spec, tokenizer)
+        encoder = FAST_ENCODERS[tokenizer_file] = FastEncoder(spec, lambda: hf_tokenizer(tokenizer_file))
     return encoder
 
 

@@ -38,7 +38,7 @@ def qwen_tokenizer_json() -> Path:
 
 def fast_and_hf(tokenizer_json: Path) -> tuple[bpe_fast.FastEncoder, Tokenizer]:
     hf = Tokenizer.from_file(str(tokenizer_json))
-    return bpe_fast.FastEncoder(json.loads(tokenizer_json.read_text()), hf), hf
+    return bpe_fast.FastEncoder(json.loads(tokenizer_json.read_text()), lambda: hf), hf
 
 
 def assert_same_as_hf(encoder: bpe_fast.FastEncoder, hf: Tokenizer, texts: list[str], boundaries: list[int]) -> int:
@@ -127,7 +127,7 @@ def test_the_decision_is_remembered_per_tokenizer_content(tmp_path, monkeypatch)
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
     notes = tmp_path / "notes"
     first = bpe_fast.choose(True, tokenizer_json, "abc", notes)
-    monkeypatch.setattr(bpe_fast, "decide", lambda _: (False, "decided again"))
+    monkeypatch.setattr(bpe_fast, "decide_in_child", lambda _: (False, "decided again"))
     assert bpe_fast.choose(True, tokenizer_json, "abc", notes) == first
     assert bpe_fast.choose(True, tokenizer_json, "other content", notes) == (False, "decided again")
     assert bpe_fast.choose(False, tokenizer_json, "abc", notes) == (False, "build.fast_encoder is false")
