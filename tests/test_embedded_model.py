@@ -163,8 +163,10 @@ def test_prepare_model_then_build_then_train_on_the_converted_model(embedded, hf
         return result.output
 
     prepared = invoke("prepare-model", "sql")
-    assert "no CUDA GPU: the cpu profile applies" in prepared and f"model {NAME}: converted in" in prepared
-    built = json.loads(invoke("pretokenize", "sql").strip().splitlines()[-1])
+    assert "cpu profile" not in prepared and f"model {NAME}: converted in" in prepared
+    built_output = invoke("pretokenize", "sql")
+    assert "no CUDA GPU: the cpu profile applies" in built_output
+    built = json.loads(built_output.strip().splitlines()[-1])
     manifest = json.loads((Path(built["path"]) / "manifest.json").read_text())
     assert manifest["inputs"]["pack"]["block_size"] == 512  # cpu.block_size
     trained = invoke("train", "sql", "--max-steps", "2", "--set", f"train.output_dir={tmp_path / 'runs'}",

@@ -40,7 +40,7 @@ def expert_options(f):
     return f
 
 
-def resolve(expert, configs_dir, dataset, model, num_proc, settings):
+def resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profile: bool = True):
     import yaml
 
     overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
@@ -55,13 +55,13 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings):
 
             raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
-    return on_this_machine(load_config(expert, configs_dir, overrides))
+    return on_this_machine(load_config(expert, configs_dir, overrides), tell_profile)
 
 
-def on_this_machine(cfg):
-    """The config as this machine trains it: the ``cpu`` section applied where no CUDA GPU is (said once)."""
+def on_this_machine(cfg, tell: bool = True):
+    """The config as this machine trains it: the ``cpu`` section applied where no CUDA GPU is (said when ``tell``)."""
     adapted = cfg.for_device(has_cuda())
-    if adapted is not cfg:
+    if adapted is not cfg and tell:
         click.echo(adapted.cpu_note(), err=True)
     return adapted
 
@@ -111,7 +111,7 @@ def prepare_model(expert, configs_dir, cache_dir, dataset, model, num_proc, sett
     """
     from packtrain.core.resolve import EMBEDDED_MODELS
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profile=False)  # the model only
     names = {cfg.model.name, cfg.model.tokenizer} & set(EMBEDDED_MODELS)
     if not names:
         click.echo(f"model {cfg.model.name}: not an embedded model, nothing to prepare", err=True)
