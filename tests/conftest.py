@@ -102,7 +102,8 @@ def hub_cache(hf_home) -> SimpleNamespace:
 def _hermetic_models(tmp_path_factory, monkeypatch):
     """No test reads this machine's converted models (PACKTRAIN_MODELS_DIR), and the shipped configs
     (model.name: smollm2-135m) run on the bundled random demo model unless a test names another
-    (PACKTRAIN_MODEL is the default of the CLI's --model; subprocesses inherit it)."""
+    (PACKTRAIN_MODEL replaces defaults.yaml's model.name, under the expert's own file; subprocesses
+    inherit it)."""
     monkeypatch.setenv("PACKTRAIN_MODELS_DIR", str(tmp_path_factory.mktemp("models")))
     monkeypatch.setenv("PACKTRAIN_MODEL", "bundled")
 

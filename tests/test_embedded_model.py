@@ -185,7 +185,9 @@ def test_prepare_model_has_nothing_to_do_for_another_model(tmp_path):
     assert result.exit_code == 0 and "model bundled: not an embedded model, nothing to prepare" in result.output
 
 
-def test_the_shipped_defaults_pick_the_embedded_model_and_the_cpu_profile():
+def test_the_shipped_defaults_pick_the_embedded_model_and_the_cpu_profile(monkeypatch):
+    assert load_config("sql", ROOT / "configs").model.name == "bundled"  # PACKTRAIN_MODEL (conftest) over defaults.yaml
+    monkeypatch.delenv("PACKTRAIN_MODEL")
     config = load_config("sql", ROOT / "configs")
     assert config.model.name == NAME and config.cpu.enabled is True
     assert config.for_device(cuda=True) is config  # a GPU trains the full config

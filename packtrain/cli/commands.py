@@ -31,7 +31,7 @@ def expert_options(f):
     f = cache_dir_option(f)
     f = click.option("--dataset", default=None, help="Use this source instead of the config's: an HF dataset id "
                      "from the local HF caches, or a local path.")(f)
-    f = click.option("--model", default=None, envvar="PACKTRAIN_MODEL",
+    f = click.option("--model", default=None,
                      help="Model (and so tokenizer): 'smollm2-135m' (the embedded pretrained base), an HF id from "
                      "the local hub cache, a local directory, or 'bundled' (random-init demo).")(f)
     f = click.option("--num-proc", type=int, default=None, help="Tokenizer processes (default: the config's, 8).")(f)
