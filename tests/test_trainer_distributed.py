@@ -91,7 +91,8 @@ def assert_same_run(got, want):
     assert [s for s, *_ in train_got] == [s for s, *_ in train_want] == list(range(1, 5))
     for (_, loss, norm), (_, loss_ref, norm_ref) in zip(train_got, train_want):
         assert loss == pytest.approx(loss_ref, rel=1e-5) and norm == pytest.approx(norm_ref, rel=1e-5)
-    assert [(s, t) for s, _, t in eval_got] == [(s, t) for s, _, t in eval_want] == [(2, eval_want[0][2]), (4, eval_want[0][2])]
+    tokens = eval_want[0][2]  # step 0: evaluated before training
+    assert [(s, t) for s, _, t in eval_got] == [(s, t) for s, _, t in eval_want] == [(0, tokens), (2, tokens), (4, tokens)]
     for (_, loss, _), (_, loss_ref, _) in zip(eval_got, eval_want):
         assert loss == pytest.approx(loss_ref, rel=1e-5)
     a = load_file(got / "adapter" / "adapter_model.safetensors")
@@ -129,9 +130,9 @@ def test_two_ranks_match_one_process_with_the_global_batch(tmp_path, monkeypatch
     ddp, calls = run_two_ranks(tmp_path, model_dir, "ddp")
     assert_same_run(ddp, single)
 
-    # only rank 0 wrote: checkpoints once, every metrics line once
+    # only rank 0 wrote: checkpoints once, every metrics line once (metrics 0: the eval before training)
     assert "rank1" not in calls
-    assert calls["rank0"] == ["metrics 1", "metrics 2", "metrics 2", "checkpoint 2", "metrics 3", "metrics 4",
+    assert calls["rank0"] == ["metrics 0", "metrics 1", "metrics 2", "metrics 2", "checkpoint 2", "metrics 3", "metrics 4",
                               "metrics 4", "checkpoint 4"]
     assert [p.name for p in complete_checkpoints(ddp)] == ["checkpoint-2", "checkpoint-4"]
     assert not list(ddp.glob(".tmp-*"))

@@ -50,9 +50,11 @@ def test_end_to_end_writes_adapter_metrics_config_and_summary(tmp_path, model_di
     assert all(math.isfinite(r["loss"]) and r["tok_s"] > 0 and 0 <= r["data_wait"] <= 1 and r["mfu"] > 0
                for r in lines)
     evals = [r for r in records(run_dir) if "eval/loss" in r]
-    assert [e["step"] for e in evals] == [2, 4] and all(e["eval/ppl"] > 1 for e in evals)
+    assert [e["step"] for e in evals] == [0, 2, 4] and all(e["eval/ppl"] > 1 for e in evals)  # 0: before training
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["eval/loss"] == evals[-1]["eval/loss"]
+    assert (summary["eval/loss_before"], summary["eval/loss_after"]) == (evals[0]["eval/loss"], evals[-1]["eval/loss"])
+    assert "eval loss before training" in (run_dir / "train.log").read_text()
     assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-4"]  # save_total_limit 1
     assert json.loads((run_dir / "checkpoint-4" / "config.json").read_text()) == config.to_dict()
 

@@ -77,6 +77,9 @@ def train_loop(
     bad_streak = 0
     grad_norm = None
 
+    if val_loader is not None and state.step == 0:  # the base model's loss, for "before vs after" at the end
+        evals.append(evaluate_at(0, module, val_loader, precision, device, train, fused, attention, world, metrics))
+
     model.train()
     bar = tqdm(total=total_steps, initial=state.step, desc=f"train {run.run_dir.name}", unit="step",
                dynamic_ncols=True, disable=None if world.is_main else True)
@@ -160,12 +163,8 @@ def train_loop(
 
         paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
         if val_loader is not None and is_due(state.step, train.eval_steps, total_steps):
-            # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
-            result = {"step": state.step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss,
-                                                  fused=fused, attention=attention), world)}
-            evals.append(result)
-            metrics.write(result)
-            log.info("step %d: eval loss %.4f, ppl %.2f", state.step, result["eval/loss"], result["eval/ppl"])
+            evals.append(evaluate_at(state.step, module, val_loader, precision, device, train, fused, attention,
+                                     world, metrics))
 
         if is_due(state.step, train.save_steps, total_steps):
             if world.is_main or sharded(module):  # FSDP: every rank takes part in gathering the state
@@ -186,3 +185,15 @@ def is_due(step: int, every: int, last: int) -> bool:
     [3, 6, 7]
     """
     return step % every == 0 or step == last
+
+
+def evaluate_at(step: int, module, val_loader, precision, device, train: TrainConfig, fused, attention,
+                world: World, metrics: MetricsFile) -> dict:
+    """Evaluate, record and log the eval loss at ``step`` (0: before the first step, the base model)."""
+    # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
+    result = {"step": step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss,
+                                                   fused=fused, attention=attention), world)}
+    metrics.write(result)
+    log.info("step %d%s: eval loss %.4f, ppl %.2f", step, " (before training)" if step == 0 else "",
+             result["eval/loss"], result["eval/ppl"])
+    return result

@@ -256,4 +256,7 @@ def summarize(records: list[dict], evals: list[dict], extra: dict) -> dict:
     if evals:
         summary["eval/loss"] = evals[-1]["eval/loss"]
         summary["eval/ppl"] = evals[-1]["eval/ppl"]
+    if evals and evals[0]["step"] == 0:  # evaluated before the first step (a run that did not resume)
+        summary["eval/loss_before"] = evals[0]["eval/loss"]
+        summary["eval/loss_after"] = evals[-1]["eval/loss"]
     return summary

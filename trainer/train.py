@@ -318,6 +318,9 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         else:
             tmp.rmdir()
     log.info("done: %s", json.dumps(summary))
+    if "eval/loss_before" in summary:
+        log.info("eval loss before training %.4f, after %.4f (%d steps, %s)", summary["eval/loss_before"],
+                 summary["eval/loss_after"], state.step, config.model.name)
     barrier(world)
     return run_dir
 

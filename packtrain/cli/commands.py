@@ -31,15 +31,16 @@ def expert_options(f):
     f = cache_dir_option(f)
     f = click.option("--dataset", default=None, help="Use this source instead of the config's: an HF dataset id "
                      "from the local HF caches, or a local path.")(f)
-    f = click.option("--model", default=None, help="Model (and so tokenizer): an HF id from the local hub "
-                     "cache, a local directory, or 'bundled'.")(f)
+    f = click.option("--model", default=None,
+                     help="Model (and so tokenizer): 'smollm2-135m' (the embedded pretrained base), an HF id from "
+                     "the local hub cache, a local directory, or 'bundled' (random-init demo).")(f)
     f = click.option("--num-proc", type=int, default=None, help="Tokenizer processes (default: the config's, 8).")(f)
     f = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="Override any config field, e.g. --set pack.block_size=1024 (YAML value).")(f)
     return f
 
 
-def resolve(expert, configs_dir, dataset, model, num_proc, settings):
+def resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profile: bool = True):
     import yaml
 
     overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
@@ -54,7 +55,27 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings):
 
             raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
-    return load_config(expert, configs_dir, overrides)
+    return on_this_machine(load_config(expert, configs_dir, overrides), tell_profile)
+
+
+def on_this_machine(cfg, tell: bool = True):
+    """The config as this machine trains it: the ``cpu`` section applied where no CUDA GPU is (said when ``tell``)."""
+    adapted = cfg.for_device(has_cuda())
+    if adapted is not cfg and tell:
+        click.echo(adapted.cpu_note(), err=True)
+    return adapted
+
+
+def has_cuda() -> bool:
+    """An NVIDIA GPU this process may use, seen without importing torch (the build never does): the
+    driver lists one and CUDA_VISIBLE_DEVICES does not hide them all."""
+    import shutil
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return (gpus.is_dir() and any(gpus.iterdir())) or shutil.which("nvidia-smi") is not None
 
 
 @click.group()
@@ -78,6 +99,31 @@ def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
     """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides)."""
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
     click.echo(json.dumps(cfg.to_dict(), indent=2))
+
+
+@main.command("prepare-model")
+@click.argument("expert")
+@expert_options
+def prepare_model(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
+    """Convert EXPERT's embedded model (model.name: smollm2-135m) once into a model directory; else nothing.
+
+    `make pretokenize` and `make train` run it first: the build needs the model's tokenizer.
+    """
+    from packtrain.core.resolve import EMBEDDED_MODELS
+
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profile=False)  # the model only
+    names = {cfg.model.name, cfg.model.tokenizer} & set(EMBEDDED_MODELS)
+    if not names:
+        click.echo(f"model {cfg.model.name}: not an embedded model, nothing to prepare", err=True)
+        return
+    from packtrain.trainer.convert import prepare_embedded
+    from packtrain.trainer.model import ModelError
+
+    for name in sorted(names):
+        try:
+            prepare_embedded(name, log=lambda line: click.echo(line, err=True))
+        except ModelError as e:
+            raise TrainFailed(str(e)) from None
 
 
 @main.command()

