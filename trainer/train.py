@@ -15,7 +15,9 @@ in DDP; its adapter and optimizer state are gathered by every rank and written b
 
 The run directory ``<output_dir>/<expert>/<run>/`` ends up with ``config.json`` (the resolved
 config), ``run.json`` (build, model, device, precision), ``metrics.jsonl``, ``train.log``,
-``checkpoint-<step>/``, ``adapter/`` and ``summary.json``.
+``checkpoint-<step>/``, ``adapter/`` and ``summary.json``; then the end of the run logs base-model vs
+adapter answers to a few validation prompts, runs the task eval (``eval.json``, ``eval.jsonl``; by
+default on CUDA: trainer/task_eval.py) and draws ``plots/*.png`` (trainer/plots.py).
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ from packtrain.trainer.loss import fused_kernel
 from packtrain.trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
 from packtrain.trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.optim import build_optimizer
+from packtrain.trainer.plots import PlotError, write_run_plots
 from packtrain.trainer.schedule import build_scheduler, warmup_steps
+from packtrain.trainer.task_eval import end_of_run
+from packtrain.trainer.tensorboard import TensorBoardMirror
 
 log = logging.getLogger("packtrain.train")
 
@@ -274,6 +279,8 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
 
     metrics = (MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if checkpoint else None)
                if world.is_main else NoMetricsFile())
+    if world.is_main and train.report_to == "tensorboard":
+        metrics = TensorBoardMirror(metrics, run_dir)
     peak = peak_flops(device, train.peak_tflops)
     meter = Meter(device, flops, peak * world.world_size if peak else None)  # the counts are global
     start, start_tokens = time.perf_counter(), state.tokens
@@ -319,8 +326,24 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         else:
             tmp.rmdir()
     log.info("done: %s", json.dumps(summary))
+    if world.enabled:  # generation runs in one process: evaluate the saved adapter afterwards
+        log.info("sample answers and task eval: run `packtrain eval %s --run %s`", config.expert, run_dir)
+    else:
+        end_of_run(model, train, config.expert, build_dir, manifest, tok_dir, device, precision, run_dir)
+    if train.plots:
+        draw_plots(run_dir)
     barrier(world)
     return run_dir
+
+
+def draw_plots(run_dir: Path) -> None:
+    """The run's PNG plots (trainer/plots.py); a missing matplotlib is said, not fatal: the run is done."""
+    try:
+        written = write_run_plots(run_dir)
+    except PlotError as e:
+        log.warning("no plots: %s (or set train.plots: false)", e)
+        return
+    log.info("plots: %s", ", ".join(str(p) for p in written))
 
 
 def eval_slice(val_set: BlockDataset, train, world: World, pad: bool = False) -> Dataset:
