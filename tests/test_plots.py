@@ -68,6 +68,7 @@ def test_tensorboard_missing_or_plots_off(tmp_path, model_dir, monkeypatch):
     with pytest.raises(ConfigError, match=r"^train.report_to: tensorboard needs the tensorboard package: "
                                           r"pip install 'packtrain\[tensorboard\]', or set train.report_to: none$"):
         run(config, tmp_path / "cache")
+    assert not (tmp_path / "runs").exists()  # refused before a run directory was made
     monkeypatch.undo()
     run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=1, plots=False), tmp_path / "cache")
     assert not (run_dir / "plots").exists() and not (run_dir / "tensorboard").exists()

@@ -15,17 +15,23 @@ from packtrain.core.config import ConfigError
 TENSORBOARD_DIR = "tensorboard"
 
 
+def summary_writer():
+    """torch's SummaryWriter class, or a ConfigError saying how to install tensorboard (checked
+    before the run starts, so a missing package never costs a run directory)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError("train.report_to: tensorboard needs the tensorboard package: "
+                          "pip install 'packtrain[tensorboard]', or set train.report_to: none") from None
+    return SummaryWriter
+
+
 class TensorBoardMirror:
     """A metrics file that also writes each record's numbers to a TensorBoard SummaryWriter."""
 
     def __init__(self, metrics, run_dir: Path):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise ConfigError("train.report_to: tensorboard needs the tensorboard package: "
-                              "pip install 'packtrain[tensorboard]', or set train.report_to: none") from None
         self.metrics = metrics
-        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
+        self.writer = summary_writer()(log_dir=str(run_dir / TENSORBOARD_DIR))
 
     def write(self, record: dict) -> None:
         self.metrics.write(record)

@@ -58,7 +58,7 @@ from packtrain.trainer.optim import build_optimizer
 from packtrain.trainer.plots import PlotError, write_run_plots
 from packtrain.trainer.schedule import build_scheduler, warmup_steps
 from packtrain.trainer.task_eval import end_of_run
-from packtrain.trainer.tensorboard import TensorBoardMirror
+from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer
 
 log = logging.getLogger("packtrain.train")
 
@@ -106,6 +106,8 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     if manifest.expert != config.expert:
         raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
     check_fsdp(config)
+    if train.report_to == "tensorboard":
+        summary_writer()  # installed, or a ConfigError before anything is written
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
     check_tokenizer(manifest, tok_dir, config.model.name)
