@@ -118,6 +118,8 @@ def test_a_run_ends_with_samples_and_a_task_eval_that_shows_the_adapter_learned(
     summary = json.loads((run_dir / "eval.json").read_text())
     assert summary == {"expert": "neo4j", "metric": "exact", "examples": 4, "max_new_tokens": 8,
                        "base": {"exact_match": 0.0}, "adapter": {"exact_match": 1.0}}
+    assert json.loads((run_dir / "summary.json").read_text())["task_eval"] == {
+        "base": {"exact_match": 0.0}, "adapter": {"exact_match": 1.0}, "examples": 4}
     rows = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     assert len(rows) == 4
     assert set(rows[0]) == {"prompt", "reference", "base", "adapter", "base_scores", "adapter_scores"}

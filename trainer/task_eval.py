@@ -199,6 +199,9 @@ def end_of_run(model, train, expert: str, build_dir: Path, manifest: Manifest, t
         log.info("task eval: off (%s); run `packtrain eval %s --run %s` for it",
                  "train.task_eval: false" if train.task_eval is False else "auto: off on CPU", expert, run_dir)
         return None
+    if (run_dir / EVAL_SUMMARY).exists():  # the run was stopped after its task eval, then resumed
+        log.info("task eval: %s exists (written before this run was interrupted); kept", run_dir / EVAL_SUMMARY)
+        return json.loads((run_dir / EVAL_SUMMARY).read_text())
     summary = task_eval(answers, examples, expert, train.task_metric, run_dir)
     log.info("%s (%s)", format_summary(summary), run_dir / EVAL_SUMMARY)
     return summary

@@ -312,30 +312,37 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     # the final artifacts are written into temporary directories and renamed into place, summary.json last;
     # weights that are not finite are refused before anything is written (naming where they would go)
     check_finite_weights(model, run_dir / ADAPTER_DIR, adapter_state)
-    finals = [(ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))]
-    if train.merge_adapter:
-        finals.append(("merged", lambda d: export_merged(model, d, info.config, tok_dir)))
-    finals.append((SUMMARY, lambda d: _write_json(d / SUMMARY, summary)))
-    for name, write in finals:
-        tmp = run_dir / f".tmp-{name}-{os.getpid()}"
-        with written_or_removed(tmp, f"the final {name} of run {run_dir}"):
-            write(tmp)
-        if name == SUMMARY:
-            os.replace(tmp / SUMMARY, run_dir / SUMMARY)
-            shutil.rmtree(tmp)
-        elif any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
-            os.replace(tmp, run_dir / name)
-        else:
-            tmp.rmdir()
-    log.info("done: %s", json.dumps(summary))
+    write_final(run_dir, ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))
+    # the adapter is saved; its answers next, before a merge folds it into the base model
     if world.enabled:  # generation runs in one process: evaluate the saved adapter afterwards
         log.info("sample answers and task eval: run `packtrain eval %s --run %s`", config.expert, run_dir)
     else:
-        end_of_run(model, train, config.expert, build_dir, manifest, tok_dir, device, precision, run_dir)
+        task = end_of_run(model, train, config.expert, build_dir, manifest, tok_dir, device, precision, run_dir)
+        if task is not None:
+            summary["task_eval"] = {"base": task["base"], "adapter": task["adapter"], "examples": task["examples"]}
+    if train.merge_adapter:
+        write_final(run_dir, "merged", lambda d: export_merged(model, d, info.config, tok_dir))
+    write_final(run_dir, SUMMARY, lambda d: _write_json(d / SUMMARY, summary))
+    log.info("done: %s", json.dumps(summary))
     if train.plots:
         draw_plots(run_dir)
     barrier(world)
     return run_dir
+
+
+def write_final(run_dir: Path, name: str, write) -> None:
+    """One final artifact, written into a temporary directory and renamed into place (summary.json,
+    the last one, marks the run finished)."""
+    tmp = run_dir / f".tmp-{name}-{os.getpid()}"
+    with written_or_removed(tmp, f"the final {name} of run {run_dir}"):
+        write(tmp)
+    if name == SUMMARY:
+        os.replace(tmp / SUMMARY, run_dir / SUMMARY)
+        shutil.rmtree(tmp)
+    elif any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
+        os.replace(tmp, run_dir / name)
+    else:
+        tmp.rmdir()
 
 
 def draw_plots(run_dir: Path) -> None:
