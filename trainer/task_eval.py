@@ -164,7 +164,9 @@ def format_samples(rows: list[dict], width: int = 200) -> str:
 
     lines = []
     for i, row in enumerate(rows, 1):
-        lines += [f"sample {i}: prompt    {cut(row['prompt'][-width:])}", f"          reference {cut(row['reference'])}",
+        prompt = row["prompt"].replace("\n", "\\n")
+        prompt = prompt if len(prompt) <= width else "…" + prompt[-(width - 1):]  # its end leads to the answer
+        lines += [f"sample {i}: prompt    {prompt}", f"          reference {cut(row['reference'])}",
                   f"          base      {cut(row['base'])}", f"          adapter   {cut(row['adapter'])}"]
     return "\n".join(lines)
 
