@@ -132,12 +132,14 @@ def test_a_run_ends_with_samples_and_a_task_eval_that_shows_the_adapter_learned(
 
 def test_task_eval_is_off_on_cpu_by_default_and_the_cli_evaluates_afterwards(tmp_path, model_dir, caplog):
     memorization_build(tmp_path / "cache", model_dir, expert="sql")
-    config = make_config(model_dir, tmp_path / "runs", max_steps=2, max_new_tokens=4, plots=False)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=2, max_new_tokens=40, plots=False)
     with caplog.at_level(logging.INFO, logger="packtrain.train"):
         run_dir = run(config, tmp_path / "cache")
     assert not (run_dir / "eval.json").exists()
     assert "base model vs adapter on 3 validation prompts:" in caplog.text
     assert "task eval: off (auto: off on CPU)" in caplog.text
+    shown = [line.split("base      ")[1] for line in caplog.text.splitlines() if "   base      " in line]
+    assert len(shown) == 3 and max(len(a.split()) for a in shown) == 2 * 5 + 8  # samples: 2 x reference + 8
 
     from click.testing import CliRunner
 
@@ -146,7 +148,8 @@ def test_task_eval_is_off_on_cpu_by_default_and_the_cli_evaluates_afterwards(tmp
     line = json.loads(result.output[result.output.rindex('{"run_dir"'):])  # after transformers' progress bar
     assert line["run_dir"] == str(run_dir) and line["metric"] == "sql" and line["examples"] == 3
     assert set(line["base"]) == set(line["adapter"]) == {"parses", "exact_match"}
-    assert len((run_dir / "eval.jsonl").read_text().splitlines()) == 3
+    rows = [json.loads(r) for r in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and max(len(r["base"].split()) for r in rows) == 40  # scored: train.max_new_tokens
 
     again = CliRunner().invoke(main, ["eval", "sql", "--run", str(run_dir)])
     assert again.exit_code != 0 and "this run was evaluated already; move it away" in str(again.exception)

@@ -111,15 +111,17 @@ class Answers:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def answer(self, examples: list[Example], adapter: bool) -> list[str]:
-        generated = generate(self.model, [e.prompt_ids for e in examples], max_new_tokens=self.max_new_tokens,
+    def answer(self, examples: list[Example], adapter: bool, max_new_tokens: int | None = None) -> list[str]:
+        generated = generate(self.model, [e.prompt_ids for e in examples],
+                             max_new_tokens=max_new_tokens or self.max_new_tokens,
                              batch_size=self.batch_size, eos_id=self.eos_id, pad_id=self.pad_id, device=self.device,
                              precision=self.precision, adapter=adapter)
         return [self.decode(ids) for ids in generated]
 
-    def side_by_side(self, examples: list[Example]) -> list[dict]:
+    def side_by_side(self, examples: list[Example], max_new_tokens: int | None = None) -> list[dict]:
         """One row per example: prompt, reference, base answer, adapter answer (texts)."""
-        base, tuned = self.answer(examples, adapter=False), self.answer(examples, adapter=True)
+        base = self.answer(examples, adapter=False, max_new_tokens=max_new_tokens)
+        tuned = self.answer(examples, adapter=True, max_new_tokens=max_new_tokens)
         return [{"prompt": self.decode(e.prompt_ids), "reference": self.decode(e.reference_ids), "base": b,
                  "adapter": a} for e, b, a in zip(examples, base, tuned)]
 
@@ -195,7 +197,8 @@ def end_of_run(model, train, expert: str, build_dir: Path, manifest: Manifest, t
     answers = Answers(model, tokenizer_dir, manifest, device, precision, train.max_new_tokens,
                       train.per_device_eval_batch_size)
     if train.sample_prompts:
-        rows = answers.side_by_side(examples[:train.sample_prompts])
+        shown = examples[:train.sample_prompts]  # to read, not to score: twice the longest reference is enough
+        rows = answers.side_by_side(shown, min(train.max_new_tokens, 2 * max(len(e.reference_ids) for e in shown) + 8))
         log.info("base model vs adapter on %d validation prompts:\n%s", len(rows), format_samples(rows))
     if not enabled:
         log.info("task eval: off (%s); run `packtrain eval %s --run %s` for it",
