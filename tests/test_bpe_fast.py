@@ -147,7 +147,7 @@ def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path):
         config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.line_cache": False})
         result = build(config, project["cache"], log=lines.append, progress=False)
         chosen = [line for line in lines if line.startswith("fast encoder:")]
-        assert chosen == [f"fast encoder: on (tiktoken) (rank BPE equals its merges (GPT-2 byte-level), probe text identical)"
+        assert chosen == ["fast encoder: on (tiktoken) (rank BPE equals its merges (GPT-2 byte-level), probe text identical)"
                           if fast else "fast encoder: off (HF tokenizers) (build.fast_encoder is false)"]
         built[fast] = (result.build_id, {p.name: p.read_bytes() for p in sorted(result.path.iterdir())
                                          if p.suffix == ".arrow" or p.name == "manifest.json"})

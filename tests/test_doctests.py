@@ -9,7 +9,9 @@ import pytest
 
 
 @pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack", 11), ("packtrain.pipeline.mix", 10), ("packtrain.trainer.data", 2),
-                                               ("packtrain.trainer.microbatch", 1), ("packtrain.trainer.loop", 1)])
+                                              ("packtrain.trainer.microbatch", 1), ("packtrain.trainer.loop", 1),
+                                              ("packtrain.trainer.task_metrics", 4), ("packtrain.trainer.generate", 3),
+                                              ("packtrain.trainer.task_eval", 2)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))
     assert (result.failed, result.attempted) == (0, examples)

@@ -15,7 +15,9 @@ in DDP; its adapter and optimizer state are gathered by every rank and written b
 
 The run directory ``<output_dir>/<expert>/<run>/`` ends up with ``config.json`` (the resolved
 config), ``run.json`` (build, model, device, precision), ``metrics.jsonl``, ``train.log``,
-``checkpoint-<step>/``, ``adapter/`` and ``summary.json``.
+``checkpoint-<step>/``, ``adapter/`` and ``summary.json``; then the end of the run logs base-model vs
+adapter answers to a few validation prompts, runs the task eval (``eval.json``, ``eval.jsonl``; by
+default on CUDA: trainer/task_eval.py) and draws ``plots/*.png`` (trainer/plots.py).
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ from packtrain.trainer.loss import fused_kernel
 from packtrain.trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
 from packtrain.trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.optim import build_optimizer
+from packtrain.trainer.plots import PlotError, write_run_plots
 from packtrain.trainer.schedule import build_scheduler, warmup_steps
+from packtrain.trainer.task_eval import end_of_run
+from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer
 
 log = logging.getLogger("packtrain.train")
 
@@ -100,6 +105,8 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     verify_shards(build_dir, manifest)
     if manifest.expert != config.expert:
         raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
+    if train.report_to == "tensorboard":
+        summary_writer()  # installed, or a ConfigError before anything is written
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
     check_tokenizer(manifest, tok_dir, config.model.name)
@@ -273,6 +280,8 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
 
     metrics = (MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if checkpoint else None)
                if world.is_main else NoMetricsFile())
+    if world.is_main and train.report_to == "tensorboard":
+        metrics = TensorBoardMirror(metrics, run_dir)
     peak = peak_flops(device, train.peak_tflops)
     meter = Meter(device, flops, peak * world.world_size if peak else None)  # the counts are global
     start, start_tokens = time.perf_counter(), state.tokens
@@ -302,27 +311,50 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     # the final artifacts are written into temporary directories and renamed into place, summary.json last;
     # weights that are not finite are refused before anything is written (naming where they would go)
     check_finite_weights(model, run_dir / ADAPTER_DIR, adapter_state)
-    finals = [(ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))]
+    write_final(run_dir, ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))
+    # the adapter is saved; its answers next, before a merge folds it into the base model
+    if world.enabled:  # generation runs in one process: evaluate the saved adapter afterwards
+        log.info("sample answers and task eval: run `packtrain eval %s --run %s`", config.expert, run_dir)
+    else:
+        task = end_of_run(model, train, config.expert, build_dir, manifest, tok_dir, device, precision, run_dir)
+        if task is not None:
+            summary["task_eval"] = {"base": task["base"], "adapter": task["adapter"], "examples": task["examples"]}
     if train.merge_adapter:
-        finals.append((MERGED_DIR, lambda d: export_merged(model, d, info.config, tok_dir)))
-    finals.append((SUMMARY, lambda d: _write_json(d / SUMMARY, summary)))
-    for name, write in finals:
-        tmp = run_dir / f".tmp-{name}-{os.getpid()}"
-        with written_or_removed(tmp, f"the final {name} of run {run_dir}"):
-            write(tmp)
-        if name == SUMMARY:
-            os.replace(tmp / SUMMARY, run_dir / SUMMARY)
-            shutil.rmtree(tmp)
-        elif any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
-            os.replace(tmp, run_dir / name)
-        else:
-            tmp.rmdir()
+        write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, info.config, tok_dir))
+    write_final(run_dir, SUMMARY, lambda d: _write_json(d / SUMMARY, summary))
     log.info("done: %s", json.dumps(summary))
     if "eval/loss_before" in summary:
         log.info("eval loss before training %.4f, after %.4f (%d steps, %s)", summary["eval/loss_before"],
                  summary["eval/loss_after"], state.step, config.model.name)
+    if train.plots:
+        draw_plots(run_dir)
     barrier(world)
     return run_dir
+
+
+def write_final(run_dir: Path, name: str, write) -> None:
+    """One final artifact, written into a temporary directory and renamed into place (summary.json,
+    the last one, marks the run finished)."""
+    tmp = run_dir / f".tmp-{name}-{os.getpid()}"
+    with written_or_removed(tmp, f"the final {name} of run {run_dir}"):
+        write(tmp)
+    if name == SUMMARY:
+        os.replace(tmp / SUMMARY, run_dir / SUMMARY)
+        shutil.rmtree(tmp)
+    elif any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
+        os.replace(tmp, run_dir / name)
+    else:
+        tmp.rmdir()
+
+
+def draw_plots(run_dir: Path) -> None:
+    """The run's PNG plots (trainer/plots.py); a missing matplotlib is said, not fatal: the run is done."""
+    try:
+        written = write_run_plots(run_dir)
+    except PlotError as e:
+        log.warning("no plots: %s (or set train.plots: false)", e)
+        return
+    log.info("plots: %s", ", ".join(str(p) for p in written))
 
 
 def eval_slice(val_set: BlockDataset, train, world: World, pad: bool = False) -> Dataset:

@@ -201,6 +201,58 @@ class TrainFailed(Exception):
     """The trainer refused or stopped; its message says why and what to do."""
 
 
+@main.command("eval")
+@click.argument("expert")
+@click.option("--run", "run_dir", default=None, type=click.Path(file_okay=False),
+              help="The run directory to evaluate (default: EXPERT's newest finished run under --runs-dir).")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
+              help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
+@click.option("--max-examples", type=click.IntRange(min=1), default=None,
+              help="Validation prompts to evaluate (default: train.task_eval_max_examples; auto: 200 on CUDA, 16 on CPU).")
+def eval_command(expert, run_dir, runs_dir, max_examples):
+    """Generate answers to EXPERT's validation prompts with the base model and the adapter, and score them.
+
+    Writes eval.jsonl (every prompt, reference and both answers) and eval.json (the metrics) into the run."""
+    from packtrain.trainer.eval_run import evaluate_run, find_run
+    from packtrain.trainer.task_eval import TaskEvalError
+    from packtrain.trainer.train import EXPECTED_ERRORS
+
+    try:
+        run_path = find_run(expert, run_dir, runs_dir)
+        summary = evaluate_run(run_path, max_examples)
+    except (*EXPECTED_ERRORS, TaskEvalError) as e:
+        raise TrainFailed(str(e)) from None
+    click.echo(json.dumps({"run_dir": str(run_path), **summary}))
+
+
+@main.command()
+@click.argument("expert")
+@cache_dir_option
+@click.option("--build-id", default=None, help="Plot this build (default: the one CURRENT names).")
+@click.option("--run", "run_dir", default=None, type=click.Path(file_okay=False),
+              help="Plot this run (default: EXPERT's newest run under --runs-dir, if any).")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
+              help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
+def plot(expert, cache_dir, build_id, run_dir, runs_dir):
+    """Draw PNG plots of EXPERT's build (<build>/plots/) and of its run (<run>/plots/)."""
+    from packtrain.pipeline.plots import PlotError as BuildPlotError
+    from packtrain.pipeline.plots import write_build_plots
+    from packtrain.trainer.plots import PlotError, write_run_plots
+
+    written = []
+    try:
+        written += write_build_plots(resolve_build(cache_dir, expert, build_id))
+        runs = [Path(run_dir)] if run_dir else sorted((Path(runs_dir) / expert).glob("*/metrics.jsonl"),
+                                                       key=lambda p: p.stat().st_mtime_ns)[-1:]
+        if run_dir is None and not runs:
+            click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
+        for path in runs:
+            written += write_run_plots(path if run_dir else path.parent)
+    except (PlotError, BuildPlotError) as e:
+        raise ContractError(str(e)) from None
+    click.echo("\n".join(str(p) for p in written))
+
+
 @main.command("train-all")
 @click.argument("experts", nargs=-1)
 @click.option("--all", "all_experts", is_flag=True, help="Every expert with a configs/<expert>.yaml.")

@@ -269,6 +269,27 @@ class TrainConfig:
     dataloader_persistent_workers: bool = True
     eval_steps: int = num(200, "[1, 1000000000000]")
     max_eval_batches: int | None = num(None, "[1, 1000000000000]", "or unset for all")
+    task_eval: bool | Literal["auto"] = "auto"
+    """At the end of the run, generate answers to the validation prompts with the base model and
+    with the adapter and score them (trainer/task_eval.py: ``eval.json``, ``eval.jsonl`` in the run
+    directory; the same as ``packtrain eval``). ``auto``: on CUDA, off on CPU (where it is slow)."""
+    task_eval_max_examples: int | Literal["auto"] = num("auto", "[1, 1000000000]", "or auto")
+    """At most this many validation prompts are evaluated; ``auto``: 200 on CUDA, 16 on CPU."""
+    task_metric: Literal["auto", "sql", "json", "exact"] = "auto"
+    """How answers are scored: ``sql`` (parses with sqlglot, normalized exact match), ``json``
+    (parses, equals the expected value), ``exact`` (whitespace-normalized exact match); ``auto``:
+    by the expert's name (sql, json; neo4j, typescript and the others: exact)."""
+    max_new_tokens: int = num(128, "[1, 100000]")
+    """Greedy generation stops at the eos or after this many tokens (task eval and the samples)."""
+    sample_prompts: int = num(3, "[0, 1000]")
+    """Every run ends by printing the base model's and the adapter's answers to this many
+    validation prompts (0: none)."""
+    plots: bool = True
+    """Write PNG plots of the run (loss, eval loss, tokens/s, data wait, memory) into the run
+    directory when it ends; needs matplotlib (``pip install 'packtrain[plots]'``, in ``make install``)."""
+    report_to: Literal["none", "tensorboard"] = "none"
+    """Also log every metrics line to TensorBoard (``<run>/tensorboard/``; needs
+    ``pip install 'packtrain[tensorboard]'``); ``metrics.jsonl`` stays the record."""
     save_steps: int = num(200, "[1, 1000000000000]")
     save_total_limit: int = num(3, "[1, 1000000]", "checkpoints are needed to resume")
     logging_steps: int = num(1, "[1, 1000000000000]")

@@ -1,0 +1,86 @@
+"""PNG plots of a build, drawn from its ``report.json`` into ``<build>/plots/``: ``lengths.png``
+(documents by length, train and val, from the report's length histogram), ``sources.png``
+(documents and tokens per source) and ``packing.png`` (real vs padding tokens per split, with the
+packing efficiency). They are derived files, redrawn on demand (``packtrain plot EXPERT``); the
+shards and the manifest are untouched.
+
+matplotlib is an optional extra (``pip install 'packtrain[plots]'``; ``make install`` installs it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packtrain.core.contract import REPORT
+from packtrain.core.inputs import read_json
+
+PLOTS_DIR = "plots"
+
+
+class PlotError(Exception):
+    """Plots cannot be drawn; the message says what to do."""
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or a PlotError saying how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("plots need matplotlib: pip install 'packtrain[plots]' (make install does)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_build_plots(build_dir: Path) -> list[Path]:
+    """Draw the build's plots into ``<build>/plots/``; returns the files written."""
+    report = read_json(build_dir / REPORT, f"rebuild it: `packtrain pretokenize` (or delete {build_dir})",
+                       "a build report")
+    plt = pyplot()
+    out = build_dir / PLOTS_DIR
+    out.mkdir(exist_ok=True)
+    title = f"{report.get('expert', '?')} build {report.get('build_id', build_dir.name)[:8]}"
+    written = []
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for offset, split in ((-0.2, "train"), (0.2, "val")):
+        histogram = report[split]["length_histogram"]
+        ax.bar([i + offset for i in range(len(histogram))], list(histogram.values()), width=0.4, label=split)
+    ax.set_xticks(range(len(histogram)), list(histogram), rotation=45)
+    ax.set_xlabel("document length (tokens)")
+    ax.set_ylabel("documents")
+    written.append(_save(plt, fig, ax, f"{title}: document lengths", out / "lengths.png"))
+
+    sources = report.get("sources", [])
+    fig, (docs, tokens) = plt.subplots(1, 2, figsize=(9, 4))
+    names = [s["name"] for s in sources]
+    docs.barh(names, [s.get("documents", 0) for s in sources])
+    docs.set_xlabel("documents")
+    tokens.barh(names, [s.get("tokens", 0) for s in sources])
+    tokens.set_xlabel("tokens")
+    tokens.set_yticks([])
+    written.append(_save(plt, fig, docs, f"{title}: per source", out / "sources.png"))
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    splits = ["train", "val"]
+    real = [report[s]["tokens"] for s in splits]
+    padding = [report[s]["padding_tokens"] for s in splits]
+    ax.bar(splits, real, label="tokens")
+    ax.bar(splits, padding, bottom=real, label="padding")
+    for i, split in enumerate(splits):
+        ax.annotate(f"{report[split]['packing_efficiency']:.1%}", (i, real[i] + padding[i]), ha="center",
+                    va="bottom")
+    ax.set_ylabel("tokens in blocks")
+    written.append(_save(plt, fig, ax, f"{title}: packing efficiency", out / "packing.png"))
+    return written
+
+
+def _save(plt, fig, ax, title: str, path: Path) -> Path:
+    ax.set_title(title)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,109 @@
+"""PNG plots of a run (from metrics.jsonl) and of a build (from report.json), `packtrain plot`, and
+``train.report_to: tensorboard`` (event files beside metrics.jsonl, which stays the record)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from packtrain.cli.commands import main
+from packtrain.core.configfile import load_config
+from packtrain.pipeline.build import build
+from packtrain.pipeline.plots import write_build_plots
+from packtrain.trainer.plots import PlotError, write_run_plots
+from packtrain.trainer.train import run
+from build_fixtures import make_project
+from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+RUN_PLOTS = ["data_wait.png", "loss.png", "memory.png", "throughput.png"]
+
+
+def assert_png(path, width, height):
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    assert matplotlib.image.imread(path).shape[:2] == (height, width)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def test_a_run_ends_with_its_plots_and_tensorboard_events(tmp_path, model_dir):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=4, eval_steps=2, sample_prompts=0,
+                         report_to="tensorboard")
+    run_dir = run(config, tmp_path / "cache")
+
+    assert sorted(p.name for p in (run_dir / "plots").iterdir()) == RUN_PLOTS
+    for name in RUN_PLOTS:
+        assert_png(run_dir / "plots" / name, 700, 400)
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "loss" in r]
+    evals = [r for r in records if "eval/loss" in r]
+    assert [e.value for e in events.Scalars("loss")] == pytest.approx([r["loss"] for r in train], rel=1e-6)  # float32
+    assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4]
+    assert [e.step for e in events.Scalars("eval/loss")] == [2, 4] == [r["step"] for r in evals]
+    assert {"tok_s", "data_wait", "mem/peak_gib", "lr", "grad_norm"} <= set(events.Tags()["scalars"])
+
+
+def test_tensorboard_missing_or_plots_off(tmp_path, model_dir, monkeypatch):
+    import sys
+
+    from packtrain.core.config import ConfigError
+
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if not installed
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, report_to="tensorboard", plots=False)
+    with pytest.raises(ConfigError, match=r"^train.report_to: tensorboard needs the tensorboard package: "
+                                          r"pip install 'packtrain\[tensorboard\]', or set train.report_to: none$"):
+        run(config, tmp_path / "cache")
+    assert not (tmp_path / "runs").exists()  # refused before a run directory was made
+    monkeypatch.undo()
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=1, plots=False), tmp_path / "cache")
+    assert not (run_dir / "plots").exists() and not (run_dir / "tensorboard").exists()
+
+
+def test_run_plots_need_a_metrics_file(tmp_path):
+    with pytest.raises(PlotError, match="metrics.jsonl does not exist: not a run directory"):
+        write_run_plots(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 3, "skipped": "non-finite loss"}\n{"torn": \n')
+    with pytest.raises(PlotError, match="has no training step to plot"):
+        write_run_plots(tmp_path)
+
+
+def test_build_plots_and_the_plot_command(tmp_path):
+    pytest.importorskip("matplotlib")
+    project = make_project(tmp_path)
+    config = load_config("sql", project["configs"])
+    result = build(config, project["cache"], log=lambda line: None, progress=False)
+    written = write_build_plots(result.path)
+    assert [p.name for p in written] == ["lengths.png", "sources.png", "packing.png"]
+    assert_png(result.path / "plots" / "lengths.png", 800, 400)
+    assert_png(result.path / "plots" / "sources.png", 900, 400)
+    assert_png(result.path / "plots" / "packing.png", 600, 400)
+
+    # the command: the build's plots, and the newest run's
+    run_dir = tmp_path / "runs" / "sql" / "run1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 1, "loss": 2.0, "tok_s": 100.0, "sup_tok_s": 40.0, "data_wait": 0.1, "mem/peak_gib": 1.5},
+        {"step": 2, "loss": 1.5, "tok_s": 120.0, "sup_tok_s": 50.0, "data_wait": 0.05, "mem/peak_gib": 1.5},
+        {"step": 2, "eval/loss": 1.7, "eval/ppl": 5.47, "eval/tokens": 10}]))
+    out = CliRunner().invoke(main, ["plot", "sql", "--cache-dir", str(project["cache"]),
+                                    "--runs-dir", str(tmp_path / "runs")])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines() == [str(result.path / "plots" / n) for n in ("lengths.png", "sources.png",
+                                                                                "packing.png")] + [
+        str(run_dir / "plots" / n) for n in ("loss.png", "throughput.png", "data_wait.png", "memory.png")]
+    assert_png(run_dir / "plots" / "loss.png", 700, 400)

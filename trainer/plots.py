@@ -1,0 +1,86 @@
+"""PNG plots of a run, drawn from its ``metrics.jsonl`` (the record; the plots are derived and
+redrawn whenever asked): ``<run>/plots/loss.png`` (train loss and eval loss by step),
+``throughput.png`` (tokens/s), ``data_wait.png`` (share of time waiting for data) and
+``memory.png`` (peak GiB: GPU memory on CUDA, resident memory on CPU).
+
+matplotlib is an optional extra (``pip install 'packtrain[plots]'``; ``make install`` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PLOTS_DIR = "plots"
+
+
+class PlotError(Exception):
+    """Plots cannot be drawn; the message says what to do."""
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or a PlotError saying how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("plots need matplotlib: pip install 'packtrain[plots]' (make install does)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
+    """(train lines, eval lines) of a metrics.jsonl; torn or skipped-step lines are left out."""
+    if not path.is_file():
+        raise PlotError(f"{path} does not exist: not a run directory, or the run logged no step yet")
+    train, evals = [], []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or "skipped" in record:
+            continue
+        if "eval/loss" in record:
+            evals.append(record)
+        elif "loss" in record:
+            train.append(record)
+    return train, evals
+
+
+def write_run_plots(run_dir: Path) -> list[Path]:
+    """Draw the run's plots into ``<run>/plots/``; returns the files written."""
+    train, evals = read_metrics(run_dir / "metrics.jsonl")
+    if not train:
+        raise PlotError(f"{run_dir / 'metrics.jsonl'} has no training step to plot")
+    plt = pyplot()
+    out = run_dir / PLOTS_DIR
+    out.mkdir(exist_ok=True)
+    steps = [r["step"] for r in train]
+    charts = [
+        ("loss.png", "loss", [("train loss", steps, [r["loss"] for r in train]),
+                              ("eval loss", [r["step"] for r in evals], [r["eval/loss"] for r in evals])]),
+        ("throughput.png", "tokens/s", [("tokens/s", steps, [r.get("tok_s") for r in train]),
+                                        ("supervised tokens/s", steps, [r.get("sup_tok_s") for r in train])]),
+        ("data_wait.png", "share of time waiting for data", [("data wait", steps, [r.get("data_wait") for r in train])]),
+        ("memory.png", "peak memory (GiB)", [("peak", steps, [r.get("mem/peak_gib") for r in train])]),
+    ]
+    written = []
+    for name, ylabel, series in charts:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for label, xs, ys in series:
+            points = [(x, y) for x, y in zip(xs, ys) if y is not None]
+            if points:
+                ax.plot(*zip(*points), marker="o" if len(points) < 30 else None, label=label)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{run_dir.name}: {ylabel}")
+        ax.grid(alpha=0.3)
+        if len(series) > 1:
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        written.append(out / name)
+    return written
