@@ -53,7 +53,7 @@ def test_a_run_ends_with_its_plots_and_tensorboard_events(tmp_path, model_dir):
     evals = [r for r in records if "eval/loss" in r]
     assert [e.value for e in events.Scalars("loss")] == pytest.approx([r["loss"] for r in train], rel=1e-6)  # float32
     assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4]
-    assert [e.step for e in events.Scalars("eval/loss")] == [2, 4] == [r["step"] for r in evals]
+    assert [e.step for e in events.Scalars("eval/loss")] == [0, 2, 4] == [r["step"] for r in evals]
     assert {"tok_s", "data_wait", "mem/peak_gib", "lr", "grad_norm"} <= set(events.Tags()["scalars"])
 
 
