@@ -187,12 +187,42 @@ def choose(wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_di
 def decide_in_child(tokenizer_file: str | Path) -> tuple[bool, str]:
     """:func:`decide` in a child process: it holds the parsed tokenizer.json, both tokenizers and
     the probe's ids (~0.4 GiB for Qwen's vocabulary), all given back to the system when it exits
-    instead of staying in the build's main process."""
+    instead of staying in the build's main process. The child sends one answer and exits: a build
+    killed meanwhile leaves no process behind (its answer finds the pipe closed)."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(decide, str(tokenizer_file)).result()
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send), daemon=True)
+    child.start()
+    send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
+    try:
+        answer = receive.recv()
+    except EOFError:
+        answer = None
+    finally:
+        receive.close()
+        child.join()
+    if answer is None:  # the HF tokenizer is always exact: use it, and say why
+        return False, f"the encoder decision process ended without an answer (exit code {child.exitcode})"
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
+
+
+def _decide_and_send(tokenizer_file: str, send) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the build's main process's business
+    try:
+        answer = decide(tokenizer_file)
+    except Exception as e:  # raised again in the build's process
+        answer = e
+    try:
+        send.send(answer)
+    except OSError:
+        pass  # the build is gone (killed): nobody to answer
+    send.close()
 
 
 def decide(tokenizer_file: str | Path) -> tuple[bool, str]:

@@ -136,7 +136,7 @@ def test_sigkill_at_20_random_moments(tmp_path):
         proc = start_build(project, env={"PACKTRAIN_TEST_MARK": mark}, **{"build.num_proc": num_proc})
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
-        proc.communicate()
+        proc.communicate(timeout=60)  # a worker left alive holding the pipes would hang here
         deadline = time.monotonic() + 10
         while marked_processes(mark) and time.monotonic() < deadline:  # orphaned workers wind down
             time.sleep(0.05)
