@@ -4,7 +4,7 @@
 packing efficiency). They are derived files, redrawn on demand (``packtrain plot EXPERT``); the
 shards and the manifest are untouched.
 
-matplotlib is an optional extra (``pip install 'packtrain[plots]'``; ``make install`` installs it).
+matplotlib is an optional extra (packtrain/core/plotting.py).
 """
 
 from __future__ import annotations
@@ -13,24 +13,7 @@ from pathlib import Path
 
 from packtrain.core.contract import REPORT
 from packtrain.core.inputs import read_json
-
-PLOTS_DIR = "plots"
-
-
-class PlotError(Exception):
-    """Plots cannot be drawn; the message says what to do."""
-
-
-def pyplot():
-    """matplotlib's pyplot on the file-only Agg backend, or a PlotError saying how to install it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("plots need matplotlib: pip install 'packtrain[plots]' (make install does)") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from packtrain.core.plotting import PLOTS_DIR, pyplot
 
 
 def write_build_plots(build_dir: Path) -> list[Path]:

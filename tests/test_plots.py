@@ -12,7 +12,8 @@ from packtrain.cli.commands import main
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.build import build
 from packtrain.pipeline.plots import write_build_plots
-from packtrain.trainer.plots import PlotError, write_run_plots
+from packtrain.core.plotting import PlotError
+from packtrain.trainer.plots import write_run_plots
 from packtrain.trainer.train import run
 from build_fixtures import make_project
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build

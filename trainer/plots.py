@@ -3,7 +3,7 @@ redrawn whenever asked): ``<run>/plots/loss.png`` (train loss and eval loss by s
 ``throughput.png`` (tokens/s), ``data_wait.png`` (share of time waiting for data) and
 ``memory.png`` (peak GiB: GPU memory on CUDA, resident memory on CPU).
 
-matplotlib is an optional extra (``pip install 'packtrain[plots]'``; ``make install`` installs it).
+matplotlib is an optional extra (packtrain/core/plotting.py).
 """
 
 from __future__ import annotations
@@ -11,23 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PLOTS_DIR = "plots"
-
-
-class PlotError(Exception):
-    """Plots cannot be drawn; the message says what to do."""
-
-
-def pyplot():
-    """matplotlib's pyplot on the file-only Agg backend, or a PlotError saying how to install it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("plots need matplotlib: pip install 'packtrain[plots]' (make install does)") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot
 
 
 def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:

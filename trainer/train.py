@@ -55,7 +55,8 @@ from packtrain.trainer.loss import fused_kernel
 from packtrain.trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
 from packtrain.trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.optim import build_optimizer
-from packtrain.trainer.plots import PlotError, write_run_plots
+from packtrain.core.plotting import PlotError
+from packtrain.trainer.plots import write_run_plots
 from packtrain.trainer.schedule import build_scheduler, warmup_steps
 from packtrain.trainer.task_eval import end_of_run
 from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer

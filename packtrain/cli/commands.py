@@ -235,9 +235,9 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
               help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
 def plot(expert, cache_dir, build_id, run_dir, runs_dir):
     """Draw PNG plots of EXPERT's build (<build>/plots/) and of its run (<run>/plots/)."""
-    from packtrain.pipeline.plots import PlotError as BuildPlotError
+    from packtrain.core.plotting import PlotError
     from packtrain.pipeline.plots import write_build_plots
-    from packtrain.trainer.plots import PlotError, write_run_plots
+    from packtrain.trainer.plots import write_run_plots
 
     written = []
     try:
@@ -248,7 +248,7 @@ def plot(expert, cache_dir, build_id, run_dir, runs_dir):
             click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
         for path in runs:
             written += write_run_plots(path if run_dir else path.parent)
-    except (PlotError, BuildPlotError) as e:
+    except PlotError as e:
         raise ContractError(str(e)) from None
     click.echo("\n".join(str(p) for p in written))
 
