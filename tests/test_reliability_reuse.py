@@ -20,8 +20,10 @@ import packtrain.cli.commands
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.pipeline.build import SOURCE_STATS, SOURCES, build, plan, source_cache_problem
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import (COUNT, FILE_NAME, ContractError, Manifest, MapOf, TEXT, read_current, read_json,
-                               schema_problem)
+from packtrain.core.contract import Manifest, read_current
+from packtrain.core.errors import ContractError
+from packtrain.core.inputs import read_json
+from packtrain.core.schema import COUNT, FILE_NAME, MapOf, TEXT, schema_problem
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
 from packtrain.pipeline.rebuild import prune_builds
@@ -510,10 +512,10 @@ def test_read_json_names_the_file_the_problem_and_the_fix(tmp_path):
     path = tmp_path / "f.json"
     path.write_text('{"n": "1"}')
     with pytest.raises(ContractError) as e:
-        read_json(path, {"n": COUNT}, "do X")
+        read_json(path, "do X", schema={"n": COUNT})
     assert str(e.value) == f"{path} is damaged (field n is '1', expected an integer >= 0); do X"
     path.write_text('{"n": 1}')
-    assert read_json(path, {"n": COUNT}, "do X") == {"n": 1}
+    assert read_json(path, "do X", schema={"n": COUNT}) == {"n": 1}
 
 
 @pytest.mark.parametrize("text,says", [

@@ -19,7 +19,8 @@ import torch
 
 import packtrain.trainer.loop
 import packtrain.trainer.train
-from packtrain.core.contract import ContractError, Manifest, check_shard_sizes, resolve_build
+from packtrain.core.contract import Manifest, check_shard_sizes, resolve_build
+from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
 from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
 from packtrain.trainer.train import TrainError, run

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from packtrain.core.contract import ContractError, Manifest
+from packtrain.core.contract import Manifest
+from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import ShardBlocks, open_shard
 from packtrain.trainer.attention import attention_inputs
 

@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from packtrain.core.contract import STAGE_NAME, ContractError, check_build_name, stage_expert
+from packtrain.core.contract import STAGE_NAME, check_build_name, stage_expert
+from packtrain.core.errors import ContractError
 
 BUNDLED = "bundled"
 
