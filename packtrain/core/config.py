@@ -75,11 +75,16 @@ class SourceConfig:
     found in the local HF caches, or a local path (jsonl/json/csv/parquet file or directory, or a
     ``save_to_disk`` directory)."""
     split: str = "train"
+    """Which split of the dataset to read (``train``, ``validation``, ...), as in ``load_dataset(name, split=...)``;
+    the build makes its own validation split from it (``pack.val_fraction``). Change it when the rows you
+    want are in another split."""
     revision: str | None = None
     """Hub cache only: a branch/tag name or a commit hash; default: the ``main`` ref, or the only snapshot."""
     columns: dict[str, str] = field(default_factory=dict)
     """Template field -> dataset column, for datasets whose column names differ from the template's."""
     max_rows: int | None = num(None, "[1, 1000000000000]", "or unset for every row")
+    """Read at most this many rows of the source, in file order (before formatting, dedup and
+    ``weight``); unset: every row. Set it for a quick trial build of a large dataset."""
     weight: float = num(1.0, "(0, 1000]")
     """Mixing weight of this source's training documents: 0.25 keeps a quarter of them, 3 packs each
     three times, 2.5 each twice plus exactly half of them once more (chosen by a hash of their
@@ -101,6 +106,8 @@ class FormatConfig:
     prompt: str = "{prompt}"
     """Python format string over the row's fields, e.g. ``"### Question\\n{question}\\n### SQL\\n"``."""
     answer: str = "{answer}"
+    """Python format string over the row's fields for the supervised part (the loss is on its
+    tokens), e.g. ``"{answer}"``; a row whose answer renders empty is a bad row."""
     system: str | None = None
     """style chat: a system message put before the user turn (before a conversation that has none)."""
     messages: str | None = None
@@ -152,6 +159,10 @@ def template_fields(template: str, positional: bool = False) -> list[str]:
 @dataclass
 class PackConfig:
     block_size: int = num(2048, "[16, 1048576]")
+    """Tokens per packed block: the sequence length the model trains on (``max_seq_length`` /
+    ``block_size`` in HF scripts). Lower it when a step runs out of memory, raise it for long documents;
+    it is an input of the build id, so a change means a new build (on a CPU with ``cpu.enabled``,
+    ``cpu.block_size`` replaces it)."""
     strategy: Literal["bfd", "wrap"] = "bfd"
     """``bfd``: best-fit decreasing over the whole dataset, documents never split across blocks.
     ``wrap``: concatenate every document and cut into blocks (documents may span two blocks)."""
@@ -161,6 +172,9 @@ class PackConfig:
     val_fraction: float = num(0.02, "[0, 1)")
     """Share of documents held out for validation, chosen by a hash of each document's content."""
     shard_size_mb: int = num(128, "[1, 1048576]")
+    """Target size of one Arrow shard file, in MiB (each shard holds whole blocks). The blocks are the
+    same for any value, but it is an input of the build id (the files differ); lower it for many small
+    files, raise it for fewer large ones."""
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers
@@ -169,9 +183,14 @@ class PackConfig:
 @dataclass
 class BuildConfig:
     num_proc: int = num(8, "[1, 1024]", "tokenizer processes; capped at the number of batches")
+    """Tokenizer processes, as in ``datasets.map(num_proc=...)``; capped at the number of batches. The
+    output (and the build id) is the same for any value: set it to the CPU cores you can spare."""
     batch_rows: int = num(1000, "[1, 10000000]")
     """Rows per tokenization task; fixed, so the output does not depend on num_proc."""
     on_bad_rows: Literal["skip", "error"] = "skip"
+    """A row the template cannot turn into text to train on (a missing, null or non-text field, an
+    empty answer, a prompt the chat template does not render as a prefix): ``skip`` drops it, counts it
+    and names the first one in the report; ``error`` stops the build at the first one."""
     dedup: Literal["exact", "none"] = "exact"
     """``exact``: a document whose tokens and supervised positions equal an earlier one's is packed
     once, within and across sources; a training document equal to a validation one is dropped (a
@@ -199,8 +218,15 @@ class ModelConfig:
     tokenizer: str | None = None
     """Tokenizer source when it differs from the model's (HF id or local directory)."""
     revision: str | None = None
+    """Hub cache only: a branch/tag name or a commit hash of the model's snapshot, as in
+    ``from_pretrained(revision=...)``; default: the ``main`` ref, or the only snapshot. Set it when the
+    cache holds several snapshots."""
     trust_remote_code: bool = False
+    """Passed to transformers' ``from_pretrained``: allow a model whose architecture is Python code in
+    its directory to run that code. Leave false unless the model needs it and you trust its files."""
     use_sdpa: bool = True
+    """Attention through ``torch.nn.functional.scaled_dot_product_attention`` (``attn_implementation="sdpa"``);
+    false: transformers' ``eager`` attention (slower, for debugging or a model without SDPA support)."""
     varlen_attention: bool = True
     """Per-document flash attention (``torch.nn.attention.varlen``, no mask) where it can run: CUDA,
     sm80+, a model that takes custom attention functions (trainer/attention.py). False, or where it
@@ -214,11 +240,20 @@ class ModelConfig:
 @dataclass
 class LoraConfig:
     method: Literal["lora", "qlora"] = "lora"
+    """``lora``: LoRA adapters over the base in the training precision. ``qlora``: the frozen base loaded
+    in 4-bit NF4 (bitsandbytes, CUDA) under the adapters: less memory for the base, slower steps."""
     r: int = num(16, "[1, 65536]")
+    """Rank of the LoRA update matrices (PEFT ``LoraConfig.r``): more rank, more trainable parameters
+    and capacity. 8-64 is usual; raise it when the adapter underfits."""
     alpha: int = num(32, "[1, 1048576]")
+    """PEFT ``lora_alpha``: the update is scaled by alpha / r (32 / 16 = 2 by default). Change it with
+    ``r`` to keep the scale, or to make the adapter's updates stronger or weaker."""
     dropout: float = num(0.0, "[0, 1)")
     """LoRA dropout. 0 by default: dropout > 0 keeps one more activation per adapted layer (docs/TRAINING.md)."""
     target_modules: str | list[str] = "all-linear"
+    """Which modules get adapters (PEFT ``target_modules``): ``all-linear`` (every linear layer but the
+    output head) or a list of module names such as ``[q_proj, v_proj]``; fewer modules, fewer
+    trainable parameters and less memory."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if isinstance(self.target_modules, list) and not self.target_modules:
@@ -230,7 +265,10 @@ class TrainConfig:
     """Training knobs, named as in Hugging Face ``TrainingArguments``."""
 
     seed: int = num(42, "[0, 4294967295]")
+    """Seed of the LoRA initialization, dropout, the block order of every epoch (mixed with the build
+    id) and of a random-init base."""
     num_train_epochs: int = num(1, "[1, 1000000]")
+    """Passes over the training blocks, unless ``max_steps`` is set."""
     max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: num_train_epochs decides")
     """When set, train exactly this many optimizer steps (cycling over epochs as needed), whatever
     num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
@@ -243,21 +281,51 @@ class TrainConfig:
     with ``per_device_train_batch_size: auto`` (it is what auto keeps); when set with a number for
     the micro-batch it must agree with it."""
     per_device_eval_batch_size: int = num(8, "[1, 1048576]")
+    """Blocks per forward during evaluation (and task-eval generation) on each device; raise it for a
+    faster evaluation when memory allows."""
     gradient_accumulation_steps: int = num(1, "[1, 1048576]")
+    """Micro-batches whose gradients are summed before each optimizer step: the step trains
+    ``per_device_train_batch_size x gradient_accumulation_steps x world size`` blocks. Raise it for a
+    larger batch than fits in memory."""
     learning_rate: float = num(2e-4, "(0, 1]")
+    """Peak learning rate of the AdamW optimizer, reached after warmup, then decayed by
+    ``lr_scheduler_type``. 1e-4 to 3e-4 is usual for LoRA; lower it when the loss spikes or turns non-finite."""
     weight_decay: float = num(0.0, "[0, 1]")
+    """AdamW decoupled weight decay on the trainable (LoRA) weights; 0 is usual for LoRA."""
     adam_beta1: float = num(0.9, "[0, 1)")
+    """AdamW beta1: decay rate of the first-moment (gradient mean) estimate."""
     adam_beta2: float = num(0.999, "[0, 1)")
+    """AdamW beta2: decay rate of the second-moment (squared gradient) estimate; lower it (0.95) for
+    more stability with large learning rates."""
     adam_epsilon: float = num(1e-8, "(0, 1]")
+    """AdamW epsilon, added to the denominator for numerical stability."""
     max_grad_norm: float = num(1.0, "(0, 1000000]")
+    """Clip the global gradient norm of the trainable parameters to this before each optimizer step
+    (``clip_grad_norm_``); lower it when training is unstable."""
     lr_scheduler_type: Literal["cosine", "linear", "constant"] = "cosine"
+    """Learning-rate decay after warmup, to 0 at the last step: ``cosine``, ``linear``, or ``constant``
+    (no decay); trainer/schedule.py."""
     warmup_ratio: float = num(0.03, "[0, 1)")
+    """Share of the total optimizer steps spent warming the learning rate up linearly from near 0;
+    used when ``warmup_steps`` is 0."""
     warmup_steps: int = num(0, "[0, 1000000000000]")
+    """Optimizer steps of linear warmup; when > 0 it wins over ``warmup_ratio`` (capped at the total
+    steps)."""
     optim: Literal["adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit"] = "adamw_torch_fused"
+    """Optimizer, named as in ``TrainingArguments.optim``: ``adamw_torch_fused`` (fused AdamW on CUDA,
+    plain elsewhere), ``adamw_torch``, or ``adamw_bnb_8bit`` (bitsandbytes' 8-bit states, less memory)."""
     bf16: bool = True
+    """On CUDA: bfloat16 base weights and autocast (fp16 with a GradScaler where the GPU has no bf16).
+    A CPU trains in fp32 whatever this says."""
     fp16: bool = False
+    """On CUDA: float16 base weights and autocast with a GradScaler, when ``bf16`` is false (for GPUs
+    without bf16). Not both true. A CPU trains in fp32."""
     tf32: bool = True
+    """On CUDA: allow TF32 for fp32 matrix multiplications and convolutions (faster on Ampere and later,
+    slightly less precise); no effect on a CPU."""
     gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward instead of keeping them: much less
+    activation memory for more compute (the forward runs twice). Turn it on when a step runs out of memory."""
     torch_compile: bool | Literal["auto"] = "auto"
     """``torch.compile`` the model (default dynamic shapes: one recompile, then none); ``auto``: on
     CUDA, off on CPU (where compiling costs more than it saves on short runs)."""
@@ -265,11 +333,19 @@ class TrainConfig:
     """The fused linear cross-entropy of cut-cross-entropy for the loss head on CUDA (trainer/loss.py);
     ``auto``: used on CUDA when installed (``pip install 'packtrain[cuda]'``), else the chunked loss."""
     dataloader_num_workers: int = num(8, "[0, 1024]")
+    """Worker processes that read training blocks from the shards (``DataLoader(num_workers=...)``);
+    capped at this machine's CPUs, 0 reads in the training process."""
     dataloader_prefetch_factor: int = num(8, "[1, 1024]")
+    """Batches each worker loads ahead (``DataLoader(prefetch_factor=...)``); unused with 0 workers."""
     dataloader_pin_memory: bool = True
+    """Copy batches into page-locked memory for faster, asynchronous transfer to the GPU; CUDA only."""
     dataloader_persistent_workers: bool = True
+    """Keep the data workers alive between epochs instead of starting them again; unused with 0 workers."""
     eval_steps: int = num(200, "[1, 1000000000000]")
+    """Evaluate the validation loss every this many optimizer steps (and at the last step)."""
     max_eval_batches: int | None = num(None, "[1, 1000000000000]", "or unset for all")
+    """Evaluate at most this many batches of ``per_device_eval_batch_size`` validation blocks (the
+    first ones, the same every time); unset: the whole validation split. Lower it when evaluation is slow."""
     task_eval: bool | Literal["auto"] = "auto"
     """At the end of the run, generate answers to the validation prompts with the base model and
     with the adapter and score them (trainer/task_eval.py: ``eval.json``, ``eval.jsonl`` in the run
@@ -292,9 +368,15 @@ class TrainConfig:
     """Also log every metrics line to TensorBoard (``<run>/tensorboard/``; needs
     ``pip install 'packtrain[tensorboard]'``); ``metrics.jsonl`` stays the record."""
     save_steps: int = num(200, "[1, 1000000000000]")
+    """Save a checkpoint (adapter, optimizer, scheduler and data position, to resume from) every this
+    many optimizer steps and at the last step."""
     save_total_limit: int = num(3, "[1, 1000000]", "checkpoints are needed to resume")
+    """Keep only the newest this many checkpoints of a run; older ones are deleted after each save."""
     logging_steps: int = num(1, "[1, 1000000000000]")
+    """Write a metrics line (loss, learning rate, grad norm, tokens/s, ...) to ``metrics.jsonl`` and
+    the console every this many optimizer steps."""
     output_dir: str = "runs"
+    """Where runs are written: ``<output_dir>/<expert>/<run_name>/`` (checkpoints, adapter, metrics)."""
     max_bad_steps: int = num(3, "[1, 1000000]")
     """Consecutive non-finite losses tolerated (each skips its optimizer step) before the run stops."""
     init_adapter: str | None = None
@@ -371,9 +453,14 @@ class StageConfig:
     expert shares a stage's builds or runs)."""
 
     name: str
+    """The stage's name: lowercase letters, digits and '_'; the stage is built and trained as the
+    expert ``<expert>.<name>``."""
     sources: list[SourceConfig]
+    """The datasets of this stage (as the top-level ``sources``); ``bundled`` means the expert's sample."""
     num_train_epochs: int | None = num(None, "[1, 1000000]", "or unset: train.num_train_epochs")
+    """Epochs of this stage; unset: ``train.num_train_epochs``."""
     max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: train.max_steps")
+    """Optimizer steps of this stage; unset: ``train.max_steps``."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if not STAGE_NAME.fullmatch(self.name or ""):
@@ -388,13 +475,22 @@ class StageConfig:
 @dataclass
 class ExpertConfig:
     expert: str
+    """The expert's name (``sql``): the name of its ``configs/<expert>.yaml`` and of its directories
+    under the cache and the runs; lowercase letters, digits, '-' and '_'."""
     sources: list[SourceConfig]
+    """The datasets the expert is built from (see :class:`SourceConfig`), mixed by their ``weight``."""
     format: FormatConfig = field(default_factory=FormatConfig)
+    """How a row becomes prompt and answer text (see :class:`FormatConfig`)."""
     pack: PackConfig = field(default_factory=PackConfig)
+    """How documents are packed into blocks and shards (see :class:`PackConfig`)."""
     build: BuildConfig = field(default_factory=BuildConfig)
+    """How the build runs: processes, batches, bad rows, dedup (see :class:`BuildConfig`)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The base model and its tokenizer (see :class:`ModelConfig`)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
+    """The adapters trained on the base (see :class:`LoraConfig`)."""
     train: TrainConfig = field(default_factory=TrainConfig)
+    """The training run (see :class:`TrainConfig`)."""
     stages: list[StageConfig] = field(default_factory=list)
     """A curriculum: when set, ``sources`` is not used; each stage is built and trained in order."""
     cpu: CpuConfig = field(default_factory=CpuConfig)
