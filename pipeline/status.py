@@ -9,7 +9,8 @@ from pathlib import Path
 
 from packtrain.pipeline.build import plan
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import MANIFEST, RUN_JSON, Manifest, expert_dir, read_current, recorded_runs_dirs
+from packtrain.core.contract import MANIFEST, Manifest, expert_dir, read_current
+from packtrain.core.rundir import RUN_JSON, recorded_runs_dirs
 from packtrain.core.errors import ContractError
 
 

@@ -38,8 +38,9 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from packtrain.core.config import ConfigError, ExpertConfig
-from packtrain.core.contract import (CONFIG_SNAPSHOT, MERGED_DIR, RUN_JSON, Manifest, former_stage_name,
-                                     record_runs_dir, resolve_build, tokenizer_fingerprint, verify_checksums)
+from packtrain.core.contract import (CONFIG_SNAPSHOT, Manifest, former_stage_name, resolve_build, tokenizer_fingerprint,
+                                     verify_checksums)
+from packtrain.core.rundir import MERGED_DIR, RUN_JSON, record_runs_dir
 from packtrain.core.errors import ContractError
 from packtrain.trainer.attention import choose_attention
 from packtrain.trainer.adapters import (NonFiniteWeightsError, attach_adapters, check_finite_weights, export_merged,

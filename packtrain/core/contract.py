@@ -5,7 +5,7 @@ shardfile.py (the shard format), both in the core. This module defines:
 
 - the build directory layout: ``cache/<expert>/CURRENT`` and ``cache/<expert>/<build-id>/``; a
   curriculum stage is the expert ``<expert>.<stage>`` (no expert name has a '.', so a stage never
-  shares a directory with an expert); ``cache/<expert>/.runs/`` records where its runs live;
+  shares a directory with an expert); the run directory and ``cache/<expert>/.runs/``: rundir.py;
 - the manifest (``manifest.json``): what went in (hashed into the build id) and what came out;
 - the tokenizer fingerprint, computed the same way by the build and by the trainer, so the trainer
   can refuse shards made with another tokenizer.
@@ -67,17 +67,6 @@ RESERVED_NAMES = {
     "train-all": "runs/train-all/ holds the logs of `packtrain train-all`",
 }
 BUILD_ID = re.compile(r"^[0-9a-f]{16}$")
-RUNS_RECORD = ".runs"
-
-# A run directory, <output_dir>/<expert>/<run>/, as the trainer writes it and `status` and
-# `rebuild` read it (which build a run trained on, whether it finished, which builds its checkpoints need).
-RUN_JSON = "run.json"  # written at the start: {"build_id", model, device, precision, ...}
-SUMMARY = "summary.json"  # written at the end
-ADAPTER_DIR = "adapter"  # the final adapter
-MERGED_DIR = "merged"  # the merged model (train.merge_adapter)
-FINAL_ARTIFACTS = (SUMMARY, ADAPTER_DIR, MERGED_DIR)  # any of them: the run is finished, never written again
-CHECKPOINT_PREFIX = "checkpoint-"  # checkpoint-<step>/
-STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", ...}
 
 
 def check_expert_name(name: str) -> str:
@@ -175,36 +164,6 @@ def tokenizer_fingerprint(directory: str | os.PathLike, sha256=sha256_file) -> d
 
 def expert_dir(cache_dir: str | os.PathLike, expert: str) -> Path:
     return Path(cache_dir) / check_build_name(expert)
-
-
-def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | os.PathLike) -> None:
-    """Remember, beside the builds, the absolute directory of ``expert``'s runs
-    (``cache/<expert>/.runs/<hash>`` holds the path), so that retention protects the builds their
-    checkpoints need whatever directory it runs from. One file per runs directory: no read-modify-write."""
-    path = str(Path(runs_dir).absolute())
-    directory = expert_dir(cache_dir, expert) / RUNS_RECORD
-    entry = directory / hashlib.sha256(path.encode()).hexdigest()[:16]
-    if entry.is_file():
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f"{TMP_PREFIX}{entry.name}-{os.getpid()}"
-    tmp.write_text(path + "\n", encoding="utf-8")
-    os.replace(tmp, entry)
-
-
-def recorded_runs_dirs(cache_dir: str | os.PathLike, expert: str) -> list[Path]:
-    """Every runs directory :func:`record_runs_dir` recorded for ``expert`` (absolute paths)."""
-    dirs = []
-    for entry in sorted((expert_dir(cache_dir, expert) / RUNS_RECORD).glob("*")):
-        if entry.name.startswith("."):
-            continue
-        try:
-            path = Path(entry.read_text(encoding="utf-8").strip())
-        except (OSError, UnicodeDecodeError):
-            continue  # unreadable: it names no directory
-        if path.is_absolute():
-            dirs.append(path)
-    return dirs
 
 
 def read_current(cache_dir: str | os.PathLike, expert: str) -> str | None:
