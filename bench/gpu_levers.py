@@ -7,7 +7,7 @@ Variant names combine: nocompile, ref (reference attention + chunked loss), auto
 import argparse, json, os, sys, time
 from pathlib import Path
 sys.path.insert(0, os.getcwd())
-import bench.train_bench as tb
+import bench.train_bench_setup as tb
 
 def main():
     variant = sys.argv[1]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from packtrain.core.config import FormatConfig
+from packtrain.core.config_build import FormatConfig
 
 
 class BadRow(ValueError):

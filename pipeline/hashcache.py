@@ -18,7 +18,10 @@ import json
 import os
 from pathlib import Path
 
-from packtrain.core.contract import SHA256, ContractError, Is, MapOf, TEXT, read_json, sha256_file, sha256_json
+from packtrain.core.contract import sha256_file, sha256_json
+from packtrain.core.errors import ContractError
+from packtrain.core.inputs import read_json
+from packtrain.core.schema import SHA256, Is, MapOf, TEXT
 
 STAT_CACHE = ".stat-cache.json"
 ENTRY = Is("[size, mtime_ns, ctime_ns, inode, sha256]",
@@ -37,7 +40,7 @@ class StatCache:
         self.problem: str | None = None  # why a damaged cache was dropped (the caller says it once)
         if path is not None and path.exists():
             try:
-                data = read_json(path, SCHEMA, "every source file is hashed again and the cache rewritten")
+                data = read_json(path, "every source file is hashed again and the cache rewritten", schema=SCHEMA)
                 if sha256_json(data["entries"]) != data["sha256"]:
                     raise ContractError(f"{path} is damaged (its entries differ from their sha256); every source "
                                         "file is hashed again and the cache rewritten")

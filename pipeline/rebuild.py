@@ -31,8 +31,9 @@ from filelock import FileLock, Timeout
 from packtrain.pipeline.build import SOURCES, build, plan, source_key
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import (BUILD_ID, CHECKPOINT_PREFIX, LOCK, MANIFEST, RUN_JSON, STATE_JSON, SUMMARY,
-                                     ContractError, Manifest, expert_dir, read_current, recorded_runs_dirs)
+from packtrain.core.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current
+from packtrain.core.rundir import CHECKPOINT_PREFIX, RUN_JSON, STATE_JSON, SUMMARY, recorded_runs_dirs
+from packtrain.core.errors import ContractError
 
 REBUILD_LOCK = ".rebuild.lock"
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from packtrain.pipeline.build import plan
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import MANIFEST, RUN_JSON, ContractError, Manifest, expert_dir, read_current, recorded_runs_dirs
+from packtrain.core.contract import MANIFEST, Manifest, expert_dir, read_current
+from packtrain.core.rundir import RUN_JSON, recorded_runs_dirs
+from packtrain.core.errors import ContractError
 
 
 def last_run(runs_dirs: list[Path], build_id: str) -> str | None:

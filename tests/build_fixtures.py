@@ -8,6 +8,25 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+ROOT = Path(__file__).resolve().parents[1]
+
+# A build in a fresh interpreter: argv = configs, cache, go-file ("-": start at once), overrides (JSON).
+# With a go-file it says it is ready, then waits for the file, so several start together.
+BUILD_SCRIPT = f"""
+import json, os, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from packtrain.core.configfile import load_config
+from packtrain.pipeline.build import build
+configs, cache, go, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+config = load_config("sql", configs, overrides)
+if go != "-":
+    open(f"{{go}}.ready-{{os.getpid()}}", "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.002)
+result = build(config, cache, log=lambda *a: None, progress=False)
+print(json.dumps({{"build_id": result.build_id, "up_to_date": result.up_to_date}}))
+"""
+
 SPECIALS = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -10,7 +10,8 @@ import pytest
 from packtrain.core.config import ConfigError
 from packtrain.trainer import microbatch
 from packtrain.trainer.microbatch import MicroBatchError, Trial, choose, divisors
-from packtrain.trainer.train import TrainError, run
+from packtrain.trainer.run_checks import TrainError
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 GIB = 2**30

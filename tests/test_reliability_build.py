@@ -1,5 +1,5 @@
 """Issue 5, the build half: real SIGKILLs (random moments and every crash point), concurrent
-builders, a full disk, and what the build id does and does not depend on.
+builders and a full disk (what the build id depends on: test_reliability_build_id.py).
 
 The guarantee checked after every kill: CURRENT names a complete build whose shards all match
 their sha256 (or no build exists yet), and the next build finishes byte-identical (shards +
@@ -20,34 +20,16 @@ import time
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer
 
 import packtrain.pipeline.build
 import packtrain.core.contract
 import packtrain.pipeline.shards
-from build_fixtures import SQL_CONFIG, make_project, make_relative_project, rows, split_source, write_jsonl
+from build_fixtures import BUILD_SCRIPT, make_project, rows, split_source, write_jsonl
 from packtrain.pipeline.build import BuildError, build
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, Manifest, read_current, resolve_build, verify_checksums, write_current
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# A build in a fresh interpreter: argv = configs, cache, go-file ("-": start at once), overrides (JSON).
-# With a go-file it says it is ready, then waits for the file, so several start together.
-BUILD_SCRIPT = f"""
-import json, os, sys, time
-sys.path.insert(0, {str(ROOT)!r})
-from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
-configs, cache, go, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-config = load_config("sql", configs, overrides)
-if go != "-":
-    open(f"{{go}}.ready-{{os.getpid()}}", "w").close()
-    while not os.path.exists(go):
-        time.sleep(0.002)
-result = build(config, cache, log=lambda *a: None, progress=False)
-print(json.dumps({{"build_id": result.build_id, "up_to_date": result.up_to_date}}))
-"""
 
 
 def quiet(*_):
@@ -304,142 +286,3 @@ def test_disk_full_on_a_real_small_tmpfs(tmp_path, small_disk):
     print(f"tmpfs used: {used_before} bytes before, {shutil.disk_usage(small_disk).used} after the failed build")
     write_jsonl(project["data"], rows(40))
     assert run_build(project).build_id == old.build_id  # the old inputs are still up to date
-
-
-# ----------------------------------------------------------------------------------------------
-# The build id: what changes it and what does not
-
-
-def write_config(project_dir: Path, sources: list[str], block_size: int = 128) -> None:
-    (project_dir / "configs" / "sql.yaml").write_text(SQL_CONFIG.format(
-        data="\n  - name: ".join(sources), model="model", block_size=block_size, val_fraction=0.1))
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    """A project with two sources, named by relative paths, and its build id."""
-    directory = tmp_path_factory.mktemp("template")
-    make_relative_project(directory)
-    write_jsonl(directory / "data" / "extra.jsonl", rows(30, start=500))
-    write_config(directory, ["data/sql.jsonl", "data/extra.jsonl"])
-    return directory
-
-
-def build_from(directory: Path) -> str:
-    """Build from ``directory`` as the working directory (its config names relative paths)."""
-    cwd = os.getcwd()
-    os.chdir(directory)
-    try:
-        return build(load_config("sql", "configs"), "cache", log=quiet, progress=False).build_id
-    finally:
-        os.chdir(cwd)
-
-
-@pytest.fixture
-def copy(template, tmp_path):
-    """A fresh copy of the template (inputs only) and the template's build id."""
-    directory = tmp_path / "project"
-    for name in ("data", "model", "configs"):
-        shutil.copytree(template / name, directory / name)
-    return directory, build_from(template)
-
-
-def edit_json(path: Path, change) -> None:
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-
-
-def flip_source_byte(d: Path) -> None:
-    """One byte of a source, same size, and the modification time put back: content decides."""
-    path = d / "data" / "sql.jsonl"
-    stat = path.stat()
-    data = path.read_bytes()
-    at = data.index(b"t1 ")
-    path.write_bytes(data[:at + 1] + b"2" + data[at + 2:])
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-
-
-def add_special_token(d: Path) -> None:
-    tokenizer = Tokenizer.from_file(str(d / "model" / "tokenizer.json"))
-    tokenizer.add_special_tokens(["<|extra|>"])
-    tokenizer.save(str(d / "model" / "tokenizer.json"))
-
-
-def add_vocab_entry(d: Path) -> None:
-    def change(t):
-        t["model"]["vocab"]["zzqq"] = max(t["model"]["vocab"].values()) + 1
-    edit_json(d / "model" / "tokenizer.json", change)
-
-
-def set_format_version(monkeypatch) -> None:
-    monkeypatch.setattr(packtrain.pipeline.build, "FORMAT_VERSION", packtrain.core.contract.FORMAT_VERSION + 1)
-    monkeypatch.setattr(packtrain.core.contract, "FORMAT_VERSION", packtrain.core.contract.FORMAT_VERSION + 1)
-
-
-CHANGES = {
-    "one-source-byte": flip_source_byte,
-    "source-added": lambda d: (write_jsonl(d / "data" / "more.jsonl", rows(10, start=900)),
-                               write_config(d, ["data/sql.jsonl", "data/extra.jsonl", "data/more.jsonl"])),
-    "source-removed": lambda d: write_config(d, ["data/sql.jsonl"]),
-    "vocab": add_vocab_entry,
-    "merges": lambda d: edit_json(d / "model" / "tokenizer.json", lambda t: t["model"]["merges"].pop()),
-    "special-token-added": add_special_token,
-    "chat-template": lambda d: edit_json(d / "model" / "tokenizer_config.json",
-                                         lambda c: c.update(chat_template=c["chat_template"] + "\n")),
-    "eos-id": lambda d: edit_json(d / "model" / "tokenizer_config.json", lambda c: c.update(eos_token="<|im_end|>")),
-    "pad-id": lambda d: edit_json(d / "model" / "tokenizer_config.json", lambda c: c.update(pad_token="<|im_start|>")),
-    "block-size": lambda d: write_config(d, ["data/sql.jsonl", "data/extra.jsonl"], block_size=64),
-    "packing-strategy": lambda d: (d / "configs" / "sql.yaml").write_text(
-        (d / "configs" / "sql.yaml").read_text().replace("pack:\n", "pack:\n  strategy: wrap\n")),
-    "format-version": None,  # monkeypatched
-}
-
-
-@pytest.mark.parametrize("change", list(CHANGES))
-def test_build_id_changes_with_every_input(copy, change, monkeypatch):
-    directory, base = copy
-    if change == "format-version":
-        set_format_version(monkeypatch)
-    else:
-        CHANGES[change](directory)
-    changed = build_from(directory)
-    assert changed != base
-    build_dir = directory / "cache" / "sql" / changed
-    assert Manifest.load(build_dir).build_id == changed and verify_checksums(build_dir, Manifest.load(build_dir)) == []
-
-
-def test_build_id_changes_are_all_distinct(template, tmp_path, monkeypatch):
-    ids = {"base": build_from(template)}
-    for change, apply in CHANGES.items():
-        directory = tmp_path / change
-        for name in ("data", "model", "configs"):
-            shutil.copytree(template / name, directory / name)
-        with monkeypatch.context() as m:
-            set_format_version(m) if apply is None else apply(directory)
-            ids[change] = build_from(directory)
-    assert len(set(ids.values())) == len(ids), ids
-
-
-@pytest.mark.parametrize("same", ["touched-mtime", "moved-project", "fresh-process"])
-def test_build_id_stays_without_a_content_change(copy, tmp_path, same):
-    directory, base = copy
-    if same == "touched-mtime":
-        assert build_from(directory) == base
-        for path in directory.rglob("*"):
-            os.utime(path, (1_000_000, 1_000_000))
-        cwd = os.getcwd()
-        os.chdir(directory)
-        try:  # same id, and nothing to do
-            assert build(load_config("sql", "configs"), "cache", log=quiet, progress=False).up_to_date
-        finally:
-            os.chdir(cwd)
-    elif same == "moved-project":
-        moved = tmp_path / "elsewhere" / "checkout"
-        shutil.move(str(directory), str(moved))
-        assert build_from(moved) == base
-    else:
-        proc = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, "configs", "cache", "-", "{}"], cwd=directory,
-                              capture_output=True)
-        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-        assert json.loads(proc.stdout)["build_id"] == base

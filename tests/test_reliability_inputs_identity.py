@@ -24,8 +24,9 @@ import packtrain.pipeline.partition
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.pipeline.build import SOURCES, InputsChanged, build, plan, source_key
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import (BUILD_ID, ContractError, check_expert_name, expert_dir, read_current, record_runs_dir,
-                               recorded_runs_dirs)
+from packtrain.core.contract import BUILD_ID, check_expert_name, expert_dir, read_current
+from packtrain.core.rundir import record_runs_dir, recorded_runs_dirs
+from packtrain.core.errors import ContractError
 
 
 def quiet(*_):

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import packtrain.core.config as config_module
 import packtrain.pipeline.tokenize as tokenize_module
 from build_fixtures import make_project, write_jsonl
 from packtrain.pipeline.build import BuildError, build
 from packtrain.cli.commands import resolve
-from packtrain.core.config import ConfigError, ExpertConfig, SourceConfig, StageConfig
+from packtrain.core.config import ConfigError, ExpertConfig, StageConfig
+from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_fields import in_range
 from packtrain.core.configfile import apply_cli_overrides, load_config
 from packtrain.pipeline.discover import resolve_source
 from packtrain.trainer.adapters import NonFiniteWeightsError
@@ -50,8 +51,15 @@ def problems(project, *settings) -> list[str]:
 
 
 def numeric_fields():
-    classes = [c for c in vars(config_module).values() if dataclasses.is_dataclass(c) and isinstance(c, type)]
-    for cls in classes:
+    classes = {ExpertConfig}  # and every config dataclass its fields hold
+    todo = [ExpertConfig]
+    while todo:
+        for hint in typing.get_type_hints(todo.pop()).values():
+            for t in (hint, *typing.get_args(hint), *(a for arg in typing.get_args(hint) for a in typing.get_args(arg))):
+                if dataclasses.is_dataclass(t) and t not in classes:
+                    classes.add(t)
+                    todo.append(t)
+    for cls in sorted(classes, key=lambda c: c.__name__):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if {int, float} & set(typing.get_args(hints[f.name]) or (hints[f.name],)):
@@ -64,7 +72,7 @@ def test_every_numeric_field_declares_a_range_its_default_fits():
     for cls, f in fields:
         assert "range" in f.metadata, f"{cls.__name__}.{f.name} has no declared range (use num(default, '[lo, hi]'))"
         if isinstance(f.default, (int, float)):
-            assert config_module.in_range(f.default, f.metadata["range"]), f"{cls.__name__}.{f.name}"
+            assert in_range(f.default, f.metadata["range"]), f"{cls.__name__}.{f.name}"
 
 
 @pytest.mark.parametrize("setting, expected", [

@@ -21,7 +21,7 @@ import pytest
 
 import packtrain.trainer.checkpoint
 import packtrain.trainer.loop
-import packtrain.trainer.train
+import packtrain.trainer.run_end
 from packtrain.trainer.checkpoint import CheckpointError, check_not_finished, find_checkpoint, save_checkpoint
 from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
@@ -201,13 +201,13 @@ def test_disk_full_during_a_checkpoint_save(tmp_path, model_dir, monkeypatch, fa
 
 def test_disk_full_while_writing_the_final_adapter(tmp_path, model_dir, monkeypatch):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
-    real = packtrain.trainer.train.save_adapter
+    real = packtrain.trainer.run_end.save_adapter
 
     def full_disk(model, directory, *args, **kwargs):
         real(model, directory, *args, **kwargs)
         raise OSError(errno.ENOSPC, "No space left on device", str(directory / "adapter_model.safetensors"))
 
-    monkeypatch.setattr(packtrain.trainer.train, "save_adapter", full_disk)
+    monkeypatch.setattr(packtrain.trainer.run_end, "save_adapter", full_disk)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, run_name="r")
     with pytest.raises(CheckpointError, match="^no space left on the device of .* while writing the final adapter"):
         run(config, tmp_path / "cache")

@@ -19,10 +19,12 @@ import torch
 
 import packtrain.trainer.loop
 import packtrain.trainer.train
-from packtrain.core.contract import ContractError, Manifest, check_shard_sizes, resolve_build
+from packtrain.core.contract import Manifest, check_shard_sizes, resolve_build
+from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
 from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
-from packtrain.trainer.train import TrainError, run
+from packtrain.trainer.run_checks import TrainError
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 from conftest import SQL_ROWS
 
-from packtrain.core.config import SourceConfig
+from packtrain.core.config_build import SourceConfig
 from packtrain.core.resolve import resolve_model_dir
 from packtrain.pipeline.discover import SourceError, resolve_source
 from packtrain.pipeline.sources import RowBatch, iter_batches

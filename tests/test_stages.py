@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from packtrain.core.contract import read_current
-from packtrain.trainer.train import TrainError, run
+from packtrain.trainer.run_checks import TrainError
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from packtrain.core.config import TrainConfig
-from packtrain.core.contract import ContractError, Manifest, expert_dir
+from packtrain.core.config_train import TrainConfig
+from packtrain.core.contract import Manifest, expert_dir
+from packtrain.core.errors import ContractError
 from packtrain.trainer.data import (IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader,
                           position_ids_from_doc_lens)
 from trainer_fixtures import pack_docs, random_blocks, write_build, write_tokenizer

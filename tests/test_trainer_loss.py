@@ -11,7 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
 import packtrain.trainer.loss
-from packtrain.core.config import ConfigError, LoraConfig
+from packtrain.core.config import ConfigError
+from packtrain.core.config_train import LoraConfig
 from packtrain.trainer.adapters import attach_adapters
 from packtrain.trainer.data import IGNORE_INDEX, position_ids_from_doc_lens
 from packtrain.trainer.evaluate import evaluate

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from packtrain.core.config import LoraConfig
+from packtrain.core.config_train import LoraConfig
 from packtrain.trainer.adapters import attach_adapters
 from packtrain.trainer.data import position_ids_from_doc_lens
 from packtrain.trainer.model import packed_forward

@@ -13,9 +13,10 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from packtrain.core.config import ModelConfig
+from packtrain.core.config_train import ModelConfig
 from packtrain.trainer.model import ModelError, model_source
-from packtrain.trainer.train import TrainError, run
+from packtrain.trainer.run_checks import TrainError
+from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build, write_tokenizer
 
 TRAIN_KEYS = {"step", "epoch", "loss", "lr", "grad_norm", "tok_s", "sup_tok_s", "mfu", "data_wait", "mem/peak_gib",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from packtrain.core.config import ConfigError, LoraConfig, TrainConfig
+from packtrain.core.config import ConfigError
+from packtrain.core.config_train import LoraConfig, TrainConfig
 from packtrain.core.configfile import config_from_dict
 from packtrain.trainer.metrics import FlopCounter, oom_advice
 from packtrain.trainer.optim import build_optimizer

@@ -21,7 +21,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
-from packtrain.core.config import LoraConfig
+from packtrain.core.config_train import LoraConfig
 from packtrain.core.contract import TOKENIZER_FILES
 from packtrain.trainer.distributed import load_full_trainable_state, sharded
 

@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from packtrain.core.contract import (ADAPTER_DIR, CHECKPOINT_PREFIX, CONFIG_SNAPSHOT, FINAL_ARTIFACTS, STATE_JSON, SUMMARY,
-                                     TMP_PREFIX, fsync_dir, sha256_file)
+from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
+from packtrain.core.rundir import ADAPTER_DIR, CHECKPOINT_PREFIX, FINAL_ARTIFACTS, STATE_JSON, SUMMARY
 from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
 from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,

@@ -18,7 +18,8 @@ from typing import Callable
 from packtrain.core.config import ExpertConfig
 from packtrain.trainer.checkpoint import ADAPTER_DIR, find_checkpoint, newest_finished_run
 from packtrain.trainer.distributed import close_world, init_world
-from packtrain.trainer.train import EXPECTED_ERRORS, TrainError, run
+from packtrain.trainer.run_checks import TrainError
+from packtrain.trainer.train import EXPECTED_ERRORS, run
 
 
 def train_expert(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None, resume: str | None = None,

@@ -27,11 +27,13 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-from packtrain.core.contract import ContractError, Manifest
+from packtrain.core.contract import Manifest
+from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import ShardBlocks, open_shard
 from packtrain.trainer.attention import attention_inputs
+from packtrain.trainer.distributed import World
 
 IGNORE_INDEX = -100
 
@@ -252,3 +254,38 @@ class BatchStream:
             batch = next(self._it)
         self.local += len(batch["input_ids"])
         return batch
+
+
+def eval_slice(val_set: BlockDataset, train, world: World, pad: bool = False) -> Dataset:
+    """This rank's val blocks: of the first ``max_eval_batches x per_device_eval_batch_size`` blocks (all
+    of them when unset), every W-th from ``rank``; the ranks together evaluate exactly what one process
+    evaluates, and packtrain.trainer.distributed.reduce_eval sums their losses and token counts.
+
+    ``pad`` (FSDP, where every forward is a collective): every rank gets as many blocks as rank 0, the
+    largest slice, so all run the same number of forwards; the padding repeats block 0 with no
+    supervised target (it adds nothing to the loss or the token count)."""
+    n = len(val_set)
+    if train.max_eval_batches is not None:
+        n = min(n, train.max_eval_batches * train.per_device_eval_batch_size)
+    indices = range(world.rank, n, world.world_size)
+    if not pad or not world.enabled:
+        return Subset(val_set, indices)
+    return _PaddedSlice(val_set, list(indices), len(range(0, n, world.world_size)))
+
+
+class _PaddedSlice(Dataset):
+    """``indices`` of ``data``, then copies of block 0 without supervised targets up to ``length`` items."""
+
+    def __init__(self, data: Dataset, indices: list[int], length: int):
+        self.data, self.indices, self.length = data, indices, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> dict:
+        if i < len(self.indices):
+            return self.data[self.indices[i]]
+        item = dict(self.data[0])
+        item["labels"] = torch.full_like(item["labels"], IGNORE_INDEX)
+        item["n_sup"] = torch.zeros_like(item["n_sup"])
+        return item

@@ -22,7 +22,8 @@ from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, newest_finished_r
 from packtrain.trainer.model import choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.task_eval import (EVAL_SUMMARY, Answers, TaskEvalError, example_limit, format_samples,
                                          format_summary, task_eval, val_examples)
-from packtrain.trainer.train import _ensure_log_handler, check_tokenizer
+from packtrain.trainer.run_checks import check_tokenizer
+from packtrain.trainer.runlog import ensure_log_handler
 
 log = logging.getLogger("packtrain.train")
 
@@ -46,7 +47,7 @@ def evaluate_run(run_dir: Path, max_examples: int | None = None, samples: int = 
     """Evaluate ``run_dir``'s adapter against its base model; returns the eval.json summary."""
     from peft import PeftModel
 
-    _ensure_log_handler()
+    ensure_log_handler()
     fix = "not a packtrain run directory, or damaged: name another with --run"
     config = config_from_dict(read_json(run_dir / "config.json", fix, "a run config"), str(run_dir / "config.json"))
     info = read_json(run_dir / "run.json", fix, "a run record")

@@ -24,7 +24,7 @@ from dataclasses import astuple
 import torch
 from tqdm import tqdm
 
-from packtrain.core.config import TrainConfig
+from packtrain.core.config_train import TrainConfig
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.attention import AttentionChoice
 from packtrain.trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint

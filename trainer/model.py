@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from packtrain.core.config import ModelConfig, TrainConfig
+from packtrain.core.config_train import ModelConfig, TrainConfig
 from packtrain.core.inputs import one_line, read_input, read_json
 
 log = logging.getLogger("packtrain.train")

@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from packtrain.core.config import TrainConfig
+from packtrain.core.config_train import TrainConfig
 
 log = logging.getLogger("packtrain.train")
 

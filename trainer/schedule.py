@@ -16,7 +16,7 @@ import math
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from packtrain.core.config import TrainConfig
+from packtrain.core.config_train import TrainConfig
 
 
 def warmup_steps(train: TrainConfig, total_steps: int) -> int:

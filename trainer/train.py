@@ -23,49 +23,41 @@ default on CUDA: trainer/task_eval.py) and draws ``plots/*.png`` (trainer/plots.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
-import os
 import random
-import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Subset
 
 from packtrain.core.config import ConfigError, ExpertConfig
-from packtrain.core.contract import (CONFIG_SNAPSHOT, MERGED_DIR, RUN_JSON, ContractError, Manifest, former_stage_name, record_runs_dir,
-                               resolve_build, tokenizer_fingerprint, verify_checksums)
+from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, former_stage_name, resolve_build
+from packtrain.core.errors import ContractError
+from packtrain.core.rundir import RUN_JSON, record_runs_dir
 from packtrain.trainer.attention import choose_attention
-from packtrain.trainer.adapters import (NonFiniteWeightsError, attach_adapters, check_finite_weights, export_merged,
-                              load_adapter_weights, save_adapter, trainable_parameters)
-from packtrain.trainer.checkpoint import (ADAPTER_DIR, SUMMARY, CheckpointError, RunInfo, TrainState, check_not_finished,
-                                check_resume, discard_later_checkpoints, find_checkpoint, finished_artifacts,
-                                fork_dir, load_checkpoint, read_state, verify_checkpoint, written_or_removed)
-from packtrain.trainer.data import IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader, to_device
-from packtrain.trainer.distributed import (DistributedError, World, barrier, close_world, decide_on_rank0, device_for,
-                                 full_trainable_state, init_world, shard, wrap)
+from packtrain.trainer.adapters import (NonFiniteWeightsError, attach_adapters, load_adapter_weights,
+                                        trainable_parameters)
+from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
+                                          discard_later_checkpoints, find_checkpoint, finished_artifacts,
+                                          load_checkpoint, read_state, verify_checkpoint)
+from packtrain.trainer.data import BatchStream, BlockDataset, BlockSampler, eval_slice, make_loader, to_device
+from packtrain.trainer.distributed import (DistributedError, World, close_world, decide_on_rank0, device_for,
+                                           init_world, shard, wrap)
 from packtrain.trainer.loop import NonFiniteLossError, train_loop
-from packtrain.trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops, summarize
+from packtrain.trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops
 from packtrain.trainer.loss import fused_kernel
 from packtrain.trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
 from packtrain.trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.optim import build_optimizer
-from packtrain.core.plotting import PlotError
-from packtrain.trainer.plots import write_run_plots
+from packtrain.trainer.run_checks import TrainError, check_batch_shape, check_tokenizer, choose_run_dir, verify_shards
+from packtrain.trainer.run_end import finish_run, write_json
+from packtrain.trainer.runlog import RankFilter, add_file_log, ensure_log_handler
 from packtrain.trainer.schedule import build_scheduler, warmup_steps
-from packtrain.trainer.task_eval import end_of_run
 from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer
 
 log = logging.getLogger("packtrain.train")
-
-
-class TrainError(Exception):
-    """The run cannot start; the message says what differs and how to fix it."""
 
 
 # Errors whose message is the whole story (the CLI prints it without a traceback and exits 2).
@@ -82,9 +74,9 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
 
     Under ``torchrun`` every rank calls this; all of them return the run directory.
     """
-    _ensure_log_handler()
+    ensure_log_handler()
     world = init_world()
-    quiet = _RankFilter(world)
+    quiet = RankFilter(world)
     if not world.is_main:
         log.addFilter(quiet)  # rank 0 tells the story; the others only warn
     try:
@@ -152,7 +144,7 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     # run is never written to, so it continues in a new one); from here on the log goes there too
     run_dir = decide_on_rank0(lambda: choose_run_dir(checkpoint, state.step, expert_runs, train.run_name,
                                                      manifest.build_id), world)
-    file_log = _add_file_log(run_dir / "train.log") if world.is_main else None
+    file_log = add_file_log(run_dir / "train.log") if world.is_main else None
     if checkpoint is not None and world.is_main:
         if run_dir != checkpoint.parent:
             log.warning("run %s is finished (%s): it stays as it is; continuing from its %s in the new run %s",
@@ -258,8 +250,8 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     info = RunInfo(run_dir, config.to_dict(), tok_dir)
     if world.is_main:
         check_not_finished(run_dir, "write its config.json and run.json")
-        _write_json(run_dir / CONFIG_SNAPSHOT, info.config)
-        _write_json(run_dir / RUN_JSON, {
+        write_json(run_dir / CONFIG_SNAPSHOT, info.config)
+        write_json(run_dir / RUN_JSON, {
             "build_id": manifest.build_id, "build_dir": str(build_dir), "tokenizer_hash": manifest.tokenizer_hash,
             "model": config.model.name, "model_dir": str(source.directory), "random_init": not source.has_weights,
             "device": str(device), "precision": precision.note, "total_steps": total_steps,
@@ -298,118 +290,8 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         metrics.close()
     wall = time.perf_counter() - start
 
-    adapter_state = full_trainable_state(model) if fsdp else None  # a collective: every rank
-    if not world.is_main:
-        barrier(world)  # until rank 0 has written the adapter and summary
-        return run_dir
-    check_not_finished(run_dir, "write its adapter/ and summary.json")
-    summary = summarize(records, evals, {
-        "run_dir": str(run_dir), "build_id": manifest.build_id, "steps": state.step, "epoch": state.epoch,
-        "tokens": state.tokens, "sup_tokens": state.sup_tokens, "wall_s": wall,
-        "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
-        "adapter": str(run_dir / ADAPTER_DIR),
-    })
-    # the final artifacts are written into temporary directories and renamed into place, summary.json last;
-    # weights that are not finite are refused before anything is written (naming where they would go)
-    check_finite_weights(model, run_dir / ADAPTER_DIR, adapter_state)
-    write_final(run_dir, ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))
-    # the adapter is saved; its answers next, before a merge folds it into the base model
-    if world.enabled:  # generation runs in one process: evaluate the saved adapter afterwards
-        log.info("sample answers and task eval: run `packtrain eval %s --run %s`", config.expert, run_dir)
-    else:
-        task = end_of_run(model, train, config.expert, build_dir, manifest, tok_dir, device, precision, run_dir)
-        if task is not None:
-            summary["task_eval"] = {"base": task["base"], "adapter": task["adapter"], "examples": task["examples"]}
-    if train.merge_adapter:
-        write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, info.config, tok_dir))
-    write_final(run_dir, SUMMARY, lambda d: _write_json(d / SUMMARY, summary))
-    log.info("done: %s", json.dumps(summary))
-    if "eval/loss_before" in summary:
-        log.info("eval loss before training %.4f, after %.4f (%d steps, %s)", summary["eval/loss_before"],
-                 summary["eval/loss_after"], state.step, config.model.name)
-    if train.plots:
-        draw_plots(run_dir)
-    barrier(world)
-    return run_dir
-
-
-def write_final(run_dir: Path, name: str, write) -> None:
-    """One final artifact, written into a temporary directory and renamed into place (summary.json,
-    the last one, marks the run finished)."""
-    tmp = run_dir / f".tmp-{name}-{os.getpid()}"
-    with written_or_removed(tmp, f"the final {name} of run {run_dir}"):
-        write(tmp)
-    if name == SUMMARY:
-        os.replace(tmp / SUMMARY, run_dir / SUMMARY)
-        shutil.rmtree(tmp)
-    elif any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
-        os.replace(tmp, run_dir / name)
-    else:
-        tmp.rmdir()
-
-
-def draw_plots(run_dir: Path) -> None:
-    """The run's PNG plots (trainer/plots.py); a missing matplotlib is said, not fatal: the run is done."""
-    try:
-        written = write_run_plots(run_dir)
-    except PlotError as e:
-        log.warning("no plots: %s (or set train.plots: false)", e)
-        return
-    log.info("plots: %s", ", ".join(str(p) for p in written))
-
-
-def eval_slice(val_set: BlockDataset, train, world: World, pad: bool = False) -> Dataset:
-    """This rank's val blocks: of the first ``max_eval_batches x per_device_eval_batch_size`` blocks (all
-    of them when unset), every W-th from ``rank``; the ranks together evaluate exactly what one process
-    evaluates, and packtrain.trainer.distributed.reduce_eval sums their losses and token counts.
-
-    ``pad`` (FSDP, where every forward is a collective): every rank gets as many blocks as rank 0, the
-    largest slice, so all run the same number of forwards; the padding repeats block 0 with no
-    supervised target (it adds nothing to the loss or the token count)."""
-    n = len(val_set)
-    if train.max_eval_batches is not None:
-        n = min(n, train.max_eval_batches * train.per_device_eval_batch_size)
-    indices = range(world.rank, n, world.world_size)
-    if not pad or not world.enabled:
-        return Subset(val_set, indices)
-    return _PaddedSlice(val_set, list(indices), len(range(0, n, world.world_size)))
-
-
-class _PaddedSlice(Dataset):
-    """``indices`` of ``data``, then copies of block 0 without supervised targets up to ``length`` items."""
-
-    def __init__(self, data: Dataset, indices: list[int], length: int):
-        self.data, self.indices, self.length = data, indices, length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, i: int) -> dict:
-        if i < len(self.indices):
-            return self.data[self.indices[i]]
-        item = dict(self.data[0])
-        item["labels"] = torch.full_like(item["labels"], IGNORE_INDEX)
-        item["n_sup"] = torch.zeros_like(item["n_sup"])
-        return item
-
-
-def check_batch_shape(train, world: World) -> None:
-    """``global_batch_size`` agrees with the numbers given, and auto can split it over the ranks."""
-    micro, global_batch = train.per_device_train_batch_size, train.global_batch_size
-    if global_batch is None:
-        return
-    if micro == "auto":
-        if train.fsdp and world.enabled:
-            raise TrainError("train.per_device_train_batch_size: auto cannot measure a model sharded with FSDP; "
-                             "give a number")
-        if global_batch % world.world_size:
-            raise TrainError(f"train.global_batch_size {global_batch} is not a multiple of the world size "
-                             f"{world.world_size}: make it one")
-        return
-    if micro * train.gradient_accumulation_steps * world.world_size != global_batch:
-        raise TrainError(f"train.global_batch_size {global_batch} != per_device_train_batch_size {micro} x "
-                         f"gradient_accumulation_steps {train.gradient_accumulation_steps} x world size "
-                         f"{world.world_size}: fix one of them, or set per_device_train_batch_size: auto")
+    return finish_run(config, train, model, fsdp, world, run_dir, build_dir, manifest, state, info, tok_dir,
+                      device, precision, records, evals, wall, start_tokens)
 
 
 def resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world: World):
@@ -451,46 +333,6 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
                                gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.checkpointing)
 
 
-def verify_shards(build_dir: Path, manifest: Manifest) -> None:
-    """Refuse a build whose shards are missing or differ from their sha256 in the manifest (a flipped
-    byte keeps the size, so sizes alone would train on corrupt tokens), naming every bad file."""
-    started = time.perf_counter()
-    problems = verify_checksums(build_dir, manifest)
-    seconds = time.perf_counter() - started
-    if problems:
-        raise TrainError(
-            f"build {manifest.build_id} of expert {manifest.expert!r} is corrupt, refusing to train on it:\n  "
-            + "\n  ".join(problems)
-            + f"\nDelete {build_dir} and rebuild it with `make pretokenize EXPERT={manifest.expert}`; "
-            f"`packtrain verify {manifest.expert}` checks a build")
-    shards = manifest.train + manifest.val
-    log.info("build %s: %d shards (%.1f MiB) match the manifest's sha256 (checked in %.2f s)", manifest.build_id,
-             len(shards), sum(s.bytes for s in shards) / 2**20, seconds)
-
-
-def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
-    """Refuse shards tokenized with another tokenizer than the model's, naming the files that differ."""
-    ours = tokenizer_fingerprint(tok_dir)
-    if ours["hash"] == manifest.tokenizer_hash:
-        return
-    built = manifest.raw["inputs"]["tokenizer"]
-    theirs = built.get("files", {})
-    diffs = []
-    for name in sorted(set(theirs) | set(ours["files"])):
-        if name not in ours["files"]:
-            diffs.append(f"{name} (only in the build's tokenizer)")
-        elif name not in theirs:
-            diffs.append(f"{name} (only in the model's tokenizer)")
-        elif theirs[name] != ours["files"][name]:
-            diffs.append(f"{name} (build {theirs[name][:12]}, model {ours['files'][name][:12]})")
-    raise TrainError(
-        f"tokenizer mismatch: build {manifest.build_id} was tokenized with tokenizer {manifest.tokenizer_hash[:12]} "
-        f"(source: {built.get('source', '?')}), the model {model_name} has tokenizer {ours['hash'][:12]} ({tok_dir}). "
-        f"Files that differ: {', '.join(diffs) or 'none (the hash scheme differs: rebuild)'}. "
-        f"Rebuild with `make pretokenize EXPERT={manifest.expert} MODEL={model_name}`, or train with the model "
-        f"the build used (model.name: {built.get('source', '?')})")
-
-
 def total_training_steps(train, batches_per_epoch: int) -> int:
     """``max_steps`` when set (as in HF TrainingArguments), else ``num_train_epochs`` passes."""
     if train.max_steps is not None:
@@ -498,75 +340,7 @@ def total_training_steps(train, batches_per_epoch: int) -> int:
     return math.ceil(train.num_train_epochs * batches_per_epoch / train.gradient_accumulation_steps)
 
 
-def choose_run_dir(checkpoint: Path | None, step: int, expert_runs: Path, run_name: str | None,
-                   build_id: str) -> Path:
-    """A resumed run continues in its own directory; from a finished run's checkpoint, in a new one
-    beside it (``<run>-from-<step>``, its metrics up to that step copied); else a new run directory."""
-    if checkpoint is None:
-        return new_run_dir(expert_runs, run_name, build_id)
-    if not finished_artifacts(checkpoint.parent):
-        return checkpoint.parent
-    path = fork_dir(checkpoint.parent, step)
-    if (checkpoint.parent / "metrics.jsonl").is_file():
-        shutil.copy2(checkpoint.parent / "metrics.jsonl", path / "metrics.jsonl")  # cut back to the step on open
-    return path
-
-
-def new_run_dir(expert_runs: Path, run_name: str | None, build_id: str) -> Path:
-    if run_name:
-        path = expert_runs / run_name
-        if path.exists():
-            raise TrainError(f"run directory {path} already exists: continue it with --resume {path}, "
-                             "or choose another train.run_name")
-    else:
-        base = expert_runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{build_id[:8]}"
-        path, n = base, 1
-        while path.exists():
-            n += 1
-            path = base.with_name(f"{base.name}-{n}")
-    try:
-        path.mkdir(parents=True)  # never into an existing directory, even one made a moment ago
-    except FileExistsError:
-        raise TrainError(f"run directory {path} was just created by another run: start this one again") from None
-    return path
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-class _RankFilter(logging.Filter):
-    """On ranks other than 0: warnings and errors only, prefixed with the rank."""
-
-    def __init__(self, world: World):
-        super().__init__()
-        self.rank = world.rank
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return False
-        record.msg = f"[rank {self.rank}] {record.msg}"
-        return True
-
-
-def _ensure_log_handler() -> None:
-    """Log to stderr unless the caller (the CLI) configured logging already."""
-    if not log.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-        log.addHandler(handler)
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.INFO)
-
-
-def _add_file_log(path: Path) -> logging.Handler:
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-    return handler

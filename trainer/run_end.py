@@ -1,0 +1,96 @@
+"""The end of a run, after the last step: the final artifacts (``adapter/``, optional ``merged/``,
+``summary.json`` last: it marks the run finished), each written into a temporary directory and renamed
+into place; the base model's and the adapter's answers and the task eval (trainer/task_eval.py); the
+plots (trainer/plots.py). Only rank 0 writes; the other ranks wait for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from packtrain.core.config import ExpertConfig
+from packtrain.core.config_train import TrainConfig
+from packtrain.core.rundir import MERGED_DIR
+from packtrain.trainer.adapters import check_finite_weights, export_merged, save_adapter
+from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, RunInfo, TrainState, check_not_finished, written_or_removed
+from packtrain.trainer.distributed import World, barrier, full_trainable_state
+from packtrain.trainer.metrics import summarize
+from packtrain.core.plotting import PlotError
+from packtrain.trainer.plots import write_run_plots
+from packtrain.trainer.task_eval import end_of_run
+
+log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
+
+
+def finish_run(config: ExpertConfig, train: TrainConfig, model, fsdp: bool, world: World, run_dir: Path,
+               build_dir: Path, manifest, state: TrainState, info: RunInfo, tok_dir: Path, device, precision,
+               records: list, evals: list, wall: float, start_tokens: int) -> Path:
+    """Write the run's final artifacts and end-of-run answers (rank 0; every rank takes part in
+    gathering an FSDP adapter); ``train``: the run's train section as resolved (auto decided); returns
+    the run directory."""
+    adapter_state = full_trainable_state(model) if fsdp else None  # a collective: every rank
+    if not world.is_main:
+        barrier(world)  # until rank 0 has written the adapter and summary
+        return run_dir
+    check_not_finished(run_dir, "write its adapter/ and summary.json")
+    summary = summarize(records, evals, {
+        "run_dir": str(run_dir), "build_id": manifest.build_id, "steps": state.step, "epoch": state.epoch,
+        "tokens": state.tokens, "sup_tokens": state.sup_tokens, "wall_s": wall,
+        "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
+        "adapter": str(run_dir / ADAPTER_DIR),
+    })
+    # the final artifacts are written into temporary directories and renamed into place, summary.json last;
+    # weights that are not finite are refused before anything is written (naming where they would go)
+    check_finite_weights(model, run_dir / ADAPTER_DIR, adapter_state)
+    write_final(run_dir, ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))
+    # the adapter is saved; its answers next, before a merge folds it into the base model
+    if world.enabled:  # generation runs in one process: evaluate the saved adapter afterwards
+        log.info("sample answers and task eval: run `packtrain eval %s --run %s`", config.expert, run_dir)
+    else:
+        task = end_of_run(model, train, config.expert, build_dir, manifest, tok_dir, device, precision, run_dir)
+        if task is not None:
+            summary["task_eval"] = {"base": task["base"], "adapter": task["adapter"], "examples": task["examples"]}
+    if train.merge_adapter:
+        write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, info.config, tok_dir))
+    write_final(run_dir, SUMMARY, lambda d: write_json(d / SUMMARY, summary))
+    log.info("done: %s", json.dumps(summary))
+    if "eval/loss_before" in summary:
+        log.info("eval loss before training %.4f, after %.4f (%d steps, %s)", summary["eval/loss_before"],
+                 summary["eval/loss_after"], state.step, config.model.name)
+    if train.plots:
+        draw_plots(run_dir)
+    barrier(world)
+    return run_dir
+
+
+def write_final(run_dir: Path, name: str, write) -> None:
+    """One final artifact, written into a temporary directory and renamed into place (summary.json,
+    the last one, marks the run finished)."""
+    tmp = run_dir / f".tmp-{name}-{os.getpid()}"
+    with written_or_removed(tmp, f"the final {name} of run {run_dir}"):
+        write(tmp)
+    if name == SUMMARY:
+        os.replace(tmp / SUMMARY, run_dir / SUMMARY)
+        shutil.rmtree(tmp)
+    elif any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
+        os.replace(tmp, run_dir / name)
+    else:
+        tmp.rmdir()
+
+
+def draw_plots(run_dir: Path) -> None:
+    """The run's PNG plots (trainer/plots.py); a missing matplotlib is said, not fatal: the run is done."""
+    try:
+        written = write_run_plots(run_dir)
+    except PlotError as e:
+        log.warning("no plots: %s (or set train.plots: false)", e)
+        return
+    log.info("plots: %s", ", ".join(str(p) for p in written))
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,44 @@
+"""The run's log: the ``packtrain.train`` logger, on stderr unless the CLI set logging up, into
+``<run>/train.log`` while a run writes there, and on ranks other than 0 only their warnings.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from packtrain.trainer.distributed import World
+
+log = logging.getLogger("packtrain.train")
+
+
+class RankFilter(logging.Filter):
+    """On ranks other than 0: warnings and errors only, prefixed with the rank."""
+
+    def __init__(self, world: World):
+        super().__init__()
+        self.rank = world.rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return False
+        record.msg = f"[rank {self.rank}] {record.msg}"
+        return True
+
+
+def ensure_log_handler() -> None:
+    """Log to stderr unless the caller (the CLI) configured logging already."""
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+
+
+def add_file_log(path: Path) -> logging.Handler:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    return handler
