@@ -1,7 +1,7 @@
 """Shards: tokenized documents -> packed blocks -> Arrow IPC stream files, uncompressed,
 memory-mappable.
 
-``pack_split`` reads one split's documents from every source's token spill (those mixing chose,
+``pack_split`` reads one split's documents from every source's token spill (pipeline/spill.py; those mixing chose,
 pipeline/mix.py, as many times as it chose them), plans the blocks
 (pipeline/pack.py) and writes them with the core's ``ShardWriter`` (packtrain/core/shardfile.py). Rows per shard and rows per record batch
 are fixed by the block size and ``shard_size_mb``, so the same blocks always give the same bytes.
@@ -15,40 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
 from packtrain.core.shardfile import ShardWriter
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.pack import assemble_block, pack
-
-def concat(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
-
-
-class SourceSpill:
-    """One source's documents of one split: tokens and loss mask memory-mapped, lengths in memory."""
-
-    def __init__(self, directory: Path, split: str, dtype):
-        self.lengths = np.load(directory / f"{split}.lengths.npy")
-        self.prompt_lengths = np.load(directory / f"{split}.prompts.npy")
-        self.tokens = mapped(directory / f"{split}.tokens", dtype)
-        self.masks = mapped(directory / f"{split}.mask", np.uint8)
-        self.offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
-        np.cumsum(self.lengths, out=self.offsets[1:])
-
-    def supervised(self) -> np.ndarray:
-        """Supervised tokens per document (every document has at least its EOS token)."""
-        if not len(self.lengths):
-            return np.zeros(0, np.int64)
-        return np.add.reduceat(self.masks, self.offsets[:-1], dtype=np.int64)
-
-    def keys(self) -> list[bytes]:
-        return mix.document_keys(self.tokens, self.masks, self.lengths)
-
-
-def mapped(path: Path, dtype) -> np.ndarray:
-    # a plain ndarray view of the mapping: slicing an np.memmap goes through Python-level hooks
-    return np.asarray(np.memmap(path, dtype=dtype, mode="r")) if path.stat().st_size else np.zeros(0, dtype)
+from packtrain.pipeline.spill import SourceSpill, concat
 
 
 def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], split: str, dtype, pad_id: int,
