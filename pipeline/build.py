@@ -331,8 +331,10 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                                 tokenizer.fingerprint["hash"], source_dirs[todo[0]].parent / FAST_ENCODER_NOTES)
     log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} ({why})")
     # tiktoken encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
-    line_cache = config.build.line_cache and tokenizer.line_split[0] and not fast
-    log(f"line cache: {'on' if line_cache else 'off'} ({line_cache_reason(config, tokenizer, fast)})")
+    exact, why = tokenizer.line_split() if config.build.line_cache and not fast else (False, "")
+    line_cache = config.build.line_cache and not fast and exact
+    log(f"line cache: {'on' if line_cache else 'off'} "
+        f"({why or ('not needed with the fast encoder' if fast else 'build.line_cache is false')})")
 
     def tasks():
         for i in todo:
@@ -388,11 +390,3 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             writer.abort()
         for tmp in tmps.values():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def line_cache_reason(config, tokenizer: TokenizerInfo, fast: bool) -> str:
-    if not config.build.line_cache:
-        return "build.line_cache is false"
-    if fast and tokenizer.line_split[0]:
-        return "not needed with the fast encoder"
-    return tokenizer.line_split[1]
