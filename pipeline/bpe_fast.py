@@ -355,16 +355,33 @@ class FastEncoder:
         the HF tokenizer's offsets would; None when the caller must ask the HF tokenizer (a text NFC
         would change, a boundary inside a token or at the end, or, where offsets are trimmed, at
         whitespace, which trimming moves)."""
+        got = self.encode_splits([text], [boundary])[0]
+        return None if got is None else (got[0].tolist(), got[1])
+
+    def encode_splits(self, texts: list[str], boundaries: list[int]) -> list[tuple["np.ndarray", int] | None]:
+        """:meth:`encode_split` of many texts, ids as uint32 arrays; the boundaries are checked for
+        all texts at once (one cumulative sum of token byte lengths), no per-token Python. E.g. the
+        tokens "ab" "c" "de" end at bytes 2 3 5: boundary 3 gives (ids, 2), boundary 4 falls inside
+        "de" and gives None (the HF tokenizer decides)."""
         import numpy as np
 
-        if not self.exact(text) or boundary >= len(text) or (self.trims and text[boundary].isspace()):
-            return None
-        ids = self.tiktoken_ids(text)
-        at = len(text[:boundary].encode("utf-8"))
-        ends = np.cumsum(self.byte_lengths[ids])
-        k = int(np.searchsorted(ends, at))
-        if at == 0:
-            return ids, 0
-        if k >= len(ids) or ends[k] != at:
-            return None
-        return ids, k + 1
+        out: list = [None] * len(texts)
+        settle = [k for k, (text, boundary) in enumerate(zip(texts, boundaries))
+                  if self.exact(text) and boundary < len(text) and not (self.trims and text[boundary].isspace())]
+        if not settle:
+            return out
+        arrays = [self.encoding.encode_to_numpy(texts[k], allowed_special="all", disallowed_special=())
+                  for k in settle]
+        counts = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        first = np.cumsum(counts) - counts  # each text's first token in the concatenation
+        ends = np.cumsum(self.byte_lengths[np.concatenate(arrays)])  # byte end of every token
+        starts_at = np.concatenate([[0], ends])[first]  # each text's first byte
+        at = np.fromiter((len(texts[k][:boundaries[k]].encode("utf-8")) for k in settle), np.int64, len(settle))
+        k_end = np.searchsorted(ends, starts_at + at)  # the token ending at or after the boundary
+        inside = k_end < first + counts
+        on_end = inside & (ends[np.minimum(k_end, len(ends) - 1)] == starts_at + at)
+        prompt_tokens = np.where(at == 0, 0, k_end + 1 - first)
+        for j, k in enumerate(settle):
+            if at[j] == 0 or on_end[j]:
+                out[k] = (arrays[j], int(prompt_tokens[j]))
+        return out

@@ -20,7 +20,6 @@ the id of its old content: the build plans again once, then refuses (:class:`Inp
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import json
@@ -32,48 +31,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 from filelock import FileLock
 from tqdm import tqdm
 
 from packtrain.pipeline import bpe_fast
 from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
-from packtrain.core.config import BUNDLED, ExpertConfig
-from packtrain.core.contract import (
-    CONFIG_SNAPSHOT,
-    COUNT,
-    CURRENT,
-    FORMAT_VERSION,
-    LOCK,
-    MANIFEST,
-    POSITIVE,
-    REPORT,
-    SHA256,
-    TEXT,
-    TMP_PREFIX,
-    ContractError,
-    Manifest,
-    canonical_json,
-    expert_dir,
-    former_stage_name,
-    fsync_dir,
-    load_build_config,
-    read_current,
-    read_json,
-    resolve_build,
-    sha256_file,
-    sha256_json,
-    token_dtype,
-    verify_checksums,
-    write_current,
-)
+from packtrain.core.config import ExpertConfig
+from packtrain.core.config_fields import BUNDLED
+from packtrain.core.contract import (CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST, REPORT, TMP_PREFIX,
+                                     Manifest, canonical_json, expert_dir, former_stage_name, fsync_dir,
+                                     load_build_config, read_current, resolve_build, sha256_json,
+                                     token_dtype, verify_checksums, write_current)
+from packtrain.core.errors import ContractError
+from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.format import RowFormatter, compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
-from packtrain.pipeline.shards import SourceSpill, concat, pack_split
+from packtrain.pipeline.shards import pack_split
+from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill,  # noqa: F401
+                                      SpillWriter, remove_path, source_key, uncached_sources,
+                                      write_json)
 from packtrain.pipeline.sources import iter_batches
 from packtrain.pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream, load_tokenizer_info
 
@@ -101,18 +81,7 @@ class BuildResult:
 # Bump when the build's logic changes its output for the same inputs (it is part of the build id,
 # so old builds are never reused by a pipeline that would write them differently).
 PIPELINE_VERSION = 3  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights
-SOURCES = ".sources"
 FAST_ENCODER_NOTES = ".fast-encoder"  # inside SOURCES: remembered bpe_fast decisions, one file per tokenizer
-SOURCE_STATS = "stats.json"
-SPLITS = ("train", "val")
-# A source cache directory: these files, then stats.json (written last) with their sha256 and its own.
-SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
-                                     for kind in ("tokens", "mask", "lengths.npy", "prompts.npy", "batch_docs.npy")))
-SOURCE_STATS_SCHEMA = {
-    "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
-    "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
-    "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256,
-}
 
 
 def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource], TokenizerInfo, dict]:
@@ -185,65 +154,6 @@ def build_id_of(inputs: dict) -> str:
     hashed = json.loads(canonical_json(inputs))
     hashed["tokenizer"].pop("source")  # where the tokenizer came from does not matter, its content does
     return sha256_json(hashed)[:16]
-
-
-def source_key(inputs: dict, index: int) -> str:
-    """Identity of one source's tokenized documents: what tokenizing that source depends on."""
-    tokenizer = {k: v for k, v in inputs["tokenizer"].items() if k != "source"}
-    source = {k: v for k, v in inputs["sources"][index].items() if k != "weight"}  # weights apply when packing
-    return sha256_json({
-        "format_version": inputs["format_version"], "pipeline_version": inputs["pipeline_version"],
-        "source": source, "tokenizer": tokenizer,
-        "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
-        "on_bad_rows": inputs["on_bad_rows"],
-    })[:16]
-
-
-def uncached_sources(root: Path, inputs: dict, log=None) -> list[int]:
-    """Indices of the sources whose tokens are not in ``root/.sources/<key>/`` yet, or are there but
-    damaged (``log`` says which, once: they are tokenized again and replaced); a source listed twice
-    (or with another weight) appears once: it is tokenized once."""
-    keys = [source_key(inputs, i) for i in range(len(inputs["sources"]))]
-    todo = []
-    for i, key in enumerate(keys):
-        directory = root / SOURCES / key
-        if key in keys[:i]:
-            continue
-        if not os.path.lexists(directory):
-            todo.append(i)
-        elif problem := source_cache_problem(directory):
-            if log is not None:
-                log(f"damaged source token cache, tokenizing that source again: {problem}")
-            todo.append(i)
-    return todo
-
-
-def source_cache_problem(directory: Path) -> str | None:
-    """None when ``directory`` is a complete, intact source cache, else what is wrong with it, naming
-    the file: every file is checked against its sha256 in stats.json before its tokens are reused."""
-    try:
-        stats = read_json(directory / SOURCE_STATS, SOURCE_STATS_SCHEMA, "it is rebuilt")
-    except ContractError as e:
-        return str(e)
-    if sha256_json({k: v for k, v in stats.items() if k != "sha256"}) != stats["sha256"]:
-        return f"{directory / SOURCE_STATS} differs from its own sha256 (edited or corrupt)"
-    for name, digest in sorted(stats["files"].items()):
-        if not (directory / name).is_file():
-            return f"{directory / name} is missing"
-        if sha256_file(directory / name) != digest:
-            return f"{directory / name} differs from its sha256 in {SOURCE_STATS} (corrupt)"
-    return None
-
-
-def remove_path(path: Path) -> None:
-    """Remove a directory tree, a file or a link (a damaged cache may be any of them)."""
-    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-
-
-def write_source_stats(directory: Path, stats: dict) -> None:
-    """Write stats.json last, with the sha256 of every other file of the source cache and its own."""
-    stats = {**stats, "files": {name: sha256_file(directory / name) for name in SOURCE_FILES}}
-    write_json(directory / SOURCE_STATS, {**stats, "sha256": sha256_json(stats)})
 
 
 def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progress: bool = True,
@@ -352,13 +262,10 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     if config.format.style == "chat":
         check_chat_template(tokenizer)
     if todo:
-        exact, why = tokenizer.line_split
-        log(f"line cache: {'on' if exact and config.build.line_cache else 'off'} "
-            f"({why if config.build.line_cache else 'build.line_cache is false'})")
         tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress, files, log=log)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
-    source_stats = [read_json(d / SOURCE_STATS, SOURCE_STATS_SCHEMA, "build again") for d in source_dirs]
+    source_stats = [read_json(d / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA) for d in source_dirs]
     for i, stats in enumerate(source_stats):
         del stats["files"], stats["sha256"]
         stats["reused"] = i not in todo
@@ -417,15 +324,20 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
     ``n`` (pipeline/partition.py merges the parts). Every source directory records which batches it
     holds (``batch_index.npy``) and how many documents of each split each batch gave
-    (``<split>.batch_docs.npy``).
+    (``<split>.batch_docs.npy``): pipeline/spill.py.
     """
     stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
                  "batch_rows": config.build.batch_rows, "batches": 0} for i in todo}
     tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
-    lengths = {(i, split): [] for i in todo for split in SPLITS}
-    prompts = {(i, split): [] for i in todo for split in SPLITS}
-    batch_index = {i: [] for i in todo}
     headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
+    fast, why = bpe_fast.choose(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
+                                tokenizer.fingerprint["hash"], source_dirs[todo[0]].parent / FAST_ENCODER_NOTES)
+    log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} ({why})")
+    # tiktoken encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
+    exact, why = tokenizer.line_split() if config.build.line_cache and not fast else (False, "")
+    line_cache = config.build.line_cache and not fast and exact
+    log(f"line cache: {'on' if line_cache else 'off'} "
+        f"({why or ('not needed with the fast encoder' if fast else 'build.line_cache is false')})")
 
     def tasks():
         for i in todo:
@@ -434,8 +346,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                                      tokenizer.bos_token, tokenizer.eos_token)
             task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
                               tokenizer.prefix_ids if config.format.style == "template" else (),
-                              config.pack.val_fraction,
-                              line_cache=config.build.line_cache and tokenizer.line_split[0], fast_encoder=fast)
+                              config.pack.val_fraction, line_cache=line_cache, fast_encoder=fast)
             batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows)
             for number, batch in enumerate(batches):
                 stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
@@ -443,19 +354,14 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     headers.append((i, batch.file, batch.start, number))
                     yield task, batch.columns
 
-    fast, why = bpe_fast.choose(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                                tokenizer.fingerprint["hash"], source_dirs[todo[0]].parent / FAST_ENCODER_NOTES)
-    log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} ({why})")
-    for tmp in tmps.values():
-        tmp.mkdir(parents=True)
-    outs = {(i, split): open(tmps[i] / f"{split}.tokens", "wb") for i in todo for split in SPLITS}
-    mask_outs = {(i, split): open(tmps[i] / f"{split}.mask", "wb") for i in todo for split in SPLITS}
+    writers: dict[int, SpillWriter] = {}
     bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
     tokens_seen = 0
     try:
+        for i in todo:
+            writers[i] = SpillWriter(tmps[i], dtype)
         for encoded in encode_stream(tasks(), config.build.num_proc, log):
             i, file, start, number = headers.popleft()
-            batch_index[i].append(number)
             rows = len(encoded.lengths) + len(encoded.bad_rows)
             stats[i]["rows"] += rows
             stats[i]["documents"] += len(encoded.lengths)
@@ -467,52 +373,23 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 stats[i]["bad_rows"] += 1
                 if len(stats[i]["first_bad_rows"]) < 20:
                     stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number, "at": row})
-            val_tokens = np.repeat(encoded.is_val, encoded.lengths)
-            for split, selected, docs in (("train", ~val_tokens, ~encoded.is_val), ("val", val_tokens, encoded.is_val)):
-                # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills
-                outs[i, split].write(encoded.tokens[selected].astype(dtype, copy=False).tobytes())
-                mask_outs[i, split].write(encoded.masks[selected].tobytes())
-                lengths[i, split].append(encoded.lengths[docs])
-                prompts[i, split].append(encoded.prompt_lengths[docs])
+            writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths, encoded.prompt_lengths,
+                                 encoded.is_val)
             tokens_seen += len(encoded.tokens)
             bar.update(rows)
             bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s", refresh=False)
             crash_point("mid_tokenize")
         check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
-        for (i, split), f in [*outs.items(), *mask_outs.items()]:
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
-            itemsize = np.dtype(dtype).itemsize if f.name.endswith(".tokens") else 1
-            expected = int(sum(int(n.sum()) for n in lengths[i, split])) * itemsize
-            if os.path.getsize(f.name) != expected:  # never cache a short file as complete
-                raise OSError(errno.ENOSPC, f"{f.name} has {os.path.getsize(f.name)} bytes, expected {expected}: "
-                                            "the disk is full or failing")
-            np.save(tmps[i] / f"{split}.lengths.npy", concat(lengths[i, split]))
-            np.save(tmps[i] / f"{split}.prompts.npy", concat(prompts[i, split]))
-            np.save(tmps[i] / f"{split}.batch_docs.npy", np.array([len(n) for n in lengths[i, split]], np.int64))
         for i in todo:
-            np.save(tmps[i] / "batch_index.npy", np.array(batch_index[i], np.int64))
+            writers[i].close(stats[i])
         for i in todo:
-            write_source_stats(tmps[i], stats[i])  # last: its presence marks a complete source
-            fsync_dir(tmps[i])
             if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
                 remove_path(source_dirs[i])
             os.rename(tmps[i], source_dirs[i])
         fsync_dir(source_dirs[todo[0]].parent)
     finally:
         bar.close()
-        for f in [*outs.values(), *mask_outs.values()]:
-            with contextlib.suppress(OSError):  # on a full disk, closing fails too; the error is on its way
-                f.close()
+        for writer in writers.values():
+            writer.abort()
         for tmp in tmps.values():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def write_json(path: Path, obj) -> None:
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
-        crash_point(f"mid_{path.stem}")  # PACKTRAIN_CRASH_AT=mid_manifest: killed with part of manifest.json written
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())

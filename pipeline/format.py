@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from packtrain.core.config_build import FormatConfig
@@ -48,16 +48,20 @@ class RowFormatter:
     eos_token: str | None = None
 
     def needed_columns(self) -> list[str]:
+        return [column for _, column in self.field_columns]
+
+    @cached_property
+    def field_columns(self) -> tuple[tuple[str, str], ...]:
+        """(template field, dataset column) of every field, parsed once (not per row)."""
         mapping = dict(self.columns)
-        return [mapping.get(name, name) for name in self.fmt.fields()]
+        return tuple((name, mapping.get(name, name)) for name in self.fmt.fields())
 
     def __call__(self, row: dict[str, Any]) -> "Formatted":
-        mapping = dict(self.columns)
         if self.fmt.messages is not None:
-            column = mapping.get(self.fmt.messages, self.fmt.messages)
+            column = dict(self.columns).get(self.fmt.messages, self.fmt.messages)
             return render_conversation(self.chat_template, self.fmt.system, row.get(column), column,
                                        self.bos_token, self.eos_token)
-        values = {name: text_value(row.get(mapping.get(name, name)), name) for name in self.fmt.fields()}
+        values = {name: text_value(row.get(column), name) for name, column in self.field_columns}
         prompt = self.fmt.prompt.format_map(values)
         answer = self.fmt.answer.format_map(values)
         if not answer.strip():

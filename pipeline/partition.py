@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from packtrain.pipeline.build import (SOURCE_STATS, SOURCES, SPLITS, BuildError, BuildResult, plan, publish_locked,
-                            remove_path, source_cache_problem, source_key, tokenize_sources, uncached_sources,
-                            write_source_stats)
 from packtrain.core.config import ExpertConfig
-from packtrain.core.contract import LOCK, TMP_PREFIX, expert_dir, fsync_dir, token_dtype
+from packtrain.core.contract import LOCK, TMP_PREFIX, expert_dir, token_dtype
+from packtrain.pipeline.build import BuildError, BuildResult, plan, publish_locked, tokenize_sources
+from packtrain.pipeline.spill import (SOURCE_STATS, SOURCES, merge_spills, remove_path, source_cache_problem, source_key,
+                                      uncached_sources)
 
 PARTS = ".parts"
 
@@ -102,44 +102,16 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
     if len(shapes) != 1:  # batch boundaries differ: interleaving would lose and repeat rows
         raise BuildError(f"the parts in {parts[0].parent} were cut differently ((build.batch_rows, batches) = "
                          f"{sorted(shapes, key=str)}): run every part with the same build.batch_rows")
-    index = [np.load(p / "batch_index.npy") for p in parts]
-    order = sorted((int(g), p, k) for p, batches in enumerate(index) for k, g in enumerate(batches))
-    if [g for g, _, _ in order] != list(range(stats[0]["batches"])):
+    index = sorted(int(g) for p in parts for g in np.load(p / "batch_index.npy"))
+    if index != list(range(stats[0]["batches"])):
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
                          "(parts of different builds or of another --parts count?); delete them and run the parts again")
+    merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows")}
+    first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
-    tmp.mkdir(parents=True)
     try:
-        for split in SPLITS:
-            docs = [np.load(p / f"{split}.batch_docs.npy") for p in parts]
-            lengths = [np.load(p / f"{split}.lengths.npy") for p in parts]
-            prompts = [np.load(p / f"{split}.prompts.npy") for p in parts]
-            tokens = [np.asarray(np.memmap(p / f"{split}.tokens", dtype=dtype, mode="r"))
-                      if (p / f"{split}.tokens").stat().st_size else np.zeros(0, dtype) for p in parts]
-            masks = [np.asarray(np.memmap(p / f"{split}.mask", dtype=np.uint8, mode="r"))
-                     if (p / f"{split}.mask").stat().st_size else np.zeros(0, np.uint8) for p in parts]
-            first_doc = [np.concatenate([[0], np.cumsum(d)]) for d in docs]
-            first_token = [np.concatenate([[0], np.cumsum(n)]) for n in lengths]
-            out_lengths, out_prompts = [], []
-            with open(tmp / f"{split}.tokens", "wb") as f, open(tmp / f"{split}.mask", "wb") as m:
-                for _, p, k in order:
-                    a, b = first_doc[p][k], first_doc[p][k + 1]
-                    f.write(tokens[p][first_token[p][a] : first_token[p][b]].tobytes())
-                    m.write(masks[p][first_token[p][a] : first_token[p][b]].tobytes())
-                    out_lengths.append(lengths[p][a:b])
-                    out_prompts.append(prompts[p][a:b])
-                for out_file in (f, m):
-                    out_file.flush()
-                    os.fsync(out_file.fileno())
-            np.save(tmp / f"{split}.lengths.npy", np.concatenate(out_lengths) if out_lengths else np.zeros(0, np.int64))
-            np.save(tmp / f"{split}.prompts.npy", np.concatenate(out_prompts) if out_prompts else np.zeros(0, np.int64))
-            np.save(tmp / f"{split}.batch_docs.npy", np.array([docs[p][k] for _, p, k in order], np.int64))
-        np.save(tmp / "batch_index.npy", np.arange(len(order), dtype=np.int64))
-        merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows")}
-        first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
-        write_source_stats(tmp, {**merged, "first_bad_rows": first[:20], "batch_rows": stats[0]["batch_rows"],
-                                 "batches": stats[0]["batches"]})
-        fsync_dir(tmp)
+        merge_spills(parts, tmp, dtype, {**merged, "first_bad_rows": first[:20], "batch_rows": stats[0]["batch_rows"],
+                                         "batches": stats[0]["batches"]})
         if os.path.lexists(out):  # a damaged cache of this source: replaced
             remove_path(out)
         os.rename(tmp, out)

@@ -1,7 +1,7 @@
 """Shards: tokenized documents -> packed blocks -> Arrow IPC stream files, uncompressed,
 memory-mappable.
 
-``pack_split`` reads one split's documents from every source's token spill (those mixing chose,
+``pack_split`` reads one split's documents from every source's token spill (pipeline/spill.py; those mixing chose,
 pipeline/mix.py, as many times as it chose them), plans the blocks
 (pipeline/pack.py) and writes them with the core's ``ShardWriter`` (packtrain/core/shardfile.py). Rows per shard and rows per record batch
 are fixed by the block size and ``shard_size_mb``, so the same blocks always give the same bytes.
@@ -15,40 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
 from packtrain.core.shardfile import ShardWriter
 from packtrain.core.faults import crash_point
-from packtrain.pipeline.pack import assemble_block, pack
-
-def concat(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
-
-
-class SourceSpill:
-    """One source's documents of one split: tokens and loss mask memory-mapped, lengths in memory."""
-
-    def __init__(self, directory: Path, split: str, dtype):
-        self.lengths = np.load(directory / f"{split}.lengths.npy")
-        self.prompt_lengths = np.load(directory / f"{split}.prompts.npy")
-        self.tokens = mapped(directory / f"{split}.tokens", dtype)
-        self.masks = mapped(directory / f"{split}.mask", np.uint8)
-        self.offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
-        np.cumsum(self.lengths, out=self.offsets[1:])
-
-    def supervised(self) -> np.ndarray:
-        """Supervised tokens per document (every document has at least its EOS token)."""
-        if not len(self.lengths):
-            return np.zeros(0, np.int64)
-        return np.add.reduceat(self.masks, self.offsets[:-1], dtype=np.int64)
-
-    def keys(self) -> list[bytes]:
-        return mix.document_keys(self.tokens, self.masks, self.lengths)
-
-
-def mapped(path: Path, dtype) -> np.ndarray:
-    # a plain ndarray view of the mapping: slicing an np.memmap goes through Python-level hooks
-    return np.asarray(np.memmap(path, dtype=dtype, mode="r")) if path.stat().st_size else np.zeros(0, dtype)
+from packtrain.pipeline.pack import pack
+from packtrain.pipeline.spill import SourceSpill, concat
 
 
 def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], split: str, dtype, pad_id: int,
@@ -61,17 +32,56 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     blocks, counts = pack(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.strategy,
                           config.pack.overlong, masks=documents.irregular_masks(lengths, prompt_lengths))
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
-    masks = documents.masks()
     real = supervised = 0
-    for block in blocks:
-        ids, mask, doc_lens = assemble_block(block, documents, masks, block_size, pad_id, dtype)
-        writer.add(ids, mask, doc_lens)
-        real += sum(doc_lens)
-        supervised += int(mask.sum())
-        crash_point("mid_shard")
+    for first in range(0, len(blocks), ASSEMBLE_BLOCKS):
+        ids, mask, doc_lens = assemble_blocks(blocks[first : first + ASSEMBLE_BLOCKS], documents, block_size,
+                                              pad_id, dtype)
+        for row in range(len(ids)):
+            writer.add(ids[row], mask[row], doc_lens[row])
+            crash_point("mid_shard")
+        real += sum(map(sum, doc_lens))
+        supervised += int(mask.sum(dtype=np.int64))
     shards = writer.close()
     totals = reporting.split_totals(lengths, prompt_lengths, len(blocks), real, supervised, block_size, counts)
     return shards, totals
+
+
+ASSEMBLE_BLOCKS = 256  # blocks materialized at once (256 x 2048 tokens: 2.6 MB with uint32 ids)
+
+
+def assemble_blocks(blocks: list[list[tuple[int, int, int]]], documents: "DocumentView", block_size: int,
+                    pad_id: int, dtype) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """:func:`packtrain.pipeline.pack.assemble_block` of many blocks at once, with one gather per
+    source instead of a slice per piece: rows of (input_ids, loss_mask), and each block's doc_lens.
+    Same bytes (tests/test_spill.py compares them).
+
+    ``blocks[b]`` lists pieces ``(doc, start, stop)``; each piece's first token is never a target.
+    """
+    ids = np.full((len(blocks), block_size), pad_id, dtype=dtype)
+    mask = np.zeros((len(blocks), block_size), dtype=np.uint8)
+    pieces = np.asarray([piece for block in blocks for piece in block], np.int64).reshape(-1, 3)
+    doc_lens = [[stop - start for _, start, stop in block] for block in blocks]
+    if not len(pieces):
+        return ids, mask, doc_lens
+    n = pieces[:, 2] - pieces[:, 1]
+    totals = [sum(lens) for lens in doc_lens]
+    assert max(totals) <= block_size, f"pieces hold {max(totals)} tokens, more than block_size {block_size}"
+    piece_first = np.cumsum(n) - n  # each piece's first token among all the pieces' tokens, block after block
+    source, token_first = documents.locate_many(pieces[:, 0])
+    src = np.repeat(token_first + pieces[:, 1] - piece_first, n) + np.arange(int(n.sum()))  # spill position
+    tokens = np.empty(len(src), dtype=dtype)
+    masks = np.empty(len(src), dtype=np.uint8)
+    for s, spill in enumerate(documents.spills):
+        here = slice(None) if len(documents.spills) == 1 else np.repeat(source == s, n)
+        tokens[here] = spill.tokens[src[here]]
+        masks[here] = spill.masks[src[here]]
+    masks[piece_first[n > 0]] = 0  # a piece's first token: nothing before it in the block is its document
+    at = 0
+    for row, total in enumerate(totals):  # each block's pieces are consecutive: one copy per block
+        ids[row, :total] = tokens[at : at + total]
+        mask[row, :total] = masks[at : at + total]
+        at += total
+    return ids, mask, doc_lens
 
 
 class DocumentView:
@@ -89,6 +99,15 @@ class DocumentView:
         spill = self.spills[source]
         local = int(self.selections[source][doc - self.first_doc[source]])
         return spill, int(spill.offsets[local]), int(spill.offsets[local + 1])
+
+    def locate_many(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`locate` of many documents at once: (source index, first token in its spill) of each."""
+        source = np.searchsorted(np.asarray(self.first_doc, np.int64), docs, side="right") - 1
+        first = np.zeros(len(docs), np.int64)
+        for s, spill in enumerate(self.spills):
+            here = source == s
+            first[here] = spill.offsets[self.selections[s][docs[here] - self.first_doc[s]]]
+        return source, first
 
     def __getitem__(self, doc: int) -> np.ndarray:
         spill, a, b = self.locate(doc)

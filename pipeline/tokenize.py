@@ -60,8 +60,12 @@ class TokenizerInfo:
     Llama's BOS; or ``add_bos_token`` in tokenizer_config.json); empty for Qwen and GPT-2."""
     chat_template: str | None
     fingerprint: dict
-    line_split: tuple[bool, str]
-    """Whether repeated lines can be memoized exactly (packtrain.pipeline.segments), and why."""
+
+    def line_split(self) -> tuple[bool, str]:
+        """Whether repeated lines can be memoized exactly (packtrain.pipeline.segments), and why; read
+        from tokenizer.json when asked (only a build that tokenizes with HF tokenizers asks)."""
+        spec = read_json(self.directory / "tokenizer.json", "build again", "a tokenizers file")
+        return line_split_is_exact(spec)
 
     def manifest_entry(self, source: str) -> dict:
         return {
@@ -137,7 +141,6 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerI
         prefix_ids=prefix,
         chat_template=template,
         fingerprint=fingerprint,
-        line_split=line_split_is_exact(read_json(directory / "tokenizer.json", fix, "a tokenizers file")),
     )
 
 
@@ -202,13 +205,44 @@ def token_spans(encoding, doc: Formatted) -> list[tuple[int, int]]:
 
 def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize one batch of rows given column-wise (as read from Arrow)."""
+    docs, kept, bad = format_rows(task.formatter, columns)
+    fast = fast_encoder(task.tokenizer_file) if task.fast_encoder else None
+    encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
+    simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: one boundary, the answer to the end
+    if fast:
+        settled = fast.encode_splits([docs[k].text for k in simple], [docs[k].prompt_chars for k in simple])
+        for k, m in zip(simple, settled):
+            encoded[k] = None if m is None else (m[0], [(m[1], len(m[0]))])
+    elif task.line_cache:
+        encode_ids = lambda batch: [e.ids for e in hf_tokenizer(task.tokenizer_file).encode_batch(  # noqa: E731
+            batch, add_special_tokens=False)]
+        lines = LINE_CACHES.setdefault(task.tokenizer_file, LineCache(encode_ids))
+        for k, m in zip(simple, lines.encode([docs[k].text[:docs[k].prompt_chars] for k in simple],
+                                             [docs[k].text[docs[k].prompt_chars:] for k in simple])):
+            encoded[k] = None if m is None else (np.asarray(m[0], np.uint32), [(m[1], len(m[0]))])
+    whole = [k for k, m in enumerate(encoded) if m is None]
+    for k, encoding in zip(whole, hf_tokenizer(task.tokenizer_file).encode_batch(
+            [docs[k].text for k in whole], add_special_tokens=False) if whole else []):
+        try:
+            encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, docs[k]))
+        except BadRow as e:
+            bad.append((kept[k], str(e)))
+    good = [k for k, m in enumerate(encoded) if m is not None]
+    bad.sort()
+    batch = assemble_documents([encoded[k] for k in good], [docs[k].spans[-1][1] == len(docs[k].text) for k in good],
+                               task.head, task.eos_id)
+    return EncodedBatch(**batch, is_val=np.fromiter((is_validation(docs[k].text, task.val_fraction) for k in good),
+                                                   bool, len(good)), bad_rows=bad)
+
+
+def format_rows(formatter: RowFormatter, columns: dict[str, list]) -> tuple[list[Formatted], list[int], list]:
+    """(documents, the row index of each, (row index, reason) of each bad row)."""
     names = list(columns)
-    rows = [dict(zip(names, values)) for values in zip(*columns.values())]
     docs: list[Formatted] = []
     kept, bad = [], []
-    for i, row in enumerate(rows):
+    for i, values in enumerate(zip(*columns.values())):
         try:
-            docs.append(task.formatter(row))
+            docs.append(formatter(dict(zip(names, values))))
         except BadRow as e:
             bad.append((i, str(e)))
             continue
@@ -216,59 +250,47 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
             bad.append((i, f"template error: {e}"))
             continue
         kept.append(i)
-    fast = fast_encoder(task.tokenizer_file) if task.fast_encoder else None
-    encode_ids = fast.encode_ids if fast else (
-        lambda batch: [e.ids for e in hf_tokenizer(task.tokenizer_file).encode_batch(batch, add_special_tokens=False)])
-    memoized: list = [None] * len(docs)
-    simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: one boundary, the answer to the end
-    if task.line_cache:
-        lines = LINE_CACHES.setdefault(task.tokenizer_file, LineCache(encode_ids))
-        for k, m in zip(simple, lines.encode([docs[k].text[:docs[k].prompt_chars] for k in simple],
-                                             [docs[k].text[docs[k].prompt_chars:] for k in simple])):
-            memoized[k] = None if m is None else (m[0], [(m[1], len(m[0]))])
-    if fast:
-        for k in simple:
-            m = memoized[k] or fast.encode_split(docs[k].text, docs[k].prompt_chars)
-            memoized[k] = m if m is None or isinstance(m[1], list) else (m[0], [(m[1], len(m[0]))])
-    whole = [k for k, m in enumerate(memoized) if m is None]
-    encodings = dict(zip(whole, hf_tokenizer(task.tokenizer_file).encode_batch(
-        [docs[k].text for k in whole], add_special_tokens=False) if whole else []))
-    pieces, spans, lengths, prompt_lengths, is_val = [], [], [], [], []
-    head = list(task.head)
-    for k, (row, doc) in enumerate(zip(kept, docs)):
-        if memoized[k] is not None:
-            ids, doc_spans = memoized[k]
-        else:
-            try:
-                ids, doc_spans = encodings[k].ids, token_spans(encodings[k], doc)
-            except BadRow as e:
-                bad.append((row, str(e)))
-                continue
-        if not ids or ids[-1] != task.eos_id:
-            if doc.spans[-1][1] == len(doc.text):  # the answer runs to the end: so does the loss, onto EOS
-                doc_spans = doc_spans[:-1] + [(doc_spans[-1][0], len(ids) + 1)]
-            ids = ids + [task.eos_id]
-        pieces.append(head + ids)
-        spans.append([(len(head) + a, len(head) + b) for a, b in doc_spans])
-        lengths.append(len(head) + len(ids))
-        prompt_lengths.append(spans[-1][0][0])
-        is_val.append(is_validation(doc.text, task.val_fraction))
-    tokens = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.uint32, count=sum(lengths))
-    masks = np.zeros(len(tokens), dtype=np.uint8)
+    return docs, kept, bad
+
+
+def assemble_documents(encoded: list[tuple[np.ndarray, list[tuple[int, int]]]], to_end: list[bool],
+                       head: tuple[int, ...], eos_id: int) -> dict[str, np.ndarray]:
+    """Every document as ``head + ids + [eos]`` (no second EOS when the ids end with one), and its
+    loss mask from its supervised token ranges; the last range reaches onto an added EOS when the
+    document's last span runs to the end of its text (``to_end``). Concatenated, no per-token Python.
+
+    >>> batch = assemble_documents([(np.array([5, 6, 7], np.uint32), [(1, 3)]),
+    ...                             (np.array([8, 2], np.uint32), [(0, 1)])], [True, False], (1,), eos_id=2)
+    >>> batch["tokens"].tolist(), batch["masks"].tolist()
+    ([1, 5, 6, 7, 2, 1, 8, 2], [0, 0, 1, 1, 1, 0, 1, 0])
+    >>> batch["lengths"].tolist(), batch["prompt_lengths"].tolist()
+    ([5, 3], [2, 1])
+    """
+    head_ids = np.asarray(head, np.uint32)
+    eos = np.asarray([eos_id], np.uint32)
+    pieces, lengths, prompt_lengths, starts, stops = [], [], [], [], []
     at = 0
-    for doc_spans, length in zip(spans, lengths):
-        for a, b in doc_spans:
-            masks[at + a : at + b] = 1
+    for (ids, spans), reaches_end in zip(encoded, to_end):
+        add_eos = not len(ids) or int(ids[-1]) != eos_id
+        if add_eos and reaches_end:  # the answer runs to the end: so does the loss, onto EOS
+            spans = spans[:-1] + [(spans[-1][0], len(ids) + 1)]
+        pieces += [head_ids, ids, eos] if add_eos else [head_ids, ids]
+        length = len(head) + len(ids) + add_eos
+        starts += [at + len(head) + a for a, _ in spans]
+        stops += [at + len(head) + b for _, b in spans]
+        lengths.append(length)
+        prompt_lengths.append(len(head) + spans[0][0])
         at += length
-    bad.sort()
-    return EncodedBatch(
-        tokens=tokens,
-        masks=masks,
-        lengths=np.asarray(lengths, dtype=np.int64),
-        prompt_lengths=np.asarray(prompt_lengths, dtype=np.int64),
-        is_val=np.asarray(is_val, dtype=bool),
-        bad_rows=bad,
-    )
+    tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.uint32)
+    # +1 where a supervised range starts, -1 where it stops: the running sum is the mask
+    edges = (np.bincount(np.asarray(starts, np.int64), minlength=at + 1)
+             - np.bincount(np.asarray(stops, np.int64), minlength=at + 1))
+    return {
+        "tokens": tokens,
+        "masks": (np.cumsum(edges[:at]) > 0).astype(np.uint8),
+        "lengths": np.asarray(lengths, np.int64),
+        "prompt_lengths": np.asarray(prompt_lengths, np.int64),
+    }
 
 
 def hf_tokenizer(tokenizer_file: str):

@@ -326,7 +326,7 @@ def test_ctrl_c_during_a_multi_process_build_is_one_line(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     assert [line for line in err.splitlines() if line.strip()] == ["aborted"], err
-    assert "line cache: on" in out  # it got as far as tokenizing
+    assert "line cache: " in out  # it got as far as tokenizing
     root = project["cache"] / "sql"
     assert sorted(p.name for p in root.iterdir()) == [".lock", ".sources", ".stat-cache.json"]
     assert [p.name for p in (root / ".sources").iterdir()] == [".fast-encoder"]  # no source cache: only the remembered encoder decision

@@ -228,12 +228,6 @@ def resolve_build(cache_dir: str | os.PathLike, expert: str, build_id: str | Non
 # Manifest
 
 
-def read_json(path: str | os.PathLike, schema: Any, fix: str) -> Any:
-    """A JSON file packtrain wrote, checked against ``schema``: :func:`packtrain.core.inputs.read_json`
-    with the schema first, as pipeline/build.py calls it."""
-    return inputs.read_json(path, fix, schema=schema)
-
-
 @dataclass(frozen=True)
 class ShardInfo:
     file: str

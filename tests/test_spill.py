@@ -1,0 +1,103 @@
+"""The source spill (pipeline/spill.py) and the vectorized steps around it: literal outputs."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import numpy as np
+import pytest
+
+import packtrain.pipeline.tokenize
+from packtrain.pipeline.pack import assemble_block
+from packtrain.pipeline.shards import DocumentView, assemble_blocks
+from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
+from packtrain.pipeline.tokenize import assemble_documents
+
+STATS = {"rows": 3, "documents": 3, "tokens": 9, "bad_rows": 0, "first_bad_rows": [], "batch_rows": 2, "batches": 2}
+
+
+def test_tokenize_docstring_examples_hold():
+    result = doctest.testmod(packtrain.pipeline.tokenize)
+    assert (result.failed, result.attempted) == (0, 3)
+
+
+def test_assemble_documents_adds_head_and_eos_and_masks_the_spans():
+    # doc 0: answer to the end, no EOS yet -> EOS added and supervised; doc 1 ends with EOS already;
+    # doc 2: two turns (a conversation), the last not at the end -> EOS added, not supervised
+    batch = assemble_documents([(np.array([5, 6, 7], np.uint32), [(1, 3)]),
+                                (np.array([8, 9, 2], np.uint32), [(1, 3)]),
+                                (np.array([3, 4, 5, 6], np.uint32), [(0, 1), (2, 3)])],
+                               [True, True, False], head=(1,), eos_id=2)
+    assert batch["tokens"].tolist() == [1, 5, 6, 7, 2, 1, 8, 9, 2, 1, 3, 4, 5, 6, 2]
+    assert batch["masks"].tolist() == [0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 1, 0, 1, 0, 0]
+    assert batch["lengths"].tolist() == [5, 4, 6]
+    assert batch["prompt_lengths"].tolist() == [2, 2, 1]
+    assert batch["tokens"].dtype == np.uint32 and batch["masks"].dtype == np.uint8
+
+
+def test_assemble_documents_of_no_document():
+    batch = assemble_documents([], [], head=(), eos_id=2)
+    assert [len(batch[k]) for k in ("tokens", "masks", "lengths", "prompt_lengths")] == [0, 0, 0, 0]
+
+
+def write_spill(directory, batches):
+    """batches: (number, tokens, masks, lengths, prompt lengths, is_val)."""
+    writer = SpillWriter(directory, np.uint16)
+    try:
+        for number, tokens, masks, lengths, prompts, is_val in batches:
+            writer.add_batch(number, np.array(tokens, np.uint32), np.array(masks, np.uint8),
+                             np.array(lengths, np.int64), np.array(prompts, np.int64), np.array(is_val, bool))
+        writer.close({**STATS, "batches": 4})
+    finally:
+        writer.abort()
+
+
+def test_a_spill_reads_back_what_was_written_split_by_is_val(tmp_path):
+    write_spill(tmp_path / "s", [(0, [7, 8, 9, 4, 5], [0, 1, 1, 0, 1], [3, 2], [1, 1], [False, True]),
+                                 (1, [6, 6, 6, 6], [0, 0, 1, 1], [4], [2], [False])])
+    train, val = SourceSpill(tmp_path / "s", "train", np.uint16), SourceSpill(tmp_path / "s", "val", np.uint16)
+    assert train.tokens.tolist() == [7, 8, 9, 6, 6, 6, 6] and train.masks.tolist() == [0, 1, 1, 0, 0, 1, 1]
+    assert train.lengths.tolist() == [3, 4] and train.prompt_lengths.tolist() == [1, 2]
+    assert train.supervised().tolist() == [2, 2]
+    assert val.tokens.tolist() == [4, 5] and val.lengths.tolist() == [2]
+    assert [a.tolist() for a in train.batch(1)] == [[6, 6, 6, 6], [0, 0, 1, 1], [4], [2]]
+    assert np.load(tmp_path / "s" / "batch_index.npy").tolist() == [0, 1]
+    assert source_cache_problem(tmp_path / "s") is None
+    assert json.loads((tmp_path / "s" / SOURCE_STATS).read_text())["documents"] == 3
+
+
+def test_merge_interleaves_parts_back_into_batch_order(tmp_path):
+    write_spill(tmp_path / "p0", [(0, [1, 2], [0, 1], [2], [1], [False]), (2, [5, 5, 5], [0, 1, 1], [3], [1], [False])])
+    write_spill(tmp_path / "p1", [(1, [3, 4], [0, 1], [2], [1], [True]), (3, [6], [1], [1], [0], [False])])
+    merge_spills([tmp_path / "p0", tmp_path / "p1"], tmp_path / "out", np.uint16, {**STATS, "batches": 4})
+    train = SourceSpill(tmp_path / "out", "train", np.uint16)
+    assert train.tokens.tolist() == [1, 2, 5, 5, 5, 6] and train.lengths.tolist() == [2, 3, 1]
+    assert SourceSpill(tmp_path / "out", "val", np.uint16).tokens.tolist() == [3, 4]
+    assert np.load(tmp_path / "out" / "batch_index.npy").tolist() == [0, 1, 2, 3]
+    assert np.load(tmp_path / "out" / "train.batch_docs.npy").tolist() == [1, 0, 1, 1]
+
+
+def test_a_short_spill_file_is_never_completed(tmp_path):
+    writer = SpillWriter(tmp_path / "s", np.uint16)
+    writer.add_batch(0, np.array([1, 2], np.uint32), np.array([0, 1], np.uint8), np.array([3]), np.array([1]),
+                     np.array([False]))  # lengths say 3 tokens, 2 were written
+    with pytest.raises(OSError, match="has 4 bytes, expected 6"):
+        writer.close(STATS)
+    writer.abort()
+    assert not (tmp_path / "s" / SOURCE_STATS).exists()
+
+
+def test_assemble_blocks_gives_assemble_blocks_bytes_across_sources(tmp_path):
+    write_spill(tmp_path / "a", [(0, [7, 8, 9, 4, 5, 6, 3], [0, 1, 1, 1, 1, 1, 1], [3, 4], [1, 0], [False, False])])
+    write_spill(tmp_path / "b", [(0, [11, 12, 13], [0, 0, 1], [3], [2], [False])])
+    spills = [SourceSpill(tmp_path / s, "train", np.uint16) for s in ("a", "b")]
+    view = DocumentView(spills, [np.array([1, 0]), np.array([0, 0])])  # docs: a1 a0 b0 b0 (b0 twice)
+    blocks = [[(0, 0, 3), (1, 1, 3)], [(2, 0, 3), (0, 3, 4)], [(3, 1, 3)]]
+    ids, mask, lens = assemble_blocks(blocks, view, 6, pad_id=0, dtype=np.uint16)
+    assert ids.tolist() == [[4, 5, 6, 8, 9, 0], [11, 12, 13, 3, 0, 0], [12, 13, 0, 0, 0, 0]]
+    assert mask.tolist() == [[0, 1, 1, 0, 1, 0], [0, 0, 1, 0, 0, 0], [0, 1, 0, 0, 0, 0]]
+    assert lens == [[3, 2], [3, 1], [2]]
+    for row, block in enumerate(blocks):
+        one = assemble_block(block, view, view.masks(), 6, 0, np.uint16)
+        assert (one[0].tolist(), one[1].tolist(), one[2]) == (ids[row].tolist(), mask[row].tolist(), lens[row])
