@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from packtrain.core.config import ConfigError
-from packtrain.core.configfile import apply_cli_overrides, load_config
+from packtrain.core.configfile import apply_cli_overrides, load_for_machine
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
 from packtrain.core.errors import ContractError
 
@@ -55,27 +55,10 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profil
 
             raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
-    return on_this_machine(load_config(expert, configs_dir, overrides), tell_profile)
-
-
-def on_this_machine(cfg, tell: bool = True):
-    """The config as this machine trains it: the ``cpu`` section applied where no CUDA GPU is (said when ``tell``)."""
-    adapted = cfg.for_device(has_cuda())
-    if adapted is not cfg and tell:
-        click.echo(adapted.cpu_note(), err=True)
-    return adapted
-
-
-def has_cuda() -> bool:
-    """An NVIDIA GPU this process may use, seen without importing torch (the build never does): the
-    driver lists one and CUDA_VISIBLE_DEVICES does not hide them all."""
-    import shutil
-
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return False
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return (gpus.is_dir() and any(gpus.iterdir())) or shutil.which("nvidia-smi") is not None
+    config, profiled = load_for_machine(expert, configs_dir, overrides)
+    if profiled and tell_profile:
+        click.echo(config.cpu_note(), err=True)
+    return config
 
 
 @click.group()

@@ -109,19 +109,22 @@ class ExpertConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def for_device(self, cuda: bool) -> "ExpertConfig":
+    def for_device(self, cuda: bool, explicit: frozenset[str] = frozenset()) -> "ExpertConfig":
         """This config as the machine trains it: unchanged on a CUDA GPU or with ``cpu.enabled: false``,
-        else with the ``cpu`` section's block size, steps, batch and evaluation cap."""
+        else with the ``cpu`` section's block size, steps, batch and evaluation cap, each only where
+        ``explicit`` (the dotted keys the user set, configfile.explicit_keys) does not name the field."""
         if cuda or not self.cpu.enabled:
             return self
         cpu, train = self.cpu, self.train
+        batch_set = explicit & {"train.per_device_train_batch_size", "train.gradient_accumulation_steps",
+                                "train.global_batch_size"}
         return dataclasses.replace(
-            self, pack=dataclasses.replace(self.pack, block_size=cpu.block_size),
+            self, pack=self.pack if "pack.block_size" in explicit else dataclasses.replace(self.pack, block_size=cpu.block_size),
             train=dataclasses.replace(
                 train, max_steps=train.max_steps if train.max_steps is not None else cpu.max_steps,
-                per_device_train_batch_size=cpu.per_device_train_batch_size, gradient_accumulation_steps=1,
-                global_batch_size=None,
-                max_eval_batches=train.max_eval_batches if train.max_eval_batches is not None else cpu.max_eval_batches))
+                max_eval_batches=train.max_eval_batches if train.max_eval_batches is not None else cpu.max_eval_batches,
+                **({} if batch_set else {"per_device_train_batch_size": cpu.per_device_train_batch_size,
+                                         "gradient_accumulation_steps": 1, "global_batch_size": None})))
 
     def cpu_note(self) -> str:
         """One line saying what the cpu section changes (for the console)."""

@@ -232,18 +232,21 @@ class TrainConfig:
 class CpuConfig:
     """What changes on a machine without a CUDA GPU, so that a first ``make train`` there ends in
     minutes: shorter blocks, a few steps of one block, a capped evaluation. A GPU ignores this
-    section and trains the config as written. ``packtrain pretokenize`` / ``train`` apply it (the
-    same on both, so the trainer finds the build it needs) and say so on the console."""
+    section and trains the config as written. It replaces shared defaults only: a field the expert's
+    own file or an override sets is kept. ``pretokenize``, ``train``, ``status`` and ``rebuild`` apply
+    it alike (configfile.load_for_machine), so they mean the same build; the console says so."""
 
     enabled: bool = False
     """Off for a config made in code; configs/defaults.yaml turns it on for every expert. False: a
     CPU trains exactly what a GPU would."""
     block_size: int = num(512, "[16, 1048576]")
-    """``pack.block_size`` on a CPU (a build of its own: the block size is one of the build's inputs)."""
+    """``pack.block_size`` on a CPU, unless the expert's file or ``--set`` sets it (a build of its own:
+    the block size is one of the build's inputs)."""
     max_steps: int = num(30, "[1, 1000000000000]")
     """``train.max_steps`` on a CPU, unless ``train.max_steps`` (or ``--max-steps``) is set."""
     per_device_train_batch_size: int = num(1, "[1, 1048576]")
-    """Blocks per step on a CPU (no gradient accumulation, no ``global_batch_size``)."""
+    """Blocks per step on a CPU (no gradient accumulation, no ``global_batch_size``), unless the expert's
+    file or ``--set`` sets any of those three."""
     max_eval_batches: int = num(1, "[1, 1000000000000]")
     """``train.max_eval_batches`` on a CPU (of ``per_device_eval_batch_size`` blocks), unless set."""
 

@@ -21,6 +21,7 @@ import yaml
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.config_fields import check_numbers
 from packtrain.core.contract import check_expert_name
+from packtrain.core.machine import has_cuda
 
 
 def load_config(
@@ -47,6 +48,34 @@ def load_config(
         data = _merge(data, _dotted(key, value))
     data["expert"] = expert
     return config_from_dict(data, source=str(path))
+
+
+def load_for_machine(expert: str, configs_dir: str | Path = "configs",
+                     overrides: dict[str, Any] | None = None) -> tuple[ExpertConfig, bool]:
+    """:func:`load_config` as this machine builds and trains it, and whether the ``cpu`` profile
+    applied (no CUDA GPU and ``cpu.enabled``). The profile fills in only what the expert's own file
+    and the overrides leave unset: a ``pack.block_size`` written there is kept. ``pretokenize``,
+    ``train``, ``status`` and ``rebuild`` all load configs this way, so they mean the same build."""
+    config = load_config(expert, configs_dir, overrides)
+    adapted = config.for_device(has_cuda(), explicit_keys(expert, configs_dir, overrides))
+    return adapted, adapted is not config
+
+
+def explicit_keys(expert: str, configs_dir: str | Path = "configs",
+                  overrides: dict[str, Any] | None = None) -> frozenset[str]:
+    """The dotted keys (``pack.block_size``) the expert's own file or the overrides set; not
+    defaults.yaml's, which are the shared defaults the cpu profile may replace."""
+    data = _read_yaml(Path(configs_dir) / f"{expert}.yaml")
+    for key, value in (overrides or {}).items():
+        data = _merge(data, _dotted(key, value))
+    return frozenset(_flatten(data))
+
+
+def _flatten(data: dict, prefix: str = ""):
+    for key, value in data.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
 
 
 def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> ExpertConfig:

@@ -1,0 +1,19 @@
+"""The machine a command runs on, as the config sees it: is there a CUDA GPU? Answered without
+importing torch (the build never imports it), so the build, the trainer, status and rebuild apply
+the config's ``cpu`` profile alike and agree on which build a config means."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+
+def has_cuda() -> bool:
+    """An NVIDIA GPU this process may use: the driver lists one and CUDA_VISIBLE_DEVICES does not
+    hide them all."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return (gpus.is_dir() and any(gpus.iterdir())) or shutil.which("nvidia-smi") is not None
