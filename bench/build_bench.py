@@ -116,7 +116,8 @@ def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path, fast
     if fast_encoder:  # decided once per tokenizer and remembered in the cache: timed apart
         from packtrain.core.contract import tokenizer_fingerprint
         from packtrain.pipeline import bpe_fast
-        from packtrain.pipeline.build import FAST_ENCODER_NOTES, SOURCES
+        from packtrain.pipeline.build import FAST_ENCODER_NOTES
+        from packtrain.pipeline.spill import SOURCES
 
         started = time.perf_counter()
         bpe_fast.choose(True, tokenizer / "tokenizer.json", tokenizer_fingerprint(tokenizer)["hash"],

@@ -51,7 +51,7 @@ from packtrain.pipeline.format import RowFormatter, compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.shards import pack_split
-from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill,  # noqa: F401
+from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill,
                                       SpillWriter, remove_path, source_key, uncached_sources,
                                       write_json)
 from packtrain.pipeline.sources import iter_batches

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from packtrain.pipeline.build import SOURCES, build, plan, source_key
+from packtrain.pipeline.build import build, plan
+from packtrain.pipeline.spill import SOURCES, source_key
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import load_for_machine
 from packtrain.core.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current

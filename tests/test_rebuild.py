@@ -15,7 +15,8 @@ from filelock import FileLock
 import packtrain.pipeline.build
 import packtrain.pipeline.hashcache
 from build_fixtures import make_project, rows, write_jsonl
-from packtrain.pipeline.build import SOURCES, build, plan
+from packtrain.pipeline.build import build, plan
+from packtrain.pipeline.spill import SOURCES
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import read_current
 from packtrain.pipeline.rebuild import REBUILD_LOCK, prune_builds

@@ -22,7 +22,8 @@ import pytest
 import packtrain.pipeline.build
 import packtrain.pipeline.partition
 from build_fixtures import make_project, rows, write_jsonl
-from packtrain.pipeline.build import SOURCES, InputsChanged, build, plan, source_key
+from packtrain.pipeline.build import InputsChanged, build, plan
+from packtrain.pipeline.spill import SOURCES, source_key
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, check_expert_name, expert_dir, read_current
 from packtrain.core.rundir import record_runs_dir, recorded_runs_dirs

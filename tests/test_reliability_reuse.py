@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from reuse_fixtures import build_bytes, config_of, flip_byte, reuse_project, run_build
-from packtrain.pipeline.build import SOURCE_STATS, SOURCES, plan, source_cache_problem
+from packtrain.pipeline.build import plan
+from packtrain.pipeline.spill import SOURCE_STATS, SOURCES, source_cache_problem
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
 from packtrain.pipeline.rebuild import rebuild as run_rebuild
