@@ -261,6 +261,8 @@ def main() -> None:
     print(f"corpus {corpus} ({args.rows:,} {args.corpus_kind}-context rows, {corpus.stat().st_size / 1e6:.1f} MB), "
           f"tokenizer {tokenizer}, "
           f"num_proc {args.num_proc}, {os.cpu_count()} cores", flush=True)
+    load = os.getloadavg()
+    print(f"load average before the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
     results = [measure(name, args, corpus, tokenizer) for name in (args.only or CONTENDERS)]
     load = os.getloadavg()
     print(f"\nload average after the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores "

@@ -48,6 +48,14 @@ def shard_schema(block_size: int, dtype: np.dtype) -> pa.Schema:
 ROWS_PER_BATCH = 256
 
 
+def arrow_view(values: np.ndarray) -> pa.Array:
+    """A 1-d numpy array of fixed-width numbers as an Arrow array without nulls, over the same
+    memory. ``pa.array(ndarray)`` gives the same array, but its first call imports pandas to probe
+    the input (0.4-0.5 s of a build; docs/BENCHMARKS.md)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
 class ShardWriter:
     """Append blocks one at a time; files ``<split>-00000.arrow``, ``<split>-00001.arrow``, ..."""
 
@@ -90,12 +98,13 @@ class ShardWriter:
             self._sink = open(path, "wb")
             self._writer = pa.ipc.new_stream(self._sink, self.schema)
         n = len(self._ids)
-        ids = pa.FixedSizeListArray.from_arrays(pa.array(np.concatenate(self._ids).astype(self.dtype, copy=False)), self.block_size)
-        mask = pa.FixedSizeListArray.from_arrays(pa.array(np.concatenate(self._mask)), self.block_size)
+        ids = pa.FixedSizeListArray.from_arrays(arrow_view(np.concatenate(self._ids).astype(self.dtype, copy=False)),
+                                                self.block_size)
+        mask = pa.FixedSizeListArray.from_arrays(arrow_view(np.concatenate(self._mask)), self.block_size)
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum([len(lens) for lens in self._lens], out=offsets[1:])
-        values = pa.array(np.fromiter((x for lens in self._lens for x in lens), dtype=np.uint32, count=int(offsets[-1])))
-        doc_lens = pa.ListArray.from_arrays(pa.array(offsets), values)
+        values = np.fromiter((x for lens in self._lens for x in lens), dtype=np.uint32, count=int(offsets[-1]))
+        doc_lens = pa.ListArray.from_arrays(arrow_view(offsets), arrow_view(values))
         self._writer.write_batch(pa.record_batch([ids, mask, doc_lens], schema=self.schema))
         self._rows_in_shard += n
         self._ids, self._mask, self._lens = [], [], []
