@@ -37,6 +37,7 @@ from tqdm import tqdm
 from packtrain.pipeline import bpe_fast
 from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
+from packtrain.pipeline import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST, REPORT, TMP_PREFIX,
@@ -84,10 +85,12 @@ PIPELINE_VERSION = 3  # 3: per-token loss masks (multi-turn chat), exact dedup a
 FAST_ENCODER_NOTES = ".fast-encoder"  # inside SOURCES: remembered bpe_fast decisions, one file per tokenizer
 
 
-def plan_inputs(config: ExpertConfig, sha256=None) -> tuple[list[ResolvedSource], TokenizerInfo, dict]:
-    """Resolve every input and return the dict the build id hashes (``sha256``: a cached hasher)."""
+def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
+                ) -> tuple[list[ResolvedSource], TokenizerInfo, dict]:
+    """Resolve every input and return the dict the build id hashes (``sha256``: a cached hasher;
+    ``facts_dir``: where the tokenizer's facts are remembered, pipeline/tokenizer_facts.py)."""
     sources = [resolve_source(spec, expert=config.expert) for spec in config.sources]
-    tokenizer = load_tokenizer_info(resolve_tokenizer_dir(config.model), sha256)
+    tokenizer = load_tokenizer_info(resolve_tokenizer_dir(config.model), sha256, facts_dir)
     inputs = {
         "format_version": FORMAT_VERSION,
         "pipeline_version": PIPELINE_VERSION,
@@ -122,7 +125,7 @@ def plan(config: ExpertConfig, cache_dir: str | os.PathLike, log=None) -> Plan:
     cache = StatCache(root / STAT_CACHE)
     if cache.problem and log is not None:
         log(cache.problem)
-    sources, tokenizer, inputs = plan_inputs(config, cache.sha256)
+    sources, tokenizer, inputs = plan_inputs(config, cache.sha256, root / SOURCES / tokenizer_facts.FACTS_DIR)
     root.mkdir(parents=True, exist_ok=True)
     cache.save(lock=root / LOCK)
     return Plan(sources, tokenizer, inputs, build_id_of(inputs), cache)

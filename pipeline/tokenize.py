@@ -31,6 +31,7 @@ import numpy as np
 from packtrain.core.contract import tokenizer_fingerprint
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
 from packtrain.core.inputs import check_input, read_input, read_json
+from packtrain.pipeline import tokenizer_facts
 from packtrain.pipeline.bpe_fast import FastEncoder
 from packtrain.pipeline.segments import LineCache, line_split_is_exact
 
@@ -80,17 +81,14 @@ class TokenizerInfo:
         }
 
 
-def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerInfo:
+def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Path | None = None) -> TokenizerInfo:
     """``sha256``: a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256). The files are hashed before
-    they are read, so a change in between shows when the build checks them again."""
-    from tokenizers import Tokenizer
-
+    they are read, so a change in between shows when the build checks them again. ``facts_dir``: where
+    the facts only the loaded HF tokenizer knows are remembered (pipeline/tokenizer_facts.py)."""
     directory = Path(directory)
     fingerprint = tokenizer_fingerprint(directory, sha256) if sha256 else tokenizer_fingerprint(directory)
     fix = (f"the tokenizer in {directory} is damaged: copy it again (or save it with "
            "`AutoTokenizer.from_pretrained(...).save_pretrained(dir)`), or set model.tokenizer to another directory")
-    tokenizer = read_input(directory / "tokenizer.json", lambda p: Tokenizer.from_file(str(p)), fix,
-                           "a tokenizers file")
     config_path = directory / "tokenizer_config.json"
     config = read_json(config_path, fix, "a tokenizer config") if config_path.is_file() else {}
     template = config.get("chat_template")
@@ -103,14 +101,24 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerI
                     "chat_template is a list but not of {\"name\": ..., \"template\": ...}", fix)
         template = next((t["template"] for t in template if t.get("name") == "default"), None)
 
-    def special(key: str) -> tuple[str | None, int | None]:
+    def special_text(key: str) -> str | None:
         token = config.get(key)
         if isinstance(token, dict):
             token = token.get("content")
         if not token:
-            return None, None
+            return None
         check_input(isinstance(token, str), config_path, f"{key} is {token!r}, expected a token's text", fix)
-        token_id = tokenizer.token_to_id(token)
+        return token
+
+    texts = {key: special_text(key) for key in ("eos_token", "pad_token", "bos_token")}
+    facts = tokenizer_facts.remembered(directory / "tokenizer.json", fingerprint["hash"],
+                                       sorted({t for t in texts.values() if t is not None}), fix, facts_dir)
+
+    def special(key: str) -> tuple[str | None, int | None]:
+        token = texts[key]
+        if token is None:
+            return None, None
+        token_id = facts["ids"][token]
         if token_id is None:
             raise TokenizerError(f"{config_path}: {key} {token!r} is not in the tokenizer's vocabulary")
         return token, token_id
@@ -123,15 +131,12 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None) -> TokenizerI
         )
     pad_token, pad_id = special("pad_token")
     bos_token, bos_id = special("bos_token")
-    plain = tokenizer.encode("x", add_special_tokens=False).ids
-    wrapped = tokenizer.encode("x", add_special_tokens=True).ids
-    at = next((i for i in range(len(wrapped) - len(plain) + 1) if wrapped[i : i + len(plain)] == plain), 0)
-    prefix = tuple(wrapped[:at])
+    prefix = tuple(facts["prefix"])
     if not prefix and config.get("add_bos_token") and bos_id is not None:
         prefix = (bos_id,)
     return TokenizerInfo(
         directory=directory,
-        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+        vocab_size=facts["vocab_size"],
         eos_id=eos_id,
         eos_token=eos_token,
         pad_id=pad_id if pad_id is not None else eos_id,

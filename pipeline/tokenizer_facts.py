@@ -1,0 +1,68 @@
+"""What planning needs from the HF tokenizer, remembered per tokenizer so planning does not load it.
+
+Planning (``load_tokenizer_info``) needs four facts that only the loaded ``tokenizers.Tokenizer``
+knows: the vocabulary size, the ids of the special tokens tokenizer_config.json names (eos, pad,
+bos), and the ids the post-processor puts before a text. Loading the Qwen tokenizer takes about
+0.5 s of the build's serial start (docs/BENCHMARKS.md), so the facts are kept in a small JSON file
+per tokenizer, ``cache/<expert>/.sources/.tokenizer-facts/<key>.json``; the key hashes the
+tokenizer files' content hash (tokenizer.json, tokenizer_config.json, ...), the ``tokenizers``
+version and :data:`FACTS_VERSION`. A missing or damaged file is computed again and written
+atomically; a changed tokenizer file changes the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from importlib.metadata import version
+from pathlib import Path
+
+from packtrain.core.inputs import read_input
+
+FACTS_VERSION = 1  # raise when compute() changes, so remembered facts are computed again
+FACTS_DIR = ".tokenizer-facts"  # inside SOURCES
+
+
+def compute(tokenizer_file: Path, tokens: list[str], fix: str) -> dict:
+    """The facts, from the HF tokenizer: ``vocab_size``, ``ids`` (token -> id, None when not in the
+    vocabulary) for ``tokens``, and ``prefix`` (what encoding with special tokens adds before a text)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = read_input(tokenizer_file, lambda p: Tokenizer.from_file(str(p)), fix, "a tokenizers file")
+    plain = tokenizer.encode("x", add_special_tokens=False).ids
+    wrapped = tokenizer.encode("x", add_special_tokens=True).ids
+    at = next((i for i in range(len(wrapped) - len(plain) + 1) if wrapped[i : i + len(plain)] == plain), 0)
+    return {"vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+            "ids": {token: tokenizer.token_to_id(token) for token in tokens}, "prefix": wrapped[:at]}
+
+
+def remembered(tokenizer_file: Path, content_hash: str, tokens: list[str], fix: str, cache_dir: Path | None) -> dict:
+    """:func:`compute`, read from ``cache_dir`` when it holds this tokenizer's facts (None: no cache)."""
+    if cache_dir is None:
+        return compute(tokenizer_file, tokens, fix)
+    key = hashlib.sha256(f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION}".encode()).hexdigest()
+    path = Path(cache_dir) / f"{key[:16]}.json"
+    try:
+        facts = json.loads(path.read_text(encoding="utf-8"))
+        if valid(facts, tokens):
+            return facts
+    except (OSError, ValueError):
+        pass  # not computed yet for this tokenizer, or damaged: compute again
+    facts = compute(tokenizer_file, tokens, fix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(facts, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+    return facts
+
+
+def valid(facts, tokens: list[str]) -> bool:
+    """Whether a remembered file has every fact, with the right types, for these tokens."""
+    def token_id(value) -> bool:
+        return value is None or (type(value) is int and value >= 0)
+
+    return (isinstance(facts, dict) and type(facts.get("vocab_size")) is int
+            and isinstance(facts.get("ids"), dict) and set(facts["ids"]) == set(tokens)
+            and all(token_id(v) for v in facts["ids"].values())
+            and isinstance(facts.get("prefix"), list) and all(type(v) is int and v >= 0 for v in facts["prefix"]))

@@ -1,0 +1,63 @@
+"""Planning remembers what only the loaded HF tokenizer knows (pipeline/tokenizer_facts.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from build_fixtures import make_project, make_tokenizer
+from packtrain.core.configfile import load_config
+from packtrain.pipeline import tokenizer_facts
+from packtrain.pipeline.build import build
+from packtrain.pipeline.tokenize import load_tokenizer_info
+
+FACTS = {"ids": {"<|endoftext|>": 0, "<|pad|>": 1}, "prefix": [], "vocab_size": 400}
+
+
+def no_hf_load(monkeypatch):
+    def fail(*_, **__):
+        raise AssertionError("loaded the HF tokenizer")
+    monkeypatch.setattr(tokenizer_facts, "compute", fail)
+
+
+def test_facts_are_remembered_and_planning_then_skips_the_hf_tokenizer(tmp_path, monkeypatch):
+    model = make_tokenizer(tmp_path / "model")
+    first = load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    (remembered,) = (tmp_path / "facts").iterdir()
+    assert json.loads(remembered.read_text()) == FACTS
+    no_hf_load(monkeypatch)
+    second = load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    assert second == first
+    assert (second.vocab_size, second.eos_id, second.pad_id, second.prefix_ids) == (400, 0, 1, ())
+
+
+@pytest.mark.parametrize("damage", ["{", '{"vocab_size": "400", "ids": {}, "prefix": []}', "[]"])
+def test_a_damaged_facts_file_is_computed_again(tmp_path, damage):
+    model = make_tokenizer(tmp_path / "model")
+    first = load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    (remembered,) = (tmp_path / "facts").iterdir()
+    remembered.write_text(damage)
+    assert load_tokenizer_info(model, facts_dir=tmp_path / "facts") == first
+    assert [p.name for p in (tmp_path / "facts").iterdir()] == [remembered.name]  # rewritten, no temp file left
+    assert json.loads(remembered.read_text()) == FACTS
+
+
+def test_a_changed_tokenizer_file_gets_its_own_facts(tmp_path):
+    model = make_tokenizer(tmp_path / "model")
+    load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|im_end|>"}))
+    info = load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    assert (info.eos_id, info.eos_token) == (3, "<|im_end|>")
+    assert len(list((tmp_path / "facts").iterdir())) == 2
+
+
+def test_a_second_build_plans_without_loading_the_hf_tokenizer(tmp_path, monkeypatch):
+    project = make_project(tmp_path)
+    config = load_config("sql", project["configs"])
+    first = build(config, project["cache"], log=lambda *a: None, progress=False)
+    assert len(list((project["cache"] / "sql" / ".sources" / ".tokenizer-facts").iterdir())) == 1
+    no_hf_load(monkeypatch)
+    second = build(config, project["cache"], log=lambda *a: None, progress=False)
+    assert second.up_to_date and second.build_id == first.build_id
