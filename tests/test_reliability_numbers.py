@@ -329,7 +329,8 @@ def test_ctrl_c_during_a_multi_process_build_is_one_line(tmp_path):
     assert "line cache: " in out  # it got as far as tokenizing
     root = project["cache"] / "sql"
     assert sorted(p.name for p in root.iterdir()) == [".lock", ".sources", ".stat-cache.json"]
-    assert [p.name for p in (root / ".sources").iterdir()] == [".fast-encoder"]  # no source cache: only the remembered encoder decision
+    # no source cache: only the remembered encoder decision and tokenizer facts
+    assert sorted(p.name for p in (root / ".sources").iterdir()) == [".fast-encoder", ".tokenizer-facts"]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # every worker is gone too
         try:
