@@ -203,7 +203,7 @@ class TrainFailed(Exception):
 
 @main.command("eval")
 @click.argument("expert")
-@click.option("--run", "run_dir", default=None, type=click.Path(file_okay=False),
+@click.option("--run", "run_dir", default=None,
               help="The run directory to evaluate (default: EXPERT's newest finished run under --runs-dir).")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
@@ -219,7 +219,7 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 
     try:
         run_path = find_run(expert, run_dir, runs_dir)
-        summary = evaluate_run(run_path, max_examples)
+        summary = evaluate_run(run_path, max_examples, expert=expert)
     except (*EXPECTED_ERRORS, TaskEvalError) as e:
         raise TrainFailed(str(e)) from None
     click.echo(json.dumps({"run_dir": str(run_path), **summary}))
