@@ -98,7 +98,7 @@ def test_an_evaluation_is_kept_and_an_interrupted_one_redone(finished, tmp_path)
     assert len(rows) == 2 and json.loads(rows[0])["prompt"]
     before = (run_dir / "eval.json").read_bytes(), (run_dir / "eval.jsonl").read_bytes()
     assert refused("sql", "--run", str(run_dir), "--max-examples", "1") == (
-        f"{run_dir / 'eval.json'} exists: this run was evaluated already (kept); move it away to evaluate again")
+        f"{run_dir / 'eval.json'} exists: this run was evaluated already; move it away to evaluate again")
     assert ((run_dir / "eval.json").read_bytes(), (run_dir / "eval.jsonl").read_bytes()) == before
 
 

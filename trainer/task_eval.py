@@ -155,7 +155,7 @@ def task_eval(answers: Answers, examples: list[Example], expert: str, metric_set
 
 def check_not_evaluated(run_dir: Path) -> None:
     if (run_dir / EVAL_SUMMARY).exists():
-        raise TaskEvalError(f"{run_dir / EVAL_SUMMARY} exists: this run was evaluated already (kept); move it away "
+        raise TaskEvalError(f"{run_dir / EVAL_SUMMARY} exists: this run was evaluated already; move it away "
                             "to evaluate again")
 
 
