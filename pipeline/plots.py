@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from packtrain.core.contract import REPORT
-from packtrain.core.inputs import read_json
+from packtrain.core.contract import COUNT, NUMBER, REPORT, TEXT, MapOf, read_json
 
 PLOTS_DIR = "plots"
+
+SPLIT = {"length_histogram": MapOf(TEXT, COUNT), "tokens": COUNT, "padding_tokens": COUNT, "packing_efficiency": NUMBER}
+REPORT_SCHEMA = {"train": SPLIT, "val": SPLIT, "sources": [{"name": TEXT, "documents": COUNT, "tokens": COUNT}]}
+"""What the plots read from report.json (pipeline/report.py writes more)."""
 
 
 class PlotError(Exception):
@@ -35,8 +38,8 @@ def pyplot():
 
 def write_build_plots(build_dir: Path) -> list[Path]:
     """Draw the build's plots into ``<build>/plots/``; returns the files written."""
-    report = read_json(build_dir / REPORT, f"rebuild it: `packtrain pretokenize` (or delete {build_dir})",
-                       "a build report")
+    report = read_json(build_dir / REPORT, REPORT_SCHEMA,
+                       f"rebuild it: delete {build_dir} and run `packtrain pretokenize` (the plots are drawn from it)")
     plt = pyplot()
     out = build_dir / PLOTS_DIR
     out.mkdir(exist_ok=True)
@@ -52,12 +55,12 @@ def write_build_plots(build_dir: Path) -> list[Path]:
     ax.set_ylabel("documents")
     written.append(_save(plt, fig, ax, f"{title}: document lengths", out / "lengths.png"))
 
-    sources = report.get("sources", [])
+    sources = report["sources"]
     fig, (docs, tokens) = plt.subplots(1, 2, figsize=(9, 4))
     names = [s["name"] for s in sources]
-    docs.barh(names, [s.get("documents", 0) for s in sources])
+    docs.barh(names, [s["documents"] for s in sources])
     docs.set_xlabel("documents")
-    tokens.barh(names, [s.get("tokens", 0) for s in sources])
+    tokens.barh(names, [s["tokens"] for s in sources])
     tokens.set_xlabel("tokens")
     tokens.set_yticks([])
     written.append(_save(plt, fig, docs, f"{title}: per source", out / "sources.png"))

@@ -229,7 +229,7 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 @click.argument("expert")
 @cache_dir_option
 @click.option("--build-id", default=None, help="Plot this build (default: the one CURRENT names).")
-@click.option("--run", "run_dir", default=None, type=click.Path(file_okay=False),
+@click.option("--run", "run_dir", default=None,
               help="Plot this run (default: EXPERT's newest run under --runs-dir, if any).")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
