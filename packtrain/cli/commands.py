@@ -375,6 +375,13 @@ def run() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as e:  # `packtrain` alone: the help, as before
+        e.show()
+        sys.exit(e.exit_code)
+    except click.UsageError as e:  # a bad option or argument: one line, like every other refusal
+        command = e.ctx.command_path if e.ctx is not None else "packtrain"
+        click.echo(f"error: {' '.join(e.format_message().split())} (see `{command} --help`)", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
