@@ -246,3 +246,21 @@ def test_a_models_dir_that_is_a_file_or_unwritable(embedded, tmp_path, monkeypat
                                          "PACKTRAIN_MODELS_DIR to a writable directory"):
         prepare_embedded(NAME)
     assert (tmp_path / "models").read_text() == "x"
+
+
+def test_a_killed_conversion_leaves_nothing_that_is_used_and_its_scratch_is_removed(embedded):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    target = converted_model_dir(NAME)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    abandoned = target.with_name(f".tmp-{target.name}-{int(dead.stdout)}")
+    abandoned.mkdir()
+    (abandoned / "config.json").write_text("{}")  # half a conversion
+    with pytest.raises(SourceNotFound, match="is not converted yet"):
+        resolve_model_dir(NAME)
+    lines = []
+    assert prepare_embedded(NAME, log=lines.append) == target
+    assert lines[0] == f"model {target.name}: removing {abandoned}, left by a conversion that was stopped"
+    assert not abandoned.exists() and (target / SOURCE_FILE).is_file()

@@ -39,6 +39,7 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
         log(f"model {name}: {target} is an incomplete conversion (no {', '.join(missing)}); removed, converting again")
         shutil.rmtree(target)
     check_models_dir(target.parent)
+    remove_abandoned(target, log)
     started = time.perf_counter()
     log(f"model {name}: converting {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB) into {target} (once)")
     tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
@@ -56,6 +57,26 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"model {name}: converted in {time.perf_counter() - started:.0f} s")
     return target
+
+
+def remove_abandoned(target: Path, log) -> None:
+    """Remove the ``.tmp-<target>-<pid>`` directories of conversions whose process is gone (killed): a
+    full model's worth of disk each, never used."""
+    for tmp in target.parent.glob(f".tmp-{target.name}-*"):
+        pid = tmp.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not process_alive(int(pid)):
+            log(f"model {target.name}: removing {tmp}, left by a conversion that was stopped")
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def check_models_dir(directory: Path) -> None:
