@@ -42,6 +42,8 @@ def write_build_plots(build_dir: Path) -> list[Path]:
                        f"rebuild it: delete {build_dir} and run `packtrain pretokenize` (the plots are drawn from it)")
     plt = pyplot()
     out = build_dir / PLOTS_DIR
+    if out.exists() and not out.is_dir():
+        raise PlotError(f"{out} is a file, not the plots directory: move it away to draw the plots")
     out.mkdir(exist_ok=True)
     title = f"{report.get('expert', '?')} build {report.get('build_id', build_dir.name)[:8]}"
     written = []

@@ -150,3 +150,13 @@ def test_plot_refuses_a_run_that_is_a_file_a_damaged_report_and_missing_matplotl
             f"{result.path / 'report.json'} is damaged ({problem}); rebuild it: delete {result.path} and run "
             "`packtrain pretokenize` (the plots are drawn from it)")
     assert not (result.path / "plots").exists()
+
+
+def test_a_plots_path_that_is_a_file_is_refused_and_kept(tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    (tmp_path / "plots").write_text("my notes")
+    with pytest.raises(PlotError) as error:
+        write_run_plots(tmp_path)
+    assert str(error.value) == f"{tmp_path / 'plots'} is a file, not the plots directory: move it away to draw the plots"
+    assert (tmp_path / "plots").read_text() == "my notes"

@@ -74,6 +74,8 @@ def write_run_plots(run_dir: Path) -> list[Path]:
         raise PlotError(f"{run_dir / 'metrics.jsonl'} has no training step to plot")
     plt = pyplot()
     out = run_dir / PLOTS_DIR
+    if out.exists() and not out.is_dir():
+        raise PlotError(f"{out} is a file, not the plots directory: move it away to draw the plots")
     out.mkdir(exist_ok=True)
     steps = [r["step"] for r in train]
     charts = [
