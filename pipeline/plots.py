@@ -13,15 +13,22 @@ from pathlib import Path
 
 from packtrain.core.contract import REPORT
 from packtrain.core.inputs import read_json
-from packtrain.core.plotting import PLOTS_DIR, pyplot
+from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot
+from packtrain.core.schema import COUNT, NUMBER, TEXT, MapOf
+
+SPLIT = {"length_histogram": MapOf(TEXT, COUNT), "tokens": COUNT, "padding_tokens": COUNT, "packing_efficiency": NUMBER}
+REPORT_SCHEMA = {"train": SPLIT, "val": SPLIT, "sources": [{"name": TEXT, "documents": COUNT, "tokens": COUNT}]}
+"""What the plots read from report.json (pipeline/report.py writes more)."""
 
 
 def write_build_plots(build_dir: Path) -> list[Path]:
     """Draw the build's plots into ``<build>/plots/``; returns the files written."""
-    report = read_json(build_dir / REPORT, f"rebuild it: `packtrain pretokenize` (or delete {build_dir})",
-                       "a build report")
+    report = read_json(build_dir / REPORT, f"rebuild it: delete {build_dir} and run `packtrain pretokenize` (the plots "
+                       "are drawn from it)", schema=REPORT_SCHEMA)
     plt = pyplot()
     out = build_dir / PLOTS_DIR
+    if out.exists() and not out.is_dir():
+        raise PlotError(f"{out} is a file, not the plots directory: move it away to draw the plots")
     out.mkdir(exist_ok=True)
     title = f"{report.get('expert', '?')} build {report.get('build_id', build_dir.name)[:8]}"
     written = []
@@ -35,12 +42,12 @@ def write_build_plots(build_dir: Path) -> list[Path]:
     ax.set_ylabel("documents")
     written.append(_save(plt, fig, ax, f"{title}: document lengths", out / "lengths.png"))
 
-    sources = report.get("sources", [])
+    sources = report["sources"]
     fig, (docs, tokens) = plt.subplots(1, 2, figsize=(9, 4))
     names = [s["name"] for s in sources]
-    docs.barh(names, [s.get("documents", 0) for s in sources])
+    docs.barh(names, [s["documents"] for s in sources])
     docs.set_xlabel("documents")
-    tokens.barh(names, [s.get("tokens", 0) for s in sources])
+    tokens.barh(names, [s["tokens"] for s in sources])
     tokens.set_xlabel("tokens")
     tokens.set_yticks([])
     written.append(_save(plt, fig, docs, f"{title}: per source", out / "sources.png"))

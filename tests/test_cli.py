@@ -155,3 +155,19 @@ def test_train_refuses_a_build_made_with_another_tokenizer(hf_home, tmp_path):
     assert "tokenizer.json" in refused.stderr and "make pretokenize EXPERT=sql" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert not (tmp_path / "runs" / "sql").exists() or not any((tmp_path / "runs" / "sql").rglob("adapter"))
+
+
+def test_a_bad_option_or_argument_is_one_line(tmp_path):
+    cases = [
+        (["eval", "sql", "--max-examples", "0"],
+         "error: Invalid value for '--max-examples': 0 is not in the range x>=1. (see `packtrain eval --help`)"),
+        (["eval"], "error: Missing argument 'EXPERT'. (see `packtrain eval --help`)"),
+        (["plot", "sql", "--nope"], "error: No such option '--nope'. (see `packtrain plot --help`)"),
+        (["evl", "sql"], "error: No such command 'evl'. Did you mean 'eval'? (see `packtrain --help`)"),
+    ]
+    for args, line in cases:
+        refused = run_cli(*args, cwd=tmp_path)
+        stderr = refused.stderr.replace("python -m packtrain.cli", "packtrain")  # the program name click sees here
+        assert (refused.returncode, stderr) == (2, line + "\n")
+    help_text = run_cli(cwd=tmp_path)  # `packtrain` alone still shows the help
+    assert "Commands:" in help_text.stdout + help_text.stderr

@@ -19,6 +19,7 @@ from packtrain.cli.commands import main
 from packtrain.core.configfile import config_from_dict, load_config
 from packtrain.core.resolve import SourceNotFound, converted_model_dir, gguf_sha256, resolve_model_dir
 from packtrain.trainer.convert import SOURCE_FILE, prepare_embedded
+from packtrain.trainer.model import ModelError
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "smollm2-135m"
@@ -212,3 +213,54 @@ def test_the_bitsandbytes_kernel_warning_is_silenced_and_nothing_else(caplog):
                        "No module named 'kernels'")
         logger.warning("something else")
     assert [r.getMessage() for r in caplog.records] == ["something else"]
+
+
+def test_an_incomplete_conversion_is_never_used_and_is_redone(embedded):
+    target = converted_model_dir(NAME)
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")  # what a partial copy, or a conversion killed mid-way, leaves
+    (target / "tokenizer.json").write_text("{}")
+    with pytest.raises(SourceNotFound) as refused:
+        resolve_model_dir(NAME)
+    assert str(refused.value) == (
+        f"model '{NAME}': {target} is an incomplete conversion (no model.safetensors, packtrain-source.json): run "
+        "`packtrain prepare-model EXPERT`, which converts it again")
+
+    lines = []
+    assert prepare_embedded(NAME, log=lines.append) == target
+    assert lines[0] == (f"model {NAME}: {target} is an incomplete conversion (no model.safetensors, "
+                        "packtrain-source.json); removed, converting again")
+    assert (target / SOURCE_FILE).is_file() and json.loads((target / "config.json").read_text())["vocab_size"] == 261
+    assert resolve_model_dir(NAME) == target
+
+
+def test_a_models_dir_that_is_a_file_or_unwritable(embedded, tmp_path, monkeypatch):
+    (tmp_path / "models").write_text("x")
+    monkeypatch.setenv("PACKTRAIN_MODELS_DIR", str(tmp_path / "models"))
+    with pytest.raises(ModelError) as error:
+        prepare_embedded(NAME)
+    assert str(error.value) == (f"converted models directory {tmp_path / 'models'} is a file, not a directory: "
+                                "set PACKTRAIN_MODELS_DIR to a writable directory")
+    monkeypatch.setenv("PACKTRAIN_MODELS_DIR", str(tmp_path / "models" / "under-a-file"))
+    with pytest.raises(ModelError, match=r"models/under-a-file cannot be written \(Not a directory\): set "
+                                         "PACKTRAIN_MODELS_DIR to a writable directory"):
+        prepare_embedded(NAME)
+    assert (tmp_path / "models").read_text() == "x"
+
+
+def test_a_killed_conversion_leaves_nothing_that_is_used_and_its_scratch_is_removed(embedded):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    target = converted_model_dir(NAME)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    abandoned = target.with_name(f".tmp-{target.name}-{int(dead.stdout)}")
+    abandoned.mkdir()
+    (abandoned / "config.json").write_text("{}")  # half a conversion
+    with pytest.raises(SourceNotFound, match="is not converted yet"):
+        resolve_model_dir(NAME)
+    lines = []
+    assert prepare_embedded(NAME, log=lines.append) == target
+    assert lines[0] == f"model {target.name}: removing {abandoned}, left by a conversion that was stopped"
+    assert not abandoned.exists() and (target / SOURCE_FILE).is_file()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -108,3 +109,55 @@ def test_build_plots_and_the_plot_command(tmp_path):
                                                                                 "packing.png")] + [
         str(run_dir / "plots" / n) for n in ("loss.png", "throughput.png", "data_wait.png", "memory.png")]
     assert_png(run_dir / "plots" / "loss.png", 700, 400)
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"step": 1, "loss": "abc"}', "line 2: loss is 'abc', expected a number"),
+    ('{"loss": 1.0}', "line 2: step is None, expected an integer >= 0"),
+    ('{"step": 1.5, "loss": 1.0}', "line 2: step is 1.5, expected an integer >= 0"),
+    ('{"step": 2, "eval/loss": [1]}', "line 2: eval/loss is [1], expected a number"),
+    ('{"step": 2, "loss": 1.0, "tok_s": "fast"}', "line 2: tok_s is 'fast', expected a number"),
+])
+def test_a_damaged_metrics_line_is_named(tmp_path, line, problem):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n' + line + "\n")
+    with pytest.raises(PlotError) as error:
+        write_run_plots(tmp_path)
+    assert str(error.value) == (f"{tmp_path / 'metrics.jsonl'} {problem}; the file is damaged: repair or delete "
+                                "that line (the run's plots are drawn from it)")
+
+
+def test_plot_refuses_a_run_that_is_a_file_a_damaged_report_and_missing_matplotlib(tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(PlotError, match="afile is a file, not a run directory: name a run directory"):
+        write_run_plots(tmp_path / "afile")
+    project = make_project(tmp_path)
+    result = build(load_config("sql", project["configs"]), project["cache"], log=lambda line: None, progress=False)
+    report = json.loads((result.path / "report.json").read_text())
+    plot = ["plot", "sql", "--cache-dir", str(project["cache"]), "--runs-dir", str(tmp_path / "runs")]
+
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "matplotlib", None)  # not installed
+        missing = CliRunner().invoke(main, plot)
+    assert missing.exit_code != 0
+    assert str(missing.exception) == "plots need matplotlib: pip install 'packtrain[plots]' (make install does)"
+
+    for damage, problem in [({"train": {**report["train"], "length_histogram": [1, 2]}},
+                             "field train.length_histogram is [1, 2], expected an object"),
+                            ({"sources": [{"name": "x"}]}, "field sources[0].documents is missing")]:
+        (result.path / "report.json").write_text(json.dumps({**report, **damage}))
+        damaged = CliRunner().invoke(main, plot)
+        assert damaged.exit_code != 0
+        assert str(damaged.exception) == (
+            f"{result.path / 'report.json'} is damaged ({problem}); rebuild it: delete {result.path} and run "
+            "`packtrain pretokenize` (the plots are drawn from it)")
+    assert not (result.path / "plots").exists()
+
+
+def test_a_plots_path_that_is_a_file_is_refused_and_kept(tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    (tmp_path / "plots").write_text("my notes")
+    with pytest.raises(PlotError) as error:
+        write_run_plots(tmp_path)
+    assert str(error.value) == f"{tmp_path / 'plots'} is a file, not the plots directory: move it away to draw the plots"
+    assert (tmp_path / "plots").read_text() == "my notes"

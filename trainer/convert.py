@@ -16,10 +16,11 @@ import shutil
 import time
 from pathlib import Path
 
-from packtrain.core.resolve import EMBEDDED_MODELS, converted_model_dir, embedded_gguf, gguf_sha256
+from packtrain.core.resolve import (CONVERTED_MARK, EMBEDDED_MODELS, converted_model_dir, embedded_gguf, gguf_sha256,
+                                    missing_converted_files, models_cache_dir)
 from packtrain.trainer.model import ModelError
 
-SOURCE_FILE = "packtrain-source.json"
+SOURCE_FILE = CONVERTED_MARK
 
 
 def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None) -> Path:
@@ -30,11 +31,17 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
     gguf = gguf or embedded_gguf(name)
     target = converted_model_dir(name, gguf)
     if target.is_dir():
-        log(f"model {name}: converted copy in {target}")
-        return target
+        missing = missing_converted_files(target)
+        if not missing:
+            log(f"model {name}: converted copy in {target}")
+            return target
+        # never a conversion under way: those write a .tmp- directory and rename it when complete
+        log(f"model {name}: {target} is an incomplete conversion (no {', '.join(missing)}); removed, converting again")
+        shutil.rmtree(target)
+    check_models_dir(target.parent)
+    remove_abandoned(target, log)
     started = time.perf_counter()
     log(f"model {name}: converting {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB) into {target} (once)")
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
     try:
         convert_gguf(gguf, tmp)
@@ -50,6 +57,42 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"model {name}: converted in {time.perf_counter() - started:.0f} s")
     return target
+
+
+def remove_abandoned(target: Path, log) -> None:
+    """Remove the ``.tmp-<target>-<pid>`` directories of conversions whose process is gone (killed): a
+    full model's worth of disk each, never used."""
+    for tmp in target.parent.glob(f".tmp-{target.name}-*"):
+        pid = tmp.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not process_alive(int(pid)):
+            log(f"model {target.name}: removing {tmp}, left by a conversion that was stopped")
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def check_models_dir(directory: Path) -> None:
+    """The converted models' directory exists (made here) and takes a file, or a ModelError saying how to fix it."""
+    fix = ("set PACKTRAIN_MODELS_DIR to a writable directory" if os.environ.get("PACKTRAIN_MODELS_DIR")
+           else f"make {models_cache_dir()} writable, or set PACKTRAIN_MODELS_DIR to a writable directory")
+    if directory.exists() and not directory.is_dir():
+        raise ModelError(f"converted models directory {directory} is a file, not a directory: {fix}")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ModelError(f"converted models directory {directory} cannot be written ({e.strerror or e}): "
+                         f"{fix}") from None
 
 
 def convert_gguf(gguf: Path, out: Path) -> None:

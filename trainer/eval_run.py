@@ -16,25 +16,34 @@ from pathlib import Path
 import torch
 
 from packtrain.core.configfile import config_from_dict
-from packtrain.core.contract import Manifest
-from packtrain.core.inputs import read_json
+from packtrain.core.contract import MANIFEST, Manifest
+from packtrain.core.inputs import one_line, read_json
+from packtrain.trainer.adapters import ADAPTER_WEIGHTS
 from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, newest_finished_run
 from packtrain.trainer.model import choose_precision, load_base_model, model_source, tokenizer_dir
-from packtrain.trainer.task_eval import (EVAL_SUMMARY, Answers, TaskEvalError, example_limit, format_samples,
-                                         format_summary, task_eval, val_examples)
+from packtrain.trainer.task_eval import (Answers, TaskEvalError, EVAL_SUMMARY, check_not_evaluated, example_limit,
+                                         format_samples, format_summary, task_eval, val_examples)
 from packtrain.trainer.run_checks import check_tokenizer
 from packtrain.trainer.runlog import ensure_log_handler
 
 log = logging.getLogger("packtrain.train")
 
+ADAPTER_FILES = ("adapter_config.json", ADAPTER_WEIGHTS)  # what PEFT's save_pretrained writes
+
 
 def find_run(expert: str, run: str | None, output_dir: str | Path) -> Path:
-    """``run`` when given, else the expert's newest finished run under ``output_dir``."""
+    """``run`` when given (a finished run of ``expert``), else the expert's newest finished run under ``output_dir``."""
     if run is not None:
         path = Path(run)
-        if not (path / SUMMARY).is_file() or not (path / ADAPTER_DIR).is_dir():
-            raise TaskEvalError(f"{path} is not a finished run (no {SUMMARY} and {ADAPTER_DIR}/): finish it with "
+        if not path.is_dir():
+            problem = "is a file, not a run directory" if path.exists() else "does not exist"
+            raise TaskEvalError(f"--run {path} {problem}: name a run directory (runs/{expert}/<run>) with --run")
+        if not (path / SUMMARY).is_file():
+            raise TaskEvalError(f"--run {path} is not a finished run (no {SUMMARY}): finish it with "
                                 f"`packtrain train {expert} --resume {path}`, or name another run with --run")
+        if not (path / ADAPTER_DIR).is_dir():
+            raise TaskEvalError(f"--run {path} has no {ADAPTER_DIR}/ (moved or deleted): put it back, or name another "
+                                "run with --run")
         return path
     found = newest_finished_run(Path(output_dir) / expert)
     if found is None:
@@ -43,18 +52,53 @@ def find_run(expert: str, run: str | None, output_dir: str | Path) -> Path:
     return found
 
 
-def evaluate_run(run_dir: Path, max_examples: int | None = None, samples: int = 3) -> dict:
-    """Evaluate ``run_dir``'s adapter against its base model; returns the eval.json summary."""
-    from peft import PeftModel
+def check_run_expert(run_dir: Path, run_expert: str, expert: str) -> None:
+    """The run trained ``expert`` (or a curriculum stage of it, ``<expert>.<stage>``): its build and its metric
+    are that expert's."""
+    if run_expert != expert and not run_expert.startswith(f"{expert}."):
+        raise TaskEvalError(f"--run {run_dir} is a run of expert {run_expert!r}, not {expert!r}: run "
+                            f"`packtrain eval {run_expert} --run {run_dir}`, or name a run of {expert} with --run")
 
+
+def build_of_run(run_dir: Path, info: dict, expert: str) -> Path:
+    """The build directory the run trained on (``run.json``), which must still exist."""
+    build_dir = info.get("build_dir")
+    if not isinstance(build_dir, str) or not build_dir:
+        raise TaskEvalError(f"{run_dir / 'run.json'} names no build_dir (damaged): name another run with --run")
+    if not (Path(build_dir) / MANIFEST).is_file():
+        raise TaskEvalError(f"the build this run trained on is gone ({build_dir}, from {run_dir / 'run.json'}): "
+                            f"rebuild it with `make pretokenize EXPERT={expert}` (the same inputs give the same build "
+                            "id), or name another run with --run")
+    return Path(build_dir)
+
+
+def load_adapter(model, adapter_dir: Path):
+    """The base ``model`` with the run's adapter on top; an unreadable adapter is a TaskEvalError."""
+    from peft import PeftModel
+    from safetensors import SafetensorError
+
+    missing = [name for name in ADAPTER_FILES if not (adapter_dir / name).is_file()]
+    if missing:
+        raise TaskEvalError(f"{adapter_dir} has no {', '.join(missing)} (moved or deleted): put the adapter back, "
+                            "or name another run with --run")
+    try:
+        return PeftModel.from_pretrained(model, adapter_dir)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
+        raise TaskEvalError(f"{adapter_dir} cannot be loaded as this run's adapter ({one_line(e)}): it is damaged; "
+                            "name another run with --run") from None
+
+
+def evaluate_run(run_dir: Path, max_examples: int | None = None, samples: int = 3, expert: str | None = None) -> dict:
+    """Evaluate ``run_dir``'s adapter (a run of ``expert`` when given) against its base model; returns the
+    eval.json summary."""
     ensure_log_handler()
     fix = "not a packtrain run directory, or damaged: name another with --run"
     config = config_from_dict(read_json(run_dir / "config.json", fix, "a run config"), str(run_dir / "config.json"))
     info = read_json(run_dir / "run.json", fix, "a run record")
-    if (run_dir / EVAL_SUMMARY).exists():
-        raise TaskEvalError(f"{run_dir / EVAL_SUMMARY} exists: this run was evaluated already; move it away "
-                            "to evaluate again")
-    build_dir = Path(info.get("build_dir", ""))
+    if expert is not None:
+        check_run_expert(run_dir, config.expert, expert)
+    check_not_evaluated(run_dir)
+    build_dir = build_of_run(run_dir, info, config.expert)
     manifest = Manifest.load(build_dir)
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
@@ -63,7 +107,7 @@ def evaluate_run(run_dir: Path, max_examples: int | None = None, samples: int = 
     train = dataclasses.replace(config.train, task_eval_max_examples=max_examples or config.train.task_eval_max_examples)
     precision = choose_precision(train, device)
     model = load_base_model(config.model, source, precision, train.seed, config.lora.method == "qlora", device)
-    model = PeftModel.from_pretrained(model, run_dir / ADAPTER_DIR)
+    model = load_adapter(model, run_dir / ADAPTER_DIR)
     examples = val_examples(build_dir, manifest, example_limit(train.task_eval_max_examples, device))
     answers = Answers(model, tok_dir, manifest, device, precision, train.max_new_tokens,
                       train.per_device_eval_batch_size)

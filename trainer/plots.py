@@ -19,27 +19,47 @@ def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
     if not path.is_file():
         raise PlotError(f"{path} does not exist: not a run directory, or the run logged no step yet")
     train, evals = [], []
-    for line in path.read_text(errors="replace").splitlines():
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         try:
             record = json.loads(line)
         except ValueError:
             continue
         if not isinstance(record, dict) or "skipped" in record:
             continue
-        if "eval/loss" in record:
-            evals.append(record)
-        elif "loss" in record:
-            train.append(record)
+        if "eval/loss" in record or "loss" in record:
+            check_record(record, f"{path} line {number}")
+            (evals if "eval/loss" in record else train).append(record)
     return train, evals
+
+
+PLOTTED = ("loss", "eval/loss", "tok_s", "sup_tok_s", "data_wait", "mem/peak_gib")
+
+
+def check_record(record: dict, where: str) -> None:
+    """A step record the plots can use: an integer ``step`` >= 0 and numbers (or null) in the plotted fields."""
+    step = record.get("step")
+    problem = None if type(step) is int and step >= 0 else f"step is {step!r}, expected an integer >= 0"
+    for name in PLOTTED:
+        value = record.get(name)
+        if problem is None and value is not None and type(value) not in (int, float):
+            problem = f"{name} is {value!r:.40}, expected a number"
+    if problem:
+        raise PlotError(f"{where}: {problem}; the file is damaged: repair or delete that line (the run's plots are "
+                        "drawn from it)")
 
 
 def write_run_plots(run_dir: Path) -> list[Path]:
     """Draw the run's plots into ``<run>/plots/``; returns the files written."""
+    if not run_dir.is_dir():
+        raise PlotError(f"{run_dir} {'is a file, not' if run_dir.exists() else 'does not exist, not'} a run directory: "
+                        "name a run directory (runs/<expert>/<run>) with --run")
     train, evals = read_metrics(run_dir / "metrics.jsonl")
     if not train:
         raise PlotError(f"{run_dir / 'metrics.jsonl'} has no training step to plot")
     plt = pyplot()
     out = run_dir / PLOTS_DIR
+    if out.exists() and not out.is_dir():
+        raise PlotError(f"{out} is a file, not the plots directory: move it away to draw the plots")
     out.mkdir(exist_ok=True)
     steps = [r["step"] for r in train]
     charts = [

@@ -128,11 +128,11 @@ class Answers:
 
 def task_eval(answers: Answers, examples: list[Example], expert: str, metric_setting: str, run_dir: Path) -> dict:
     """Score base and adapter on ``examples``; write ``eval.jsonl`` and ``eval.json`` into ``run_dir``
-    (refused when the run already has them: an evaluation is never overwritten); returns the summary."""
-    for name in (EVAL_SUMMARY, EVAL_SAMPLES):
-        if (run_dir / name).exists():
-            raise TaskEvalError(f"{run_dir / name} exists: this run was evaluated already; move it away to "
-                                "evaluate again")
+    (refused when the run has an ``eval.json``: an evaluation is never overwritten); returns the summary.
+
+    ``eval.json`` is written last and is the evaluation's mark of completion: an ``eval.jsonl`` without
+    it is what an interrupted evaluation left, and is replaced."""
+    check_not_evaluated(run_dir)
     if not examples:
         raise TaskEvalError(f"the build has no validation prompts (val documents with a prompt before the "
                             f"answer): rebuild {expert} with pack.val_fraction > 0")
@@ -146,9 +146,17 @@ def task_eval(answers: Answers, examples: list[Example], expert: str, metric_set
         "base": aggregate([r["base_scores"] for r in rows]),
         "adapter": aggregate([r["adapter_scores"] for r in rows]),
     }
+    if (run_dir / EVAL_SAMPLES).exists():
+        log.info("%s has no %s beside it (an interrupted evaluation): replaced", run_dir / EVAL_SAMPLES, EVAL_SUMMARY)
     _write_new(run_dir / EVAL_SAMPLES, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    _write_new(run_dir / EVAL_SUMMARY, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    _write_new(run_dir / EVAL_SUMMARY, json.dumps(summary, indent=2, sort_keys=True) + "\n", replace=False)
     return summary
+
+
+def check_not_evaluated(run_dir: Path) -> None:
+    if (run_dir / EVAL_SUMMARY).exists():
+        raise TaskEvalError(f"{run_dir / EVAL_SUMMARY} exists: this run was evaluated already; move it away "
+                            "to evaluate again")
 
 
 def format_summary(summary: dict) -> str:
@@ -173,11 +181,22 @@ def format_samples(rows: list[dict], width: int = 200) -> str:
     return "\n".join(lines)
 
 
-def _write_new(path: Path, text: str) -> None:
-    """Write ``path`` through a temporary file, renamed into place (never half a file)."""
+def _write_new(path: Path, text: str, replace: bool = True) -> None:
+    """Write ``path`` through a temporary file moved into place (never half a file). With ``replace``
+    false an existing ``path`` is kept (hard link, which refuses an existing name: two evaluations at
+    once cannot both write it) and the second writer gets a TaskEvalError."""
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     tmp.write_text(text)
-    os.replace(tmp, path)
+    if replace:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        check_not_evaluated(path.parent)
+        raise
+    finally:
+        tmp.unlink()
 
 
 def end_of_run(model, train, expert: str, build_dir: Path, manifest: Manifest, tokenizer_dir: Path,

@@ -186,7 +186,7 @@ class TrainFailed(Exception):
 
 @main.command("eval")
 @click.argument("expert")
-@click.option("--run", "run_dir", default=None, type=click.Path(file_okay=False),
+@click.option("--run", "run_dir", default=None,
               help="The run directory to evaluate (default: EXPERT's newest finished run under --runs-dir).")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
@@ -202,7 +202,7 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 
     try:
         run_path = find_run(expert, run_dir, runs_dir)
-        summary = evaluate_run(run_path, max_examples)
+        summary = evaluate_run(run_path, max_examples, expert=expert)
     except (*EXPECTED_ERRORS, TaskEvalError) as e:
         raise TrainFailed(str(e)) from None
     click.echo(json.dumps({"run_dir": str(run_path), **summary}))
@@ -212,7 +212,7 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 @click.argument("expert")
 @cache_dir_option
 @click.option("--build-id", default=None, help="Plot this build (default: the one CURRENT names).")
-@click.option("--run", "run_dir", default=None, type=click.Path(file_okay=False),
+@click.option("--run", "run_dir", default=None,
               help="Plot this run (default: EXPERT's newest run under --runs-dir, if any).")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
@@ -358,6 +358,13 @@ def run() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as e:  # `packtrain` alone: the help, as before
+        e.show()
+        sys.exit(e.exit_code)
+    except click.UsageError as e:  # a bad option or argument: one line, like every other refusal
+        command = e.ctx.command_path if e.ctx is not None else "packtrain"
+        click.echo(f"error: {' '.join(e.format_message().split())} (see `{command} --help`)", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)

@@ -143,11 +143,25 @@ def converted_model_dir(name: str, gguf: Path | None = None) -> Path:
     return models_cache_dir() / f"{name}-{gguf_sha256(gguf)[:16]}"
 
 
+CONVERTED_MARK = "packtrain-source.json"
+"""Written last into a converted model directory (packtrain/trainer/convert.py): without it, the
+directory is not a finished conversion (copied in part, or left by a conversion killed mid-way)."""
+CONVERTED_FILES = ("config.json", "model.safetensors", "tokenizer.json", CONVERTED_MARK)
+
+
+def missing_converted_files(directory: Path) -> list[str]:
+    """The files a finished conversion has that ``directory`` lacks (empty: complete)."""
+    return [name for name in CONVERTED_FILES if not (directory / name).is_file()]
+
+
 def resolve_embedded(name: str) -> Path:
     directory = converted_model_dir(name)
     if not directory.is_dir():  # renamed into place only when complete (packtrain/trainer/convert.py)
         raise SourceNotFound(f"model {name!r} is not converted yet ({directory} does not exist): run "
                              f"`packtrain prepare-model EXPERT` once (`make pretokenize` and `make train` do)")
+    if missing := missing_converted_files(directory):
+        raise SourceNotFound(f"model {name!r}: {directory} is an incomplete conversion (no {', '.join(missing)}): "
+                             "run `packtrain prepare-model EXPERT`, which converts it again")
     return directory
 
 
