@@ -34,9 +34,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import unicodedata
 from pathlib import Path
+
+from packtrain.pipeline.notes import remembered_note
 
 # The pre-tokenizer regexes known to match every character (each ends in ``\s+`` after
 # alternatives for letters, numbers and everything else), hence safe for tiktoken's find-all.
@@ -170,18 +171,15 @@ def choose(wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_di
     except PackageNotFoundError:
         return False, "tiktoken is not installed (pip install tiktoken)"
     key = hashlib.sha256(f"{content_hash} {versions} {DECISION_VERSION}".encode()).hexdigest()[:16]
-    path = Path(cache_dir) / f"{key}.json"
-    try:
-        remembered = json.loads(path.read_text(encoding="utf-8"))
-        return bool(remembered["on"]), str(remembered["why"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # not decided yet for this tokenizer and these versions, or a damaged note: decide again
-    on, why = decide_in_child(tokenizer_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"on": on, "why": why, "versions": versions}), encoding="utf-8")
-    os.replace(tmp, path)
-    return on, why
+
+    def decided() -> dict:
+        on, why = decide_in_child(tokenizer_file)
+        return {"on": on, "why": why, "versions": versions}
+
+    note = remembered_note(Path(cache_dir) / f"{key}.json",
+                           lambda n: isinstance(n, dict) and isinstance(n.get("on"), bool) and isinstance(n.get("why"), str),
+                           decided)
+    return note["on"], note["why"]
 
 
 def decide_in_child(tokenizer_file: str | Path) -> tuple[bool, str]:

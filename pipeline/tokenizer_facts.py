@@ -13,12 +13,11 @@ atomically; a changed tokenizer file changes the key.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from importlib.metadata import version
 from pathlib import Path
 
 from packtrain.core.inputs import read_input
+from packtrain.pipeline.notes import remembered_note
 
 FACTS_VERSION = 1  # raise when compute() changes, so remembered facts are computed again
 FACTS_DIR = ".tokenizer-facts"  # inside SOURCES
@@ -42,19 +41,8 @@ def remembered(tokenizer_file: Path, content_hash: str, tokens: list[str], fix: 
     if cache_dir is None:
         return compute(tokenizer_file, tokens, fix)
     key = hashlib.sha256(f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION}".encode()).hexdigest()
-    path = Path(cache_dir) / f"{key[:16]}.json"
-    try:
-        facts = json.loads(path.read_text(encoding="utf-8"))
-        if valid(facts, tokens):
-            return facts
-    except (OSError, ValueError):
-        pass  # not computed yet for this tokenizer, or damaged: compute again
-    facts = compute(tokenizer_file, tokens, fix)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(facts, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
-    return facts
+    return remembered_note(Path(cache_dir) / f"{key[:16]}.json", lambda facts: valid(facts, tokens),
+                           lambda: compute(tokenizer_file, tokens, fix))
 
 
 def valid(facts, tokens: list[str]) -> bool:
