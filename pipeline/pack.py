@@ -104,9 +104,20 @@ def plan_pieces(
     """
     if overlong not in ("split", "truncate", "drop"):
         raise ValueError(f"overlong must be split, truncate or drop, got {overlong!r}")
-    pieces: list[Piece] = []
     counts = PieceCounts(documents=len(lengths))
-    for doc, (length, prompt) in enumerate(zip(lengths, prompt_lengths)):
+    lengths_a = np.asarray(lengths, np.int64).reshape(-1)
+    prompts_a = np.asarray(prompt_lengths, np.int64).reshape(-1)
+    # most documents fit a block whole and are supervised after the prompt: one piece each, decided at once
+    regular = lengths_a <= block_size
+    if masks:
+        regular[[doc for doc in masks if doc < len(regular)]] = False
+    whole = regular & (lengths_a > np.maximum(prompts_a, 1))  # a supervised token after the first
+    unsupervised = np.flatnonzero(regular & ~whole)
+    counts.dropped_unsupervised += len(unsupervised)
+    counts.tokens_lost += int(lengths_a[unsupervised].sum())
+    pieces: list[Piece] = []  # of the other documents, one at a time
+    for doc in np.flatnonzero(~regular).tolist():
+        length, prompt = int(lengths_a[doc]), int(prompts_a[doc])
         if length <= block_size:
             candidates = [(doc, 0, length)]
         else:
@@ -133,7 +144,14 @@ def plan_pieces(
                 counts.dropped_unsupervised += 1
                 counts.tokens_lost += piece[2] - piece[1]
                 _example(counts, "dropped_unsupervised", doc)
-    return pieces, counts
+    dropped = sorted({*unsupervised[:20].tolist(), *counts.examples.get("dropped_unsupervised", [])})[:20]
+    if dropped:
+        counts.examples["dropped_unsupervised"] = dropped
+    docs = np.flatnonzero(whole)
+    everything = np.concatenate([np.stack([docs, np.zeros_like(docs), lengths_a[docs]], axis=1),
+                                 np.asarray(pieces, np.int64).reshape(-1, 3)])
+    in_order = everything[np.lexsort((everything[:, 1], everything[:, 0]))]  # by document, then start
+    return list(map(tuple, in_order.tolist())), counts
 
 
 def _example(counts: PieceCounts, kind: str, doc: int, keep: int = 20) -> None:
@@ -153,7 +171,7 @@ def pack_bfd(pieces: Sequence[Piece], block_size: int) -> list[list[Piece]]:
     sizes = [stop - start for _, start, stop in pieces]
     if any(size > block_size or size <= 0 for size in sizes):
         raise ValueError(f"every piece must have 1..{block_size} tokens; plan_pieces first")
-    order = sorted(range(len(pieces)), key=lambda k: (-sizes[k], k))
+    order = np.argsort(-np.asarray(sizes, np.int64), kind="stable").tolist()  # longest first, ties in input order
     blocks: list[list[Piece]] = []
     free_values: list[int] = []  # sorted free-space values that some open block has
     blocks_by_free: dict[int, list[int]] = {}  # free space -> open blocks with exactly that much

@@ -36,9 +36,8 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     for first in range(0, len(blocks), ASSEMBLE_BLOCKS):
         ids, mask, doc_lens = assemble_blocks(blocks[first : first + ASSEMBLE_BLOCKS], documents, block_size,
                                               pad_id, dtype)
-        for row in range(len(ids)):
-            writer.add(ids[row], mask[row], doc_lens[row])
-            crash_point("mid_shard")
+        writer.add_rows(ids, mask, doc_lens)
+        crash_point("mid_shard")
         real += sum(map(sum, doc_lens))
         supervised += int(mask.sum(dtype=np.int64))
     shards = writer.close()
@@ -64,7 +63,7 @@ def assemble_blocks(blocks: list[list[tuple[int, int, int]]], documents: "Docume
     if not len(pieces):
         return ids, mask, doc_lens
     n = pieces[:, 2] - pieces[:, 1]
-    totals = [sum(lens) for lens in doc_lens]
+    totals = np.asarray([sum(lens) for lens in doc_lens], np.int64)
     assert max(totals) <= block_size, f"pieces hold {max(totals)} tokens, more than block_size {block_size}"
     piece_first = np.cumsum(n) - n  # each piece's first token among all the pieces' tokens, block after block
     source, token_first = documents.locate_many(pieces[:, 0])
@@ -76,11 +75,12 @@ def assemble_blocks(blocks: list[list[tuple[int, int, int]]], documents: "Docume
         tokens[here] = spill.tokens[src[here]]
         masks[here] = spill.masks[src[here]]
     masks[piece_first[n > 0]] = 0  # a piece's first token: nothing before it in the block is its document
-    at = 0
-    for row, total in enumerate(totals):  # each block's pieces are consecutive: one copy per block
-        ids[row, :total] = tokens[at : at + total]
-        mask[row, :total] = masks[at : at + total]
-        at += total
+    # each token's place in the [blocks, block_size] output: its block's row, then after the block's earlier pieces
+    row = np.repeat(np.arange(len(blocks)), [len(block) for block in blocks])
+    block_first = np.cumsum(totals) - totals  # each block's first token among all the pieces' tokens
+    dest = np.repeat(row * block_size - block_first[row], n) + np.arange(len(src))
+    ids.reshape(-1)[dest] = tokens
+    mask.reshape(-1)[dest] = masks
     return ids, mask, doc_lens
 
 

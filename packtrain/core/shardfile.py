@@ -57,7 +57,7 @@ def arrow_view(values: np.ndarray) -> pa.Array:
 
 
 class ShardWriter:
-    """Append blocks one at a time; files ``<split>-00000.arrow``, ``<split>-00001.arrow``, ..."""
+    """Append blocks (one or many at a time); files ``<split>-00000.arrow``, ``<split>-00001.arrow``, ..."""
 
     def __init__(self, directory: Path, split: str, block_size: int, dtype: np.dtype, shard_size_mb: int,
                  rows_per_shard: int | None = None, rows_per_batch: int = ROWS_PER_BATCH):
@@ -70,19 +70,32 @@ class ShardWriter:
         self.rows_per_shard = rows_per_shard or max(1, shard_size_mb * 2**20 // row_bytes)
         self.rows_per_batch = min(rows_per_batch, self.rows_per_shard)
         self.shards: list[dict] = []
-        self._ids: list[np.ndarray] = []
+        self._ids: list[np.ndarray] = []  # [rows, block_size] chunks of the record batch being filled
         self._mask: list[np.ndarray] = []
-        self._lens: list[list[int]] = []
+        self._lens: list[list[int]] = []  # doc_lens of each of its rows
+        self._rows = 0  # rows in the record batch being filled
         self._writer: pa.RecordBatchStreamWriter | None = None
         self._sink = None
         self._rows_in_shard = 0
 
     def add(self, ids: np.ndarray, mask: np.ndarray, doc_lens: list[int]) -> None:
-        self._ids.append(ids)
-        self._mask.append(mask)
-        self._lens.append(doc_lens)
-        if len(self._ids) == self.rows_per_batch or self._rows_in_shard + len(self._ids) == self.rows_per_shard:
-            self._flush()
+        """One block."""
+        self.add_rows(ids[None], mask[None], [doc_lens])
+
+    def add_rows(self, ids: np.ndarray, mask: np.ndarray, doc_lens: list[list[int]]) -> None:
+        """Blocks ``ids[i]``, ``mask[i]`` ([rows, block_size] each) with ``doc_lens[i]``: the same bytes
+        as adding them one by one, each record batch and shard cut at the same row."""
+        at = 0
+        while at < len(ids):
+            room = min(self.rows_per_batch, self.rows_per_shard - self._rows_in_shard) - self._rows
+            take = min(room, len(ids) - at)
+            self._ids.append(ids[at : at + take])
+            self._mask.append(mask[at : at + take])
+            self._lens.extend(doc_lens[at : at + take])
+            self._rows += take
+            at += take
+            if take == room:
+                self._flush()
 
     def close(self) -> list[dict]:
         """Flush and close; returns one ``{file, rows, bytes, sha256}`` per shard."""
@@ -91,23 +104,23 @@ class ShardWriter:
         return self.shards
 
     def _flush(self) -> None:
-        if not self._ids:
+        if not self._rows:
             return
         if self._writer is None:
             path = self.directory / f"{self.split}-{len(self.shards):05d}.arrow"
             self._sink = open(path, "wb")
             self._writer = pa.ipc.new_stream(self._sink, self.schema)
-        n = len(self._ids)
-        ids = pa.FixedSizeListArray.from_arrays(arrow_view(np.concatenate(self._ids).astype(self.dtype, copy=False)),
-                                                self.block_size)
-        mask = pa.FixedSizeListArray.from_arrays(arrow_view(np.concatenate(self._mask)), self.block_size)
+        n = self._rows
+        ids = np.concatenate(self._ids).reshape(-1).astype(self.dtype, copy=False)
+        ids = pa.FixedSizeListArray.from_arrays(arrow_view(ids), self.block_size)
+        mask = pa.FixedSizeListArray.from_arrays(arrow_view(np.concatenate(self._mask).reshape(-1)), self.block_size)
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum([len(lens) for lens in self._lens], out=offsets[1:])
         values = np.fromiter((x for lens in self._lens for x in lens), dtype=np.uint32, count=int(offsets[-1]))
         doc_lens = pa.ListArray.from_arrays(arrow_view(offsets), arrow_view(values))
         self._writer.write_batch(pa.record_batch([ids, mask, doc_lens], schema=self.schema))
         self._rows_in_shard += n
-        self._ids, self._mask, self._lens = [], [], []
+        self._ids, self._mask, self._lens, self._rows = [], [], [], 0
         if self._rows_in_shard >= self.rows_per_shard:
             self._finish_shard()
 
