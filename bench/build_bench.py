@@ -113,8 +113,9 @@ def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path, fast
         "build.fast_encoder": fast_encoder,
     })
     from packtrain.core.contract import tokenizer_fingerprint
-    from packtrain.pipeline import bpe_fast, tokenizer_facts
-    from packtrain.pipeline.build import FAST_ENCODER_NOTES
+    from packtrain.pipeline import tokenizer_facts
+    from packtrain.pipeline.encode_sources import FAST_ENCODER_NOTES
+    from packtrain.pipeline.encoder_decision import EncoderDecision
     from packtrain.pipeline.spill import SOURCES
     from packtrain.pipeline.tokenize import load_tokenizer_info
 
@@ -122,8 +123,9 @@ def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path, fast
     started = time.perf_counter()
     load_tokenizer_info(tokenizer, facts_dir=work / "cache" / "sql" / SOURCES / tokenizer_facts.FACTS_DIR)
     if fast_encoder:
-        bpe_fast.choose(True, tokenizer / "tokenizer.json", tokenizer_fingerprint(tokenizer)["hash"],
-                        work / "cache" / "sql" / SOURCES / FAST_ENCODER_NOTES)
+        with EncoderDecision(True, tokenizer / "tokenizer.json", tokenizer_fingerprint(tokenizer)["hash"],
+                             work / "cache" / "sql" / SOURCES / FAST_ENCODER_NOTES) as decision:
+            decision.result()
     decide_seconds = time.perf_counter() - started
     started, cpu = time.perf_counter(), cpu_seconds()
     result = build(config, work / "cache", log=lambda *a: None, progress=False)

@@ -32,12 +32,9 @@ engine or Unicode tables shows up as "off" rather than as different tokens.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import unicodedata
 from pathlib import Path
-
-from packtrain.pipeline.notes import remembered_note
 
 # The pre-tokenizer regexes known to match every character (each ends in ``\s+`` after
 # alternatives for letters, numbers and everything else), hence safe for tiktoken's find-all.
@@ -159,133 +156,78 @@ def probe_text() -> str:
     return "".join(context.format(c, c) for c in chars for context in contexts) + "".join(spaces)
 
 
-def choose(wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_dir: Path) -> tuple[bool, str]:
-    """The decision for one build, with its reason: :func:`decide`, remembered in ``cache_dir`` by
-    the tokenizer's content hash and the two libraries' versions (deciding takes seconds)."""
-    if not wanted:
-        return False, "build.fast_encoder is false"
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        versions = f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
-    except PackageNotFoundError:
-        return False, "tiktoken is not installed (pip install tiktoken)"
-    key = hashlib.sha256(f"{content_hash} {versions} {DECISION_VERSION}".encode()).hexdigest()[:16]
-
-    def decided() -> dict:
-        on, why = decide_in_child(tokenizer_file)
-        return {"on": on, "why": why, "versions": versions}
-
-    note = remembered_note(Path(cache_dir) / f"{key}.json",
-                           lambda n: isinstance(n, dict) and isinstance(n.get("on"), bool) and isinstance(n.get("why"), str),
-                           decided)
-    return note["on"], note["why"]
-
-
-def decide_in_child(tokenizer_file: str | Path) -> tuple[bool, str]:
-    """:func:`decide` in a child process: it holds the parsed tokenizer.json, both tokenizers and
-    the probe's ids (~0.4 GiB for Qwen's vocabulary), all given back to the system when it exits
-    instead of staying in the build's main process. The child sends one answer and exits: a build
-    killed meanwhile leaves no process behind (its answer finds the pipe closed)."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send), daemon=True)
-    child.start()
-    send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
-    try:
-        answer = receive.recv()
-    except EOFError:
-        answer = None
-    finally:
-        receive.close()
-        child.join()
-    if answer is None:  # the HF tokenizer is always exact: use it, and say why
-        return False, f"the encoder decision process ended without an answer (exit code {child.exitcode})"
-    if isinstance(answer, BaseException):
-        raise answer
-    return answer
-
-
-def _decide_and_send(tokenizer_file: str, send) -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the build's main process's business
-    try:
-        answer = decide(tokenizer_file)
-    except Exception as e:  # raised again in the build's process
-        answer = e
-    try:
-        send.send(answer)
-    except OSError:
-        pass  # the build is gone (killed): nobody to answer
-    send.close()
-
-
-def decide(tokenizer_file: str | Path) -> tuple[bool, str]:
-    """Whether the tiktoken encoder gives exactly this tokenizer's ids, and why (one line)."""
+def decide(tokenizer_file: str | Path, on_checks=None) -> tuple[bool, str]:
+    """Whether the tiktoken encoder gives exactly this tokenizer's ids, and why (one line).
+    ``on_checks(problem)`` is called once the quick structural checks are done (a fraction of a
+    second; ``problem`` is None when they pass), before the seconds of the merges check and the probe."""
     spec = json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))
-    why = structural_problem(spec)
-    if why:
-        return False, why
-    try:
-        import tiktoken  # noqa: F401
-    except ImportError:
-        return False, "tiktoken is not installed (pip install tiktoken)"
+    problem, ranks, merges = structure(spec)
+    if problem is None:
+        try:
+            import tiktoken  # noqa: F401
+        except ImportError:
+            problem = "tiktoken is not installed (pip install tiktoken)"
+    if on_checks is not None:
+        on_checks(problem)
+    if problem is None:
+        problem = merges_match_ranks(ranks, merges)
+    if problem is not None:
+        return False, problem
     from tokenizers import Tokenizer
 
     hf = Tokenizer.from_file(str(tokenizer_file))
-    encoder = FastEncoder(spec, lambda: hf)
+    encoder = FastEncoder(spec, lambda: hf, ranks)
     probe = unicodedata.normalize("NFC", probe_text()) if encoder.nfc else probe_text()
     pieces = [probe[i : i + 4096] for i in range(0, len(probe), 4096)]
     fast = [encoder.tiktoken_ids(p) for p in pieces]
-    slow = [e.ids for e in encoder.hf.encode_batch(pieces, add_special_tokens=False)]
+    slow = [e.ids for e in hf.encode_batch_fast(pieces, add_special_tokens=False)]  # ids only, no offsets
     for piece, f, s in zip(pieces, fast, slow):
         if f != s:
             return False, f"tiktoken and tokenizers differ on the probe text near {piece[:40]!r}"
-    return True, f"rank BPE equals its merges ({structural_reason(spec)}), probe text identical"
-
-
-def structural_reason(spec: dict) -> str:
-    return split_regex(spec.get("pre_tokenizer"))[1]
+    return True, f"rank BPE equals its merges ({split_regex(spec.get('pre_tokenizer'))[1]}), probe text identical"
 
 
 def structural_problem(spec: dict) -> str | None:
-    """Why the tokenizer.json is not one rank BPE reproduces exactly, or None."""
+    """Why the tokenizer.json is not one rank BPE can reproduce, or None; everything but whether
+    its merges agree with its ranks (:func:`merges_match_ranks`)."""
+    return structure(spec)[0]
+
+
+def structure(spec: dict) -> tuple[str | None, dict[bytes, int] | None, list[tuple[bytes, bytes]] | None]:
+    """(:func:`structural_problem`, and where there is none, the vocabulary's ranks and the merges
+    BPE can apply, as bytes)."""
     model = spec.get("model") or {}
     if model.get("type") != "BPE":
-        return f"the model is {model.get('type')}, not BPE"
+        return f"the model is {model.get('type')}, not BPE", None, None
     if model.get("dropout") or model.get("byte_fallback") or model.get("continuing_subword_prefix") \
             or model.get("end_of_word_suffix"):
-        return "the BPE model uses dropout, byte fallback, a subword prefix or a word suffix"
+        return "the BPE model uses dropout, byte fallback, a subword prefix or a word suffix", None, None
     normalizer = spec.get("normalizer")
     if normalizer not in (None, {"type": "NFC"}):
-        return f"the normalizer {normalizer.get('type')} is neither none nor NFC"
+        return f"the normalizer {normalizer.get('type')} is neither none nor NFC", None, None
     pattern, why = split_regex(spec.get("pre_tokenizer"))
     if pattern is None:
-        return why
+        return why, None, None
     added = spec.get("added_tokens") or []
     contents = [t["content"] for t in added]
     for token in added:
         if token.get("lstrip") or token.get("rstrip") or token.get("single_word") or not token["content"]:
-            return f"the added token {token['content']!r} strips, is single-word or is empty"
+            return f"the added token {token['content']!r} strips, is single-word or is empty", None, None
         if any(token["content"] in other for other in contents if other != token["content"]):
-            return f"the added token {token['content']!r} is inside another added token"
+            return f"the added token {token['content']!r} is inside another added token", None, None
     ranks = vocabulary_ranks(spec)
     if ranks is None:
-        return "a vocabulary token is not in the byte-level alphabet"
+        return "a vocabulary token is not in the byte-level alphabet", None, None
     if sum(len(t) == 1 for t in ranks) != 256:
-        return "the vocabulary lacks some of the 256 byte tokens"
+        return "the vocabulary lacks some of the 256 byte tokens", None, None
     merges = parse_merges(model.get("merges") or [])
     if merges is None:
-        return "a merge is not a pair"
+        return "a merge is not a pair", None, None
     decoded = [(token_bytes(a), token_bytes(b)) for a, b in merges]
     if any(a is None or b is None for a, b in decoded):
-        return "a merge is not in the byte-level alphabet"
+        return "a merge is not in the byte-level alphabet", None, None
     # a merge making an added token never applies: its text is split off before BPE
-    decoded = [(a, b) for a, b in decoded if (a + b).decode("utf-8", "replace") not in contents]
-    return merges_match_ranks(ranks, decoded)
+    return None, ranks, [(a, b) for a, b in decoded if (a + b).decode("utf-8", "replace") not in contents]
 
 
 def vocabulary_ranks(spec: dict) -> dict[bytes, int] | None:
@@ -307,16 +249,17 @@ class FastEncoder:
     """tiktoken for the texts it encodes exactly as the HF tokenizer does, the HF tokenizer for the
     rest (texts NFC would change, where the tokenizer normalizes with NFC). Build it only where
     :func:`decide` said yes. ``load_hf``: returns the HF tokenizer; called the first time a text
-    needs it, so a worker whose texts never do skips loading it."""
+    needs it, so a worker whose texts never do skips loading it. ``ranks``: :func:`vocabulary_ranks`
+    of ``spec``, where the caller has it already."""
 
-    def __init__(self, spec: dict, load_hf):
+    def __init__(self, spec: dict, load_hf, ranks: dict[bytes, int] | None = None):
         import numpy as np
         import tiktoken
 
         self.load_hf = load_hf
         self._hf = None
         added = {t["content"]: t["id"] for t in spec.get("added_tokens") or []}
-        ranks = vocabulary_ranks(spec)
+        ranks = ranks or vocabulary_ranks(spec)
         self.nfc = spec.get("normalizer") == {"type": "NFC"}
         self.trims = bool((spec.get("post_processor") or {}).get("trim_offsets"))
         self.encoding = tiktoken.Encoding("packtrain", pat_str=split_regex(spec.get("pre_tokenizer"))[0],

@@ -26,15 +26,12 @@ import json
 import os
 import shutil
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from filelock import FileLock
-from tqdm import tqdm
 
-from packtrain.pipeline import bpe_fast
 from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
 from packtrain.pipeline import tokenizer_facts
@@ -48,27 +45,15 @@ from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
-from packtrain.pipeline.format import RowFormatter, compile_chat_template
+from packtrain.pipeline.encode_sources import tokenize_sources
+from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
+from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.shards import pack_split
-from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill,
-                                      SpillWriter, remove_path, source_key, uncached_sources,
-                                      write_json)
-from packtrain.pipeline.sources import iter_batches
-from packtrain.pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream, load_tokenizer_info
-
-
-class BuildError(Exception):
-    """The build cannot go on; the message names the input and the fix."""
-
-
-class InputsChanged(BuildError):
-    """Input files (``files``) changed after the build id was computed from their hashes."""
-
-    def __init__(self, message: str, files: list[str]):
-        super().__init__(message)
-        self.files = files
+from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill, source_key,
+                                      uncached_sources, write_json)
+from packtrain.pipeline.tokenize import TokenizerInfo, load_tokenizer_info
 
 
 @dataclass
@@ -82,7 +67,6 @@ class BuildResult:
 # Bump when the build's logic changes its output for the same inputs (it is part of the build id,
 # so old builds are never reused by a pipeline that would write them differently).
 PIPELINE_VERSION = 3  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights
-FAST_ENCODER_NOTES = ".fast-encoder"  # inside SOURCES: remembered bpe_fast decisions, one file per tokenizer
 
 
 def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
@@ -129,16 +113,6 @@ def plan(config: ExpertConfig, cache_dir: str | os.PathLike, log=None) -> Plan:
     root.mkdir(parents=True, exist_ok=True)
     cache.save(lock=root / LOCK)
     return Plan(sources, tokenizer, inputs, build_id_of(inputs), cache)
-
-
-def check_inputs_unchanged(expert: str, files: StatCache | None) -> None:
-    """Refuse when an input file no longer holds the content its hash in the build id describes."""
-    changed = files.changed() if files is not None else []
-    if changed:
-        raise InputsChanged(
-            f"{', '.join(changed)} changed after the build id of {expert!r} was computed from its content "
-            "(edited or replaced while the build waited for the lock or read it); nothing was published or "
-            "cached under the old id: build again once the file stops changing", changed)
 
 
 def check_cache_outside_sources(config: ExpertConfig, cache_dir: str | os.PathLike) -> None:
@@ -316,83 +290,3 @@ def check_chat_template(tokenizer: TokenizerInfo) -> None:
         compile_chat_template(tokenizer.chat_template)
     except jinja2.TemplateError as e:
         raise BuildError(f"the chat template of {tokenizer.directory} does not compile: {e}") from None
-
-
-def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
-                     progress, files: StatCache | None = None, part: tuple[int, int] | None = None,
-                     log=print) -> None:
-    """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically,
-    once every input file is checked to be what ``files`` (:attr:`Plan.files`) hashed.
-
-    ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
-    ``n`` (pipeline/partition.py merges the parts). Every source directory records which batches it
-    holds (``batch_index.npy``) and how many documents of each split each batch gave
-    (``<split>.batch_docs.npy``): pipeline/spill.py.
-    """
-    stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
-                 "batch_rows": config.build.batch_rows, "batches": 0} for i in todo}
-    tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
-    headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
-    fast, why = bpe_fast.choose(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                                tokenizer.fingerprint["hash"], source_dirs[todo[0]].parent / FAST_ENCODER_NOTES)
-    log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} ({why})")
-    # tiktoken encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
-    exact, why = tokenizer.line_split() if config.build.line_cache and not fast else (False, "")
-    line_cache = config.build.line_cache and not fast and exact
-    log(f"line cache: {'on' if line_cache else 'off'} "
-        f"({why or ('not needed with the fast encoder' if fast else 'build.line_cache is false')})")
-
-    def tasks():
-        for i in todo:
-            spec, source = config.sources[i], sources[i]
-            formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
-                                     tokenizer.bos_token, tokenizer.eos_token)
-            task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
-                              tokenizer.prefix_ids if config.format.style == "template" else (),
-                              config.pack.val_fraction, line_cache=line_cache, fast_encoder=fast)
-            batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows)
-            for number, batch in enumerate(batches):
-                stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
-                if part is None or number % part[1] == part[0]:
-                    headers.append((i, batch.file, batch.start, number))
-                    yield task, batch.columns
-
-    writers: dict[int, SpillWriter] = {}
-    bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
-    tokens_seen = 0
-    try:
-        for i in todo:
-            writers[i] = SpillWriter(tmps[i], dtype)
-        for encoded in encode_stream(tasks(), config.build.num_proc, log):
-            i, file, start, number = headers.popleft()
-            rows = len(encoded.lengths) + len(encoded.bad_rows)
-            stats[i]["rows"] += rows
-            stats[i]["documents"] += len(encoded.lengths)
-            stats[i]["tokens"] += len(encoded.tokens)
-            for row, reason in encoded.bad_rows:
-                row_id = f"{config.sources[i].name}:{file}#{start + row}"
-                if config.build.on_bad_rows == "error":
-                    raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and count such rows)")
-                stats[i]["bad_rows"] += 1
-                if len(stats[i]["first_bad_rows"]) < 20:
-                    stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number, "at": row})
-            writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths, encoded.prompt_lengths,
-                                 encoded.is_val)
-            tokens_seen += len(encoded.tokens)
-            bar.update(rows)
-            bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s", refresh=False)
-            crash_point("mid_tokenize")
-        check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
-        for i in todo:
-            writers[i].close(stats[i])
-        for i in todo:
-            if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
-                remove_path(source_dirs[i])
-            os.rename(tmps[i], source_dirs[i])
-        fsync_dir(source_dirs[todo[0]].parent)
-    finally:
-        bar.close()
-        for writer in writers.values():
-            writer.abort()
-        for tmp in tmps.values():
-            shutil.rmtree(tmp, ignore_errors=True)

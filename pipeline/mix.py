@@ -24,16 +24,28 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def document_keys(tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray) -> list[bytes]:
-    """A 16-byte key per document: the blake2b of its tokens and of its loss mask.
+KEY_BYTES = 16
+
+
+def document_keys(tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """A 16-byte key per document, as rows of a uint8 array: the blake2b of its tokens (their bytes
+    in ``tokens``' dtype, the build's token dtype) and of its loss mask.
 
     >>> keys = document_keys(np.array([1, 2, 1, 2, 1, 2]), np.array([0, 1, 0, 1, 1, 1], np.uint8), np.array([2, 2, 2]))
-    >>> keys[0] == keys[1], keys[0] == keys[2]   # same tokens; the third has another mask
-    (True, False)
+    >>> keys.shape, bytes(keys[0]) == bytes(keys[1]), bytes(keys[0]) == bytes(keys[2])   # the third: another mask
+    ((3, 16), True, False)
     """
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return [hashlib.blake2b(tokens[a:b].tobytes() + b"|" + masks[a:b].tobytes(), digest_size=16).digest()
-            for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    token_bytes = memoryview(np.ascontiguousarray(tokens)).cast("B")
+    mask_bytes = memoryview(np.ascontiguousarray(masks)).cast("B")
+    width = tokens.dtype.itemsize
+    out = bytearray()
+    for a, b in zip(offsets[:-1], offsets[1:]):  # no copy of a document: hashed from views
+        key = hashlib.blake2b(token_bytes[a * width : b * width], digest_size=KEY_BYTES)
+        key.update(b"|")
+        key.update(mask_bytes[a:b])
+        out += key.digest()
+    return np.frombuffer(bytes(out), np.uint8).reshape(-1, KEY_BYTES)
 
 
 def unique(keys: Sequence[bytes], seen: set[bytes]) -> np.ndarray:

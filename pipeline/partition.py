@@ -24,7 +24,9 @@ from filelock import FileLock
 
 from packtrain.core.config import ExpertConfig
 from packtrain.core.contract import LOCK, TMP_PREFIX, expert_dir, token_dtype
-from packtrain.pipeline.build import BuildError, BuildResult, plan, publish_locked, tokenize_sources
+from packtrain.pipeline.build import BuildResult, plan, publish_locked
+from packtrain.pipeline.encode_sources import tokenize_sources
+from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.spill import (SOURCE_STATS, SOURCES, merge_spills, remove_path, source_cache_problem, source_key,
                                       uncached_sources)
 

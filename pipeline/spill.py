@@ -6,6 +6,7 @@
       <split>.lengths.npy                  tokens per document (int64)
       <split>.prompts.npy                  tokens before each document's first supervised one
       <split>.batch_docs.npy               documents of each batch (build.batch_rows rows)
+      <split>.keys                         each document's 16-byte key (mix.document_keys; made by the workers)
       batch_index.npy                      which batches of the source this directory holds
       stats.json                           written last, with the sha256 of every file above
 
@@ -37,7 +38,9 @@ SOURCE_STATS = "stats.json"
 SPLITS = ("train", "val")
 # A source cache directory: these files, then stats.json (written last) with their sha256 and its own.
 SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
-                                     for kind in ("tokens", "mask", "lengths.npy", "prompts.npy", "batch_docs.npy")))
+                                     for kind in ("tokens", "mask", "keys", "lengths.npy", "prompts.npy",
+                                                  "batch_docs.npy")))
+SPILL_VERSION = 2  # part of every source's key: raise when the files above change (2: document keys)
 SOURCE_STATS_SCHEMA = {
     "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
     "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
@@ -59,29 +62,31 @@ class SpillWriter:
         self.dtype = np.dtype(dtype)
         self.directory.mkdir(parents=True)
         self.files = {(split, kind): open(self.directory / f"{split}.{kind}", "wb")
-                      for split in SPLITS for kind in ("tokens", "mask")}
+                      for split in SPLITS for kind in ("tokens", "mask", "keys")}
         self.lengths: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
         self.prompts: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
         self.batch_index: list[int] = []
 
     def add_batch(self, number: int, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray,
-                  prompt_lengths: np.ndarray, is_val: np.ndarray) -> None:
-        """Batch ``number`` of the source: its documents go to train or val by ``is_val``."""
+                  prompt_lengths: np.ndarray, is_val: np.ndarray, keys: np.ndarray) -> None:
+        """Batch ``number`` of the source: its documents go to train or val by ``is_val``. ``keys``:
+        each document's key, mix.document_keys of ``tokens`` in this spill's dtype."""
         self.batch_index.append(number)
         if not is_val.any():  # the common case: no copy, the whole batch is training data
-            self.write("train", tokens, masks, lengths, prompt_lengths)
-            self.write("val", tokens[:0], masks[:0], lengths[:0], prompt_lengths[:0])
+            self.write("train", tokens, masks, lengths, prompt_lengths, keys)
+            self.write("val", tokens[:0], masks[:0], lengths[:0], prompt_lengths[:0], keys[:0])
             return
         val_tokens = np.repeat(is_val, lengths)
         for split, selected, docs in (("train", ~val_tokens, ~is_val), ("val", val_tokens, is_val)):
-            self.write(split, tokens[selected], masks[selected], lengths[docs], prompt_lengths[docs])
+            self.write(split, tokens[selected], masks[selected], lengths[docs], prompt_lengths[docs], keys[docs])
 
     def write(self, split: str, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray,
-              prompt_lengths: np.ndarray) -> None:
+              prompt_lengths: np.ndarray, keys: np.ndarray) -> None:
         """One batch's documents of ``split``."""
         # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills
         self.files[split, "tokens"].write(tokens.astype(self.dtype, copy=False).tobytes())
         self.files[split, "mask"].write(masks.tobytes())
+        self.files[split, "keys"].write(np.ascontiguousarray(keys, np.uint8).tobytes())
         self.lengths[split].append(lengths)
         self.prompts[split].append(prompt_lengths)
 
@@ -91,8 +96,11 @@ class SpillWriter:
             f.flush()
             os.fsync(f.fileno())
             f.close()
-            itemsize = self.dtype.itemsize if kind == "tokens" else 1
-            expected = int(sum(int(n.sum()) for n in self.lengths[split])) * itemsize
+            if kind == "keys":
+                expected = sum(len(n) for n in self.lengths[split]) * mix.KEY_BYTES
+            else:
+                itemsize = self.dtype.itemsize if kind == "tokens" else 1
+                expected = int(sum(int(n.sum()) for n in self.lengths[split])) * itemsize
             if os.path.getsize(f.name) != expected:  # never cache a short file as complete
                 raise OSError(errno.ENOSPC, f"{f.name} has {os.path.getsize(f.name)} bytes, expected {expected}: "
                                             "the disk is full or failing")
@@ -120,6 +128,7 @@ class SourceSpill:
         self.batch_first_doc = np.concatenate([[0], np.cumsum(np.load(directory / f"{split}.batch_docs.npy"))])
         self.tokens = mapped(directory / f"{split}.tokens", dtype)
         self.masks = mapped(directory / f"{split}.mask", np.uint8)
+        self.key_rows = mapped(directory / f"{split}.keys", np.uint8).reshape(-1, mix.KEY_BYTES)
         self.offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=self.offsets[1:])
 
@@ -127,16 +136,21 @@ class SourceSpill:
         """Supervised tokens per document (every document has at least its EOS token)."""
         if not len(self.lengths):
             return np.zeros(0, np.int64)
-        return np.add.reduceat(self.masks, self.offsets[:-1], dtype=np.int64)
+        # int32 sums (a document is far below 2**31 tokens): numpy's int64 reduceat of uint8 spends
+        # 0.5 s on its first call over a 34M-token spill, int32 0.03 s (docs/BENCHMARKS.md)
+        return np.add.reduceat(self.masks, self.offsets[:-1], dtype=np.int32).astype(np.int64)
 
     def keys(self) -> list[bytes]:
-        return mix.document_keys(self.tokens, self.masks, self.lengths)
+        """Each document's key (mix.document_keys), as the workers computed it."""
+        data = self.key_rows.tobytes()
+        return [data[i : i + mix.KEY_BYTES] for i in range(0, len(data), mix.KEY_BYTES)]
 
-    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(tokens, masks, lengths, prompt lengths) of the ``k``-th batch this spill holds."""
+    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens, masks, lengths, prompt lengths, keys) of the ``k``-th batch this spill holds."""
         a, b = int(self.batch_first_doc[k]), int(self.batch_first_doc[k + 1])
         start, stop = int(self.offsets[a]), int(self.offsets[b])
-        return self.tokens[start:stop], self.masks[start:stop], self.lengths[a:b], self.prompt_lengths[a:b]
+        return (self.tokens[start:stop], self.masks[start:stop], self.lengths[a:b], self.prompt_lengths[a:b],
+                self.key_rows[a:b])
 
 
 def mapped(path: Path, dtype) -> np.ndarray:
@@ -168,6 +182,7 @@ def source_key(inputs: dict, index: int) -> str:
     source = {k: v for k, v in inputs["sources"][index].items() if k != "weight"}  # weights apply when packing
     return sha256_json({
         "format_version": inputs["format_version"], "pipeline_version": inputs["pipeline_version"],
+        "spill_version": SPILL_VERSION,
         "source": source, "tokenizer": tokenizer,
         "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
         "on_bad_rows": inputs["on_bad_rows"],

@@ -31,7 +31,7 @@ import numpy as np
 from packtrain.core.contract import tokenizer_fingerprint
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
 from packtrain.core.inputs import check_input, read_input, read_json
-from packtrain.pipeline import tokenizer_facts
+from packtrain.pipeline import mix, tokenizer_facts
 from packtrain.pipeline.bpe_fast import FastEncoder
 from packtrain.pipeline.segments import LineCache, line_split_is_exact
 
@@ -160,6 +160,9 @@ class EncodeTask:
     """Special tokens before every document: the tokenizer's prefix in template style, none in chat
     style (the chat template renders its own BOS, as ``apply_chat_template`` does)."""
     val_fraction: float
+    token_dtype: str
+    """The build's token dtype (contract.token_dtype): the batch's tokens come back in it, and the
+    document keys hash them in it."""
     line_cache: bool = False
     """Memoize repeated lines (only set when TokenizerInfo.line_split says it is exact)."""
     fast_encoder: bool = False
@@ -173,6 +176,7 @@ class EncodedBatch:
     lengths: np.ndarray  # int64 per document
     prompt_lengths: np.ndarray  # int64 per document: tokens before its first supervised one
     is_val: np.ndarray  # bool per document
+    keys: np.ndarray  # uint8 [documents, 16]: each document's key (mix.document_keys)
     bad_rows: list[tuple[int, str]]  # (row index within the batch, reason)
 
 
@@ -236,8 +240,10 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     bad.sort()
     batch = assemble_documents([encoded[k] for k in good], [docs[k].spans[-1][1] == len(docs[k].text) for k in good],
                                task.head, task.eos_id)
+    batch["tokens"] = batch["tokens"].astype(task.token_dtype, copy=False)
     return EncodedBatch(**batch, is_val=np.fromiter((is_validation(docs[k].text, task.val_fraction) for k in good),
-                                                   bool, len(good)), bad_rows=bad)
+                                                   bool, len(good)),
+                        keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad)
 
 
 def format_rows(formatter: RowFormatter, columns: dict[str, list]) -> tuple[list[Formatted], list[int], list]:

@@ -16,6 +16,7 @@ from build_fixtures import make_project, make_tokenizer
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 from packtrain.pipeline import bpe_fast
+from packtrain.pipeline.encoder_decision import EncoderDecision
 from packtrain.pipeline.build import build
 
 # unicode of every script class the split regexes name, NFD pieces, whitespace runs, digits,
@@ -123,14 +124,42 @@ def test_a_tokenizer_where_equality_is_not_proven_is_refused(tmp_path, change, w
     assert not on and why in reason
 
 
+PROVING = ("fast encoder: on (tiktoken) (proving it exact for this tokenizer meanwhile, once: nothing it makes is "
+           "kept unless it is)")
+
+
+def decision(tokenizer_json: Path, content_hash: str, notes: Path, wanted: bool = True) -> tuple[bool, str]:
+    with EncoderDecision(wanted, tokenizer_json, content_hash, notes) as made:
+        return made.result()
+
+
 def test_the_decision_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
     notes = tmp_path / "notes"
-    first = bpe_fast.choose(True, tokenizer_json, "abc", notes)
-    monkeypatch.setattr(bpe_fast, "decide_in_child", lambda _: (False, "decided again"))
-    assert bpe_fast.choose(True, tokenizer_json, "abc", notes) == first
-    assert bpe_fast.choose(True, tokenizer_json, "other content", notes) == (False, "decided again")
-    assert bpe_fast.choose(False, tokenizer_json, "abc", notes) == (False, "build.fast_encoder is false")
+    first = decision(tokenizer_json, "abc", notes)
+    assert first == (True, "rank BPE equals its merges (GPT-2 byte-level), probe text identical")
+    tokenizer_json.write_text("{}")  # deciding again would now say "the model is None, not BPE"
+    assert decision(tokenizer_json, "abc", notes) == first
+    assert decision(tokenizer_json, "other content", notes) == (False, "the model is None, not BPE")
+    assert decision(tokenizer_json, "abc", notes, wanted=False) == (False, "build.fast_encoder is false")
+
+
+def test_the_structural_checks_answer_first_and_the_proof_after(tmp_path):
+    tokenizer_json = edit(tmp_path, swap_two_merged_ids)  # structurally fine; its merges disagree with its ids
+    with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
+        assert made.guess() == (True, None)  # tokenize with tiktoken meanwhile
+        on, why = made.result()
+    assert not on and "not above the previous merge's" in why
+    with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
+        assert made.guess() == (False, why)  # remembered: no guessing the next time
+
+
+def test_a_decision_process_that_dies_means_the_hf_tokenizer_and_is_not_remembered(tmp_path):
+    tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
+    with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
+        made.child.kill()
+        assert made.guess() == (False, "the encoder decision process ended without an answer (exit code -9)")
+    assert not list((tmp_path / "notes").glob("*.json"))
 
 
 def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path):
@@ -147,21 +176,35 @@ def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path):
         config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.line_cache": False})
         result = build(config, project["cache"], log=lines.append, progress=False)
         chosen = [line for line in lines if line.startswith("fast encoder:")]
-        assert chosen == ["fast encoder: on (tiktoken) (rank BPE equals its merges (GPT-2 byte-level), probe text identical)"
-                          if fast else "fast encoder: off (HF tokenizers) (build.fast_encoder is false)"]
+        assert chosen == ([PROVING, "fast encoder: proven exact (rank BPE equals its merges (GPT-2 byte-level), probe text "
+                                       "identical)"] if fast else ["fast encoder: off (HF tokenizers) (build.fast_encoder is false)"])
         built[fast] = (result.build_id, {p.name: p.read_bytes() for p in sorted(result.path.iterdir())
                                          if p.suffix == ".arrow" or p.name == "manifest.json"})
     assert len(built[True][1]) == 3  # train and val shards, manifest (config.json records the switch itself)
     assert built[True] == built[False]
 
 
-def test_a_refused_tokenizer_builds_with_hf_and_says_why(tmp_path):
+def test_a_tokenizer_refused_after_tokenizing_is_tokenized_again_with_hf_and_nothing_of_tiktoken_is_kept(tmp_path):
     project = make_project(tmp_path)
     tokenizer_json = project["model"] / "tokenizer.json"
     spec = json.loads(tokenizer_json.read_text())
     swap_two_merged_ids(spec)
     tokenizer_json.write_text(json.dumps(spec))
-    lines: list[str] = []
+    built = {}
+    for fast in (False, True):  # the fast one last: the next build reads the decision it left in the cache
+        shutil.rmtree(project["cache"], ignore_errors=True)
+        lines: list[str] = []
+        config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.line_cache": False})
+        result = build(config, project["cache"], log=lines.append, progress=False)
+        built[fast] = [(p.name, p.read_bytes()) for p in sorted(result.path.glob("*.arrow"))]
+        chosen = [line for line in lines if line.startswith("fast encoder:")]
+        if fast:
+            assert len(chosen) == 2 and chosen[0] == PROVING
+            assert chosen[1].startswith("fast encoder: not proven exact: tokenizing again with the HF tokenizer (merge ")
+    assert built[True] == built[False]
+    # the second build with it asks nothing of tiktoken
+    (project["data"]).write_text(project["data"].read_text() + project["data"].read_text().splitlines()[0] + "\n")
+    lines = []
     build(load_config("sql", project["configs"]), project["cache"], log=lines.append, progress=False)
     chosen = [line for line in lines if line.startswith("fast encoder:")]
     assert len(chosen) == 1 and chosen[0].startswith("fast encoder: off (HF tokenizers) (merge ")

@@ -16,8 +16,10 @@ import pytest
 from tokenizers import Tokenizer
 
 import packtrain.pipeline.build
+import packtrain.pipeline.encode_sources
 from build_fixtures import make_project, make_tokenizer, rows, write_jsonl
-from packtrain.pipeline.build import BuildError, build
+from packtrain.pipeline.build import build
+from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
 from packtrain.core.shardfile import open_shard
 from packtrain.core.contract import (
@@ -130,7 +132,7 @@ def test_second_run_is_a_no_op(project, monkeypatch):
     first = run_build(project)
     def fail(*_, **__):
         raise AssertionError("tokenized again")
-    monkeypatch.setattr(packtrain.pipeline.build, "encode_stream", fail)
+    monkeypatch.setattr(packtrain.pipeline.encode_sources, "encode_stream", fail)
     second = run_build(project)
     assert second.up_to_date and second.build_id == first.build_id
 

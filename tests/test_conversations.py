@@ -11,7 +11,8 @@ from tokenizers import Tokenizer
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import load_config
 from packtrain.core.shardfile import open_shard
-from packtrain.pipeline.build import BuildError, build
+from packtrain.pipeline.build import build
+from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.format import BadRow, render_conversation
 from packtrain.pipeline.inspect import inspect_build
 

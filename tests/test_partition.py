@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from build_fixtures import make_project, rows, write_jsonl
-from packtrain.pipeline.build import SOURCES, BuildError, build
+from packtrain.pipeline.build import SOURCES, build
+from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import read_current
 from packtrain.pipeline.partition import PARTS, merge, parse_part, pretokenize_part

@@ -25,7 +25,8 @@ import packtrain.pipeline.build
 import packtrain.core.contract
 import packtrain.pipeline.shards
 from build_fixtures import BUILD_SCRIPT, make_project, rows, split_source, write_jsonl
-from packtrain.pipeline.build import BuildError, build
+from packtrain.pipeline.build import build
+from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, Manifest, read_current, resolve_build, verify_checksums, write_current
 

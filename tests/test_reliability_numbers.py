@@ -18,7 +18,8 @@ import torch
 
 import packtrain.pipeline.tokenize as tokenize_module
 from build_fixtures import make_project, write_jsonl
-from packtrain.pipeline.build import BuildError, build
+from packtrain.pipeline.build import build
+from packtrain.pipeline.errors import BuildError
 from packtrain.cli.commands import resolve
 from packtrain.core.config import ConfigError, ExpertConfig, StageConfig
 from packtrain.core.config_build import SourceConfig
@@ -329,8 +330,9 @@ def test_ctrl_c_during_a_multi_process_build_is_one_line(tmp_path):
     assert "line cache: " in out  # it got as far as tokenizing
     root = project["cache"] / "sql"
     assert sorted(p.name for p in root.iterdir()) == [".lock", ".sources", ".stat-cache.json"]
-    # no source cache: only the remembered encoder decision and tokenizer facts
-    assert sorted(p.name for p in (root / ".sources").iterdir()) == [".fast-encoder", ".tokenizer-facts"]
+    # no source cache: only the remembered tokenizer facts (the encoder's proof, still running beside
+    # tokenizing, was stopped unanswered: nothing remembered)
+    assert sorted(p.name for p in (root / ".sources").iterdir()) == [".tokenizer-facts"]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # every worker is gone too
         try:

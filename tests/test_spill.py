@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import packtrain.pipeline.tokenize
+from packtrain.pipeline import mix
 from packtrain.pipeline.pack import assemble_block
 from packtrain.pipeline.shards import DocumentView, assemble_blocks
 from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
@@ -46,8 +47,9 @@ def write_spill(directory, batches):
     writer = SpillWriter(directory, np.uint16)
     try:
         for number, tokens, masks, lengths, prompts, is_val in batches:
-            writer.add_batch(number, np.array(tokens, np.uint32), np.array(masks, np.uint8),
-                             np.array(lengths, np.int64), np.array(prompts, np.int64), np.array(is_val, bool))
+            tokens, masks, lengths = np.array(tokens, np.uint16), np.array(masks, np.uint8), np.array(lengths, np.int64)
+            writer.add_batch(number, tokens, masks, lengths, np.array(prompts, np.int64), np.array(is_val, bool),
+                             mix.document_keys(tokens, masks, lengths))
         writer.close({**STATS, "batches": 4})
     finally:
         writer.abort()
@@ -61,7 +63,11 @@ def test_a_spill_reads_back_what_was_written_split_by_is_val(tmp_path):
     assert train.lengths.tolist() == [3, 4] and train.prompt_lengths.tolist() == [1, 2]
     assert train.supervised().tolist() == [2, 2]
     assert val.tokens.tolist() == [4, 5] and val.lengths.tolist() == [2]
-    assert [a.tolist() for a in train.batch(1)] == [[6, 6, 6, 6], [0, 0, 1, 1], [4], [2]]
+    assert [a.tolist() for a in train.batch(1)[:4]] == [[6, 6, 6, 6], [0, 0, 1, 1], [4], [2]]
+    # each document's key as written, split with its document: [7 8 9] is train, [4 5] val
+    assert train.keys() == [bytes(k) for k in mix.document_keys(train.tokens, train.masks, train.lengths)]
+    assert val.keys() == [bytes(mix.document_keys(np.array([4, 5], np.uint16), np.array([0, 1], np.uint8),
+                                                  np.array([2]))[0])]
     assert np.load(tmp_path / "s" / "batch_index.npy").tolist() == [0, 1]
     assert source_cache_problem(tmp_path / "s") is None
     assert json.loads((tmp_path / "s" / SOURCE_STATS).read_text())["documents"] == 3
@@ -76,12 +82,13 @@ def test_merge_interleaves_parts_back_into_batch_order(tmp_path):
     assert SourceSpill(tmp_path / "out", "val", np.uint16).tokens.tolist() == [3, 4]
     assert np.load(tmp_path / "out" / "batch_index.npy").tolist() == [0, 1, 2, 3]
     assert np.load(tmp_path / "out" / "train.batch_docs.npy").tolist() == [1, 0, 1, 1]
+    assert train.keys() == [bytes(k) for k in mix.document_keys(train.tokens, train.masks, train.lengths)]
 
 
 def test_a_short_spill_file_is_never_completed(tmp_path):
     writer = SpillWriter(tmp_path / "s", np.uint16)
     writer.add_batch(0, np.array([1, 2], np.uint32), np.array([0, 1], np.uint8), np.array([3]), np.array([1]),
-                     np.array([False]))  # lengths say 3 tokens, 2 were written
+                     np.array([False]), np.zeros((1, mix.KEY_BYTES), np.uint8))  # lengths say 3 tokens, 2 were written
     with pytest.raises(OSError, match="has 4 bytes, expected 6"):
         writer.close(STATS)
     writer.abort()

@@ -348,7 +348,7 @@ def status(experts, configs_dir, cache_dir, as_json):
 
 def run() -> None:
     """Entry point: expected errors print one clear message and exit 2, without a traceback."""
-    from packtrain.pipeline.build import BuildError
+    from packtrain.pipeline.errors import BuildError
     from packtrain.core.resolve import SourceNotFound
     from packtrain.pipeline.discover import SourceError
     from packtrain.pipeline.tokenize import TokenizerError

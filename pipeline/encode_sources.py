@@ -1,0 +1,129 @@
+"""Tokenizing the sources of a build into their source caches (pipeline/spill.py), with one pool of
+workers (pipeline/tokenize.py) and the encoder the fast-encoder decision allows
+(pipeline/encoder_decision.py): a source directory is written under a temporary name and renamed
+into place only when complete, its inputs checked unchanged and its encoder proven exact."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import deque
+from pathlib import Path
+
+from tqdm import tqdm
+
+from packtrain.core.contract import TMP_PREFIX, fsync_dir
+from packtrain.core.faults import crash_point
+from packtrain.pipeline.encoder_decision import EncoderDecision
+from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
+from packtrain.pipeline.format import RowFormatter
+from packtrain.pipeline.hashcache import StatCache
+from packtrain.pipeline.sources import iter_batches
+from packtrain.pipeline.spill import SpillWriter, remove_path
+from packtrain.pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream
+
+FAST_ENCODER_NOTES = ".fast-encoder"  # inside SOURCES: remembered encoder decisions, one file per tokenizer
+
+
+def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
+                     progress, files: StatCache | None = None, part: tuple[int, int] | None = None,
+                     log=print) -> None:
+    """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically,
+    once every input file is checked to be what ``files`` (:attr:`Plan.files`) hashed.
+
+    ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
+    ``n`` (pipeline/partition.py merges the parts). Every source directory records which batches it
+    holds (``batch_index.npy``) and how many documents of each split each batch gave
+    (``<split>.batch_docs.npy``): pipeline/spill.py.
+
+    The encoder is tiktoken where it is proven exact for the tokenizer (pipeline/encoder_decision.py).
+    The first build with a tokenizer tokenizes while the proof runs and waits for it before anything
+    is renamed into place; where it fails, the sources are tokenized again with the HF tokenizer.
+    """
+    tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
+
+    def tokenize(fast: bool) -> None:
+        """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json."""
+        # tiktoken encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
+        exact, why = tokenizer.line_split() if config.build.line_cache and not fast else (False, "")
+        line_cache = config.build.line_cache and not fast and exact
+        log(f"line cache: {'on' if line_cache else 'off'} "
+            f"({why or ('not needed with the fast encoder' if fast else 'build.line_cache is false')})")
+        stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
+                     "batch_rows": config.build.batch_rows, "batches": 0} for i in todo}
+        headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
+
+        def tasks():
+            for i in todo:
+                spec, source = config.sources[i], sources[i]
+                formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
+                                         tokenizer.bos_token, tokenizer.eos_token)
+                task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
+                                  tokenizer.prefix_ids if config.format.style == "template" else (),
+                                  config.pack.val_fraction, dtype.name, line_cache=line_cache, fast_encoder=fast)
+                batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows)
+                for number, batch in enumerate(batches):
+                    stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
+                    if part is None or number % part[1] == part[0]:
+                        headers.append((i, batch.file, batch.start, number))
+                        yield task, batch.columns
+
+        writers = {}
+        bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
+        tokens_seen = 0
+        try:
+            for i in todo:
+                writers[i] = SpillWriter(tmps[i], dtype)
+            for encoded in encode_stream(tasks(), config.build.num_proc, log):
+                i, file, start, number = headers.popleft()
+                rows = len(encoded.lengths) + len(encoded.bad_rows)
+                stats[i]["rows"] += rows
+                stats[i]["documents"] += len(encoded.lengths)
+                stats[i]["tokens"] += len(encoded.tokens)
+                for row, reason in encoded.bad_rows:
+                    row_id = f"{config.sources[i].name}:{file}#{start + row}"
+                    if config.build.on_bad_rows == "error":
+                        raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and count "
+                                         "such rows)")
+                    stats[i]["bad_rows"] += 1
+                    if len(stats[i]["first_bad_rows"]) < 20:
+                        stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number, "at": row})
+                writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths, encoded.prompt_lengths,
+                                     encoded.is_val, encoded.keys)
+                tokens_seen += len(encoded.tokens)
+                bar.update(rows)
+                bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s",
+                                    refresh=False)
+                crash_point("mid_tokenize")
+            for i in todo:
+                writers[i].close(stats[i])
+        finally:
+            bar.close()
+            for writer in writers.values():
+                writer.abort()
+
+    decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
+                               tokenizer.fingerprint["hash"], source_dirs[todo[0]].parent / FAST_ENCODER_NOTES)
+    try:
+        fast, why = decision.guess()
+        log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} "
+            f"({why or 'proving it exact for this tokenizer meanwhile, once: nothing it makes is kept unless it is'})")
+        tokenize(fast)
+        if why is None:  # the proof ran beside tokenizing: the tokens are kept only where it holds
+            fast, why = decision.result()
+            log(f"fast encoder: {'proven exact' if fast else 'not proven exact: tokenizing again with the HF tokenizer'}"
+                f" ({why})")
+            if not fast:
+                for tmp in tmps.values():
+                    shutil.rmtree(tmp)
+                tokenize(False)
+        check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
+        for i in todo:
+            if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
+                remove_path(source_dirs[i])
+            os.rename(tmps[i], source_dirs[i])
+        fsync_dir(source_dirs[todo[0]].parent)
+    finally:
+        decision.close()
+        for tmp in tmps.values():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,129 @@
+"""Whether a build may keep what the tiktoken encoder made: bpe_fast.decide, run beside the build.
+
+Deciding takes seconds on a real vocabulary (the merges check of 151k tokens and a probe text of
+1.2M characters; docs/BENCHMARKS.md), once per tokenizer: the answer is remembered in the cache,
+keyed by the tokenizer's content hash and the two libraries' versions. The first build with a
+tokenizer does not wait for it:
+
+1. a child process runs :func:`bpe_fast.decide`; its quick structural checks answer first (a
+   fraction of a second): where they fail, the build tokenizes with the HF tokenizer and that is
+   the decision;
+2. where they pass, the build tokenizes with tiktoken while the child finishes the proof;
+3. before any token is cached, the build waits for the proof (:meth:`EncoderDecision.result`).
+   Where it fails, everything tiktoken made is deleted and the sources are tokenized again with
+   the HF tokenizer, so a build's bytes never depend on the encoder.
+
+The child holds the parsed tokenizer.json and both tokenizers (~0.4 GiB for Qwen's vocabulary),
+given back to the system when it exits. It sends its answers and exits: a build killed meanwhile
+leaves no process behind, and a child that dies unanswered means the HF tokenizer, not remembered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from packtrain.pipeline import bpe_fast
+from packtrain.pipeline.notes import read_note, write_note
+
+
+class EncoderDecision:
+    """The fast-encoder decision of one build; use as a context manager (the child is stopped on exit)."""
+
+    def __init__(self, wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_dir: Path):
+        self.answer: tuple[bool, str] | None = None
+        self.checked = False  # the structural checks' answer was read
+        self.child = self.receive = None
+        if not wanted:
+            self.answer = (False, "build.fast_encoder is false")
+            return
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            self.versions = f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
+        except PackageNotFoundError:
+            self.answer = (False, "tiktoken is not installed (pip install tiktoken)")
+            return
+        key = hashlib.sha256(f"{content_hash} {self.versions} {bpe_fast.DECISION_VERSION}".encode()).hexdigest()[:16]
+        self.path = Path(cache_dir) / f"{key}.json"
+        note = read_note(self.path, lambda n: isinstance(n, dict) and isinstance(n.get("on"), bool)
+                         and isinstance(n.get("why"), str))
+        if note is not None:
+            self.answer = (note["on"], note["why"])
+            return
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.receive, send = context.Pipe(duplex=False)
+        self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send), daemon=True)
+        self.child.start()
+        send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
+
+    def __enter__(self) -> "EncoderDecision":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def guess(self) -> tuple[bool, str | None]:
+        """(tokenize with tiktoken?, why) once the structural checks are done; ``why`` is None while
+        the proof is still running (:meth:`result` has the answer)."""
+        if self.answer is None and not self.checked:
+            self.checked = True
+            problem = self._next()
+            if self.answer is None and problem is not None:
+                self._settle(False, problem)
+        return self.answer if self.answer is not None else (True, None)
+
+    def result(self) -> tuple[bool, str]:
+        """The proven answer, waiting for the child if it is still deciding."""
+        self.guess()
+        if self.answer is None:
+            answer = self._next()
+            if self.answer is None:
+                self._settle(*answer)
+        return self.answer
+
+    def close(self) -> None:
+        if self.child is not None:
+            if self.child.is_alive():
+                self.child.terminate()
+            self.child.join()
+            self.receive.close()
+            self.child = None
+
+    def _next(self):
+        """The child's next answer; where it died without one, the answer is the HF tokenizer (always
+        exact), not remembered."""
+        try:
+            value = self.receive.recv()
+        except EOFError:
+            self.child.join()
+            self.answer = (False, f"the encoder decision process ended without an answer (exit code "
+                                  f"{self.child.exitcode})")
+            self.close()
+            return None
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    def _settle(self, on: bool, why: str) -> None:
+        self.answer = (on, why)
+        write_note(self.path, {"on": on, "why": why, "versions": self.versions})
+        self.close()
+
+
+def _decide_and_send(tokenizer_file: str, send) -> None:
+    """In the child: the structural checks' problem (None: they passed), then the answer (on, why)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the build's main process's business
+    try:
+        try:
+            answer = bpe_fast.decide(tokenizer_file, on_checks=send.send)
+        except Exception as e:  # raised again in the build's process
+            answer = e
+        send.send(answer)
+    except OSError:
+        pass  # the build is gone (killed) or stopped listening: nobody to answer
+    send.close()

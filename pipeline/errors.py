@@ -1,0 +1,27 @@
+"""The build's errors: each message names the input and the fix."""
+
+from __future__ import annotations
+
+from packtrain.pipeline.hashcache import StatCache
+
+
+class BuildError(Exception):
+    """The build cannot go on; the message names the input and the fix."""
+
+
+class InputsChanged(BuildError):
+    """Input files (``files``) changed after the build id was computed from their hashes."""
+
+    def __init__(self, message: str, files: list[str]):
+        super().__init__(message)
+        self.files = files
+
+
+def check_inputs_unchanged(expert: str, files: StatCache | None) -> None:
+    """Refuse when an input file no longer holds the content its hash in the build id describes."""
+    changed = files.changed() if files is not None else []
+    if changed:
+        raise InputsChanged(
+            f"{', '.join(changed)} changed after the build id of {expert!r} was computed from its content "
+            "(edited or replaced while the build waited for the lock or read it); nothing was published or "
+            "cached under the old id: build again once the file stops changing", changed)
