@@ -26,7 +26,7 @@ from packtrain.trainer.task_eval import end_of_run
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
 
 
-def finish_run(config: ExpertConfig, train: TrainConfig, model, fsdp: bool, world: World, run_dir: Path,
+def finish_run(config: ExpertConfig, train: TrainConfig, model, *, fsdp: bool, world: World, run_dir: Path,
                build_dir: Path, manifest, state: TrainState, info: RunInfo, tok_dir: Path, device, precision,
                records: list, evals: list, wall: float, start_tokens: int) -> Path:
     """Write the run's final artifacts and end-of-run answers (rank 0; every rank takes part in

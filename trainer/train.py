@@ -290,8 +290,9 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         metrics.close()
     wall = time.perf_counter() - start
 
-    return finish_run(config, train, model, fsdp, world, run_dir, build_dir, manifest, state, info, tok_dir,
-                      device, precision, records, evals, wall, start_tokens)
+    return finish_run(config, train, model, fsdp=fsdp, world=world, run_dir=run_dir, build_dir=build_dir,
+                      manifest=manifest, state=state, info=info, tok_dir=tok_dir, device=device, precision=precision,
+                      records=records, evals=evals, wall=wall, start_tokens=start_tokens)
 
 
 def resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world: World):
