@@ -187,15 +187,10 @@ def decide(tokenizer_file: str | Path, on_checks=None) -> tuple[bool, str]:
     return True, f"rank BPE equals its merges ({split_regex(spec.get('pre_tokenizer'))[1]}), probe text identical"
 
 
-def structural_problem(spec: dict) -> str | None:
-    """Why the tokenizer.json is not one rank BPE can reproduce, or None; everything but whether
-    its merges agree with its ranks (:func:`merges_match_ranks`)."""
-    return structure(spec)[0]
-
-
 def structure(spec: dict) -> tuple[str | None, dict[bytes, int] | None, list[tuple[bytes, bytes]] | None]:
-    """(:func:`structural_problem`, and where there is none, the vocabulary's ranks and the merges
-    BPE can apply, as bytes)."""
+    """(why the tokenizer.json is not one rank BPE can reproduce, or None; and where there is none,
+    the vocabulary's ranks and the merges BPE can apply, as bytes). Everything but whether the
+    merges agree with the ranks (:func:`merges_match_ranks`)."""
     model = spec.get("model") or {}
     if model.get("type") != "BPE":
         return f"the model is {model.get('type')}, not BPE", None, None

@@ -27,14 +27,15 @@ FAST_ENCODER_NOTES = ".fast-encoder"  # inside SOURCES: remembered encoder decis
 
 def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
                      progress, files: StatCache | None = None, part: tuple[int, int] | None = None,
-                     log=print) -> None:
+                     log=print, *, sources_root: Path) -> None:
     """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically,
     once every input file is checked to be what ``files`` (:attr:`Plan.files`) hashed.
 
     ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
     ``n`` (pipeline/partition.py merges the parts). Every source directory records which batches it
     holds (``batch_index.npy``) and how many documents of each split each batch gave
-    (``<split>.batch_docs.npy``): pipeline/spill.py.
+    (``<split>.batch_docs.npy``): pipeline/spill.py. ``sources_root``: the expert's
+    ``.sources`` directory, where the encoder decision is remembered (a part's sources are elsewhere).
 
     The encoder is tiktoken where it is proven exact for the tokenizer (pipeline/encoder_decision.py).
     The first build with a tokenizer tokenizes while the proof runs and waits for it before anything
@@ -103,7 +104,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 writer.abort()
 
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                               tokenizer.fingerprint["hash"], source_dirs[todo[0]].parent / FAST_ENCODER_NOTES)
+                               tokenizer.fingerprint["hash"], sources_root / FAST_ENCODER_NOTES)
     try:
         fast, why = decision.guess()
         log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} "
@@ -118,6 +119,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     shutil.rmtree(tmp)
                 tokenize(False)
         check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
+        decision.remember()  # the tokenizer is the content its hash names: the answer is about it
         for i in todo:
             if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
                 remove_path(source_dirs[i])

@@ -13,9 +13,13 @@ tokenizer does not wait for it:
    Where it fails, everything tiktoken made is deleted and the sources are tokenized again with
    the HF tokenizer, so a build's bytes never depend on the encoder.
 
-The child holds the parsed tokenizer.json and both tokenizers (~0.4 GiB for Qwen's vocabulary),
-given back to the system when it exits. It sends its answers and exits: a build killed meanwhile
-leaves no process behind, and a child that dies unanswered means the HF tokenizer, not remembered.
+The answer is remembered (:meth:`EncoderDecision.remember`) only once the build has checked that
+the tokenizer files still hold the content its hash names. The child holds the parsed
+tokenizer.json and both tokenizers (~0.4 GiB for Qwen's vocabulary, beside the workers' memory on
+a first build), given back to the system when it exits. It is stopped when the build ends, fails or
+is interrupted; a build killed with SIGKILL leaves it running until its answer finds the pipe
+closed (seconds). A child that dies or fails without an answer means the HF tokenizer (always
+exact), said in the log and not remembered.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 
 from packtrain.pipeline import bpe_fast
 from packtrain.pipeline.notes import read_note, write_note
+from packtrain.pipeline.tokenize import children_ignore_ctrl_c
 
 
 class EncoderDecision:
@@ -33,6 +38,7 @@ class EncoderDecision:
     def __init__(self, wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_dir: Path):
         self.answer: tuple[bool, str] | None = None
         self.checked = False  # the structural checks' answer was read
+        self.settled = False  # the child answered: remember() writes the answer
         self.child = self.receive = None
         if not wanted:
             self.answer = (False, "build.fast_encoder is false")
@@ -56,7 +62,8 @@ class EncoderDecision:
         context = multiprocessing.get_context("spawn")
         self.receive, send = context.Pipe(duplex=False)
         self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send), daemon=True)
-        self.child.start()
+        with children_ignore_ctrl_c():
+            self.child.start()
         send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
 
     def __enter__(self) -> "EncoderDecision":
@@ -84,6 +91,13 @@ class EncoderDecision:
                 self._settle(*answer)
         return self.answer
 
+    def remember(self) -> None:
+        """Keep the answer for the next builds with this tokenizer; call once the tokenizer files are
+        checked to be the content the key hashes (an answer the child could not give is not kept)."""
+        if self.answer is not None and self.settled:
+            write_note(self.path, {"on": self.answer[0], "why": self.answer[1], "versions": self.versions})
+            self.settled = False
+
     def close(self) -> None:
         if self.child is not None:
             if self.child.is_alive():
@@ -93,23 +107,22 @@ class EncoderDecision:
             self.child = None
 
     def _next(self):
-        """The child's next answer; where it died without one, the answer is the HF tokenizer (always
-        exact), not remembered."""
+        """The child's next answer; where it died or failed without one, the answer is the HF
+        tokenizer (always exact), not remembered, and None is returned."""
         try:
             value = self.receive.recv()
         except EOFError:
             self.child.join()
-            self.answer = (False, f"the encoder decision process ended without an answer (exit code "
-                                  f"{self.child.exitcode})")
+            value = RuntimeError(f"it ended without an answer (exit code {self.child.exitcode})")
+        if isinstance(value, BaseException):
+            self.answer = (False, f"the encoder decision process failed, so the HF tokenizer: {value}")
             self.close()
             return None
-        if isinstance(value, BaseException):
-            raise value
         return value
 
     def _settle(self, on: bool, why: str) -> None:
         self.answer = (on, why)
-        write_note(self.path, {"on": on, "why": why, "versions": self.versions})
+        self.settled = True
         self.close()
 
 
@@ -121,8 +134,8 @@ def _decide_and_send(tokenizer_file: str, send) -> None:
     try:
         try:
             answer = bpe_fast.decide(tokenizer_file, on_checks=send.send)
-        except Exception as e:  # raised again in the build's process
-            answer = e
+        except Exception as e:  # the build's process says so and uses the HF tokenizer
+            answer = RuntimeError(f"{type(e).__name__}: {e}")
         send.send(answer)
     except OSError:
         pass  # the build is gone (killed) or stopped listening: nobody to answer

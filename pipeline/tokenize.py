@@ -331,11 +331,11 @@ def _init_worker() -> None:
 
 
 @contextlib.contextmanager
-def _workers_ignore_ctrl_c():
-    """Start worker processes with SIGINT ignored from their first instruction (an ignored signal
-    stays ignored across exec), so a Ctrl-C, which the terminal sends to every process of the group,
-    interrupts only the main process: it stops the pool and cleans up, and no worker prints a
-    traceback."""
+def children_ignore_ctrl_c():
+    """Start child processes (the workers, the encoder decision) with SIGINT ignored from their first
+    instruction (an ignored signal stays ignored across exec), so a Ctrl-C, which the terminal sends
+    to every process of the group, interrupts only the main process: it stops the children and
+    cleans up, and no child prints a traceback."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -364,7 +364,7 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
             yield encode_rows(task, columns)
         return
     context = multiprocessing.get_context("spawn")
-    with _workers_ignore_ctrl_c():
+    with children_ignore_ctrl_c():
         pool = context.Pool(num_proc, initializer=_init_worker)
     with pool:
         pending: deque = deque()

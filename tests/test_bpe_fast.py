@@ -130,7 +130,9 @@ PROVING = ("fast encoder: on (tiktoken) (proving it exact for this tokenizer mea
 
 def decision(tokenizer_json: Path, content_hash: str, notes: Path, wanted: bool = True) -> tuple[bool, str]:
     with EncoderDecision(wanted, tokenizer_json, content_hash, notes) as made:
-        return made.result()
+        answer = made.result()
+        made.remember()
+        return answer
 
 
 def test_the_decision_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
@@ -149,6 +151,8 @@ def test_the_structural_checks_answer_first_and_the_proof_after(tmp_path):
     with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
         assert made.guess() == (True, None)  # tokenize with tiktoken meanwhile
         on, why = made.result()
+        assert not list((tmp_path / "notes").glob("*.json"))  # kept only once the build says the tokenizer held
+        made.remember()
     assert not on and "not above the previous merge's" in why
     with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
         assert made.guess() == (False, why)  # remembered: no guessing the next time
@@ -158,7 +162,19 @@ def test_a_decision_process_that_dies_means_the_hf_tokenizer_and_is_not_remember
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
     with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
         made.child.kill()
-        assert made.guess() == (False, "the encoder decision process ended without an answer (exit code -9)")
+        assert made.guess() == (False, "the encoder decision process failed, so the HF tokenizer: it ended "
+                                       "without an answer (exit code -9)")
+        made.remember()
+    assert not list((tmp_path / "notes").glob("*.json"))
+
+
+def test_a_decision_process_that_fails_means_the_hf_tokenizer_and_is_not_remembered(tmp_path):
+    tokenizer_json = tmp_path / "tokenizer.json"
+    tokenizer_json.write_text("{not json")
+    with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
+        on, why = made.result()
+        made.remember()
+    assert not on and why.startswith("the encoder decision process failed, so the HF tokenizer: JSONDecodeError: ")
     assert not list((tmp_path / "notes").glob("*.json"))
 
 
