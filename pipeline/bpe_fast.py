@@ -156,11 +156,14 @@ def probe_text() -> str:
     return "".join(context.format(c, c) for c in chars for context in contexts) + "".join(spaces)
 
 
-def decide(tokenizer_file: str | Path, on_checks=None) -> tuple[bool, str]:
+def decide(tokenizer_file: str | Path, on_checks=None, text: str | None = None) -> tuple[bool, str]:
     """Whether the tiktoken encoder gives exactly this tokenizer's ids, and why (one line).
     ``on_checks(problem)`` is called once the quick structural checks are done (a fraction of a
-    second; ``problem`` is None when they pass), before the seconds of the merges check and the probe."""
-    spec = json.loads(Path(tokenizer_file).read_text(encoding="utf-8"))
+    second; ``problem`` is None when they pass), before the seconds of the merges check and the probe.
+    ``text``: the file's content, read once by the caller (both tokenizers are built from it)."""
+    if text is None:
+        text = Path(tokenizer_file).read_text(encoding="utf-8")
+    spec = json.loads(text)
     problem, ranks, merges = structure(spec)
     if problem is None:
         try:
@@ -175,7 +178,7 @@ def decide(tokenizer_file: str | Path, on_checks=None) -> tuple[bool, str]:
         return False, problem
     from tokenizers import Tokenizer
 
-    hf = Tokenizer.from_file(str(tokenizer_file))
+    hf = Tokenizer.from_str(text)
     encoder = FastEncoder(spec, lambda: hf, ranks)
     probe = unicodedata.normalize("NFC", probe_text()) if encoder.nfc else probe_text()
     pieces = [probe[i : i + 4096] for i in range(0, len(probe), 4096)]

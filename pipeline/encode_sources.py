@@ -104,7 +104,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 writer.abort()
 
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                               tokenizer.fingerprint["hash"], sources_root / FAST_ENCODER_NOTES)
+                               tokenizer.fingerprint["hash"], sources_root / FAST_ENCODER_NOTES,
+                               tokenizer.fingerprint["files"]["tokenizer.json"])
     try:
         fast, why = decision.guess()
         log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} "

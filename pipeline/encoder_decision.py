@@ -35,7 +35,10 @@ from packtrain.pipeline.tokenize import children_ignore_ctrl_c
 class EncoderDecision:
     """The fast-encoder decision of one build; use as a context manager (the child is stopped on exit)."""
 
-    def __init__(self, wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_dir: Path):
+    def __init__(self, wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_dir: Path,
+                 file_hash: str | None = None):
+        """``file_hash``: the sha256 of tokenizer.json that ``content_hash`` was computed from; the child
+        refuses to decide about other content (the file edited, then put back, while the build ran)."""
         self.answer: tuple[bool, str] | None = None
         self.checked = False  # the structural checks' answer was read
         self.settled = False  # the child answered: remember() writes the answer
@@ -61,7 +64,7 @@ class EncoderDecision:
 
         context = multiprocessing.get_context("spawn")
         self.receive, send = context.Pipe(duplex=False)
-        self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send), daemon=True)
+        self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send, file_hash), daemon=True)
         with children_ignore_ctrl_c():
             self.child.start()
         send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
@@ -126,14 +129,18 @@ class EncoderDecision:
         self.close()
 
 
-def _decide_and_send(tokenizer_file: str, send) -> None:
-    """In the child: the structural checks' problem (None: they passed), then the answer (on, why)."""
+def _decide_and_send(tokenizer_file: str, send, file_hash: str | None = None) -> None:
+    """In the child: the structural checks' problem (None: they passed), then the answer (on, why);
+    about the bytes read once here, and only where they are the ones ``file_hash`` names."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the build's main process's business
     try:
         try:
-            answer = bpe_fast.decide(tokenizer_file, on_checks=send.send)
+            raw = Path(tokenizer_file).read_bytes()
+            if file_hash is not None and hashlib.sha256(raw).hexdigest() != file_hash:
+                raise RuntimeError(f"{tokenizer_file} is not the content the build hashed (changed while it ran)")
+            answer = bpe_fast.decide(tokenizer_file, on_checks=send.send, text=raw.decode("utf-8"))
         except Exception as e:  # the build's process says so and uses the HF tokenizer
             answer = RuntimeError(f"{type(e).__name__}: {e}")
         send.send(answer)

@@ -1,0 +1,38 @@
+"""A CLI run with hooks (tests/test_attack14.py). Run as a file so the spawned decision child imports
+it as __mp_main__ too: the ATK_SLOW_* hooks apply in the child."""
+import os
+import signal
+import sys
+import threading
+import time
+
+from packtrain.pipeline import bpe_fast, encoder_decision
+
+if os.environ.get("ATK_SLOW_CHECKS"):  # in the child: the structural checks take this long
+    _structure = bpe_fast.structure
+    bpe_fast.structure = lambda spec: (time.sleep(float(os.environ["ATK_SLOW_CHECKS"])), _structure(spec))[1]
+if os.environ.get("ATK_SLOW_PROOF"):  # in the child: the proof takes this long
+    _merges = bpe_fast.merges_match_ranks
+    bpe_fast.merges_match_ranks = lambda *a: (time.sleep(float(os.environ["ATK_SLOW_PROOF"])), _merges(*a))[1]
+if os.environ.get("ATK_CHILD_RAISES"):  # in the child: the proof raises after the checks passed
+    def _boom(*a, **k):
+        raise MemoryError("simulated")
+    bpe_fast.probe_text = _boom
+
+if __name__ == "__main__":
+    where = os.environ.get("ATK_INT_IN")  # guess or result: Ctrl-C 0.5 s into the wait
+    if where:
+        cls = encoder_decision.EncoderDecision
+        real = getattr(cls, where)
+        fired = []
+
+        def hooked(self):
+            if self.child is not None and not fired:
+                fired.append(1)
+                (open(os.environ["ATK_PIDFILE"], "w").write(str(self.child.pid)) if os.environ.get("ATK_PIDFILE") else None)
+                threading.Timer(0.5, lambda: os.killpg(os.getpgrp(), signal.SIGINT)).start()
+            return real(self)
+        setattr(cls, where, hooked)
+    from packtrain.cli.commands import run
+    sys.argv = ["packtrain", *sys.argv[1:]]
+    run()

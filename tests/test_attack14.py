@@ -1,0 +1,254 @@
+"""Attacks on the encoder decision beside tokenizing (pipeline/encoder_decision.py, encode_sources.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+import packtrain.pipeline.encode_sources
+from build_fixtures import ROOT, make_project, rows, write_jsonl
+from packtrain.core.configfile import load_config
+from packtrain.pipeline import bpe_fast
+from packtrain.pipeline.build import build
+from packtrain.pipeline.encoder_decision import EncoderDecision
+from packtrain.pipeline.errors import BuildError
+
+HOOKED_CLI = Path(__file__).with_name("atk14_cli.py")
+
+
+def swap_two_merged_ids(spec: dict) -> None:
+    vocab = spec["model"]["vocab"]
+    merges = spec["model"]["merges"]
+    first, last = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in (merges[0], merges[-1]))
+    vocab[first], vocab[last] = vocab[last], vocab[first]
+
+
+def refuse(project) -> tuple[bytes, bytes]:
+    """Make the project's tokenizer structurally fine but refused by the proof; (old, new) bytes."""
+    path = project["model"] / "tokenizer.json"
+    old = path.read_bytes()
+    spec = json.loads(old)
+    swap_two_merged_ids(spec)
+    path.write_text(json.dumps(spec))
+    return old, path.read_bytes()
+
+
+def notes(cache: Path) -> list[str]:
+    d = cache / "sql" / ".sources" / ".fast-encoder"
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def leftovers(cache: Path) -> list[str]:
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob(".tmp-*"))
+
+
+def shard_bytes(result) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(result.path.iterdir())
+            if p.suffix == ".arrow" or p.name == "manifest.json"}
+
+
+def reference(project, tmp_path, **overrides) -> dict:
+    cache = tmp_path / "ref-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    config = load_config("sql", project["configs"], {"build.fast_encoder": False, **overrides})
+    return shard_bytes(build(config, cache, log=lambda *_: None, progress=False))
+
+
+def note_key(content_hash: str) -> str:
+    versions = f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
+    return hashlib.sha256(f"{content_hash} {versions} {bpe_fast.DECISION_VERSION}".encode()).hexdigest()[:16] + ".json"
+
+
+def group_gone(pgid: int, seconds: float = 20) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    os.killpg(pgid, signal.SIGKILL)
+    return False
+
+
+def cli(project, env_extra: dict, *args, hooked=True, num_proc=1):
+    env = {**os.environ, **env_extra}
+    entry = [str(HOOKED_CLI)] if hooked else ["-m", "packtrain.cli"]
+    proc = subprocess.Popen([sys.executable, *entry, *args, "sql", "--configs-dir", str(project["configs"]),
+                             "--cache-dir", str(project["cache"]), "--num-proc", str(num_proc), "--no-progress"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    out, err = proc.communicate(timeout=120)
+    return proc, out, err
+
+
+# 1. Ctrl-C while waiting for guess() and for result()
+@pytest.mark.parametrize("where, slow, num_proc", [("guess", "ATK_SLOW_CHECKS", 1), ("result", "ATK_SLOW_PROOF", 1),
+                                                   ("result", "ATK_SLOW_PROOF", 2)])
+def test_ctrl_c_while_waiting_for_the_decision(tmp_path, where, slow, num_proc):
+    project = make_project(tmp_path, n_rows=200)
+    started = time.monotonic()
+    proc, out, err = cli(project, {"ATK_INT_IN": where, slow: "8"}, "pretokenize", num_proc=num_proc)
+    took = time.monotonic() - started
+    assert proc.returncode == 130, (out, err)
+    assert [line for line in err.splitlines() if line.strip()] == ["aborted"], err
+    assert took < 7, f"waited for the child's answer: {took:.1f}s"
+    assert group_gone(proc.pid), "a process of the interrupted build is still alive"
+    assert leftovers(project["cache"]) == []
+    assert notes(project["cache"]) == []
+    assert [p.name for p in (project["cache"] / "sql" / ".sources").iterdir() if not p.name.startswith(".")] == []
+
+
+# 2. SIGKILL mid-tokenize on a first build
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_sigkill_mid_tokenize_then_the_next_build_is_the_hf_bytes(tmp_path, num_proc):
+    project = make_project(tmp_path, n_rows=200)
+    proc, out, err = cli(project, {"PACKTRAIN_CRASH_AT": "mid_tokenize"}, "pretokenize", hooked=False,
+                         num_proc=num_proc)
+    assert proc.returncode == -signal.SIGKILL, (out, err)
+    assert group_gone(proc.pid), "the decision child (or a worker) outlived the killed build"
+    lines = []
+    config = load_config("sql", project["configs"], {"build.num_proc": num_proc})
+    result = build(config, project["cache"], log=lines.append, progress=False)
+    assert shard_bytes(result) == reference(project, tmp_path, **{"build.num_proc": num_proc})
+    assert len(notes(project["cache"])) == 1
+    assert leftovers(project["cache"]) == [] or all(".tmp-" in x for x in leftovers(project["cache"]))
+
+
+def keep_only_the_notes(cache: Path) -> None:
+    kept = cache.parent / "kept-notes"
+    shutil.move(cache / "sql" / ".sources" / ".fast-encoder", kept)
+    shutil.rmtree(cache)
+    (cache / "sql" / ".sources").mkdir(parents=True)
+    shutil.move(kept, cache / "sql" / ".sources" / ".fast-encoder")
+
+
+# 3. damaged notes
+@pytest.mark.parametrize("text", ["{garbage", '{"on": "yes", "why": "x"}', '{"on": true}', "[]", "\xff\xfe",
+                                  '{"on": true, "why": 3}'])
+def test_a_damaged_note_is_decided_again(tmp_path, text):
+    project = make_project(tmp_path)
+    refuse(project)
+    config = load_config("sql", project["configs"])
+    build(config, project["cache"], log=lambda *_: None, progress=False)
+    (note,) = (project["cache"] / "sql" / ".sources" / ".fast-encoder").glob("*.json")
+    note.write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff\xfe" else b"\xff\xfe")
+    keep_only_the_notes(project["cache"])
+    lines = []
+    result = build(config, project["cache"], log=lines.append, progress=False)
+    assert shard_bytes(result) == reference(project, tmp_path)
+    assert json.loads(note.read_text())["on"] is False
+
+
+def test_a_tampered_on_note_for_a_refused_tokenizer(tmp_path):
+    """Only reachable by editing the note by hand: documents what happens."""
+    project = make_project(tmp_path)
+    refuse(project)
+    config = load_config("sql", project["configs"])
+    build(config, project["cache"], log=lambda *_: None, progress=False)
+    (note,) = (project["cache"] / "sql" / ".sources" / ".fast-encoder").glob("*.json")
+    note.write_text(json.dumps({**json.loads(note.read_text()), "on": True}))
+    keep_only_the_notes(project["cache"])
+    lines = []
+    result = build(config, project["cache"], log=lines.append, progress=False)
+    print([line for line in lines if line.startswith("fast encoder")])
+    same = shard_bytes(result) == reference(project, tmp_path)
+    print("tampered note -> same bytes as HF:", same)
+
+
+# 4. tokenizer.json edited during tokenizing
+def test_tokenizer_json_edited_while_tokenizing_leaves_no_note_for_the_old_hash(tmp_path, monkeypatch):
+    project = make_project(tmp_path, n_rows=40)
+    path = project["model"] / "tokenizer.json"
+    old_hash = hashlib.sha256()  # the fingerprint's hash: computed by the build; catch it
+    seen = []
+    real_init = EncoderDecision.__init__
+
+    def init(self, wanted, tokenizer_file, content_hash, *rest):
+        seen.append(content_hash)
+        real_init(self, wanted, tokenizer_file, content_hash, *rest)
+    monkeypatch.setattr(EncoderDecision, "__init__", init)
+    real = packtrain.pipeline.encode_sources.iter_batches
+    edits = []
+
+    def hooked(*a, **k):
+        for number, batch in enumerate(real(*a, **k)):
+            yield batch
+            if number == 0 and not edits:
+                edits.append(1)
+                spec = json.loads(path.read_text())
+                path.write_text(json.dumps(spec, indent=1))  # new content, same tokenizer
+    monkeypatch.setattr(packtrain.pipeline.encode_sources, "iter_batches", hooked)
+    result = build(load_config("sql", project["configs"]), project["cache"], log=lambda *_: None, progress=False)
+    assert len(seen) == 2 and seen[0] != seen[1]
+    assert notes(project["cache"]) == [note_key(seen[1])]
+    assert leftovers(project["cache"]) == []
+    assert len([p for p in (project["cache"] / "sql" / ".sources").iterdir() if not p.name.startswith(".")]) == 1
+    assert shard_bytes(result) == reference(project, tmp_path)
+
+
+def test_tokenizer_json_swapped_and_restored_while_the_child_reads_it(tmp_path, monkeypatch):
+    """The child proves another content than the one hashed (edited, then put back before the check):
+    the answer it gives must not be kept for the hashed content, nor tiktoken's tokens."""
+    project = make_project(tmp_path, n_rows=40)
+    good, refused = refuse(project)  # the project's tokenizer is the refused one
+    path = project["model"] / "tokenizer.json"
+    real_init, real_guess = EncoderDecision.__init__, EncoderDecision.guess
+
+    def init(self, *a):
+        path.write_bytes(good)  # the child reads the one tiktoken is exact for...
+        real_init(self, *a)
+
+    def guess(self):
+        answer = real_guess(self)
+        path.write_bytes(refused)  # ...and it is back before anything else reads it
+        return answer
+    monkeypatch.setattr(EncoderDecision, "__init__", init)
+    monkeypatch.setattr(EncoderDecision, "guess", guess)
+    lines = []
+    result = build(load_config("sql", project["configs"]), project["cache"], log=lines.append, progress=False)
+    monkeypatch.undo()
+    print([line for line in lines if line.startswith("fast encoder")])
+    assert shard_bytes(result) == reference(project, tmp_path)
+    for note in (project["cache"] / "sql" / ".sources" / ".fast-encoder").glob("*.json"):
+        assert json.loads(note.read_text())["on"] is False
+
+
+# 5. the child raises after the checks passed
+def test_the_proof_raising_means_hf_and_one_line(tmp_path):
+    project = make_project(tmp_path, n_rows=60)
+    proc, out, err = cli(project, {"ATK_CHILD_RAISES": "1"}, "pretokenize")
+    assert proc.returncode == 0, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out, err
+    chosen = [line for line in out.splitlines() if "fast encoder:" in line]
+    print(chosen)
+    assert any("failed, so the HF tokenizer: MemoryError: simulated" in line for line in chosen), out
+    assert notes(project["cache"]) == []
+    assert group_gone(proc.pid)
+
+
+# 6. on_bad_rows error during the speculative pass
+def test_bad_row_error_while_the_proof_runs(tmp_path):
+    project = make_project(tmp_path, n_rows=60)
+    records = rows(60)
+    records[40]["answer"] = None
+    write_jsonl(project["data"], records)
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace("build:\n", "build:\n  on_bad_rows: error\n"))
+    proc, out, err = cli(project, {"ATK_SLOW_PROOF": "5"}, "pretokenize")
+    print(out, err)
+    assert proc.returncode == 2, (out, err)
+    assert len([line for line in err.splitlines() if line.strip()]) == 1 and "bad row" in err, err
+    assert group_gone(proc.pid, 3), "the decision child outlived the failed build"
+    assert leftovers(project["cache"]) == []
+    assert notes(project["cache"]) == []
