@@ -84,7 +84,7 @@ def group_gone(pgid: int, seconds: float = 20) -> bool:
 def cli(project, env_extra: dict, *args, hooked=True, num_proc=1):
     env = {**os.environ, **env_extra}
     entry = [str(HOOKED_CLI)] if hooked else ["-m", "packtrain.cli"]
-    proc = subprocess.Popen([sys.executable, *entry, *args, "sql", "--configs-dir", str(project["configs"]),
+    proc = subprocess.Popen([sys.executable, *entry, args[0], "sql", *args[1:], "--configs-dir", str(project["configs"]),
                              "--cache-dir", str(project["cache"]), "--num-proc", str(num_proc), "--no-progress"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -250,5 +250,31 @@ def test_bad_row_error_while_the_proof_runs(tmp_path):
     assert proc.returncode == 2, (out, err)
     assert len([line for line in err.splitlines() if line.strip()]) == 1 and "bad row" in err, err
     assert group_gone(proc.pid, 3), "the decision child outlived the failed build"
+    assert leftovers(project["cache"]) == []
+    assert notes(project["cache"]) == []
+
+
+# 7. partitioned builds
+def test_parts_with_a_refused_tokenizer_merge_to_the_hf_bytes(tmp_path):
+    from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
+    project = make_project(tmp_path, n_rows=90)
+    refuse(project)
+    config = load_config("sql", project["configs"])
+    for i in range(3):
+        lines = []
+        pretokenize_part(config, tmp_path / f"m{i}", (i, 3), log=lines.append)
+        assert leftovers(tmp_path / f"m{i}") == []
+        shutil.copytree(tmp_path / f"m{i}" / "sql" / ".sources" / PARTS, project["cache"] / "sql" / ".sources" / PARTS,
+                        dirs_exist_ok=True)
+    merged = merge(config, project["cache"], 3, log=lambda *_: None)
+    assert shard_bytes(merged) == reference(project, tmp_path)
+
+
+def test_ctrl_c_in_a_part_while_waiting_for_the_proof(tmp_path):
+    project = make_project(tmp_path, n_rows=200)
+    proc, out, err = cli(project, {"ATK_INT_IN": "result", "ATK_SLOW_PROOF": "8"}, "pretokenize", "--part", "0/2")
+    assert proc.returncode == 130, (out, err)
+    assert [line for line in err.splitlines() if line.strip()] == ["aborted"], err
+    assert group_gone(proc.pid)
     assert leftovers(project["cache"]) == []
     assert notes(project["cache"]) == []
