@@ -122,3 +122,12 @@ def split_source(project: dict, n_files: int) -> Path:
     config = project["configs"] / "sql.yaml"
     config.write_text(config.read_text().replace(f"name: {project['data']}", f"name: {parts}"))
     return parts
+
+
+def swap_two_merged_ids(spec: dict) -> None:
+    """Edit a tokenizer.json spec so its merges no longer rise with their ids: structurally a byte-level
+    BPE tiktoken could run, refused by the merges check (pipeline/bpe_fast.py)."""
+    vocab = spec["model"]["vocab"]
+    merges = spec["model"]["merges"]
+    first, last = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in (merges[0], merges[-1]))
+    vocab[first], vocab[last] = vocab[last], vocab[first]

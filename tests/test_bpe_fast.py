@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from build_fixtures import make_project, make_tokenizer
+from build_fixtures import make_project, make_tokenizer, swap_two_merged_ids
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 from packtrain.pipeline import bpe_fast
@@ -102,13 +102,6 @@ def edit(tmp_path: Path, change) -> Path:
     change(spec)
     (directory / "tokenizer.json").write_text(json.dumps(spec))
     return directory / "tokenizer.json"
-
-
-def swap_two_merged_ids(spec: dict) -> None:
-    vocab = spec["model"]["vocab"]
-    merges = spec["model"]["merges"]
-    first, last = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in (merges[0], merges[-1]))
-    vocab[first], vocab[last] = vocab[last], vocab[first]
 
 
 @pytest.mark.parametrize("change, why", [

@@ -1,4 +1,4 @@
-"""A CLI run with hooks (tests/test_attack14.py). Run as a file so the spawned decision child imports
+"""A CLI run with hooks (tests/test_reliability_encoder_decision.py). Run as a file so the spawned decision child imports
 it as __mp_main__ too: the ATK_SLOW_* hooks apply in the child."""
 import os
 import signal
