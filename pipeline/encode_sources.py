@@ -120,7 +120,10 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     shutil.rmtree(tmp)
                 tokenize(False)
         check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
-        decision.remember()  # the tokenizer is the content its hash names: the answer is about it
+        try:  # the tokenizer is the content its hash names: the answer is about it
+            decision.remember()
+        except OSError as e:  # a shortcut for later builds, not part of this one
+            log(f"fast encoder: its answer could not be remembered ({e}); the next build decides again")
         for i in todo:
             if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
                 remove_path(source_dirs[i])

@@ -255,3 +255,15 @@ def test_ctrl_c_in_a_part_while_waiting_for_the_proof(tmp_path):
     assert group_gone(proc.pid)
     assert leftovers(project["cache"]) == []
     assert notes(project["cache"]) == []
+
+
+def test_an_answer_that_cannot_be_remembered_does_not_fail_the_build(tmp_path):
+    project = make_project(tmp_path)
+    notes_dir = project["cache"] / "sql" / ".sources" / ".fast-encoder"
+    notes_dir.parent.mkdir(parents=True)
+    notes_dir.write_text("a file where the notes directory would be")
+    lines: list[str] = []
+    result = build(load_config("sql", project["configs"]), project["cache"], log=lines.append, progress=False)
+    assert shard_bytes(result) == reference(project, tmp_path)
+    assert [line.split(" (")[0] for line in lines if line.startswith("fast encoder: its answer")] == [
+        "fast encoder: its answer could not be remembered"]
