@@ -124,7 +124,7 @@ def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path, fast
     load_tokenizer_info(tokenizer, facts_dir=work / "cache" / "sql" / SOURCES / tokenizer_facts.FACTS_DIR)
     if fast_encoder:
         with EncoderDecision(True, tokenizer / "tokenizer.json", tokenizer_fingerprint(tokenizer)["hash"],
-                             work / "cache" / "sql" / SOURCES / FAST_ENCODER_NOTES) as decision:
+                             work / "cache" / FAST_ENCODER_NOTES) as decision:
             decision.result()
     decide_seconds = time.perf_counter() - started
     started, cpu = time.perf_counter(), cpu_seconds()

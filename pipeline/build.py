@@ -240,7 +240,7 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
         check_chat_template(tokenizer)
     if todo:
         tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress, files, log=log,
-                         sources_root=root / SOURCES)
+                         cache_dir=root.parent)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
     source_stats = [read_json(d / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA) for d in source_dirs]

@@ -22,20 +22,21 @@ from packtrain.pipeline.sources import iter_batches
 from packtrain.pipeline.spill import SpillWriter, remove_path
 from packtrain.pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream
 
-FAST_ENCODER_NOTES = ".fast-encoder"  # inside SOURCES: remembered encoder decisions, one file per tokenizer
+FAST_ENCODER_NOTES = ".fast-encoder"  # in the cache directory: remembered encoder decisions, one file per tokenizer,
+# shared by every expert built there (the key is the tokenizer's content and the libraries' versions)
 
 
 def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
                      progress, files: StatCache | None = None, part: tuple[int, int] | None = None,
-                     log=print, *, sources_root: Path) -> None:
+                     log=print, *, cache_dir: Path) -> None:
     """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically,
     once every input file is checked to be what ``files`` (:attr:`Plan.files`) hashed.
 
     ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
     ``n`` (pipeline/partition.py merges the parts). Every source directory records which batches it
     holds (``batch_index.npy``) and how many documents of each split each batch gave
-    (``<split>.batch_docs.npy``): pipeline/spill.py. ``sources_root``: the expert's
-    ``.sources`` directory, where the encoder decision is remembered (a part's sources are elsewhere).
+    (``<split>.batch_docs.npy``): pipeline/spill.py. ``cache_dir``: the cache
+    directory, where the encoder decision is remembered for every expert built there.
 
     The encoder is tiktoken where it is proven exact for the tokenizer (pipeline/encoder_decision.py).
     The first build with a tokenizer tokenizes while the proof runs and waits for it before anything
@@ -104,7 +105,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 writer.abort()
 
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                               tokenizer.fingerprint["hash"], sources_root / FAST_ENCODER_NOTES,
+                               tokenizer.fingerprint["hash"], Path(cache_dir) / FAST_ENCODER_NOTES,
                                tokenizer.fingerprint["files"]["tokenizer.json"])
     try:
         fast, why = decision.guess()

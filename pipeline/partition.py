@@ -61,7 +61,7 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
             todo.append(i)
     if todo:
         tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, files,
-                         part=part, log=log, sources_root=root / SOURCES)
+                         part=part, log=log, cache_dir=root.parent)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
         f"`packtrain merge {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
     return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,

@@ -217,3 +217,18 @@ def test_a_tokenizer_refused_after_tokenizing_is_tokenized_again_with_hf_and_not
     build(load_config("sql", project["configs"]), project["cache"], log=lines.append, progress=False)
     chosen = [line for line in lines if line.startswith("fast encoder:")]
     assert len(chosen) == 1 and chosen[0].startswith("fast encoder: off (HF tokenizers) (merge ")
+
+
+def test_the_decision_is_made_once_per_cache_directory_for_every_expert(tmp_path):
+    project = make_project(tmp_path)
+    (project["configs"] / "other.yaml").write_text((project["configs"] / "sql.yaml").read_text())
+    said = {}
+    for expert in ("sql", "other"):
+        lines: list[str] = []
+        build(load_config(expert, project["configs"]), project["cache"], log=lines.append, progress=False)
+        said[expert] = [line for line in lines if line.startswith("fast encoder:")]
+    assert said["sql"] == [PROVING, "fast encoder: proven exact (rank BPE equals its merges (GPT-2 byte-level), probe "
+                                    "text identical)"]
+    assert said["other"] == ["fast encoder: on (tiktoken) (rank BPE equals its merges (GPT-2 byte-level), probe text "
+                             "identical)"]
+    assert len(list((project["cache"] / ".fast-encoder").glob("*.json"))) == 1

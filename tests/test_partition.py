@@ -118,7 +118,7 @@ def test_parts_cut_with_different_batch_rows_do_not_merge(project):
 
 def test_a_part_remembers_the_encoder_decision_where_every_build_of_the_expert_reads_it(project):
     pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
-    notes = project["cache"] / "sql" / SOURCES / ".fast-encoder"
+    notes = project["cache"] / ".fast-encoder"
     assert [json.loads(p.read_text())["on"] for p in notes.glob("*.json")] == [True]
     lines: list[str] = []
     pretokenize_part(config_of(project), project["cache"], (1, 2), log=lines.append)

@@ -148,7 +148,7 @@ def test_retention_keeps_current_recent_and_checkpointed_builds(two_sources):
     assert left == sorted([ids[0], ids[2], ids[3]])
     # b.jsonl's tokens are shared by every build; a.jsonl keeps one cache per kept build
     cached = [p for p in (two_sources["cache"] / "sql" / SOURCES).iterdir() if not p.name.startswith(".")]
-    assert len(cached) == 1 + 3  # (.fast-encoder, the remembered encoder decisions, is no source cache)
+    assert len(cached) == 1 + 3
 
 
 def test_status_reports_changes_and_the_last_run(two_sources):

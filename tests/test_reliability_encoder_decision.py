@@ -38,7 +38,7 @@ def refuse(project) -> tuple[bytes, bytes]:
 
 
 def notes(cache: Path) -> list[str]:
-    d = cache / "sql" / ".sources" / ".fast-encoder"
+    d = cache / ".fast-encoder"
     return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
 
@@ -121,10 +121,10 @@ def test_sigkill_mid_tokenize_then_the_next_build_is_the_hf_bytes(tmp_path, num_
 
 def keep_only_the_notes(cache: Path) -> None:
     kept = cache.parent / "kept-notes"
-    shutil.move(cache / "sql" / ".sources" / ".fast-encoder", kept)
+    shutil.move(cache / ".fast-encoder", kept)
     shutil.rmtree(cache)
-    (cache / "sql" / ".sources").mkdir(parents=True)
-    shutil.move(kept, cache / "sql" / ".sources" / ".fast-encoder")
+    cache.mkdir()
+    shutil.move(kept, cache / ".fast-encoder")
 
 
 # 3. damaged notes
@@ -135,7 +135,7 @@ def test_a_damaged_note_is_decided_again(tmp_path, text):
     refuse(project)
     config = load_config("sql", project["configs"])
     build(config, project["cache"], log=lambda *_: None, progress=False)
-    (note,) = (project["cache"] / "sql" / ".sources" / ".fast-encoder").glob("*.json")
+    (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
     note.write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff\xfe" else b"\xff\xfe")
     keep_only_the_notes(project["cache"])
     lines = []
@@ -199,7 +199,7 @@ def test_tokenizer_json_swapped_and_restored_while_the_child_reads_it(tmp_path, 
         f"fast encoder: off (HF tokenizers) (the encoder decision process failed, so the HF tokenizer: RuntimeError: "
         f"{path} is not the content the build hashed (changed while it ran))"]
     assert shard_bytes(result) == reference(project, tmp_path)
-    for note in (project["cache"] / "sql" / ".sources" / ".fast-encoder").glob("*.json"):
+    for note in (project["cache"] / ".fast-encoder").glob("*.json"):
         assert json.loads(note.read_text())["on"] is False
 
 
@@ -259,7 +259,7 @@ def test_ctrl_c_in_a_part_while_waiting_for_the_proof(tmp_path):
 
 def test_an_answer_that_cannot_be_remembered_does_not_fail_the_build(tmp_path):
     project = make_project(tmp_path)
-    notes_dir = project["cache"] / "sql" / ".sources" / ".fast-encoder"
+    notes_dir = project["cache"] / ".fast-encoder"
     notes_dir.parent.mkdir(parents=True)
     notes_dir.write_text("a file where the notes directory would be")
     lines: list[str] = []
