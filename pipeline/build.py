@@ -7,7 +7,8 @@
     cache/<expert>/CURRENT               then pointed at it (write a temp file, rename)
 
 The build id is a hash of every input that can change the output (source contents, tokenizer
-files, format, packing settings, format version), never of paths, times or ``num_proc``. When
+files, the encoding libraries' versions and the shortcuts allowed, format, packing settings, format
+version), never of paths, times or ``num_proc``. When
 the build with that id already exists, nothing is tokenized; when only some sources changed,
 only those are tokenized again before everything is re-packed.
 
@@ -47,6 +48,7 @@ from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.encode_sources import tokenize_sources
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
+from packtrain.pipeline.exactness import encoder_identity
 from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
@@ -66,7 +68,8 @@ class BuildResult:
 
 # Bump when the build's logic changes its output for the same inputs (it is part of the build id,
 # so old builds are never reused by a pipeline that would write them differently).
-PIPELINE_VERSION = 3  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights
+PIPELINE_VERSION = 4  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights;
+# 4: the line cache cuts GPT-2-regex texts only at lone newlines, and shortcuts are checked per build
 
 
 def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
@@ -85,6 +88,7 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         ],
         "dedup": config.build.dedup,
         "tokenizer": tokenizer.manifest_entry(config.model.tokenizer or config.model.name),
+        "encoder": encoder_identity(config.build.fast_encoder, config.build.line_cache),
         "format": dataclasses.asdict(config.format),
         "pack": dataclasses.asdict(config.pack),
         "on_bad_rows": config.build.on_bad_rows,
@@ -252,6 +256,9 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
                                         [spec.weight for spec in config.sources], config.build.dedup == "exact")
     outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
+               "exactness": {"encoders": sorted({e for s in source_stats for e in s["exactness"]["encoder"].split("+")}),
+                             "line_cache": any(s["exactness"]["line_cache"] for s in source_stats),
+                             **{key: sum(s["exactness"][key] for s in source_stats) for key in ("by_shortcut", "checked")}},
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(source_dirs))]}
     for split in SPLITS:

@@ -1,10 +1,13 @@
 """Tokenizing the sources of a build into their source caches (pipeline/spill.py), with one pool of
 workers (pipeline/tokenize.py) and the encoder the fast-encoder decision allows
 (pipeline/encoder_decision.py): a source directory is written under a temporary name and renamed
-into place only when complete, its inputs checked unchanged and its encoder proven exact."""
+into place only when complete, its inputs checked unchanged, its encoder proven exact and a sample
+of what every shortcut made checked against the HF tokenizer (pipeline/exactness.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import shutil
 from collections import deque
@@ -14,7 +17,9 @@ from tqdm import tqdm
 
 from packtrain.core.contract import TMP_PREFIX, fsync_dir
 from packtrain.core.faults import crash_point
+from packtrain.pipeline import exactness
 from packtrain.pipeline.encoder_decision import EncoderDecision
+from packtrain.pipeline.exactness import LineCacheRefusals, ShortcutMismatch
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
@@ -41,18 +46,19 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     The encoder is tiktoken where it is proven exact for the tokenizer (pipeline/encoder_decision.py).
     The first build with a tokenizer tokenizes while the proof runs and waits for it before anything
     is renamed into place; where it fails, the sources are tokenized again with the HF tokenizer.
+    Where a checked document a shortcut (tiktoken, the line cache) made differs from the HF
+    tokenizer's, the shortcut is dropped for this tokenizer (remembered) and the sources are
+    tokenized again without it (pipeline/exactness.py); nothing it made is kept.
     """
     tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
 
-    def tokenize(fast: bool) -> None:
-        """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json."""
-        # tiktoken encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
-        exact, why = tokenizer.line_split() if config.build.line_cache and not fast else (False, "")
-        line_cache = config.build.line_cache and not fast and exact
-        log(f"line cache: {'on' if line_cache else 'off'} "
-            f"({why or ('not needed with the fast encoder' if fast else 'build.line_cache is false')})")
+    def tokenize(fast: bool, line_cache: bool) -> None:
+        """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json; raises
+        :class:`ShortcutMismatch` at the first checked document a shortcut made differently."""
         stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
-                     "batch_rows": config.build.batch_rows, "batches": 0} for i in todo}
+                     "batch_rows": config.build.batch_rows, "batches": 0,
+                     "exactness": {"encoder": "tiktoken" if fast else "tokenizers", "line_cache": line_cache,
+                                   "by_shortcut": 0, "checked": 0}} for i in todo}
         headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
 
         def tasks():
@@ -63,12 +69,14 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
                                   tokenizer.prefix_ids if config.format.style == "template" else (),
                                   config.pack.val_fraction, dtype.name, line_cache=line_cache, fast_encoder=fast)
+                sampled = dataclasses.replace(task, check_all=False)
                 batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows)
                 for number, batch in enumerate(batches):
                     stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
                     if part is None or number % part[1] == part[0]:
                         headers.append((i, batch.file, batch.start, number))
-                        yield task, batch.columns
+                        yield (task if number * config.build.batch_rows < config.build.check_documents
+                               else sampled), batch.columns
 
         writers = {}
         bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
@@ -76,27 +84,34 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         try:
             for i in todo:
                 writers[i] = SpillWriter(tmps[i], dtype)
-            for encoded in encode_stream(tasks(), config.build.num_proc, log):
-                i, file, start, number = headers.popleft()
-                rows = len(encoded.lengths) + len(encoded.bad_rows)
-                stats[i]["rows"] += rows
-                stats[i]["documents"] += len(encoded.lengths)
-                stats[i]["tokens"] += len(encoded.tokens)
-                for row, reason in encoded.bad_rows:
-                    row_id = f"{config.sources[i].name}:{file}#{start + row}"
-                    if config.build.on_bad_rows == "error":
-                        raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and count "
-                                         "such rows)")
-                    stats[i]["bad_rows"] += 1
-                    if len(stats[i]["first_bad_rows"]) < 20:
-                        stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number, "at": row})
-                writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths, encoded.prompt_lengths,
-                                     encoded.is_val, encoded.keys)
-                tokens_seen += len(encoded.tokens)
-                bar.update(rows)
-                bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s",
-                                    refresh=False)
-                crash_point("mid_tokenize")
+            with contextlib.closing(encode_stream(tasks(), config.build.num_proc, log)) as stream:
+                for encoded in stream:
+                    i, file, start, number = headers.popleft()
+                    if encoded.mismatches:
+                        mismatch = encoded.mismatches[0]
+                        raise ShortcutMismatch(mismatch, f"row {config.sources[i].name}:{file}#{start + mismatch.row}")
+                    rows = len(encoded.lengths) + len(encoded.bad_rows)
+                    stats[i]["rows"] += rows
+                    stats[i]["documents"] += len(encoded.lengths)
+                    stats[i]["tokens"] += len(encoded.tokens)
+                    stats[i]["exactness"]["by_shortcut"] += encoded.by_shortcut
+                    stats[i]["exactness"]["checked"] += encoded.checked
+                    for row, reason in encoded.bad_rows:
+                        row_id = f"{config.sources[i].name}:{file}#{start + row}"
+                        if config.build.on_bad_rows == "error":
+                            raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and "
+                                             "count such rows)")
+                        stats[i]["bad_rows"] += 1
+                        if len(stats[i]["first_bad_rows"]) < 20:
+                            stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number,
+                                                               "at": row})
+                    writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths,
+                                         encoded.prompt_lengths, encoded.is_val, encoded.keys)
+                    tokens_seen += len(encoded.tokens)
+                    bar.update(rows)
+                    bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s",
+                                        refresh=False)
+                    crash_point("mid_tokenize")
             for i in todo:
                 writers[i].close(stats[i])
         finally:
@@ -104,27 +119,56 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             for writer in writers.values():
                 writer.abort()
 
+    def discard() -> None:
+        for tmp in tmps.values():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    cache_dir = Path(cache_dir)
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                               tokenizer.fingerprint["hash"], Path(cache_dir) / FAST_ENCODER_NOTES,
+                               tokenizer.fingerprint["hash"], cache_dir / FAST_ENCODER_NOTES,
                                tokenizer.fingerprint["files"]["tokenizer.json"])
+    line_refusals = LineCacheRefusals(cache_dir, tokenizer.fingerprint["hash"])
+    refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
     try:
         fast, why = decision.guess()
         log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} "
             f"({why or 'proving it exact for this tokenizer meanwhile, once: nothing it makes is kept unless it is'})")
-        tokenize(fast)
-        if why is None:  # the proof ran beside tokenizing: the tokens are kept only where it holds
-            fast, why = decision.result()
-            log(f"fast encoder: {'proven exact' if fast else 'not proven exact: tokenizing again with the HF tokenizer'}"
-                f" ({why})")
-            if not fast:
-                for tmp in tmps.values():
-                    shutil.rmtree(tmp)
-                tokenize(False)
+        line_cache, line_why = line_cache_choice(config.build.line_cache, tokenizer, line_refusals)
+        proving = why is None
+        while True:
+            # tiktoken encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
+            log(f"line cache: {'on' if line_cache and not fast else 'off'} "
+                f"({'not needed with the fast encoder' if line_cache and fast else line_why})")
+            try:
+                tokenize(fast, line_cache and not fast)
+            except ShortcutMismatch as e:
+                discard()
+                if e.mismatch.shortcut == exactness.FAST_ENCODER:
+                    decision.refute(str(e))
+                    fast, proving = False, False
+                else:
+                    refused_line_cache = line_why = str(e)
+                    line_cache = False
+                log(f"exactness check: {e}; not using it for this tokenizer again, tokenizing again without it")
+                continue
+            if proving:  # the proof ran beside tokenizing: the tokens are kept only where it holds
+                proving = False
+                fast, why = decision.result()
+                log(f"fast encoder: {'proven exact' if fast else 'not proven exact: tokenizing again with the HF tokenizer'}"
+                    f" ({why})")
+                if not fast:
+                    discard()
+                    continue
+            break
         check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
-        try:  # the tokenizer is the content its hash names: the answer is about it
-            decision.remember()
-        except OSError as e:  # a shortcut for later builds, not part of this one
-            log(f"fast encoder: its answer could not be remembered ({e}); the next build decides again")
+        # the tokenizer is the content its hash names: the answers are about it. They are shortcuts for
+        # later builds, not part of this one: one that cannot be written is said, and the build goes on
+        for what, remember in (("fast encoder", decision.remember),
+                               ("line cache", lambda: refused_line_cache and line_refusals.remember(refused_line_cache))):
+            try:
+                remember()
+            except OSError as e:
+                log(f"{what}: its answer could not be remembered ({e}); the next build decides again")
         for i in todo:
             if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
                 remove_path(source_dirs[i])
@@ -132,5 +176,18 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         fsync_dir(source_dirs[todo[0]].parent)
     finally:
         decision.close()
-        for tmp in tmps.values():
-            shutil.rmtree(tmp, ignore_errors=True)
+        discard()
+
+
+def line_cache_choice(wanted: bool, tokenizer: TokenizerInfo, refusals: LineCacheRefusals) -> tuple[bool, str]:
+    """(use the line cache?, why): the config allows it, the tokenizer has a cut, and no earlier
+    build's check found a difference with this tokenizer."""
+    if not wanted:
+        return False, "build.line_cache is false"
+    exact, why = tokenizer.line_split()
+    if not exact:
+        return False, why
+    refused = refusals.refused()
+    if refused is not None:
+        return False, f"an earlier build's check found a difference: {refused}"
+    return True, why

@@ -94,6 +94,11 @@ class EncoderDecision:
                 self._settle(*answer)
         return self.answer
 
+    def refute(self, why: str) -> None:
+        """The build found a document tiktoken encodes differently from the HF tokenizer: the answer is
+        no (whatever a note or the proof said), remembered by :meth:`remember`."""
+        self._settle(False, why)
+
     def remember(self) -> None:
         """Keep the answer for the next builds with this tokenizer; call once the tokenizer files are
         checked to be the content the key hashes (an answer the child could not give is not kept)."""

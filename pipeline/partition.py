@@ -27,10 +27,13 @@ from packtrain.core.contract import LOCK, TMP_PREFIX, expert_dir, token_dtype
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.encode_sources import tokenize_sources
 from packtrain.pipeline.errors import BuildError
+from packtrain.pipeline.exactness import describe_identity
+from packtrain.pipeline.notes import read_note, write_note
 from packtrain.pipeline.spill import (SOURCE_STATS, SOURCES, merge_spills, remove_path, source_cache_problem, source_key,
                                       uncached_sources)
 
 PARTS = ".parts"
+PART_IDENTITY = "identity.json"  # in .parts/<key>/: the source without the encoder, and the encoder (see merge)
 
 
 def parse_part(text: str) -> tuple[int, int]:
@@ -53,6 +56,9 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     keys = [source_key(inputs, i) for i in range(len(sources))]
     outs = [part_dir(root, key, *part) for key in keys]
     todo = []
+    for i in range(len(keys)):  # what merge needs to name parts made with another encoder
+        write_note(outs[i].parent / PART_IDENTITY, {"source": source_key(inputs, i, encoder=False),
+                                                    "encoder": inputs["encoder"]})
     for i in uncached_sources(root, inputs):
         if not os.path.lexists(outs[i]):
             todo.append(i)
@@ -81,6 +87,7 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
             parts = [part_dir(root, key, p, count) for p in range(count)]
             missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
             if missing:
+                check_same_encoder(root, config, i, inputs, missing, count)
                 raise BuildError(
                     f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
                     f"{', '.join(missing)} in {parts[0].parent}; run `packtrain pretokenize {config.expert} "
@@ -97,6 +104,24 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
     return result
 
 
+def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dict, missing: list[str],
+                       count: int) -> None:
+    """Parts of source ``index`` that are missing under this machine's key but present under another
+    encoder's (other tokenizers/tiktoken versions or shortcuts): refuse, naming both encoders."""
+    data_key = source_key(inputs, index, encoder=False)
+    for identity in sorted((root / SOURCES / PARTS).glob(f"*/{PART_IDENTITY}")):
+        note = read_note(identity, lambda n: isinstance(n, dict) and isinstance(n.get("encoder"), dict))
+        if note is None or note.get("source") != data_key or note["encoder"] == inputs["encoder"]:
+            continue
+        made = sorted(p for p in missing if (identity.parent / p / SOURCE_STATS).is_file())
+        if made:
+            raise BuildError(
+                f"cannot merge {config.expert!r}: part(s) {', '.join(made)} of source {config.sources[index].name} were "
+                f"tokenized with {describe_identity(note['encoder'])}, and this machine uses "
+                f"{describe_identity(inputs['encoder'])}; the ids could differ. Run every part (--part i/{count}) "
+                "and the merge with the same tokenizers and tiktoken versions and build.fast_encoder / line_cache")
+
+
 def merge_source(parts: list[Path], out: Path, dtype) -> None:
     """Interleave parts back into batch order; the result is what one machine would have written."""
     stats = [json.loads((p / SOURCE_STATS).read_text()) for p in parts]
@@ -109,6 +134,10 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
                          "(parts of different builds or of another --parts count?); delete them and run the parts again")
     merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows")}
+    merged["exactness"] = {
+        "encoder": "+".join(sorted({e for s in stats for e in s["exactness"]["encoder"].split("+")})),
+        "line_cache": any(s["exactness"]["line_cache"] for s in stats),
+        **{key: sum(s["exactness"][key] for s in stats) for key in ("by_shortcut", "checked")}}
     first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
     try:

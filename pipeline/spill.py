@@ -29,7 +29,7 @@ import numpy as np
 from packtrain.core.contract import fsync_dir, sha256_file, sha256_json
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
-from packtrain.core.schema import COUNT, POSITIVE, SHA256, TEXT
+from packtrain.core.schema import BOOL, COUNT, POSITIVE, SHA256, TEXT
 from packtrain.core.faults import crash_point
 from packtrain.pipeline import mix
 
@@ -40,11 +40,15 @@ SPLITS = ("train", "val")
 SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
                                      for kind in ("tokens", "mask", "keys", "lengths.npy", "prompts.npy",
                                                   "batch_docs.npy")))
-SPILL_VERSION = 2  # part of every source's key: raise when the files above change (2: document keys)
+SPILL_VERSION = 3  # part of every source's key: raise when the files above change (2: document keys, 3: exactness)
 SOURCE_STATS_SCHEMA = {
     "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
     "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
     "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256,
+    # how its documents were made and checked (pipeline/exactness.py): the encoder ("tiktoken",
+    # "tokenizers", or both joined by "+" for a merged partitioned build), whether the line cache made
+    # some, how many a shortcut made and how many of those were checked against the HF tokenizer
+    "exactness": {"encoder": TEXT, "line_cache": BOOL, "by_shortcut": COUNT, "checked": COUNT},
 }
 
 
@@ -176,14 +180,16 @@ def merge_spills(parts: list[Path], out: Path, dtype, stats: dict) -> None:
         writer.abort()
 
 
-def source_key(inputs: dict, index: int) -> str:
-    """Identity of one source's tokenized documents: what tokenizing that source depends on."""
+def source_key(inputs: dict, index: int, encoder: bool = True) -> str:
+    """Identity of one source's tokenized documents: what tokenizing that source depends on.
+    ``encoder=False``: the same without the encoding libraries and shortcuts (inputs.encoder), to
+    recognise a partitioned build's parts made under other versions (pipeline/partition.py)."""
     tokenizer = {k: v for k, v in inputs["tokenizer"].items() if k != "source"}
     source = {k: v for k, v in inputs["sources"][index].items() if k != "weight"}  # weights apply when packing
     return sha256_json({
         "format_version": inputs["format_version"], "pipeline_version": inputs["pipeline_version"],
         "spill_version": SPILL_VERSION,
-        "source": source, "tokenizer": tokenizer,
+        "source": source, "tokenizer": tokenizer, **({"encoder": inputs["encoder"]} if encoder else {}),
         "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
         "on_bad_rows": inputs["on_bad_rows"],
     })[:16]

@@ -2,8 +2,10 @@
 
 Each task is one fixed-size batch of rows (``build.batch_rows``), so the output never depends on
 ``num_proc``: the main process submits at most ``2 * num_proc`` batches ahead and takes results
-back in submission order. Each worker loads the fast tokenizer once and calls ``encode_batch``, or,
-where the build proved it gives the same ids (packtrain.pipeline.bpe_fast), tiktoken.
+back in submission order. Each worker loads the fast tokenizer once and calls ``encode_batch``, or
+a shortcut: tiktoken (pipeline/bpe_fast.py) or the line cache (pipeline/segments.py). A sample of
+what a shortcut makes is re-encoded with the HF tokenizer in the same worker and compared
+(pipeline/exactness.py); the batch carries any difference back to the build, which then drops it.
 
 Per document the worker returns ``[bos?] + tokens(text) + [eos]`` and its loss mask: 1 on the
 tokens of every supervised span (the answer; each assistant turn of a conversation), and on the
@@ -15,6 +17,7 @@ with the tokenizer's character offsets (no second encoding) and rejects the row 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import multiprocessing
@@ -31,9 +34,9 @@ import numpy as np
 from packtrain.core.contract import tokenizer_fingerprint
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
 from packtrain.core.inputs import check_input, read_input, read_json
-from packtrain.pipeline import mix, tokenizer_facts
+from packtrain.pipeline import exactness, mix, tokenizer_facts
 from packtrain.pipeline.bpe_fast import FastEncoder
-from packtrain.pipeline.segments import LineCache, line_split_is_exact
+from packtrain.pipeline.segments import LineCache, line_cut
 
 TOKENIZER_CACHE: dict[str, object] = {}
 LINE_CACHES: dict[str, LineCache] = {}
@@ -63,10 +66,11 @@ class TokenizerInfo:
     fingerprint: dict
 
     def line_split(self) -> tuple[bool, str]:
-        """Whether repeated lines can be memoized exactly (packtrain.pipeline.segments), and why; read
-        from tokenizer.json when asked (only a build that tokenizes with HF tokenizers asks)."""
+        """Whether repeated lines can be memoized (packtrain.pipeline.segments), and why; read from
+        tokenizer.json when asked (only a build that tokenizes with HF tokenizers asks)."""
         spec = read_json(self.directory / "tokenizer.json", "build again", "a tokenizers file")
-        return line_split_is_exact(spec)
+        cut, why = line_cut(spec)
+        return cut is not None, why
 
     def manifest_entry(self, source: str) -> dict:
         return {
@@ -164,9 +168,12 @@ class EncodeTask:
     """The build's token dtype (contract.token_dtype): the batch's tokens come back in it, and the
     document keys hash them in it."""
     line_cache: bool = False
-    """Memoize repeated lines (only set when TokenizerInfo.line_split says it is exact)."""
+    """Memoize repeated lines (only set where TokenizerInfo.line_split says the tokenizer has a cut)."""
     fast_encoder: bool = False
     """Encode with tiktoken (only set where packtrain.pipeline.bpe_fast.decide proved it exact)."""
+    check_all: bool = True
+    """Check every document a shortcut makes against the reference (the first ``build.check_documents``
+    rows of a source), else a seeded sample (pipeline/exactness.py)."""
 
 
 @dataclass
@@ -178,6 +185,9 @@ class EncodedBatch:
     is_val: np.ndarray  # bool per document
     keys: np.ndarray  # uint8 [documents, 16]: each document's key (mix.document_keys)
     bad_rows: list[tuple[int, str]]  # (row index within the batch, reason)
+    by_shortcut: int = 0  # documents a shortcut (tiktoken, the line cache) made
+    checked: int = 0  # of those, how many were re-encoded with the reference and found identical
+    mismatches: list = dataclasses.field(default_factory=list)  # exactness.Mismatch of those that differ
 
 
 def is_validation(text: str, val_fraction: float) -> bool:
@@ -217,18 +227,19 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     docs, kept, bad = format_rows(task.formatter, columns)
     fast = fast_encoder(task.tokenizer_file) if task.fast_encoder else None
     encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
+    made_by: list[str | None] = [None] * len(docs)  # the shortcut that made each document, if one did
     simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: one boundary, the answer to the end
     if fast:
         settled = fast.encode_splits([docs[k].text for k in simple], [docs[k].prompt_chars for k in simple])
         for k, m in zip(simple, settled):
-            encoded[k] = None if m is None else (m[0], [(m[1], len(m[0]))])
+            if m is not None:
+                encoded[k], made_by[k] = (m[0], [(m[1], len(m[0]))]), exactness.FAST_ENCODER
     elif task.line_cache:
-        encode_ids = lambda batch: [e.ids for e in hf_tokenizer(task.tokenizer_file).encode_batch(  # noqa: E731
-            batch, add_special_tokens=False)]
-        lines = LINE_CACHES.setdefault(task.tokenizer_file, LineCache(encode_ids))
-        for k, m in zip(simple, lines.encode([docs[k].text[:docs[k].prompt_chars] for k in simple],
-                                             [docs[k].text[docs[k].prompt_chars:] for k in simple])):
-            encoded[k] = None if m is None else (np.asarray(m[0], np.uint32), [(m[1], len(m[0]))])
+        for k, m in zip(simple, line_cache(task.tokenizer_file).encode(
+                [docs[k].text[:docs[k].prompt_chars] for k in simple], [docs[k].text[docs[k].prompt_chars:] for k in simple])):
+            if m is not None:
+                encoded[k] = (np.asarray(m[0], np.uint32), [(m[1], len(m[0]))])
+                made_by[k] = exactness.LINE_CACHE
     whole = [k for k, m in enumerate(encoded) if m is None]
     for k, encoding in zip(whole, hf_tokenizer(task.tokenizer_file).encode_batch(
             [docs[k].text for k in whole], add_special_tokens=False) if whole else []):
@@ -236,6 +247,9 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
             encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, docs[k]))
         except BadRow as e:
             bad.append((kept[k], str(e)))
+    by_shortcut = [k for k, m in enumerate(made_by) if m is not None]
+    checks = [k for k in by_shortcut if task.check_all or exactness.sampled(docs[k].text)]
+    mismatches = check_documents(task.tokenizer_file, docs, encoded, made_by, kept, checks)
     good = [k for k, m in enumerate(encoded) if m is not None]
     bad.sort()
     batch = assemble_documents([encoded[k] for k in good], [docs[k].spans[-1][1] == len(docs[k].text) for k in good],
@@ -243,7 +257,26 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     batch["tokens"] = batch["tokens"].astype(task.token_dtype, copy=False)
     return EncodedBatch(**batch, is_val=np.fromiter((is_validation(docs[k].text, task.val_fraction) for k in good),
                                                    bool, len(good)),
-                        keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad)
+                        keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad,
+                        by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches)
+
+
+def check_documents(tokenizer_file: str, docs: list[Formatted], encoded: list, made_by: list[str | None],
+                    kept: list[int], checks: list[int]) -> list[exactness.Mismatch]:
+    """Re-encode the documents ``checks`` (made by a shortcut) with the reference, the HF tokenizer on
+    the whole text, and return where the ids or the supervised tokens differ (pipeline/exactness.py)."""
+    mismatches = []
+    for k, encoding in zip(checks, hf_tokenizer(tokenizer_file).encode_batch(
+            [docs[k].text for k in checks], add_special_tokens=False) if checks else []):
+        try:
+            spans = token_spans(encoding, docs[k])
+        except BadRow as e:
+            detail = f"the shortcut kept a row the reference refuses ({e})"
+        else:
+            detail = exactness.first_difference(encoded[k][0], encoded[k][1], encoding.ids, spans)
+        if detail is not None:
+            mismatches.append(exactness.Mismatch(made_by[k], kept[k], detail, docs[k].text[:200]))
+    return mismatches
 
 
 def format_rows(formatter: RowFormatter, columns: dict[str, list]) -> tuple[list[Formatted], list[int], list]:
@@ -312,6 +345,19 @@ def hf_tokenizer(tokenizer_file: str):
 
         tokenizer = TOKENIZER_CACHE[tokenizer_file] = Tokenizer.from_file(tokenizer_file)
     return tokenizer
+
+
+def line_cache(tokenizer_file: str) -> LineCache:
+    """The worker's line cache, cut where this tokenizer allows (the build checked it has a cut)."""
+    cache = LINE_CACHES.get(tokenizer_file)
+    if cache is None:
+        cut, why = line_cut(read_json(Path(tokenizer_file), "build again", "a tokenizers file"))
+        if cut is None:
+            raise TokenizerError(f"{tokenizer_file}: the line cache cannot cut this tokenizer's texts ({why})")
+        hf = hf_tokenizer(tokenizer_file)
+        cache = LINE_CACHES[tokenizer_file] = LineCache(
+            lambda texts: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)], cut)
+    return cache
 
 
 def fast_encoder(tokenizer_file: str) -> FastEncoder:

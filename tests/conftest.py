@@ -146,3 +146,19 @@ def saved_datasets(tmp_path) -> SimpleNamespace:
     train.save_to_disk(str(tmp_path / "saved_ds"))
     datasets.DatasetDict({"train": train, "test": test}).save_to_disk(str(tmp_path / "saved_dd"))
     return SimpleNamespace(dataset=tmp_path / "saved_ds", dataset_dict=tmp_path / "saved_dd")
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer(tmp_path_factory):
+    """``real_tokenizer(name)``: the directory of a real tokenizer (tests/real_tokenizers.py), made once
+    per session."""
+    from real_tokenizers import make_real_tokenizer
+
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            made[name] = make_real_tokenizer(name, tmp_path_factory.mktemp(f"tokenizer-{name}"))
+        return made[name]
+
+    return get

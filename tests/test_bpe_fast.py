@@ -187,10 +187,14 @@ def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path):
         chosen = [line for line in lines if line.startswith("fast encoder:")]
         assert chosen == ([PROVING, "fast encoder: proven exact (rank BPE equals its merges (GPT-2 byte-level), probe text "
                                        "identical)"] if fast else ["fast encoder: off (HF tokenizers) (build.fast_encoder is false)"])
-        built[fast] = (result.build_id, {p.name: p.read_bytes() for p in sorted(result.path.iterdir())
-                                         if p.suffix == ".arrow" or p.name == "manifest.json"})
-    assert len(built[True][1]) == 3  # train and val shards, manifest (config.json records the switch itself)
-    assert built[True] == built[False]
+        manifest = json.loads((result.path / "manifest.json").read_text())
+        assert manifest["outputs"]["exactness"]["encoders"] == (["tiktoken"] if fast else ["tokenizers"])
+        assert manifest["outputs"]["exactness"]["by_shortcut"] == (120 if fast else 0)
+        assert manifest["outputs"]["exactness"]["checked"] == manifest["outputs"]["exactness"]["by_shortcut"]
+        built[fast] = (result.build_id, {p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))})
+    assert len(built[True][1]) == 2  # train and val shards
+    assert built[True][1] == built[False][1]
+    assert built[True][0] != built[False][0]  # the shortcuts allowed are part of the build id
 
 
 def test_a_tokenizer_refused_after_tokenizing_is_tokenized_again_with_hf_and_nothing_of_tiktoken_is_kept(tmp_path):

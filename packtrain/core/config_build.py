@@ -141,12 +141,21 @@ class BuildConfig:
     once, within and across sources; a training document equal to a validation one is dropped (a
     document in val is never also in train). Counted per source in the report."""
     line_cache: bool = True
-    """Tokenize each distinct line once (schemas repeat across rows). Used only with tokenizers for
-    which it provably gives the same tokens (pipeline/segments.py), so it is not part of the build id."""
+    """Tokenize each distinct line once (schemas repeat across rows), cut where the tokenizer's split
+    regex allows (pipeline/segments.py). A shortcut: what it makes is checked against the HF tokenizer
+    (check_documents) and it is dropped for a tokenizer on any difference. Part of the build id, like
+    fast_encoder; the shards are the same bytes with it on or off."""
     fast_encoder: bool = True
-    """Encode with tiktoken where it provably gives the HF tokenizer's ids (byte-level BPE whose
+    """Encode with tiktoken where it is proven to give the HF tokenizer's ids (byte-level BPE whose
     merges agree with its ranks: pipeline/bpe_fast.py), the HF tokenizer otherwise; the choice and
-    its reason are logged. The output is the same either way, so it is not part of the build id."""
+    its reason are logged. A shortcut, checked like line_cache; part of the build id (with the
+    tiktoken version), same bytes either way."""
+    check_documents: int = num(4096, "[0, 1000000000]")
+    """Every document a shortcut (fast_encoder, line_cache) makes in the first check_documents rows of
+    each source is encoded again with the HF tokenizer and compared (ids and loss mask), and one in 256
+    of the rest (seeded by the document's text). A difference is never published: the shortcut is
+    dropped for that tokenizer, remembered, and the sources tokenized again without it
+    (docs/BUILD.md, "Exactness"). Not part of the build id: it changes what is checked, not the bytes."""
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers

@@ -38,6 +38,7 @@ COUNT = Is("an integer >= 0", lambda v: type(v) is int and v >= 0)
 POSITIVE = Is("an integer > 0", lambda v: type(v) is int and v > 0)
 NUMBER = Is("a number", lambda v: type(v) in (int, float))
 TEXT = Is("a string", lambda v: isinstance(v, str))
+BOOL = Is("true or false", lambda v: type(v) is bool)
 OPTIONAL_TEXT = Is("a string or null", lambda v: v is None or isinstance(v, str))
 SHA256 = Is("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None)
 FILE_NAME = Is("a plain file name (no directory part)",

@@ -1,0 +1,137 @@
+"""Exactness by check: every document a shortcut made is admitted only if the reference agrees.
+
+A shortcut is anything that can change a document's ids or mask: the tiktoken encoder
+(pipeline/bpe_fast.py) and the line cache (pipeline/segments.py). The reference is the model's
+own ``tokenizers.Tokenizer`` encoding the whole text (``encode(text, add_special_tokens=False)``),
+with the supervised spans placed by its character offsets (pipeline/tokenize.py ``token_spans``).
+
+Which documents are checked (in the worker that made them, before anything is cached):
+
+- every document a shortcut made in the first ``build.check_documents`` rows of each source
+  (so a small build is checked whole);
+- and one in :data:`SAMPLE_ONE_IN` of the rest, chosen by a keyed hash of the document's text
+  (seeded: the same documents on every machine and every run, whatever ``num_proc``).
+
+A difference in ids or mask never reaches a shard: the build stops tokenizing, drops that
+shortcut for this tokenizer (remembered in the cache directory: ``.fast-encoder/`` for tiktoken,
+``.line-cache/`` for the line cache, keyed by the tokenizer's content and the libraries' versions),
+says so in one line, and tokenizes every source again without it. The manifest records how many
+documents were checked (``outputs.exactness``).
+
+What can change the bytes is part of the build's identity (:func:`encoder_identity`): the
+``tokenizers`` version, the tiktoken version when the fast encoder is allowed, and the shortcuts
+allowed. It is in the build id, in every source-cache key, and in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+
+from packtrain.pipeline import segments
+from packtrain.pipeline.notes import read_note, write_note
+
+SAMPLE_ONE_IN = 256
+SAMPLE_KEY = b"packtrain-exactness-sample-v1"
+LINE_CACHE_NOTES = ".line-cache"  # in the cache directory: remembered line-cache refusals, one file per tokenizer
+FAST_ENCODER = "fast encoder (tiktoken)"
+LINE_CACHE = "line cache"
+
+
+def library_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def encoder_identity(fast_encoder: bool, line_cache: bool) -> dict:
+    """What, besides the tokenizer's files, decides a build's ids: the libraries that encode and the
+    shortcuts the config allows (``build.fast_encoder``, ``build.line_cache``)."""
+    return {
+        "tokenizers": library_version("tokenizers"),
+        "tiktoken": library_version("tiktoken") if fast_encoder else None,
+        "shortcuts": [name for name, on in (("fast_encoder", fast_encoder), ("line_cache", line_cache)) if on],
+    }
+
+
+def describe_identity(identity: dict) -> str:
+    """``tokenizers 0.23.3 + tiktoken 0.14.0 (shortcuts: fast_encoder, line_cache)``"""
+    libraries = f"tokenizers {identity['tokenizers']}" + (f" + tiktoken {identity['tiktoken']}"
+                                                          if identity.get("tiktoken") else "")
+    return f"{libraries} (shortcuts: {', '.join(identity['shortcuts']) or 'none'})"
+
+
+def sampled(text: str) -> bool:
+    """Whether a document beyond the first ``build.check_documents`` rows is checked: one in
+    :data:`SAMPLE_ONE_IN`, by a keyed hash of its text."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=SAMPLE_KEY).digest()
+    return int.from_bytes(digest, "big") % SAMPLE_ONE_IN == 0
+
+
+def first_difference(got: np.ndarray, got_spans: list[tuple[int, int]], want: list[int],
+                     want_spans: list[tuple[int, int]]) -> str | None:
+    """Where a shortcut's ids and supervised token ranges differ from the reference's, or None.
+
+    >>> first_difference(np.array([1, 2, 3]), [(1, 3)], [1, 2, 3], [(1, 3)]) is None
+    True
+    >>> first_difference(np.array([1, 9, 3]), [(1, 3)], [1, 2, 2, 3], [(1, 4)])
+    'token 1: 9 where the reference has 2 (3 tokens, the reference 4)'
+    >>> first_difference(np.array([1, 2, 3]), [(2, 3)], [1, 2, 3], [(1, 3)])
+    'supervised tokens [(2, 3)] where the reference has [(1, 3)]'
+    """
+    want_array = np.asarray(want, dtype=np.int64)
+    if len(got) != len(want_array) or not np.array_equal(got.astype(np.int64), want_array):
+        n = min(len(got), len(want_array))
+        differs = np.flatnonzero(got[:n].astype(np.int64) != want_array[:n])
+        at = int(differs[0]) if len(differs) else n
+        found = int(got[at]) if at < len(got) else "nothing"
+        expected = int(want_array[at]) if at < len(want_array) else "nothing"
+        return f"token {at}: {found} where the reference has {expected} ({len(got)} tokens, the reference {len(want)})"
+    if list(got_spans) != list(want_spans):
+        return f"supervised tokens {list(got_spans)} where the reference has {list(want_spans)}"
+    return None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A document a shortcut made differently from the reference."""
+
+    shortcut: str  # FAST_ENCODER or LINE_CACHE
+    row: int  # the row's index within its batch
+    detail: str  # first_difference's words
+    text: str  # the start of the document's text
+
+    def describe(self) -> str:
+        return f"{self.detail}, in the document starting {self.text[:60]!r}"
+
+
+class ShortcutMismatch(Exception):
+    """Raised by the build when a checked document differs; it tokenizes again without the shortcut."""
+
+    def __init__(self, mismatch: Mismatch, where: str):
+        super().__init__(f"{mismatch.shortcut} differs from the HF tokenizer on {where}: {mismatch.describe()}")
+        self.mismatch = mismatch
+
+
+class LineCacheRefusals:
+    """Line-cache refusals remembered per tokenizer content and library version, in the cache directory
+    (shared by every expert built there, like the fast-encoder decision)."""
+
+    def __init__(self, cache_dir: Path, content_hash: str):
+        key = hashlib.sha256(f"{content_hash} tokenizers {library_version('tokenizers')} "
+                             f"cut {segments.CUT_VERSION}".encode()).hexdigest()[:16]
+        self.path = Path(cache_dir) / LINE_CACHE_NOTES / f"{key}.json"
+
+    def refused(self) -> str | None:
+        """Why the line cache was refused for this tokenizer by an earlier build, or None."""
+        note = read_note(self.path, lambda n: isinstance(n, dict) and n.get("on") is False
+                         and isinstance(n.get("why"), str))
+        return None if note is None else note["why"]
+
+    def remember(self, why: str) -> None:
+        write_note(self.path, {"on": False, "why": why, "tokenizers": library_version("tokenizers")})
