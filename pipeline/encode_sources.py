@@ -66,7 +66,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 spec, source = config.sources[i], sources[i]
                 formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
                                          tokenizer.bos_token, tokenizer.eos_token)
-                task = EncodeTask(str(tokenizer.directory / "tokenizer.json"), formatter, tokenizer.eos_id,
+                task = EncodeTask(str(tokenizer.directory / "tokenizer.json"),
+                                  tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
                                   tokenizer.prefix_ids if config.format.style == "template" else (),
                                   config.pack.val_fraction, dtype.name, line_cache=line_cache, fast_encoder=fast)
                 sampled = dataclasses.replace(task, check_all=False)

