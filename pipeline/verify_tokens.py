@@ -115,7 +115,6 @@ class SplitDocuments:
     rows: np.ndarray
     starts: np.ndarray
     lengths: np.ndarray
-    pieces: int
     skipped: list[tuple[int, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -127,7 +126,7 @@ def whole_documents(split: str, stream: BlockStream, strategy: str, totals: dict
     """The documents of ``split`` that the layout proves whole (module docstring), and what is skipped."""
     rows, starts, lengths = stream.pieces()
     size = stream.block_size
-    docs = SplitDocuments(split, stream, rows, starts, lengths, len(rows))
+    docs = SplitDocuments(split, stream, rows, starts, lengths)
     if strategy == "wrap":
         return joined_documents(docs, head, eos_id)
     if strategy != "bfd":
@@ -213,6 +212,7 @@ class TokenCheck:
     seed: int
     available: dict[str, int]  # whole documents per split
     skipped: list[tuple[str, int, str]]  # (split, pieces, why)
+    chosen: dict[str, int]  # documents re-tokenized per split
     checked: int = 0
     differing: int = 0
     first: Difference | None = None
@@ -263,12 +263,14 @@ def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, docum
                               raw["inputs"]["pack"].get("strategy"), raw["outputs"]["totals"][split], head,
                               manifest.eos_id)
               for split, shards in (("train", manifest.train), ("val", manifest.val))]
-    result = TokenCheck(tokenizer_dir, version("tokenizers"), seed, {d.split: len(d) for d in splits},
-                        [(d.split, n, why) for d in splits for n, why in d.skipped])
     total = sum(len(d) for d in splits)
     chosen = (np.arange(total) if documents is None or documents >= total
               else np.sort(np.random.default_rng(seed).choice(total, documents, replace=False)))
     first_of_split = np.cumsum([0] + [len(d) for d in splits])
+    result = TokenCheck(tokenizer_dir, version("tokenizers"), seed, {d.split: len(d) for d in splits},
+                        [(d.split, n, why) for d in splits for n, why in d.skipped],
+                        {d.split: int(np.count_nonzero((chosen >= first_of_split[s]) & (chosen < first_of_split[s + 1])))
+                         for s, d in enumerate(splits)})
     for at in range(0, len(chosen), CHECK_BATCH):
         batch = chosen[at:at + CHECK_BATCH]
         which = np.searchsorted(first_of_split, batch, side="right") - 1
@@ -320,10 +322,12 @@ def format_check(result: TokenCheck, requested: int | None) -> list[str]:
     """The lines ``packtrain verify --tokens`` prints."""
     total = sum(result.available.values())
     sampled = requested is not None and requested < total
-    lines = [f"tokens: re-tokenized {result.checked:,} of {total:,} whole documents "
-             f"({', '.join(f'{split} {n:,}' for split, n in result.available.items())})"
-             + (f", sampled with seed {result.seed}" if sampled else "")
-             + f", with tokenizers {result.tokenizers_version} and {result.tokenizer_dir / 'tokenizer.json'}"]
+    per_split = (f"{split} {result.chosen[split]:,} of {n:,}" if sampled else f"{split} {n:,}"
+                 for split, n in result.available.items())
+    lines = [f"tokens: re-tokenizing with {result.tokenizer_dir / 'tokenizer.json'} (tokenizers "
+             f"{result.tokenizers_version}; the same files as the build's tokenizer)",
+             f"tokens: checked {result.checked:,} of {total:,} whole documents ({', '.join(per_split)})"
+             + (f", sampled with seed {result.seed}" if sampled else "")]
     for split, n, why in result.skipped:
         lines.append(f"  not checked: {n:,} {split} piece{'s' * (n != 1)} {why}")
     if not result.checked:
