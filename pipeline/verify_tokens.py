@@ -53,6 +53,9 @@ class BlockStream:
         self.files = [shard.file for shard in shards]
         self.shards = [open_shard(build_dir / shard.file, block_size) for shard in shards]
         self.first_row = np.cumsum([0] + [len(s) for s in self.shards]).tolist()
+        self.batches = [ids for shard in self.shards for ids in shard.input_ids]  # every record batch, in order
+        self.batch_first = np.asarray([first + int(start) for first, shard in zip(self.first_row, self.shards)
+                                       for start in shard.starts[:-1]], np.int64)  # the global row each begins at
 
     def __len__(self) -> int:
         return self.first_row[-1]
@@ -79,15 +82,14 @@ class BlockStream:
         return np.concatenate(rows), np.concatenate(starts), np.concatenate(lengths)
 
     def token_at(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """The token at ``positions[i]`` of row ``rows[i]``, for many at once."""
+        """The token at ``positions[i]`` of row ``rows[i]``, for many at once (one pass per record batch)."""
         out = np.zeros(len(rows), np.int64)
-        shard_of = np.searchsorted(np.asarray(self.first_row), rows, side="right") - 1
-        for s, shard in enumerate(self.shards):
-            local = rows - self.first_row[s]
-            batch_of = np.searchsorted(shard.starts, local, side="right") - 1
-            for b, ids in enumerate(shard.input_ids):
-                here = (shard_of == s) & (batch_of == b)
-                out[here] = ids[local[here] - int(shard.starts[b]), positions[here]]
+        batch = np.searchsorted(self.batch_first, rows, side="right") - 1
+        order = np.argsort(batch, kind="stable")
+        bounds = np.searchsorted(batch[order], np.arange(len(self.batches) + 1))
+        for b, ids in enumerate(self.batches):
+            take = order[bounds[b]:bounds[b + 1]]
+            out[take] = ids[rows[take] - self.batch_first[b], positions[take]]
         return out
 
     def tokens(self, row: int, start: int, length: int) -> np.ndarray:

@@ -170,14 +170,15 @@ def test_bad_input_is_one_line_without_a_traceback(tmp_path):
 
 
 def stream(tmp_path: Path, blocks: list[list[int]], doc_lens: list[list[int]], block_size: int = 4) -> BlockStream:
-    """A one-shard split of hand-written blocks (padding 0)."""
+    """A split of hand-written blocks (padding 0), two blocks per shard, one per record batch."""
     ids = np.zeros((len(blocks), block_size), np.uint16)
     for row, tokens in enumerate(blocks):
         ids[row, :len(tokens)] = tokens
-    writer = ShardWriter(tmp_path, "train", block_size, np.dtype(np.uint16), 1, rows_per_batch=2)
+    writer = ShardWriter(tmp_path, "train", block_size, np.dtype(np.uint16), 1, rows_per_shard=2, rows_per_batch=1)
     writer.add_rows(ids, np.ones_like(ids, np.uint8), doc_lens)
-    (shard,) = writer.close()
-    return BlockStream(tmp_path, (ShardInfo(shard["file"], shard["rows"], shard["bytes"], shard["sha256"]),), block_size)
+    shards = tuple(ShardInfo(s["file"], s["rows"], s["bytes"], s["sha256"]) for s in writer.close())
+    assert [s.file for s in shards] == [f"train-{i:05d}.arrow" for i in range((len(blocks) + 1) // 2)]
+    return BlockStream(tmp_path, shards, block_size)
 
 
 def documents(docs) -> list[tuple[int, int, int]]:
@@ -193,6 +194,7 @@ def test_wrap_documents_are_joined_across_block_edges(tmp_path):
     docs = whole_documents("train", split, "wrap", {}, (), EOS)
     assert documents(docs) == [(0, 0, 4), (1, 0, 6), (2, 2, 2), (3, 0, 2)]
     assert split.tokens(1, 0, 6).tolist() == [4, 5, 6, 7, 8, EOS] and docs.skipped == []
+    assert split.locate(3) == ("train-00001.arrow", 1)
     # with a head (BOS 1), a block that does not start with it continues the previous one, EOS or not:
     # blocks 0-2 are one document up to the first EOS of block 2, and block 3 continues the one before
     docs = whole_documents("train", split, "wrap", {}, (1,), EOS)

@@ -308,6 +308,7 @@ class DocumentCount(click.ParamType):
 @cache_dir_option
 @click.option("--build-id", default=None, help="A build id (default: CURRENT).")
 @click.option("--tokens", "documents", type=DocumentCount(), is_flag=False, flag_value="all", default=None,
+              metavar="[N|all]",
               help="Also re-tokenize N whole documents (alone, 0 or 'all': every one) from their decoded text "
                    "with the model's tokenizer as installed here; exit 1 when any differs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Which documents --tokens N samples.")
