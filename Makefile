@@ -1,5 +1,6 @@
 # packtrain: every target is a thin wrapper over the `packtrain` CLI in .venv/.
-# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS (build); MAX_STEPS, RESUME, NPROC (train).
+# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS (build); MAX_STEPS, RESUME, NPROC (train);
+# TOKENS (verify).
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -16,6 +17,9 @@ PART       ?=
 PARTS      ?=
 # Processes for data-parallel training under torchrun (one per GPU); unset: a single process.
 NPROC      ?=
+# make verify: also re-tokenize this many whole documents (or `all`) with the model's tokenizer as
+# installed here, and fail on the first that differs; unset: the shards' checksums only.
+TOKENS     ?=
 # On a machine without an NVIDIA GPU, pre-install this CPU build of torch (an unpinned torch
 # pulls a 5.5 GB CUDA build). Set TORCH_CPU= to skip.
 TORCH_CPU  ?= torch==2.13.0
@@ -79,8 +83,10 @@ rebuild: install
 status: install
 	$(BIN)/packtrain status --cache-dir $(CACHE_DIR)
 
+# Checksums; with TOKENS=N|all, the tokens too (docs/BUILD.md, "Checking a build's tokens"): exit 1 when one differs.
 verify: install
-	$(BIN)/packtrain verify $(EXPERT) --cache-dir $(CACHE_DIR)
+	$(if $(TOKENS),$(BIN)/packtrain prepare-model $(EXPERT) $(if $(MODEL),--model $(MODEL)))
+	$(BIN)/packtrain verify $(EXPERT) --cache-dir $(CACHE_DIR) $(if $(TOKENS),--tokens $(TOKENS) $(if $(MODEL),--model $(MODEL)))
 
 discover: install
 	$(BIN)/packtrain discover

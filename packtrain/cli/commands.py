@@ -286,12 +286,40 @@ def inspect(expert, cache_dir, build_id, split, blocks):
     click.echo(inspect_build(build_dir, tokenizer_dir / "tokenizer.json", split, blocks, sys.stdout.isatty()))
 
 
+class DocumentCount(click.ParamType):
+    """``--tokens``' value: a number of documents, or every one (``all``, 0, or the option alone)."""
+
+    name = "N|all"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        if text in ("all", "0"):
+            return 0
+        if text.isdigit():
+            return int(text)
+        self.fail(f"{value!r} is not a number of documents (or 'all'); the expert comes first: "
+                  "`packtrain verify sql --tokens 1000`", param, ctx)
+
+
 @main.command()
 @click.argument("expert")
 @cache_dir_option
 @click.option("--build-id", default=None, help="A build id (default: CURRENT).")
-def verify(expert, cache_dir, build_id):
-    """Check every shard of EXPERT's build against the sha256 in its manifest."""
+@click.option("--tokens", "documents", type=DocumentCount(), is_flag=False, flag_value="all", default=None,
+              metavar="[N|all]",
+              help="Also re-tokenize N whole documents (alone, 0 or 'all': every one) from their decoded text "
+                   "with the model's tokenizer as installed here; exit 1 when any differs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Which documents --tokens N samples.")
+@click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False),
+              help="Directory of <expert>.yaml files (--tokens: the model whose tokenizer is used).")
+@click.option("--model", default=None, help="--tokens: the model (and so tokenizer) instead of the config's.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="--tokens: override a config field, e.g. --set model.tokenizer=DIR.")
+def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, settings):
+    """Check every shard of EXPERT's build against the sha256 in its manifest; with --tokens, that the
+    model's tokenizer installed here gives the build's token ids (docs/BUILD.md, "Checking a build's tokens")."""
     build_dir = resolve_build(cache_dir, expert, build_id)
     manifest = Manifest.load(build_dir, full=True)
     problems = verify_checksums(build_dir, manifest)
@@ -301,6 +329,19 @@ def verify(expert, cache_dir, build_id):
     check_shard_sizes(build_dir, manifest)
     shards = len(manifest.train) + len(manifest.val)
     click.echo(f"build {manifest.build_id} of {expert}: {shards} shards, all checksums match")
+    if documents is None:
+        return
+    from packtrain.core.resolve import resolve_tokenizer_dir
+    from packtrain.pipeline.verify_tokens import check_tokens, format_check
+
+    # the model of the config this machine trains with; a curriculum stage <expert>.<stage> shares its expert's
+    cfg = resolve(expert.partition(".")[0], configs_dir, None, model, None, settings, tell_profile=False)
+    result = check_tokens(build_dir, manifest, resolve_tokenizer_dir(cfg.model), documents or None, seed)
+    click.echo("\n".join(format_check(result, documents or None)))
+    if not result.checked:  # nothing proven is not a pass
+        raise ContractError(f"no document of build {manifest.build_id} could be re-tokenized (the reasons are above)")
+    if result.differing:
+        sys.exit(1)
 
 
 @main.command()

@@ -158,6 +158,20 @@ def tokenizer_fingerprint(directory: str | os.PathLike, sha256=sha256_file) -> d
     return {"hash": sha256_json(files), "files": files}
 
 
+def tokenizer_differences(built: dict, other: dict, other_name: str = "model") -> list[str]:
+    """The files in which two tokenizer fingerprints' ``files`` differ, as the refusals name them:
+    ``tokenizer.json (build 1a2b3c4d5e6f, model 6f5e4d3c2b1a)``, ``merges.txt (only in the model's tokenizer)``."""
+    diffs = []
+    for name in sorted(set(built) | set(other)):
+        if name not in other:
+            diffs.append(f"{name} (only in the build's tokenizer)")
+        elif name not in built:
+            diffs.append(f"{name} (only in the {other_name}'s tokenizer)")
+        elif built[name] != other[name]:
+            diffs.append(f"{name} (build {built[name][:12]}, {other_name} {other[name][:12]})")
+    return diffs
+
+
 # ----------------------------------------------------------------------------------------------
 # Build directory layout
 
