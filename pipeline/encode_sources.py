@@ -52,9 +52,10 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     """
     tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
 
-    def tokenize(fast: bool, line_cache: bool) -> None:
-        """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json; raises
-        :class:`ShortcutMismatch` at the first checked document a shortcut made differently."""
+    def tokenize(fast: bool, line_cache: bool) -> dict:
+        """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json (returned
+        per source); raises :class:`ShortcutMismatch` at the first checked document a shortcut made
+        differently."""
         stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
                      "batch_rows": config.build.batch_rows, "batches": 0,
                      "exactness": {"encoder": "tiktoken" if fast else "tokenizers", "line_cache": line_cache,
@@ -115,6 +116,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     crash_point("mid_tokenize")
             for i in todo:
                 writers[i].close(stats[i])
+            return stats
         finally:
             bar.close()
             for writer in writers.values():
@@ -141,7 +143,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             log(f"line cache: {'on' if line_cache and not fast else 'off'} "
                 f"({'not needed with the fast encoder' if line_cache and fast else line_why})")
             try:
-                tokenize(fast, line_cache and not fast)
+                stats = tokenize(fast, line_cache and not fast)
             except ShortcutMismatch as e:
                 discard()
                 if e.mismatch.shortcut == exactness.FAST_ENCODER:
@@ -161,6 +163,11 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     discard()
                     continue
             break
+        made = sum(s["exactness"]["by_shortcut"] for s in stats.values())
+        checked = sum(s["exactness"]["checked"] for s in stats.values())
+        log(f"exactness check: {checked:,} of the {made:,} documents a shortcut made re-encoded with the HF tokenizer: "
+            "identical ids and masks" if made else "exactness check: no shortcut made a document (the HF tokenizer "
+            "made every one)")
         check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
         # the tokenizer is the content its hash names: the answers are about it. They are shortcuts for
         # later builds, not part of this one: one that cannot be written is said, and the build goes on
