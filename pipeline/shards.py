@@ -42,7 +42,20 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
         supervised += int(mask.sum(dtype=np.int64))
     shards = writer.close()
     totals = reporting.split_totals(lengths, prompt_lengths, len(blocks), real, supervised, block_size, counts)
+    if config.pack.strategy == "bfd":  # wrap cuts at every block edge: `verify --tokens` joins those itself
+        totals["cut_pieces"] = cut_pieces(blocks, lengths)
     return shards, totals
+
+
+def cut_pieces(blocks: list[list[tuple[int, int, int]]], lengths: np.ndarray) -> list[list[int]]:
+    """``[block, piece]`` of every piece that is not a whole document (a split or truncated document's
+    piece), for ``verify --tokens``: every other piece re-tokenizes as a document on its own.
+
+    >>> cut_pieces([[(0, 0, 4)], [(0, 4, 6), (1, 0, 2)], [(2, 0, 4)]], np.array([6, 2, 9]))
+    [[0, 0], [1, 0], [2, 0]]
+    """
+    return [[b, j] for b, block in enumerate(blocks) for j, (doc, start, stop) in enumerate(block)
+            if start > 0 or stop < lengths[doc]]
 
 
 ASSEMBLE_BLOCKS = 256  # blocks materialized at once (256 x 2048 tokens: 2.6 MB with uint32 ids)

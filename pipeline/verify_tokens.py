@@ -137,6 +137,17 @@ def whole_documents(split: str, stream: BlockStream, strategy: str, totals: dict
     split_docs, truncated = totals.get("split"), totals.get("truncated")
     if split_docs == 0 and truncated == 0:
         return docs
+    if "cut_pieces" in totals:  # the build listed the pieces that are not whole documents
+        cut = np.zeros(len(rows), bool)
+        if totals["cut_pieces"] and len(rows):
+            first_piece = np.searchsorted(rows, rows, side="left")  # each row's first piece, rows ascending
+            piece = np.arange(len(rows)) - first_piece
+            listed = {(int(b), int(j)) for b, j in totals["cut_pieces"]}
+            cut = np.fromiter(((int(r), int(j)) in listed for r, j in zip(rows, piece)), bool, len(rows))
+        docs.rows, docs.starts, docs.lengths = rows[~cut], starts[~cut], lengths[~cut]
+        docs.skipped = [(int(cut.sum()), f"cut from documents longer than a block ({split_docs} split, "
+                                         f"{truncated} truncated), as the manifest lists them")] if cut.any() else []
+        return docs
     keep = lengths != size
     long_ones = f"{split_docs if split_docs is not None else 'some'} split, {truncated or 0} truncated"
     skipped = [(int((~keep).sum()), f"filling a block alone: a piece of a document longer than a block ({long_ones}) "

@@ -233,13 +233,29 @@ def test_builds_with_long_documents_check_what_their_layout_proves_whole(tmp_pat
     truncated = verify(project, "--tokens")
     assert truncated.exit_code == 0, truncated.output
     assert truncated.output.splitlines()[2:] == [
-        "tokens: checked 38 of 38 whole documents (train 33, val 5)",
-        "  not checked: 21 train pieces filling a block alone: a piece of a document longer than a block (0 split, "
-        "25 truncated) or a document of exactly 64 tokens, the layout does not say which",
-        "  not checked: 1 val piece filling a block alone: a piece of a document longer than a block (0 split, "
-        "1 truncated) or a document of exactly 64 tokens, the layout does not say which",
-        "tokens: all 38 documents match"]
-    build(project)  # split, and the tokenizer puts nothing before a text: no piece is known whole
+        "tokens: checked 40 of 40 whole documents (train 35, val 5)",
+        "  not checked: 19 train pieces cut from documents longer than a block (0 split, 25 truncated), as the "
+        "manifest lists them",
+        "  not checked: 1 val piece cut from documents longer than a block (0 split, 1 truncated), as the manifest "
+        "lists them",
+        "tokens: all 40 documents match"]
+    build(project)  # split, and the tokenizer puts nothing before a text: the manifest says which pieces are cut
+    split = run_cli("verify", "sql", "--configs-dir", project["configs"], "--cache-dir", project["cache"], "--tokens")
+    assert split.returncode == 0, split.stderr
+    assert split.stdout.splitlines()[2:] == [
+        "tokens: checked 40 of 40 whole documents (train 35, val 5)",
+        "  not checked: 46 train pieces cut from documents longer than a block (25 split, 0 truncated), as the "
+        "manifest lists them",
+        "  not checked: 1 val piece cut from documents longer than a block (1 split, 0 truncated), as the manifest "
+        "lists them",
+        "tokens: all 40 documents match"]
+    # a build whose manifest does not list its cut pieces (made before it did): no piece is known whole
+    manifest_path = next(p for p in (project["cache"] / "sql").iterdir() if (p / "manifest.json").is_file()
+                         and p.name == (project["cache"] / "sql" / "CURRENT").read_text().strip())
+    manifest = json.loads((manifest_path / "manifest.json").read_text())
+    for totals in manifest["outputs"]["totals"].values():
+        del totals["cut_pieces"]
+    (manifest_path / "manifest.json").write_text(json.dumps(manifest, indent=2))
     refused = run_cli("verify", "sql", "--configs-dir", project["configs"], "--cache-dir", project["cache"], "--tokens")
     assert refused.returncode == 2
     assert "tokens: no whole document to check" in refused.stdout
