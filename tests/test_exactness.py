@@ -157,7 +157,8 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
     result = build(config, project["cache"], log=lines.append, progress=False)
     assert shards(result) == shards(reference)
     said = [line for line in lines if line.startswith("exactness check:")]
-    assert len(said) == 1 and said[0].startswith(
+    assert said[1] == "exactness check: no shortcut made a document (the HF tokenizer made every one)"
+    assert len(said) == 2 and said[0].startswith(
         "exactness check: line cache differs from the HF tokenizer on row ")
     # "?" "ĊĊ" "#" where SmolLM2's tokenizer has "?" "Ċ" "Ċ" "#"
     assert ": token 21: 1116 where the reference has 198 (33 tokens, the reference 34), in the document starting " \
@@ -206,7 +207,8 @@ def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_p
     result = build(config, project["cache"], log=lines.append, progress=False)
     assert "fast encoder: on (tiktoken) (tampered)" in lines
     said = [line for line in lines if line.startswith("exactness check:")]
-    assert len(said) == 1 and said[0].startswith("exactness check: fast encoder (tiktoken) differs from the HF tokenizer")
+    assert len(said) == 2 and said[0].startswith("exactness check: fast encoder (tiktoken) differs from the HF tokenizer")
+    assert said[1] == "exactness check: no shortcut made a document (the HF tokenizer made every one)"
     assert shards(result) == shards(reference)
     assert json.loads(note.read_text())["on"] is False
     assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["encoders"] == ["tokenizers"]
