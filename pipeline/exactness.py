@@ -35,7 +35,7 @@ import numpy as np
 from packtrain.pipeline import segments
 from packtrain.pipeline.notes import read_note, write_note
 
-SAMPLE_ONE_IN = 256
+SAMPLE_ONE_IN = 512
 SAMPLE_KEY = b"packtrain-exactness-sample-v1"
 LINE_CACHE_NOTES = ".line-cache"  # in the cache directory: remembered line-cache refusals, one file per tokenizer
 FAST_ENCODER = "fast encoder (tiktoken)"

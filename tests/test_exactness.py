@@ -215,15 +215,17 @@ def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_p
 
 
 def test_a_sample_past_check_documents_is_seeded_by_the_text(tmp_path):
-    project = make_project(tmp_path, n_rows=600)
-    result = build(load_config("sql", project["configs"], {"build.check_documents": 32}), project["cache"],
-                   log=quiet, progress=False)
+    project = make_project(tmp_path, n_rows=3000)
+    result = build(load_config("sql", project["configs"], {"build.check_documents": 32, "build.batch_rows": 1000}),
+                   project["cache"], log=quiet, progress=False)
     exact = Manifest.load(result.path, full=True).raw["outputs"]["exactness"]
-    assert exact["by_shortcut"] == 600
-    # the first 32 rows (2 batches of 16), then the documents whose keyed hash falls in 1/256
+    assert exact["by_shortcut"] == 3000
+    # the first batch (rows 0-999: check_documents is rounded up to whole batches), then the documents
+    # whose keyed hash falls in one of 512
     texts = [f"### Schema\n{r['context']}\n### Question\n{r['question']}\n### SQL\n{r['answer']}"
              for r in map(json.loads, project["data"].read_text().splitlines())]
-    assert exact["checked"] == 32 + sum(exactness.sampled(t) for t in texts[32:])
+    sampled = sum(exactness.sampled(t) for t in texts[1000:])
+    assert 0 < sampled < 20 and exact["checked"] == 1000 + sampled
 
 
 def test_the_tokenizers_version_and_the_shortcuts_are_part_of_the_identity(tmp_path, monkeypatch):

@@ -150,9 +150,9 @@ class BuildConfig:
     merges agree with its ranks: pipeline/bpe_fast.py), the HF tokenizer otherwise; the choice and
     its reason are logged. A shortcut, checked like line_cache; part of the build id (with the
     tiktoken version), same bytes either way."""
-    check_documents: int = num(4096, "[0, 1000000000]")
+    check_documents: int = num(2048, "[0, 1000000000]")
     """Every document a shortcut (fast_encoder, line_cache) makes in the first check_documents rows of
-    each source is encoded again with the HF tokenizer and compared (ids and loss mask), and one in 256
+    each source (rounded up to whole batches of batch_rows) is encoded again with the HF tokenizer and compared (ids and loss mask), and one in 512
     of the rest (seeded by the document's text). A difference is never published: the shortcut is
     dropped for that tokenizer, remembered, and the sources tokenized again without it
     (docs/BUILD.md, "Exactness"). Not part of the build id: it changes what is checked, not the bytes."""
