@@ -27,7 +27,7 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     """Pack the documents ``selections[i]`` (indices, repeats allowed: pipeline/mix.py) of ``spills[i]``."""
     block_size = config.pack.block_size
     documents = DocumentView(spills, selections)
-    lengths = concat([s.lengths[sel] for s, sel in zip(spills, selections)])
+    lengths = packed_lengths(spills, selections)
     prompt_lengths = concat([s.prompt_lengths[sel] for s, sel in zip(spills, selections)])
     blocks, counts = pack(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.strategy,
                           config.pack.overlong, masks=documents.irregular_masks(lengths, prompt_lengths))
@@ -43,6 +43,11 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     shards = writer.close()
     totals = reporting.split_totals(lengths, prompt_lengths, len(blocks), real, supervised, block_size, counts)
     return shards, totals
+
+
+def packed_lengths(spills: list[SourceSpill], selections: list[np.ndarray]) -> np.ndarray:
+    """The lengths of the documents ``pack_split`` packs, in its order."""
+    return concat([s.lengths[sel] for s, sel in zip(spills, selections)])
 
 
 ASSEMBLE_BLOCKS = 256  # blocks materialized at once (256 x 2048 tokens: 2.6 MB with uint32 ids)
