@@ -31,7 +31,7 @@ from filelock import FileLock, Timeout
 from packtrain.pipeline.build import build, plan
 from packtrain.pipeline.spill import SOURCES, source_key
 from packtrain.core.config import ExpertConfig
-from packtrain.core.configfile import load_for_machine
+from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current
 from packtrain.core.rundir import CHECKPOINT_PREFIX, RUN_JSON, STATE_JSON, SUMMARY, recorded_runs_dirs
 from packtrain.core.errors import ContractError
@@ -160,7 +160,7 @@ def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, 
         code = EXIT_OK
         for expert in experts:
             try:
-                configs = load_for_machine(expert, configs_dir, overrides)[0].stage_configs()
+                configs = load_config(expert, configs_dir, overrides).stage_configs()
             except Exception as e:
                 outcomes = [Outcome(expert, "failed", error=f"{type(e).__name__}: {e}")]
             else:

@@ -166,19 +166,22 @@ def test_prepare_model_then_build_then_train_on_the_converted_model(embedded, hf
     prepared = invoke("prepare-model", "sql")
     assert "cpu profile" not in prepared and f"model {NAME}: converted in" in prepared
     built_output = invoke("pretokenize", "sql")
-    assert "no CUDA GPU: the cpu profile applies" in built_output
+    assert "cpu profile" not in built_output  # the build is the same on every machine
     built = json.loads(built_output.strip().splitlines()[-1])
     manifest = json.loads((Path(built["path"]) / "manifest.json").read_text())
-    assert manifest["inputs"]["pack"]["block_size"] == 512  # cpu.block_size
+    assert manifest["inputs"]["pack"]["block_size"] == 2048  # the build a GPU trains, on a CPU too
     trained = invoke("train", "sql", "--max-steps", "2", "--set", f"train.output_dir={tmp_path / 'runs'}",
                      "--set", "train.dataloader_num_workers=0")
+    assert "no CUDA GPU: the cpu profile applies" in trained
     done = [json.loads(line[line.index('{"expert"'):]) for line in trained.splitlines() if '{"expert"' in line]
     assert len(done) == 1, trained
     run_dir = Path(done[0]["run_dir"])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 2 and np.isfinite(summary["eval/loss_before"]) and np.isfinite(summary["eval/loss_after"])
-    assert json.loads((run_dir / "run.json").read_text())["model_dir"] == str(converted_model_dir(NAME))
-    assert "eval loss before training" in (run_dir / "train.log").read_text()
+    run = json.loads((run_dir / "run.json").read_text())
+    assert (run["model_dir"], run["block_size"], run["seq_length"]) == (str(converted_model_dir(NAME)), 2048, 512)
+    log = (run_dir / "train.log").read_text()
+    assert "eval loss before training" in log and "sequences of 512 tokens (train.max_seq_length" in log
 
 
 def test_prepare_model_has_nothing_to_do_for_another_model(tmp_path):
@@ -194,9 +197,10 @@ def test_the_shipped_defaults_pick_the_embedded_model_and_the_cpu_profile(monkey
     assert config.for_device(cuda=True) is config  # a GPU trains the full config
 
     on_cpu = config.for_device(cuda=False)
-    assert (on_cpu.pack.block_size, on_cpu.train.max_steps, on_cpu.train.per_device_train_batch_size,
-            on_cpu.train.gradient_accumulation_steps, on_cpu.train.max_eval_batches) == (512, 30, 1, 1, 1)
-    assert config.pack.block_size == 2048 and config.train.max_steps is None  # the config itself is unchanged
+    assert (on_cpu.pack.block_size, on_cpu.train.max_seq_length, on_cpu.train.max_steps,
+            on_cpu.train.per_device_train_batch_size, on_cpu.train.gradient_accumulation_steps,
+            on_cpu.train.max_eval_batches) == (2048, 512, 30, 1, 1, 1)  # the same build, trained as 512-token windows
+    assert config.train.max_seq_length is None and config.train.max_steps is None  # the config itself is unchanged
 
     chosen = load_config("sql", ROOT / "configs", {"train.max_steps": 7, "train.max_eval_batches": 3})
     assert (chosen.for_device(cuda=False).train.max_steps, chosen.for_device(cuda=False).train.max_eval_batches) == (7, 3)

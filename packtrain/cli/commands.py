@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from packtrain.core.config import ConfigError
-from packtrain.core.configfile import apply_cli_overrides, load_for_machine
+from packtrain.core.configfile import apply_cli_overrides, load_config, load_for_machine
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
 from packtrain.core.errors import ContractError
 
@@ -40,7 +40,10 @@ def expert_options(f):
     return f
 
 
-def resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profile: bool = True):
+def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training: bool = False):
+    """EXPERT's config with the command line's overrides. As written for the build commands (a build
+    never depends on the machine); ``for_training``: as this machine trains it, the ``cpu`` profile
+    applied without a CUDA GPU (said in one line)."""
     import yaml
 
     overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
@@ -55,8 +58,10 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profil
 
             raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
+    if not for_training:
+        return load_config(expert, configs_dir, overrides)
     config, profiled = load_for_machine(expert, configs_dir, overrides)
-    if profiled and tell_profile:
+    if profiled:
         click.echo(config.cpu_note(), err=True)
     return config
 
@@ -79,8 +84,8 @@ def discover():
 @click.argument("expert")
 @expert_options
 def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
-    """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides)."""
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides), as this machine trains it."""
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True)
     click.echo(json.dumps(cfg.to_dict(), indent=2))
 
 
@@ -94,7 +99,7 @@ def prepare_model(expert, configs_dir, cache_dir, dataset, model, num_proc, sett
     """
     from packtrain.core.resolve import EMBEDDED_MODELS
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profile=False)  # the model only
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)  # the model only
     names = {cfg.model.name, cfg.model.tokenizer} & set(EMBEDDED_MODELS)
     if not names:
         click.echo(f"model {cfg.model.name}: not an embedded model, nothing to prepare", err=True)
@@ -172,7 +177,7 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
             click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True)
     try:
         train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
                      max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
