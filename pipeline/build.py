@@ -52,7 +52,7 @@ from packtrain.pipeline.exactness import encoder_identity
 from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
-from packtrain.pipeline.shards import pack_split
+from packtrain.pipeline.shards import pack_split, packed_lengths
 from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill, source_key,
                                       uncached_sources, write_json)
 from packtrain.pipeline.tokenize import TokenizerInfo, load_tokenizer_info
@@ -280,7 +280,8 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     write_json(tmp / CONFIG_SNAPSHOT, config.to_dict())
     seconds = time.perf_counter() - started
     report = reporting.make_report(config, build_id, sources, source_stats, outputs, seconds,
-                                   tokenize_seconds if todo else None, manifest, previous)
+                                   tokenize_seconds if todo else None, manifest, previous,
+                                   {split: packed_lengths(spills[split], selections[split]) for split in SPLITS})
     write_json(tmp / REPORT, report)
     fsync_dir(tmp)
     log(reporting.summary(report))

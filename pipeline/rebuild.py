@@ -25,13 +25,14 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from filelock import FileLock, Timeout
 
 from packtrain.pipeline.build import build, plan
 from packtrain.pipeline.spill import SOURCES, source_key
 from packtrain.core.config import ExpertConfig
-from packtrain.core.configfile import load_for_machine
+from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current
 from packtrain.core.rundir import CHECKPOINT_PREFIX, RUN_JSON, STATE_JSON, SUMMARY, recorded_runs_dirs
 from packtrain.core.errors import ContractError
@@ -109,7 +110,11 @@ class Outcome:
         return json.dumps({k: v for k, v in self.__dict__.items() if v is not None or k in ("old_build", "new_build")})
 
 
-def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log) -> Outcome:
+def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log,
+                   prepare: Callable[[ExpertConfig], None] = lambda config: None) -> Outcome:
+    """Build ``config`` when its inputs changed, then prune. ``prepare(config)`` runs first: what the
+    build needs beyond this module (the CLI converts an embedded model there); its error fails the
+    expert like any other."""
     started = time.perf_counter()
     try:
         old = read_current(cache_dir, config.expert)
@@ -118,6 +123,7 @@ def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log) 
         old = None
     outcome = Outcome(config.expert, "failed", old_build=old)
     try:
+        prepare(config)
         planned = plan(config, cache_dir, log)  # cheap: only changed files are hashed
         if planned[3] == old:
             outcome.action, outcome.new_build = "up-to-date", old
@@ -146,8 +152,10 @@ def token_delta(cache_dir, expert: str, old: str | None, new: str) -> int:
 
 
 def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, keep: int, wait: bool,
-            overrides: dict | None, emit, log) -> int:
-    """Rebuild ``experts``; ``emit`` gets one JSON line each. Returns the exit code."""
+            overrides: dict | None, emit, log,
+            prepare: Callable[[ExpertConfig], None] = lambda config: None) -> int:
+    """Rebuild ``experts``; ``emit`` gets one JSON line each. Returns the exit code. ``prepare``: see
+    :func:`rebuild_expert`."""
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(Path(cache_dir) / REBUILD_LOCK), timeout=-1 if wait else 0)
     try:
@@ -160,11 +168,11 @@ def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, 
         code = EXIT_OK
         for expert in experts:
             try:
-                configs = load_for_machine(expert, configs_dir, overrides)[0].stage_configs()
+                configs = load_config(expert, configs_dir, overrides).stage_configs()
             except Exception as e:
                 outcomes = [Outcome(expert, "failed", error=f"{type(e).__name__}: {e}")]
             else:
-                outcomes = [rebuild_expert(config, cache_dir, keep, log) for config in configs]
+                outcomes = [rebuild_expert(config, cache_dir, keep, log, prepare) for config in configs]
             for outcome in outcomes:  # one line per expert, or per curriculum stage
                 emit(outcome.line())
                 if outcome.action == "failed":

@@ -48,13 +48,76 @@ def length_histogram(lengths: np.ndarray, block_size: int) -> dict[str, int]:
     return histogram
 
 
-def suggested_max_seq_length(p99: int, block_size: int) -> int:
-    """The smallest multiple of 64 that holds 99% of documents unsplit, capped at block_size."""
-    return min(block_size, max(64, -(-p99 // 64) * 64))
+def block_fit(lengths: dict[str, np.ndarray], totals: dict[str, dict], block_size: int, strategy: str,
+              overlong: str) -> dict:
+    """How the documents (of both splits, as packed) fit the block, and the block size that would
+    hold 99% of them whole: the report's ``block_fit``.
+
+    ``split``, ``truncated`` and ``dropped``: documents cut into several pieces, cut to one block, or
+    left out. With bfd only the documents longer than the block are (as ``pack.overlong`` says, from
+    the split's totals); wrap cuts every document that crosses a block edge, whatever its length.
+    ``holds_99_tokens``: the smallest length that at least 99% of the documents have at most;
+    ``suggested_block_size``: the smallest multiple of 64 >= it (not capped at the current block).
+
+    >>> fit = block_fit({"train": np.array([5, 70, 130]), "val": np.array([40])},
+    ...                 {"train": {"split": 1, "truncated": 0, "dropped_overlong": 0}, "val": {}}, 128, "bfd", "split")
+    >>> fit["longer_than_block"], fit["split"], fit["holds_99_tokens"], fit["suggested_block_size"]
+    (1, 1, 130, 192)
+    """
+    every = np.concatenate([np.asarray(lengths[split], np.int64) for split in ("train", "val")])
+    if strategy == "wrap":
+        split = sum(crossing_block_edges(lengths[name], block_size) for name in ("train", "val"))
+        truncated = dropped = 0
+    else:
+        split, truncated, dropped = (sum(int(totals[name].get(key, 0)) for name in ("train", "val"))
+                                     for key in ("split", "truncated", "dropped_overlong"))
+    holds = int(np.sort(every)[-(-99 * len(every) // 100) - 1]) if len(every) else 0
+    return {"block_size": block_size, "strategy": strategy, "overlong": overlong, "documents": int(len(every)),
+            "longer_than_block": int((every > block_size).sum()), "split": int(split), "truncated": int(truncated),
+            "dropped": int(dropped), "holds_99_tokens": holds, "suggested_block_size": max(64, -(-holds // 64) * 64)}
+
+
+def crossing_block_edges(lengths: np.ndarray, block_size: int) -> int:
+    """Documents that wrap packing (concatenated in order, cut every ``block_size`` tokens) cuts.
+
+    >>> crossing_block_edges(np.array([6, 5]), 4)   # [0, 6) crosses 4, [6, 11) crosses 8
+    2
+    """
+    ends = np.cumsum(np.asarray(lengths, np.int64))
+    starts = ends - np.asarray(lengths, np.int64)
+    return int(((starts // block_size) != ((ends - 1) // block_size)).sum())
+
+
+def block_fit_line(fit: dict) -> str:
+    """The summary's sentence about ``fit`` (:func:`block_fit`).
+
+    >>> block_fit_line({"block_size": 2048, "strategy": "bfd", "overlong": "split", "documents": 10000,
+    ...                 "longer_than_block": 1100, "split": 1100, "truncated": 0, "dropped": 0,
+    ...                 "holds_99_tokens": 4000, "suggested_block_size": 4032})
+    '1,100 of 10,000 documents (11.0%) are longer than the 2048-token block and were split; pack.block_size 4032 holds 99%'
+    """
+    block, documents, longer = fit["block_size"], fit["documents"], fit["longer_than_block"]
+
+    def share(n: int) -> str:
+        return f"{n:,} of {documents:,} documents ({n / documents:.1%})"
+
+    if fit["strategy"] == "wrap":
+        head = (f"{share(fit['split'])} were cut at a block edge (pack.strategy wrap), {longer:,} of them longer "
+                f"than the {block}-token block")
+    elif longer == 0:
+        head = f"every document fits the {block}-token block"
+    else:
+        done = {"split": "were split", "truncate": "were truncated to it", "drop": "were dropped"}[fit["overlong"]]
+        head = f"{share(longer)} are longer than the {block}-token block and {done}"
+    if fit["suggested_block_size"] > block:
+        return f"{head}; pack.block_size {fit['suggested_block_size']} holds 99%"
+    return f"{head}; 99% have <= {fit['holds_99_tokens']} tokens"
 
 
 def make_report(config, build_id: str, sources, source_stats: list[dict], outputs: dict, seconds: float,
-                tokenize_seconds: float | None, manifest: dict, previous: dict | None) -> dict:
+                tokenize_seconds: float | None, manifest: dict, previous: dict | None,
+                lengths: dict[str, np.ndarray]) -> dict:
+    """report.json (docs/BUILD.md lists its fields); ``lengths``: each split's document lengths as packed."""
     totals = outputs["totals"]
     tokenized = sum(s["tokens"] for s in source_stats if not s["reused"])
     return {
@@ -73,8 +136,7 @@ def make_report(config, build_id: str, sources, source_stats: list[dict], output
         "bad_rows": sum(s["bad_rows"] for s in source_stats),
         "train": totals["train"],
         "val": totals["val"],
-        "suggested_max_seq_length": suggested_max_seq_length(totals["train"]["p99_document_tokens"],
-                                                             config.pack.block_size),
+        "block_fit": block_fit(lengths, totals, config.pack.block_size, config.pack.strategy, config.pack.overlong),
         "previous": diff_builds(previous, manifest),
     }
 
@@ -132,8 +194,7 @@ def summary(report: dict) -> str:
         first = next(s["first_bad_rows"][0] for s in report["sources"] if s["first_bad_rows"])
         lines.append(f"  skipped {report['bad_rows']:,} bad rows; first: {first['row']}: {first['reason']}")
     lines.append(f"  document lengths: {train['length_histogram']}")
-    lines.append(f"  99% of documents have <= {train['p99_document_tokens']} tokens: "
-                 f"suggested max_seq_length {report['suggested_max_seq_length']}")
+    lines.append(f"  {block_fit_line(report['block_fit'])}")
     if report["previous"]:
         prev = report["previous"]
         what = [f"{k} {', '.join(prev[k])}" for k in ("sources_added", "sources_removed", "sources_changed",

@@ -27,7 +27,7 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     """Pack the documents ``selections[i]`` (indices, repeats allowed: pipeline/mix.py) of ``spills[i]``."""
     block_size = config.pack.block_size
     documents = DocumentView(spills, selections)
-    lengths = concat([s.lengths[sel] for s, sel in zip(spills, selections)])
+    lengths = packed_lengths(spills, selections)
     prompt_lengths = concat([s.prompt_lengths[sel] for s, sel in zip(spills, selections)])
     blocks, counts = pack(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.strategy,
                           config.pack.overlong, masks=documents.irregular_masks(lengths, prompt_lengths))
@@ -56,6 +56,11 @@ def cut_pieces(blocks: list[list[tuple[int, int, int]]], lengths: np.ndarray) ->
     """
     return [[b, j] for b, block in enumerate(blocks) for j, (doc, start, stop) in enumerate(block)
             if start > 0 or stop < lengths[doc]]
+
+
+def packed_lengths(spills: list[SourceSpill], selections: list[np.ndarray]) -> np.ndarray:
+    """The lengths of the documents ``pack_split`` packs, in its order."""
+    return concat([s.lengths[sel] for s, sel in zip(spills, selections)])
 
 
 ASSEMBLE_BLOCKS = 256  # blocks materialized at once (256 x 2048 tokens: 2.6 MB with uint32 ids)

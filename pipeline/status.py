@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from packtrain.pipeline.build import plan
-from packtrain.core.configfile import load_for_machine
+from packtrain.core.configfile import load_config
 from packtrain.core.contract import MANIFEST, Manifest, expert_dir, read_current
 from packtrain.core.rundir import RUN_JSON, recorded_runs_dirs
 from packtrain.core.errors import ContractError
@@ -30,7 +30,7 @@ def last_run(runs_dirs: list[Path], build_id: str) -> str | None:
 def expert_status(expert: str, configs_dir, cache_dir, overrides: dict | None = None) -> list[dict]:
     """One row for the expert, or one per curriculum stage."""
     try:
-        configs = load_for_machine(expert, configs_dir, overrides)[0].stage_configs()
+        configs = load_config(expert, configs_dir, overrides).stage_configs()
     except Exception as e:
         return [{"expert": expert, "error": f"{type(e).__name__}: {e}"}]
     return [config_status(config, cache_dir) for config in configs]

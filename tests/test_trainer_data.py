@@ -9,15 +9,15 @@ from packtrain.core.config_train import TrainConfig
 from packtrain.core.contract import Manifest, expert_dir
 from packtrain.core.errors import ContractError
 from packtrain.trainer.data import (IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader,
-                          position_ids_from_doc_lens)
+                                    position_ids_from_doc_lens, window_doc_lens)
 from trainer_fixtures import pack_docs, random_blocks, write_build, write_tokenizer
 
 BUILD = "0123456789abcdef"
 
 
-def open_build(cache, build_id, split="train"):
+def open_build(cache, build_id, split="train", seq_length=None):
     build_dir = expert_dir(cache, "sql") / build_id
-    return BlockDataset(build_dir, Manifest.load(build_dir), split)
+    return BlockDataset(build_dir, Manifest.load(build_dir), split, seq_length)
 
 
 def test_position_ids_restart_per_document_and_for_padding():
@@ -47,6 +47,54 @@ def test_item_labels_positions_and_counts(tmp_path):
     second = ds[1]
     assert second["labels"].tolist() == [_, 31, 0, _, 41, 0, _, _, _, _]  # 40 starts a document
     assert second["n_sup"].item() == 4
+
+
+def test_a_block_cut_into_windows_splits_documents_positions_and_the_loss_mask(tmp_path):
+    """train.max_seq_length 512 on a 2048-token block of documents [700, 1348]: four windows, each its own
+    sequence; a document cut at an edge restarts its positions and its first token there is no target."""
+    tok = write_tokenizer(tmp_path / "tok")
+    a = ([4 + i % 200 for i in range(700)], 600)  # prompt 600 tokens, answer 100 (block positions 600..699)
+    b = ([4 + i % 250 for i in range(1348)], 100)  # prompt 100 tokens (block positions 700..799), answer 1248
+    build_id = write_build(tmp_path / "cache", "sql", [[a, b]], [], block_size=2048, tokenizer_dir=tok)
+    whole, windows = open_build(tmp_path / "cache", build_id), open_build(tmp_path / "cache", build_id, seq_length=512)
+    assert (len(whole), len(windows), windows.seq_length, windows.windows) == (1, 4, 512, 4)
+    assert window_doc_lens([700, 1348], 2048, 512) == [[512], [188, 324], [512], [512]]
+
+    items = [windows[i] for i in range(4)]
+    assert [item["seq_lens"].tolist() for item in items] == [[512], [188, 324], [512], [512]]
+    assert torch.equal(torch.cat([item["input_ids"] for item in items]), whole[0]["input_ids"])
+    assert [item["position_ids"][[0, 1, 187, 188, 511]].tolist() for item in items] == [
+        [0, 1, 187, 188, 511], [0, 1, 187, 0, 323], [0, 1, 187, 188, 511], [0, 1, 187, 188, 511]]
+    _ = IGNORE_INDEX
+    labels = [item["labels"] for item in items]
+    assert labels[0].eq(_).all()  # a's prompt only
+    assert labels[1][:88].eq(_).all() and labels[1][88:188].tolist() == a[0][600:700]  # a's answer
+    assert labels[1][188:288].eq(_).all() and labels[1][288:].tolist() == b[0][100:324]  # b's prompt, answer
+    assert labels[2][0] == _ and labels[2][1:].tolist() == b[0][325:836]  # b goes on: its first token here is no target
+    assert labels[3][0] == _ and labels[3][1:].tolist() == b[0][837:1348]
+    assert [(i["n_tokens"].item(), i["n_sup"].item()) for i in items] == [(512, 0), (512, 324), (512, 511), (512, 511)]
+    assert whole[0]["n_sup"].item() == 1348  # the two cut first tokens are the difference
+    assert [i["attn_pairs"].item() for i in items] == [512 * 513 // 2, 188 * 189 // 2 + 324 * 325 // 2,
+                                                       512 * 513 // 2, 512 * 513 // 2]
+
+
+def test_the_last_window_is_padded_and_windows_of_padding_only_are_left_out(tmp_path):
+    tok = write_tokenizer(tmp_path / "tok")
+    first = [([10, 11, 12], 1), ([20, 21, 22, 23, 24, 0], 2)]  # 9 tokens of 10, then 1 padding token (3)
+    second = [([30, 31, 32], 1)]  # 3 tokens, then 7 padding: its windows 1 and 2 hold no document
+    build_id = write_build(tmp_path / "cache", "sql", [first, second], [], block_size=10, tokenizer_dir=tok)
+    windows = open_build(tmp_path / "cache", build_id, seq_length=4)
+    assert len(windows) == 4 and windows._open == {}  # 3 windows of the first block, 1 of the second
+    items = [windows[i] for i in range(4)]
+    _ = IGNORE_INDEX
+    assert [i["input_ids"].tolist() for i in items] == [[10, 11, 12, 20], [21, 22, 23, 24], [0, 3, 0, 0],
+                                                        [30, 31, 32, 3]]
+    assert [i["seq_lens"].tolist() for i in items] == [[3, 1], [4], [1, 3], [3, 1]]
+    assert [i["position_ids"].tolist() for i in items] == [[0, 1, 2, 0], [0, 1, 2, 3], [0, 0, 1, 2], [0, 1, 2, 0]]
+    assert [i["labels"].tolist() for i in items] == [[_, 11, 12, _], [_, 22, 23, 24], [_, _, _, _], [_, 31, 32, _]]
+    with pytest.raises(IndexError, match="window 4 out of range"):
+        windows[4]
+    assert open_build(tmp_path / "cache", build_id, seq_length=64).windows == 1  # longer than the block: whole
 
 
 def test_rows_across_shards_and_record_batches(tmp_path):

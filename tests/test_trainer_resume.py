@@ -86,6 +86,26 @@ def test_resume_on_another_build_is_refused_unless_allowed(tmp_path, model_dir):
     assert state["build_id"] == new and state["step"] == 6
 
 
+def test_windows_resume_exactly_and_another_sequence_length_is_refused(tmp_path, model_dir):
+    """train.max_seq_length cuts the 32-token blocks into windows of 16: the data position counts windows,
+    so a resume continues bit for bit, and a resume with another length is refused, saying which."""
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    settings = dict(max_steps=4, save_steps=2, eval_steps=2, max_seq_length=16)
+    full = run(make_config(model_dir, tmp_path / "runs", run_name="w", **settings), tmp_path / "cache")
+    assert json.loads((full / "run.json").read_text())["seq_length"] == 16
+    assert json.loads((full / "checkpoint-2" / "state.json").read_text())["seq_length"] == 16
+
+    with pytest.raises(CheckpointError) as err:
+        run(make_config(model_dir, tmp_path / "runs", **{**settings, "max_seq_length": None}), tmp_path / "cache",
+            resume=str(full / "checkpoint-2"))
+    assert ("was taken on sequences of 16 tokens, this run has 32 (train.max_seq_length" in str(err.value)
+            and "--set train.max_seq_length=16" in str(err.value))
+    resumed = run(make_config(model_dir, tmp_path / "runs", run_name="w", **settings), tmp_path / "cache",
+                  resume=str(full / "checkpoint-2"))
+    assert resumed == full.with_name("w-from-2")
+    assert step_losses(resumed) == step_losses(full)  # steps 1-2 kept from the checkpoint's run, 3-4 again, exactly
+
+
 def test_resume_path_and_missing_checkpoint(tmp_path, model_dir):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, save_total_limit=5)

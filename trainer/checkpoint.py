@@ -73,6 +73,8 @@ class TrainState:
     build_id: str = ""
     tokenizer_hash: str = ""
     world_size: int = 1        # training processes (checkpoints from before it was recorded: 1)
+    seq_length: int = 0        # tokens per training sequence (train.max_seq_length; 0 in checkpoints from
+                               # before it was recorded: the build's block size)
 
 
 @dataclass(frozen=True)
@@ -322,7 +324,7 @@ def verify_checkpoint(path: Path) -> None:
 
 
 def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: str, allow_build_change: bool,
-                 world_size: int = 1) -> None:
+                 world_size: int = 1, seq_length: int = 0, block_size: int = 0) -> None:
     if state.world_size != world_size:
         raise CheckpointError(
             f"checkpoint {path} was taken with world size {state.world_size}, this run has world size {world_size}: "
@@ -330,6 +332,13 @@ def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: s
             "schedule and each rank's slice of the data would change mid-run. Resume with "
             f"{state.world_size} process(es) (torchrun --nnodes ... --nproc-per-node ... with WORLD_SIZE "
             f"{state.world_size}{', or without torchrun' if state.world_size == 1 else ''}), or start a new run")
+    if (state.seq_length or block_size) != (seq_length or block_size):
+        raise CheckpointError(
+            f"checkpoint {path} was taken on sequences of {state.seq_length or block_size} tokens, this run has "
+            f"{seq_length or block_size} (train.max_seq_length; the cpu profile sets it on a machine without a CUDA "
+            "GPU): the data position counts sequences, so it would point elsewhere. Resume with --set "
+            f"train.max_seq_length={state.seq_length or block_size} (on the machine kind it was taken on), or start "
+            "a new run")
     if state.tokenizer_hash != tokenizer_hash:
         raise CheckpointError(
             f"checkpoint {path} was trained with tokenizer {state.tokenizer_hash[:12]}, the build and model use "

@@ -106,21 +106,22 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         raise ModelError("reading a GGUF model needs the gguf package: `pip install gguf==0.19.0` "
                          "(`make install` does)") from None
     progress = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # one line in our log instead of transformers' bars
+    hf_logging.disable_progress_bar()  # our lines instead of transformers' bars (the GGUF reader's own stays)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    except (OSError, ValueError, KeyError) as e:
-        raise ModelError(f"{gguf}: transformers cannot read this GGUF file ({type(e).__name__}: {e}); "
-                         "install the package again, or set model.name to another model") from None
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelError(f"{gguf}: transformers cannot read this GGUF file ({type(e).__name__}: {e}); "
+                             "install the package again, or set model.name to another model") from None
+        # the weights are plain fp32 tensors now; the GGUF quantizer state left on the model makes
+        # save_pretrained refuse ("cannot save a quantized model"), and its config would make a later
+        # from_pretrained look for the GGUF file again
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
     finally:
         if progress:
             hf_logging.enable_progress_bar()
-    # the weights are plain fp32 tensors now; the GGUF quantizer state left on the model makes
-    # save_pretrained refuse ("cannot save a quantized model"), and its config would make a later
-    # from_pretrained look for the GGUF file again
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)

@@ -12,6 +12,19 @@ of ``B`` tokens (see ``packtrain/core/contract.py``). For every block the datase
 if the mask says otherwise: predicting it would read the previous document). The padding after the
 last document gets its own run of position ids, so it is a separate "document" nobody attends to.
 
+With ``train.max_seq_length`` L shorter than the block (the cpu profile: 512 of 2048), every block
+is read as ``ceil(B / L)`` windows of L tokens, each an item of its own: the documents are cut at
+the window edges, positions restart there, no document attends across an edge, and the loss mask is
+cut alike (a cut document's first token in the next window is not a target: nothing before it in
+the window belongs to it). Documents [700, 1348] in a block of 2048, L = 512::
+
+    block      |0 ........ 700|700 ......................................... 2048|
+    windows    |0      512|512       1024|1024      1536|1536      2048|
+    doc_lens   [512]      [188, 324]      [512]          [512]
+
+The last window is padded up to L when L does not divide B; a window of padding only (the tail of
+a block whose documents end before it) is left out. The build is the same whatever L.
+
 Shards are opened lazily, in the process that reads them (each DataLoader worker after the fork):
 ``__init__`` stores paths only; the first ``__getitem__`` memory-maps the file and keeps numpy
 views of the record batches (zero-copy, no token is read until it is used).
@@ -68,47 +81,104 @@ def positions_of_segments(segments: Sequence[int], block_size: int) -> np.ndarra
     return np.arange(block_size, dtype=np.int64) - starts
 
 
-class BlockDataset(Dataset):
-    """Map-style dataset over the blocks of one split (``train`` or ``val``) of a build.
+def window_doc_lens(doc_lens: Sequence[int], block_size: int, seq_length: int) -> list[list[int]]:
+    """The documents of each window of ``seq_length`` tokens of a block (``ceil(block_size /
+    seq_length)`` windows): every document cut at the window edges. Padding is what a window's
+    lengths leave; the last window counts ``seq_length`` tokens, padded past the block's end.
 
-    Item ``i`` is a dict of int64 tensors ``input_ids``, ``labels``, ``position_ids`` (all ``[B]``),
-    ``seq_lens`` (int32, the block's attention segments: :func:`segment_lens`) and scalars ``n_tokens`` (non-padding tokens), ``n_sup`` (supervised targets) and
-    ``attn_pairs`` (sum over documents of n*(n+1)/2: causal attention pairs, for the FLOP count).
+    >>> window_doc_lens([700, 1348], 2048, 512)
+    [[512], [188, 324], [512], [512]]
+    >>> window_doc_lens([3, 2], 6, 4)   # window 1: the block's padding token, then 2 past its end
+    [[3, 1], [1]]
+    """
+    return [doc_lens_in(doc_lens, start, seq_length) for start in range(0, block_size, seq_length)]
+
+
+def doc_lens_in(doc_lens: Sequence[int], start: int, length: int) -> list[int]:
+    """The lengths of the documents' parts inside tokens ``[start, start + length)`` of a block."""
+    lens = np.asarray([int(n) for n in doc_lens if n > 0], dtype=np.int64)
+    ends = np.cumsum(lens)
+    overlap = np.minimum(ends, start + length) - np.maximum(ends - lens, start)
+    return overlap[overlap > 0].tolist()
+
+
+def cut_window(ids: np.ndarray, mask: np.ndarray, doc_lens: Sequence[int], window: int,
+               seq_length: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Window ``window`` of a block (:func:`window_doc_lens`): its tokens, loss mask and documents;
+    the last window padded with token 0 and mask 0 up to ``seq_length``."""
+    start = window * seq_length
+    ids, mask = ids[start:start + seq_length], mask[start:start + seq_length]
+    if len(ids) < seq_length:
+        ids, mask = np.pad(ids, (0, seq_length - len(ids))), np.pad(mask, (0, seq_length - len(mask)))
+    return ids, mask, doc_lens_in(doc_lens, start, seq_length)
+
+
+class BlockDataset(Dataset):
+    """Map-style dataset over the sequences of one split (``train`` or ``val``) of a build: its blocks,
+    or with ``seq_length`` shorter than the block, every block's windows in order (at most ``k =
+    ceil(block_size / seq_length)`` per block: those holding a document token; ``__init__`` then reads
+    the blocks' document lengths once, and keeps no shard open).
+
+    Item ``i`` is a dict of int64 tensors ``input_ids``, ``labels``, ``position_ids`` (all ``[L]``, L
+    the sequence length), ``seq_lens`` (int32, the sequence's attention segments: :func:`segment_lens`)
+    and scalars ``n_tokens`` (non-padding tokens), ``n_sup`` (supervised targets) and ``attn_pairs``
+    (sum over documents of n*(n+1)/2: causal attention pairs, for the FLOP count).
     """
 
-    def __init__(self, build_dir: str | Path, manifest: Manifest, split: str):
+    def __init__(self, build_dir: str | Path, manifest: Manifest, split: str, seq_length: int | None = None):
         shards = manifest.train if split == "train" else manifest.val
         self.paths = [Path(build_dir) / s.file for s in shards]  # paths only: opened lazily per process
         self.rows = np.cumsum([0] + [s.rows for s in shards])
         self.block_size = manifest.block_size
+        self.seq_length = min(seq_length or self.block_size, self.block_size)
+        self.windows = -(-self.block_size // self.seq_length)  # at most, per block
         self._open: dict[int, ShardBlocks] = {}
+        self.starts = None  # windows: the first item of every block (None: an item is a block)
+        if self.windows > 1:
+            filled = [open_shard(path, self.block_size).filled() for path in self.paths]  # views, dropped here
+            per_block = -(-np.concatenate([np.zeros(0, np.int64), *filled]) // self.seq_length)
+            self.starts = np.concatenate([[0], np.cumsum(per_block)])
+
+    @property
+    def blocks(self) -> int:
+        return int(self.rows[-1])
 
     def __len__(self) -> int:
-        return int(self.rows[-1])
+        return self.blocks if self.starts is None else int(self.starts[-1])
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if not 0 <= index < len(self):
-            raise IndexError(f"block {index} out of range (0..{len(self) - 1})")
-        s = int(np.searchsorted(self.rows, index, side="right")) - 1
+            raise IndexError(f"{'block' if self.windows == 1 else 'window'} {index} out of range (0..{len(self) - 1})")
+        block, window = index, 0
+        if self.starts is not None:
+            block = int(np.searchsorted(self.starts, index, side="right")) - 1
+            window = index - int(self.starts[block])
+        s = int(np.searchsorted(self.rows, block, side="right")) - 1
         if s not in self._open:
             self._open[s] = open_shard(self.paths[s], self.block_size)
-        ids, mask, doc_lens = self._open[s].block(index - int(self.rows[s]))
+        ids, mask, doc_lens = self._open[s].block(block - int(self.rows[s]))
+        if self.windows > 1:
+            ids, mask, doc_lens = cut_window(ids, mask, doc_lens, window, self.seq_length)
+        return sequence_item(ids, mask, doc_lens, self.seq_length)
 
-        ids = ids.astype(np.int64)  # the one copy: uint16/uint32 -> int64
-        segments = segment_lens(doc_lens, self.block_size)
-        position_ids = positions_of_segments(segments, self.block_size)
-        targets = (mask == 1) & (position_ids != 0)
-        labels = np.where(targets, ids, IGNORE_INDEX)
-        n = doc_lens.astype(np.int64)
-        return {
-            "input_ids": torch.from_numpy(ids),
-            "labels": torch.from_numpy(labels),
-            "position_ids": torch.from_numpy(position_ids),
-            "seq_lens": torch.tensor(segments, dtype=torch.int32),
-            "n_tokens": torch.tensor(int(n.sum())),
-            "n_sup": torch.tensor(int(targets.sum())),
-            "attn_pairs": torch.tensor(int((n * (n + 1) // 2).sum())),
-        }
+
+def sequence_item(ids: np.ndarray, mask: np.ndarray, doc_lens, length: int) -> dict[str, torch.Tensor]:
+    """The item of one sequence (a block or a window): see :class:`BlockDataset`."""
+    ids = ids.astype(np.int64)  # the one copy: uint16/uint32 -> int64
+    segments = segment_lens(doc_lens, length)
+    position_ids = positions_of_segments(segments, length)
+    targets = (mask == 1) & (position_ids != 0)
+    labels = np.where(targets, ids, IGNORE_INDEX)
+    n = np.asarray(doc_lens, dtype=np.int64)
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "labels": torch.from_numpy(labels),
+        "position_ids": torch.from_numpy(position_ids),
+        "seq_lens": torch.tensor(segments, dtype=torch.int32),
+        "n_tokens": torch.tensor(int(n.sum())),
+        "n_sup": torch.tensor(int(targets.sum())),
+        "attn_pairs": torch.tensor(int((n * (n + 1) // 2).sum())),
+    }
 
 
 def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -130,7 +130,8 @@ def oom_advice(train_config, lora_config) -> str:
         knobs.append("lora.method: qlora (4-bit base weights)")
     if train_config.optim != "adamw_bnb_8bit":
         knobs.append("train.optim: adamw_bnb_8bit")
-    knobs.append("a smaller pack.block_size (needs a rebuild: make pretokenize)")
+    knobs.append("a smaller train.max_seq_length (blocks cut into shorter windows, no rebuild) or "
+                 "pack.block_size (needs a rebuild: make pretokenize)")
     knobs.append("a smaller lora.r or fewer lora.target_modules")
     return "out of memory; reduce memory with: " + "; ".join(knobs)
 

@@ -64,7 +64,8 @@ def choose(trials: list[Trial]) -> Trial:
     fitting = [t for t in trials if t.fits]
     if not fitting:
         raise MicroBatchError("not even one block per forward fits on this GPU, with activation checkpointing: "
-                              "lower pack.block_size and rebuild, use lora.method: qlora, or a smaller model")
+                              "lower train.max_seq_length (no rebuild) or pack.block_size (a rebuild), use "
+                              "lora.method: qlora, or a smaller model")
     return max(fitting, key=lambda t: (t.micro / t.seconds, -t.micro))
 
 

@@ -105,19 +105,22 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     check_tokenizer(manifest, tok_dir, config.model.name)
 
     check_batch_shape(train, world)
-    train_blocks = sum(shard.rows for shard in manifest.train)
+    seq_length = sequence_length(train, manifest)
+    train_sequences = len(BlockDataset(build_dir, manifest, "train", seq_length))
+    what = ("train blocks" if seq_length == manifest.block_size
+            else f"train sequences (windows of {seq_length} tokens of its blocks)")
     if train.per_device_train_batch_size == "auto":
-        if train_blocks < train.global_batch_size:
-            raise TrainError(f"build {manifest.build_id} has {train_blocks} train blocks, fewer than "
+        if train_sequences < train.global_batch_size:
+            raise TrainError(f"build {manifest.build_id} has {train_sequences} {what}, fewer than "
                              f"train.global_batch_size {train.global_batch_size}: lower it, or add data and rebuild")
-    elif train_blocks < train.per_device_train_batch_size * world.world_size:
+    elif train_sequences < train.per_device_train_batch_size * world.world_size:
         ranks = f" x world size {world.world_size}" if world.enabled else ""
-        raise TrainError(f"build {manifest.build_id} has {train_blocks} train blocks, fewer than "
+        raise TrainError(f"build {manifest.build_id} has {train_sequences} {what}, fewer than "
                          f"per_device_train_batch_size {train.per_device_train_batch_size}{ranks}: lower it, "
                          "or add data and rebuild")
 
     state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash,
-                       world_size=world.world_size)
+                       world_size=world.world_size, seq_length=seq_length)
     expert_runs = Path(train.output_dir) / config.expert
     if world.is_main:
         remember_runs_dir(cache_dir, config.expert, expert_runs)
@@ -133,8 +136,9 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         verify_checkpoint(checkpoint)  # checksums.json covers state.json: its data position is checked too
         saved = read_state(checkpoint)
         check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change,
-                     world.world_size)
+                     world.world_size, seq_length, manifest.block_size)
         state = saved
+        state.seq_length = seq_length  # the same (check_resume), recorded from now on in older checkpoints too
         if saved.build_id != manifest.build_id:
             log.warning("resuming on build %s (checkpoint taken on %s): data restarts at the start of epoch %d",
                         manifest.build_id, saved.build_id, saved.epoch)
@@ -161,6 +165,16 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         if file_log is not None:
             log.removeHandler(file_log)
             file_log.close()
+
+
+def sequence_length(train, manifest: Manifest) -> int:
+    """Tokens per training sequence: ``train.max_seq_length`` when shorter than the build's blocks (the
+    blocks are then cut into windows: trainer/data.py), else the block size."""
+    if train.max_seq_length is not None and train.max_seq_length > manifest.block_size:
+        log.warning("train.max_seq_length %d is longer than build %s's blocks of %d tokens: training on whole "
+                    "blocks (raise pack.block_size and rebuild for longer sequences)", train.max_seq_length,
+                    manifest.build_id, manifest.block_size)
+    return min(train.max_seq_length or manifest.block_size, manifest.block_size)
 
 
 def remember_runs_dir(cache_dir, expert: str, expert_runs: Path) -> None:
@@ -191,7 +205,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     if vocab < manifest.vocab_size:
         raise TrainError(f"model {config.model.name} has {vocab} token embeddings, the build's tokenizer "
                          f"{manifest.vocab_size} tokens: this model cannot read these shards")
-    attention = choose_attention(device, config.model.use_sdpa, manifest.block_size, model,
+    attention = choose_attention(device, config.model.use_sdpa, state.seq_length, model,
                                  varlen=config.model.varlen_attention, dtype=precision.autocast_dtype)
     log.info("attention: %s", attention.note)
     if attention.varlen:
@@ -213,7 +227,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     log.info("torch.compile: %s", ("on" if compile_on else "off") + (f" (auto on {device.type})"
                                                                      if train.torch_compile == "auto" else ""))
     train = dataclasses.replace(train, torch_compile=compile_on)
-    train_set = BlockDataset(build_dir, manifest, "train")
+    train_set = BlockDataset(build_dir, manifest, "train", state.seq_length)
     if train.per_device_train_batch_size == "auto":
         train = resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world)
 
@@ -227,7 +241,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     else:
         total_steps = total_training_steps(train, len(train_set) // (batch_size * world.world_size))
     val_loader = None
-    val_set = BlockDataset(build_dir, manifest, "val")
+    val_set = BlockDataset(build_dir, manifest, "val", state.seq_length)
     if len(val_set) == 0:
         log.warning("build %s has no val blocks (pack.val_fraction: %s): evaluation is skipped",
                     manifest.build_id, manifest.raw["inputs"]["pack"].get("val_fraction"))
@@ -256,7 +270,7 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
             "model": config.model.name, "model_dir": str(source.directory), "random_init": not source.has_weights,
             "device": str(device), "precision": precision.note, "total_steps": total_steps,
             "warmup_steps": warmup_steps(train, total_steps), "resumed_from": str(checkpoint) if checkpoint else None,
-            "world_size": world.world_size,
+            "world_size": world.world_size, "block_size": manifest.block_size, "seq_length": train_set.seq_length,
             "global_batch_blocks": batch_size * world.world_size * train.gradient_accumulation_steps,
             "per_device_train_batch_size": batch_size, "gradient_accumulation_steps": train.gradient_accumulation_steps,
             "gradient_checkpointing": train.gradient_checkpointing, "attention": attention.name,
@@ -267,9 +281,13 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
         load_checkpoint(checkpoint, model, optimizer, scheduler, scaler)  # RNG states last of all
         log.info("resumed from %s: step %d, epoch %d, block %d of the epoch", checkpoint, state.step,
                  state.epoch, state.position)
-    log.info("run %s: build %s, %d train blocks of %d tokens, %d steps of %d x %d x %d blocks (per device x "
-             "world size x gradient accumulation)", run_dir, manifest.build_id, len(train_set), manifest.block_size,
-             total_steps, batch_size, world.world_size, train.gradient_accumulation_steps)
+    sequences = (f"{len(train_set)} train blocks of {manifest.block_size} tokens" if train_set.windows == 1 else
+                 f"{len(train_set)} train sequences of {train_set.seq_length} tokens (train.max_seq_length: the "
+                 f"{train_set.blocks} blocks of {manifest.block_size} tokens cut into windows, up to "
+                 f"{train_set.windows} each; windows of padding only left out)")
+    log.info("run %s: build %s, %s, %d steps of %d x %d x %d sequences (per device x world size x gradient "
+             "accumulation)", run_dir, manifest.build_id, sequences, total_steps, batch_size, world.world_size,
+             train.gradient_accumulation_steps)
 
     metrics = (MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if checkpoint else None)
                if world.is_main else NoMetricsFile())

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from packtrain.core.config import ConfigError
-from packtrain.core.configfile import apply_cli_overrides, load_for_machine
+from packtrain.core.configfile import apply_cli_overrides, load_config, load_for_machine
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
 from packtrain.core.errors import ContractError
 
@@ -40,7 +40,10 @@ def expert_options(f):
     return f
 
 
-def resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profile: bool = True):
+def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training: bool = False):
+    """EXPERT's config with the command line's overrides. As written for the build commands (a build
+    never depends on the machine); ``for_training``: as this machine trains it, the ``cpu`` profile
+    applied without a CUDA GPU (said in one line)."""
     import yaml
 
     overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
@@ -55,10 +58,42 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profil
 
             raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
+    if not for_training:
+        return load_config(expert, configs_dir, overrides)
     config, profiled = load_for_machine(expert, configs_dir, overrides)
-    if profiled and tell_profile:
+    if profiled:
         click.echo(config.cpu_note(), err=True)
     return config
+
+
+def ensure_converted(cfg) -> None:
+    """Convert the embedded model ``cfg`` names (``model.name`` or ``model.tokenizer``: smollm2-135m)
+    when it has no converted copy yet, as ``packtrain prepare-model`` does (trainer/convert.py), saying
+    so; nothing for any other model or once converted. Every command that resolves the model or its
+    tokenizer by name calls it first."""
+    ensure_names_converted({cfg.model.name, cfg.model.tokenizer})
+
+
+def ensure_names_converted(names) -> None:
+    """:func:`ensure_converted` for model names (``inspect``: the model a build was made with)."""
+    from packtrain.core.resolve import EMBEDDED_MODELS, converted_model_dir, missing_converted_files
+
+    todo = [name for name in sorted(set(names) & set(EMBEDDED_MODELS))
+            if missing_converted_files(converted_model_dir(name))]
+    if todo:
+        convert_embedded(todo)
+
+
+def convert_embedded(names) -> None:
+    """``prepare_embedded`` for each name (its lines on stderr); its refusals as one-line errors."""
+    from packtrain.trainer.convert import prepare_embedded
+    from packtrain.trainer.model import ModelError
+
+    for name in names:
+        try:
+            prepare_embedded(name, log=lambda line: click.echo(line, err=True))
+        except ModelError as e:
+            raise TrainFailed(str(e)) from None
 
 
 @click.group()
@@ -79,8 +114,8 @@ def discover():
 @click.argument("expert")
 @expert_options
 def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
-    """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides)."""
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides), as this machine trains it."""
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True)
     click.echo(json.dumps(cfg.to_dict(), indent=2))
 
 
@@ -90,23 +125,17 @@ def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
 def prepare_model(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
     """Convert EXPERT's embedded model (model.name: smollm2-135m) once into a model directory; else nothing.
 
-    `make pretokenize` and `make train` run it first: the build needs the model's tokenizer.
+    `pretokenize`, `merge`, `train` and `rebuild` do it themselves when it is not converted yet: the
+    build needs the model's tokenizer. This command does it ahead (e.g. on a machine being set up).
     """
     from packtrain.core.resolve import EMBEDDED_MODELS
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, tell_profile=False)  # the model only
-    names = {cfg.model.name, cfg.model.tokenizer} & set(EMBEDDED_MODELS)
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)  # the model only
+    names = sorted({cfg.model.name, cfg.model.tokenizer} & set(EMBEDDED_MODELS))
     if not names:
         click.echo(f"model {cfg.model.name}: not an embedded model, nothing to prepare", err=True)
         return
-    from packtrain.trainer.convert import prepare_embedded
-    from packtrain.trainer.model import ModelError
-
-    for name in sorted(names):
-        try:
-            prepare_embedded(name, log=lambda line: click.echo(line, err=True))
-        except ModelError as e:
-            raise TrainFailed(str(e)) from None
+    convert_embedded(names)
 
 
 @main.command()
@@ -120,6 +149,7 @@ def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settin
     from packtrain.pipeline.build import build
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    ensure_converted(cfg)
     if part is not None:
         from packtrain.pipeline.partition import parse_part, pretokenize_part
 
@@ -146,6 +176,7 @@ def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, pa
     from packtrain.pipeline.partition import merge as merge_parts
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    ensure_converted(cfg)
     for stage in cfg.stage_configs():
         result = merge_parts(stage, cache_dir, parts, log=click.echo)
         click.echo(json.dumps({"expert": stage.expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
@@ -172,7 +203,8 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
             click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True)
+    ensure_converted(cfg)
     try:
         train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
                      max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
@@ -282,6 +314,7 @@ def inspect(expert, cache_dir, build_id, split, blocks):
 
     build_dir = resolve_build(cache_dir, expert, build_id)
     model_cfg = load_build_config(build_dir)["model"]
+    ensure_names_converted({model_cfg["tokenizer"] or model_cfg["name"]})  # a build made on another machine
     tokenizer_dir = resolve_model_dir(model_cfg["tokenizer"] or model_cfg["name"], model_cfg.get("revision"))
     click.echo(inspect_build(build_dir, tokenizer_dir / "tokenizer.json", split, blocks, sys.stdout.isatty()))
 
@@ -369,7 +402,7 @@ def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
     names = list_experts(configs_dir) if all_experts else list(experts)
     overrides = apply_cli_overrides(num_proc=num_proc)
     code = run_rebuild(names, configs_dir, cache_dir, keep, wait, overrides, emit=click.echo,
-                       log=lambda line: click.echo(line, err=True))
+                       log=lambda line: click.echo(line, err=True), prepare=ensure_converted)
     sys.exit(code)
 
 

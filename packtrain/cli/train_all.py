@@ -34,11 +34,10 @@ def visible_gpus() -> list[str]:
 
 
 def expert_command(expert: str, build_args: list[str], train_args: list[str]) -> list[str]:
-    """Convert the embedded model if named (once), build (a no-op when up to date), then train if the
-    build succeeded: ``sh -c 'a && b && c'``."""
+    """Build (a no-op when up to date; it converts the embedded model first if it names one that is not
+    converted yet), then train if the build succeeded: ``sh -c 'a && b'``."""
     cli = [sys.executable, "-m", "packtrain.cli"]
     return ["/bin/sh", "-c", " && ".join([
-        " ".join(map(_quote, [*cli, "prepare-model", expert, *build_args])),
         " ".join(map(_quote, [*cli, "pretokenize", expert, *build_args, "--no-progress"])),
         " ".join(map(_quote, [*cli, "train", expert, *train_args])),
     ])]

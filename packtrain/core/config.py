@@ -98,6 +98,10 @@ class ExpertConfig:
             getattr(self, name).validate(errors, name)
         if self.pack.strategy == "wrap" and self.pack.overlong != "split":
             errors.append("pack.overlong: wrap splits every document at block boundaries; leave overlong: split")
+        if self.train.max_seq_length is not None and self.train.max_seq_length > self.pack.block_size:
+            errors.append(f"train.max_seq_length: {self.train.max_seq_length} is longer than pack.block_size "
+                          f"{self.pack.block_size}: the trainer cuts blocks into shorter sequences, it never joins "
+                          "them; raise pack.block_size (a new build), or lower or unset train.max_seq_length")
         if self.train.fsdp and self.lora.method == "qlora":
             errors.append("train.fsdp cannot shard a QLoRA base: bitsandbytes' NF4 weights (Params4bit) are not "
                           "shardable by fully_shard as they are. Use lora.method: lora with train.fsdp (the bf16 base "
@@ -111,28 +115,34 @@ class ExpertConfig:
 
     def for_device(self, cuda: bool, explicit: frozenset[str] = frozenset()) -> "ExpertConfig":
         """This config as the machine trains it: unchanged on a CUDA GPU or with ``cpu.enabled: false``,
-        else with the ``cpu`` section's block size, steps, batch and evaluation cap, each only where
-        ``explicit`` (the dotted keys the user set, configfile.explicit_keys) does not name the field."""
+        else with the ``cpu`` section's sequence length, steps, batch and evaluation cap, each only where
+        ``explicit`` (the dotted keys the user set, configfile.explicit_keys) does not name the field.
+        Only ``train`` changes: the build (sources, format, pack, build, model) is the same on every
+        machine, so a CPU host builds, judges and rebuilds the very build a GPU trainer uses."""
         if cuda or not self.cpu.enabled:
             return self
         cpu, train = self.cpu, self.train
         batch_set = explicit & {"train.per_device_train_batch_size", "train.gradient_accumulation_steps",
                                 "train.global_batch_size"}
-        return dataclasses.replace(
-            self, pack=self.pack if "pack.block_size" in explicit else dataclasses.replace(self.pack, block_size=cpu.block_size),
-            train=dataclasses.replace(
-                train, max_steps=train.max_steps if train.max_steps is not None else cpu.max_steps,
-                max_eval_batches=train.max_eval_batches if train.max_eval_batches is not None else cpu.max_eval_batches,
-                **({} if batch_set else {"per_device_train_batch_size": cpu.per_device_train_batch_size,
-                                         "gradient_accumulation_steps": 1, "global_batch_size": None})))
+        cut = ("train.max_seq_length" not in explicit and train.max_seq_length is None
+               and cpu.max_seq_length < self.pack.block_size)  # blocks this short or shorter are trained whole
+        return dataclasses.replace(self, train=dataclasses.replace(
+            train, max_seq_length=cpu.max_seq_length if cut else train.max_seq_length,
+            max_steps=train.max_steps if train.max_steps is not None else cpu.max_steps,
+            max_eval_batches=train.max_eval_batches if train.max_eval_batches is not None else cpu.max_eval_batches,
+            **({} if batch_set else {"per_device_train_batch_size": cpu.per_device_train_batch_size,
+                                     "gradient_accumulation_steps": 1, "global_batch_size": None})))
 
     def cpu_note(self) -> str:
         """One line saying what the cpu section changes (for the console)."""
-        train = self.train
-        return (f"no CUDA GPU: the cpu profile applies (configs/defaults.yaml cpu:): blocks of {self.pack.block_size} "
-                f"tokens, {train.max_steps} steps of {train.per_device_train_batch_size} block(s), evaluation on "
-                f"{train.max_eval_batches} batch(es) of {train.per_device_eval_batch_size} blocks, so a first run ends in "
-                "minutes; a GPU trains the full config (cpu.enabled: false trains it here too)")
+        train, block = self.train, self.pack.block_size
+        length = train.max_seq_length or block
+        sequences = (f"each {block}-token block trained as {-(-block // length)} windows of {length} tokens"
+                     if length < block else f"whole {block}-token blocks")
+        return (f"no CUDA GPU: the cpu profile applies (configs/defaults.yaml cpu:) to training only, the build is "
+                f"the one a GPU uses: {sequences}, {train.max_steps} steps of {train.per_device_train_batch_size} "
+                f"sequence(s), evaluation on {train.max_eval_batches} batch(es) of {train.per_device_eval_batch_size}, "
+                "so a first run ends in minutes; a GPU trains the full config (cpu.enabled: false trains it here too)")
 
     def stage_configs(self) -> list["ExpertConfig"]:
         """One config per stage, expert ``<expert>.<stage>``, in order; [self] without stages. A

@@ -104,10 +104,10 @@ def template_fields(template: str, positional: bool = False) -> list[str]:
 @dataclass
 class PackConfig:
     block_size: int = num(2048, "[16, 1048576]")
-    """Tokens per packed block: the sequence length the model trains on (``max_seq_length`` /
-    ``block_size`` in HF scripts). Lower it when a step runs out of memory, raise it for long documents;
-    it is an input of the build id, so a change means a new build (on a CPU with ``cpu.enabled``,
-    ``cpu.block_size`` replaces it)."""
+    """Tokens per packed block (``block_size`` in HF's run_clm.py): the sequence length the model
+    trains on, unless ``train.max_seq_length`` cuts blocks into shorter windows (no rebuild; the cpu
+    profile does). Raise it for long documents (the build report says which size holds 99% of them);
+    it is an input of the build id, so a change means a new build. The same on every machine."""
     strategy: Literal["bfd", "wrap"] = "bfd"
     """``bfd``: best-fit decreasing over the whole dataset, documents never split across blocks.
     ``wrap``: concatenate every document and cut into blocks (documents may span two blocks)."""

@@ -77,20 +77,29 @@ class TrainConfig:
     max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: num_train_epochs decides")
     """When set, train exactly this many optimizer steps (cycling over epochs as needed), whatever
     num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
+    max_seq_length: int | None = num(None, "[16, 1048576]", "or unset: the build's block size")
+    """Tokens per training sequence (TRL ``SFTConfig.max_seq_length``); unset: the build's
+    ``pack.block_size``. Shorter: the trainer cuts every block into windows of this many tokens
+    (the last one padded when it does not divide the block), splitting the documents at the window
+    edges: positions restart, no document attends across an edge, the loss mask is cut alike
+    (trainer/data.py). The build does not change (no rebuild); the batch sizes then count windows.
+    Lower it for shorter, cheaper steps; at most ``pack.block_size``."""
     per_device_train_batch_size: int | Literal["auto"] = num(8, "[1, 1048576]", "or auto")
-    """Blocks per forward on each device, or ``auto`` (CUDA): measured in the first steps, the
-    fastest micro-batch that fits the GPU with headroom (trainer/microbatch.py), with
-    gradient_accumulation_steps set so that every step still trains ``global_batch_size`` blocks."""
+    """Sequences (blocks, or windows of ``max_seq_length``) per forward on each device, or ``auto``
+    (CUDA): measured in the first steps, the fastest micro-batch that fits the GPU with headroom
+    (trainer/microbatch.py), with gradient_accumulation_steps set so that every step still trains
+    ``global_batch_size`` sequences."""
     global_batch_size: int | None = num(None, "[1, 1048576]")
-    """Blocks per optimizer step over all devices (micro-batch x accumulation x world size). Needed
-    with ``per_device_train_batch_size: auto`` (it is what auto keeps); when set with a number for
-    the micro-batch it must agree with it."""
+    """Sequences (blocks, or windows of ``max_seq_length``) per optimizer step over all devices
+    (micro-batch x accumulation x world size). Needed with ``per_device_train_batch_size: auto`` (it
+    is what auto keeps); when set with a number for the micro-batch it must agree with it."""
     per_device_eval_batch_size: int = num(8, "[1, 1048576]")
-    """Blocks per forward during evaluation (and task-eval generation) on each device; raise it for a
+    """Sequences per forward during evaluation (validation blocks, or their windows of
+    ``max_seq_length``) and prompts per task-eval generation batch, on each device; raise it for a
     faster evaluation when memory allows."""
     gradient_accumulation_steps: int = num(1, "[1, 1048576]")
     """Micro-batches whose gradients are summed before each optimizer step: the step trains
-    ``per_device_train_batch_size x gradient_accumulation_steps x world size`` blocks. Raise it for a
+    ``per_device_train_batch_size x gradient_accumulation_steps x world size`` sequences. Raise it for a
     larger batch than fits in memory."""
     learning_rate: float = num(2e-4, "(0, 1]")
     """Peak learning rate of the AdamW optimizer, reached after warmup, then decayed by
@@ -149,7 +158,7 @@ class TrainConfig:
     eval_steps: int = num(200, "[1, 1000000000000]")
     """Evaluate the validation loss every this many optimizer steps (and at the last step)."""
     max_eval_batches: int | None = num(None, "[1, 1000000000000]", "or unset for all")
-    """Evaluate at most this many batches of ``per_device_eval_batch_size`` validation blocks (the
+    """Evaluate at most this many batches of ``per_device_eval_batch_size`` validation sequences (the
     first ones, the same every time); unset: the whole validation split. Lower it when evaluation is slow."""
     task_eval: bool | Literal["auto"] = "auto"
     """At the end of the run, generate answers to the validation prompts with the base model and
@@ -230,25 +239,27 @@ class TrainConfig:
 
 @dataclass
 class CpuConfig:
-    """What changes on a machine without a CUDA GPU, so that a first ``make train`` there ends in
-    minutes: shorter blocks, a few steps of one block, a capped evaluation. A GPU ignores this
-    section and trains the config as written. It replaces shared defaults only: a field the expert's
-    own file or an override sets is kept. ``pretokenize``, ``train``, ``status`` and ``rebuild`` apply
-    it alike (configfile.load_for_machine), so they mean the same build; the console says so."""
+    """What training changes on a machine without a CUDA GPU, so that a first ``make train`` there
+    ends in minutes: shorter sequences cut from the same blocks, a few steps of one sequence, a
+    capped evaluation. It changes the ``train`` section only, never the build: the blocks, the build
+    id and the shards are the same on every machine. A GPU ignores this section and trains the
+    config as written. It replaces shared defaults only: a field the expert's own file or an override
+    sets is kept. ``packtrain train`` applies it (configfile.load_for_machine) and says so."""
 
     enabled: bool = False
     """Off for a config made in code; configs/defaults.yaml turns it on for every expert. False: a
     CPU trains exactly what a GPU would."""
-    block_size: int = num(512, "[16, 1048576]")
-    """``pack.block_size`` on a CPU, unless the expert's file or ``--set`` sets it (a build of its own:
-    the block size is one of the build's inputs)."""
+    max_seq_length: int = num(512, "[16, 1048576]")
+    """``train.max_seq_length`` on a CPU, unless the expert's file or ``--set`` sets it: each block of
+    the build is trained as windows of this many tokens (a 2048-token block as 4 windows of 512).
+    No effect when the build's blocks are this long or shorter."""
     max_steps: int = num(30, "[1, 1000000000000]")
     """``train.max_steps`` on a CPU, unless ``train.max_steps`` (or ``--max-steps``) is set."""
     per_device_train_batch_size: int = num(1, "[1, 1048576]")
-    """Blocks per step on a CPU (no gradient accumulation, no ``global_batch_size``), unless the expert's
-    file or ``--set`` sets any of those three."""
+    """Sequences per step on a CPU (no gradient accumulation, no ``global_batch_size``), unless the
+    expert's file or ``--set`` sets any of those three."""
     max_eval_batches: int = num(1, "[1, 1000000000000]")
-    """``train.max_eval_batches`` on a CPU (of ``per_device_eval_batch_size`` blocks), unless set."""
+    """``train.max_eval_batches`` on a CPU (of ``per_device_eval_batch_size`` sequences), unless set."""
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers

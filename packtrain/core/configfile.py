@@ -52,10 +52,11 @@ def load_config(
 
 def load_for_machine(expert: str, configs_dir: str | Path = "configs",
                      overrides: dict[str, Any] | None = None) -> tuple[ExpertConfig, bool]:
-    """:func:`load_config` as this machine builds and trains it, and whether the ``cpu`` profile
-    applied (no CUDA GPU and ``cpu.enabled``). The profile fills in only what the expert's own file
-    and the overrides leave unset: a ``pack.block_size`` written there is kept. ``pretokenize``,
-    ``train``, ``status`` and ``rebuild`` all load configs this way, so they mean the same build."""
+    """:func:`load_config` as this machine trains it, and whether the ``cpu`` profile applied (no
+    CUDA GPU and ``cpu.enabled``). The profile changes the ``train`` section only, and only what the
+    expert's own file and the overrides leave unset (``ExpertConfig.for_device``). ``train`` loads its
+    config this way; the build commands (``pretokenize``, ``merge``, ``status``, ``rebuild``) use
+    :func:`load_config`: a build never depends on the machine."""
     config = load_config(expert, configs_dir, overrides)
     adapted = config.for_device(has_cuda(), explicit_keys(expert, configs_dir, overrides))
     return adapted, adapted is not config
@@ -63,7 +64,7 @@ def load_for_machine(expert: str, configs_dir: str | Path = "configs",
 
 def explicit_keys(expert: str, configs_dir: str | Path = "configs",
                   overrides: dict[str, Any] | None = None) -> frozenset[str]:
-    """The dotted keys (``pack.block_size``) the expert's own file or the overrides set; not
+    """The dotted keys (``train.max_steps``) the expert's own file or the overrides set; not
     defaults.yaml's, which are the shared defaults the cpu profile may replace."""
     data = _read_yaml(Path(configs_dir) / f"{expert}.yaml")
     for key, value in (overrides or {}).items():

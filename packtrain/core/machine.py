@@ -1,6 +1,6 @@
 """The machine a command runs on, as the config sees it: is there a CUDA GPU? Answered without
-importing torch (the build never imports it), so the build, the trainer, status and rebuild apply
-the config's ``cpu`` profile alike and agree on which build a config means."""
+importing torch, so ``packtrain train`` decides whether the config's ``cpu`` profile applies (to
+training only: the build never depends on the machine) before the trainer is imported."""
 
 from __future__ import annotations
 

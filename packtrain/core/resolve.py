@@ -158,7 +158,7 @@ def resolve_embedded(name: str) -> Path:
     directory = converted_model_dir(name)
     if not directory.is_dir():  # renamed into place only when complete (packtrain/trainer/convert.py)
         raise SourceNotFound(f"model {name!r} is not converted yet ({directory} does not exist): run "
-                             f"`packtrain prepare-model EXPERT` once (`make pretokenize` and `make train` do)")
+                             f"`packtrain prepare-model EXPERT` once (`packtrain pretokenize` and `train` do it themselves)")
     if missing := missing_converted_files(directory):
         raise SourceNotFound(f"model {name!r}: {directory} is an incomplete conversion (no {', '.join(missing)}): "
                              "run `packtrain prepare-model EXPERT`, which converts it again")

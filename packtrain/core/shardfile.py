@@ -160,6 +160,14 @@ class ShardBlocks:
         offsets = self.doc_offsets[b]
         return self.input_ids[b][r], self.loss_mask[b][r], self.doc_values[b][offsets[r]:offsets[r + 1]]
 
+    def filled(self) -> np.ndarray:
+        """Document tokens of every block (the rest of a block is padding, after its documents); int64 [rows]."""
+        parts = []
+        for offsets, values in zip(self.doc_offsets, self.doc_values):
+            running = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+            parts.append(running[offsets[1:]] - running[offsets[:-1]])
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
         """Every block at once: (input_ids [rows, B], loss_mask [rows, B], doc_lens per block)."""
         blocks = [self.block(row) for row in range(len(self))]
