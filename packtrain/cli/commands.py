@@ -367,8 +367,8 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
     from packtrain.core.resolve import resolve_tokenizer_dir
     from packtrain.pipeline.verify_tokens import check_tokens, format_check
 
-    # the model of the config this machine trains with; a curriculum stage <expert>.<stage> shares its expert's
-    cfg = resolve(expert.partition(".")[0], configs_dir, None, model, None, settings, tell_profile=False)
+    # the config's model (the build's config as written); a curriculum stage <expert>.<stage> shares its expert's
+    cfg = resolve(expert.partition(".")[0], configs_dir, None, model, None, settings)
     result = check_tokens(build_dir, manifest, resolve_tokenizer_dir(cfg.model), documents or None, seed)
     click.echo("\n".join(format_check(result, documents or None)))
     if not result.checked:  # nothing proven is not a pass
