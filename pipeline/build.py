@@ -46,7 +46,7 @@ from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
-from packtrain.pipeline.encode_sources import tokenize_sources
+from packtrain.pipeline.encode_sources import refused_shortcut_sources, tokenize_sources
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.exactness import encoder_identity
 from packtrain.pipeline.format import compile_chat_template
@@ -237,6 +237,8 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     dtype = token_dtype(tokenizer.vocab_size)
     source_dirs = [root / SOURCES / source_key(inputs, i) for i in range(len(sources))]
     todo = uncached_sources(root, inputs, log)
+    cached = [i for i, d in enumerate(source_dirs) if i not in todo and d not in source_dirs[:i]]
+    todo = sorted(todo + refused_shortcut_sources(config, source_dirs, cached, root.parent, tokenizer, log))
     for i, d in enumerate(source_dirs):
         if i not in todo:
             log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
@@ -245,6 +247,13 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     if todo:
         tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress, files, log=log,
                          cache_dir=root.parent)
+    # a shortcut this build's check refused: the sources it reused with it are tokenized again too
+    again = refused_shortcut_sources(config, source_dirs, [i for i in cached if i not in todo], root.parent,
+                                     tokenizer, log)
+    if again:
+        tokenize_sources(config, sources, tokenizer, again, source_dirs, dtype, progress, files, log=log,
+                         cache_dir=root.parent)
+        todo = sorted(todo + again)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
     source_stats = [read_json(d / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA) for d in source_dirs]

@@ -17,14 +17,15 @@ from tqdm import tqdm
 
 from packtrain.core.contract import TMP_PREFIX, fsync_dir
 from packtrain.core.faults import crash_point
-from packtrain.pipeline import exactness
+from packtrain.pipeline import encoder_decision, exactness
 from packtrain.pipeline.encoder_decision import EncoderDecision
 from packtrain.pipeline.exactness import LineCacheRefusals, ShortcutMismatch
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
 from packtrain.pipeline.sources import iter_batches
-from packtrain.pipeline.spill import SpillWriter, remove_path
+from packtrain.core.inputs import read_json
+from packtrain.pipeline.spill import SOURCE_STATS, SOURCE_STATS_SCHEMA, SpillWriter, remove_path
 from packtrain.pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream
 
 FAST_ENCODER_NOTES = ".fast-encoder"  # in the cache directory: remembered encoder decisions, one file per tokenizer,
@@ -165,9 +166,14 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             break
         made = sum(s["exactness"]["by_shortcut"] for s in stats.values())
         checked = sum(s["exactness"]["checked"] for s in stats.values())
-        log(f"exactness check: {checked:,} of the {made:,} documents a shortcut made re-encoded with the HF tokenizer: "
-            "identical ids and masks" if made else "exactness check: no shortcut made a document (the HF tokenizer "
-            "made every one)")
+        if not made:
+            log("exactness check: no shortcut made a document (the HF tokenizer made every one)")
+        elif not checked:
+            log(f"exactness check: none of the {made:,} documents a shortcut made fell in the sample "
+                "(build.check_documents is 0 and one in 512 after it)")
+        else:
+            log(f"exactness check: {checked:,} of the {made:,} documents a shortcut made re-encoded with the HF "
+                "tokenizer: identical ids and masks")
         check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
         # the tokenizer is the content its hash names: the answers are about it. They are shortcuts for
         # later builds, not part of this one: one that cannot be written is said, and the build goes on
@@ -199,3 +205,25 @@ def line_cache_choice(wanted: bool, tokenizer: TokenizerInfo, refusals: LineCach
     if refused is not None:
         return False, f"an earlier build's check found a difference: {refused}"
     return True, why
+
+
+def refused_shortcut_sources(config, source_dirs: list[Path], indices: list[int], cache_dir: Path,
+                             tokenizer: TokenizerInfo, log=print) -> list[int]:
+    """Of the cached sources ``indices``, those whose documents a shortcut made that a check has since
+    refused for this tokenizer (in another build, another expert, or a part made elsewhere): their
+    tokens are not trusted, and the caller tokenizes them again (``log`` says so)."""
+    content = tokenizer.fingerprint["hash"]
+    fast = encoder_decision.refused(Path(cache_dir) / FAST_ENCODER_NOTES, content)
+    line = LineCacheRefusals(Path(cache_dir), content).refused() is not None
+    if not (fast or line):
+        return []
+    out = []
+    for i in indices:
+        made = read_json(source_dirs[i] / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA)["exactness"]
+        by = ("the fast encoder (tiktoken)" if fast and "tiktoken" in made["encoder"].split("+") else
+              "the line cache" if line and made["line_cache"] else None)
+        if made["by_shortcut"] and by is not None:
+            log(f"source {config.sources[i].name}: its cached tokens were made with {by}, which a check has since "
+                "found inexact for this tokenizer: tokenizing it again")
+            out.append(i)
+    return out

@@ -46,17 +46,12 @@ class EncoderDecision:
         if not wanted:
             self.answer = (False, "build.fast_encoder is false")
             return
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            self.versions = f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
-        except PackageNotFoundError:
+        self.versions = versions()
+        if self.versions is None:
             self.answer = (False, "tiktoken is not installed (pip install tiktoken)")
             return
-        key = hashlib.sha256(f"{content_hash} {self.versions} {bpe_fast.DECISION_VERSION}".encode()).hexdigest()[:16]
-        self.path = Path(cache_dir) / f"{key}.json"
-        note = read_note(self.path, lambda n: isinstance(n, dict) and isinstance(n.get("on"), bool)
-                         and isinstance(n.get("why"), str))
+        self.path = note_path(cache_dir, content_hash)
+        note = read_note(self.path, valid_note)
         if note is not None:
             self.answer = (note["on"], note["why"])
             return
@@ -132,6 +127,34 @@ class EncoderDecision:
         self.answer = (on, why)
         self.settled = True
         self.close()
+
+
+def versions() -> str | None:
+    """The libraries a decision is about (part of its note's key); None without tiktoken."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
+    except PackageNotFoundError:
+        return None
+
+
+def note_path(cache_dir: str | Path, content_hash: str) -> Path:
+    """Where the decision about the tokenizer of ``content_hash`` is remembered (call with tiktoken installed)."""
+    key = hashlib.sha256(f"{content_hash} {versions()} {bpe_fast.DECISION_VERSION}".encode()).hexdigest()[:16]
+    return Path(cache_dir) / f"{key}.json"
+
+
+def valid_note(note) -> bool:
+    return isinstance(note, dict) and isinstance(note.get("on"), bool) and isinstance(note.get("why"), str)
+
+
+def refused(cache_dir: str | Path, content_hash: str) -> bool:
+    """Whether a build decided (or its exactness check found) that tiktoken is not exact for this tokenizer."""
+    if versions() is None:
+        return False
+    note = read_note(note_path(cache_dir, content_hash), valid_note)
+    return note is not None and note["on"] is False
 
 
 def _decide_and_send(tokenizer_file: str, send, file_hash: str | None = None) -> None:

@@ -149,7 +149,8 @@ def diff_builds(previous: dict | None, manifest: dict) -> dict | None:
         return {s["source"]["name"]: s["source"]["hash"] for s in m["inputs"]["sources"]}
 
     old, new = source_hashes(previous), source_hashes(manifest)
-    changed_inputs = sorted(key for key in ("tokenizer", "format", "pack", "on_bad_rows", "format_version", "dedup")
+    changed_inputs = sorted(key for key in ("tokenizer", "encoder", "format", "pack", "on_bad_rows", "format_version",
+                                                "dedup")
                             if previous["inputs"].get(key) != manifest["inputs"].get(key))
     delta = {}
     for split in ("train", "val"):

@@ -189,7 +189,9 @@ def source_key(inputs: dict, index: int, encoder: bool = True) -> str:
     return sha256_json({
         "format_version": inputs["format_version"], "pipeline_version": inputs["pipeline_version"],
         "spill_version": SPILL_VERSION,
-        "source": source, "tokenizer": tokenizer, **({"encoder": inputs["encoder"]} if encoder else {}),
+        "source": source, "tokenizer": tokenizer,
+        # a manifest written before the encoder was part of the identity has none (rebuild's pruning reads those)
+        **({"encoder": inputs["encoder"]} if encoder and "encoder" in inputs else {}),
         "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
         "on_bad_rows": inputs["on_bad_rows"],
     })[:16]

@@ -177,6 +177,34 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
         .removesuffix("; not using it for this tokenizer again, tokenizing again without it") + ")"]
 
 
+def test_sources_cached_with_a_shortcut_refused_later_are_tokenized_again(real_tokenizer, tmp_path, monkeypatch):
+    """Source a is built with the old line cut and not checked (check_documents 0, none in the sample);
+    the next build adds source b, whose check refuses the line cache: a is tokenized again too, and
+    every later build, for any expert with this tokenizer, distrusts tokens that shortcut made."""
+    bad = [{"question": f"Rows of t{i}?\n\n#{i}", "context": f"CREATE TABLE t{i} (x INT)", "answer": "SELECT x"}
+           for i in range(40)]
+    project = smollm2_project(tmp_path, real_tokenizer, bad)
+    other = write_jsonl(tmp_path / "data" / "b.jsonl", bad[:5])
+    a_only = {"build.fast_encoder": False, "build.check_documents": 0}
+    monkeypatch.setattr(exactness, "sampled", lambda text: False)  # nothing of a falls in the sample
+    monkeypatch.setattr("packtrain.pipeline.tokenize.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
+    monkeypatch.setattr("packtrain.pipeline.tokenize.LINE_CACHES", {})
+    lines: list[str] = []
+    build(load_config("sql", project["configs"], a_only), project["cache"], log=lines.append, progress=False)
+    assert "exactness check: none of the 40 documents a shortcut made fell in the sample (build.check_documents is " \
+           "0 and one in 512 after it)" in lines  # published unchecked: what the sample is for
+    both = {**a_only, "build.check_documents": 2048,
+            "sources": [{"name": str(project["data"])}, {"name": str(other)}]}
+    lines = []
+    result = build(load_config("sql", project["configs"], both), project["cache"], log=lines.append, progress=False)
+    assert any(line.startswith("exactness check: line cache differs") for line in lines)
+    assert f"source {project['data']}: its cached tokens were made with the line cache, which a check has since " \
+           "found inexact for this tokenizer: tokenizing it again" in lines
+    reference = build(load_config("sql", project["configs"], {**both, **SHORTCUTS_OFF}), tmp_path / "ref", log=quiet,
+                      progress=False)
+    assert shards(result) == shards(reference)
+
+
 def reverse_merged_ids(spec: dict) -> None:
     """Give the tokens the merges make their ids in reverse merge order: tiktoken, which merges by id,
     then merges in the opposite order of the HF tokenizer (the proof refuses it)."""
@@ -348,3 +376,16 @@ def test_conversations_are_what_apply_chat_template_makes(real_tokenizer, tmp_pa
     if name == "smollm2":
         assert built == sorted(expected)
         assert all(np.sum(mask) > 0 for _, mask in built)
+
+
+def test_pruning_reads_a_manifest_from_before_the_encoder_identity(tmp_path):
+    """rebuild prunes old builds after every build: one written by an older packtrain (no inputs.encoder)
+    is read, not a KeyError."""
+    from packtrain.pipeline.rebuild import prune_builds
+
+    project = make_project(tmp_path)
+    result = build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    del manifest["inputs"]["encoder"]
+    (result.path / "manifest.json").write_text(json.dumps(manifest))
+    assert prune_builds(project["cache"], "sql", keep=3, runs_dir=tmp_path / "runs") == []
