@@ -48,7 +48,7 @@ from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.encode_sources import refused_shortcut_sources, tokenize_sources
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
-from packtrain.pipeline.exactness import encoder_identity
+from packtrain.pipeline.exactness import combined, encoder_identity
 from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
@@ -265,9 +265,7 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
                                         [spec.weight for spec in config.sources], config.build.dedup == "exact")
     outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
-               "exactness": {"encoders": sorted({e for s in source_stats for e in s["exactness"]["encoder"].split("+")}),
-                             "line_cache": any(s["exactness"]["line_cache"] for s in source_stats),
-                             **{key: sum(s["exactness"][key] for s in source_stats) for key in ("by_shortcut", "checked")}},
+               "exactness": manifest_exactness([s["exactness"] for s in source_stats]),
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(source_dirs))]}
     for split in SPLITS:
@@ -295,6 +293,12 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     fsync_dir(tmp)
     log(reporting.summary(report))
     return report
+
+
+def manifest_exactness(made: list[dict]) -> dict:
+    """The manifest's ``outputs.exactness``: the sources' entries combined, the encoders as a list."""
+    both = combined(made)
+    return {"encoders": both.pop("encoder").split("+"), **both}
 
 
 def check_chat_template(tokenizer: TokenizerInfo) -> None:

@@ -27,6 +27,7 @@ from packtrain.core.contract import LOCK, TMP_PREFIX, expert_dir, token_dtype
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.encode_sources import tokenize_sources
 from packtrain.pipeline.errors import BuildError
+from packtrain.pipeline import exactness
 from packtrain.pipeline.exactness import describe_identity
 from packtrain.pipeline.notes import read_note, write_note
 from packtrain.pipeline.spill import (SOURCE_STATS, SOURCES, merge_spills, remove_path, source_cache_problem, source_key,
@@ -134,10 +135,7 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
                          "(parts of different builds or of another --parts count?); delete them and run the parts again")
     merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows")}
-    merged["exactness"] = {
-        "encoder": "+".join(sorted({e for s in stats for e in s["exactness"]["encoder"].split("+")})),
-        "line_cache": any(s["exactness"]["line_cache"] for s in stats),
-        **{key: sum(s["exactness"][key] for s in stats) for key in ("by_shortcut", "checked")}}
+    merged["exactness"] = exactness.combined([s["exactness"] for s in stats])
     first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
     try:
