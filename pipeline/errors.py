@@ -9,6 +9,10 @@ class BuildError(Exception):
     """The build cannot go on; the message names the input and the fix."""
 
 
+class TokenizerError(ValueError):
+    """The tokenizer's files cannot be used as they are; the message says how to fix them."""
+
+
 class InputsChanged(BuildError):
     """Input files (``files``) changed after the build id was computed from their hashes."""
 

@@ -35,19 +35,9 @@ from packtrain.core.contract import tokenizer_fingerprint
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
 from packtrain.core.inputs import check_input, read_input, read_json
 from packtrain.pipeline import exactness, mix, tokenizer_facts
-from packtrain.pipeline.bpe_fast import FastEncoder
-from packtrain.pipeline.segments import LineCache, line_cut
-
-# A worker's tokenizers, keyed by (tokenizer.json path, its sha256): a process that builds again after
-# the file changed (a long-lived one, or num_proc 1) never encodes with the old content.
-TOKENIZER_CACHE: dict[tuple[str, str], object] = {}
-LINE_CACHES: dict[tuple[str, str], LineCache] = {}
-FAST_ENCODERS: dict[tuple[str, str], FastEncoder] = {}
-
-
-class TokenizerError(ValueError):
-    """The tokenizer's files cannot be used as they are; the message says how to fix them."""
-
+from packtrain.pipeline.errors import TokenizerError
+from packtrain.pipeline.segments import line_cut
+from packtrain.pipeline.worker_encoders import fast_encoder, hf_tokenizer, line_cache
 
 @dataclass(frozen=True)
 class TokenizerInfo:
@@ -340,38 +330,6 @@ def assemble_documents(encoded: list[tuple[np.ndarray, list[tuple[int, int]]]], 
         "lengths": np.asarray(lengths, np.int64),
         "prompt_lengths": np.asarray(prompt_lengths, np.int64),
     }
-
-
-def hf_tokenizer(key: tuple[str, str]):
-    """The worker's HF tokenizer of ``key`` (tokenizer.json path, sha256), loaded once per process."""
-    tokenizer = TOKENIZER_CACHE.get(key)
-    if tokenizer is None:
-        from tokenizers import Tokenizer
-
-        tokenizer = TOKENIZER_CACHE[key] = Tokenizer.from_file(key[0])
-    return tokenizer
-
-
-def line_cache(key: tuple[str, str]) -> LineCache:
-    """The worker's line cache, cut where this tokenizer allows (the build checked it has a cut)."""
-    cache = LINE_CACHES.get(key)
-    if cache is None:
-        cut, why = line_cut(read_json(Path(key[0]), "build again", "a tokenizers file"))
-        if cut is None:
-            raise TokenizerError(f"{key[0]}: the line cache cannot cut this tokenizer's texts ({why})")
-        hf = hf_tokenizer(key)
-        cache = LINE_CACHES[key] = LineCache(
-            lambda texts: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)], cut)
-    return cache
-
-
-def fast_encoder(key: tuple[str, str]) -> FastEncoder:
-    """The worker's tiktoken encoder, built once per process (the build decided it is exact)."""
-    encoder = FAST_ENCODERS.get(key)
-    if encoder is None:
-        spec = read_json(Path(key[0]), "build again", "a tokenizers file")
-        encoder = FAST_ENCODERS[key] = FastEncoder(spec, lambda: hf_tokenizer(key))
-    return encoder
 
 
 def _init_worker() -> None:

@@ -150,8 +150,8 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
     reference = build(load_config("sql", project["configs"], SHORTCUTS_OFF), tmp_path / "ref", log=quiet,
                       progress=False)
     real_cut = segments.line_cut
-    monkeypatch.setattr("packtrain.pipeline.tokenize.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
-    monkeypatch.setattr("packtrain.pipeline.tokenize.LINE_CACHES", {})  # this process's caches (num_proc 1)
+    monkeypatch.setattr("packtrain.pipeline.worker_encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
+    monkeypatch.setattr("packtrain.pipeline.worker_encoders.LINE_CACHES", {})  # this process's caches (num_proc 1)
     lines: list[str] = []
     config = load_config("sql", project["configs"], {"build.fast_encoder": False})
     result = build(config, project["cache"], log=lines.append, progress=False)
@@ -168,7 +168,7 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
     assert json.loads(note.read_text())["on"] is False
     assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["line_cache"] is False
     # the next build with this tokenizer does not try it again, even with the real cut back
-    monkeypatch.setattr("packtrain.pipeline.tokenize.line_cut", real_cut)
+    monkeypatch.setattr("packtrain.pipeline.worker_encoders.line_cut", real_cut)
     write_jsonl(project["data"], rows + [{"question": "q", "context": "c", "answer": "a"}])
     lines = []
     build(config, project["cache"], log=lines.append, progress=False)
@@ -187,8 +187,8 @@ def test_sources_cached_with_a_shortcut_refused_later_are_tokenized_again(real_t
     other = write_jsonl(tmp_path / "data" / "b.jsonl", bad[:5])
     a_only = {"build.fast_encoder": False, "build.check_documents": 0}
     monkeypatch.setattr(exactness, "sampled", lambda text: False)  # nothing of a falls in the sample
-    monkeypatch.setattr("packtrain.pipeline.tokenize.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
-    monkeypatch.setattr("packtrain.pipeline.tokenize.LINE_CACHES", {})
+    monkeypatch.setattr("packtrain.pipeline.worker_encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
+    monkeypatch.setattr("packtrain.pipeline.worker_encoders.LINE_CACHES", {})
     lines: list[str] = []
     build(load_config("sql", project["configs"], a_only), project["cache"], log=lines.append, progress=False)
     assert "exactness check: none of the 40 documents a shortcut made fell in the sample (build.check_documents is " \

@@ -422,10 +422,9 @@ def status(experts, configs_dir, cache_dir, as_json):
 
 def run() -> None:
     """Entry point: expected errors print one clear message and exit 2, without a traceback."""
-    from packtrain.pipeline.errors import BuildError
+    from packtrain.pipeline.errors import BuildError, TokenizerError
     from packtrain.core.resolve import SourceNotFound
     from packtrain.pipeline.discover import SourceError
-    from packtrain.pipeline.tokenize import TokenizerError
 
     try:
         main(standalone_mode=False)
