@@ -12,58 +12,13 @@ from pathlib import Path
 
 import click
 
+from packtrain.cli.options import DocumentCount, cache_dir_option, expert_options, resolve
 from packtrain.core.config import ConfigError
-from packtrain.core.configfile import apply_cli_overrides, load_config, load_for_machine
+from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
 from packtrain.core.errors import ContractError
 
 EXPECTED = (ConfigError, ContractError, OSError)
-
-
-cache_dir_option = click.option(
-    "--cache-dir", default="cache", show_default=True, type=click.Path(file_okay=False), envvar="PACKTRAIN_CACHE_DIR",
-    help="Where builds live: <cache-dir>/<expert>/<build-id>/.")
-
-
-def expert_options(f):
-    f = click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False),
-                     help="Directory of <expert>.yaml files.")(f)
-    f = cache_dir_option(f)
-    f = click.option("--dataset", default=None, help="Use this source instead of the config's: an HF dataset id "
-                     "from the local HF caches, or a local path.")(f)
-    f = click.option("--model", default=None,
-                     help="Model (and so tokenizer): 'smollm2-135m' (the embedded pretrained base), an HF id from "
-                     "the local hub cache, a local directory, or 'bundled' (random-init demo).")(f)
-    f = click.option("--num-proc", type=int, default=None, help="Tokenizer processes (default: the config's, 8).")(f)
-    f = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-                     help="Override any config field, e.g. --set pack.block_size=1024 (YAML value).")(f)
-    return f
-
-
-def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training: bool = False):
-    """EXPERT's config with the command line's overrides. As written for the build commands (a build
-    never depends on the machine); ``for_training``: as this machine trains it, the ``cpu`` profile
-    applied without a CUDA GPU (said in one line)."""
-    import yaml
-
-    overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. pack.block_size=1024", param_hint="--set")
-        try:
-            overrides[key] = yaml.safe_load(value)
-        except yaml.YAMLError as e:
-            from packtrain.core.inputs import one_line
-
-            raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
-                              f"e.g. --set '{key}=\"...\"'") from None
-    if not for_training:
-        return load_config(expert, configs_dir, overrides)
-    config, profiled = load_for_machine(expert, configs_dir, overrides)
-    if profiled:
-        click.echo(config.cpu_note(), err=True)
-    return config
 
 
 def ensure_converted(cfg) -> None:
@@ -317,23 +272,6 @@ def inspect(expert, cache_dir, build_id, split, blocks):
     ensure_names_converted({model_cfg["tokenizer"] or model_cfg["name"]})  # a build made on another machine
     tokenizer_dir = resolve_model_dir(model_cfg["tokenizer"] or model_cfg["name"], model_cfg.get("revision"))
     click.echo(inspect_build(build_dir, tokenizer_dir / "tokenizer.json", split, blocks, sys.stdout.isatty()))
-
-
-class DocumentCount(click.ParamType):
-    """``--tokens``' value: a number of documents, or every one (``all``, 0, or the option alone)."""
-
-    name = "N|all"
-
-    def convert(self, value, param, ctx):
-        if value is None or isinstance(value, int):
-            return value
-        text = str(value).strip().lower()
-        if text in ("all", "0"):
-            return 0
-        if text.isdigit():
-            return int(text)
-        self.fail(f"{value!r} is not a number of documents (or 'all'); the expert comes first: "
-                  "`packtrain verify sql --tokens 1000`", param, ctx)
 
 
 @main.command()
