@@ -113,11 +113,11 @@ def run_packtrain(corpus: Path, tokenizer: Path, num_proc: int, work: Path, fast
         "build.fast_encoder": fast_encoder,
     })
     from packtrain.core.contract import tokenizer_fingerprint
-    from packtrain.pipeline import tokenizer_facts
-    from packtrain.pipeline.encode_sources import FAST_ENCODER_NOTES
-    from packtrain.pipeline.encoder_decision import EncoderDecision
+    from packtrain.pipeline.encode import tokenizer_facts
+    from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
+    from packtrain.pipeline.encode.encoder_decision import EncoderDecision
     from packtrain.pipeline.spill import SOURCES
-    from packtrain.pipeline.tokenize import load_tokenizer_info
+    from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 
     # once per tokenizer, remembered in the cache (the encoder decision, the tokenizer's facts): timed apart
     started = time.perf_counter()

@@ -35,7 +35,7 @@ from filelock import FileLock
 
 from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
-from packtrain.pipeline import tokenizer_facts
+from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST, REPORT, TMP_PREFIX,
@@ -46,16 +46,16 @@ from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
-from packtrain.pipeline.encode_sources import refused_shortcut_sources, tokenize_sources
+from packtrain.pipeline.encode.source_caches import refused_shortcut_sources, tokenize_sources
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
-from packtrain.pipeline.exactness import combined, encoder_identity
+from packtrain.pipeline.encode.exactness import combined, encoder_identity
 from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.shards import pack_split, packed_lengths
 from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill, source_key,
                                       uncached_sources, write_json)
-from packtrain.pipeline.tokenize import TokenizerInfo, load_tokenizer_info
+from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
 
 
 @dataclass
@@ -75,7 +75,7 @@ PIPELINE_VERSION = 4  # 3: per-token loss masks (multi-turn chat), exact dedup a
 def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
                 ) -> tuple[list[ResolvedSource], TokenizerInfo, dict]:
     """Resolve every input and return the dict the build id hashes (``sha256``: a cached hasher;
-    ``facts_dir``: where the tokenizer's facts are remembered, pipeline/tokenizer_facts.py)."""
+    ``facts_dir``: where the tokenizer's facts are remembered, pipeline/encode/tokenizer_facts.py)."""
     sources = [resolve_source(spec, expert=config.expert) for spec in config.sources]
     tokenizer = load_tokenizer_info(resolve_tokenizer_dir(config.model), sha256, facts_dir)
     inputs = {

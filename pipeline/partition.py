@@ -25,11 +25,11 @@ from filelock import FileLock
 from packtrain.core.config import ExpertConfig
 from packtrain.core.contract import LOCK, TMP_PREFIX, expert_dir, token_dtype
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
-from packtrain.pipeline.encode_sources import tokenize_sources
+from packtrain.pipeline.encode.source_caches import tokenize_sources
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline import exactness
-from packtrain.pipeline.exactness import describe_identity
-from packtrain.pipeline.notes import read_note, write_note
+from packtrain.pipeline.encode import exactness
+from packtrain.pipeline.encode.exactness import describe_identity
+from packtrain.pipeline.encode.notes import read_note, write_note
 from packtrain.pipeline.spill import (SOURCE_STATS, SOURCES, merge_spills, remove_path, source_cache_problem, source_key,
                                       uncached_sources)
 

@@ -45,7 +45,7 @@ SOURCE_STATS_SCHEMA = {
     "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
     "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
     "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256,
-    # how its documents were made and checked (pipeline/exactness.py): the encoder ("tiktoken",
+    # how its documents were made and checked (pipeline/encode/exactness.py): the encoder ("tiktoken",
     # "tokenizers", or both joined by "+" for a merged partitioned build), whether the line cache made
     # some, how many a shortcut made and how many of those were checked against the HF tokenizer
     "exactness": {"encoder": TEXT, "line_cache": BOOL, "by_shortcut": COUNT, "checked": COUNT},

@@ -126,7 +126,7 @@ def split_source(project: dict, n_files: int) -> Path:
 
 def swap_two_merged_ids(spec: dict) -> None:
     """Edit a tokenizer.json spec so its merges no longer rise with their ids: structurally a byte-level
-    BPE tiktoken could run, refused by the merges check (pipeline/bpe_fast.py)."""
+    BPE tiktoken could run, refused by the merges check (pipeline/encode/tiktoken_encoder.py)."""
     vocab = spec["model"]["vocab"]
     merges = spec["model"]["merges"]
     first, last = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in (merges[0], merges[-1]))

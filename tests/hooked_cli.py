@@ -6,18 +6,18 @@ import sys
 import threading
 import time
 
-from packtrain.pipeline import bpe_fast, encoder_decision
+from packtrain.pipeline.encode import encoder_decision, tiktoken_encoder
 
 if os.environ.get("ATK_SLOW_CHECKS"):  # in the child: the structural checks take this long
-    _structure = bpe_fast.structure
-    bpe_fast.structure = lambda spec: (time.sleep(float(os.environ["ATK_SLOW_CHECKS"])), _structure(spec))[1]
+    _structure = tiktoken_encoder.structure
+    tiktoken_encoder.structure = lambda spec: (time.sleep(float(os.environ["ATK_SLOW_CHECKS"])), _structure(spec))[1]
 if os.environ.get("ATK_SLOW_PROOF"):  # in the child: the proof takes this long
-    _merges = bpe_fast.merges_match_ranks
-    bpe_fast.merges_match_ranks = lambda *a: (time.sleep(float(os.environ["ATK_SLOW_PROOF"])), _merges(*a))[1]
+    _merges = tiktoken_encoder.merges_match_ranks
+    tiktoken_encoder.merges_match_ranks = lambda *a: (time.sleep(float(os.environ["ATK_SLOW_PROOF"])), _merges(*a))[1]
 if os.environ.get("ATK_CHILD_RAISES"):  # in the child: the proof raises after the checks passed
     def _boom(*a, **k):
         raise MemoryError("simulated")
-    bpe_fast.probe_text = _boom
+    tiktoken_encoder.probe_text = _boom
 
 if __name__ == "__main__":
     where = os.environ.get("ATK_INT_IN")  # guess or result: Ctrl-C 0.5 s into the wait

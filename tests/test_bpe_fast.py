@@ -15,8 +15,8 @@ from tokenizers import Tokenizer
 from build_fixtures import make_project, make_tokenizer, swap_two_merged_ids
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUNDLED_MODEL_DIR
-from packtrain.pipeline import bpe_fast
-from packtrain.pipeline.encoder_decision import EncoderDecision
+from packtrain.pipeline.encode import tiktoken_encoder
+from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 from packtrain.pipeline.build import build
 
 # unicode of every script class the split regexes name, NFD pieces, whitespace runs, digits,
@@ -37,12 +37,12 @@ def qwen_tokenizer_json() -> Path:
     return Path(spec.submodule_search_locations[0]) / "tokenizer_files" / "tokenizer.json"
 
 
-def fast_and_hf(tokenizer_json: Path) -> tuple[bpe_fast.FastEncoder, Tokenizer]:
+def fast_and_hf(tokenizer_json: Path) -> tuple[tiktoken_encoder.FastEncoder, Tokenizer]:
     hf = Tokenizer.from_file(str(tokenizer_json))
-    return bpe_fast.FastEncoder(json.loads(tokenizer_json.read_text()), lambda: hf), hf
+    return tiktoken_encoder.FastEncoder(json.loads(tokenizer_json.read_text()), lambda: hf), hf
 
 
-def assert_same_as_hf(encoder: bpe_fast.FastEncoder, hf: Tokenizer, texts: list[str], boundaries: list[int]) -> int:
+def assert_same_as_hf(encoder: tiktoken_encoder.FastEncoder, hf: Tokenizer, texts: list[str], boundaries: list[int]) -> int:
     """Ids equal to HF's, and encode_split agrees with the HF offsets rule where it answers; returns
     how many texts tiktoken settled itself."""
     assert encoder.encode_ids(texts) == [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
@@ -62,7 +62,7 @@ def assert_same_as_hf(encoder: bpe_fast.FastEncoder, hf: Tokenizer, texts: list[
 @pytest.mark.parametrize("seed", range(3))
 def test_gpt2_style_tokenizer_gives_hf_ids_on_hostile_text(tmp_path, seed):
     directory = make_tokenizer(tmp_path / "model")
-    assert bpe_fast.decide(directory / "tokenizer.json") == (
+    assert tiktoken_encoder.decide(directory / "tokenizer.json") == (
         True, "rank BPE equals its merges (GPT-2 byte-level), probe text identical")
     encoder, hf = fast_and_hf(directory / "tokenizer.json")
     rng = random.Random(seed)
@@ -73,7 +73,7 @@ def test_gpt2_style_tokenizer_gives_hf_ids_on_hostile_text(tmp_path, seed):
 
 def test_real_qwen_tokenizer_gives_hf_ids_on_hostile_text_and_real_rows():
     tokenizer_json = qwen_tokenizer_json()
-    assert bpe_fast.decide(tokenizer_json) == (
+    assert tiktoken_encoder.decide(tokenizer_json) == (
         True, "rank BPE equals its merges (GPT-4 / Llama-3 / Qwen split regex + byte-level), probe text identical")
     encoder, hf = fast_and_hf(tokenizer_json)
     rng = random.Random(0)
@@ -92,7 +92,7 @@ def test_real_qwen_tokenizer_gives_hf_ids_on_hostile_text_and_real_rows():
 
 
 def test_the_bundled_demo_tokenizer_is_decided_without_error():
-    on, why = bpe_fast.decide(BUNDLED_MODEL_DIR / "tokenizer.json")
+    on, why = tiktoken_encoder.decide(BUNDLED_MODEL_DIR / "tokenizer.json")
     assert isinstance(on, bool) and why
 
 
@@ -113,7 +113,7 @@ def edit(tmp_path: Path, change) -> Path:
     (lambda s: s["model"].update(dropout=0.1), "dropout"),
 ])
 def test_a_tokenizer_where_equality_is_not_proven_is_refused(tmp_path, change, why):
-    on, reason = bpe_fast.decide(edit(tmp_path, change))
+    on, reason = tiktoken_encoder.decide(edit(tmp_path, change))
     assert not on and why in reason
 
 

@@ -16,7 +16,7 @@ import pytest
 from tokenizers import Tokenizer
 
 import packtrain.pipeline.build
-import packtrain.pipeline.encode_sources
+import packtrain.pipeline.encode.source_caches
 from build_fixtures import make_project, make_tokenizer, rows, write_jsonl
 from packtrain.pipeline.build import build
 from packtrain.pipeline.errors import BuildError
@@ -132,7 +132,7 @@ def test_second_run_is_a_no_op(project, monkeypatch):
     first = run_build(project)
     def fail(*_, **__):
         raise AssertionError("tokenized again")
-    monkeypatch.setattr(packtrain.pipeline.encode_sources, "encode_stream", fail)
+    monkeypatch.setattr(packtrain.pipeline.encode.source_caches, "encode_stream", fail)
     second = run_build(project)
     assert second.up_to_date and second.build_id == first.build_id
 

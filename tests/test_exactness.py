@@ -24,10 +24,10 @@ from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
 from packtrain.core.shardfile import open_shard
-from packtrain.pipeline import bpe_fast, exactness, segments
+from packtrain.pipeline.encode import exactness, tiktoken_encoder
 from packtrain.pipeline.build import build, plan
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.segments import NEWLINE_RUN_CUT, LineCache, line_cut
+from packtrain.pipeline.encode.line_cache import NEWLINE_RUN_CUT, LineCache, line_cut
 from real_tokenizers import REAL_TOKENIZERS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
@@ -70,12 +70,12 @@ def test_the_hostile_corpus_catches_the_old_line_cut_on_smollm2(real_tokenizer):
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)
 def test_the_fast_encoder_is_admitted_only_where_it_equals_the_hf_tokenizer_on_hostile_text(real_tokenizer, name):
     directory = real_tokenizer(name)
-    on, why = bpe_fast.decide(directory / "tokenizer.json")
+    on, why = tiktoken_encoder.decide(directory / "tokenizer.json")
     # SmolLM2's vocabulary lacks byte tokens; the converted Qwen2 lists several merges per token
     assert on == (name == "qwen3"), why
     if on:
         tokenizer = hf(directory)
-        encoder = bpe_fast.FastEncoder(json.loads((directory / "tokenizer.json").read_text()), lambda: tokenizer)
+        encoder = tiktoken_encoder.FastEncoder(json.loads((directory / "tokenizer.json").read_text()), lambda: tokenizer)
         texts = hostile_texts(seed=1, count=4000)
         assert encoder.encode_ids(texts) == [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
 
@@ -149,9 +149,9 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
     project = smollm2_project(tmp_path, real_tokenizer, rows)
     reference = build(load_config("sql", project["configs"], SHORTCUTS_OFF), tmp_path / "ref", log=quiet,
                       progress=False)
-    real_cut = segments.line_cut
-    monkeypatch.setattr("packtrain.pipeline.worker_encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
-    monkeypatch.setattr("packtrain.pipeline.worker_encoders.LINE_CACHES", {})  # this process's caches (num_proc 1)
+    real_cut = line_cut
+    monkeypatch.setattr("packtrain.pipeline.encode.encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
+    monkeypatch.setattr("packtrain.pipeline.encode.encoders.LINE_CACHES", {})  # this process's caches (num_proc 1)
     lines: list[str] = []
     config = load_config("sql", project["configs"], {"build.fast_encoder": False})
     result = build(config, project["cache"], log=lines.append, progress=False)
@@ -168,7 +168,7 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
     assert json.loads(note.read_text())["on"] is False
     assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["line_cache"] is False
     # the next build with this tokenizer does not try it again, even with the real cut back
-    monkeypatch.setattr("packtrain.pipeline.worker_encoders.line_cut", real_cut)
+    monkeypatch.setattr("packtrain.pipeline.encode.encoders.line_cut", real_cut)
     write_jsonl(project["data"], rows + [{"question": "q", "context": "c", "answer": "a"}])
     lines = []
     build(config, project["cache"], log=lines.append, progress=False)
@@ -187,8 +187,8 @@ def test_sources_cached_with_a_shortcut_refused_later_are_tokenized_again(real_t
     other = write_jsonl(tmp_path / "data" / "b.jsonl", bad[:5])
     a_only = {"build.fast_encoder": False, "build.check_documents": 0}
     monkeypatch.setattr(exactness, "sampled", lambda text: False)  # nothing of a falls in the sample
-    monkeypatch.setattr("packtrain.pipeline.worker_encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
-    monkeypatch.setattr("packtrain.pipeline.worker_encoders.LINE_CACHES", {})
+    monkeypatch.setattr("packtrain.pipeline.encode.encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
+    monkeypatch.setattr("packtrain.pipeline.encode.encoders.LINE_CACHES", {})
     lines: list[str] = []
     build(load_config("sql", project["configs"], a_only), project["cache"], log=lines.append, progress=False)
     assert "exactness check: none of the 40 documents a shortcut made fell in the sample (build.check_documents is " \

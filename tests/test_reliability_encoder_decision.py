@@ -1,4 +1,4 @@
-"""The encoder decision beside tokenizing (pipeline/encoder_decision.py, encode_sources.py) under Ctrl-C,
+"""The encoder decision beside tokenizing (pipeline/encode/encoder_decision.py, encode_sources.py) under Ctrl-C,
 SIGKILL, damaged notes, a tokenizer changed while it runs, a failing proof, bad rows and partitioned builds:
 one line, nothing left behind, the HF tokenizer's bytes, and no answer remembered that was not proven."""
 
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-import packtrain.pipeline.encode_sources
+import packtrain.pipeline.encode.source_caches
 from build_fixtures import ROOT, make_project, rows, swap_two_merged_ids, write_jsonl
 from packtrain.core.configfile import load_config
-from packtrain.pipeline import bpe_fast
+from packtrain.pipeline.encode import tiktoken_encoder
 from packtrain.pipeline.build import build
-from packtrain.pipeline.encoder_decision import EncoderDecision
+from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 
 HOOKED_CLI = Path(__file__).with_name("hooked_cli.py")
 
@@ -60,7 +60,7 @@ def reference(project, tmp_path, **overrides) -> dict:
 
 def note_key(content_hash: str) -> str:
     versions = f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
-    return hashlib.sha256(f"{content_hash} {versions} {bpe_fast.DECISION_VERSION}".encode()).hexdigest()[:16] + ".json"
+    return hashlib.sha256(f"{content_hash} {versions} {tiktoken_encoder.DECISION_VERSION}".encode()).hexdigest()[:16] + ".json"
 
 
 def group_gone(pgid: int, seconds: float = 20) -> bool:
@@ -155,7 +155,7 @@ def test_tokenizer_json_edited_while_tokenizing_leaves_no_note_for_the_old_hash(
         seen.append(content_hash)
         real_init(self, wanted, tokenizer_file, content_hash, *rest)
     monkeypatch.setattr(EncoderDecision, "__init__", init)
-    real = packtrain.pipeline.encode_sources.iter_batches
+    real = packtrain.pipeline.encode.source_caches.iter_batches
     edits = []
 
     def hooked(*a, **k):
@@ -165,7 +165,7 @@ def test_tokenizer_json_edited_while_tokenizing_leaves_no_note_for_the_old_hash(
                 edits.append(1)
                 spec = json.loads(path.read_text())
                 path.write_text(json.dumps(spec, indent=1))  # new content, same tokenizer
-    monkeypatch.setattr(packtrain.pipeline.encode_sources, "iter_batches", hooked)
+    monkeypatch.setattr(packtrain.pipeline.encode.source_caches, "iter_batches", hooked)
     result = build(load_config("sql", project["configs"]), project["cache"], log=lambda *_: None, progress=False)
     assert len(seen) == 2 and seen[0] != seen[1]
     assert notes(project["cache"]) == [note_key(seen[1])]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import packtrain.pipeline.build
-import packtrain.pipeline.encode_sources
+import packtrain.pipeline.encode.source_caches
 import packtrain.pipeline.partition
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.pipeline.build import build, plan
@@ -132,7 +132,7 @@ def test_source_edited_while_it_is_read_is_never_cached_under_the_old_key(projec
     config = config_of(project)
     stale = plan(config, project["cache"])
     edits = []
-    reads = edit_while_reading(monkeypatch, packtrain.pipeline.encode_sources,
+    reads = edit_while_reading(monkeypatch, packtrain.pipeline.encode.source_caches,
                                lambda: (edits.append(1), write_jsonl(project["data"], rows(48 + len(edits)))), times=2)
     with pytest.raises(InputsChanged, match="sql.jsonl changed after the build id"):
         build(config, project["cache"], log=quiet, progress=False, planned=stale)
@@ -187,7 +187,7 @@ def test_file_of_a_local_directory_edited_while_read(tmp_path, monkeypatch):
     second = write_jsonl(directory / "z.jsonl", rows(20, start=100))
     config_file = project["configs"] / "sql.yaml"
     config_file.write_text(config_file.read_text().replace(f"name: {project['data']}", f"name: {directory}"))
-    reads = edit_while_reading(monkeypatch, packtrain.pipeline.encode_sources, lambda: write_jsonl(second, rows(25, start=100)), times=1)
+    reads = edit_while_reading(monkeypatch, packtrain.pipeline.encode.source_caches, lambda: write_jsonl(second, rows(25, start=100)), times=1)
     result = build(config_of(project), project["cache"], log=quiet, progress=False)
     assert len(reads) == 2
     assert documents(result) == 45
@@ -217,7 +217,7 @@ def test_hub_cache_blob_replaced_after_hashing(tmp_path, hub_cache, monkeypatch)
 def test_partitioned_part_is_not_kept_when_its_source_changed(project, monkeypatch):
     from packtrain.pipeline.partition import PARTS, pretokenize_part
 
-    edit_while_reading(monkeypatch, packtrain.pipeline.encode_sources, lambda: write_jsonl(project["data"], rows(50)), times=1)
+    edit_while_reading(monkeypatch, packtrain.pipeline.encode.source_caches, lambda: write_jsonl(project["data"], rows(50)), times=1)
     with pytest.raises(InputsChanged):
         pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
     assert list((project["cache"] / "sql" / SOURCES / PARTS).rglob("stats.json")) == []

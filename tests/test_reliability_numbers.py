@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import packtrain.pipeline.tokenize as tokenize_module
+import packtrain.pipeline.encode.pool as tokenize_module
 from build_fixtures import make_project, write_jsonl
 from packtrain.pipeline.build import build
 from packtrain.pipeline.errors import BuildError

@@ -8,19 +8,19 @@ import json
 import numpy as np
 import pytest
 
-import packtrain.pipeline.tokenize
+import packtrain.pipeline.encode.worker
 from packtrain.pipeline import mix
 from packtrain.pipeline.pack import assemble_block
 from packtrain.pipeline.shards import DocumentView, assemble_blocks
 from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
-from packtrain.pipeline.tokenize import assemble_documents
+from packtrain.pipeline.encode.worker import assemble_documents
 
 STATS = {"rows": 3, "documents": 3, "tokens": 9, "bad_rows": 0, "first_bad_rows": [], "batch_rows": 2, "batches": 2,
          "exactness": {"encoder": "tokenizers", "line_cache": False, "by_shortcut": 0, "checked": 0}}
 
 
 def test_tokenize_docstring_examples_hold():
-    result = doctest.testmod(packtrain.pipeline.tokenize)
+    result = doctest.testmod(packtrain.pipeline.encode.worker)
     assert (result.failed, result.attempted) == (0, 3)
 
 

@@ -1,4 +1,4 @@
-"""Planning remembers what only the loaded HF tokenizer knows (pipeline/tokenizer_facts.py)."""
+"""Planning remembers what only the loaded HF tokenizer knows (pipeline/encode/tokenizer_facts.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 
 from build_fixtures import make_project, make_tokenizer
 from packtrain.core.configfile import load_config
-from packtrain.pipeline import tokenizer_facts
+from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.build import build
-from packtrain.pipeline.tokenize import load_tokenizer_info
+from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 
 FACTS = {"ids": {"<|endoftext|>": 0, "<|pad|>": 1}, "prefix": [], "vocab_size": 400}
 

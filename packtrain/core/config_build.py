@@ -142,12 +142,12 @@ class BuildConfig:
     document in val is never also in train). Counted per source in the report."""
     line_cache: bool = True
     """Tokenize each distinct line once (schemas repeat across rows), cut where the tokenizer's split
-    regex allows (pipeline/segments.py). A shortcut: what it makes is checked against the HF tokenizer
+    regex allows (pipeline/encode/line_cache.py). A shortcut: what it makes is checked against the HF tokenizer
     (check_documents) and it is dropped for a tokenizer on any difference. Part of the build id, like
     fast_encoder; the shards are the same bytes with it on or off."""
     fast_encoder: bool = True
     """Encode with tiktoken where it is proven to give the HF tokenizer's ids (byte-level BPE whose
-    merges agree with its ranks: pipeline/bpe_fast.py), the HF tokenizer otherwise; the choice and
+    merges agree with its ranks: pipeline/encode/tiktoken_encoder.py), the HF tokenizer otherwise; the choice and
     its reason are logged. A shortcut, checked like line_cache; part of the build id (with the
     tiktoken version), same bytes either way."""
     check_documents: int = num(2048, "[0, 1000000000]")

@@ -1,8 +1,8 @@
 """Tokenizing the sources of a build into their source caches (pipeline/spill.py), with one pool of
-workers (pipeline/tokenize.py) and the encoder the fast-encoder decision allows
-(pipeline/encoder_decision.py): a source directory is written under a temporary name and renamed
+workers (pipeline/encode/worker.py) and the encoder the fast-encoder decision allows
+(pipeline/encode/encoder_decision.py): a source directory is written under a temporary name and renamed
 into place only when complete, its inputs checked unchanged, its encoder proven exact and a sample
-of what every shortcut made checked against the HF tokenizer (pipeline/exactness.py)."""
+of what every shortcut made checked against the HF tokenizer (pipeline/encode/exactness.py)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,18 @@ from tqdm import tqdm
 
 from packtrain.core.contract import TMP_PREFIX, fsync_dir
 from packtrain.core.faults import crash_point
-from packtrain.pipeline import encoder_decision, exactness
-from packtrain.pipeline.encoder_decision import EncoderDecision
-from packtrain.pipeline.exactness import LineCacheRefusals, ShortcutMismatch
+from packtrain.pipeline.encode import encoder_decision, exactness
+from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+from packtrain.pipeline.encode.exactness import LineCacheRefusals, ShortcutMismatch
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
 from packtrain.pipeline.sources import iter_batches
 from packtrain.core.inputs import read_json
 from packtrain.pipeline.spill import SOURCE_STATS, SOURCE_STATS_SCHEMA, SpillWriter, remove_path
-from packtrain.pipeline.tokenize import EncodeTask, TokenizerInfo, encode_stream
+from packtrain.pipeline.encode.pool import encode_stream
+from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
+from packtrain.pipeline.encode.worker import EncodeTask
 
 FAST_ENCODER_NOTES = ".fast-encoder"  # in the cache directory: remembered encoder decisions, one file per tokenizer,
 # shared by every expert built there (the key is the tokenizer's content and the libraries' versions)
@@ -44,12 +46,12 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     (``<split>.batch_docs.npy``): pipeline/spill.py. ``cache_dir``: the cache
     directory, where the encoder decision is remembered for every expert built there.
 
-    The encoder is tiktoken where it is proven exact for the tokenizer (pipeline/encoder_decision.py).
+    The encoder is tiktoken where it is proven exact for the tokenizer (pipeline/encode/encoder_decision.py).
     The first build with a tokenizer tokenizes while the proof runs and waits for it before anything
     is renamed into place; where it fails, the sources are tokenized again with the HF tokenizer.
     Where a checked document a shortcut (tiktoken, the line cache) made differs from the HF
     tokenizer's, the shortcut is dropped for this tokenizer (remembered) and the sources are
-    tokenized again without it (pipeline/exactness.py); nothing it made is kept.
+    tokenized again without it (pipeline/encode/exactness.py); nothing it made is kept.
     """
     tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
 

@@ -3,9 +3,9 @@
 Each task is one fixed-size batch of rows (``build.batch_rows``), so the output never depends on
 ``num_proc``: the main process submits at most ``2 * num_proc`` batches ahead and takes results
 back in submission order. Each worker loads the fast tokenizer once and calls ``encode_batch``, or
-a shortcut: tiktoken (pipeline/bpe_fast.py) or the line cache (pipeline/segments.py). A sample of
+a shortcut: tiktoken (pipeline/encode/tiktoken_encoder.py) or the line cache (pipeline/encode/line_cache.py). A sample of
 what a shortcut makes is re-encoded with the HF tokenizer in the same worker and compared
-(pipeline/exactness.py); the batch carries any difference back to the build, which then drops it.
+(pipeline/encode/exactness.py); the batch carries any difference back to the build, which then drops it.
 
 Per document the worker returns ``[bos?] + tokens(text) + [eos]`` and its loss mask: 1 on the
 tokens of every supervised span (the answer; each assistant turn of a conversation), and on the
@@ -34,116 +34,11 @@ import numpy as np
 from packtrain.core.contract import tokenizer_fingerprint
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
 from packtrain.core.inputs import check_input, read_input, read_json
-from packtrain.pipeline import exactness, mix, tokenizer_facts
+from packtrain.pipeline import mix
+from packtrain.pipeline.encode import exactness, tokenizer_facts
 from packtrain.pipeline.errors import TokenizerError
-from packtrain.pipeline.segments import line_cut
-from packtrain.pipeline.worker_encoders import fast_encoder, hf_tokenizer, line_cache
-
-@dataclass(frozen=True)
-class TokenizerInfo:
-    """What the build needs to know about a tokenizer, read from its files."""
-
-    directory: Path
-    vocab_size: int
-    eos_id: int
-    eos_token: str
-    pad_id: int
-    pad_token: str
-    bos_id: int | None
-    bos_token: str | None
-    prefix_ids: tuple[int, ...]
-    """What the tokenizer puts before a text when it adds special tokens (its post-processor, e.g.
-    Llama's BOS; or ``add_bos_token`` in tokenizer_config.json); empty for Qwen and GPT-2."""
-    chat_template: str | None
-    fingerprint: dict
-
-    def line_split(self) -> tuple[bool, str]:
-        """Whether repeated lines can be memoized (packtrain.pipeline.segments), and why; read from
-        tokenizer.json when asked (only a build that tokenizes with HF tokenizers asks)."""
-        spec = read_json(self.directory / "tokenizer.json", "build again", "a tokenizers file")
-        cut, why = line_cut(spec)
-        return cut is not None, why
-
-    def manifest_entry(self, source: str) -> dict:
-        return {
-            "source": source,
-            "hash": self.fingerprint["hash"],
-            "files": self.fingerprint["files"],
-            "vocab_size": self.vocab_size,
-            "eos_id": self.eos_id,
-            "pad_id": self.pad_id,
-            "bos_id": self.bos_id,
-            "prefix_ids": list(self.prefix_ids),
-        }
-
-
-def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Path | None = None) -> TokenizerInfo:
-    """``sha256``: a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256). The files are hashed before
-    they are read, so a change in between shows when the build checks them again. ``facts_dir``: where
-    the facts only the loaded HF tokenizer knows are remembered (pipeline/tokenizer_facts.py)."""
-    directory = Path(directory)
-    fingerprint = tokenizer_fingerprint(directory, sha256) if sha256 else tokenizer_fingerprint(directory)
-    fix = (f"the tokenizer in {directory} is damaged: copy it again (or save it with "
-           "`AutoTokenizer.from_pretrained(...).save_pretrained(dir)`), or set model.tokenizer to another directory")
-    config_path = directory / "tokenizer_config.json"
-    config = read_json(config_path, fix, "a tokenizer config") if config_path.is_file() else {}
-    template = config.get("chat_template")
-    if (directory / "chat_template.jinja").is_file():
-        template = read_input(directory / "chat_template.jinja", lambda p: p.read_text(encoding="utf-8"), fix, "text")
-    check_input(template is None or isinstance(template, (str, list)), config_path,
-                f"chat_template is {type(template).__name__}, expected text", fix)
-    if isinstance(template, list):  # named templates: take the default one
-        check_input(all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in template), config_path,
-                    "chat_template is a list but not of {\"name\": ..., \"template\": ...}", fix)
-        template = next((t["template"] for t in template if t.get("name") == "default"), None)
-
-    def special_text(key: str) -> str | None:
-        token = config.get(key)
-        if isinstance(token, dict):
-            token = token.get("content")
-        if not token:
-            return None
-        check_input(isinstance(token, str), config_path, f"{key} is {token!r}, expected a token's text", fix)
-        return token
-
-    texts = {key: special_text(key) for key in ("eos_token", "pad_token", "bos_token")}
-    facts = tokenizer_facts.remembered(directory / "tokenizer.json", fingerprint["hash"],
-                                       sorted({t for t in texts.values() if t is not None}), fix, facts_dir)
-
-    def special(key: str) -> tuple[str | None, int | None]:
-        token = texts[key]
-        if token is None:
-            return None, None
-        token_id = facts["ids"][token]
-        if token_id is None:
-            raise TokenizerError(f"{config_path}: {key} {token!r} is not in the tokenizer's vocabulary")
-        return token, token_id
-
-    eos_token, eos_id = special("eos_token")
-    if eos_id is None:
-        raise TokenizerError(
-            f"{config_path}: no eos_token; packtrain ends every document with EOS. Set eos_token "
-            "in tokenizer_config.json (for Qwen: <|endoftext|>)"
-        )
-    pad_token, pad_id = special("pad_token")
-    bos_token, bos_id = special("bos_token")
-    prefix = tuple(facts["prefix"])
-    if not prefix and config.get("add_bos_token") and bos_id is not None:
-        prefix = (bos_id,)
-    return TokenizerInfo(
-        directory=directory,
-        vocab_size=facts["vocab_size"],
-        eos_id=eos_id,
-        eos_token=eos_token,
-        pad_id=pad_id if pad_id is not None else eos_id,
-        pad_token=pad_token if pad_token is not None else eos_token,
-        bos_id=bos_id,
-        bos_token=bos_token,
-        prefix_ids=prefix,
-        chat_template=template,
-        fingerprint=fingerprint,
-    )
-
+from packtrain.pipeline.encode.line_cache import line_cut
+from packtrain.pipeline.encode.encoders import fast_encoder, hf_tokenizer, line_cache
 
 @dataclass(frozen=True)
 class EncodeTask:
@@ -164,10 +59,10 @@ class EncodeTask:
     line_cache: bool = False
     """Memoize repeated lines (only set where TokenizerInfo.line_split says the tokenizer has a cut)."""
     fast_encoder: bool = False
-    """Encode with tiktoken (only set where packtrain.pipeline.bpe_fast.decide proved it exact)."""
+    """Encode with tiktoken (only set where packtrain.pipeline.encode.tiktoken_encoder.decide proved it exact)."""
     check_all: bool = True
     """Check every document a shortcut makes against the reference (the first ``build.check_documents``
-    rows of a source), else a seeded sample (pipeline/exactness.py)."""
+    rows of a source), else a seeded sample (pipeline/encode/exactness.py)."""
 
 
 @dataclass
@@ -259,7 +154,7 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
 def check_documents(reference, docs: list[Formatted], encoded: list, made_by: list[str | None],
                     kept: list[int], checks: list[int]) -> list[exactness.Mismatch]:
     """Re-encode the documents ``checks`` (made by a shortcut) with the reference, the HF tokenizer on
-    the whole text, and return where the ids or the supervised tokens differ (pipeline/exactness.py)."""
+    the whole text, and return where the ids or the supervised tokens differ (pipeline/encode/exactness.py)."""
     mismatches = []
     for k, encoding in zip(checks, reference.encode_batch(
             [docs[k].text for k in checks], add_special_tokens=False) if checks else []):
@@ -330,56 +225,3 @@ def assemble_documents(encoded: list[tuple[np.ndarray, list[tuple[int, int]]]], 
         "lengths": np.asarray(lengths, np.int64),
         "prompt_lengths": np.asarray(prompt_lengths, np.int64),
     }
-
-
-def _init_worker() -> None:
-    # one process per core: keep the Rust tokenizer from starting its own thread pool in each
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
-
-
-@contextlib.contextmanager
-def children_ignore_ctrl_c():
-    """Start child processes (the workers, the encoder decision) with SIGINT ignored from their first
-    instruction (an ignored signal stays ignored across exec), so a Ctrl-C, which the terminal sends
-    to every process of the group, interrupts only the main process: it stops the children and
-    cleans up, and no child prints a traceback."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc: int,
-                  log=print) -> Iterator[EncodedBatch]:
-    """Encode (task, batch) pairs in order with ``num_proc`` processes, at most ``2 * num_proc``
-    batches in flight, so memory stays bounded whatever the corpus size. Never more processes than
-    batches: each costs a tokenizer's memory, so a small source gets fewer (and it is said)."""
-    tasks = iter(tasks)
-    first = list(itertools.islice(tasks, num_proc))
-    if len(first) < num_proc:
-        if first:
-            log(f"num_proc {num_proc} capped at {len(first)}: only {len(first)} batch"
-                f"{'es' * (len(first) != 1)} of rows (build.batch_rows each) to tokenize")
-        num_proc = len(first)
-    tasks = itertools.chain(first, tasks)
-    if num_proc <= 1:
-        for task, columns in tasks:
-            yield encode_rows(task, columns)
-        return
-    context = multiprocessing.get_context("spawn")
-    with children_ignore_ctrl_c():
-        pool = context.Pool(num_proc, initializer=_init_worker)
-    with pool:
-        pending: deque = deque()
-        for task, columns in tasks:
-            pending.append(pool.apply_async(encode_rows, (task, columns)))
-            if len(pending) >= 2 * num_proc:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()

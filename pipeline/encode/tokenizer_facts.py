@@ -17,7 +17,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from packtrain.core.inputs import read_input
-from packtrain.pipeline.notes import remembered_note
+from packtrain.pipeline.encode.notes import remembered_note
 
 FACTS_VERSION = 1  # raise when compute() changes, so remembered facts are computed again
 FACTS_DIR = ".tokenizer-facts"  # inside SOURCES

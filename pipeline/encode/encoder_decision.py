@@ -1,11 +1,11 @@
-"""Whether a build may keep what the tiktoken encoder made: bpe_fast.decide, run beside the build.
+"""Whether a build may keep what the tiktoken encoder made: tiktoken_encoder.decide, run beside the build.
 
 Deciding takes seconds on a real vocabulary (the merges check of 151k tokens and a probe text of
 1.2M characters; docs/BENCHMARKS.md), once per tokenizer: the answer is remembered in the cache,
 keyed by the tokenizer's content hash and the two libraries' versions. The first build with a
 tokenizer does not wait for it:
 
-1. a child process runs :func:`bpe_fast.decide`; its quick structural checks answer first (a
+1. a child process runs :func:`tiktoken_encoder.decide`; its quick structural checks answer first (a
    fraction of a second): where they fail, the build tokenizes with the HF tokenizer and that is
    the decision;
 2. where they pass, the build tokenizes with tiktoken while the child finishes the proof;
@@ -27,9 +27,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from packtrain.pipeline import bpe_fast
-from packtrain.pipeline.notes import read_note, write_note
-from packtrain.pipeline.tokenize import children_ignore_ctrl_c
+from packtrain.pipeline.encode import tiktoken_encoder
+from packtrain.pipeline.encode.notes import read_note, write_note
+from packtrain.pipeline.encode.pool import children_ignore_ctrl_c
 
 
 class EncoderDecision:
@@ -141,7 +141,7 @@ def versions() -> str | None:
 
 def note_path(cache_dir: str | Path, content_hash: str) -> Path:
     """Where the decision about the tokenizer of ``content_hash`` is remembered (call with tiktoken installed)."""
-    key = hashlib.sha256(f"{content_hash} {versions()} {bpe_fast.DECISION_VERSION}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{content_hash} {versions()} {tiktoken_encoder.DECISION_VERSION}".encode()).hexdigest()[:16]
     return Path(cache_dir) / f"{key}.json"
 
 
@@ -168,7 +168,7 @@ def _decide_and_send(tokenizer_file: str, send, file_hash: str | None = None) ->
             raw = Path(tokenizer_file).read_bytes()
             if file_hash is not None and hashlib.sha256(raw).hexdigest() != file_hash:
                 raise RuntimeError(f"{tokenizer_file} is not the content the build hashed (changed while it ran)")
-            answer = bpe_fast.decide(tokenizer_file, on_checks=send.send, text=raw.decode("utf-8"))
+            answer = tiktoken_encoder.decide(tokenizer_file, on_checks=send.send, text=raw.decode("utf-8"))
         except Exception as e:  # the build's process says so and uses the HF tokenizer
             answer = RuntimeError(f"{type(e).__name__}: {e}")
         send.send(answer)

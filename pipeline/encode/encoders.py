@@ -1,5 +1,5 @@
 """A tokenizing worker's encoders, each built once per process: the HF tokenizer, the line cache
-(pipeline/segments.py) and the tiktoken encoder (pipeline/bpe_fast.py).
+(pipeline/encode/line_cache.py) and the tiktoken encoder (pipeline/encode/tiktoken_encoder.py).
 
 They are keyed by (tokenizer.json path, its sha256), so a process that builds again after the file
 changed (a long-lived one, or ``num_proc`` 1, where the build's own process tokenizes) never encodes
@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from packtrain.core.inputs import read_json
-from packtrain.pipeline.bpe_fast import FastEncoder
+from packtrain.pipeline.encode.tiktoken_encoder import FastEncoder
 from packtrain.pipeline.errors import TokenizerError
-from packtrain.pipeline.segments import LineCache, line_cut
+from packtrain.pipeline.encode.line_cache import LineCache, line_cut
 
 TOKENIZER_CACHE: dict[tuple[str, str], object] = {}
 LINE_CACHES: dict[tuple[str, str], LineCache] = {}

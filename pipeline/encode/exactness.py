@@ -1,9 +1,9 @@
 """Exactness by check: every document a shortcut made is admitted only if the reference agrees.
 
 A shortcut is anything that can change a document's ids or mask: the tiktoken encoder
-(pipeline/bpe_fast.py) and the line cache (pipeline/segments.py). The reference is the model's
+(pipeline/encode/tiktoken_encoder.py) and the line cache (pipeline/encode/line_cache.py). The reference is the model's
 own ``tokenizers.Tokenizer`` encoding the whole text (``encode(text, add_special_tokens=False)``),
-with the supervised spans placed by its character offsets (pipeline/tokenize.py ``token_spans``).
+with the supervised spans placed by its character offsets (pipeline/encode/worker.py ``token_spans``).
 
 Which documents are checked (in the worker that made them, before anything is cached):
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from packtrain.pipeline import segments
-from packtrain.pipeline.notes import read_note, write_note
+from packtrain.pipeline.encode.line_cache import CUT_VERSION
+from packtrain.pipeline.encode.notes import read_note, write_note
 
 SAMPLE_ONE_IN = 512
 SAMPLE_KEY = b"packtrain-exactness-sample-v1"
@@ -137,7 +137,7 @@ class LineCacheRefusals:
 
     def __init__(self, cache_dir: Path, content_hash: str):
         key = hashlib.sha256(f"{content_hash} tokenizers {library_version('tokenizers')} "
-                             f"cut {segments.CUT_VERSION}".encode()).hexdigest()[:16]
+                             f"cut {CUT_VERSION}".encode()).hexdigest()[:16]
         self.path = Path(cache_dir) / LINE_CACHE_NOTES / f"{key}.json"
 
     def refused(self) -> str | None:

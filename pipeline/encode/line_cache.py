@@ -14,7 +14,7 @@ where is such a cut depends on the tokenizer's split regex:
 
 That is the reasoning for where the cache cuts (:func:`line_cut`); it is not what makes the cache
 trusted. Every build re-encodes a sample of the documents the cache made with the HF tokenizer
-and compares (pipeline/exactness.py); a mismatch drops the cache for that tokenizer, remembered,
+and compares (pipeline/encode/exactness.py); a mismatch drops the cache for that tokenizer, remembered,
 and the build is redone without it. tests/test_exactness.py runs the same comparison on a hostile
 corpus with each real tokenizer the project installs.
 """
@@ -35,7 +35,7 @@ NEWLINE_RUN_CUT = re.compile(r"(?<=\n)(?=[!-~])")
 # ... and, for the GPT-2 regex, only where that newline has a non-whitespace character before it.
 LONE_NEWLINE_CUT = re.compile(r"(?<=\S\n)(?=[!-~])")
 MAX_ENTRIES = 200_000
-CUT_VERSION = 2  # raise when a cut rule changes: remembered refusals (pipeline/exactness.py) are made again
+CUT_VERSION = 2  # raise when a cut rule changes: remembered refusals (pipeline/encode/exactness.py) are made again
 
 
 def line_cut(spec: dict) -> tuple[re.Pattern | None, str]:

@@ -1,0 +1,15 @@
+"""Encoding: formatted documents -> token ids and loss masks, exactly as the model's HF tokenizer makes them.
+
+- ``tokenizer_info.py``: what the build needs to know about a tokenizer (vocabulary size, special ids);
+  ``tokenizer_facts.py`` remembers the facts only the loaded tokenizer knows.
+- ``worker.py``: one batch of rows -> formatted documents -> ids and masks (in a worker process).
+- ``pool.py``: ``num_proc`` worker processes, results taken back in order.
+- ``encoders.py``: a worker's encoders, built once per process: the HF tokenizer (the reference) and the
+  shortcuts, ``fastokens_encoder.py`` and ``tiktoken_encoder.py`` (fast exact encoders) and
+  ``line_cache.py`` (repeated lines once); ``byte_spans.py`` places supervised spans on the tokens of
+  the fast encoders, which give no character offsets.
+- ``encoder_decision.py``: which fast encoder a tokenizer gets, proven in a child process beside the build.
+- ``exactness.py``: every shortcut is admitted only by checking what it made against the reference.
+- ``source_caches.py``: a build's sources tokenized into their source caches (pipeline/spill.py).
+- ``notes.py``: small remembered answers (decisions, refusals, facts) in the cache directory.
+"""

@@ -1,0 +1,67 @@
+"""The worker processes: ``num_proc`` of them, each task one fixed-size batch of rows, results taken
+back in submission order, so the output never depends on ``num_proc``."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import os
+import signal
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from packtrain.pipeline.encode.worker import EncodedBatch, EncodeTask, encode_rows
+
+def _init_worker() -> None:
+    # one process per core: keep the Rust tokenizer from starting its own thread pool in each
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
+
+
+@contextlib.contextmanager
+def children_ignore_ctrl_c():
+    """Start child processes (the workers, the encoder decision) with SIGINT ignored from their first
+    instruction (an ignored signal stays ignored across exec), so a Ctrl-C, which the terminal sends
+    to every process of the group, interrupts only the main process: it stops the children and
+    cleans up, and no child prints a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc: int,
+                  log=print) -> Iterator[EncodedBatch]:
+    """Encode (task, batch) pairs in order with ``num_proc`` processes, at most ``2 * num_proc``
+    batches in flight, so memory stays bounded whatever the corpus size. Never more processes than
+    batches: each costs a tokenizer's memory, so a small source gets fewer (and it is said)."""
+    tasks = iter(tasks)
+    first = list(itertools.islice(tasks, num_proc))
+    if len(first) < num_proc:
+        if first:
+            log(f"num_proc {num_proc} capped at {len(first)}: only {len(first)} batch"
+                f"{'es' * (len(first) != 1)} of rows (build.batch_rows each) to tokenize")
+        num_proc = len(first)
+    tasks = itertools.chain(first, tasks)
+    if num_proc <= 1:
+        for task, columns in tasks:
+            yield encode_rows(task, columns)
+        return
+    context = multiprocessing.get_context("spawn")
+    with children_ignore_ctrl_c():
+        pool = context.Pool(num_proc, initializer=_init_worker)
+    with pool:
+        pending: deque = deque()
+        for task, columns in tasks:
+            pending.append(pool.apply_async(encode_rows, (task, columns)))
+            if len(pending) >= 2 * num_proc:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()

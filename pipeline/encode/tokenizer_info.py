@@ -1,0 +1,120 @@
+"""What the build needs to know about a tokenizer, read from its files: vocabulary size, the special
+tokens' ids, what it puts before a text, its chat template, and its content hash (the fingerprint the
+build id and every source-cache key hash)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from packtrain.core.contract import tokenizer_fingerprint
+from packtrain.core.inputs import check_input, read_input, read_json
+from packtrain.pipeline.encode import tokenizer_facts
+from packtrain.pipeline.encode.line_cache import line_cut
+from packtrain.pipeline.errors import TokenizerError
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What the build needs to know about a tokenizer, read from its files."""
+
+    directory: Path
+    vocab_size: int
+    eos_id: int
+    eos_token: str
+    pad_id: int
+    pad_token: str
+    bos_id: int | None
+    bos_token: str | None
+    prefix_ids: tuple[int, ...]
+    """What the tokenizer puts before a text when it adds special tokens (its post-processor, e.g.
+    Llama's BOS; or ``add_bos_token`` in tokenizer_config.json); empty for Qwen and GPT-2."""
+    chat_template: str | None
+    fingerprint: dict
+
+    def line_split(self) -> tuple[bool, str]:
+        """Whether repeated lines can be memoized (packtrain.pipeline.encode.line_cache), and why; read from
+        tokenizer.json when asked (only a build that tokenizes with HF tokenizers asks)."""
+        spec = read_json(self.directory / "tokenizer.json", "build again", "a tokenizers file")
+        cut, why = line_cut(spec)
+        return cut is not None, why
+
+    def manifest_entry(self, source: str) -> dict:
+        return {
+            "source": source,
+            "hash": self.fingerprint["hash"],
+            "files": self.fingerprint["files"],
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "bos_id": self.bos_id,
+            "prefix_ids": list(self.prefix_ids),
+        }
+
+
+def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Path | None = None) -> TokenizerInfo:
+    """``sha256``: a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256). The files are hashed before
+    they are read, so a change in between shows when the build checks them again. ``facts_dir``: where
+    the facts only the loaded HF tokenizer knows are remembered (pipeline/encode/tokenizer_facts.py)."""
+    directory = Path(directory)
+    fingerprint = tokenizer_fingerprint(directory, sha256) if sha256 else tokenizer_fingerprint(directory)
+    fix = (f"the tokenizer in {directory} is damaged: copy it again (or save it with "
+           "`AutoTokenizer.from_pretrained(...).save_pretrained(dir)`), or set model.tokenizer to another directory")
+    config_path = directory / "tokenizer_config.json"
+    config = read_json(config_path, fix, "a tokenizer config") if config_path.is_file() else {}
+    template = config.get("chat_template")
+    if (directory / "chat_template.jinja").is_file():
+        template = read_input(directory / "chat_template.jinja", lambda p: p.read_text(encoding="utf-8"), fix, "text")
+    check_input(template is None or isinstance(template, (str, list)), config_path,
+                f"chat_template is {type(template).__name__}, expected text", fix)
+    if isinstance(template, list):  # named templates: take the default one
+        check_input(all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in template), config_path,
+                    "chat_template is a list but not of {\"name\": ..., \"template\": ...}", fix)
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+
+    def special_text(key: str) -> str | None:
+        token = config.get(key)
+        if isinstance(token, dict):
+            token = token.get("content")
+        if not token:
+            return None
+        check_input(isinstance(token, str), config_path, f"{key} is {token!r}, expected a token's text", fix)
+        return token
+
+    texts = {key: special_text(key) for key in ("eos_token", "pad_token", "bos_token")}
+    facts = tokenizer_facts.remembered(directory / "tokenizer.json", fingerprint["hash"],
+                                       sorted({t for t in texts.values() if t is not None}), fix, facts_dir)
+
+    def special(key: str) -> tuple[str | None, int | None]:
+        token = texts[key]
+        if token is None:
+            return None, None
+        token_id = facts["ids"][token]
+        if token_id is None:
+            raise TokenizerError(f"{config_path}: {key} {token!r} is not in the tokenizer's vocabulary")
+        return token, token_id
+
+    eos_token, eos_id = special("eos_token")
+    if eos_id is None:
+        raise TokenizerError(
+            f"{config_path}: no eos_token; packtrain ends every document with EOS. Set eos_token "
+            "in tokenizer_config.json (for Qwen: <|endoftext|>)"
+        )
+    pad_token, pad_id = special("pad_token")
+    bos_token, bos_id = special("bos_token")
+    prefix = tuple(facts["prefix"])
+    if not prefix and config.get("add_bos_token") and bos_id is not None:
+        prefix = (bos_id,)
+    return TokenizerInfo(
+        directory=directory,
+        vocab_size=facts["vocab_size"],
+        eos_id=eos_id,
+        eos_token=eos_token,
+        pad_id=pad_id if pad_id is not None else eos_id,
+        pad_token=pad_token if pad_token is not None else eos_token,
+        bos_id=bos_id,
+        bos_token=bos_token,
+        prefix_ids=prefix,
+        chat_template=template,
+        fingerprint=fingerprint,
+    )
