@@ -108,7 +108,7 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
 def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dict, missing: list[str],
                        count: int) -> None:
     """Parts of source ``index`` that are missing under this machine's key but present under another
-    encoder's (other tokenizers/tiktoken versions or shortcuts): refuse, naming both encoders."""
+    encoder's (other tokenizers/fastokens/tiktoken versions or shortcuts): refuse, naming both encoders."""
     data_key = source_key(inputs, index, encoder=False)
     for identity in sorted((root / SOURCES / PARTS).glob(f"*/{PART_IDENTITY}")):
         note = read_note(identity, lambda n: isinstance(n, dict) and isinstance(n.get("encoder"), dict))
@@ -120,7 +120,7 @@ def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dic
                 f"cannot merge {config.expert!r}: part(s) {', '.join(made)} of source {config.sources[index].name} were "
                 f"tokenized with {describe_identity(note['encoder'])}, and this machine uses "
                 f"{describe_identity(inputs['encoder'])}; the ids could differ. Run every part (--part i/{count}) "
-                "and the merge with the same tokenizers and tiktoken versions and build.fast_encoder / line_cache")
+                "and the merge with the same tokenizers, fastokens and tiktoken versions and build.fast_encoder / line_cache")
 
 
 def merge_source(parts: list[Path], out: Path, dtype) -> None:

@@ -1,5 +1,6 @@
 """The tiktoken encoder gives exactly the HF tokenizer's ids where it is chosen, is refused where
-that is not proven, and a build is byte-identical with it on or off."""
+that is not proven, and a build is byte-identical with it on or off (``build.fast_encoder: tiktoken``:
+with ``true`` fastokens is tried first, tests/test_fastokens.py)."""
 
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ PROVING = ("fast encoder: on (tiktoken) (proving it exact for this tokenizer mea
            "kept unless it is)")
 
 
-def decision(tokenizer_json: Path, content_hash: str, notes: Path, wanted: bool = True) -> tuple[bool, str]:
+def decision(tokenizer_json: Path, content_hash: str, notes: Path, wanted: bool | str = "tiktoken") -> tuple[str | None, str]:
     with EncoderDecision(wanted, tokenizer_json, content_hash, notes) as made:
         answer = made.result()
         made.remember()
@@ -132,30 +133,30 @@ def test_the_decision_is_remembered_per_tokenizer_content(tmp_path, monkeypatch)
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
     notes = tmp_path / "notes"
     first = decision(tokenizer_json, "abc", notes)
-    assert first == (True, "rank BPE equals its merges (GPT-2 byte-level), probe text identical")
+    assert first == ("tiktoken", "tiktoken: rank BPE equals its merges (GPT-2 byte-level), probe text identical")
     tokenizer_json.write_text("{}")  # deciding again would now say "the model is None, not BPE"
     assert decision(tokenizer_json, "abc", notes) == first
-    assert decision(tokenizer_json, "other content", notes) == (False, "the model is None, not BPE")
-    assert decision(tokenizer_json, "abc", notes, wanted=False) == (False, "build.fast_encoder is false")
+    assert decision(tokenizer_json, "other content", notes) == (None, "tiktoken: the model is None, not BPE")
+    assert decision(tokenizer_json, "abc", notes, wanted=False) == (None, "build.fast_encoder is false")
 
 
 def test_the_structural_checks_answer_first_and_the_proof_after(tmp_path):
     tokenizer_json = edit(tmp_path, swap_two_merged_ids)  # structurally fine; its merges disagree with its ids
-    with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
-        assert made.guess() == (True, None)  # tokenize with tiktoken meanwhile
+    with EncoderDecision("tiktoken", tokenizer_json, "abc", tmp_path / "notes") as made:
+        assert made.guess() == ("tiktoken", None)  # tokenize with tiktoken meanwhile
         on, why = made.result()
         assert not list((tmp_path / "notes").glob("*.json"))  # kept only once the build says the tokenizer held
         made.remember()
-    assert not on and "not above the previous merge's" in why
-    with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
-        assert made.guess() == (False, why)  # remembered: no guessing the next time
+    assert on is None and "not above the previous merge's" in why
+    with EncoderDecision("tiktoken", tokenizer_json, "abc", tmp_path / "notes") as made:
+        assert made.guess() == (None, why)  # remembered: no guessing the next time
 
 
 def test_a_decision_process_that_dies_means_the_hf_tokenizer_and_is_not_remembered(tmp_path):
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
     with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
         made.child.kill()
-        assert made.guess() == (False, "the encoder decision process failed, so the HF tokenizer: it ended "
+        assert made.guess() == (None, "the encoder decision process failed, so the HF tokenizer: it ended "
                                        "without an answer (exit code -9)")
         made.remember()
     assert not list((tmp_path / "notes").glob("*.json"))
@@ -167,7 +168,7 @@ def test_a_decision_process_that_fails_means_the_hf_tokenizer_and_is_not_remembe
     with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
         on, why = made.result()
         made.remember()
-    assert not on and why.startswith("the encoder decision process failed, so the HF tokenizer: JSONDecodeError: ")
+    assert on is None and why.startswith("the encoder decision process failed, so the HF tokenizer: JSONDecodeError: ")
     assert not list((tmp_path / "notes").glob("*.json"))
 
 
@@ -182,10 +183,11 @@ def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path):
     for fast in (True, False):
         shutil.rmtree(project["cache"], ignore_errors=True)
         lines: list[str] = []
-        config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.line_cache": False})
+        config = load_config("sql", project["configs"], {"build.fast_encoder": fast and "tiktoken",
+                                                         "build.line_cache": False})
         result = build(config, project["cache"], log=lines.append, progress=False)
         chosen = [line for line in lines if line.startswith("fast encoder:")]
-        assert chosen == ([PROVING, "fast encoder: proven exact (rank BPE equals its merges (GPT-2 byte-level), probe text "
+        assert chosen == ([PROVING, "fast encoder: proven exact (tiktoken: rank BPE equals its merges (GPT-2 byte-level), probe text "
                                        "identical)"] if fast else ["fast encoder: off (HF tokenizers) (build.fast_encoder is false)"])
         manifest = json.loads((result.path / "manifest.json").read_text())
         assert manifest["outputs"]["exactness"]["encoders"] == (["tiktoken"] if fast else ["tokenizers"])
@@ -207,20 +209,23 @@ def test_a_tokenizer_refused_after_tokenizing_is_tokenized_again_with_hf_and_not
     for fast in (False, True):  # the fast one last: the next build reads the decision it left in the cache
         shutil.rmtree(project["cache"], ignore_errors=True)
         lines: list[str] = []
-        config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.line_cache": False})
+        config = load_config("sql", project["configs"], {"build.fast_encoder": fast and "tiktoken",
+                                                         "build.line_cache": False})
         result = build(config, project["cache"], log=lines.append, progress=False)
         built[fast] = [(p.name, p.read_bytes()) for p in sorted(result.path.glob("*.arrow"))]
         chosen = [line for line in lines if line.startswith("fast encoder:")]
         if fast:
             assert len(chosen) == 2 and chosen[0] == PROVING
-            assert chosen[1].startswith("fast encoder: not proven exact: tokenizing again with the HF tokenizer (merge ")
+            assert chosen[1].startswith("fast encoder: tiktoken not proven exact: tokenizing again with the HF tokenizer "
+                                        "(tiktoken: merge ")
     assert built[True] == built[False]
     # the second build with it asks nothing of tiktoken
     (project["data"]).write_text(project["data"].read_text() + project["data"].read_text().splitlines()[0] + "\n")
     lines = []
-    build(load_config("sql", project["configs"]), project["cache"], log=lines.append, progress=False)
+    build(load_config("sql", project["configs"], {"build.fast_encoder": "tiktoken"}), project["cache"], log=lines.append,
+          progress=False)
     chosen = [line for line in lines if line.startswith("fast encoder:")]
-    assert len(chosen) == 1 and chosen[0].startswith("fast encoder: off (HF tokenizers) (merge ")
+    assert len(chosen) == 1 and chosen[0].startswith("fast encoder: off (HF tokenizers) (tiktoken: merge ")
 
 
 def test_the_decision_is_made_once_per_cache_directory_for_every_expert(tmp_path):
@@ -231,8 +236,7 @@ def test_the_decision_is_made_once_per_cache_directory_for_every_expert(tmp_path
         lines: list[str] = []
         build(load_config(expert, project["configs"]), project["cache"], log=lines.append, progress=False)
         said[expert] = [line for line in lines if line.startswith("fast encoder:")]
-    assert said["sql"] == [PROVING, "fast encoder: proven exact (rank BPE equals its merges (GPT-2 byte-level), probe "
-                                    "text identical)"]
-    assert said["other"] == ["fast encoder: on (tiktoken) (rank BPE equals its merges (GPT-2 byte-level), probe text "
-                             "identical)"]
+    assert said["sql"] == [PROVING.replace("tiktoken", "fastokens"),  # the default tries fastokens first
+                           "fast encoder: proven exact (fastokens: the HF tokenizer's ids on the probe text)"]
+    assert said["other"] == ["fast encoder: on (fastokens) (fastokens: the HF tokenizer's ids on the probe text)"]
     assert len(list((project["cache"] / ".fast-encoder").glob("*.json"))) == 1

@@ -1,8 +1,9 @@
 """Exactness by check, with every real tokenizer the project installs (tests/real_tokenizers.py):
 
-- the shortcuts (the line cache, the tiktoken encoder) against the HF tokenizer on a hostile corpus;
-- builds of the bundled samples and of conversations with the shortcuts on and off: the same bytes,
-  and the build's own check says how many documents it compared;
+- the shortcuts (the line cache, the fast encoders fastokens and tiktoken) against the HF tokenizer
+  on a hostile corpus;
+- builds of the bundled samples, of hostile rows and of conversations with each shortcut on and all
+  off: the same bytes, and the build's own check says how many documents it compared;
 - a shortcut that is wrong (the old line cut, a tampered fast-encoder note) is caught by the build's
   check, never published, dropped for the tokenizer and remembered;
 - the encoder is part of the identity: the tokenizers version and the shortcuts change the build id;
@@ -32,6 +33,12 @@ from real_tokenizers import REAL_TOKENIZERS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
 SHORTCUTS_OFF = {"build.line_cache": False, "build.fast_encoder": False}
+# each shortcut alone: (settings, the tokenizers it makes documents for)
+SHORTCUTS = {
+    "fastokens": ({"build.fast_encoder": "fastokens", "build.line_cache": False}, REAL_TOKENIZERS),
+    "tiktoken": ({"build.fast_encoder": "tiktoken", "build.line_cache": False}, ("qwen3",)),
+    "line_cache": ({"build.fast_encoder": False, "build.line_cache": True}, REAL_TOKENIZERS),
+}
 
 
 def hf(directory: Path) -> Tokenizer:
@@ -94,20 +101,25 @@ def quiet(*_):
     pass
 
 
+@pytest.mark.parametrize("shortcut", SHORTCUTS)
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)
-def test_the_bundled_samples_build_the_same_bytes_with_the_shortcuts_on_and_off(real_tokenizer, tmp_path, name):
+def test_the_bundled_samples_build_the_same_bytes_with_each_shortcut_on_and_off(real_tokenizer, tmp_path, name,
+                                                                                shortcut):
     directory = real_tokenizer(name)
+    settings, makes_for = SHORTCUTS[shortcut]
     for expert in ("sql", "neo4j"):
-        on = build(expert_config(tmp_path, expert, directory), tmp_path / "on", log=quiet, progress=False)
+        on = build(expert_config(tmp_path, expert, directory, settings), tmp_path / "on", log=quiet, progress=False)
         off = build(expert_config(tmp_path, expert, directory, SHORTCUTS_OFF), tmp_path / "off", log=quiet,
                     progress=False)
         assert shards(on) == shards(off), (name, expert)
         checked = Manifest.load(on.path, full=True).raw["outputs"]["exactness"]
         documents = json.loads((on.path / "report.json").read_text())["sources"][0]["documents"]
-        # every document was made by a shortcut and, the sample being small, every one was checked
-        assert checked["by_shortcut"] == checked["checked"] == documents == 3000, (name, expert, checked)
-        assert checked["encoders"] == (["tiktoken"] if name == "qwen3" else ["tokenizers"])
-        assert checked["line_cache"] == (name != "qwen3")
+        # every document was made by the shortcut and, the sample being small, every one was checked
+        made = 3000 if name in makes_for else 0
+        assert checked["by_shortcut"] == checked["checked"] == made and documents == 3000, (name, expert, checked)
+        fast = settings["build.fast_encoder"]
+        assert checked["encoders"] == ([fast] if fast and name in makes_for else ["tokenizers"])
+        assert checked["line_cache"] == (shortcut == "line_cache")
         assert Manifest.load(off.path, full=True).raw["outputs"]["exactness"]["by_shortcut"] == 0
 
 
@@ -119,14 +131,16 @@ def hostile_rows(n: int) -> list[dict]:
     return rows
 
 
+@pytest.mark.parametrize("shortcut", ["fastokens", "line_cache"])
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)
-def test_hostile_rows_and_chat_style_build_the_same_bytes_with_the_shortcuts_on_and_off(real_tokenizer, tmp_path,
-                                                                                        name):
+def test_hostile_rows_and_chat_style_build_the_same_bytes_with_each_shortcut_on_and_off(real_tokenizer, tmp_path,
+                                                                                        name, shortcut):
     directory = real_tokenizer(name)
     data = write_jsonl(tmp_path / "hostile.jsonl", hostile_rows(600))
     for style in ({"format.style": "template"}, {"format.style": "chat", "format.system": "You write SQL."}):
         settings = {"sources": [{"name": str(data)}], "pack.val_fraction": 0.1, **style}
-        on = build(expert_config(tmp_path, "sql", directory, settings), tmp_path / "on", log=quiet, progress=False)
+        on = build(expert_config(tmp_path, "sql", directory, {**settings, **SHORTCUTS[shortcut][0]}), tmp_path / "on",
+                   log=quiet, progress=False)
         off = build(expert_config(tmp_path, "sql", directory, {**settings, **SHORTCUTS_OFF}), tmp_path / "off",
                     log=quiet, progress=False)
         assert shards(on) == shards(off), (name, style)
@@ -225,11 +239,11 @@ def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_p
     tokenizer_json.write_text(json.dumps(spec))
     reference = build(load_config("sql", project["configs"], SHORTCUTS_OFF), tmp_path / "ref", log=quiet,
                       progress=False)
-    config = load_config("sql", project["configs"], {"build.line_cache": False})
+    config = load_config("sql", project["configs"], {"build.line_cache": False, "build.fast_encoder": "tiktoken"})
     build(config, project["cache"], log=quiet, progress=False)  # decides (no) and remembers it
     (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
-    assert json.loads(note.read_text())["on"] is False
-    note.write_text(json.dumps({"on": True, "why": "tampered", "versions": "x"}))
+    assert json.loads(note.read_text())["encoder"] is None
+    note.write_text(json.dumps({"encoder": "tiktoken", "why": "tampered", "versions": "x"}))
     shutil.rmtree(project["cache"] / "sql")
     lines: list[str] = []
     result = build(config, project["cache"], log=lines.append, progress=False)
@@ -238,7 +252,7 @@ def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_p
     assert len(said) == 2 and said[0].startswith("exactness check: fast encoder (tiktoken) differs from the HF tokenizer")
     assert said[1] == "exactness check: no shortcut made a document (the HF tokenizer made every one)"
     assert shards(result) == shards(reference)
-    assert json.loads(note.read_text())["on"] is False
+    assert json.loads(note.read_text())["encoder"] is None
     assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["encoders"] == ["tokenizers"]
 
 
@@ -261,16 +275,24 @@ def test_the_tokenizers_version_and_the_shortcuts_are_part_of_the_identity(tmp_p
     config = load_config("sql", project["configs"])
     first = plan(config, project["cache"])
     assert first.inputs["encoder"] == {"tokenizers": exactness.library_version("tokenizers"),
+                                       "fastokens": exactness.library_version("fastokens"),
                                        "tiktoken": exactness.library_version("tiktoken"),
                                        "shortcuts": ["fast_encoder", "line_cache"]}
+    only_tiktoken = plan(load_config("sql", project["configs"], {"build.fast_encoder": "tiktoken"}), project["cache"])
+    assert only_tiktoken.inputs["encoder"]["fastokens"] is None
     no_line_cache = plan(load_config("sql", project["configs"], {"build.line_cache": False}), project["cache"])
     assert no_line_cache.inputs["encoder"]["shortcuts"] == ["fast_encoder"]
     off = plan(load_config("sql", project["configs"], SHORTCUTS_OFF), project["cache"])
-    assert off.inputs["encoder"] == {"tokenizers": exactness.library_version("tokenizers"), "tiktoken": None,
-                                     "shortcuts": []}
-    monkeypatch.setattr(exactness, "library_version", lambda name: "1.0.0" if name == "tokenizers" else "0.14.0")
+    assert off.inputs["encoder"] == {"tokenizers": exactness.library_version("tokenizers"), "fastokens": None,
+                                     "tiktoken": None, "shortcuts": []}
+    real = exactness.library_version
+    monkeypatch.setattr(exactness, "library_version", lambda name: "0.3.6" if name == "fastokens" else real(name))
+    new_fastokens = plan(config, project["cache"])
+    monkeypatch.setattr(exactness, "library_version", lambda name: "1.0.0" if name == "tokenizers" else real(name))
     upgraded = plan(config, project["cache"])
-    assert len({first.build_id, no_line_cache.build_id, off.build_id, upgraded.build_id}) == 4
+    ids = {first.build_id, only_tiktoken.build_id, no_line_cache.build_id, off.build_id, new_fastokens.build_id,
+           upgraded.build_id}
+    assert len(ids) == 6
     result = build(config, project["cache"], log=quiet, progress=False)
     assert result.build_id == upgraded.build_id
     assert Manifest.load(result.path, full=True).raw["inputs"]["encoder"]["tokenizers"] == "1.0.0"
@@ -292,8 +314,9 @@ def test_merge_refuses_parts_made_with_another_encoder(tmp_path, monkeypatch):
     assert isinstance(result.exception, BuildError)  # the entry point prints it as one line, exit 2
     line = str(result.exception)
     assert "\n" not in line and line.startswith("cannot merge 'sql': part(s) 0-of-2 of source")
-    assert f"tokenized with tokenizers {real('tokenizers')} + tiktoken {real('tiktoken')}" in line
-    assert "this machine uses tokenizers 1.0.0 + tiktoken" in line
+    assert (f"tokenized with tokenizers {real('tokenizers')} + fastokens {real('fastokens')} + tiktoken "
+            f"{real('tiktoken')}") in line
+    assert "this machine uses tokenizers 1.0.0 + fastokens" in line
 
 
 # A ChatML template with transformers' generation markers, rendering what SmolLM2's own template renders.

@@ -145,11 +145,12 @@ class BuildConfig:
     regex allows (pipeline/encode/line_cache.py). A shortcut: what it makes is checked against the HF tokenizer
     (check_documents) and it is dropped for a tokenizer on any difference. Part of the build id, like
     fast_encoder; the shards are the same bytes with it on or off."""
-    fast_encoder: bool = True
-    """Encode with tiktoken where it is proven to give the HF tokenizer's ids (byte-level BPE whose
-    merges agree with its ranks: pipeline/encode/tiktoken_encoder.py), the HF tokenizer otherwise; the choice and
-    its reason are logged. A shortcut, checked like line_cache; part of the build id (with the
-    tiktoken version), same bytes either way."""
+    fast_encoder: bool | Literal["fastokens", "tiktoken"] = True
+    """Encode with a fast encoder where it is proven to give the HF tokenizer's ids: ``true`` tries
+    fastokens (pipeline/encode/fastokens_encoder.py), then tiktoken (byte-level BPE whose merges agree
+    with its ranks: pipeline/encode/tiktoken_encoder.py); a name tries that one only; ``false``: the HF
+    tokenizer only. The choice and its reason are logged. A shortcut, checked like line_cache; part of
+    the build id (with the libraries' versions), same bytes either way."""
     check_documents: int = num(2048, "[0, 1000000000]")
     """Every document a shortcut (fast_encoder, line_cache) makes in the first check_documents rows of
     each source (rounded up to whole batches of batch_rows) is encoded again with the HF tokenizer and compared (ids and loss mask), and one in 512

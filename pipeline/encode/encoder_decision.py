@@ -1,21 +1,22 @@
-"""Whether a build may keep what the tiktoken encoder made: tiktoken_encoder.decide, run beside the build.
+"""Which fast encoder a build may keep what it made with: fastokens, else tiktoken, else none (the HF
+tokenizer), decided by :func:`choose` in a process beside the build.
 
-Deciding takes seconds on a real vocabulary (the merges check of 151k tokens and a probe text of
-1.2M characters; docs/BENCHMARKS.md), once per tokenizer: the answer is remembered in the cache,
-keyed by the tokenizer's content hash and the two libraries' versions. The first build with a
-tokenizer does not wait for it:
+Deciding takes seconds on a real vocabulary (the probe text of 1.2M characters through the HF
+tokenizer; for tiktoken also the merges check of 151k tokens: docs/BENCHMARKS.md), once per
+tokenizer: the answer is remembered in the cache, keyed by the tokenizer's content hash and the
+libraries' versions. The first build with a tokenizer does not wait for it:
 
-1. a child process runs :func:`tiktoken_encoder.decide`; its quick structural checks answer first (a
-   fraction of a second): where they fail, the build tokenizes with the HF tokenizer and that is
-   the decision;
-2. where they pass, the build tokenizes with tiktoken while the child finishes the proof;
+1. a child process runs :func:`choose`; the quick structural checks answer first (a fraction of a
+   second) with the encoder to try: where none passes, the build tokenizes with the HF tokenizer
+   and that is the decision;
+2. where one passes, the build tokenizes with it while the child finishes the proof;
 3. before any token is cached, the build waits for the proof (:meth:`EncoderDecision.result`).
-   Where it fails, everything tiktoken made is deleted and the sources are tokenized again with
-   the HF tokenizer, so a build's bytes never depend on the encoder.
+   Where it names another encoder (or none), everything the guessed one made is deleted and the
+   sources are tokenized again with the proven one, so a build's bytes never depend on the encoder.
 
 The answer is remembered (:meth:`EncoderDecision.remember`) only once the build has checked that
 the tokenizer files still hold the content its hash names. The child holds the parsed
-tokenizer.json and both tokenizers (~0.4 GiB for Qwen's vocabulary, beside the workers' memory on
+tokenizer.json and the tokenizers (~0.4 GiB for Qwen's vocabulary, beside the workers' memory on
 a first build), given back to the system when it exits. It is stopped when the build ends, fails or
 is interrupted; a build killed with SIGKILL leaves it running until its answer finds the pipe
 closed (seconds). A child that dies or fails without an answer means the HF tokenizer (always
@@ -25,9 +26,11 @@ exact), said in the log and not remembered.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
-from packtrain.pipeline.encode import tiktoken_encoder
+from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
+from packtrain.pipeline.encode.exactness import fast_encoder_candidates
 from packtrain.pipeline.encode.notes import read_note, write_note
 from packtrain.pipeline.encode.pool import children_ignore_ctrl_c
 
@@ -35,31 +38,34 @@ from packtrain.pipeline.encode.pool import children_ignore_ctrl_c
 class EncoderDecision:
     """The fast-encoder decision of one build; use as a context manager (the child is stopped on exit)."""
 
-    def __init__(self, wanted: bool, tokenizer_file: str | Path, content_hash: str, cache_dir: Path,
+    def __init__(self, wanted: bool | str, tokenizer_file: str | Path, content_hash: str, cache_dir: Path,
                  file_hash: str | None = None):
         """``file_hash``: the sha256 of tokenizer.json that ``content_hash`` was computed from; the child
-        refuses to decide about other content (the file edited, then put back, while the build ran)."""
-        self.answer: tuple[bool, str] | None = None
+        refuses to decide about other content (the file edited, then put back, while the build ran).
+        ``wanted``: ``build.fast_encoder`` (true, false, or the one fast encoder to try)."""
+        self.answer: tuple[str | None, str] | None = None  # (the encoder, or None for the HF tokenizer; why)
         self.checked = False  # the structural checks' answer was read
+        self.guessed: str | None = None  # the encoder the structural checks passed, while the proof runs
         self.settled = False  # the child answered: remember() writes the answer
         self.child = self.receive = None
-        if not wanted:
-            self.answer = (False, "build.fast_encoder is false")
+        self.candidates = fast_encoder_candidates(wanted)
+        if not self.candidates:
+            self.answer = (None, "build.fast_encoder is false")
             return
-        self.versions = versions()
+        self.versions = versions(self.candidates)
         if self.versions is None:
-            self.answer = (False, "tiktoken is not installed (pip install tiktoken)")
+            self.answer = (None, f"{' and '.join(self.candidates)}: not installed (pip install {self.candidates[0]})")
             return
-        self.path = note_path(cache_dir, content_hash)
+        self.path = note_path(cache_dir, content_hash, self.candidates)
         note = read_note(self.path, valid_note)
         if note is not None:
-            self.answer = (note["on"], note["why"])
+            self.answer = (note["encoder"], note["why"])
             return
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
         self.receive, send = context.Pipe(duplex=False)
-        self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send, file_hash), daemon=True)
+        self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send, file_hash, self.candidates), daemon=True)
         with children_ignore_ctrl_c():
             self.child.start()
         send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
@@ -70,17 +76,19 @@ class EncoderDecision:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def guess(self) -> tuple[bool, str | None]:
-        """(tokenize with tiktoken?, why) once the structural checks are done; ``why`` is None while
-        the proof is still running (:meth:`result` has the answer)."""
+    def guess(self) -> tuple[str | None, str | None]:
+        """(the encoder to tokenize with, None for the HF tokenizer; why) once the structural checks
+        are done; ``why`` is None while the proof is still running (:meth:`result` has the answer)."""
         if self.answer is None and not self.checked:
             self.checked = True
-            problem = self._next()
-            if self.answer is None and problem is not None:
-                self._settle(False, problem)
-        return self.answer if self.answer is not None else (True, None)
+            checked = self._next()
+            if self.answer is None:
+                self.guessed, problem = checked
+                if self.guessed is None:
+                    self._settle(None, problem)
+        return self.answer if self.answer is not None else (self.guessed, None)
 
-    def result(self) -> tuple[bool, str]:
+    def result(self) -> tuple[str | None, str]:
         """The proven answer, waiting for the child if it is still deciding."""
         self.guess()
         if self.answer is None:
@@ -90,15 +98,15 @@ class EncoderDecision:
         return self.answer
 
     def refute(self, why: str) -> None:
-        """The build found a document tiktoken encodes differently from the HF tokenizer: the answer is
-        no (whatever a note or the proof said), remembered by :meth:`remember`."""
-        self._settle(False, why)
+        """The build found a document the fast encoder encodes differently from the HF tokenizer: the
+        answer is the HF tokenizer (whatever a note or the proof said), remembered by :meth:`remember`."""
+        self._settle(None, why)
 
     def remember(self) -> None:
         """Keep the answer for the next builds with this tokenizer; call once the tokenizer files are
         checked to be the content the key hashes (an answer the child could not give is not kept)."""
         if self.answer is not None and self.settled:
-            write_note(self.path, {"on": self.answer[0], "why": self.answer[1], "versions": self.versions})
+            write_note(self.path, {"encoder": self.answer[0], "why": self.answer[1], "versions": self.versions})
             self.settled = False
 
     def close(self) -> None:
@@ -118,48 +126,93 @@ class EncoderDecision:
             self.child.join()
             value = RuntimeError(f"it ended without an answer (exit code {self.child.exitcode})")
         if isinstance(value, BaseException):
-            self.answer = (False, f"the encoder decision process failed, so the HF tokenizer: {value}")
+            self.answer = (None, f"the encoder decision process failed, so the HF tokenizer: {value}")
             self.close()
             return None
         return value
 
-    def _settle(self, on: bool, why: str) -> None:
-        self.answer = (on, why)
+    def _settle(self, encoder: str | None, why: str) -> None:
+        self.answer = (encoder, why)
         self.settled = True
         self.close()
 
 
-def versions() -> str | None:
-    """The libraries a decision is about (part of its note's key); None without tiktoken."""
+ENCODERS = {module.NAME: module for module in (fastokens_encoder, tiktoken_encoder)}
+DECISION_VERSION = 2  # raise when choose() changes, so remembered decisions are made again
+
+
+def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str | None, str]:
+    """The first of the fast encoders ``candidates`` that gives exactly the HF tokenizer's ids for the tokenizer.json
+    ``text`` (None: none does), and why. ``on_checks((encoder, problem))`` is called once, as soon as
+    an encoder passed its structural checks (``problem`` None), or with (None, why) when none did."""
+    json.loads(text)  # a tokenizer.json that is not JSON fails the decision (the HF tokenizer, not remembered)
+    told, reasons = [], []
+    for module in (ENCODERS[name] for name in candidates):
+        def checked(problem, name=module.NAME):
+            if problem is None and not told:
+                told.append(name)
+                if on_checks is not None:
+                    on_checks((name, None))
+
+        try:
+            on, why = (module.decide(text, checked) if module is fastokens_encoder
+                       else module.decide(None, checked, text=text))
+        except MemoryError:
+            raise  # the process, not the encoder: the decision fails (the HF tokenizer, not remembered)
+        except Exception as e:  # the library cannot load this tokenizer or encode the probe: not this one
+            on, why = False, f"{type(e).__name__}: {e}"
+        if on:
+            return module.NAME, f"{module.NAME}: {why}"
+        reasons.append(why if why.startswith(f"{module.NAME}:") else f"{module.NAME}: {why}")
+    if not told and on_checks is not None:
+        on_checks((None, "; ".join(reasons)))
+    return None, "; ".join(reasons)
+
+
+def versions(candidates: tuple[str, ...]) -> str | None:
+    """The libraries a decision between ``candidates`` is about (part of its note's key); None where
+    none of them is installed."""
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        return f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
-    except PackageNotFoundError:
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "none"
+
+    found = {name: installed(name) for name in (*candidates, "tokenizers")}
+    if all(found[name] == "none" for name in candidates):
         return None
+    return ", ".join(f"{name} {v}" for name, v in found.items())
 
 
-def note_path(cache_dir: str | Path, content_hash: str) -> Path:
-    """Where the decision about the tokenizer of ``content_hash`` is remembered (call with tiktoken installed)."""
-    key = hashlib.sha256(f"{content_hash} {versions()} {tiktoken_encoder.DECISION_VERSION}".encode()).hexdigest()[:16]
+def note_path(cache_dir: str | Path, content_hash: str, candidates: tuple[str, ...]) -> Path:
+    """Where the decision between ``candidates`` about the tokenizer of ``content_hash`` is remembered
+    (call with one of them installed)."""
+    key = hashlib.sha256(f"{content_hash} {versions(candidates)} {DECISION_VERSION} {tiktoken_encoder.DECISION_VERSION}"
+                         .encode()).hexdigest()[:16]
     return Path(cache_dir) / f"{key}.json"
 
 
 def valid_note(note) -> bool:
-    return isinstance(note, dict) and isinstance(note.get("on"), bool) and isinstance(note.get("why"), str)
+    return (isinstance(note, dict) and note.get("encoder") in (None, *ENCODERS)
+            and "encoder" in note and isinstance(note.get("why"), str))
 
 
-def refused(cache_dir: str | Path, content_hash: str) -> bool:
-    """Whether a build decided (or its exactness check found) that tiktoken is not exact for this tokenizer."""
-    if versions() is None:
+def refused(cache_dir: str | Path, content_hash: str, setting: bool | str) -> bool:
+    """Whether a build decided (or its exactness check found) that none of the fast encoders
+    ``build.fast_encoder`` allows is exact for this tokenizer."""
+    candidates = fast_encoder_candidates(setting)
+    if not candidates or versions(candidates) is None:
         return False
-    note = read_note(note_path(cache_dir, content_hash), valid_note)
-    return note is not None and note["on"] is False
+    note = read_note(note_path(cache_dir, content_hash, candidates), valid_note)
+    return note is not None and note["encoder"] is None
 
 
-def _decide_and_send(tokenizer_file: str, send, file_hash: str | None = None) -> None:
-    """In the child: the structural checks' problem (None: they passed), then the answer (on, why);
-    about the bytes read once here, and only where they are the ones ``file_hash`` names."""
+def _decide_and_send(tokenizer_file: str, send, file_hash: str | None, candidates: tuple[str, ...]) -> None:
+    """In the child: the structural checks' answer (encoder to try, or None and why), then the answer
+    (encoder or None, why); about the bytes read once here, and only where they are the ones
+    ``file_hash`` names."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the build's main process's business
@@ -168,7 +221,7 @@ def _decide_and_send(tokenizer_file: str, send, file_hash: str | None = None) ->
             raw = Path(tokenizer_file).read_bytes()
             if file_hash is not None and hashlib.sha256(raw).hexdigest() != file_hash:
                 raise RuntimeError(f"{tokenizer_file} is not the content the build hashed (changed while it ran)")
-            answer = tiktoken_encoder.decide(tokenizer_file, on_checks=send.send, text=raw.decode("utf-8"))
+            answer = choose(raw.decode("utf-8"), candidates, on_checks=send.send)
         except Exception as e:  # the build's process says so and uses the HF tokenizer
             answer = RuntimeError(f"{type(e).__name__}: {e}")
         send.send(answer)

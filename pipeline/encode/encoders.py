@@ -1,5 +1,6 @@
-"""A tokenizing worker's encoders, each built once per process: the HF tokenizer, the line cache
-(pipeline/encode/line_cache.py) and the tiktoken encoder (pipeline/encode/tiktoken_encoder.py).
+"""A tokenizing worker's encoders, each built once per process: the HF tokenizer (the reference), the
+line cache (pipeline/encode/line_cache.py) and the fast encoders, fastokens
+(pipeline/encode/fastokens_encoder.py) and tiktoken (pipeline/encode/tiktoken_encoder.py).
 
 They are keyed by (tokenizer.json path, its sha256), so a process that builds again after the file
 changed (a long-lived one, or ``num_proc`` 1, where the build's own process tokenizes) never encodes
@@ -11,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from packtrain.core.inputs import read_json
-from packtrain.pipeline.encode.tiktoken_encoder import FastEncoder
+from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
 from packtrain.pipeline.errors import TokenizerError
 from packtrain.pipeline.encode.line_cache import LineCache, line_cut
 
 TOKENIZER_CACHE: dict[tuple[str, str], object] = {}
 LINE_CACHES: dict[tuple[str, str], LineCache] = {}
-FAST_ENCODERS: dict[tuple[str, str], FastEncoder] = {}
+FAST_ENCODERS: dict[tuple[str, str, str], object] = {}
 
 
 def hf_tokenizer(key: tuple[str, str]):
@@ -43,10 +44,19 @@ def line_cache(key: tuple[str, str]) -> LineCache:
     return cache
 
 
-def fast_encoder(key: tuple[str, str]) -> FastEncoder:
-    """The worker's tiktoken encoder, built once per process (the build decided it is exact)."""
-    encoder = FAST_ENCODERS.get(key)
+def fast_encoder(key: tuple[str, str], name: str):
+    """The worker's fast encoder ``name`` (fastokens or tiktoken), built once per process (the build
+    decided it is exact): ``encode_documents(docs)`` gives each document's ids and supervised token
+    ranges, or None where the HF tokenizer must make it."""
+    encoder = FAST_ENCODERS.get((*key, name))
     if encoder is None:
+        text = Path(key[0]).read_text(encoding="utf-8")
         spec = read_json(Path(key[0]), "build again", "a tokenizers file")
-        encoder = FAST_ENCODERS[key] = FastEncoder(spec, lambda: hf_tokenizer(key))
+        if name == fastokens_encoder.NAME:
+            encoder = fastokens_encoder.FastokensEncoder(text, spec)
+        elif name == tiktoken_encoder.NAME:
+            encoder = tiktoken_encoder.FastEncoder(spec, lambda: hf_tokenizer(key))
+        else:
+            raise ValueError(f"no fast encoder named {name!r}")
+        FAST_ENCODERS[(*key, name)] = encoder
     return encoder

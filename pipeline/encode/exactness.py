@@ -1,7 +1,7 @@
 """Exactness by check: every document a shortcut made is admitted only if the reference agrees.
 
-A shortcut is anything that can change a document's ids or mask: the tiktoken encoder
-(pipeline/encode/tiktoken_encoder.py) and the line cache (pipeline/encode/line_cache.py). The reference is the model's
+A shortcut is anything that can change a document's ids or mask: the fast encoders (fastokens,
+pipeline/encode/fastokens_encoder.py; tiktoken, pipeline/encode/tiktoken_encoder.py) and the line cache (pipeline/encode/line_cache.py). The reference is the model's
 own ``tokenizers.Tokenizer`` encoding the whole text (``encode(text, add_special_tokens=False)``),
 with the supervised spans placed by its character offsets (pipeline/encode/worker.py ``token_spans``).
 
@@ -13,13 +13,13 @@ Which documents are checked (in the worker that made them, before anything is ca
   (seeded: the same documents on every machine and every run, whatever ``num_proc``).
 
 A difference in ids or mask never reaches a shard: the build stops tokenizing, drops that
-shortcut for this tokenizer (remembered in the cache directory: ``.fast-encoder/`` for tiktoken,
+shortcut for this tokenizer (remembered in the cache directory: ``.fast-encoder/`` for the fast encoders,
 ``.line-cache/`` for the line cache, keyed by the tokenizer's content and the libraries' versions),
 says so in one line, and tokenizes every source again without it. The manifest records how many
 documents were checked (``outputs.exactness``).
 
 What can change the bytes is part of the build's identity (:func:`encoder_identity`): the
-``tokenizers`` version, the tiktoken version when the fast encoder is allowed, and the shortcuts
+``tokenizers`` version, the fastokens and tiktoken versions when a fast encoder is allowed, and the shortcuts
 allowed. It is in the build id, in every source-cache key, and in the manifest.
 """
 
@@ -38,8 +38,12 @@ from packtrain.pipeline.encode.notes import read_note, write_note
 SAMPLE_ONE_IN = 512
 SAMPLE_KEY = b"packtrain-exactness-sample-v1"
 LINE_CACHE_NOTES = ".line-cache"  # in the cache directory: remembered line-cache refusals, one file per tokenizer
-FAST_ENCODER = "fast encoder (tiktoken)"
 LINE_CACHE = "line cache"
+
+
+def fast_encoder_label(name: str) -> str:
+    """How the log names a fast encoder's documents: ``fast encoder (fastokens)``."""
+    return f"fast encoder ({name})"
 
 
 def library_version(name: str) -> str:
@@ -49,20 +53,35 @@ def library_version(name: str) -> str:
         return "not installed"
 
 
-def encoder_identity(fast_encoder: bool, line_cache: bool) -> dict:
-    """What, besides the tokenizer's files, decides a build's ids: the libraries that encode and the
-    shortcuts the config allows (``build.fast_encoder``, ``build.line_cache``)."""
+FAST_ENCODERS = ("fastokens", "tiktoken")  # the fast encoders, in the order ``build.fast_encoder: true`` tries them
+
+
+def fast_encoder_candidates(setting: bool | str) -> tuple[str, ...]:
+    """The fast encoders ``build.fast_encoder`` allows, in the order they are tried.
+
+    >>> fast_encoder_candidates(True), fast_encoder_candidates("tiktoken"), fast_encoder_candidates(False)
+    (('fastokens', 'tiktoken'), ('tiktoken',), ())
+    """
+    return FAST_ENCODERS if setting is True else () if setting is False else (setting,)
+
+
+def encoder_identity(fast_encoder: bool | str, line_cache: bool) -> dict:
+    """What, besides the tokenizer's files, decides a build's ids: the libraries that encode (the
+    fast encoders' only where ``build.fast_encoder`` allows them) and the shortcuts the config allows
+    (``build.fast_encoder``, ``build.line_cache``)."""
     return {
         "tokenizers": library_version("tokenizers"),
-        "tiktoken": library_version("tiktoken") if fast_encoder else None,
-        "shortcuts": [name for name, on in (("fast_encoder", fast_encoder), ("line_cache", line_cache)) if on],
+        **{name: library_version(name) if name in fast_encoder_candidates(fast_encoder) else None
+           for name in FAST_ENCODERS},
+        "shortcuts": [name for name, on in (("fast_encoder", fast_encoder is not False), ("line_cache", line_cache))
+                      if on],
     }
 
 
 def describe_identity(identity: dict) -> str:
-    """``tokenizers 0.23.3 + tiktoken 0.14.0 (shortcuts: fast_encoder, line_cache)``"""
-    libraries = f"tokenizers {identity['tokenizers']}" + (f" + tiktoken {identity['tiktoken']}"
-                                                          if identity.get("tiktoken") else "")
+    """``tokenizers 0.23.3 + fastokens 0.3.5 + tiktoken 0.14.0 (shortcuts: fast_encoder, line_cache)``"""
+    libraries = " + ".join(f"{name} {identity[name]}" for name in ("tokenizers", "fastokens", "tiktoken")
+                           if identity.get(name))
     return f"{libraries} (shortcuts: {', '.join(identity['shortcuts']) or 'none'})"
 
 
@@ -70,9 +89,9 @@ def combined(made: list[dict]) -> dict:
     """Several sources' (or parts') ``stats.json`` exactness entries as one: the encoders joined by "+",
     the line cache on if it was on for any, the counts summed.
 
-    >>> combined([{"encoder": "tiktoken", "line_cache": False, "by_shortcut": 3, "checked": 3},
+    >>> combined([{"encoder": "fastokens", "line_cache": False, "by_shortcut": 3, "checked": 3},
     ...           {"encoder": "tokenizers", "line_cache": True, "by_shortcut": 2, "checked": 1}])
-    {'encoder': 'tiktoken+tokenizers', 'line_cache': True, 'by_shortcut': 5, 'checked': 4}
+    {'encoder': 'fastokens+tokenizers', 'line_cache': True, 'by_shortcut': 5, 'checked': 4}
     """
     return {"encoder": "+".join(sorted({e for m in made for e in m["encoder"].split("+")})),
             "line_cache": any(m["line_cache"] for m in made),
@@ -114,7 +133,7 @@ def first_difference(got: np.ndarray, got_spans: list[tuple[int, int]], want: li
 class Mismatch:
     """A document a shortcut made differently from the reference."""
 
-    shortcut: str  # FAST_ENCODER or LINE_CACHE
+    shortcut: str  # fast_encoder_label(...) or LINE_CACHE
     row: int  # the row's index within its batch
     detail: str  # first_difference's words
     text: str  # the start of the document's text

@@ -1,5 +1,5 @@
 """Tokenizing the sources of a build into their source caches (pipeline/spill.py), with one pool of
-workers (pipeline/encode/worker.py) and the encoder the fast-encoder decision allows
+workers (pipeline/encode/pool.py) and the encoder the fast-encoder decision allows
 (pipeline/encode/encoder_decision.py): a source directory is written under a temporary name and renamed
 into place only when complete, its inputs checked unchanged, its encoder proven exact and a sample
 of what every shortcut made checked against the HF tokenizer (pipeline/encode/exactness.py)."""
@@ -46,22 +46,23 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     (``<split>.batch_docs.npy``): pipeline/spill.py. ``cache_dir``: the cache
     directory, where the encoder decision is remembered for every expert built there.
 
-    The encoder is tiktoken where it is proven exact for the tokenizer (pipeline/encode/encoder_decision.py).
+    The encoder is fastokens, else tiktoken, where it is proven exact for the tokenizer
+    (pipeline/encode/encoder_decision.py).
     The first build with a tokenizer tokenizes while the proof runs and waits for it before anything
     is renamed into place; where it fails, the sources are tokenized again with the HF tokenizer.
-    Where a checked document a shortcut (tiktoken, the line cache) made differs from the HF
+    Where a checked document a shortcut (a fast encoder, the line cache) made differs from the HF
     tokenizer's, the shortcut is dropped for this tokenizer (remembered) and the sources are
     tokenized again without it (pipeline/encode/exactness.py); nothing it made is kept.
     """
     tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
 
-    def tokenize(fast: bool, line_cache: bool) -> dict:
+    def tokenize(fast: str | None, line_cache: bool) -> dict:
         """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json (returned
         per source); raises :class:`ShortcutMismatch` at the first checked document a shortcut made
         differently."""
         stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
                      "batch_rows": config.build.batch_rows, "batches": 0,
-                     "exactness": {"encoder": "tiktoken" if fast else "tokenizers", "line_cache": line_cache,
+                     "exactness": {"encoder": fast or "tokenizers", "line_cache": line_cache,
                                    "by_shortcut": 0, "checked": 0}} for i in todo}
         headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
 
@@ -137,21 +138,21 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
     try:
         fast, why = decision.guess()
-        log(f"fast encoder: {'on (tiktoken)' if fast else 'off (HF tokenizers)'} "
+        log(f"fast encoder: {f'on ({fast})' if fast else 'off (HF tokenizers)'} "
             f"({why or 'proving it exact for this tokenizer meanwhile, once: nothing it makes is kept unless it is'})")
         line_cache, line_why = line_cache_choice(config.build.line_cache, tokenizer, line_refusals)
         proving = why is None
         while True:
-            # tiktoken encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
+            # a fast encoder encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
             log(f"line cache: {'on' if line_cache and not fast else 'off'} "
                 f"({'not needed with the fast encoder' if line_cache and fast else line_why})")
             try:
                 stats = tokenize(fast, line_cache and not fast)
             except ShortcutMismatch as e:
                 discard()
-                if e.mismatch.shortcut == exactness.FAST_ENCODER:
+                if e.mismatch.shortcut != exactness.LINE_CACHE:
                     decision.refute(str(e))
-                    fast, proving = False, False
+                    fast, proving = None, False
                 else:
                     refused_line_cache = line_why = str(e)
                     line_cache = False
@@ -159,10 +160,12 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 continue
             if proving:  # the proof ran beside tokenizing: the tokens are kept only where it holds
                 proving = False
-                fast, why = decision.result()
-                log(f"fast encoder: {'proven exact' if fast else 'not proven exact: tokenizing again with the HF tokenizer'}"
-                    f" ({why})")
-                if not fast:
+                guessed, (fast, why) = fast, decision.result()
+                if fast == guessed:
+                    log(f"fast encoder: proven exact ({why})")
+                else:
+                    log(f"fast encoder: {guessed} not proven exact: tokenizing again with "
+                        f"{fast or 'the HF tokenizer'} ({why})")
                     discard()
                     continue
             break
@@ -215,14 +218,15 @@ def refused_shortcut_sources(config, source_dirs: list[Path], indices: list[int]
     refused for this tokenizer (in another build, another expert, or a part made elsewhere): their
     tokens are not trusted, and the caller tokenizes them again (``log`` says so)."""
     content = tokenizer.fingerprint["hash"]
-    fast = encoder_decision.refused(Path(cache_dir) / FAST_ENCODER_NOTES, content)
+    fast = encoder_decision.refused(Path(cache_dir) / FAST_ENCODER_NOTES, content, config.build.fast_encoder)
     line = LineCacheRefusals(Path(cache_dir), content).refused() is not None
     if not (fast or line):
         return []
     out = []
     for i in indices:
         made = read_json(source_dirs[i] / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA)["exactness"]
-        by = ("the fast encoder (tiktoken)" if fast and "tiktoken" in made["encoder"].split("+") else
+        fast_made = set(made["encoder"].split("+")) - {"tokenizers"}
+        by = (f"the fast encoder ({'+'.join(sorted(fast_made))})" if fast and fast_made else
               "the line cache" if line and made["line_cache"] else None)
         if made["by_shortcut"] and by is not None:
             log(f"source {config.sources[i].name}: its cached tokens were made with {by}, which a check has since "

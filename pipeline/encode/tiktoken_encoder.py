@@ -31,10 +31,13 @@ engine or Unicode tables shows up as "off" rather than as different tokens.
 
 from __future__ import annotations
 
-import functools
 import json
 import unicodedata
 from pathlib import Path
+
+from packtrain.pipeline.encode.byte_level import token_byte_lengths, token_bytes
+from packtrain.pipeline.encode.byte_spans import SpanPlacer
+from packtrain.pipeline.encode.probe import probe_difference
 
 # The pre-tokenizer regexes known to match every character (each ends in ``\s+`` after
 # alternatives for letters, numbers and everything else), hence safe for tiktoken's find-all.
@@ -44,38 +47,9 @@ QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
 CL100K_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 TOTAL_SPLITS = {QWEN2_SPLIT, CL100K_SPLIT}
+NAME = "tiktoken"
 DECISION_VERSION = 1  # raise when decide() changes, so remembered decisions are made again
 
-
-@functools.cache
-def byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, symbol -> byte (the inverse of ``bytes_to_unicode``)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    symbols, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            symbols[chr(b)] = b
-        else:
-            symbols[chr(256 + extra)] = b
-            extra += 1
-    return symbols
-
-
-@functools.cache
-def to_latin1() -> dict[int, str]:
-    """str.translate table: byte-level symbol -> the latin-1 character of its byte; every other
-    character below U+0100 -> U+FFFF, so that encoding to latin-1 fails on any non-symbol."""
-    table = {c: "\uffff" for c in range(256)}
-    table.update({ord(symbol): chr(b) for symbol, b in byte_decoder().items()})
-    return table
-
-
-def token_bytes(token: str) -> bytes | None:
-    """The bytes a byte-level BPE token stands for; None if it is not in the byte-level alphabet."""
-    try:
-        return token.translate(to_latin1()).encode("latin-1")
-    except UnicodeEncodeError:
-        return None
 
 
 def rank_bpe(piece: bytes, ranks: dict[bytes, int], limit: int) -> list[bytes]:
@@ -144,18 +118,6 @@ def split_regex(pre: dict | None) -> tuple[str | None, str]:
     return None, "the pre-tokenizer is not a byte-level one with a known split regex"
 
 
-@functools.cache
-def probe_text() -> str:
-    """Every character class the split regexes look at, in the contexts they look at it: each
-    non-surrogate code point up to U+FFFF plus samples above, after a letter, a digit, a space, a
-    newline and an apostrophe, twice in a row, and before whitespace runs."""
-    chars = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF]
-    chars += [chr(c) for c in range(0x10000, 0x110000, 97)] + ["\t", "\n", "\r", "\x0b", "\x0c", "\x85"]
-    contexts = ["a{}7", " {}{}", "\n{}'s", "{}  x\n\n"]
-    spaces = ["\t \n  \r\n", "\u00a0\u3000 x", "   \n\n   y", "'S'LL 'Re", " 1234567 ", "\u2028\u2029 z"]
-    return "".join(context.format(c, c) for c in chars for context in contexts) + "".join(spaces)
-
-
 def decide(tokenizer_file: str | Path, on_checks=None, text: str | None = None) -> tuple[bool, str]:
     """Whether the tiktoken encoder gives exactly this tokenizer's ids, and why (one line).
     ``on_checks(problem)`` is called once the quick structural checks are done (a fraction of a
@@ -180,13 +142,9 @@ def decide(tokenizer_file: str | Path, on_checks=None, text: str | None = None) 
 
     hf = Tokenizer.from_str(text)
     encoder = FastEncoder(spec, lambda: hf, ranks)
-    probe = unicodedata.normalize("NFC", probe_text()) if encoder.nfc else probe_text()
-    pieces = [probe[i : i + 4096] for i in range(0, len(probe), 4096)]
-    fast = [encoder.tiktoken_ids(p) for p in pieces]
-    slow = [e.ids for e in hf.encode_batch_fast(pieces, add_special_tokens=False)]  # ids only, no offsets
-    for piece, f, s in zip(pieces, fast, slow):
-        if f != s:
-            return False, f"tiktoken and tokenizers differ on the probe text near {piece[:40]!r}"
+    problem = probe_difference(lambda pieces: [encoder.tiktoken_ids(p) for p in pieces], hf, encoder.nfc)
+    if problem is not None:
+        return False, f"tiktoken: {problem}"
     return True, f"rank BPE equals its merges ({split_regex(spec.get('pre_tokenizer'))[1]}), probe text identical"
 
 
@@ -244,14 +202,15 @@ def vocabulary_ranks(spec: dict) -> dict[bytes, int] | None:
 
 
 class FastEncoder:
-    """tiktoken for the texts it encodes exactly as the HF tokenizer does, the HF tokenizer for the
-    rest (texts NFC would change, where the tokenizer normalizes with NFC). Build it only where
-    :func:`decide` said yes. ``load_hf``: returns the HF tokenizer; called the first time a text
-    needs it, so a worker whose texts never do skips loading it. ``ranks``: :func:`vocabulary_ranks`
-    of ``spec``, where the caller has it already."""
+    """tiktoken for the documents it encodes exactly as the HF tokenizer does (the HF tokenizer makes
+    the rest: texts NFC would change where the tokenizer normalizes with NFC, spans it cannot place).
+    Build it only where :func:`decide` said yes. ``load_hf``: returns the HF tokenizer; called the
+    first time a text needs it, so a worker whose texts never do skips loading it. ``ranks``:
+    :func:`vocabulary_ranks` of ``spec``, where the caller has it already."""
+
+    name = "tiktoken"
 
     def __init__(self, spec: dict, load_hf, ranks: dict[bytes, int] | None = None):
-        import numpy as np
         import tiktoken
 
         self.load_hf = load_hf
@@ -259,15 +218,10 @@ class FastEncoder:
         added = {t["content"]: t["id"] for t in spec.get("added_tokens") or []}
         ranks = ranks or vocabulary_ranks(spec)
         self.nfc = spec.get("normalizer") == {"type": "NFC"}
-        self.trims = bool((spec.get("post_processor") or {}).get("trim_offsets"))
         self.encoding = tiktoken.Encoding("packtrain", pat_str=split_regex(spec.get("pre_tokenizer"))[0],
                                           mergeable_ranks=ranks, special_tokens=added)
-        top = max(list(ranks.values()) + list(added.values())) + 1
-        self.byte_lengths = np.zeros(top, dtype=np.int64)
-        for raw, rank in ranks.items():
-            self.byte_lengths[rank] = len(raw)
-        for content, rank in added.items():
-            self.byte_lengths[rank] = len(content.encode("utf-8"))
+        self.placer = SpanPlacer(token_byte_lengths(spec), self.nfc,
+                                 trims=bool((spec.get("post_processor") or {}).get("trim_offsets")))
 
     @property
     def hf(self):
@@ -289,38 +243,30 @@ class FastEncoder:
             out[k] = encoding.ids
         return out
 
-    def encode_split(self, text: str, boundary: int) -> tuple[list[int], int] | None:
-        """(ids, index of the first token at character ``boundary``) when tiktoken settles it the way
-        the HF tokenizer's offsets would; None when the caller must ask the HF tokenizer (a text NFC
-        would change, a boundary inside a token or at the end, or, where offsets are trimmed, at
-        whitespace, which trimming moves)."""
-        got = self.encode_splits([text], [boundary])[0]
-        return None if got is None else (got[0].tolist(), got[1])
-
-    def encode_splits(self, texts: list[str], boundaries: list[int]) -> list[tuple["np.ndarray", int] | None]:
-        """:meth:`encode_split` of many texts, ids as uint32 arrays; the boundaries are checked for
-        all texts at once (one cumulative sum of token byte lengths), no per-token Python. E.g. the
-        tokens "ab" "c" "de" end at bytes 2 3 5: boundary 3 gives (ids, 2), boundary 4 falls inside
-        "de" and gives None (the HF tokenizer decides)."""
+    def encode_documents(self, docs) -> list:
+        """Per document (a ``Formatted``: text and supervised character spans), its ids as a uint32
+        array and its spans as token ranges, or None where the HF tokenizer must make it
+        (pipeline/encode/byte_spans.py)."""
         import numpy as np
 
-        out: list = [None] * len(texts)
-        settle = [k for k, (text, boundary) in enumerate(zip(texts, boundaries))
-                  if self.exact(text) and boundary < len(text) and not (self.trims and text[boundary].isspace())]
-        if not settle:
+        out: list = [None] * len(docs)
+        todo = [k for k, doc in enumerate(docs) if self.placer.placeable(doc.text, doc.spans)]
+        if not todo:
             return out
-        arrays = [self.encoding.encode_to_numpy(texts[k], allowed_special="all", disallowed_special=())
-                  for k in settle]
+        arrays = [self.encoding.encode_to_numpy(docs[k].text, allowed_special="all", disallowed_special=())
+                  for k in todo]
         counts = np.fromiter(map(len, arrays), np.int64, len(arrays))
-        first = np.cumsum(counts) - counts  # each text's first token in the concatenation
-        ends = np.cumsum(self.byte_lengths[np.concatenate(arrays)])  # byte end of every token
-        starts_at = np.concatenate([[0], ends])[first]  # each text's first byte
-        at = np.fromiter((len(texts[k][:boundaries[k]].encode("utf-8")) for k in settle), np.int64, len(settle))
-        k_end = np.searchsorted(ends, starts_at + at)  # the token ending at or after the boundary
-        inside = k_end < first + counts
-        on_end = inside & (ends[np.minimum(k_end, len(ends) - 1)] == starts_at + at)
-        prompt_tokens = np.where(at == 0, 0, k_end + 1 - first)
-        for j, k in enumerate(settle):
-            if at[j] == 0 or on_end[j]:
-                out[k] = (arrays[j], int(prompt_tokens[j]))
+        placed = self.placer.place([docs[k].text for k in todo], [docs[k].spans for k in todo],
+                                   np.concatenate(arrays).astype(np.int64), counts)
+        for k, ids, spans in zip(todo, arrays, placed):
+            if spans is not None:
+                out[k] = (ids.astype(np.uint32, copy=False), spans)
         return out
+
+    def encode_split(self, text: str, boundary: int) -> tuple[list[int], int] | None:
+        """(ids, index of the first token at character ``boundary``) of a prompt + answer text, or None
+        where the HF tokenizer decides (see :meth:`encode_documents`)."""
+        from packtrain.pipeline.format import Formatted
+
+        got = self.encode_documents([Formatted(text, ((boundary, len(text)),))])[0]
+        return None if got is None else (got[0].tolist(), got[1][0][0])

@@ -1,44 +1,32 @@
-"""Tokenization: formatted rows -> token arrays, with ``num_proc`` processes and bounded memory.
+"""A worker's batch: formatted rows -> token arrays and loss masks (run in the pool, pipeline/encode/pool.py).
 
-Each task is one fixed-size batch of rows (``build.batch_rows``), so the output never depends on
-``num_proc``: the main process submits at most ``2 * num_proc`` batches ahead and takes results
-back in submission order. Each worker loads the fast tokenizer once and calls ``encode_batch``, or
-a shortcut: tiktoken (pipeline/encode/tiktoken_encoder.py) or the line cache (pipeline/encode/line_cache.py). A sample of
-what a shortcut makes is re-encoded with the HF tokenizer in the same worker and compared
-(pipeline/encode/exactness.py); the batch carries any difference back to the build, which then drops it.
+Each worker loads the HF tokenizer (the reference) once, and the fast encoder the build decided on
+(fastokens or tiktoken, pipeline/encode/encoder_decision.py) or the line cache
+(pipeline/encode/line_cache.py). A sample of what a shortcut makes is re-encoded with the HF
+tokenizer in the same worker and compared (pipeline/encode/exactness.py); the batch carries any
+difference back to the build, which then drops that shortcut.
 
 Per document the worker returns ``[bos?] + tokens(text) + [eos]`` and its loss mask: 1 on the
 tokens of every supervised span (the answer; each assistant turn of a conversation), and on the
-EOS when the last span runs to the end of the text. The prompt's tokens are a prefix of the full
-text's tokens when the prompt ends on a token boundary of the full text; the worker checks that
-with the tokenizer's character offsets (no second encoding) and rejects the row otherwise.
+EOS when the last span runs to the end of the text. A span must start on a token boundary of the
+whole text (so the prompt's tokens are a prefix of the full text's): the HF tokenizer's character
+offsets say so, or a fast encoder's token byte lengths (pipeline/encode/byte_spans.py); a row
+where it does not is rejected.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
-import itertools
-import multiprocessing
-import os
-import signal
-import threading
-from collections import deque
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from packtrain.core.contract import tokenizer_fingerprint
-from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
-from packtrain.core.inputs import check_input, read_input, read_json
 from packtrain.pipeline import mix
-from packtrain.pipeline.encode import exactness, tokenizer_facts
-from packtrain.pipeline.errors import TokenizerError
-from packtrain.pipeline.encode.line_cache import line_cut
+from packtrain.pipeline.encode import exactness
 from packtrain.pipeline.encode.encoders import fast_encoder, hf_tokenizer, line_cache
+from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
+
 
 @dataclass(frozen=True)
 class EncodeTask:
@@ -58,8 +46,9 @@ class EncodeTask:
     document keys hash them in it."""
     line_cache: bool = False
     """Memoize repeated lines (only set where TokenizerInfo.line_split says the tokenizer has a cut)."""
-    fast_encoder: bool = False
-    """Encode with tiktoken (only set where packtrain.pipeline.encode.tiktoken_encoder.decide proved it exact)."""
+    fast_encoder: str | None = None
+    """The fast encoder to encode with, fastokens or tiktoken (only set where the build's decision,
+    pipeline/encode/encoder_decision.py, found it exact); None: the HF tokenizer."""
     check_all: bool = True
     """Check every document a shortcut makes against the reference (the first ``build.check_documents``
     rows of a source), else a seeded sample (pipeline/encode/exactness.py)."""
@@ -115,16 +104,15 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize one batch of rows given column-wise (as read from Arrow)."""
     docs, kept, bad = format_rows(task.formatter, columns)
     key = (task.tokenizer_file, task.tokenizer_sha256)
-    fast = fast_encoder(key) if task.fast_encoder else None
+    fast = fast_encoder(key, task.fast_encoder) if task.fast_encoder else None
     encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
     made_by: list[str | None] = [None] * len(docs)  # the shortcut that made each document, if one did
-    simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: one boundary, the answer to the end
-    if fast:
-        settled = fast.encode_splits([docs[k].text for k in simple], [docs[k].prompt_chars for k in simple])
-        for k, m in zip(simple, settled):
+    if fast:  # every document, conversations too (the HF tokenizer makes those it leaves: None)
+        for k, m in enumerate(fast.encode_documents(docs)):
             if m is not None:
-                encoded[k], made_by[k] = (m[0], [(m[1], len(m[0]))]), exactness.FAST_ENCODER
+                encoded[k], made_by[k] = m, exactness.fast_encoder_label(fast.name)
     elif task.line_cache:
+        simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: the answer to the end
         for k, m in zip(simple, line_cache(key).encode(
                 [docs[k].text[:docs[k].prompt_chars] for k in simple], [docs[k].text[docs[k].prompt_chars:] for k in simple])):
             if m is not None:

@@ -1,0 +1,66 @@
+"""GPT-2's byte-level alphabet: the 256 symbols a byte-level BPE vocabulary writes bytes with, and
+the bytes each token of such a vocabulary stands for."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+
+@functools.cache
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, symbol -> byte (the inverse of ``bytes_to_unicode``)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            symbols[chr(b)] = b
+        else:
+            symbols[chr(256 + extra)] = b
+            extra += 1
+    return symbols
+
+
+@functools.cache
+def to_latin1() -> dict[int, str]:
+    """str.translate table: byte-level symbol -> the latin-1 character of its byte; every other
+    character below U+0100 -> U+FFFF, so that encoding to latin-1 fails on any non-symbol."""
+    table = {c: "\uffff" for c in range(256)}
+    table.update({ord(symbol): chr(b) for symbol, b in byte_decoder().items()})
+    return table
+
+
+def token_bytes(token: str) -> bytes | None:
+    """The bytes a byte-level BPE token stands for; None if it is not in the byte-level alphabet."""
+    try:
+        return token.translate(to_latin1()).encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+
+
+def token_byte_lengths(spec: dict) -> np.ndarray | None:
+    """The number of bytes each id of ``tokenizer.json`` ``spec`` stands for (a vocabulary token's
+    bytes, an added token's UTF-8 content), or None where a vocabulary token is not in the
+    byte-level alphabet."""
+    vocab = (spec.get("model") or {}).get("vocab")
+    if not isinstance(vocab, dict) or not vocab:
+        return None
+    added = {t["id"]: t["content"] for t in spec.get("added_tokens") or []}
+    lengths = np.zeros(max(list(vocab.values()) + list(added)) + 1, dtype=np.int64)
+    for token, rank in vocab.items():
+        if rank in added:
+            continue
+        raw = token_bytes(token)
+        if raw is None:
+            return None
+        lengths[rank] = len(raw)
+    for rank, content in added.items():
+        lengths[rank] = len(content.encode("utf-8"))
+    return lengths
+
+
+def single_bytes(spec: dict) -> bytes:
+    """The bytes that ``tokenizer.json`` ``spec``'s vocabulary has a one-byte token for."""
+    found = {token_bytes(token) for token in ((spec.get("model") or {}).get("vocab") or {})}
+    return bytes(sorted(raw[0] for raw in found if raw is not None and len(raw) == 1))

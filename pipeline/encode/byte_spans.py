@@ -1,0 +1,83 @@
+"""Supervised spans on the tokens of an encoder that gives no character offsets (fastokens, tiktoken).
+
+The reference places a document's supervised character spans on its tokens with the HF tokenizer's
+offsets (pipeline/encode/worker.py ``token_spans``): a span must start where a token starts, and it
+covers every token that starts before its end. A byte-level BPE token stands for a fixed number of
+bytes of the text (its vocabulary entry's bytes; an added token's UTF-8 content), so the same
+placement follows from one cumulative sum of the tokens' byte lengths, with no per-token Python:
+
+    text   "Q?\\nSELECT 1"   span (3, 11): "SELECT 1"
+    tokens  "Q" "?\\n" "SELECT" " 1"      byte ends 1 3 9 11
+    the span starts at byte 3, the end of token 1: its tokens are [2, 4)
+
+Where that cannot decide as the offsets would, the document is left to the reference (None): a span
+starting inside a token (the reference refuses such a row, and says why), a span starting at the
+end of the text, a text the normalizer would change (byte positions are in the normalized text),
+and, where the post-processor trims offsets (GPT-2's ``trim_offsets``), a span edge at whitespace,
+which trimming moves. Every document placed here is also subject to the build's exactness check.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+
+Spans = list[tuple[int, int]]
+
+
+class SpanPlacer:
+    """Places documents' supervised spans on their tokens from the tokens' byte lengths."""
+
+    def __init__(self, byte_lengths: np.ndarray, nfc: bool, trims: bool):
+        self.byte_lengths = byte_lengths
+        self.nfc = nfc  # the tokenizer normalizes with NFC: byte positions hold for NFC texts only
+        self.trims = trims  # the post-processor trims offsets: whitespace at a span edge is the reference's to place
+
+    def placeable(self, text: str, spans) -> bool:
+        """Whether this document's spans can be placed here (else the reference encodes it)."""
+        if self.nfc and not unicodedata.is_normalized("NFC", text):
+            return False
+        if any(start >= len(text) for start, _ in spans):
+            return False
+        return not (self.trims and any(text[p].isspace() for span in spans for p in span if p < len(text)))
+
+    def place(self, texts: list[str], spans: list, ids: np.ndarray, counts: np.ndarray) -> list[Spans | None]:
+        """Each document's spans as token ranges, or None where a span does not start on a token.
+        ``ids``: every document's token ids concatenated, ``counts`` tokens each.
+
+        >>> placer = SpanPlacer(np.array([1, 2, 6, 2]), nfc=False, trims=False)  # id -> bytes
+        >>> ids, counts = np.array([0, 1, 2, 3, 0, 2, 1]), np.array([4, 3])
+        >>> placer.place(["Q?\\nSELECT 1", "QSELECT?\\n"], [((3, 11),), ((1, 9),)], ids, counts)
+        [[(2, 4)], [(1, 3)]]
+        >>> placer.place(["Q?\\nSELECT 1"], [((2, 11),)], ids[:4], counts[:1])  # starts inside "?\\n"
+        [None]
+        """
+        ends = np.cumsum(self.byte_lengths[ids])  # byte end of every token, all documents
+        first = np.cumsum(counts) - counts  # each document's first token
+        base = np.concatenate([[0], ends])[first]  # each document's first byte
+        edges, owner = [], []
+        for d, (text, doc_spans) in enumerate(zip(texts, spans)):
+            encoded = text.encode("utf-8")
+            for start, stop in doc_spans:  # character -> byte positions (a span, not a token: cheap)
+                edges += [len(text[:start].encode("utf-8")), len(encoded) - len(text[stop:].encode("utf-8"))]
+                owner.append(d)
+        if not owner:
+            return [[] for _ in texts]
+        owner_ = np.asarray(owner)
+        at = base[owner_].repeat(2) + np.asarray(edges, np.int64)
+        # a token starts at byte b when the previous token ends there (or b is the document's first byte)
+        starts = np.concatenate([[0], ends[:-1]]) if len(ends) else np.zeros(0, np.int64)
+        k = np.searchsorted(starts, at, side="left")  # the first token starting at or after each edge
+        lo, hi = first[owner_].repeat(2), (first + counts)[owner_].repeat(2)
+        k = np.clip(k, lo, hi)
+        on_start = (k < hi) & (starts[np.minimum(k, max(len(starts) - 1, 0))] == at) if len(starts) else k < hi
+        out: list = [[] for _ in texts]
+        for j, d in enumerate(owner):
+            if out[d] is None:
+                continue
+            if not on_start[2 * j]:  # the span starts inside a token: the reference decides (and refuses)
+                out[d] = None
+                continue
+            out[d].append((int(k[2 * j] - first[d]), int(k[2 * j + 1] - first[d])))
+        return out

@@ -1,0 +1,127 @@
+"""fastokens: a Rust reimplementation of the HF ``tokenizers`` pipeline that reads the same
+``tokenizer.json`` and encodes a batch into one flat uint32 buffer (tens of millions of tokens per
+CPU-second on Qwen3's vocabulary, where ``tokenizers`` 0.23 makes 0.65M: docs/BENCHMARKS.md).
+
+It is a shortcut like every encoder that is not the reference, so it is used only where
+
+- :func:`structure` finds nothing it cannot reproduce or place: a BPE model without dropout, byte
+  fallback, subword prefix or word suffix, over the byte-level alphabet (each token then stands for
+  a fixed run of bytes, which places the supervised spans without character offsets, which fastokens
+  does not give: pipeline/encode/byte_spans.py), behind a byte-level pre-tokenizer, with no
+  normalizer or NFC (a text NFC would change is left to the HF tokenizer);
+- :func:`decide` found its ids identical to the HF tokenizer's on the probe text
+  (pipeline/encode/probe.py), in the decision process beside the build (pipeline/encode/encoder_decision.py);
+- and the build's own exactness check (pipeline/encode/exactness.py) finds every document it
+  re-encodes with the HF tokenizer identical; one that differs drops fastokens for this tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from packtrain.pipeline.encode.byte_level import single_bytes, token_byte_lengths
+from packtrain.pipeline.encode.byte_spans import SpanPlacer
+from packtrain.pipeline.encode.probe import probe_difference
+
+NAME = "fastokens"
+
+
+def structure(spec: dict) -> str | None:
+    """Why fastokens' output cannot be used for this ``tokenizer.json`` (one line), or None."""
+    try:
+        import fastokens  # noqa: F401
+    except ImportError:
+        return "not installed (pip install fastokens)"
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE":
+        return f"the model is {model.get('type')}, not BPE"
+    if model.get("dropout") or model.get("byte_fallback") or model.get("continuing_subword_prefix") \
+            or model.get("end_of_word_suffix"):
+        return "the BPE model uses dropout, byte fallback, a subword prefix or a word suffix"
+    normalizer = spec.get("normalizer")
+    if normalizer not in (None, {"type": "NFC"}):
+        return f"the normalizer {normalizer.get('type')} is neither none nor NFC"
+    pre = spec.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    if not any(step.get("type") == "ByteLevel" for step in steps):
+        return "the pre-tokenizer is not byte-level"
+    if token_byte_lengths(spec) is None:
+        return "a vocabulary token is not in the byte-level alphabet"
+    return None
+
+
+def decide(text: str, on_checks=None) -> tuple[bool, str]:
+    """Whether fastokens gives this tokenizer's ids (``text``: tokenizer.json's content), and why.
+    ``on_checks(problem)`` is called once :func:`structure` has answered, before the probe."""
+    spec = json.loads(text)
+    problem = structure(spec)
+    if on_checks is not None:
+        on_checks(problem)
+    if problem is not None:
+        return False, problem
+    from tokenizers import Tokenizer
+
+    encoder, hf = FastokensEncoder(text, spec), Tokenizer.from_str(text)
+    # a piece fastokens cannot encode is the HF tokenizer's in a build too: compared with itself
+    problem = probe_difference(lambda pieces: encoder.encode_ids(pieces, hf), hf, encoder.placer.nfc)
+    if problem is not None:
+        return False, f"fastokens: {problem}"
+    return True, "the HF tokenizer's ids on the probe text"
+
+
+class FastokensEncoder:
+    """fastokens for the documents whose spans it can place (the HF tokenizer makes the rest). Build
+    it only where :func:`decide` said yes. ``text``: tokenizer.json's content; ``spec``: it parsed."""
+
+    name = NAME
+
+    def __init__(self, text: str, spec: dict):
+        import fastokens
+
+        self.tokenizer = fastokens.Tokenizer.from_json_str(text)
+        # the bytes the vocabulary has a token for: fastokens fails on a text with any other (SmolLM2's
+        # vocabulary lacks some, e.g. 0xF1, a lead byte of U+40000..U+7FFFF), which the HF tokenizer encodes
+        have = single_bytes(spec)
+        self.lacking = None if len(have) == 256 else have
+        self.placer = SpanPlacer(token_byte_lengths(spec), nfc=spec.get("normalizer") == {"type": "NFC"},
+                                 trims=bool((spec.get("post_processor") or {}).get("trim_offsets")))
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Every text's ids concatenated (uint32) and where each starts (``len(texts) + 1`` offsets)."""
+        ids, offsets = self.tokenizer.encode_batch_flat(texts, add_special_tokens=False)
+        return np.frombuffer(ids, np.uint32), np.frombuffer(offsets, np.uint64).astype(np.int64)
+
+    def encodable(self, text: str) -> bool:
+        """Whether fastokens can encode ``text``: every byte of it has a token."""
+        return self.lacking is None or not text.encode("utf-8", "surrogatepass").translate(None, self.lacking)
+
+    def encode_ids(self, texts: list[str], hf=None) -> list[list[int] | None]:
+        """Each text's ids; None for a text it cannot encode (or the HF tokenizer ``hf``'s ids, given one)."""
+        todo = [k for k, text in enumerate(texts) if self.encodable(text)]
+        ids, offsets = self.encode_flat([texts[k] for k in todo])
+        out: list = [None] * len(texts)
+        for k, a, b in zip(todo, offsets[:-1], offsets[1:]):
+            out[k] = ids[a:b].tolist()
+        rest = [k for k, got in enumerate(out) if got is None]
+        for k, encoding in zip(rest, hf.encode_batch_fast([texts[k] for k in rest], add_special_tokens=False)
+                               if hf is not None and rest else []):
+            out[k] = encoding.ids
+        return out
+
+    def encode_documents(self, docs) -> list:
+        """Per document (a ``Formatted``: text and supervised character spans), its ids as a uint32
+        array and its spans as token ranges, or None where the HF tokenizer must make it."""
+        out: list = [None] * len(docs)
+        todo = [k for k, doc in enumerate(docs)
+                if self.placer.placeable(doc.text, doc.spans) and self.encodable(doc.text)]
+        if not todo:
+            return out
+        texts = [docs[k].text for k in todo]
+        ids, offsets = self.encode_flat(texts)
+        placed = self.placer.place(texts, [docs[k].spans for k in todo], ids.astype(np.int64), np.diff(offsets))
+        for j, (k, spans) in enumerate(zip(todo, placed)):
+            if spans is not None:
+                out[k] = (ids[offsets[j]:offsets[j + 1]], spans)
+        return out

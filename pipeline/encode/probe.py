@@ -1,0 +1,33 @@
+"""The probe text a fast encoder must encode exactly as the HF tokenizer before a build uses it: every
+character class the pre-tokenizer regexes look at, in the contexts they look at it. A difference in a
+library's regex engine or Unicode tables then turns the encoder off instead of changing tokens."""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+
+
+@functools.cache
+def probe_text() -> str:
+    """Every character class the split regexes look at, in the contexts they look at it: each
+    non-surrogate code point up to U+FFFF plus samples above, after a letter, a digit, a space, a
+    newline and an apostrophe, twice in a row, and before whitespace runs."""
+    chars = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF]
+    chars += [chr(c) for c in range(0x10000, 0x110000, 97)] + ["\t", "\n", "\r", "\x0b", "\x0c", "\x85"]
+    contexts = ["a{}7", " {}{}", "\n{}'s", "{}  x\n\n"]
+    spaces = ["\t \n  \r\n", "\u00a0\u3000 x", "   \n\n   y", "'S'LL 'Re", " 1234567 ", "\u2028\u2029 z"]
+    return "".join(context.format(c, c) for c in chars for context in contexts) + "".join(spaces)
+
+
+def probe_difference(fast_ids, hf, nfc: bool) -> str | None:
+    """Where ``fast_ids(texts) -> list of id lists`` differs from the HF tokenizer ``hf`` on the probe
+    text (cut into 4,096-character pieces), or None. ``nfc``: the tokenizer normalizes with NFC, so the
+    probe is normalized first (a fast encoder leaves texts NFC changes to the HF tokenizer)."""
+    probe = unicodedata.normalize("NFC", probe_text()) if nfc else probe_text()
+    pieces = [probe[i : i + 4096] for i in range(0, len(probe), 4096)]
+    slow = [e.ids for e in hf.encode_batch_fast(pieces, add_special_tokens=False)]  # ids only, no offsets
+    for piece, fast, reference in zip(pieces, fast_ids(pieces), slow):
+        if list(fast) != reference:
+            return f"it differs from the HF tokenizer on the probe text near {piece[:40]!r}"
+    return None

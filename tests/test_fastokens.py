@@ -1,0 +1,142 @@
+"""fastokens, the first fast encoder ``build.fast_encoder: true`` tries: the HF tokenizer's ids and
+supervised token ranges with every real tokenizer (tests/real_tokenizers.py) on hostile text and on
+conversations; refused where it cannot be exact; and a fastokens that went wrong is caught by the
+build's own check, never published, and remembered."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from build_fixtures import make_project, make_tokenizer
+from hostile_text import hostile_pairs, hostile_texts
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import Manifest
+from packtrain.pipeline.build import build
+from packtrain.pipeline.encode import fastokens_encoder
+from packtrain.pipeline.encode.encoder_decision import choose
+from packtrain.pipeline.encode.worker import token_spans
+from packtrain.pipeline.format import BadRow, Formatted
+from real_tokenizers import REAL_TOKENIZERS
+
+
+def encoders(directory):
+    text = (directory / "tokenizer.json").read_text()
+    return fastokens_encoder.FastokensEncoder(text, json.loads(text)), Tokenizer.from_str(text)
+
+
+def conversation_like(rng: random.Random, pairs: list[tuple[str, str]]) -> Formatted:
+    """A text of several turns with a supervised span per answer, ChatML-style, hostile inside."""
+    text, spans = "", []
+    for prompt, answer in pairs:
+        text += f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+        spans.append((len(text), len(text) + len(answer) + len("<|im_end|>")))
+        text += answer + "<|im_end|>" + rng.choice(["\n", "\n\n", ""])
+    return Formatted(text, tuple(spans))
+
+
+@pytest.mark.parametrize("name", REAL_TOKENIZERS)
+def test_fastokens_gives_the_hf_ids_and_spans_on_hostile_text(real_tokenizer, name):
+    directory = real_tokenizer(name)
+    assert fastokens_encoder.decide((directory / "tokenizer.json").read_text()) == (
+        True, "the HF tokenizer's ids on the probe text")
+    fast, hf = encoders(directory)
+    texts = hostile_texts(seed=11, count=3000)
+    assert fast.encode_ids(texts, hf) == [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    rng = random.Random(2)
+    pairs = hostile_pairs(seed=4, count=1500)
+    docs = [Formatted(p + a, ((len(p), len(p + a)),)) for p, a in pairs]
+    docs += [conversation_like(rng, pairs[i : i + rng.randint(1, 3)]) for i in range(0, 1500, 3)]
+    settled = 0
+    for doc, got, encoding in zip(docs, fast.encode_documents(docs),
+                                  hf.encode_batch([d.text for d in docs], add_special_tokens=False)):
+        if got is None:  # left to the HF tokenizer (NFC would change it, a span inside a token, ...)
+            continue
+        settled += 1
+        assert got[0].dtype == np.uint32 and got[0].tolist() == encoding.ids, doc.text
+        try:
+            want = token_spans(encoding, doc)
+        except BadRow:  # the reference refuses what fastokens placed: never
+            pytest.fail(f"fastokens placed the spans of a row the reference refuses: {doc!r}")
+        assert got[1] == want, doc
+    assert settled > 300  # Qwen's NFC leaves the many non-NFC hostile texts to the HF tokenizer
+
+
+def test_a_text_with_a_byte_the_vocabulary_lacks_is_left_to_the_hf_tokenizer(real_tokenizer):
+    fast, hf = encoders(real_tokenizer("smollm2"))  # SmolLM2's vocabulary has no token for the byte 0xF1
+    text = "plane 4: \U00040000 end"
+    assert not fast.encodable(text) and fast.encodable("plane 0: é")
+    assert fast.encode_documents([Formatted(text, ((9, len(text)),))]) == [None]
+    assert fast.encode_ids([text], hf) == [hf.encode(text, add_special_tokens=False).ids]
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda s: s.update(normalizer={"type": "Lowercase"}), "the normalizer Lowercase is neither none nor NFC"),
+    (lambda s: s["model"].update(dropout=0.1), "dropout"),
+    (lambda s: s.update(pre_tokenizer={"type": "Whitespace"}), "the pre-tokenizer is not byte-level"),
+    (lambda s: s["model"]["vocab"].update({"▁x": len(s["model"]["vocab"])}), "not in the byte-level alphabet"),
+])
+def test_a_tokenizer_fastokens_cannot_place_spans_for_is_refused(tmp_path, change, why):
+    spec = json.loads((make_tokenizer(tmp_path / "model") / "tokenizer.json").read_text())
+    change(spec)
+    on, reason = fastokens_encoder.decide(json.dumps(spec))
+    assert not on and why in reason
+
+
+def test_without_fastokens_the_decision_tries_tiktoken(tmp_path, monkeypatch):
+    text = (make_tokenizer(tmp_path / "model") / "tokenizer.json").read_text()
+    monkeypatch.setitem(__import__("sys").modules, "fastokens", None)  # import fastokens fails
+    told = []
+    assert choose(text, ("fastokens", "tiktoken"), told.append) == (
+        "tiktoken", "tiktoken: rank BPE equals its merges (GPT-2 byte-level), probe text identical")
+    assert told == [("tiktoken", None)]
+    told.clear()
+    assert choose(text, ("fastokens",), told.append) == (
+        None, "fastokens: not installed (pip install fastokens)")
+    assert told == [(None, "fastokens: not installed (pip install fastokens)")]
+
+
+def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered(tmp_path, monkeypatch):
+    """fastokens made to change one id of every tenth document (in this process: one batch, num_proc
+    1): the build's check finds the first, publishes the HF tokenizer's bytes and remembers the refusal."""
+    project = make_project(tmp_path, n_rows=120)
+    reference = build(load_config("sql", project["configs"], {"build.fast_encoder": False, "build.line_cache": False}),
+                      tmp_path / "ref", log=lambda *_: None, progress=False)
+    real = fastokens_encoder.FastokensEncoder.encode_documents
+
+    def wrong(self, docs):
+        out = real(self, docs)
+        for k in range(0, len(out), 10):
+            if out[k] is not None:
+                ids = out[k][0].copy()
+                ids[0] = (int(ids[0]) + 1) % 300
+                out[k] = (ids, out[k][1])
+        return out
+
+    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_documents", wrong)
+    config = load_config("sql", project["configs"], {"build.line_cache": False})
+    lines: list[str] = []
+    result = build(config, project["cache"], log=lines.append, progress=False)
+    said = [line for line in lines if line.startswith("exactness check:")]
+    assert len(said) == 2 and said[0].startswith(
+        "exactness check: fast encoder (fastokens) differs from the HF tokenizer on row ")
+    assert said[0].endswith("not using it for this tokenizer again, tokenizing again without it")
+    assert said[1] == "exactness check: no shortcut made a document (the HF tokenizer made every one)"
+    assert {p.name: p.read_bytes() for p in result.path.glob("*.arrow")} == \
+        {p.name: p.read_bytes() for p in reference.path.glob("*.arrow")}
+    assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["encoders"] == ["tokenizers"]
+    (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
+    assert json.loads(note.read_text())["encoder"] is None
+    # the next build asks nothing of any fast encoder, even with fastokens put right
+    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_documents", real)
+    shutil.rmtree(project["cache"] / "sql")
+    lines = []
+    build(config, project["cache"], log=lines.append, progress=False)
+    chosen = [line for line in lines if line.startswith("fast encoder:")]
+    assert len(chosen) == 1 and chosen[0].startswith("fast encoder: off (HF tokenizers) (fast encoder (fastokens) "
+                                                     "differs from the HF tokenizer on row ")
