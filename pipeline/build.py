@@ -88,7 +88,7 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         ],
         "dedup": config.build.dedup,
         "tokenizer": tokenizer.manifest_entry(config.model.tokenizer or config.model.name),
-        "encoder": encoder_identity(config.build.fast_encoder, config.build.line_cache),
+        "encoder": encoder_identity(config.build, config.format),
         "format": dataclasses.asdict(config.format),
         "pack": dataclasses.asdict(config.pack),
         "on_bad_rows": config.build.on_bad_rows,

@@ -27,7 +27,7 @@ Template fields name dataset columns, through ``sources[i].columns`` when the na
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -46,6 +46,9 @@ class RowFormatter:
     chat_template: str | None = None
     bos_token: str | None = None
     eos_token: str | None = None
+    render_once: bool = False
+    """Conversations from one render of the chat template where that is checked to be what the exact
+    way gives (pipeline/chat_once.py); the exact way otherwise."""
 
     def needed_columns(self) -> list[str]:
         return [column for _, column in self.field_columns]
@@ -60,7 +63,7 @@ class RowFormatter:
         if self.fmt.messages is not None:
             column = dict(self.columns).get(self.fmt.messages, self.fmt.messages)
             return render_conversation(self.chat_template, self.fmt.system, row.get(column), column,
-                                       self.bos_token, self.eos_token)
+                                       self.bos_token, self.eos_token, once=self.render_once)
         values = {name: text_value(row.get(column), name) for name, column in self.field_columns}
         prompt = self.fmt.prompt.format_map(values)
         answer = self.fmt.answer.format_map(values)
@@ -78,6 +81,8 @@ class Formatted:
 
     text: str
     spans: tuple[tuple[int, int], ...]
+    rendered_once: bool = field(default=False, compare=False)
+    """Made by one render of the chat template (pipeline/chat_once.py), a shortcut the build checks."""
 
     @property
     def prompt_chars(self) -> int:
@@ -132,13 +137,20 @@ def render_chat(
 
 
 def render_conversation(template: str | None, system: str | None, messages: Any, column: str,
-                        bos_token: str | None = None, eos_token: str | None = None) -> Formatted:
-    """The whole conversation and the character span of every assistant turn (see the module doc)."""
+                        bos_token: str | None = None, eos_token: str | None = None, once: bool = False) -> Formatted:
+    """The whole conversation and the character span of every assistant turn (see the module doc);
+    ``once``: from one render where pipeline/chat_once.py can (the same result, checked)."""
     if not template:
         raise BadRow("format.messages needs the tokenizer's chat_template, and it has none")
     messages = check_messages(messages, column)
     if system and messages[0]["role"] != "system":
         messages = [{"role": "system", "content": system}] + messages
+    if once:
+        from packtrain.pipeline.chat_once import render_once
+
+        doc = render_once(template, messages, bos_token, eos_token)
+        if doc is not None:
+            return doc
     compiled = compile_chat_template(template)
     extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
 

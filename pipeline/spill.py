@@ -40,15 +40,16 @@ SPLITS = ("train", "val")
 SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
                                      for kind in ("tokens", "mask", "keys", "lengths.npy", "prompts.npy",
                                                   "batch_docs.npy")))
-SPILL_VERSION = 3  # part of every source's key: raise when the files above change (2: document keys, 3: exactness)
+SPILL_VERSION = 4  # part of every source's key: raise when the files above change (2: document keys, 3: exactness,
+# 4: render_once)
 SOURCE_STATS_SCHEMA = {
     "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
     "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
     "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256,
-    # how its documents were made and checked (pipeline/encode/exactness.py): the encoder ("tiktoken",
-    # "tokenizers", or both joined by "+" for a merged partitioned build), whether the line cache made
-    # some, how many a shortcut made and how many of those were checked against the HF tokenizer
-    "exactness": {"encoder": TEXT, "line_cache": BOOL, "by_shortcut": COUNT, "checked": COUNT},
+    # how its documents were made and checked (pipeline/encode/exactness.py): the encoder ("fastokens",
+    # "tiktoken", "tokenizers", or several joined by "+" for a merged partitioned build), whether the line
+    # cache or the one-render shortcut made some, how many a shortcut made and how many of those were checked against the HF tokenizer
+    "exactness": {"encoder": TEXT, "line_cache": BOOL, "render_once": BOOL, "by_shortcut": COUNT, "checked": COUNT},
 }
 
 

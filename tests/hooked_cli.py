@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from packtrain.pipeline.encode import encoder_decision, tiktoken_encoder
+from packtrain.pipeline.encode import encoder_decision, probe, tiktoken_encoder
 
 if os.environ.get("ATK_SLOW_CHECKS"):  # in the child: the structural checks take this long
     _structure = tiktoken_encoder.structure
@@ -17,7 +17,7 @@ if os.environ.get("ATK_SLOW_PROOF"):  # in the child: the proof takes this long
 if os.environ.get("ATK_CHILD_RAISES"):  # in the child: the proof raises after the checks passed
     def _boom(*a, **k):
         raise MemoryError("simulated")
-    tiktoken_encoder.probe_text = _boom
+    probe.probe_text = _boom
 
 if __name__ == "__main__":
     where = os.environ.get("ATK_INT_IN")  # guess or result: Ctrl-C 0.5 s into the wait

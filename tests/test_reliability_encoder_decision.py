@@ -1,10 +1,13 @@
 """The encoder decision beside tokenizing (pipeline/encode/encoder_decision.py, encode_sources.py) under Ctrl-C,
 SIGKILL, damaged notes, a tokenizer changed while it runs, a failing proof, bad rows and partitioned builds:
-one line, nothing left behind, the HF tokenizer's bytes, and no answer remembered that was not proven."""
+one line, nothing left behind, the HF tokenizer's bytes, and no answer remembered that was not proven.
+
+The projects here decide about tiktoken alone (``build.fast_encoder: tiktoken``): its proof has the
+slow part the hooks of tests/hooked_cli.py stretch, and the merges check that refuses a tokenizer
+(fastokens, tried first by default, runs the merges as HF does: tests/test_fastokens.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -12,19 +15,27 @@ import signal
 import subprocess
 import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 import packtrain.pipeline.encode.source_caches
-from build_fixtures import ROOT, make_project, rows, swap_two_merged_ids, write_jsonl
+import build_fixtures
+from build_fixtures import ROOT, rows, swap_two_merged_ids, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.encode import tiktoken_encoder
 from packtrain.pipeline.build import build
-from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+from packtrain.pipeline.encode.encoder_decision import EncoderDecision, note_path
 
 HOOKED_CLI = Path(__file__).with_name("hooked_cli.py")
+
+
+def make_project(tmp_path: Path, **kwargs) -> dict:
+    """build_fixtures.make_project deciding about tiktoken alone."""
+    project = build_fixtures.make_project(tmp_path, **kwargs)
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace("build:\n", "build:\n  fast_encoder: tiktoken\n"))
+    return project
 
 
 def refuse(project) -> tuple[bytes, bytes]:
@@ -59,8 +70,7 @@ def reference(project, tmp_path, **overrides) -> dict:
 
 
 def note_key(content_hash: str) -> str:
-    versions = f"tiktoken {version('tiktoken')}, tokenizers {version('tokenizers')}"
-    return hashlib.sha256(f"{content_hash} {versions} {tiktoken_encoder.DECISION_VERSION}".encode()).hexdigest()[:16] + ".json"
+    return note_path(".", content_hash, ("tiktoken",)).name
 
 
 def group_gone(pgid: int, seconds: float = 20) -> bool:
@@ -128,8 +138,8 @@ def keep_only_the_notes(cache: Path) -> None:
 
 
 # 3. damaged notes
-@pytest.mark.parametrize("text", ["{garbage", '{"on": "yes", "why": "x"}', '{"on": true}', "[]", "\xff\xfe",
-                                  '{"on": true, "why": 3}'])
+@pytest.mark.parametrize("text", ["{garbage", '{"encoder": "yes", "why": "x"}', '{"encoder": "tiktoken"}', "[]",
+                                  "\xff\xfe", '{"encoder": "tiktoken", "why": 3}', '{"why": "no encoder key"}'])
 def test_a_damaged_note_is_decided_again(tmp_path, text):
     project = make_project(tmp_path)
     refuse(project)
@@ -141,7 +151,7 @@ def test_a_damaged_note_is_decided_again(tmp_path, text):
     lines = []
     result = build(config, project["cache"], log=lines.append, progress=False)
     assert shard_bytes(result) == reference(project, tmp_path)
-    assert json.loads(note.read_text())["on"] is False
+    assert json.loads(note.read_text())["encoder"] is None
 
 
 # 4. tokenizer.json edited during tokenizing
@@ -200,7 +210,7 @@ def test_tokenizer_json_swapped_and_restored_while_the_child_reads_it(tmp_path, 
         f"{path} is not the content the build hashed (changed while it ran))"]
     assert shard_bytes(result) == reference(project, tmp_path)
     for note in (project["cache"] / ".fast-encoder").glob("*.json"):
-        assert json.loads(note.read_text())["on"] is False
+        assert json.loads(note.read_text())["encoder"] is None
 
 
 # 5. the child raises after the checks passed

@@ -151,8 +151,14 @@ class BuildConfig:
     with its ranks: pipeline/encode/tiktoken_encoder.py); a name tries that one only; ``false``: the HF
     tokenizer only. The choice and its reason are logged. A shortcut, checked like line_cache; part of
     the build id (with the libraries' versions), same bytes either way."""
+    render_once: bool = True
+    """Conversations (format.messages) from one render of the chat template, every assistant span
+    read off it (pipeline/chat_once.py), where probe conversations show the template renders them as
+    the exact way does (a render per turn and one through it); the exact way otherwise. A shortcut,
+    checked like line_cache (the checked documents rendered the exact way too and compared); part of
+    the build id, same bytes either way."""
     check_documents: int = num(2048, "[0, 1000000000]")
-    """Every document a shortcut (fast_encoder, line_cache) makes in the first check_documents rows of
+    """Every document a shortcut (fast_encoder, line_cache, render_once) makes in the first check_documents rows of
     each source (rounded up to whole batches of batch_rows) is encoded again with the HF tokenizer and compared (ids and loss mask), and one in 512
     of the rest (seeded by the document's text). A difference is never published: the shortcut is
     dropped for that tokenizer, remembered, and the sources tokenized again without it

@@ -32,13 +32,16 @@ from pathlib import Path
 
 import numpy as np
 
+from packtrain.pipeline import chat_once
 from packtrain.pipeline.encode.line_cache import CUT_VERSION
 from packtrain.pipeline.encode.notes import read_note, write_note
 
 SAMPLE_ONE_IN = 512
 SAMPLE_KEY = b"packtrain-exactness-sample-v1"
 LINE_CACHE_NOTES = ".line-cache"  # in the cache directory: remembered line-cache refusals, one file per tokenizer
+RENDER_ONCE_NOTES = ".render-once"  # and the one-render shortcut's, one file per chat template
 LINE_CACHE = "line cache"
+RENDER_ONCE = "chat render once"
 
 
 def fast_encoder_label(name: str) -> str:
@@ -65,36 +68,40 @@ def fast_encoder_candidates(setting: bool | str) -> tuple[str, ...]:
     return FAST_ENCODERS if setting is True else () if setting is False else (setting,)
 
 
-def encoder_identity(fast_encoder: bool | str, line_cache: bool) -> dict:
-    """What, besides the tokenizer's files, decides a build's ids: the libraries that encode (the
-    fast encoders' only where ``build.fast_encoder`` allows them) and the shortcuts the config allows
-    (``build.fast_encoder``, ``build.line_cache``)."""
+def encoder_identity(build, fmt) -> dict:
+    """What, besides the tokenizer's files, decides a build's ids (``build``, ``fmt``: the config's
+    build and format sections): the libraries that encode (the fast encoders' only where
+    ``build.fast_encoder`` allows them; jinja2, which renders chat templates, in chat style) and the
+    shortcuts the config allows (``build.fast_encoder``, ``build.line_cache``, ``build.render_once``
+    for conversations)."""
+    once = build.render_once and fmt.messages is not None
     return {
         "tokenizers": library_version("tokenizers"),
-        **{name: library_version(name) if name in fast_encoder_candidates(fast_encoder) else None
+        **{name: library_version(name) if name in fast_encoder_candidates(build.fast_encoder) else None
            for name in FAST_ENCODERS},
-        "shortcuts": [name for name, on in (("fast_encoder", fast_encoder is not False), ("line_cache", line_cache))
-                      if on],
+        "jinja2": library_version("jinja2") if fmt.style == "chat" else None,
+        "shortcuts": [name for name, on in (("fast_encoder", build.fast_encoder is not False),
+                                            ("line_cache", build.line_cache), ("render_once", once)) if on],
     }
 
 
 def describe_identity(identity: dict) -> str:
     """``tokenizers 0.23.3 + fastokens 0.3.5 + tiktoken 0.14.0 (shortcuts: fast_encoder, line_cache)``"""
-    libraries = " + ".join(f"{name} {identity[name]}" for name in ("tokenizers", "fastokens", "tiktoken")
+    libraries = " + ".join(f"{name} {identity[name]}" for name in ("tokenizers", "fastokens", "tiktoken", "jinja2")
                            if identity.get(name))
     return f"{libraries} (shortcuts: {', '.join(identity['shortcuts']) or 'none'})"
 
 
 def combined(made: list[dict]) -> dict:
     """Several sources' (or parts') ``stats.json`` exactness entries as one: the encoders joined by "+",
-    the line cache on if it was on for any, the counts summed.
+    the line cache (the one-render shortcut) on if it was on for any, the counts summed.
 
-    >>> combined([{"encoder": "fastokens", "line_cache": False, "by_shortcut": 3, "checked": 3},
-    ...           {"encoder": "tokenizers", "line_cache": True, "by_shortcut": 2, "checked": 1}])
-    {'encoder': 'fastokens+tokenizers', 'line_cache': True, 'by_shortcut': 5, 'checked': 4}
+    >>> combined([{"encoder": "fastokens", "line_cache": False, "render_once": True, "by_shortcut": 3, "checked": 3},
+    ...           {"encoder": "tokenizers", "line_cache": True, "render_once": False, "by_shortcut": 2, "checked": 1}])
+    {'encoder': 'fastokens+tokenizers', 'line_cache': True, 'render_once': True, 'by_shortcut': 5, 'checked': 4}
     """
     return {"encoder": "+".join(sorted({e for m in made for e in m["encoder"].split("+")})),
-            "line_cache": any(m["line_cache"] for m in made),
+            "line_cache": any(m["line_cache"] for m in made), "render_once": any(m["render_once"] for m in made),
             **{key: sum(m[key] for m in made) for key in ("by_shortcut", "checked")}}
 
 
@@ -129,11 +136,30 @@ def first_difference(got: np.ndarray, got_spans: list[tuple[int, int]], want: li
     return None
 
 
+def render_difference(got, want) -> str | None:
+    """Where a conversation rendered once (``got``) differs from the exact rendering (``want``), or None.
+
+    >>> from packtrain.pipeline.format import Formatted
+    >>> render_difference(Formatted("ab<e>", ((1, 5),)), Formatted("ab<e>", ((1, 5),))) is None
+    True
+    >>> render_difference(Formatted("ab<e>", ((1, 5),)), Formatted("ab<e>", ((2, 5),)))
+    'supervised characters [(1, 5)] where the exact rendering has [(2, 5)]'
+    >>> render_difference(Formatted("ab<e>", ((1, 5),)), Formatted("ac<e>", ((1, 5),)))
+    'text differs from the exact rendering at character 1'
+    """
+    if got.text != want.text:
+        at = next((i for i, (a, b) in enumerate(zip(got.text, want.text)) if a != b), min(len(got.text), len(want.text)))
+        return f"text differs from the exact rendering at character {at}"
+    if got.spans != want.spans:
+        return f"supervised characters {list(got.spans)} where the exact rendering has {list(want.spans)}"
+    return None
+
+
 @dataclass(frozen=True)
 class Mismatch:
     """A document a shortcut made differently from the reference."""
 
-    shortcut: str  # fast_encoder_label(...) or LINE_CACHE
+    shortcut: str  # fast_encoder_label(...), LINE_CACHE or RENDER_ONCE
     row: int  # the row's index within its batch
     detail: str  # first_difference's words
     text: str  # the start of the document's text
@@ -150,20 +176,30 @@ class ShortcutMismatch(Exception):
         self.mismatch = mismatch
 
 
-class LineCacheRefusals:
-    """Line-cache refusals remembered per tokenizer content and library version, in the cache directory
-    (shared by every expert built there, like the fast-encoder decision)."""
+class Refusals:
+    """A shortcut's refusal remembered in the cache directory (shared by every expert built there, like
+    the fast-encoder decision), one note per ``key`` (what the refusal is about)."""
 
-    def __init__(self, cache_dir: Path, content_hash: str):
-        key = hashlib.sha256(f"{content_hash} tokenizers {library_version('tokenizers')} "
-                             f"cut {CUT_VERSION}".encode()).hexdigest()[:16]
-        self.path = Path(cache_dir) / LINE_CACHE_NOTES / f"{key}.json"
+    def __init__(self, cache_dir: Path, notes: str, key: str):
+        self.path = Path(cache_dir) / notes / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
     def refused(self) -> str | None:
-        """Why the line cache was refused for this tokenizer by an earlier build, or None."""
+        """Why the shortcut was refused by an earlier build, or None."""
         note = read_note(self.path, lambda n: isinstance(n, dict) and n.get("on") is False
                          and isinstance(n.get("why"), str))
         return None if note is None else note["why"]
 
     def remember(self, why: str) -> None:
         write_note(self.path, {"on": False, "why": why, "tokenizers": library_version("tokenizers")})
+
+
+def line_cache_refusals(cache_dir: Path, content_hash: str) -> Refusals:
+    """The line cache's refusal for a tokenizer content, under this tokenizers version and line cut."""
+    return Refusals(cache_dir, LINE_CACHE_NOTES, f"{content_hash} tokenizers {library_version('tokenizers')} "
+                                                 f"cut {CUT_VERSION}")
+
+
+def render_once_refusals(cache_dir: Path, template: str | None) -> Refusals:
+    """The one-render shortcut's refusal for a chat template, under this jinja2 version."""
+    return Refusals(cache_dir, RENDER_ONCE_NOTES, f"{template} jinja2 {library_version('jinja2')} "
+                                                  f"once {chat_once.VERSION}")

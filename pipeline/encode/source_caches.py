@@ -19,7 +19,9 @@ from packtrain.core.contract import TMP_PREFIX, fsync_dir
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode import encoder_decision, exactness
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
-from packtrain.pipeline.encode.exactness import LineCacheRefusals, ShortcutMismatch
+from packtrain.pipeline import chat_once
+from packtrain.pipeline.encode.exactness import (Refusals, ShortcutMismatch, line_cache_refusals,
+                                                 render_once_refusals)
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
@@ -56,13 +58,13 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     """
     tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
 
-    def tokenize(fast: str | None, line_cache: bool) -> dict:
+    def tokenize(fast: str | None, line_cache: bool, once: bool) -> dict:
         """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json (returned
         per source); raises :class:`ShortcutMismatch` at the first checked document a shortcut made
         differently."""
         stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
                      "batch_rows": config.build.batch_rows, "batches": 0,
-                     "exactness": {"encoder": fast or "tokenizers", "line_cache": line_cache,
+                     "exactness": {"encoder": fast or "tokenizers", "line_cache": line_cache, "render_once": once,
                                    "by_shortcut": 0, "checked": 0}} for i in todo}
         headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
 
@@ -70,7 +72,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             for i in todo:
                 spec, source = config.sources[i], sources[i]
                 formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
-                                         tokenizer.bos_token, tokenizer.eos_token)
+                                         tokenizer.bos_token, tokenizer.eos_token, render_once=once)
                 task = EncodeTask(str(tokenizer.directory / "tokenizer.json"),
                                   tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
                                   tokenizer.prefix_ids if config.format.style == "template" else (),
@@ -134,29 +136,37 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
                                tokenizer.fingerprint["hash"], cache_dir / FAST_ENCODER_NOTES,
                                tokenizer.fingerprint["files"]["tokenizer.json"])
-    line_refusals = LineCacheRefusals(cache_dir, tokenizer.fingerprint["hash"])
+    line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
+    once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
+    refused_once: str | None = None  # why the one-render shortcut was
     try:
         fast, why = decision.guess()
         log(f"fast encoder: {f'on ({fast})' if fast else 'off (HF tokenizers)'} "
             f"({why or 'proving it exact for this tokenizer meanwhile, once: nothing it makes is kept unless it is'})")
         line_cache, line_why = line_cache_choice(config.build.line_cache, tokenizer, line_refusals)
+        once, once_why = render_once_choice(config, tokenizer, once_refusals)
+        if config.format.messages is not None:
+            log(f"chat render once: {'on' if once else 'off'} ({once_why})")
         proving = why is None
         while True:
             # a fast encoder encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
             log(f"line cache: {'on' if line_cache and not fast else 'off'} "
                 f"({'not needed with the fast encoder' if line_cache and fast else line_why})")
             try:
-                stats = tokenize(fast, line_cache and not fast)
+                stats = tokenize(fast, line_cache and not fast, once)
             except ShortcutMismatch as e:
                 discard()
-                if e.mismatch.shortcut != exactness.LINE_CACHE:
-                    decision.refute(str(e))
-                    fast, proving = None, False
-                else:
+                if e.mismatch.shortcut == exactness.LINE_CACHE:
                     refused_line_cache = line_why = str(e)
                     line_cache = False
-                log(f"exactness check: {e}; not using it for this tokenizer again, tokenizing again without it")
+                elif e.mismatch.shortcut == exactness.RENDER_ONCE:
+                    refused_once, once = str(e), False
+                else:
+                    decision.refute(str(e))
+                    fast, proving = None, False
+                about = "chat template" if e.mismatch.shortcut == exactness.RENDER_ONCE else "tokenizer"
+                log(f"exactness check: {e}; not using it for this {about} again, tokenizing again without it")
                 continue
             if proving:  # the proof ran beside tokenizing: the tokens are kept only where it holds
                 proving = False
@@ -183,7 +193,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         # the tokenizer is the content its hash names: the answers are about it. They are shortcuts for
         # later builds, not part of this one: one that cannot be written is said, and the build goes on
         for what, remember in (("fast encoder", decision.remember),
-                               ("line cache", lambda: refused_line_cache and line_refusals.remember(refused_line_cache))):
+                               ("line cache", lambda: refused_line_cache and line_refusals.remember(refused_line_cache)),
+                               ("chat render once", lambda: refused_once and once_refusals.remember(refused_once))):
             try:
                 remember()
             except OSError as e:
@@ -198,7 +209,22 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         discard()
 
 
-def line_cache_choice(wanted: bool, tokenizer: TokenizerInfo, refusals: LineCacheRefusals) -> tuple[bool, str]:
+def render_once_choice(config, tokenizer: TokenizerInfo, refusals: Refusals) -> tuple[bool, str]:
+    """(render conversations once?, why): conversations, the config allows it, the template renders its
+    probe conversations once as the exact way does, and no earlier build's check found a difference."""
+    if config.format.messages is None:
+        return False, "no conversations (format.messages)"
+    if not config.build.render_once:
+        return False, "build.render_once is false"
+    if chat_once.turn_end(tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token) is None:
+        return False, "the chat template does not render its probe conversations once as it does turn by turn"
+    refused = refusals.refused()
+    if refused is not None:
+        return False, f"an earlier build's check found a difference: {refused}"
+    return True, "the template renders its probe conversations once as it does turn by turn; checked"
+
+
+def line_cache_choice(wanted: bool, tokenizer: TokenizerInfo, refusals: Refusals) -> tuple[bool, str]:
     """(use the line cache?, why): the config allows it, the tokenizer has a cut, and no earlier
     build's check found a difference with this tokenizer."""
     if not wanted:
@@ -219,15 +245,17 @@ def refused_shortcut_sources(config, source_dirs: list[Path], indices: list[int]
     tokens are not trusted, and the caller tokenizes them again (``log`` says so)."""
     content = tokenizer.fingerprint["hash"]
     fast = encoder_decision.refused(Path(cache_dir) / FAST_ENCODER_NOTES, content, config.build.fast_encoder)
-    line = LineCacheRefusals(Path(cache_dir), content).refused() is not None
-    if not (fast or line):
+    line = line_cache_refusals(Path(cache_dir), content).refused() is not None
+    once = render_once_refusals(Path(cache_dir), tokenizer.chat_template).refused() is not None
+    if not (fast or line or once):
         return []
     out = []
     for i in indices:
         made = read_json(source_dirs[i] / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA)["exactness"]
         fast_made = set(made["encoder"].split("+")) - {"tokenizers"}
         by = (f"the fast encoder ({'+'.join(sorted(fast_made))})" if fast and fast_made else
-              "the line cache" if line and made["line_cache"] else None)
+              "the line cache" if line and made["line_cache"] else
+              "one render per conversation" if once and made["render_once"] else None)
         if made["by_shortcut"] and by is not None:
             log(f"source {config.sources[i].name}: its cached tokens were made with {by}, which a check has since "
                 "found inexact for this tokenizer: tokenizing it again")

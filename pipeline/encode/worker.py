@@ -125,9 +125,12 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
             encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, docs[k]))
         except BadRow as e:
             bad.append((kept[k], str(e)))
-    by_shortcut = [k for k, m in enumerate(made_by) if m is not None]
+    by_shortcut = [k for k, m in enumerate(made_by) if m is not None or docs[k].rendered_once]
     checks = [k for k in by_shortcut if task.check_all or exactness.sampled(docs[k].text)]
-    mismatches = check_documents(hf_tokenizer(key) if checks else None, docs, encoded, made_by, kept, checks)
+    mismatches = check_renders(task.formatter, columns, docs, kept, [k for k in checks if docs[k].rendered_once])
+    encoded_checks = [k for k in checks if made_by[k] is not None and encoded[k] is not None]
+    mismatches += check_documents(hf_tokenizer(key) if encoded_checks else None, docs, encoded, made_by, kept,
+                                  encoded_checks)
     good = [k for k, m in enumerate(encoded) if m is not None]
     bad.sort()
     batch = assemble_documents([encoded[k] for k in good], [docs[k].spans[-1][1] == len(docs[k].text) for k in good],
@@ -154,6 +157,24 @@ def check_documents(reference, docs: list[Formatted], encoded: list, made_by: li
             detail = exactness.first_difference(encoded[k][0], encoded[k][1], encoding.ids, spans)
         if detail is not None:
             mismatches.append(exactness.Mismatch(made_by[k], kept[k], detail, docs[k].text[:200]))
+    return mismatches
+
+
+def check_renders(formatter: RowFormatter, columns: dict[str, list], docs: list[Formatted], kept: list[int],
+                  checks: list[int]) -> list[exactness.Mismatch]:
+    """Render the conversations ``checks`` (made by one render, pipeline/chat_once.py) the exact way
+    too and return where the text or the spans differ."""
+    exact = dataclasses.replace(formatter, render_once=False)
+    mismatches = []
+    for k in checks:
+        try:
+            want = exact({name: values[kept[k]] for name, values in columns.items()})
+        except (BadRow, KeyError, ValueError, IndexError) as e:
+            detail = f"the shortcut kept a row the exact rendering refuses ({e})"
+        else:
+            detail = exactness.render_difference(docs[k], want)
+        if detail is not None:
+            mismatches.append(exactness.Mismatch(exactness.RENDER_ONCE, kept[k], detail, docs[k].text[:200]))
     return mismatches
 
 

@@ -1,0 +1,141 @@
+"""Conversations rendered once: every assistant span read off one render of the chat template.
+
+The exact way (format.render_conversation) renders the template 2k+1 times for a conversation of k
+assistant turns: the whole, and for each turn the conversation up to it with the generation prompt
+(where the turn starts) and through it (where it ends). Here the template renders the conversation
+once, with a marker pair (two private-use characters) around each assistant turn's content::
+
+    <|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n\\U000F0000Hello\\U000F0001<|im_end|>\\n
+    -> text without the markers; turn k starts at its opening marker and ends at its closing marker
+       plus the template's turn end ("<|im_end|>"), the text the exact way supervises after the content
+
+It is a shortcut, so it is used only where it is checked to give what the exact way gives:
+
+- per template, :func:`turn_end` renders probe conversations both ways and learns the turn end; a
+  template whose spans or text differ on them (one that rewrites content, drops earlier turns'
+  reasoning, renders a generation prompt other than the turn's start) is never rendered once;
+- per row, anything unexpected (a marker character in the data, markers not found in order, a turn
+  end that is not there, an assistant turn with no text content) is left to the exact way;
+- per build, the exactness check renders the checked documents the exact way too and compares
+  (pipeline/encode/worker.py); a difference drops the shortcut for that template, remembered.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from packtrain.pipeline.format import BadRow, Formatted, compile_chat_template, render_conversation
+
+OPEN, CLOSE = "\U000f0000", "\U000f0001"
+VERSION = 1  # raise when what is rendered once changes (part of the remembered refusals' key)
+
+PROBES = (
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+    [{"role": "system", "content": "You write SQL."}, {"role": "user", "content": "Rows of t?\n"},
+     {"role": "assistant", "content": "SELECT *\nFROM t;"}, {"role": "user", "content": " And x "},
+     {"role": "assistant", "content": "```sql\nSELECT x FROM t\n```\n"}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b "}, {"role": "user", "content": "c"},
+     {"role": "assistant", "content": "\nd"}, {"role": "user", "content": "e"}, {"role": "assistant", "content": "f"}],
+)
+
+
+def marked(messages: list[dict]) -> list[dict] | None:
+    """The messages with each assistant turn's content between the markers; None where a turn has no
+    text content (tool calls alone) or a message already holds a marker character."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str) and (OPEN in content or CLOSE in content):
+            return None
+        if message["role"] == "assistant":
+            if not isinstance(content, str):
+                return None
+            message = {**message, "content": OPEN + content + CLOSE}
+        out.append(message)
+    return out
+
+
+def unmark(text: str, turns: int) -> tuple[str, list[tuple[int, int]]] | None:
+    """The text without the markers and each turn's (opening, closing) positions in it; None unless
+    there are exactly ``turns`` pairs, each opening before its closing."""
+    if text.count(OPEN) != turns or text.count(CLOSE) != turns:
+        return None
+    pieces, positions, at, removed = [], [], 0, 0
+    for _ in range(turns):
+        start = text.find(OPEN, at)
+        stop = text.find(CLOSE, start + 1)
+        if stop < 0 or text.find(OPEN, start + 1, stop) >= 0:
+            return None
+        pieces += [text[at:start], text[start + 1 : stop]]
+        positions.append((start - removed, stop - removed - 1))
+        at, removed = stop + 1, removed + 2
+    pieces.append(text[at:])
+    return "".join(pieces), positions
+
+
+def spans_once(template: str, messages: list[dict], end: str, bos_token: str | None,
+               eos_token: str | None) -> tuple[str, tuple[tuple[int, int], ...]] | None:
+    """(text, spans) from one render, ``end`` being the template's turn end; None: ask the exact way."""
+    wrapped = marked(messages)
+    if wrapped is None:
+        return None
+    turns = sum(m["role"] == "assistant" for m in messages)
+    rendered = compile_chat_template(template).render(messages=wrapped, add_generation_prompt=False,
+                                                      bos_token=bos_token or "", eos_token=eos_token or "")
+    found = unmark(rendered, turns)
+    if found is None:
+        return None
+    text, positions = found
+    if any(text[close : close + len(end)] != end for _, close in positions):
+        return None
+    if eos_token and text.rstrip().endswith(eos_token):
+        text = text.rstrip()
+    return text, tuple((start, close + len(end)) for start, close in positions)
+
+
+@lru_cache(maxsize=8)
+def turn_end(template: str, bos_token: str | None, eos_token: str | None) -> str | None:
+    """The text the template writes between an assistant turn's content and the end of its span
+    (ChatML: ``<|im_end|>``), the same on every probe conversation, where rendering the probes once
+    gives exactly the exact way's text and spans; else None (never rendered once)."""
+    ends = set()
+    for probe in PROBES:
+        try:
+            exact = render_conversation(template, None, probe, "probe", bos_token, eos_token)
+        except BadRow:
+            return None
+        wrapped = marked(probe)
+        rendered = compile_chat_template(template).render(messages=wrapped, add_generation_prompt=False,
+                                                          bos_token=bos_token or "", eos_token=eos_token or "")
+        found = unmark(rendered, len(exact.spans))
+        if found is None:
+            return None
+        for (start, close), (want_start, want_stop) in zip(found[1], exact.spans):
+            if start != want_start or want_stop <= close:
+                return None
+            ends.add(found[0][close:want_stop])
+    if len(ends) != 1:
+        return None
+    (end,) = ends
+    if not end.strip() or end[-1].isspace():  # the exact way's rstrip would then reach into the content
+        return None
+    for probe in PROBES:  # the end learned, rendering once must now give the exact way's result
+        exact = render_conversation(template, None, probe, "probe", bos_token, eos_token)
+        if spans_once(template, probe, end, bos_token, eos_token) != (exact.text, exact.spans):
+            return None
+    return end
+
+
+def render_once(template: str | None, messages: list[dict], bos_token: str | None,
+                eos_token: str | None) -> Formatted | None:
+    """The conversation (checked, system prompt added: format.render_conversation's input) from one
+    render, or None where the exact way must render it."""
+    if not template:
+        return None
+    end = turn_end(template, bos_token, eos_token)
+    if end is None:
+        return None
+    found = spans_once(template, messages, end, bos_token, eos_token)
+    if found is None or not found[1]:
+        return None
+    return Formatted(found[0], found[1], rendered_once=True)

@@ -1,0 +1,111 @@
+"""One render per conversation (pipeline/chat_once.py): the same text and spans as rendering turn by
+turn, admitted per template by probe conversations, and a template it gets wrong on some rows only is
+caught by the build's check, never published, and remembered."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from build_fixtures import make_project, write_jsonl
+from hostile_text import hostile_texts
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import Manifest
+from packtrain.pipeline.build import build
+from packtrain.pipeline.chat_once import render_once, turn_end, unmark
+from packtrain.pipeline.format import render_conversation
+from real_tokenizers import CHATML
+
+# Qwen3's way: earlier turns' reasoning dropped, so a turn renders differently once a later turn follows
+DROPS_REASONING = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['role'] == 'assistant' and not loop.last %}{{ message['content'].split('</think>')[-1] }}"
+    "{% else %}{{ message['content'] }}{% endif %}{{ '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+TRIMS = CHATML.replace("message['content']", "message['content'] | trim")
+# right on every probe, wrong where an answer starts with "X" (the marker hides the X from the test)
+WRONG_ON_X = CHATML.replace("message['content']",
+                            "(message['content'] if not message['content'].startswith('X') else 'x' + message['content'])")
+
+
+def conversation(rng: random.Random, texts: list[str]) -> list[dict]:
+    turns = [{"role": "system", "content": texts[0]}] if rng.random() < 0.5 else []
+    for k in range(rng.randint(1, 4)):
+        turns += [{"role": "user", "content": texts[2 * k + 1]}, {"role": "assistant", "content": texts[2 * k + 2]}]
+    return turns
+
+
+def smollm2_template(real_tokenizer) -> str:
+    return (real_tokenizer("smollm2") / "chat_template.jinja").read_text()
+
+
+def test_unmark_finds_each_turn_between_its_markers():
+    assert unmark("a\U000f0000bc\U000f0001d\U000f0000e\U000f0001", 2) == ("abcde", [(1, 3), (4, 5)])
+    assert unmark("a\U000f0001b\U000f0000", 1) is None  # closing before opening
+    assert unmark("a\U000f0000b\U000f0001", 2) is None  # a turn the template did not render
+
+
+def test_the_turn_end_is_learned_where_rendering_once_is_exact(real_tokenizer):
+    assert turn_end(CHATML, None, "<|im_end|>") == "<|im_end|>"
+    assert turn_end(smollm2_template(real_tokenizer), None, "<|im_end|>") == "<|im_end|>"
+    assert turn_end(TRIMS, None, "<|im_end|>") is None  # trimming moves the spans off the content's edges
+    # dropping earlier reasoning: right on the probes, and a row with reasoning loses its marker, so it is
+    # left to the exact way (which refuses it: the turn does not render as a prefix)
+    assert turn_end(DROPS_REASONING, None, "<|im_end|>") == "<|im_end|>"
+    reasoning = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>r</think>b"},
+                 {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    assert render_once(DROPS_REASONING, reasoning, None, "<|im_end|>") is None
+    assert render_once(DROPS_REASONING, reasoning[2:], None, "<|im_end|>") is not None
+
+
+@pytest.mark.parametrize("template", ["chatml", "smollm2"])
+def test_one_render_gives_the_text_and_spans_of_rendering_turn_by_turn(real_tokenizer, template):
+    template = CHATML if template == "chatml" else smollm2_template(real_tokenizer)
+    rng = random.Random(3)
+    texts = hostile_texts(seed=9, count=9 * 400, max_pieces=12)
+    once = 0
+    for i in range(400):
+        messages = conversation(rng, texts[9 * i : 9 * i + 9])
+        exact = render_conversation(template, None, messages, "m", None, "<|im_end|>")
+        got = render_once(template, messages, None, "<|im_end|>")
+        if got is not None:
+            once += 1
+            assert (got.text, got.spans) == (exact.text, exact.spans) and got.rendered_once, messages
+    assert once == 400
+
+
+def test_a_template_wrong_on_some_rows_is_caught_by_the_build_and_remembered(tmp_path):
+    project = make_project(tmp_path, n_rows=10)
+    rows = [{"messages": [{"role": "user", "content": f"q{i}"},
+                          {"role": "assistant", "content": ("X" if i % 7 == 3 else "") + f"SELECT {i}"}]}
+            for i in range(40)]
+    write_jsonl(project["data"], rows)
+    tokenizer_config = project["model"] / "tokenizer_config.json"
+    config_json = json.loads(tokenizer_config.read_text())
+    tokenizer_config.write_text(json.dumps({**config_json, "chat_template": WRONG_ON_X}))
+    assert turn_end(WRONG_ON_X, config_json.get("bos_token"), config_json.get("eos_token")) is not None
+    (project["configs"] / "sql.yaml").write_text(
+        f"sources:\n  - name: {project['data']}\nformat:\n  style: chat\n  messages: messages\n"
+        f"pack:\n  block_size: 128\nbuild:\n  num_proc: 1\n  batch_rows: 16\nmodel:\n  name: {project['model']}\n")
+    settings: dict = {}
+    off = build(load_config("sql", project["configs"], {**settings, "build.render_once": False}), tmp_path / "off",
+                log=lambda *_: None, progress=False)
+    lines: list[str] = []
+    config = load_config("sql", project["configs"], settings)
+    on = build(config, project["cache"], log=lines.append, progress=False)
+    said = [line for line in lines if line.startswith("exactness check: chat render once")]
+    assert len(said) == 1 and "differs from the HF tokenizer on row " in said[0]
+    assert said[0].endswith("not using it for this chat template again, tokenizing again without it")
+    assert {p.name: p.read_bytes() for p in on.path.glob("*.arrow")} == \
+        {p.name: p.read_bytes() for p in off.path.glob("*.arrow")}
+    assert Manifest.load(on.path, full=True).raw["outputs"]["exactness"]["render_once"] is False
+    assert len(list((project["cache"] / ".render-once").glob("*.json"))) == 1
+    lines = []
+    write_jsonl(project["data"], rows + rows[:1])
+    build(config, project["cache"], log=lines.append, progress=False)
+    assert [line for line in lines if line.startswith("chat render once:")] == [
+        "chat render once: off (an earlier build's check found a difference: " +
+        said[0].removeprefix("exactness check: ").removesuffix(
+            "; not using it for this chat template again, tokenizing again without it") + ")"]
