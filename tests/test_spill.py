@@ -16,7 +16,7 @@ from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, mer
 from packtrain.pipeline.encode.worker import assemble_documents
 
 STATS = {"rows": 3, "documents": 3, "tokens": 9, "bad_rows": 0, "first_bad_rows": [], "batch_rows": 2, "batches": 2,
-         "exactness": {"encoder": "tokenizers", "line_cache": False, "by_shortcut": 0, "checked": 0}}
+         "exactness": {"encoder": "tokenizers", "line_cache": False, "render_once": False, "by_shortcut": 0, "checked": 0}}
 
 
 def test_tokenize_docstring_examples_hold():

@@ -58,9 +58,12 @@ class SpanPlacer:
         base = np.concatenate([[0], ends])[first]  # each document's first byte
         edges, owner = [], []
         for d, (text, doc_spans) in enumerate(zip(texts, spans)):
-            encoded = text.encode("utf-8")
-            for start, stop in doc_spans:  # character -> byte positions (a span, not a token: cheap)
-                edges += [len(text[:start].encode("utf-8")), len(encoded) - len(text[stop:].encode("utf-8"))]
+            at = byte = 0  # character -> byte positions, the text encoded once in pieces between the edges
+            for start, stop in doc_spans:
+                for edge in (start, stop):
+                    byte += len(text[at:edge].encode("utf-8"))
+                    edges.append(byte)
+                    at = edge
                 owner.append(d)
         if not owner:
             return [[] for _ in texts]
