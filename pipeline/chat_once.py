@@ -9,6 +9,9 @@ once, with a marker pair (two private-use characters) around each assistant turn
     -> text without the markers; turn k starts at its opening marker and ends at its closing marker
        plus the template's turn end ("<|im_end|>"), the text the exact way supervises after the content
 
+A ChatML template (SmolLM2's, Qwen2.5's) whose probes string joins render exactly is rendered
+without Jinja at all (:func:`chatml`), for conversations of roles and text alone.
+
 It is a shortcut, so it is used only where it is checked to give what the exact way gives:
 
 - per template, :func:`turn_end` renders probe conversations both ways and learns the turn end; a
@@ -36,6 +39,15 @@ PROBES = (
      {"role": "assistant", "content": "```sql\nSELECT x FROM t\n```\n"}],
     [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b "}, {"role": "user", "content": "c"},
      {"role": "assistant", "content": "\nd"}, {"role": "user", "content": "e"}, {"role": "assistant", "content": "f"}],
+)
+
+# content templates are known to treat specially (earlier turns' reasoning dropped, content trimmed,
+# special-token text): a template that does must not be rendered by string joins
+CONTENT_PROBES = (
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\nb"},
+     {"role": "user", "content": " c\n"}, {"role": "assistant", "content": "<think>s</think>d "}],
+    [{"role": "system", "content": " s "}, {"role": "user", "content": "<|im_start|>x<|im_end|>"},
+     {"role": "assistant", "content": "\n\ny\t"}],
 )
 
 
@@ -126,15 +138,64 @@ def turn_end(template: str, bos_token: str | None, eos_token: str | None) -> str
     return end
 
 
+CHATML_END = "<|im_end|>"
+
+
+def chatml(messages: list[dict], default_system: str | None, eos_token: str | None) -> tuple[str, tuple]:
+    """ChatML rendered by string joins (no Jinja), with ``default_system`` before a conversation that
+    has no system message (SmolLM2's, Qwen2.5's templates); (text, each assistant turn's span)."""
+    parts = [] if default_system is None or messages[0]["role"] == "system" else \
+        [f"<|im_start|>system\n{default_system}{CHATML_END}\n"]
+    at, spans = len(parts[0]) if parts else 0, []
+    for message in messages:
+        head = f"<|im_start|>{message['role']}\n"
+        if message["role"] == "assistant":
+            spans.append((at + len(head), at + len(head) + len(message["content"]) + len(CHATML_END)))
+        part = head + message["content"] + CHATML_END + "\n"
+        parts.append(part)
+        at += len(part)
+    text = "".join(parts)
+    if eos_token and text.rstrip().endswith(eos_token):
+        text = text.rstrip()
+    return text, tuple(spans)
+
+
+@lru_cache(maxsize=8)
+def chatml_system(template: str, bos_token: str | None, eos_token: str | None) -> tuple[bool, str | None]:
+    """(whether :func:`chatml` renders this template's probe conversations exactly as the template
+    does turn by turn, its default system prompt)."""
+    if turn_end(template, bos_token, eos_token) != CHATML_END:
+        return False, None
+    text = compile_chat_template(template).render(messages=PROBES[0], add_generation_prompt=False,
+                                                  bos_token=bos_token or "", eos_token=eos_token or "")
+    default = None
+    if text.startswith("<|im_start|>system\n"):
+        default = text[len("<|im_start|>system\n") : text.find(CHATML_END)]
+    for probe in PROBES + CONTENT_PROBES:
+        try:
+            exact = render_conversation(template, None, probe, "probe", bos_token, eos_token)
+        except BadRow:  # the template treats this content specially: string joins cannot follow it
+            return False, None
+        if chatml(probe, default, eos_token) != (exact.text, exact.spans):
+            return False, None
+    return True, default
+
+
 def render_once(template: str | None, messages: list[dict], bos_token: str | None,
                 eos_token: str | None) -> Formatted | None:
     """The conversation (checked, system prompt added: format.render_conversation's input) from one
-    render, or None where the exact way must render it."""
+    render, or None where the exact way must render it. A ChatML template whose probes :func:`chatml`
+    renders exactly is rendered by it, without Jinja, for messages of role and text content alone;
+    others by the template with markers."""
     if not template:
         return None
     end = turn_end(template, bos_token, eos_token)
     if end is None:
         return None
+    plain, default = chatml_system(template, bos_token, eos_token)
+    if plain and all(len(m) == 2 and isinstance(m.get("content"), str) for m in messages):
+        text, spans = chatml(messages, default, eos_token)
+        return Formatted(text, spans, rendered_once=True) if spans else None
     found = spans_once(template, messages, end, bos_token, eos_token)
     if found is None or not found[1]:
         return None

@@ -14,7 +14,7 @@ from hostile_text import hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
 from packtrain.pipeline.build import build
-from packtrain.pipeline.chat_once import render_once, turn_end, unmark
+from packtrain.pipeline.chat_once import chatml_system, render_once, turn_end, unmark
 from packtrain.pipeline.format import render_conversation
 from real_tokenizers import CHATML
 
@@ -24,6 +24,9 @@ DROPS_REASONING = (
     "{% if message['role'] == 'assistant' and not loop.last %}{{ message['content'].split('</think>')[-1] }}"
     "{% else %}{{ message['content'] }}{% endif %}{{ '<|im_end|>\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+LLAMA3_LIKE = ("{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + "
+               "message['content'] + '<|eot_id|>' }}{% endfor %}"
+               "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
 TRIMS = CHATML.replace("message['content']", "message['content'] | trim")
 # right on every probe, wrong where an answer starts with "X" (the marker hides the X from the test)
 WRONG_ON_X = CHATML.replace("message['content']",
@@ -56,13 +59,18 @@ def test_the_turn_end_is_learned_where_rendering_once_is_exact(real_tokenizer):
     assert turn_end(DROPS_REASONING, None, "<|im_end|>") == "<|im_end|>"
     reasoning = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>r</think>b"},
                  {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    assert chatml_system(DROPS_REASONING, None, "<|im_end|>") == (False, None)  # not by string joins: Jinja
     assert render_once(DROPS_REASONING, reasoning, None, "<|im_end|>") is None
     assert render_once(DROPS_REASONING, reasoning[2:], None, "<|im_end|>") is not None
 
 
-@pytest.mark.parametrize("template", ["chatml", "smollm2"])
-def test_one_render_gives_the_text_and_spans_of_rendering_turn_by_turn(real_tokenizer, template):
-    template = CHATML if template == "chatml" else smollm2_template(real_tokenizer)
+@pytest.mark.parametrize("template, plain", [("chatml", (True, None)), ("llama3", (False, None)), (
+    "smollm2", (True, "You are a helpful AI assistant named SmolLM, trained by Hugging Face"))])
+def test_one_render_gives_the_text_and_spans_of_rendering_turn_by_turn(real_tokenizer, template, plain):
+    """ChatML templates by string joins (SmolLM2's with its default system prompt), others by Jinja
+    with markers: the same text and spans as rendering turn by turn, on hostile conversations."""
+    template = {"chatml": CHATML, "llama3": LLAMA3_LIKE}.get(template) or smollm2_template(real_tokenizer)
+    assert chatml_system(template, None, "<|im_end|>") == plain
     rng = random.Random(3)
     texts = hostile_texts(seed=9, count=9 * 400, max_pieces=12)
     once = 0
