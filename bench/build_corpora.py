@@ -26,15 +26,6 @@ MARKED_CHATML = (
     "{{ '\n' }}{% else %}{{ message['content'] + '<|im_end|>' + '\n' }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-# SmolLM2's own template with the markers (it adds its default system prompt where there is none)
-MARKED_SMOLLM2 = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' }}"
-    "{% if message['role'] == 'assistant' %}{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
-    "{{ '\n' }}{% else %}{{ message['content'] + '<|im_end|>' + '\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 
 def tokenizer_dir(name: str, work: Path) -> Path:
@@ -53,7 +44,12 @@ def tokenizer_dir(name: str, work: Path) -> Path:
 
 def marked_template(name: str) -> str:
     """The tokenizer's template with {% generation %} markers (transformers' assistant mask)."""
-    return MARKED_SMOLLM2 if name == "smollm2" else MARKED_CHATML
+    if name == "smollm2":
+        sys.path.insert(0, str(ROOT / "tests"))
+        from real_tokenizers import MARKED_SMOLLM2
+
+        return MARKED_SMOLLM2
+    return MARKED_CHATML
 
 
 SYLLABLES = ["ka", "lo", "mi", "ter", "van", "qu", "sel", "dor", "pix", "ne", "ba", "rum", "zet", "hol", "cy"]

@@ -29,7 +29,7 @@ from packtrain.pipeline.encode import exactness, tiktoken_encoder
 from packtrain.pipeline.build import build, plan
 from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.encode.line_cache import NEWLINE_RUN_CUT, LineCache, line_cut
-from real_tokenizers import REAL_TOKENIZERS
+from real_tokenizers import MARKED_SMOLLM2, REAL_TOKENIZERS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
 SHORTCUTS_OFF = {"build.line_cache": False, "build.fast_encoder": False}
@@ -321,15 +321,6 @@ def test_merge_refuses_parts_made_with_another_encoder(tmp_path, monkeypatch):
     assert "this machine uses tokenizers 1.0.0 + fastokens" in line
 
 
-# A ChatML template with transformers' generation markers, rendering what SmolLM2's own template renders.
-MARKED_CHATML = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' }}"
-    "{% if message['role'] == 'assistant' %}{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
-    "{{ '\n' }}{% else %}{{ message['content'] + '<|im_end|>' + '\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 
 def conversations(n: int) -> list[dict]:
@@ -374,10 +365,10 @@ def test_conversations_are_what_apply_chat_template_makes(real_tokenizer, tmp_pa
         rows = [{"messages": row["messages"][:-2]} for row in rows]
     if name == "smollm2":  # the marked template renders exactly what SmolLM2's own renders
         for row in rows[:5]:
-            assert tokenizer.apply_chat_template(row["messages"], tokenize=False, chat_template=MARKED_CHATML) == \
+            assert tokenizer.apply_chat_template(row["messages"], tokenize=False, chat_template=MARKED_SMOLLM2) == \
                 tokenizer.apply_chat_template(row["messages"], tokenize=False)
         config = json.loads((directory / "tokenizer_config.json").read_text())
-        (directory / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": MARKED_CHATML}))
+        (directory / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": MARKED_SMOLLM2}))
         (directory / "chat_template.jinja").unlink(missing_ok=True)
     data = write_jsonl(tmp_path / "chat.jsonl", rows)
     configs = tmp_path / "configs"
@@ -389,7 +380,7 @@ def test_conversations_are_what_apply_chat_template_makes(real_tokenizer, tmp_pa
     built = sorted(documents(result))
     expected = []
     for row in rows:
-        marked = {"chat_template": MARKED_CHATML, "return_assistant_tokens_mask": True} if name == "smollm2" else {}
+        marked = {"chat_template": MARKED_SMOLLM2, "return_assistant_tokens_mask": True} if name == "smollm2" else {}
         reference = tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=True, **marked)
         ids = list(reference["input_ids"])
         while tokenizer.decode(ids[-1:]).isspace():  # the newline after the last <|im_end|>

@@ -26,8 +26,11 @@ from real_tokenizers import REAL_TOKENIZERS
 
 
 def encoders(directory):
+    import fastokens
+
     text = (directory / "tokenizer.json").read_text()
-    return fastokens_encoder.FastokensEncoder(text, json.loads(text)), Tokenizer.from_str(text)
+    return (fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_json_str(text), json.loads(text)),
+            Tokenizer.from_str(text))
 
 
 def conversation_like(rng: random.Random, pairs: list[tuple[str, str]]) -> Formatted:

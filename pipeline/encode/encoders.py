@@ -50,10 +50,11 @@ def fast_encoder(key: tuple[str, str], name: str):
     ranges, or None where the HF tokenizer must make it."""
     encoder = FAST_ENCODERS.get((*key, name))
     if encoder is None:
-        text = Path(key[0]).read_text(encoding="utf-8")
         spec = read_json(Path(key[0]), "build again", "a tokenizers file")
         if name == fastokens_encoder.NAME:
-            encoder = fastokens_encoder.FastokensEncoder(text, spec)
+            import fastokens
+
+            encoder = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_file(key[0]), spec)
         elif name == tiktoken_encoder.NAME:
             encoder = tiktoken_encoder.FastEncoder(spec, lambda: hf_tokenizer(key))
         else:

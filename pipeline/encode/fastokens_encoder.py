@@ -63,7 +63,9 @@ def decide(text: str, on_checks=None) -> tuple[bool, str]:
         return False, problem
     from tokenizers import Tokenizer
 
-    encoder, hf = FastokensEncoder(text, spec), Tokenizer.from_str(text)
+    import fastokens
+
+    encoder, hf = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), spec), Tokenizer.from_str(text)
     # a piece fastokens cannot encode is the HF tokenizer's in a build too: compared with itself
     problem = probe_difference(lambda pieces: encoder.encode_ids(pieces, hf), hf, encoder.placer.nfc)
     if problem is not None:
@@ -73,14 +75,13 @@ def decide(text: str, on_checks=None) -> tuple[bool, str]:
 
 class FastokensEncoder:
     """fastokens for the documents whose spans it can place (the HF tokenizer makes the rest). Build
-    it only where :func:`decide` said yes. ``text``: tokenizer.json's content; ``spec``: it parsed."""
+    it only where :func:`decide` said yes. ``tokenizer``: the ``fastokens.Tokenizer`` of the
+    tokenizer.json ``spec`` parses."""
 
     name = NAME
 
-    def __init__(self, text: str, spec: dict):
-        import fastokens
-
-        self.tokenizer = fastokens.Tokenizer.from_json_str(text)
+    def __init__(self, tokenizer, spec: dict):
+        self.tokenizer = tokenizer
         # the bytes the vocabulary has a token for: fastokens fails on a text with any other (SmolLM2's
         # vocabulary lacks some, e.g. 0xF1, a lead byte of U+40000..U+7FFFF), which the HF tokenizer encodes
         have = single_bytes(spec)

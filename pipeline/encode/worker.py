@@ -63,7 +63,7 @@ class EncodedBatch:
     is_val: np.ndarray  # bool per document
     keys: np.ndarray  # uint8 [documents, 16]: each document's key (mix.document_keys)
     bad_rows: list[tuple[int, str]]  # (row index within the batch, reason)
-    by_shortcut: int = 0  # documents a shortcut (tiktoken, the line cache) made
+    by_shortcut: int = 0  # documents a shortcut (a fast encoder, the line cache, one render) made
     checked: int = 0  # of those, how many were re-encoded with the reference and found identical
     mismatches: list = dataclasses.field(default_factory=list)  # exactness.Mismatch of those that differ
 
