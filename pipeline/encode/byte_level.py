@@ -64,3 +64,18 @@ def single_bytes(spec: dict) -> bytes:
     """The bytes that ``tokenizer.json`` ``spec``'s vocabulary has a one-byte token for."""
     found = {token_bytes(token) for token in ((spec.get("model") or {}).get("vocab") or {})}
     return bytes(sorted(raw[0] for raw in found if raw is not None and len(raw) == 1))
+
+
+def trims_offsets(spec: dict) -> bool:
+    """Whether ``tokenizer.json`` ``spec``'s post-processor (or one in its sequence) trims whitespace
+    off the tokens' offsets (GPT-2's ByteLevel ``trim_offsets``), which moves span edges at whitespace.
+
+    >>> trims_offsets({"post_processor": {"type": "Sequence", "processors": [
+    ...     {"type": "ByteLevel", "trim_offsets": True}, {"type": "TemplateProcessing"}]}})
+    True
+    >>> trims_offsets({"post_processor": {"type": "ByteLevel", "trim_offsets": False}}), trims_offsets({})
+    (False, False)
+    """
+    processor = spec.get("post_processor") or {}
+    steps = processor.get("processors", []) if processor.get("type") == "Sequence" else [processor]
+    return any(bool(step.get("trim_offsets")) for step in steps)

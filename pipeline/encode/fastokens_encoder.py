@@ -21,7 +21,7 @@ import json
 
 import numpy as np
 
-from packtrain.pipeline.encode.byte_level import single_bytes, token_byte_lengths
+from packtrain.pipeline.encode.byte_level import single_bytes, token_byte_lengths, trims_offsets
 from packtrain.pipeline.encode.byte_spans import SpanPlacer
 from packtrain.pipeline.encode.probe import probe_difference
 
@@ -87,7 +87,7 @@ class FastokensEncoder:
         have = single_bytes(spec)
         self.lacking = None if len(have) == 256 else have
         self.placer = SpanPlacer(token_byte_lengths(spec), nfc=spec.get("normalizer") == {"type": "NFC"},
-                                 trims=bool((spec.get("post_processor") or {}).get("trim_offsets")))
+                                 trims=trims_offsets(spec))
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Every text's ids concatenated (uint32) and where each starts (``len(texts) + 1`` offsets)."""

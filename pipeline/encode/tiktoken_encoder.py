@@ -35,7 +35,7 @@ import json
 import unicodedata
 from pathlib import Path
 
-from packtrain.pipeline.encode.byte_level import token_byte_lengths, token_bytes
+from packtrain.pipeline.encode.byte_level import token_byte_lengths, token_bytes, trims_offsets
 from packtrain.pipeline.encode.byte_spans import SpanPlacer
 from packtrain.pipeline.encode.probe import probe_difference
 
@@ -221,7 +221,7 @@ class FastEncoder:
         self.encoding = tiktoken.Encoding("packtrain", pat_str=split_regex(spec.get("pre_tokenizer"))[0],
                                           mergeable_ranks=ranks, special_tokens=added)
         self.placer = SpanPlacer(token_byte_lengths(spec), self.nfc,
-                                 trims=bool((spec.get("post_processor") or {}).get("trim_offsets")))
+                                 trims=trims_offsets(spec))
 
     @property
     def hf(self):
