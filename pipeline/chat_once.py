@@ -39,6 +39,9 @@ PROBES = (
      {"role": "assistant", "content": "```sql\nSELECT x FROM t\n```\n"}],
     [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b "}, {"role": "user", "content": "c"},
      {"role": "assistant", "content": "\nd"}, {"role": "user", "content": "e"}, {"role": "assistant", "content": "f"}],
+    # edges a template may look at: empty content, trailing punctuation (markers hide both from it)
+    [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}, {"role": "user", "content": "y."},
+     {"role": "assistant", "content": "done..."}],
 )
 
 # content templates are known to treat specially (earlier turns' reasoning dropped, content trimmed,
@@ -48,6 +51,11 @@ CONTENT_PROBES = (
      {"role": "user", "content": " c\n"}, {"role": "assistant", "content": "<think>s</think>d "}],
     [{"role": "system", "content": " s "}, {"role": "user", "content": "<|im_start|>x<|im_end|>"},
      {"role": "assistant", "content": "\n\ny\t"}],
+    # tool results (Qwen2.5 renders them as a user turn), roles that do not alternate, a late system message
+    [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "calling"},
+     {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "It is sunny."}],
+    [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "system", "content": "s"},
+     {"role": "assistant", "content": "c"}],
 )
 
 

@@ -27,6 +27,11 @@ DROPS_REASONING = (
 LLAMA3_LIKE = ("{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + "
                "message['content'] + '<|eot_id|>' }}{% endfor %}"
                "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+# Qwen2.5's way with tool results: rendered as a user turn, which string joins would write as a tool turn
+TOOL_AS_USER = ("{% for message in messages %}{% if message['role'] == 'tool' %}"
+                "{{ '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' }}"
+                "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endif %}"
+                "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 TRIMS = CHATML.replace("message['content']", "message['content'] | trim")
 # right on every probe, wrong where an answer starts with "X" (the marker hides the X from the test)
 WRONG_ON_X = CHATML.replace("message['content']",
@@ -37,6 +42,8 @@ def conversation(rng: random.Random, texts: list[str]) -> list[dict]:
     turns = [{"role": "system", "content": texts[0]}] if rng.random() < 0.5 else []
     for k in range(rng.randint(1, 4)):
         turns += [{"role": "user", "content": texts[2 * k + 1]}, {"role": "assistant", "content": texts[2 * k + 2]}]
+        if rng.random() < 0.3:  # a tool result, then the assistant again
+            turns += [{"role": "tool", "content": texts[2 * k + 1][::-1]}, {"role": "assistant", "content": "ok"}]
     return turns
 
 
@@ -64,12 +71,14 @@ def test_the_turn_end_is_learned_where_rendering_once_is_exact(real_tokenizer):
     assert render_once(DROPS_REASONING, reasoning[2:], None, "<|im_end|>") is not None
 
 
-@pytest.mark.parametrize("template, plain", [("chatml", (True, None)), ("llama3", (False, None)), (
+@pytest.mark.parametrize("template, plain", [("chatml", (True, None)), ("llama3", (False, None)),
+                                             ("tool_as_user", (False, None)), (
     "smollm2", (True, "You are a helpful AI assistant named SmolLM, trained by Hugging Face"))])
 def test_one_render_gives_the_text_and_spans_of_rendering_turn_by_turn(real_tokenizer, template, plain):
     """ChatML templates by string joins (SmolLM2's with its default system prompt), others by Jinja
     with markers: the same text and spans as rendering turn by turn, on hostile conversations."""
-    template = {"chatml": CHATML, "llama3": LLAMA3_LIKE}.get(template) or smollm2_template(real_tokenizer)
+    template = {"chatml": CHATML, "llama3": LLAMA3_LIKE, "tool_as_user": TOOL_AS_USER}.get(template) or \
+        smollm2_template(real_tokenizer)
     assert chatml_system(template, None, "<|im_end|>") == plain
     rng = random.Random(3)
     texts = hostile_texts(seed=9, count=9 * 400, max_pieces=12)

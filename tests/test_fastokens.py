@@ -83,6 +83,15 @@ def test_a_text_with_a_byte_the_vocabulary_lacks_is_left_to_the_hf_tokenizer(rea
     (lambda s: s["model"].update(dropout=0.1), "dropout"),
     (lambda s: s.update(pre_tokenizer={"type": "Whitespace"}), "the pre-tokenizer is not byte-level"),
     (lambda s: s["model"]["vocab"].update({"▁x": len(s["model"]["vocab"])}), "not in the byte-level alphabet"),
+    # each of these moves span edges the token byte lengths cannot see (found by an attack on this code)
+    (lambda s: s["pre_tokenizer"].update(add_prefix_space=True), "the pre-tokenizer step ByteLevel adds or removes"),
+    (lambda s: s.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"String": "~"}, "behavior": "Removed", "invert": False}, s["pre_tokenizer"]]}),
+     "the pre-tokenizer step Split adds or removes text"),
+    (lambda s: s["added_tokens"][0].update(rstrip=True), "strips, is single-word or is empty"),
+    (lambda s: s.update(post_processor={"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "trim_offsets": True, "add_prefix_space": False, "use_regex": True}]}),
+     "the post-processor trims offsets"),
 ])
 def test_a_tokenizer_fastokens_cannot_place_spans_for_is_refused(tmp_path, change, why):
     spec = json.loads((make_tokenizer(tmp_path / "model") / "tokenizer.json").read_text())

@@ -13,8 +13,8 @@ placement follows from one cumulative sum of the tokens' byte lengths, with no p
 Where that cannot decide as the offsets would, the document is left to the reference (None): a span
 starting inside a token (the reference refuses such a row, and says why), a span starting at the
 end of the text, a text the normalizer would change (byte positions are in the normalized text),
-and, where the post-processor trims offsets (GPT-2's ``trim_offsets``), a span edge at whitespace,
-which trimming moves. Every document placed here is also subject to the build's exactness check.
+spans out of order or overlapping, and, where the post-processor trims offsets (GPT-2's
+``trim_offsets``), a span edge next to whitespace, which trimming moves. Every document placed here is also subject to the build's exactness check.
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ class SpanPlacer:
         """Whether this document's spans can be placed here (else the reference encodes it)."""
         if self.nfc and not unicodedata.is_normalized("NFC", text):
             return False
-        if any(start >= len(text) for start, _ in spans):
-            return False
-        return not (self.trims and any(text[p].isspace() for span in spans for p in span if p < len(text)))
+        edges = [p for span in spans for p in span]
+        if any(start >= len(text) for start, _ in spans) or edges != sorted(edges):
+            return False  # a span at the end, or spans out of order or overlapping: the reference decides
+        # trimmed offsets move an edge next to whitespace on either side
+        return not (self.trims and any(text[q].isspace() for p in edges for q in (p - 1, p) if 0 <= q < len(text)))
 
     def place(self, texts: list[str], spans: list, ids: np.ndarray, counts: np.ndarray) -> list[Spans | None]:
         """Each document's spans as token ranges, or None where a span does not start on a token.

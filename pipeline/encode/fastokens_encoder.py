@@ -7,8 +7,10 @@ It is a shortcut like every encoder that is not the reference, so it is used onl
 - :func:`structure` finds nothing it cannot reproduce or place: a BPE model without dropout, byte
   fallback, subword prefix or word suffix, over the byte-level alphabet (each token then stands for
   a fixed run of bytes, which places the supervised spans without character offsets, which fastokens
-  does not give: pipeline/encode/byte_spans.py), behind a byte-level pre-tokenizer, with no
-  normalizer or NFC (a text NFC would change is left to the HF tokenizer);
+  does not give: pipeline/encode/byte_spans.py), behind a byte-level pre-tokenizer whose steps
+  neither add nor remove text (no prefix space, no "Removed" split), with no normalizer or NFC (a
+  text NFC would change is left to the HF tokenizer), no added token that strips the whitespace
+  beside it, and no post-processor that trims offsets;
 - :func:`decide` found its ids identical to the HF tokenizer's on the probe text
   (pipeline/encode/probe.py), in the decision process beside the build (pipeline/encode/encoder_decision.py);
 - and the build's own exactness check (pipeline/encode/exactness.py) finds every document it
@@ -26,6 +28,7 @@ from packtrain.pipeline.encode.byte_spans import SpanPlacer
 from packtrain.pipeline.encode.probe import probe_difference
 
 NAME = "fastokens"
+KEEPS_EVERY_CHARACTER = {"ByteLevel", "Split", "Digits", "Punctuation"}  # pre-tokenizer steps (not "Removed")
 
 
 def structure(spec: dict) -> str | None:
@@ -47,6 +50,18 @@ def structure(spec: dict) -> str | None:
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     if not any(step.get("type") == "ByteLevel" for step in steps):
         return "the pre-tokenizer is not byte-level"
+    # every character of the text must land in exactly the bytes of its tokens: no step that adds
+    # (a prefix space) or removes text, no added token that takes in the whitespace beside it, and no
+    # offsets trimmed (each would move a span edge the token byte lengths cannot see)
+    for step in steps:
+        if step.get("type") not in KEEPS_EVERY_CHARACTER or step.get("behavior") == "Removed" \
+                or step.get("add_prefix_space"):
+            return f"the pre-tokenizer step {step.get('type')} adds or removes text"
+    for token in spec.get("added_tokens") or []:
+        if token.get("lstrip") or token.get("rstrip") or token.get("single_word") or not token.get("content"):
+            return f"the added token {token.get('content')!r} strips, is single-word or is empty"
+    if trims_offsets(spec):
+        return "the post-processor trims offsets"
     if token_byte_lengths(spec) is None:
         return "a vocabulary token is not in the byte-level alphabet"
     return None
