@@ -1,6 +1,6 @@
 # packtrain: every target is a thin wrapper over the `packtrain` CLI in .venv/.
 # Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS (build); MAX_STEPS, RESUME, NPROC (train);
-# TOKENS (verify).
+# TOKENS (verify); ROWS, CORPUS, TOKENIZER (bench-build).
 
 PYTHON     ?= python3
 VENV       ?= .venv
