@@ -145,7 +145,7 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str 
     """The first of the fast encoders ``candidates`` that gives exactly the HF tokenizer's ids for the tokenizer.json
     ``text`` (None: none does), and why. ``on_checks((encoder, problem))`` is called once, as soon as
     an encoder passed its structural checks (``problem`` None), or with (None, why) when none did."""
-    json.loads(text)  # a tokenizer.json that is not JSON fails the decision (the HF tokenizer, not remembered)
+    spec = json.loads(text)  # not JSON: the decision fails (the HF tokenizer, not remembered)
     told, reasons = [], []
     for module in (ENCODERS[name] for name in candidates):
         def checked(problem, name=module.NAME):
@@ -155,8 +155,8 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str 
                     on_checks((name, None))
 
         try:
-            on, why = (module.decide(text, checked) if module is fastokens_encoder
-                       else module.decide(None, checked, text=text))
+            on, why = (module.decide(text, checked, spec) if module is fastokens_encoder
+                       else module.decide(None, checked, text=text, spec=spec))
         except MemoryError:
             raise  # the process, not the encoder: the decision fails (the HF tokenizer, not remembered)
         except Exception as e:  # the library cannot load this tokenizer or encode the probe: not this one

@@ -67,10 +67,11 @@ def structure(spec: dict) -> str | None:
     return None
 
 
-def decide(text: str, on_checks=None) -> tuple[bool, str]:
-    """Whether fastokens gives this tokenizer's ids (``text``: tokenizer.json's content), and why.
-    ``on_checks(problem)`` is called once :func:`structure` has answered, before the probe."""
-    spec = json.loads(text)
+def decide(text: str, on_checks=None, spec: dict | None = None) -> tuple[bool, str]:
+    """Whether fastokens gives this tokenizer's ids (``text``: tokenizer.json's content; ``spec``: it
+    parsed, where the caller has it), and why. ``on_checks(problem)`` is called once :func:`structure`
+    has answered, before the probe."""
+    spec = json.loads(text) if spec is None else spec
     problem = structure(spec)
     if on_checks is not None:
         on_checks(problem)

@@ -118,14 +118,16 @@ def split_regex(pre: dict | None) -> tuple[str | None, str]:
     return None, "the pre-tokenizer is not a byte-level one with a known split regex"
 
 
-def decide(tokenizer_file: str | Path, on_checks=None, text: str | None = None) -> tuple[bool, str]:
+def decide(tokenizer_file: str | Path, on_checks=None, text: str | None = None,
+           spec: dict | None = None) -> tuple[bool, str]:
     """Whether the tiktoken encoder gives exactly this tokenizer's ids, and why (one line).
     ``on_checks(problem)`` is called once the quick structural checks are done (a fraction of a
     second; ``problem`` is None when they pass), before the seconds of the merges check and the probe.
-    ``text``: the file's content, read once by the caller (both tokenizers are built from it)."""
+    ``text``: the file's content, read once by the caller (both tokenizers are built from it);
+    ``spec``: it parsed, where the caller has it."""
     if text is None:
         text = Path(tokenizer_file).read_text(encoding="utf-8")
-    spec = json.loads(text)
+    spec = json.loads(text) if spec is None else spec
     problem, ranks, merges = structure(spec)
     if problem is None:
         try:
