@@ -100,8 +100,11 @@ def spans_once(template: str, messages: list[dict], end: str, bos_token: str | N
     if wrapped is None:
         return None
     turns = sum(m["role"] == "assistant" for m in messages)
-    rendered = compile_chat_template(template).render(messages=wrapped, add_generation_prompt=False,
-                                                      bos_token=bos_token or "", eos_token=eos_token or "")
+    try:
+        rendered = compile_chat_template(template).render(messages=wrapped, add_generation_prompt=False,
+                                                          bos_token=bos_token or "", eos_token=eos_token or "")
+    except Exception:  # the markers upset the template (or the row does): the exact way says what it makes of it
+        return None
     found = unmark(rendered, turns)
     if found is None:
         return None
@@ -117,7 +120,15 @@ def spans_once(template: str, messages: list[dict], end: str, bos_token: str | N
 def turn_end(template: str, bos_token: str | None, eos_token: str | None) -> str | None:
     """The text the template writes between an assistant turn's content and the end of its span
     (ChatML: ``<|im_end|>``), the same on every probe conversation, where rendering the probes once
-    gives exactly the exact way's text and spans; else None (never rendered once)."""
+    gives exactly the exact way's text and spans; else None (never rendered once, also where the
+    template fails on a probe)."""
+    try:
+        return _turn_end(template, bos_token, eos_token)
+    except Exception:  # a template that cannot render the probes is rendered the exact way, row by row
+        return None
+
+
+def _turn_end(template: str, bos_token: str | None, eos_token: str | None) -> str | None:
     ends = set()
     for probe in PROBES:
         try:
@@ -174,15 +185,18 @@ def chatml_system(template: str, bos_token: str | None, eos_token: str | None) -
     does turn by turn, its default system prompt)."""
     if turn_end(template, bos_token, eos_token) != CHATML_END:
         return False, None
-    text = compile_chat_template(template).render(messages=PROBES[0], add_generation_prompt=False,
-                                                  bos_token=bos_token or "", eos_token=eos_token or "")
+    try:
+        text = compile_chat_template(template).render(messages=PROBES[0], add_generation_prompt=False,
+                                                      bos_token=bos_token or "", eos_token=eos_token or "")
+    except Exception:
+        return False, None
     default = None
     if text.startswith("<|im_start|>system\n"):
         default = text[len("<|im_start|>system\n") : text.find(CHATML_END)]
     for probe in PROBES + CONTENT_PROBES:
         try:
             exact = render_conversation(template, None, probe, "probe", bos_token, eos_token)
-        except BadRow:  # the template treats this content specially: string joins cannot follow it
+        except Exception:  # the template treats this content specially: string joins cannot follow it
             return False, None
         if chatml(probe, default, eos_token) != (exact.text, exact.spans):
             return False, None

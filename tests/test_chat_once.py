@@ -61,6 +61,8 @@ def test_the_turn_end_is_learned_where_rendering_once_is_exact(real_tokenizer):
     assert turn_end(CHATML, None, "<|im_end|>") == "<|im_end|>"
     assert turn_end(smollm2_template(real_tokenizer), None, "<|im_end|>") == "<|im_end|>"
     assert turn_end(TRIMS, None, "<|im_end|>") is None  # trimming moves the spans off the content's edges
+    needs_tools = CHATML.replace("{% for message in messages %}", "{{ tools[0] }}{% for message in messages %}")
+    assert turn_end(needs_tools, None, "<|im_end|>") is None  # it fails on the probes: rendered the exact way
     # dropping earlier reasoning: right on the probes, and a row with reasoning loses its marker, so it is
     # left to the exact way (which refuses it: the turn does not render as a prefix)
     assert turn_end(DROPS_REASONING, None, "<|im_end|>") == "<|im_end|>"
