@@ -101,7 +101,7 @@ class FastokensEncoder:
         # the bytes the vocabulary has a token for: fastokens fails on a text with any other (SmolLM2's
         # vocabulary lacks some, e.g. 0xF1, a lead byte of U+40000..U+7FFFF), which the HF tokenizer encodes
         have = single_bytes(spec)
-        self.lacking = None if len(have) == 256 else have
+        self.present = None if len(have) == 256 else have  # None: every byte has a token
         self.placer = SpanPlacer(token_byte_lengths(spec), nfc=spec.get("normalizer") == {"type": "NFC"},
                                  trims=trims_offsets(spec))
 
@@ -112,7 +112,7 @@ class FastokensEncoder:
 
     def encodable(self, text: str) -> bool:
         """Whether fastokens can encode ``text``: every byte of it has a token."""
-        return self.lacking is None or not text.encode("utf-8", "surrogatepass").translate(None, self.lacking)
+        return self.present is None or not text.encode("utf-8", "surrogatepass").translate(None, self.present)
 
     def encode_ids(self, texts: list[str], hf=None) -> list[list[int] | None]:
         """Each text's ids; None for a text it cannot encode (or the HF tokenizer ``hf``'s ids, given one)."""
