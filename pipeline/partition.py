@@ -58,7 +58,7 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     outs = [part_dir(root, key, *part) for key in keys]
     todo = []
     for i in range(len(keys)):  # what merge needs to name parts made with another encoder
-        write_note(outs[i].parent / PART_IDENTITY, {"source": source_key(inputs, i, encoder=False),
+        write_note(outs[i].parent / PART_IDENTITY, PART_IDENTITY, {"source": source_key(inputs, i, encoder=False),
                                                     "encoder": inputs["encoder"]})
     for i in uncached_sources(root, inputs):
         if not os.path.lexists(outs[i]):
@@ -111,7 +111,7 @@ def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dic
     encoder's (other tokenizers/fastokens/tiktoken versions or shortcuts): refuse, naming both encoders."""
     data_key = source_key(inputs, index, encoder=False)
     for identity in sorted((root / SOURCES / PARTS).glob(f"*/{PART_IDENTITY}")):
-        note = read_note(identity, lambda n: isinstance(n, dict) and isinstance(n.get("encoder"), dict))
+        note = read_note(identity, PART_IDENTITY, lambda n: isinstance(n, dict) and isinstance(n.get("encoder"), dict))
         if note is None or note.get("source") != data_key or note["encoder"] == inputs["encoder"]:
             continue
         made = sorted(p for p in missing if (identity.parent / p / SOURCE_STATS).is_file())

@@ -27,6 +27,7 @@ from packtrain.core.shardfile import open_shard
 from packtrain.pipeline.encode import exactness, tiktoken_encoder
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.line_cache import NEWLINE_RUN_CUT, LineCache, line_cut
+from packtrain.pipeline.encode.notes import write_note
 from real_tokenizers import MARKED_SMOLLM2, REAL_TOKENIZERS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
@@ -177,7 +178,7 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
         "'### Schema\\nCREATE TABLE t0 (x INT)\\n### Question\\nRows of t0?\\n'" in said[0]
     assert said[0].endswith("not using it for this tokenizer again, tokenizing again without it")
     (note,) = (project["cache"] / exactness.LINE_CACHE_NOTES).glob("*.json")
-    assert json.loads(note.read_text())["on"] is False
+    assert json.loads(note.read_text())["answer"]["on"] is False
     assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["line_cache"] is False
     # the next build with this tokenizer does not try it again, even with the real cut back
     monkeypatch.setattr("packtrain.pipeline.encode.encoders.line_cut", real_cut)
@@ -228,7 +229,7 @@ def reverse_merged_ids(spec: dict) -> None:
 
 
 def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_path):
-    """A note saying tiktoken is exact for a tokenizer the proof refuses: the build's check catches
+    """A note saying tiktoken is exact for a tokenizer the proof refuses, forged with a valid seal: the build's check catches
     the first document it makes differently, publishes the HF bytes and remembers the refusal."""
     project = make_project(tmp_path, n_rows=120)
     tokenizer_json = project["model"] / "tokenizer.json"
@@ -240,8 +241,9 @@ def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_p
     config = load_config("sql", project["configs"], {"build.line_cache": False, "build.fast_encoder": "tiktoken"})
     build(config, project["cache"], log=quiet, progress=False)  # decides (no) and remembers it
     (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
-    assert json.loads(note.read_text())["encoder"] is None
-    note.write_text(json.dumps({"encoder": "tiktoken", "why": "tampered", "versions": "x"}))
+    assert json.loads(note.read_text())["answer"]["encoder"] is None
+    # forged with a valid seal (an edited one is not even read: tests/test_reliability_encoder_decision.py)
+    write_note(note, json.loads(note.read_text())["about"], {"encoder": "tiktoken", "why": "tampered", "versions": "x"})
     shutil.rmtree(project["cache"] / "sql")
     lines: list[str] = []
     result = build(config, project["cache"], log=lines.append, progress=False)
@@ -250,7 +252,7 @@ def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_p
     assert len(said) == 2 and said[0].startswith("exactness check: fast encoder (tiktoken) differs from the HF tokenizer")
     assert said[1] == "exactness check: no shortcut made a document (the HF tokenizer made every one)"
     assert shards(result) == shards(reference)
-    assert json.loads(note.read_text())["encoder"] is None
+    assert json.loads(note.read_text())["answer"]["encoder"] is None
     assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["encoders"] == ["tokenizers"]
 
 

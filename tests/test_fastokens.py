@@ -143,7 +143,7 @@ def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered
         {p.name: p.read_bytes() for p in reference.path.glob("*.arrow")}
     assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["encoders"] == ["tokenizers"]
     (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
-    assert json.loads(note.read_text())["encoder"] is None
+    assert json.loads(note.read_text())["answer"]["encoder"] is None
     # the next build asks nothing of any fast encoder, even with fastokens put right
     monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_documents", real)
     shutil.rmtree(project["cache"] / "sql")

@@ -119,7 +119,7 @@ def test_parts_cut_with_different_batch_rows_do_not_merge(project):
 def test_a_part_remembers_the_encoder_decision_where_every_build_of_the_expert_reads_it(project):
     pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
     notes = project["cache"] / ".fast-encoder"
-    assert [json.loads(p.read_text())["encoder"] for p in notes.glob("*.json")] == ["fastokens"]
+    assert [json.loads(p.read_text())["answer"]["encoder"] for p in notes.glob("*.json")] == ["fastokens"]
     lines: list[str] = []
     pretokenize_part(config_of(project), project["cache"], (1, 2), log=lines.append)
     assert [line for line in lines if line.startswith("fast encoder:")] == [

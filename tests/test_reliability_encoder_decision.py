@@ -151,7 +151,7 @@ def test_a_damaged_note_is_decided_again(tmp_path, text):
     lines = []
     result = build(config, project["cache"], log=lines.append, progress=False)
     assert shard_bytes(result) == reference(project, tmp_path)
-    assert json.loads(note.read_text())["encoder"] is None
+    assert json.loads(note.read_text())["answer"]["encoder"] is None
 
 
 # 4. tokenizer.json edited during tokenizing
@@ -210,7 +210,7 @@ def test_tokenizer_json_swapped_and_restored_while_the_child_reads_it(tmp_path, 
         f"{path} is not the content the build hashed (changed while it ran))"]
     assert shard_bytes(result) == reference(project, tmp_path)
     for note in (project["cache"] / ".fast-encoder").glob("*.json"):
-        assert json.loads(note.read_text())["encoder"] is None
+        assert json.loads(note.read_text())["answer"]["encoder"] is None
 
 
 # 5. the child raises after the checks passed
@@ -277,3 +277,61 @@ def test_an_answer_that_cannot_be_remembered_does_not_fail_the_build(tmp_path):
     assert shard_bytes(result) == reference(project, tmp_path)
     assert [line.split(" (")[0] for line in lines if line.startswith("fast encoder: its answer")] == [
         "fast encoder: its answer could not be remembered"]
+
+
+
+# 3b. an edited or foreign note (issue 23): a note is sealed with what it is about (pipeline/encode/notes.py), so
+# one edited by hand or copied from another tokenizer's is not trusted; decided again, the bytes are the HF
+# tokenizer's even where no document is checked (check_documents: 0). Tokenizer facts: tests/test_tokenizer_facts.py;
+# a note forged with a valid seal: caught by the document check (tests/test_exactness.py)
+def lowercasing(project) -> None:
+    """Give the project's tokenizer a Lowercase normalizer: tiktoken's structural checks refuse it, and
+    tiktoken (which has no normalizer) makes other ids for every row with a capital letter."""
+    path = project["model"] / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    spec["normalizer"] = {"type": "Lowercase"}
+    path.write_text(json.dumps(spec))
+
+
+def tiktoken_project(tmp_path: Path) -> dict:
+    project = build_fixtures.make_project(tmp_path)
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace("build:\n", "build:\n  fast_encoder: tiktoken\n  check_documents: 0\n"))
+    return project
+
+
+def test_an_edited_note_cannot_publish_wrong_shards(tmp_path):
+    project = tiktoken_project(tmp_path)
+    lowercasing(project)
+    config = load_config("sql", project["configs"])
+    build(config, project["cache"], log=lambda *_: None, progress=False)
+    (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
+    assert json.loads(note.read_text())["answer"]["encoder"] is None
+    edited = json.loads(note.read_text())
+    edited["answer"].update(encoder="tiktoken", why="edited by hand")
+    note.write_text(json.dumps(edited))
+    keep_only_the_notes(project["cache"])
+    lines = []
+    result = build(config, project["cache"], log=lines.append, progress=False)
+    assert shard_bytes(result) == reference(project, tmp_path)
+    assert "fast encoder: off (HF tokenizers) (tiktoken:" in "\n".join(map(str, lines))
+    assert json.loads(note.read_text())["answer"]["encoder"] is None
+
+
+def test_a_note_copied_from_another_tokenizer_does_not_apply(tmp_path):
+    project = tiktoken_project(tmp_path)
+    config = load_config("sql", project["configs"])
+    build(config, project["cache"], log=lambda *_: None, progress=False)
+    (plain,) = (project["cache"] / ".fast-encoder").glob("*.json")
+    assert json.loads(plain.read_text())["answer"]["encoder"] == "tiktoken"
+    lowercasing(project)
+    config = load_config("sql", project["configs"])
+    other = build(config, tmp_path / "other-cache", log=lambda *_: None, progress=False)
+    content_hash = json.loads((other.path / "manifest.json").read_text())["inputs"]["tokenizer"]["hash"]
+    lowered = note_path(project["cache"] / ".fast-encoder", content_hash, ("tiktoken",))
+    shutil.copy(plain, lowered)  # the plain tokenizer's answer under the lowercasing one's name
+    result = build(config, project["cache"], log=lambda *_: None, progress=False)
+    assert shard_bytes(result) == reference(project, tmp_path)
+    assert json.loads(lowered.read_text())["answer"]["encoder"] is None
+
+

@@ -25,7 +25,7 @@ def test_facts_are_remembered_and_planning_then_skips_the_hf_tokenizer(tmp_path,
     model = make_tokenizer(tmp_path / "model")
     first = load_tokenizer_info(model, facts_dir=tmp_path / "facts")
     (remembered,) = (tmp_path / "facts").iterdir()
-    assert json.loads(remembered.read_text()) == FACTS
+    assert json.loads(remembered.read_text())["answer"] == FACTS
     no_hf_load(monkeypatch)
     second = load_tokenizer_info(model, facts_dir=tmp_path / "facts")
     assert second == first
@@ -40,7 +40,31 @@ def test_a_damaged_facts_file_is_computed_again(tmp_path, damage):
     remembered.write_text(damage)
     assert load_tokenizer_info(model, facts_dir=tmp_path / "facts") == first
     assert [p.name for p in (tmp_path / "facts").iterdir()] == [remembered.name]  # rewritten, no temp file left
-    assert json.loads(remembered.read_text()) == FACTS
+    assert json.loads(remembered.read_text())["answer"] == FACTS
+
+
+def test_edited_facts_are_not_trusted(tmp_path):
+    """An edited file (another eos id, types still right) breaks its seal: computed again (issue 23)."""
+    model = make_tokenizer(tmp_path / "model")
+    load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    (remembered,) = (tmp_path / "facts").iterdir()
+    edited = json.loads(remembered.read_text())
+    edited["answer"]["ids"]["<|endoftext|>"] = 7
+    remembered.write_text(json.dumps(edited))
+    assert load_tokenizer_info(model, facts_dir=tmp_path / "facts").eos_id == 0
+    assert json.loads(remembered.read_text())["answer"] == FACTS
+
+
+def test_facts_copied_from_another_tokenizer_are_not_trusted(tmp_path):
+    model = make_tokenizer(tmp_path / "model")
+    load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    (plain,) = (tmp_path / "facts").iterdir()
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|im_end|>"}))
+    load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    (other,) = set((tmp_path / "facts").iterdir()) - {plain}
+    other.write_bytes(plain.read_bytes())  # the first tokenizer's facts under the second one's name
+    assert load_tokenizer_info(model, facts_dir=tmp_path / "facts").eos_id == 3
 
 
 def test_a_changed_tokenizer_file_gets_its_own_facts(tmp_path):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
 from packtrain.pipeline.encode.exactness import fast_encoder_candidates
-from packtrain.pipeline.encode.notes import read_note, write_note
+from packtrain.pipeline.encode.notes import note_file, read_note, write_note
 from packtrain.pipeline.encode.pool import children_ignore_ctrl_c
 
 
@@ -56,8 +56,9 @@ class EncoderDecision:
         if self.versions is None:
             self.answer = (None, f"{' and '.join(self.candidates)}: not installed (pip install {self.candidates[0]})")
             return
-        self.path = note_path(cache_dir, content_hash, self.candidates)
-        note = read_note(self.path, valid_note)
+        self.about = note_about(content_hash, self.candidates)
+        self.path = note_file(cache_dir, self.about)
+        note = read_note(self.path, self.about, lambda n: valid_note(n, self.candidates))
         if note is not None:
             self.answer = (note["encoder"], note["why"])
             return
@@ -106,7 +107,7 @@ class EncoderDecision:
         """Keep the answer for the next builds with this tokenizer; call once the tokenizer files are
         checked to be the content the key hashes (an answer the child could not give is not kept)."""
         if self.answer is not None and self.settled:
-            write_note(self.path, {"encoder": self.answer[0], "why": self.answer[1], "versions": self.versions})
+            write_note(self.path, self.about, {"encoder": self.answer[0], "why": self.answer[1], "versions": self.versions})
             self.settled = False
 
     def close(self) -> None:
@@ -186,17 +187,21 @@ def versions(candidates: tuple[str, ...]) -> str | None:
     return ", ".join(f"{name} {v}" for name, v in found.items())
 
 
+def note_about(content_hash: str, candidates: tuple[str, ...]) -> str:
+    """What the decision between ``candidates`` about the tokenizer of ``content_hash`` is about: its
+    note's name and seal (pipeline/encode/notes.py; call with one of them installed)."""
+    return f"{content_hash} {versions(candidates)} {DECISION_VERSION} {tiktoken_encoder.DECISION_VERSION}"
+
+
 def note_path(cache_dir: str | Path, content_hash: str, candidates: tuple[str, ...]) -> Path:
-    """Where the decision between ``candidates`` about the tokenizer of ``content_hash`` is remembered
-    (call with one of them installed)."""
-    key = hashlib.sha256(f"{content_hash} {versions(candidates)} {DECISION_VERSION} {tiktoken_encoder.DECISION_VERSION}"
-                         .encode()).hexdigest()[:16]
-    return Path(cache_dir) / f"{key}.json"
+    """Where the decision between ``candidates`` about the tokenizer of ``content_hash`` is remembered."""
+    return note_file(cache_dir, note_about(content_hash, candidates))
 
 
-def valid_note(note) -> bool:
-    return (isinstance(note, dict) and note.get("encoder") in (None, *ENCODERS)
-            and "encoder" in note and isinstance(note.get("why"), str))
+def valid_note(note, candidates: tuple[str, ...]) -> bool:
+    """A decision's answer: one of ``candidates`` (or None, the HF tokenizer) and why."""
+    return (isinstance(note, dict) and "encoder" in note and note["encoder"] in (None, *candidates)
+            and isinstance(note.get("why"), str))
 
 
 def refused(cache_dir: str | Path, content_hash: str, setting: bool | str) -> bool:
@@ -205,7 +210,8 @@ def refused(cache_dir: str | Path, content_hash: str, setting: bool | str) -> bo
     candidates = fast_encoder_candidates(setting)
     if not candidates or versions(candidates) is None:
         return False
-    note = read_note(note_path(cache_dir, content_hash, candidates), valid_note)
+    about = note_about(content_hash, candidates)
+    note = read_note(note_file(cache_dir, about), about, lambda n: valid_note(n, candidates))
     return note is not None and note["encoder"] is None
 
 

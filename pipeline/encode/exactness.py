@@ -34,7 +34,7 @@ import numpy as np
 
 from packtrain.pipeline import chat_once
 from packtrain.pipeline.encode.line_cache import CUT_VERSION
-from packtrain.pipeline.encode.notes import read_note, write_note
+from packtrain.pipeline.encode.notes import note_file, read_note, write_note
 
 SAMPLE_ONE_IN = 512
 SAMPLE_KEY = b"packtrain-exactness-sample-v1"
@@ -181,16 +181,17 @@ class Refusals:
     the fast-encoder decision), one note per ``key`` (what the refusal is about)."""
 
     def __init__(self, cache_dir: Path, notes: str, key: str):
-        self.path = Path(cache_dir) / notes / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+        self.about = key
+        self.path = note_file(Path(cache_dir) / notes, key)
 
     def refused(self) -> str | None:
         """Why the shortcut was refused by an earlier build, or None."""
-        note = read_note(self.path, lambda n: isinstance(n, dict) and n.get("on") is False
+        note = read_note(self.path, self.about, lambda n: isinstance(n, dict) and n.get("on") is False
                          and isinstance(n.get("why"), str))
         return None if note is None else note["why"]
 
     def remember(self, why: str) -> None:
-        write_note(self.path, {"on": False, "why": why, "tokenizers": library_version("tokenizers")})
+        write_note(self.path, self.about, {"on": False, "why": why, "tokenizers": library_version("tokenizers")})
 
 
 def line_cache_refusals(cache_dir: Path, content_hash: str) -> Refusals:

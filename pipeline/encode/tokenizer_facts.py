@@ -4,20 +4,20 @@ Planning (``load_tokenizer_info``) needs four facts that only the loaded ``token
 knows: the vocabulary size, the ids of the special tokens tokenizer_config.json names (eos, pad,
 bos), and the ids the post-processor puts before a text. Loading the Qwen tokenizer takes about
 0.5 s of the build's serial start (docs/BENCHMARKS.md), so the facts are kept in a small JSON file
-per tokenizer, ``cache/<expert>/.sources/.tokenizer-facts/<key>.json``; the key hashes the
-tokenizer files' content hash (tokenizer.json, tokenizer_config.json, ...), the ``tokenizers``
-version and :data:`FACTS_VERSION`. A missing or damaged file is computed again and written
-atomically; a changed tokenizer file changes the key.
+per tokenizer, ``cache/<expert>/.sources/.tokenizer-facts/<key>.json``, about the tokenizer files'
+content hash (tokenizer.json, tokenizer_config.json, ...), the ``tokenizers`` version,
+:data:`FACTS_VERSION` and the special tokens asked about. A missing, damaged or edited file (its seal,
+pipeline/encode/notes.py) is computed again and written atomically; a changed tokenizer file changes
+the key.
 """
 
 from __future__ import annotations
 
-import hashlib
 from importlib.metadata import version
 from pathlib import Path
 
 from packtrain.core.inputs import read_input
-from packtrain.pipeline.encode.notes import remembered_note
+from packtrain.pipeline.encode.notes import note_file, remembered_note
 
 FACTS_VERSION = 1  # raise when compute() changes, so remembered facts are computed again
 FACTS_DIR = ".tokenizer-facts"  # inside SOURCES
@@ -40,8 +40,8 @@ def remembered(tokenizer_file: Path, content_hash: str, tokens: list[str], fix: 
     """:func:`compute`, read from ``cache_dir`` when it holds this tokenizer's facts (None: no cache)."""
     if cache_dir is None:
         return compute(tokenizer_file, tokens, fix)
-    key = hashlib.sha256(f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION}".encode()).hexdigest()
-    return remembered_note(Path(cache_dir) / f"{key[:16]}.json", lambda facts: valid(facts, tokens),
+    about = f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION} {' '.join(tokens)}"
+    return remembered_note(note_file(cache_dir, about), about, lambda facts: valid(facts, tokens),
                            lambda: compute(tokenizer_file, tokens, fix))
 
 
