@@ -161,6 +161,26 @@ def test_qlora_nf4_with_compile(tmp_path, model_dir):
     assert info["torch_compile"] is True and math.isfinite(summary["final_loss"])
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_training_after_evaluation_with_val_blocks(tmp_path, arch, method):
+    """Eval at step 0, train, eval, train, eval: LoRA and QLoRA on the bundled model's architecture
+    (Qwen2) and SmolLM2's (Llama), with val blocks (tests/test_train_after_eval.py is the CPU side)."""
+    if method == "qlora":
+        pytest.importorskip("bitsandbytes")
+    model_dir = tiny_model_dir(tmp_path / "model", hidden=128, arch=arch)
+    _build(tmp_path, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=4, eval_steps=2, lora={"method": method}),
+                  tmp_path / "cache")
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if "eval/loss" in r] == [0, 2, 4]
+    assert [r["step"] for r in lines if "loss" in r] == [1, 2, 3, 4]
+    assert all(math.isfinite(r.get("loss", r.get("eval/loss", math.nan))) for r in lines
+               if "loss" in r or "eval/loss" in r)
+    summary, _ = _summary(run_dir)
+    assert math.isfinite(summary["eval/loss_before"]) and math.isfinite(summary["eval/loss_after"])
+
+
 def test_resume_on_cuda_continues_the_same_run(tmp_path, model_dir):
     """10 steps straight vs the same run resumed from its step-5 checkpoint: the same data positions
     and losses at bf16 tolerance (flash attention's backward accumulates with atomics, so CUDA runs are

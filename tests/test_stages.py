@@ -109,3 +109,27 @@ def test_stage_names_are_checked():
         config_from_dict({"expert": "sql", "sources": [], "stages": [
             {"name": "", "sources": [{"name": "bundled"}]}, {"name": "A-b", "sources": [{"name": "bundled"}]}]})
     assert "stages[0].name: ''" in str(err.value) and "stages[1].name: 'A-b'" in str(err.value)
+
+
+def one_stage_curriculum(model_dir: Path, runs: Path):
+    """``sql`` with ``stages:`` holding one stage (``sql.only``), for the tiny model."""
+    from packtrain.core.configfile import config_from_dict
+
+    config = make_config(model_dir, runs, max_steps=2).to_dict()
+    config["stages"] = [{"name": "only", "sources": [{"name": "bundled"}]}]
+    return config_from_dict(config)
+
+
+def test_resume_auto_of_a_finished_one_stage_curriculum_skips_the_stage(tmp_path):
+    """One stage is still a curriculum: --resume auto skips it once finished (it trained it again)."""
+    from packtrain.trainer.curriculum import train_expert
+
+    model_dir = tiny_model_dir(tmp_path / "model")
+    write_build(tmp_path / "cache", "sql.only", random_blocks(6, 32, 0), [], 32, model_dir)
+    [first] = train_expert(one_stage_curriculum(model_dir, tmp_path / "runs"), tmp_path / "cache")
+    said = []
+    again = train_expert(one_stage_curriculum(model_dir, tmp_path / "runs"), tmp_path / "cache", resume="auto",
+                         say=said.append)
+    assert again == [first]
+    assert said == [f"resume auto: stage sql.only finished in {first}; going on from its adapter"]
+    assert [p.name for p in (tmp_path / "runs" / "sql.only").iterdir()] == [first.name]

@@ -47,16 +47,19 @@ def write_tokenizer(directory: Path, vocab_size: int = VOCAB, extra: str = "") -
 
 
 def tiny_model_dir(directory: Path, vocab_size: int = VOCAB, weights: bool = True, seed: int = 0,
-                   hidden: int = 64, layers: int = 2) -> Path:
+                   hidden: int = 64, layers: int = 2, arch: str = "qwen2") -> Path:
     """A tiny Qwen2 (hidden 64, 2 layers, 4 heads, 2 kv heads) with its tokenizer; random weights
-    saved as safetensors when ``weights``, else config.json only (random init at train time)."""
+    saved as safetensors when ``weights``, else config.json only (random init at train time).
+    ``arch="llama"``: the same sizes as a Llama, SmolLM2's architecture (no bias in any linear layer;
+    Qwen2, the bundled model's, has biases in q/k/v)."""
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-    config = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, tie_word_embeddings=True,
-                         eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+    config = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch](
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=1024, tie_word_embeddings=True,
+        eos_token_id=EOS_ID, pad_token_id=PAD_ID)
     directory.mkdir(parents=True, exist_ok=True)
     if weights:
         torch.manual_seed(seed)

@@ -110,12 +110,20 @@ def load_adapter_weights(model, directory: Path) -> None:
     except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
         raise RuntimeError(f"adapter weights {path} cannot be read ({e}): the checkpoint is corrupt; "
                            "resume from another checkpoint (--resume PATH) or start a new run") from None
-    expected = set(get_peft_model_state_dict(model))
+    ours = get_peft_model_state_dict(model)
+    expected = set(ours)
     if set(state) != expected:
         missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
         raise RuntimeError(f"adapter weights {path} do not fit this model (missing {missing[:3]}, unexpected "
                            f"{extra[:3]}): the checkpoint was taken with other lora settings (r, target_modules) "
                            "or another base model")
+    shapes = [(k, tuple(state[k].shape), tuple(ours[k].shape)) for k in sorted(state)
+              if tuple(state[k].shape) != tuple(ours[k].shape)]  # a DTensor's shape is the full one
+    if shapes:
+        name, theirs, here = shapes[0]
+        raise RuntimeError(f"adapter weights {path} do not fit this model ({len(shapes)} tensors of another shape, "
+                           f"first {name}: {list(theirs)} saved, {list(here)} here): the checkpoint was taken with "
+                           "other lora settings (r, target_modules) or another base model")
     if sharded(model):
         load_full_trainable_state(model, _to_model_keys(model, state))
     else:

@@ -45,7 +45,8 @@ def train_expert(config: ExpertConfig, cache_dir: str | Path, build_id: str | No
                 stage.train.max_steps = max_steps
             if run_dirs:
                 stage.train.init_adapter = str(run_dirs[-1] / ADAPTER_DIR)
-            done = finished_stage(stage) if curriculum and resume == "auto" else None
+            # a curriculum of one stage is a curriculum too: its finished stage is skipped
+            done = finished_stage(stage) if config.stages and resume == "auto" else None
             if done is not None:
                 say(f"resume auto: stage {stage.expert} finished in {done}; going on from its adapter")
                 run_dirs.append(done)

@@ -165,9 +165,7 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
             kwargs["device_map"] = {"": device}
         model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, **kwargs)
         if quantize:
-            import bitsandbytes as bnb
-
-            n = sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+            n = keep_4bit_layout(model)
             log.info("qlora: %d linear layers quantized to NF4 (double quant, compute dtype %s)",
                      n, str(kwargs["quantization_config"].bnb_4bit_compute_dtype).replace("torch.", ""))
             if device.type == "cpu":  # the message bitsandbytes prints on import is silenced (trainer/quiet.py)
@@ -182,6 +180,26 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
     finally:
         if scratch is not None:
             scratch.cleanup()
+
+
+def keep_4bit_layout(model: torch.nn.Module) -> int:
+    """Turn off bitsandbytes' CPU inference repacking on every ``Linear4bit`` of ``model``; returns how many.
+
+    On a CPU with AVX512-BF16, bitsandbytes (0.48+) rewrites a 4-bit weight into an inference-only
+    layout the first time the layer runs in eval mode on an input without grad (our evaluation), and
+    never rewrites it back: the next training step then goes through its inference kernel and fails
+    (``result += bias``: a view of a leaf Variable ...), or, in a layer without bias, gives wrong
+    numbers. Evaluation also computed in bf16 there, so eval losses depended on the CPU. With the
+    switch it reads (``support_avx512bf16_for_cpu``, set per layer at construction) off, evaluation and
+    training take the same dequantize path on every CPU. Set on each layer rather than by patching the
+    library, so other code in the process is unaffected; an older bitsandbytes without the repacking
+    ignores the attribute (tests/test_trainer_run.py pins the behaviour on the installed version)."""
+    import bitsandbytes as bnb
+
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
 
 
 def _finish(model: torch.nn.Module) -> torch.nn.Module:

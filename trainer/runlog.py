@@ -37,8 +37,29 @@ def ensure_log_handler() -> None:
         log.setLevel(logging.INFO)
 
 
-def add_file_log(path: Path) -> logging.Handler:
+class HeldLog(logging.Handler):
+    """The run's log lines from before its directory exists (it is created only once nothing can
+    refuse any more: trainer/train.py), written first into its train.log by :func:`add_file_log`.
+    Attached while it lives; ``close()`` detaches it and keeps what it held."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        log.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        log.removeHandler(self)
+        super().close()
+
+
+def add_file_log(path: Path, held: HeldLog | None = None) -> logging.Handler:
+    """Log into ``path`` from now on, after the lines ``held`` kept (with their own times)."""
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    for record in held.records if held is not None else ():
+        handler.handle(record)
     log.addHandler(handler)
     return handler

@@ -33,10 +33,11 @@ import numpy as np
 import torch
 
 from packtrain.core.config import ConfigError, ExpertConfig
+from packtrain.core.config_train import TrainConfig
 from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, former_stage_name, resolve_build
 from packtrain.core.errors import ContractError
 from packtrain.core.rundir import RUN_JSON, record_runs_dir
-from packtrain.trainer.attention import choose_attention
+from packtrain.trainer.attention import AttentionChoice, choose_attention
 from packtrain.trainer.adapters import (NonFiniteWeightsError, attach_adapters, load_adapter_weights,
                                         trainable_parameters)
 from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
@@ -49,11 +50,11 @@ from packtrain.trainer.loop import NonFiniteLossError, train_loop
 from packtrain.trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops
 from packtrain.trainer.loss import fused_kernel
 from packtrain.trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
-from packtrain.trainer.model import ModelError, choose_precision, load_base_model, model_source, tokenizer_dir
+from packtrain.trainer.model import ModelError, Precision, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.optim import build_optimizer
 from packtrain.trainer.run_checks import TrainError, check_batch_shape, check_tokenizer, choose_run_dir, verify_shards
 from packtrain.trainer.run_end import finish_run, write_json
-from packtrain.trainer.runlog import RankFilter, add_file_log, ensure_log_handler
+from packtrain.trainer.runlog import HeldLog, RankFilter, add_file_log, ensure_log_handler
 from packtrain.trainer.schedule import build_scheduler, warmup_steps
 from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer
 
@@ -144,11 +145,23 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
                         manifest.build_id, saved.build_id, saved.epoch)
             state.build_id, state.position = manifest.build_id, 0
 
-    # the run directory (a resumed run continues in its own, unless that run is finished: a finished
-    # run is never written to, so it continues in a new one); from here on the log goes there too
-    run_dir = decide_on_rank0(lambda: choose_run_dir(checkpoint, state.step, expert_runs, train.run_name,
-                                                     manifest.build_id), world)
-    file_log = add_file_log(run_dir / "train.log") if world.is_main else None
+    # everything else that can refuse (the model, its adapters, train.init_adapter, the checkpoint's
+    # weights and optimizer state) before the run directory exists: a refusal creates nothing, forks
+    # nothing and discards no checkpoint; the log lines meanwhile are held for the run's train.log
+    held = HeldLog() if world.is_main else None
+    try:
+        setup = _prepare(config, build_dir, manifest, source, state, checkpoint, world)
+        # the run directory (a resumed run continues in its own, unless that run is finished: a finished
+        # run is never written to, so it continues in a new one); from here on the log goes there too
+        run_dir = decide_on_rank0(lambda: choose_run_dir(checkpoint, state.step, expert_runs, train.run_name,
+                                                         manifest.build_id), world)
+    except Exception as e:
+        log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e)
+        raise
+    finally:
+        if held is not None:
+            held.close()
+    file_log = add_file_log(run_dir / "train.log", held) if world.is_main else None
     if checkpoint is not None and world.is_main:
         if run_dir != checkpoint.parent:
             log.warning("run %s is finished (%s): it stays as it is; continuing from its %s in the new run %s",
@@ -157,7 +170,7 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         for dropped in discard_later_checkpoints(run_dir, state.step):
             log.warning("resuming from step %d abandons %s: removed", state.step, dropped.name)
     try:
-        return _train(config, build_dir, manifest, source, tok_dir, state, checkpoint, run_dir, world)
+        return _train(config, build_dir, manifest, source, tok_dir, state, checkpoint, run_dir, world, setup)
     except Exception as e:
         log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e)
         raise
@@ -187,9 +200,31 @@ def remember_runs_dir(cache_dir, expert: str, expert_runs: Path) -> None:
                     "see this run's checkpoints; make the cache writable", expert_runs.absolute(), cache_dir, e)
 
 
-def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, tok_dir: Path, state: TrainState,
-           checkpoint: Path | None, run_dir: Path, world: World) -> Path:
-    """Everything after the checks: set up, restore, train, export (logging into run_dir/train.log)."""
+@dataclasses.dataclass
+class Setup:
+    """The run, set up and restored, with nothing written yet (:func:`_prepare`)."""
+
+    train: TrainConfig  # as resolved: torch_compile a bool, the micro-batch a number
+    device: torch.device
+    precision: Precision
+    model: torch.nn.Module
+    attention: AttentionChoice
+    fused: object  # the fused loss kernel or None
+    fsdp: bool
+    train_set: BlockDataset
+    batches: BatchStream
+    val_loader: object
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    scaler: torch.amp.GradScaler | None
+    total_steps: int
+    flops: FlopCounter
+
+
+def _prepare(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, state: TrainState,
+             checkpoint: Path | None, world: World) -> Setup:
+    """Everything after the checks that can still refuse, before anything is written: the model and its
+    adapters (``train.init_adapter``), data, optimizer, schedule, and the checkpoint restored."""
     train = config.train
     device = device_for(world)
     seed_everything(train.seed)  # the same on every rank: identical LoRA init and dropout RNG streams
@@ -260,6 +295,19 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     optimizer = build_optimizer(trainable_parameters(model), train, device)
     scheduler = build_scheduler(optimizer, train, total_steps)
     scaler = torch.amp.GradScaler(device.type) if precision.use_scaler else None
+    batches = BatchStream(train_loader, sampler, state.epoch, state.position)
+    if checkpoint is not None:
+        load_checkpoint(checkpoint, model, optimizer, scheduler, scaler)  # RNG states last of all
+    return Setup(train=train, device=device, precision=precision, model=model, attention=attention, fused=fused,
+                 fsdp=fsdp, train_set=train_set, batches=batches, val_loader=val_loader, optimizer=optimizer,
+                 scheduler=scheduler, scaler=scaler, total_steps=total_steps, flops=flops)
+
+
+def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, tok_dir: Path, state: TrainState,
+           checkpoint: Path | None, run_dir: Path, world: World, setup: Setup) -> Path:
+    """Write the run's config, train, export (logging into run_dir/train.log)."""
+    train, device, precision, model, fsdp = setup.train, setup.device, setup.precision, setup.model, setup.fsdp
+    train_set, total_steps, batch_size = setup.train_set, setup.total_steps, train.per_device_train_batch_size
 
     info = RunInfo(run_dir, config.to_dict(), tok_dir)
     if world.is_main:
@@ -273,12 +321,10 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
             "world_size": world.world_size, "block_size": manifest.block_size, "seq_length": train_set.seq_length,
             "global_batch_blocks": batch_size * world.world_size * train.gradient_accumulation_steps,
             "per_device_train_batch_size": batch_size, "gradient_accumulation_steps": train.gradient_accumulation_steps,
-            "gradient_checkpointing": train.gradient_checkpointing, "attention": attention.name,
-            "torch_compile": train.torch_compile, "fused_loss": fused is not None,
+            "gradient_checkpointing": train.gradient_checkpointing, "attention": setup.attention.name,
+            "torch_compile": train.torch_compile, "fused_loss": setup.fused is not None,
         })
-    batches = BatchStream(train_loader, sampler, state.epoch, state.position)
     if checkpoint is not None:
-        load_checkpoint(checkpoint, model, optimizer, scheduler, scaler)  # RNG states last of all
         log.info("resumed from %s: step %d, epoch %d, block %d of the epoch", checkpoint, state.step,
                  state.epoch, state.position)
     sequences = (f"{len(train_set)} train blocks of {manifest.block_size} tokens" if train_set.windows == 1 else
@@ -294,14 +340,14 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     if world.is_main and train.report_to == "tensorboard":
         metrics = TensorBoardMirror(metrics, run_dir)
     peak = peak_flops(device, train.peak_tflops)
-    meter = Meter(device, flops, peak * world.world_size if peak else None)  # the counts are global
+    meter = Meter(device, setup.flops, peak * world.world_size if peak else None)  # the counts are global
     start, start_tokens = time.perf_counter(), state.tokens
     try:
         records, evals = train_loop(
-            model=model if fsdp else wrap(model, world, device), optimizer=optimizer, scheduler=scheduler,
-            scaler=scaler, precision=precision, device=device, batches=batches, val_loader=val_loader, train=train,
-            total_steps=total_steps, state=state, run=info, meter=meter, metrics=metrics, world=world,
-            attention=attention, fused=fused)
+            model=model if fsdp else wrap(model, world, device), optimizer=setup.optimizer,
+            scheduler=setup.scheduler, scaler=setup.scaler, precision=precision, device=device, batches=setup.batches,
+            val_loader=setup.val_loader, train=train, total_steps=total_steps, state=state, run=info, meter=meter,
+            metrics=metrics, world=world, attention=setup.attention, fused=setup.fused)
     except torch.OutOfMemoryError as e:
         raise TrainError(oom_advice(train, config.lora)) from e
     finally:

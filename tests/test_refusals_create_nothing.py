@@ -1,0 +1,98 @@
+"""A refused run creates nothing: every check that can refuse (the model, its adapters,
+``train.init_adapter``, a checkpoint's weights) runs before the run directory exists, so a refusal
+leaves no run directory holding only train.log, no ``<run>-from-<step>`` fork, and no checkpoint
+of the run it would have resumed discarded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from packtrain.core.configfile import config_from_dict
+from packtrain.trainer.checkpoint import CheckpointError
+from packtrain.trainer.curriculum import train_expert
+from packtrain.trainer.model import ModelError
+from packtrain.trainer.run_checks import TrainError
+from packtrain.trainer.train import run
+from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory``, by relative path, with its bytes."""
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("lora, message", [
+    ({"r": 4}, r"do not fit this model \(28 tensors of another shape, first "
+               r"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight: \[8, 128\] saved, \[4, 128\] here\)"),
+    ({"target_modules": ["q_proj"]}, r"do not fit this model \(missing \[\], unexpected"),
+])
+def test_a_refused_resume_creates_no_fork_and_discards_no_checkpoint(tmp_path, model_dir, lora, message):
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    finished = run(make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, run_name="done"),
+                   tmp_path / "cache")
+    unfinished = finished.with_name("open")  # a run killed after its step-2 checkpoint
+    unfinished.mkdir()
+    for name in ("checkpoint-1", "checkpoint-2", "config.json", "run.json", "metrics.jsonl", "train.log"):
+        (shutil.copytree if (finished / name).is_dir() else shutil.copy2)(finished / name, unfinished / name)
+    before = tree(tmp_path / "runs")
+
+    for checkpoint in (finished / "checkpoint-1", finished / "checkpoint-1", unfinished / "checkpoint-1"):
+        with pytest.raises(CheckpointError, match=message) as refused:
+            run(make_config(model_dir, tmp_path / "runs", max_steps=4, lora=lora), tmp_path / "cache",
+                resume=str(checkpoint))
+        assert "\n" not in str(refused.value)
+
+    assert sorted(p.name for p in (tmp_path / "runs" / "sql").iterdir()) == ["done", "open"]  # no done-from-1
+    assert tree(tmp_path / "runs") == before  # open's checkpoint-2 is still there, nothing appended
+
+
+def broken_model(model_dir: Path, directory: Path) -> Path:
+    shutil.copytree(model_dir, directory)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "model_type": "no-such-model"}))
+    return directory
+
+
+def test_an_unknown_model_type_creates_no_run_directory(tmp_path, model_dir):
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    config = make_config(broken_model(model_dir, tmp_path / "broken"), tmp_path / "runs")
+    with pytest.raises(ModelError, match="cannot load model .*broken"):
+        run(config, tmp_path / "cache")
+    assert not (tmp_path / "runs" / "sql").exists()
+
+
+def test_a_missing_init_adapter_creates_no_run_directory(tmp_path, model_dir):
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", init_adapter=str(tmp_path / "nowhere"))
+    with pytest.raises(TrainError, match=r"train.init_adapter: adapter weights .*nowhere.* cannot be read"):
+        run(config, tmp_path / "cache")
+    assert not (tmp_path / "runs" / "sql").exists()
+
+
+def test_a_refused_stage_creates_no_run_directory(tmp_path, model_dir):
+    for stage in ("first", "second"):
+        write_build(tmp_path / "cache", f"sql.{stage}", random_blocks(8, 32, 0), [], 32, model_dir)
+    config = make_config(broken_model(model_dir, tmp_path / "broken"), tmp_path / "runs").to_dict()
+    config["stages"] = [{"name": stage, "sources": [{"name": "bundled"}]} for stage in ("first", "second")]
+    with pytest.raises(TrainError, match="^sql.first: cannot load model"):
+        train_expert(config_from_dict(config), tmp_path / "cache")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_held_log_lines_open_the_run_s_train_log(tmp_path, model_dir):
+    """The lines logged while the run was set up (before its directory existed) are in its train.log."""
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=1), tmp_path / "cache")
+    log = (run_dir / "train.log").read_text().splitlines()
+    assert "INFO precision: cpu: training in fp32" in log[0]
+    assert any("INFO attention: " in line for line in log[:3])
+    assert any(f"INFO run {run_dir}: build " in line for line in log)
