@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from filelock import FileLock
 
 from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
+from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
@@ -53,7 +53,7 @@ from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.shards import pack_split, packed_lengths
-from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill, source_key,
+from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill, remove_path, source_key,
                                       uncached_sources, write_json)
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
 
@@ -68,8 +68,9 @@ class BuildResult:
 
 # Bump when the build's logic changes its output for the same inputs (it is part of the build id,
 # so old builds are never reused by a pipeline that would write them differently).
-PIPELINE_VERSION = 4  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights;
-# 4: the line cache cuts GPT-2-regex texts only at lone newlines, and shortcuts are checked per build
+PIPELINE_VERSION = 5  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights;
+# 4: the line cache cuts GPT-2-regex texts only at lone newlines, and shortcuts are checked per build;
+# 5: a conversation with a message field the chat template does not render, or an empty assistant turn, is a bad row
 
 
 def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
@@ -105,17 +106,21 @@ class Plan(NamedTuple):
     """Every input file with the stat and sha256 it had when hashed: what the build id describes."""
 
 
-def plan(config: ExpertConfig, cache_dir: str | os.PathLike, log=None) -> Plan:
+def plan(config: ExpertConfig, cache_dir: str | os.PathLike, log=None, write: bool = True) -> Plan:
     """Inputs and build id, hashing only the files whose stat changed since the last time (``log``
-    says when the stat cache was damaged and is rebuilt)."""
+    says when the stat cache was damaged and is rebuilt). ``write=False``: nothing is written to the
+    cache (the stat cache is read, not saved; the tokenizer's facts are computed, not remembered), for
+    commands that only look, which then work on a read-only cache too."""
     root = expert_dir(cache_dir, config.expert)
     check_cache_outside_sources(config, cache_dir)
     cache = StatCache(root / STAT_CACHE)
     if cache.problem and log is not None:
         log(cache.problem)
-    sources, tokenizer, inputs = plan_inputs(config, cache.sha256, root / SOURCES / tokenizer_facts.FACTS_DIR)
-    root.mkdir(parents=True, exist_ok=True)
-    cache.save(lock=root / LOCK)
+    facts = root / SOURCES / tokenizer_facts.FACTS_DIR if write else None
+    sources, tokenizer, inputs = plan_inputs(config, cache.sha256, facts)
+    if write:
+        root.mkdir(parents=True, exist_ok=True)
+        cache.save(lock=root / LOCK)
     return Plan(sources, tokenizer, inputs, build_id_of(inputs), cache)
 
 
@@ -157,7 +162,7 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
                     log(f"note: {config.expert} uses the bundled sample shipped with packtrain, not a real dataset; "
                         f"set DATASET=<hf id or path> or sources: in configs/{config.expert}.yaml for real data")
         try:
-            with FileLock(str(root / LOCK)):
+            with expert_lock(root, log):
                 return publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress, files)
         except InputsChanged as e:
             if attempt == 2:
@@ -227,7 +232,11 @@ def remove_leftovers(root: Path, log) -> None:
     """Temporary files and directories of builds that died (we hold the lock, so none is alive)."""
     for path in sorted([*root.glob(f"{TMP_PREFIX}*"), *(root / SOURCES).glob(f"{TMP_PREFIX}*")]):
         log(f"removing leftover {path.name} of an interrupted build")
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        try:
+            remove_path(path)  # a link is removed itself, never followed
+        except OSError as e:
+            raise BuildError(f"cannot remove the leftover {path} in the cache ({type(e).__name__}: {e}); remove it "
+                             "by hand (nothing else may be named .tmp-* there), then build again") from None
         crash_point("mid_cleanup")
 
 

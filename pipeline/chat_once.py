@@ -1,6 +1,6 @@
 """Conversations rendered once: every assistant span read off one render of the chat template.
 
-The exact way (format.render_conversation) renders the template 2k+1 times for a conversation of k
+The exact way (format.render_turns) renders the template 2k+1 times for a conversation of k
 assistant turns: the whole, and for each turn the conversation up to it with the generation prompt
 (where the turn starts) and through it (where it ends). Here the template renders the conversation
 once, with a marker pair (two private-use characters) around each assistant turn's content::
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from packtrain.pipeline.format import BadRow, Formatted, compile_chat_template, render_conversation
+from packtrain.pipeline.format import BadRow, Formatted, compile_chat_template, render_turns
 
 OPEN, CLOSE = "\U000f0000", "\U000f0001"
 VERSION = 1  # raise when what is rendered once changes (part of the remembered refusals' key)
@@ -132,7 +132,7 @@ def _turn_end(template: str, bos_token: str | None, eos_token: str | None) -> st
     ends = set()
     for probe in PROBES:
         try:
-            exact = render_conversation(template, None, probe, "probe", bos_token, eos_token)
+            exact = render_turns(template, probe, "probe", bos_token, eos_token)
         except BadRow:
             return None
         wrapped = marked(probe)
@@ -151,7 +151,7 @@ def _turn_end(template: str, bos_token: str | None, eos_token: str | None) -> st
     if not end.strip() or end[-1].isspace():  # the exact way's rstrip would then reach into the content
         return None
     for probe in PROBES:  # the end learned, rendering once must now give the exact way's result
-        exact = render_conversation(template, None, probe, "probe", bos_token, eos_token)
+        exact = render_turns(template, probe, "probe", bos_token, eos_token)
         if spans_once(template, probe, end, bos_token, eos_token) != (exact.text, exact.spans):
             return None
     return end
@@ -195,7 +195,7 @@ def chatml_system(template: str, bos_token: str | None, eos_token: str | None) -
         default = text[len("<|im_start|>system\n") : text.find(CHATML_END)]
     for probe in PROBES + CONTENT_PROBES:
         try:
-            exact = render_conversation(template, None, probe, "probe", bos_token, eos_token)
+            exact = render_turns(template, probe, "probe", bos_token, eos_token)
         except Exception:  # the template treats this content specially: string joins cannot follow it
             return False, None
         if chatml(probe, default, eos_token) != (exact.text, exact.spans):

@@ -139,18 +139,28 @@ def render_chat(
 def render_conversation(template: str | None, system: str | None, messages: Any, column: str,
                         bos_token: str | None = None, eos_token: str | None = None, once: bool = False) -> Formatted:
     """The whole conversation and the character span of every assistant turn (see the module doc);
-    ``once``: from one render where pipeline/chat_once.py can (the same result, checked)."""
+    ``once``: from one render where pipeline/chat_once.py can (the same result, checked). A row whose
+    messages hold a field the template does not render, or an empty assistant turn, is a :class:`BadRow`
+    (:func:`check_messages`, :func:`check_fields_rendered`), whichever way it is then rendered."""
     if not template:
         raise BadRow("format.messages needs the tokenizer's chat_template, and it has none")
     messages = check_messages(messages, column)
     if system and messages[0]["role"] != "system":
         messages = [{"role": "system", "content": system}] + messages
+    check_fields_rendered(template, messages, column, bos_token, eos_token)
     if once:
         from packtrain.pipeline.chat_once import render_once
 
         doc = render_once(template, messages, bos_token, eos_token)
         if doc is not None:
             return doc
+    return render_turns(template, messages, column, bos_token, eos_token)
+
+
+def render_turns(template: str, messages: list[dict], column: str, bos_token: str | None = None,
+                 eos_token: str | None = None) -> Formatted:
+    """The exact way: the whole conversation rendered, and each assistant turn's span found by
+    rendering the conversation up to it and through it (``messages`` already checked)."""
     compiled = compile_chat_template(template)
     extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
 
@@ -178,6 +188,53 @@ def render_conversation(template: str | None, system: str | None, messages: Any,
     return Formatted(full, tuple(spans))
 
 
+def present(value: Any) -> bool:
+    """Whether a message field holds something: None, "", [] and {} are absent (Arrow and `datasets` give
+    every message every key seen in the column, the missing ones as null)."""
+    return value is not None and not (isinstance(value, (str, list, dict)) and not value)
+
+
+def extra_fields(message: dict) -> list[str]:
+    """The keys of ``message`` besides role and content that hold something."""
+    return [key for key, value in message.items() if key not in ("role", "content") and present(value)]
+
+
+def check_fields_rendered(template: str, messages: list[dict], column: str, bos_token: str | None = None,
+                          eos_token: str | None = None) -> None:
+    """Refuse (:class:`BadRow`) a conversation with a message field the chat template does not render:
+    a field is rendered when the conversation renders differently without it. Training on such a row
+    would silently drop the field (SmolLM2's template ignores ``tool_calls``: the assistant's tool call
+    would become an empty answer). Only rows with fields besides role and content are rendered here.
+
+    >>> ignores = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\\n{% endfor %}"
+    >>> try:
+    ...     check_fields_rendered(ignores, [{"role": "user", "content": "hi", "name": "ann"},
+    ...                                     {"role": "assistant", "content": "ok", "tool_calls": []}], "messages")
+    ... except BadRow as e:
+    ...     print(e)
+    'messages' message 0 (user) has a field 'name' that the chat template does not render, so it would be dropped silently; remove the field from the data or use a chat template that renders it
+    """
+    fields = [(i, key) for i, message in enumerate(messages) for key in extra_fields(message)]
+    if not fields:
+        return
+    compiled = compile_chat_template(template)
+    extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+    try:
+        full = compiled.render(messages=messages, add_generation_prompt=False, **extra)
+    except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
+        return
+    for i, key in fields:
+        without = messages[:i] + [{k: v for k, v in messages[i].items() if k != key}] + messages[i + 1:]
+        try:
+            ignored = compiled.render(messages=without, add_generation_prompt=False, **extra) == full
+        except Exception:  # the template needs the field: it is rendered (or looked at)
+            ignored = False
+        if ignored:
+            raise BadRow(f"{column!r} message {i} ({messages[i]['role']}) has a field {key!r} that the chat template "
+                         "does not render, so it would be dropped silently; remove the field from the data or use "
+                         "a chat template that renders it")
+
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -199,6 +256,9 @@ def check_messages(messages: Any, column: str) -> list[dict]:
             raise BadRow(f"{column!r} message {i}: content is {type(content).__name__}, expected text")
         if content is None and not message.get("tool_calls"):
             raise BadRow(f"{column!r} message {i} ({message['role']}) has neither content nor tool_calls")
+        if message["role"] == "assistant" and not (content or "").strip() and not extra_fields(message):
+            raise BadRow(f"{column!r} message {i} (assistant) is empty, and an empty answer would be trained on; "
+                         "fill in its content or drop the turn")
     # parquet/arrow give every message every key seen in the column, missing ones as null: drop
     # those, so a template's "is defined" tests see the message as it was written
     return [{key: value for key, value in message.items() if value is not None} for message in messages]

@@ -20,11 +20,11 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from filelock import FileLock
 
 from packtrain.core.config import ExpertConfig
-from packtrain.core.contract import LOCK, TMP_PREFIX, expert_dir, token_dtype
+from packtrain.core.contract import TMP_PREFIX, expert_dir, token_dtype
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
+from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode.source_caches import tokenize_sources
 from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.encode import exactness
@@ -81,7 +81,7 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
     sources, tokenizer, inputs, build_id, files = plan(config, cache_dir, log)
     dtype = token_dtype(tokenizer.vocab_size)
     keys = [source_key(inputs, i) for i in range(len(sources))]
-    with FileLock(str(root / LOCK)):
+    with expert_lock(root, log):
         merged = []
         for i in uncached_sources(root, inputs, log):
             key = keys[i]

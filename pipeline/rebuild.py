@@ -30,10 +30,11 @@ from typing import Callable
 from filelock import FileLock, Timeout
 
 from packtrain.pipeline.build import build, plan
+from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.spill import SOURCES, source_key
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import BUILD_ID, LOCK, MANIFEST, Manifest, expert_dir, read_current
+from packtrain.core.contract import BUILD_ID, MANIFEST, Manifest, expert_dir, read_current
 from packtrain.core.rundir import CHECKPOINT_PREFIX, RUN_JSON, STATE_JSON, SUMMARY, recorded_runs_dirs
 from packtrain.core.errors import ContractError
 
@@ -64,12 +65,12 @@ def builds_in_use(runs_dir: Path) -> set[str]:
     return ids
 
 
-def prune_builds(cache_dir: str | Path, expert: str, keep: int, runs_dir: Path) -> list[str]:
+def prune_builds(cache_dir: str | Path, expert: str, keep: int, runs_dir: Path, log=print) -> list[str]:
     """Delete old builds of ``expert`` beyond ``keep``; never CURRENT, never one a run still needs (under
     ``runs_dir`` or any runs directory recorded in the cache). Holds the expert's build lock, so no
     build in progress can lose the source caches it uses."""
     root = expert_dir(cache_dir, expert)
-    with FileLock(str(root / LOCK)):
+    with expert_lock(root, log):
         return _prune(cache_dir, expert, root, keep, runs_dir)
 
 
@@ -131,7 +132,8 @@ def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log,
             result = build(config, cache_dir, log=log, progress=False, planned=planned)
             outcome.action, outcome.new_build = "rebuilt", result.build_id
             outcome.token_delta = token_delta(cache_dir, config.expert, old, result.build_id)
-        outcome.pruned = prune_builds(cache_dir, config.expert, keep, Path(config.train.output_dir) / config.expert)
+        outcome.pruned = prune_builds(cache_dir, config.expert, keep, Path(config.train.output_dir) / config.expert,
+                                      log)
     except Exception as e:  # one expert's failure must not stop the others; it is reported
         outcome.error = f"{type(e).__name__}: {e}"
     outcome.seconds = round(time.perf_counter() - started, 3)

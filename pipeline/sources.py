@@ -180,9 +180,12 @@ def _json_native(t: pa.DataType) -> bool:
 
 
 def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) -> Iterator[Columns]:
-    """One JSON object per non-blank line; the first ``skip`` rows were already read."""
+    """One JSON object per non-blank line; the first ``skip`` rows were already read. A column some
+    rows lack is null there (a bad row, counted); one that no row has is an error, said at the end."""
     buf: Columns = {c: [] for c in columns}
     row = 0
+    seen: dict[str, None] = {}  # every key of the rows read, while a column is still unseen
+    unseen = set(columns) if skip == 0 else set()  # pyarrow's schema (every key of its rows) had them all
     with open(path, encoding="utf-8-sig") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -197,14 +200,17 @@ def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) 
             if not isinstance(obj, dict):
                 raise SourceError(f"{path}, line {lineno}: expected one JSON object per line, got "
                                   f"{type(obj).__name__}; write one {{\"field\": value}} object per line")
-            if row == 0:
-                _check_columns(path, columns, list(obj))
+            if unseen:
+                seen.update(dict.fromkeys(obj))
+                unseen.difference_update(obj)
             for c in columns:
                 buf[c].append(obj.get(c))
             row += 1
             if len(buf[columns[0]]) == batch_rows:
                 yield buf
                 buf = {c: [] for c in columns}
+    if unseen:
+        _check_columns(path, columns, list(seen))
     if buf[columns[0]]:
         yield buf
 

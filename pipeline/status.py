@@ -52,7 +52,7 @@ def config_status(config, cache_dir) -> dict:
             runs_dirs = [(Path(config.train.output_dir) / expert).absolute(), *recorded_runs_dirs(cache_dir, expert)]
             status["last_run"] = last_run(runs_dirs, current)
         try:
-            wanted = plan(config, cache_dir)[3]
+            wanted = plan(config, cache_dir, write=False)[3]  # status only looks: a read-only cache works
             status["inputs_changed"] = wanted != current
         except Exception as e:  # a source gone missing is news, not a crash
             status["inputs_changed"] = None

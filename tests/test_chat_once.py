@@ -15,7 +15,7 @@ from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
 from packtrain.pipeline.build import build
 from packtrain.pipeline.chat_once import chatml_system, render_once, turn_end, unmark
-from packtrain.pipeline.format import render_conversation
+from packtrain.pipeline.format import BadRow, render_conversation
 from real_tokenizers import CHATML
 
 # Qwen3's way: earlier turns' reasoning dropped, so a turn renders differently once a later turn follows
@@ -36,6 +36,8 @@ TRIMS = CHATML.replace("message['content']", "message['content'] | trim")
 # right on every probe, wrong where an answer starts with "X" (the marker hides the X from the test)
 WRONG_ON_X = CHATML.replace("message['content']",
                             "(message['content'] if not message['content'].startswith('X') else 'x' + message['content'])")
+# of the 400 hostile conversations below, those with a blank assistant turn (a bad row, as an empty answer is)
+EMPTY_ANSWERS = 43
 
 
 def conversation(rng: random.Random, texts: list[str]) -> list[dict]:
@@ -84,15 +86,22 @@ def test_one_render_gives_the_text_and_spans_of_rendering_turn_by_turn(real_toke
     assert chatml_system(template, None, "<|im_end|>") == plain
     rng = random.Random(3)
     texts = hostile_texts(seed=9, count=9 * 400, max_pieces=12)
-    once = 0
+    once, empty = 0, 0
     for i in range(400):
         messages = conversation(rng, texts[9 * i : 9 * i + 9])
-        exact = render_conversation(template, None, messages, "m", None, "<|im_end|>")
+        try:
+            exact = render_conversation(template, None, messages, "m", None, "<|im_end|>")
+        except BadRow as e:  # a blank answer (the hostile texts hold some): refused both ways, with one reason
+            with pytest.raises(BadRow) as refused:
+                render_conversation(template, None, messages, "m", None, "<|im_end|>", once=True)
+            assert str(refused.value) == str(e) and " (assistant) is empty, " in str(e)
+            empty += 1
+            continue
         got = render_once(template, messages, None, "<|im_end|>")
         if got is not None:
             once += 1
             assert (got.text, got.spans) == (exact.text, exact.spans) and got.rendered_once, messages
-    assert once == 400
+    assert (once, empty) == (400 - EMPTY_ANSWERS, EMPTY_ANSWERS)
 
 
 def test_a_template_wrong_on_some_rows_is_caught_by_the_build_and_remembered(tmp_path):

@@ -14,7 +14,8 @@ import pytest
                                               ("packtrain.trainer.task_metrics", 4), ("packtrain.trainer.generate", 3),
                                               ("packtrain.trainer.task_eval", 2), ("packtrain.pipeline.encode.byte_spans", 4),
                                               ("packtrain.pipeline.encode.byte_level", 2),
-                                              ("packtrain.pipeline.encode.exactness", 9)])
+                                              ("packtrain.pipeline.encode.exactness", 9),
+                                              ("packtrain.pipeline.format", 2)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))
     assert (result.failed, result.attempted) == (0, examples)
