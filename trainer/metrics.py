@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import resource
 import time
 from dataclasses import dataclass
