@@ -252,7 +252,8 @@ def test_plots_on_a_full_device(tmp_path, monkeypatch):
     (run_dir / "plots" / "loss.png").write_bytes(b"an older plot")
     real = matplotlib.figure.Figure.savefig
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
-                        lambda self, path, *a, **k: real(self, FULL if "loss.png" in str(path) else path, *a, **k))
+                        lambda self, path, *a, **k: real(self, FULL, *a, **{**k, "format": "png"})
+                        if "loss.png" in str(path) else real(self, path, *a, **k))  # (no suffix: say png)
     with pytest.raises(DiskFullError) as err:
         write_run_plots(run_dir)
     assert re.fullmatch(rf"no space left on the device of {run_dir / 'plots' / 'loss.png'} {FREE} while writing the "
@@ -272,7 +273,8 @@ def test_the_plot_command_says_it_in_one_line(tmp_path, monkeypatch, capsys):
     project = make_project(tmp_path)
     build(load_config("sql", project["configs"]), project["cache"], log=lambda *a: None)
     real = matplotlib.figure.Figure.savefig
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, path, *a, **k: real(self, FULL, *a, **k))
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda self, path, *a, **k: real(self, FULL, *a, **{**k, "format": "png"}))
     monkeypatch.setattr(sys, "argv", ["packtrain", "plot", "sql", "--cache-dir", str(project["cache"]),
                                       "--runs-dir", str(tmp_path / "runs")])
     with pytest.raises(SystemExit) as exit_code:
