@@ -22,7 +22,6 @@ the id of its old content: the build plans again once, then refuses (:class:`Inp
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import os
 import shutil
@@ -38,10 +37,11 @@ from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
-from packtrain.core.contract import (CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST, REPORT, TMP_PREFIX,
-                                     Manifest, canonical_json, expert_dir, former_stage_name, fsync_dir,
+from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
+                                     REPORT, TMP_PREFIX, Manifest, canonical_json, expert_dir, former_stage_name, fsync_dir,
                                      load_build_config, read_current, resolve_build, sha256_json,
                                      token_dtype, verify_checksums, write_current)
+from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
@@ -203,15 +203,10 @@ def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: Tokenize
     previous = previous_manifest(cache_dir, config.expert)
     tmp = root / f"{TMP_PREFIX}{build_id}-{os.getpid()}"
     tmp.mkdir()
-    try:
+    # a failed build leaves nothing behind (the source caches remove their own temporary directories)
+    with written(root, f"build {build_id} of {config.expert!r}", f"nothing was published and CURRENT is "
+                 f"unchanged; {BUILD_DISK_FULL_FIX}", partial=[tmp]):
         report = write_build(config, sources, tokenizer, inputs, build_id, root, tmp, previous, log, progress, files)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)  # a failed build leaves nothing behind
-        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-            raise BuildError(f"no space left on the device of {root} while building {config.expert!r} "
-                             f"({e}); nothing was published and CURRENT is unchanged: free space or set "
-                             "CACHE_DIR (--cache-dir) to a larger disk, then build again") from e
-        raise
     crash_point("before_rename")
     os.rename(tmp, final)
     fsync_dir(root)

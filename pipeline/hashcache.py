@@ -18,7 +18,8 @@ import json
 import os
 from pathlib import Path
 
-from packtrain.core.contract import sha256_file, sha256_json
+from packtrain.core.contract import BUILD_DISK_FULL_FIX, sha256_file, sha256_json
+from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.schema import SHA256, Is, MapOf, TEXT
@@ -95,6 +96,7 @@ class StatCache:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".tmp-stat-cache-{os.getpid()}.json")  # cleaned like any leftover
-        tmp.write_text(json.dumps({"entries": self.entries, "sha256": sha256_json(self.entries)}, sort_keys=True))
-        os.replace(tmp, self.path)
+        with written(self.path, "the stat cache of the input files", BUILD_DISK_FULL_FIX, partial=[tmp]):
+            tmp.write_text(json.dumps({"entries": self.entries, "sha256": sha256_json(self.entries)}, sort_keys=True))
+            os.replace(tmp, self.path)
         self._dirty = False

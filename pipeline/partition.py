@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from packtrain.core.config import ExpertConfig
-from packtrain.core.contract import TMP_PREFIX, expert_dir, token_dtype
+from packtrain.core.contract import BUILD_DISK_FULL_FIX, TMP_PREFIX, expert_dir, token_dtype
+from packtrain.core.diskfull import written
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode.source_caches import tokenize_sources
@@ -66,9 +67,11 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
         elif problem := source_cache_problem(outs[i]):  # a damaged part is tokenized again and replaced
             log(f"damaged part, tokenizing it again: {problem}")
             todo.append(i)
-    if todo:
-        tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress, files,
-                         part=part, log=log, cache_dir=root.parent)
+    if todo:  # its temporary directories are removed when it fails
+        with written(root, f"part {part[0]}/{part[1]} of {config.expert!r}", "free space or set CACHE_DIR "
+                     "(--cache-dir) to a larger disk, then run the part again"):
+            tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress,
+                             files, part=part, log=log, cache_dir=root.parent)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
         f"`packtrain merge {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
     return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,
@@ -138,12 +141,10 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
     merged["exactness"] = exactness.combined([s["exactness"] for s in stats])
     first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
-    try:
+    with written(out, f"the merged tokens of {parts[0].parent}", f"nothing was published; {BUILD_DISK_FULL_FIX}",
+                 partial=[tmp]):
         merge_spills(parts, tmp, dtype, {**merged, "first_bad_rows": first[:20], "batch_rows": stats[0]["batch_rows"],
                                          "batches": stats[0]["batches"]})
         if os.path.lexists(out):  # a damaged cache of this source: replaced
             remove_path(out)
         os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packtrain.core.contract import REPORT
 from packtrain.core.inputs import read_json
-from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot
+from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot, save_figure
 from packtrain.core.schema import COUNT, NUMBER, TEXT, MapOf
 
 SPLIT = {"length_histogram": MapOf(TEXT, COUNT), "tokens": COUNT, "padding_tokens": COUNT, "packing_efficiency": NUMBER}
@@ -71,6 +71,4 @@ def _save(plt, fig, ax, title: str, path: Path) -> Path:
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)

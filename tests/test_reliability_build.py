@@ -26,7 +26,7 @@ import packtrain.core.contract
 import packtrain.pipeline.shards
 from build_fixtures import BUILD_SCRIPT, make_project, rows, split_source, write_jsonl
 from packtrain.pipeline.build import build
-from packtrain.pipeline.errors import BuildError
+from packtrain.core.diskfull import DiskFullError
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, Manifest, read_current, resolve_build, verify_checksums, write_current
 
@@ -255,9 +255,9 @@ def test_disk_full_keeps_the_previous_build(tmp_path, monkeypatch, where):
         write_json = packtrain.pipeline.build.write_json
         monkeypatch.setattr(packtrain.pipeline.build, "write_json",
                             lambda path, obj: enospc() if path.name == "manifest.json" else write_json(path, obj))
-    with pytest.raises(BuildError, match=r"no space left on the device of .* CURRENT is unchanged") as err:
+    with pytest.raises(DiskFullError, match=r"no space left on the device of .* free\) .* CURRENT is unchanged") as err:
         run_build(project)
-    assert err.value.__cause__.errno == errno.ENOSPC and "No space left on device" in str(err.value)
+    assert err.value.__cause__.errno == errno.ENOSPC
     assert_current_is_valid(project["cache"], {old.build_id})
     assert leftovers(project["cache"]) == []  # the failed build removed its temporary files
     monkeypatch.undo()
@@ -287,7 +287,7 @@ def test_disk_full_on_a_real_small_tmpfs(tmp_path, small_disk):
     old = run_build(project)
     used_before = shutil.disk_usage(small_disk).used
     write_jsonl(project["data"], rows(3000))  # ~1 MB of tokens and shards: cannot fit in 256 KiB
-    with pytest.raises(BuildError, match=r"no space left on the device of .* CURRENT is unchanged") as err:
+    with pytest.raises(DiskFullError, match=r"no space left on the device of .* free\) .* CURRENT is unchanged") as err:
         run_build(project)
     assert err.value.__cause__.errno == errno.ENOSPC, err.value
     assert_current_is_valid(project["cache"], {old.build_id})

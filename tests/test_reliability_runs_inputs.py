@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 import packtrain.trainer.checkpoint
 import packtrain.trainer.loop
 import packtrain.trainer.run_end
+from packtrain.core.diskfull import DiskFullError
 from packtrain.trainer.checkpoint import CheckpointError, check_not_finished, find_checkpoint, save_checkpoint
 from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
@@ -187,13 +189,14 @@ def test_disk_full_during_a_checkpoint_save(tmp_path, model_dir, monkeypatch, fa
 
     monkeypatch.setattr(packtrain.trainer.checkpoint.torch, "save", full_disk)
     config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r")
-    with pytest.raises(CheckpointError) as err:
+    with pytest.raises(DiskFullError) as err:
         run(config, tmp_path / "cache")
     monkeypatch.undo()
     run_dir = tmp_path / "runs" / "sql" / "r"
-    assert str(err.value) == (f"no space left on the device of {run_dir} while writing checkpoint-2 of run {run_dir}: "
-                              "the partial files were removed; free space (or set train.output_dir elsewhere) and "
-                              "continue with --resume auto")
+    free = re.search(r" \(\S+ \S+ free\) ", str(err.value)).group(0)  # the line says the device's free space
+    assert str(err.value) == (f"no space left on the device of {run_dir / 'checkpoint-2'}{free}while writing "
+                              f"checkpoint-2 of run {run_dir}: the partial files were removed; free space (or set "
+                              "train.output_dir elsewhere) and continue with --resume auto")
     assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == ["checkpoint-1"]  # no .tmp-checkpoint-2-*
     assert run(config, tmp_path / "cache", resume="auto") == run_dir  # unfinished: auto continues it
     assert steps_of(run_dir) == [1, 2, 3, 4]
@@ -209,7 +212,7 @@ def test_disk_full_while_writing_the_final_adapter(tmp_path, model_dir, monkeypa
 
     monkeypatch.setattr(packtrain.trainer.run_end, "save_adapter", full_disk)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, run_name="r")
-    with pytest.raises(CheckpointError, match="^no space left on the device of .* while writing the final adapter"):
+    with pytest.raises(DiskFullError, match="^no space left on the device of .* while writing the final adapter"):
         run(config, tmp_path / "cache")
     monkeypatch.undo()
     run_dir = tmp_path / "runs" / "sql" / "r"

@@ -15,7 +15,8 @@
 
 A checkpoint is written into ``.tmp-checkpoint-<step>-<pid>/`` and renamed into place when
 complete, so a crash never leaves a directory named ``checkpoint-*`` that is half written; a full
-disk removes the temporary directory and stops the run with one line naming the run directory.
+disk (in any form a library reports it: packtrain/core/diskfull.py) removes the temporary directory
+and stops the run with one line naming the checkpoint, the free space and the fix.
 
 A run is *finished* once it wrote any of its final artifacts (``summary.json``, ``adapter/``,
 ``merged/``). A finished run is never resumed into nor written to: ``--resume auto`` takes only
@@ -27,7 +28,6 @@ directory (:func:`fork_dir`), so what a run finished with stays as it was.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -41,7 +41,9 @@ import numpy as np
 import torch
 
 from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
-from packtrain.core.rundir import ADAPTER_DIR, CHECKPOINT_PREFIX, FINAL_ARTIFACTS, STATE_JSON, SUMMARY
+from packtrain.core.diskfull import written
+from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_PREFIX, FINAL_ARTIFACTS, RUN_DISK_FULL_FIX, STATE_JSON,
+                                   SUMMARY)
 from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
 from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
@@ -131,7 +133,7 @@ def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler
     final = run.run_dir / f"{CHECKPOINT_PREFIX}{state.step}"
     check_finite_weights(model, final, adapter_state)  # before anything is written
     tmp = run.run_dir / f"{TMP_PREFIX}{CHECKPOINT_PREFIX}{state.step}-{os.getpid()}"
-    with written_or_removed(tmp, f"{CHECKPOINT_PREFIX}{state.step} of run {run.run_dir}"):
+    with written_or_removed(tmp, final, f"{CHECKPOINT_PREFIX}{state.step} of run {run.run_dir}"):
         save_adapter(model, tmp / ADAPTER_DIR, run.config, state_dict=adapter_state)
         torch.save({
             "optimizer": optimizer_state,
@@ -158,13 +160,15 @@ def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler
 
 
 class written_or_removed:
-    """``with written_or_removed(tmp, what):`` writes into the temporary directory ``tmp`` (created
-    empty); when writing fails, ``tmp`` is removed, so a full disk stays no fuller than before, and
-    the failure becomes one CheckpointError that names ``what`` and the fix. A full disk (ENOSPC,
-    EDQUOT) also shows up as torch's RuntimeError "file write failed": both are recognised."""
+    """``with written_or_removed(tmp, final, what):`` writes into the temporary directory ``tmp``
+    (created empty), which becomes ``final``; when writing fails, ``tmp`` is removed, so a full disk
+    stays no fuller than before. A full disk, in any form the libraries report it (torch's zip writer,
+    safetensors, OSError ENOSPC/EDQUOT: core/diskfull.py), becomes one DiskFullError naming ``final``,
+    the free space and the fix; another OSError one CheckpointError."""
 
-    def __init__(self, tmp: Path, what: str):
+    def __init__(self, tmp: Path, final: Path, what: str):
         self.tmp, self.what = tmp, what
+        self.guard = written(final, what, RUN_DISK_FULL_FIX, partial=[tmp])
 
     def __enter__(self) -> Path:
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -174,17 +178,11 @@ class written_or_removed:
     def __exit__(self, kind, error, tb) -> bool:
         if error is None:
             return False
-        shutil.rmtree(self.tmp, ignore_errors=True)  # whatever failed, no partial files stay behind
-        where = self.tmp.parent
-        if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
-                isinstance(error, RuntimeError) and "write failed" in str(error)):
-            raise CheckpointError(f"no space left on the device of {where} while writing {self.what}: the partial "
-                                  f"files were removed; free space (or set train.output_dir elsewhere) and continue "
-                                  f"with --resume auto") from error
+        self.guard.__exit__(kind, error, tb)  # removes tmp; a full disk is raised as DiskFullError
         if isinstance(error, OSError):
-            raise CheckpointError(f"cannot write {self.what} in {where} ({type(error).__name__}: {error}): the "
-                                  "partial files were removed; fix the directory and continue with --resume auto") \
-                from error
+            raise CheckpointError(f"cannot write {self.what} in {self.tmp.parent} ({type(error).__name__}: {error}): "
+                                  "the partial files were removed; fix the directory and continue with --resume "
+                                  "auto") from error
         return False  # not a disk problem: the original error goes on
 
 

@@ -16,6 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
+from packtrain.core.diskfull import written
 from packtrain.core.resolve import (CONVERTED_MARK, EMBEDDED_MODELS, converted_model_dir, embedded_gguf, gguf_sha256,
                                     missing_converted_files, models_cache_dir)
 from packtrain.trainer.model import ModelError
@@ -44,9 +45,11 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
     log(f"model {name}: converting {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB) into {target} (once)")
     tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
     try:
-        convert_gguf(gguf, tmp)
-        (tmp / SOURCE_FILE).write_text(json.dumps({"model": name, "gguf": gguf.name, "sha256": gguf_sha256(gguf),
-                                                   "package": EMBEDDED_MODELS[name].pip}, indent=2) + "\n")
+        with written(target, f"the converted model {name}", "free space or set PACKTRAIN_MODELS_DIR to a larger "
+                     "disk, then run the command again", partial=[tmp]):
+            convert_gguf(gguf, tmp)
+            (tmp / SOURCE_FILE).write_text(json.dumps({"model": name, "gguf": gguf.name, "sha256": gguf_sha256(gguf),
+                                                       "package": EMBEDDED_MODELS[name].pip}, indent=2) + "\n")
         try:
             os.rename(tmp, target)  # refuses a non-empty target: another process converted it meanwhile
         except OSError:

@@ -22,13 +22,15 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from packtrain.core.diskfull import write_text_atomic, written
+from packtrain.core.rundir import RUN_DISK_FULL_FIX
 
 log = logging.getLogger("packtrain.train")
 
@@ -201,7 +203,8 @@ class Meter:
 
 
 class MetricsFile:
-    """Appends JSON lines to ``<run>/metrics.jsonl`` (flushed per line, so a crash loses nothing)."""
+    """Appends JSON lines to ``<run>/metrics.jsonl`` (flushed per line, so a crash loses nothing). A
+    full disk is one DiskFullError (core/diskfull.py); the line it tore is dropped on resume."""
 
     def __init__(self, path: Path, truncate_after_step: int | None = None):
         self.path = path
@@ -210,17 +213,20 @@ class MetricsFile:
             # line torn by a crash; replaced atomically, so a crash now loses nothing either
             kept = [line for line in path.read_bytes().decode("utf-8", errors="replace").splitlines()
                     if _step_of(line) is not None and _step_of(line) <= truncate_after_step]
-            tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-            tmp.write_text("".join(line + "\n" for line in kept))
-            os.replace(tmp, path)
+            write_text_atomic(path, "".join(line + "\n" for line in kept), self.what(), RUN_DISK_FULL_FIX)
         self.file = open(path, "a")
 
+    def what(self) -> str:
+        return f"{self.path.name} of run {self.path.parent}"
+
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        with written(self.path, self.what(), RUN_DISK_FULL_FIX):
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
 
     def close(self) -> None:
-        self.file.close()
+        with written(self.path, self.what(), RUN_DISK_FULL_FIX):
+            self.file.close()
 
 
 class NoMetricsFile:

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from packtrain.core.config_train import ModelConfig, TrainConfig
+from packtrain.core.diskfull import written
 from packtrain.core.inputs import one_line, read_input, read_json
 
 log = logging.getLogger("packtrain.train")
@@ -151,8 +152,10 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
             if not quantize:
                 return _finish(model.to(device))
             # bitsandbytes quantizes while loading: write the random weights, then load them quantized
-            scratch = tempfile.TemporaryDirectory(prefix="packtrain-random-init-")
-            model.save_pretrained(scratch.name)
+            scratch = tempfile.TemporaryDirectory(prefix="packtrain-random-init-")  # removed when collected
+            with written(scratch.name, "the random weights to load quantized", "free space in the temporary "
+                         "directory or set TMPDIR to a larger disk, then run again"):
+                model.save_pretrained(scratch.name)
             directory = Path(scratch.name)
             del model
         if quantize:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot
+from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot, save_figure
 
 
 def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
@@ -84,7 +84,5 @@ def write_run_plots(run_dir: Path) -> list[Path]:
         if len(series) > 1:
             ax.legend()
         fig.tight_layout()
-        fig.savefig(out / name, dpi=100)
-        plt.close(fig)
-        written.append(out / name)
+        written.append(save_figure(plt, fig, out / name))
     return written

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_train import TrainConfig
-from packtrain.core.rundir import MERGED_DIR
+from packtrain.core.diskfull import DiskFullError, write_text_atomic
+from packtrain.core.rundir import MERGED_DIR, RUN_DISK_FULL_FIX
 from packtrain.trainer.adapters import check_finite_weights, export_merged, save_adapter
 from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, RunInfo, TrainState, check_not_finished, written_or_removed
 from packtrain.trainer.distributed import World, barrier, full_trainable_state
@@ -56,7 +57,7 @@ def finish_run(config: ExpertConfig, train: TrainConfig, model, *, fsdp: bool, w
             summary["task_eval"] = {"base": task["base"], "adapter": task["adapter"], "examples": task["examples"]}
     if train.merge_adapter:
         write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, info.config, tok_dir))
-    write_final(run_dir, SUMMARY, lambda d: write_json(d / SUMMARY, summary))
+    write_final(run_dir, SUMMARY, lambda d: (d / SUMMARY).write_text(json_text(summary)))
     log.info("done: %s", json.dumps(summary))
     if "eval/loss_before" in summary:
         log.info("eval loss before training %.4f, after %.4f (%d steps, %s)", summary["eval/loss_before"],
@@ -71,7 +72,7 @@ def write_final(run_dir: Path, name: str, write) -> None:
     """One final artifact, written into a temporary directory and renamed into place (summary.json,
     the last one, marks the run finished)."""
     tmp = run_dir / f".tmp-{name}-{os.getpid()}"
-    with written_or_removed(tmp, f"the final {name} of run {run_dir}"):
+    with written_or_removed(tmp, run_dir / name, f"the final {name} of run {run_dir}"):
         write(tmp)
     if name == SUMMARY:
         os.replace(tmp / SUMMARY, run_dir / SUMMARY)
@@ -86,11 +87,17 @@ def draw_plots(run_dir: Path) -> None:
     """The run's PNG plots (trainer/plots.py); a missing matplotlib is said, not fatal: the run is done."""
     try:
         written = write_run_plots(run_dir)
-    except PlotError as e:
+    except (PlotError, DiskFullError) as e:  # the run is finished: `packtrain plot` draws them later
         log.warning("no plots: %s (or set train.plots: false)", e)
         return
     log.info("plots: %s", ", ".join(str(p) for p in written))
 
 
 def write_json(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    """One JSON file of the run (config.json, run.json, summary.json), never half written."""
+    write_text_atomic(path, json_text(obj), f"{path.name} of run {path.parent}",
+                      RUN_DISK_FULL_FIX)
+
+
+def json_text(obj: dict) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from packtrain.core.diskfull import free_space, is_disk_full
 from packtrain.trainer.distributed import World
 
 log = logging.getLogger("packtrain.train")
@@ -55,9 +56,33 @@ class HeldLog(logging.Handler):
         super().close()
 
 
+class RunLogFile(logging.FileHandler):
+    """``<run>/train.log``. A line it cannot write for want of space is said once on stderr, in one
+    line, instead of logging's traceback for each line; the run goes on (its next checkpoint, metrics
+    or final write stops it with one line: core/diskfull.py)."""
+
+    said = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not is_disk_full(sys.exc_info()[1]):
+            super().handleError(record)
+        elif not self.said:
+            self.said = True
+            sys.stderr.write(f"warning: no space left on the device of {self.baseFilename} "
+                             f"({free_space(self.baseFilename)} free): its log lines are not written\n")
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as e:  # the lines still buffered cannot be written either
+            if not is_disk_full(e):
+                raise
+            self.handleError(None)
+
+
 def add_file_log(path: Path, held: HeldLog | None = None) -> logging.Handler:
     """Log into ``path`` from now on, after the lines ``held`` kept (with their own times)."""
-    handler = logging.FileHandler(path)
+    handler = RunLogFile(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     for record in held.records if held is not None else ():
         handler.handle(record)

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from packtrain.core.contract import Manifest
+from packtrain.core.diskfull import written
 from packtrain.core.shardfile import open_shard
 from packtrain.trainer.generate import generate
 from packtrain.trainer.model import Precision
@@ -186,7 +187,9 @@ def _write_new(path: Path, text: str, replace: bool = True) -> None:
     false an existing ``path`` is kept (hard link, which refuses an existing name: two evaluations at
     once cannot both write it) and the second writer gets a TaskEvalError."""
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    tmp.write_text(text)
+    with written(path, f"the task eval's {path.name}", f"free space, then evaluate with `packtrain eval "
+                 f"<expert> --run {path.parent}`", partial=[tmp]):
+        tmp.write_text(text)
     if replace:
         os.replace(tmp, path)
         return

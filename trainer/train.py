@@ -35,6 +35,7 @@ import torch
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.config_train import TrainConfig
 from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, former_stage_name, resolve_build
+from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError
 from packtrain.core.rundir import RUN_JSON, record_runs_dir
 from packtrain.trainer.attention import AttentionChoice, choose_attention
@@ -63,7 +64,7 @@ log = logging.getLogger("packtrain.train")
 
 # Errors whose message is the whole story (the CLI prints it without a traceback and exits 2).
 EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, NonFiniteWeightsError, ContractError,
-                   ConfigError, DistributedError, MicroBatchError)
+                   ConfigError, DistributedError, MicroBatchError, DiskFullError)
 
 
 def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None, resume: str | None = None,
@@ -195,7 +196,7 @@ def remember_runs_dir(cache_dir, expert: str, expert_runs: Path) -> None:
     their checkpoints need, whatever directory it runs from."""
     try:
         record_runs_dir(cache_dir, expert, expert_runs)
-    except OSError as e:
+    except (OSError, DiskFullError) as e:
         log.warning("cannot record %s in %s (%s): a `rebuild --keep` started from another directory will not "
                     "see this run's checkpoints; make the cache writable", expert_runs.absolute(), cache_dir, e)
 

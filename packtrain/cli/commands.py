@@ -16,9 +16,10 @@ from packtrain.cli.options import DocumentCount, cache_dir_option, expert_option
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
+from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError
 
-EXPECTED = (ConfigError, ContractError, OSError)
+EXPECTED = (ConfigError, ContractError, DiskFullError, OSError)
 
 
 def ensure_converted(cfg) -> None:

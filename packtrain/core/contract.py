@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
 from packtrain.core import inputs
 from packtrain.core.schema import (COUNT, FILE_NAME, INTEGER, NUMBER, OBJECT, OPTIONAL_TEXT, POSITIVE, SHA256, TEXT, Is,
@@ -40,6 +41,8 @@ CURRENT = "CURRENT"
 CONFIG_SNAPSHOT = "config.json"
 TMP_PREFIX = ".tmp-"
 LOCK = ".lock"
+# what to do when a write into the cache finds the disk full (core/diskfull.py)
+BUILD_DISK_FULL_FIX = "free space or set CACHE_DIR (--cache-dir) to a larger disk, then build again"
 
 # Files that define a tokenizer's behaviour. Whatever of these exists is hashed, by content.
 TOKENIZER_FILES = (
@@ -204,11 +207,13 @@ def write_current(cache_dir: str | os.PathLike, expert: str, build_id: str) -> N
     """Point CURRENT at ``build_id`` atomically (write a temporary file, fsync, rename)."""
     directory = expert_dir(cache_dir, expert)
     tmp = directory / f"{TMP_PREFIX}CURRENT-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(build_id + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / CURRENT)
+    with written(directory / CURRENT, f"CURRENT of {expert!r} (naming build {build_id})",
+                 f"CURRENT is unchanged; {BUILD_DISK_FULL_FIX}", partial=[tmp]):
+        with open(tmp, "w") as f:
+            f.write(build_id + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, directory / CURRENT)
     fsync_dir(directory)
 
 

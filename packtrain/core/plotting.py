@@ -1,10 +1,16 @@
 """What the build's plots (pipeline/plots.py) and the run's plots (trainer/plots.py) share: the
-``plots/`` directory name, the error they raise, and matplotlib on its file-only backend.
+``plots/`` directory name, the error they raise, matplotlib on its file-only backend, and the one
+way a figure is saved (never half a PNG; a full disk is one line: core/diskfull.py).
 
 matplotlib is an optional extra (``pip install 'packtrain[plots]'``; ``make install`` installs it).
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from packtrain.core.diskfull import written
 
 PLOTS_DIR = "plots"
 
@@ -23,3 +29,16 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(plt, fig, path: Path) -> Path:
+    """Save ``fig`` as the PNG ``path`` (through a temporary file renamed into place) and close it."""
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    try:
+        with written(path, f"the plot {path.name}", "free space, then draw the plots again with `packtrain plot`",
+                     partial=[tmp]):
+            fig.savefig(tmp, dpi=100, format="png")
+            os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+    return path

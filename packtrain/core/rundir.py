@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from packtrain.core.contract import TMP_PREFIX, expert_dir
+from packtrain.core.diskfull import written
 
 RUNS_RECORD = ".runs"
 
@@ -21,6 +22,8 @@ MERGED_DIR = "merged"  # the merged model (train.merge_adapter)
 FINAL_ARTIFACTS = (SUMMARY, ADAPTER_DIR, MERGED_DIR)  # any of them: the run is finished, never written again
 CHECKPOINT_PREFIX = "checkpoint-"  # checkpoint-<step>/
 STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", ...}
+# what to do when a write into a run directory finds the disk full (core/diskfull.py)
+RUN_DISK_FULL_FIX = "free space (or set train.output_dir elsewhere) and continue with --resume auto"
 
 
 def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | os.PathLike) -> None:
@@ -34,8 +37,9 @@ def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | o
         return
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f"{TMP_PREFIX}{entry.name}-{os.getpid()}"
-    tmp.write_text(path + "\n", encoding="utf-8")
-    os.replace(tmp, entry)
+    with written(entry, f"the record of where {expert}'s runs live", "free space in the cache", partial=[tmp]):
+        tmp.write_text(path + "\n", encoding="utf-8")
+        os.replace(tmp, entry)
 
 
 def recorded_runs_dirs(cache_dir: str | os.PathLike, expert: str) -> list[Path]:

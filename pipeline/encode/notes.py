@@ -44,9 +44,13 @@ def write_note(path: Path, about: str, answer: dict) -> None:
     """Write ``answer`` about ``about`` at ``path``, sealed, atomically (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"about": about, "answer": answer, "seal": seal(answer, about)}, sort_keys=True),
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps({"about": about, "answer": answer, "seal": seal(answer, about)}, sort_keys=True),
+                       encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, say: no half-written note left beside the others
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def remembered_note(path: Path, about: str, valid: Callable[[object], bool], compute: Callable[[], dict]) -> dict:
