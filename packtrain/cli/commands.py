@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.options import DocumentCount, cache_dir_option, expert_options, resolve
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import apply_cli_overrides
@@ -54,8 +55,12 @@ def convert_embedded(names) -> None:
 
 @click.group()
 @click.version_option(package_name="packtrain")
-def main():
+@click.option("--verbose", is_flag=True, envvar="PACKTRAIN_VERBOSE",
+              help="Also show the libraries' progress bars and warnings (hidden by default; PACKTRAIN_VERBOSE=1).")
+@click.pass_context
+def main(ctx, verbose):
     """packtrain: offline pre-tokenization and packing, and a lean LoRA/QLoRA trainer."""
+    ctx.with_resource(library_output(verbose))
 
 
 @main.command()
@@ -159,11 +164,13 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
             click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True)
+    notes = []
+    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True, on_profile=notes.append)
     ensure_converted(cfg)
     try:
-        train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
-                     max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
+        with note_when_training_begins(notes):
+            train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
+                         max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
     except EXPECTED_ERRORS as e:
         raise TrainFailed(str(e)) from None
 

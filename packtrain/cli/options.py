@@ -28,10 +28,11 @@ def expert_options(f):
     return f
 
 
-def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training: bool = False):
+def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training: bool = False,
+            on_profile=None):
     """EXPERT's config with the command line's overrides. As written for the build commands (a build
     never depends on the machine); ``for_training``: as this machine trains it, the ``cpu`` profile
-    applied without a CUDA GPU (said in one line)."""
+    applied without a CUDA GPU, and then ``on_profile(line)`` called with the line that says so."""
     import yaml
 
     overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
@@ -49,8 +50,8 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_trainin
     if not for_training:
         return load_config(expert, configs_dir, overrides)
     config, profiled = load_for_machine(expert, configs_dir, overrides)
-    if profiled:
-        click.echo(config.cpu_note(), err=True)
+    if profiled and on_profile is not None:
+        on_profile(config.cpu_note())
     return config
 
 

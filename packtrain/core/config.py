@@ -134,15 +134,14 @@ class ExpertConfig:
                                      "gradient_accumulation_steps": 1, "global_batch_size": None})))
 
     def cpu_note(self) -> str:
-        """One line saying what the cpu section changes (for the console)."""
+        """One short line saying what the cpu section changes (said once, when training begins)."""
         train, block = self.train, self.pack.block_size
         length = train.max_seq_length or block
-        sequences = (f"each {block}-token block trained as {-(-block // length)} windows of {length} tokens"
-                     if length < block else f"whole {block}-token blocks")
-        return (f"no CUDA GPU: the cpu profile applies (configs/defaults.yaml cpu:) to training only, the build is "
-                f"the one a GPU uses: {sequences}, {train.max_steps} steps of {train.per_device_train_batch_size} "
-                f"sequence(s), evaluation on {train.max_eval_batches} batch(es) of {train.per_device_eval_batch_size}, "
-                "so a first run ends in minutes; a GPU trains the full config (cpu.enabled: false trains it here too)")
+        sequences = (f"{length}-token windows of the {block}-token blocks" if length < block
+                     else f"whole {block}-token blocks")
+        return (f"no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains {sequences}, {train.max_steps} "
+                f"steps of {train.per_device_train_batch_size} sequence(s), evaluation on {train.max_eval_batches} "
+                "batch(es); cpu.enabled: false trains the full config")
 
     def stage_configs(self) -> list["ExpertConfig"]:
         """One config per stage, expert ``<expert>.<stage>``, in order; [self] without stages. A

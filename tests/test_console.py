@@ -1,0 +1,79 @@
+"""What the commands print: their own lines, not the libraries' bars and warnings (kept with
+``--verbose``), and the cpu profile's note once, when training begins (not for `config`, nor before a
+refusal)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from packtrain.cli.commands import main
+from test_task_eval import memorization_build
+from trainer_fixtures import make_config, tiny_model_dir
+
+NOTE = ("no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-token windows of the 2048-token "
+        "blocks, 30 steps of 1 sequence(s), evaluation on 1 batch(es); cpu.enabled: false trains the full config")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 2-step sql run (text=True below reads a bar's \r as a new line)."""
+    from packtrain.trainer.train import run
+
+    root = tmp_path_factory.mktemp("console")
+    model_dir = tiny_model_dir(root / "model")
+    memorization_build(root / "cache", model_dir, expert="sql")
+    return run(make_config(model_dir, root / "runs", max_steps=2, max_new_tokens=4, plots=False, sample_prompts=0),
+               root / "cache")
+
+
+def evaluate(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
+    """`packtrain [options] eval` in a real process, as a user's log file gets it."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONWARNINGS", "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "PACKTRAIN_VERBOSE")}
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", *options, "eval", "sql", "--run", str(run_dir),
+                           "--max-examples", "1"], capture_output=True, text=True, env=env)
+
+
+def test_eval_prints_its_own_lines_only_and_verbose_keeps_the_libraries(finished, tmp_path):
+    quiet = evaluate(shutil.copytree(finished, tmp_path / "quiet"))
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Loading weights" not in quiet.stderr and "%|" not in quiet.stderr and "Warning" not in quiet.stderr
+    build_id = json.loads((tmp_path / "quiet" / "run.json").read_text())["build_id"]
+    first = quiet.stderr.splitlines()[0]  # the first line is ours
+    assert first[first.index(" INFO ") + 6:] == (f"task eval of {tmp_path / 'quiet'}: 1 validation prompts of build "
+                                                 f"{build_id} on cpu")
+
+    verbose = evaluate(shutil.copytree(finished, tmp_path / "verbose"), "--verbose")
+    assert verbose.returncode == 0, verbose.stderr
+    assert "Loading weights: 100%|" in verbose.stderr
+    assert "FutureWarning: `is_gradient_checkpointing` is deprecated" in verbose.stderr
+
+
+def test_the_cpu_note_is_said_once_when_training_begins(hf_home, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, whatever this machine has
+    cache, runs = tmp_path / "cache", tmp_path / "runs"
+
+    def invoke(*args):
+        return CliRunner().invoke(main, [*args, "--cache-dir", str(cache)])
+
+    shown = invoke("config", "sql")
+    assert shown.exit_code == 0 and "cpu profile" not in shown.output and "no CUDA" not in shown.output
+    refused = invoke("train", "sql")  # no build yet: the refusal alone
+    assert refused.exit_code == 1 and refused.output == ""
+    assert str(refused.exception).startswith("no build for expert 'sql' in ")
+
+    assert invoke("pretokenize", "sql", "--num-proc", "1").exit_code == 0
+    trained = invoke("train", "sql", "--max-steps", "1", "--set", f"train.output_dir={runs}",
+                     "--set", "train.dataloader_num_workers=0")
+    assert trained.exit_code == 0, trained.output
+    said = [record.getMessage() for record in caplog.records]
+    assert [line for line in said if "cpu profile" in line] == [NOTE] and "cpu profile" not in trained.output
+    assert "match the manifest's sha256" in said[said.index(NOTE) + 1]  # once the build is found and checked
