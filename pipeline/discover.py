@@ -29,7 +29,8 @@ from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import sha256_file, sha256_json
 from packtrain.core.inputs import check_input, read_json
-from packtrain.core.resolve import SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, pick_revision
+from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, looks_like_path,
+                                    missing_path, pick_revision)
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
@@ -93,6 +94,9 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
         return _resolve_bundled(spec, spec.name.partition(":")[2])
     if (local := cache_path(spec.name)).exists():
         return _resolve_local(spec, local)
+    if looks_like_path(spec.name):
+        raise missing_path("dataset", spec.name, "check the path (or give an absolute one) in sources: of "
+                                                 "configs/<expert>.yaml / --dataset")
     searched = [f"local path {cache_path(spec.name)} (does not exist)"]
     repo, hub_note = hub_repo(spec.name, "dataset")
     searched.append(f"hub cache {hub_cache_dir()} ({hub_note})")

@@ -34,6 +34,12 @@ from typing import Any
 from packtrain.core.config_build import FormatConfig
 
 
+TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
+                        "the source in configs/<expert>.yaml, or name those columns in format.prompt / format.answer")
+MESSAGES_COLUMN_FIX = ("set format.messages in configs/<expert>.yaml to the column holding the conversations (a list "
+                       "of {\"role\", \"content\"} messages)")
+
+
 class BadRow(ValueError):
     """A row that cannot become a training document; the message says why."""
 
@@ -52,6 +58,11 @@ class RowFormatter:
 
     def needed_columns(self) -> list[str]:
         return [column for _, column in self.field_columns]
+
+    @property
+    def column_fix(self) -> str:
+        """How to fix a dataset that lacks a column :meth:`needed_columns` names, by what the column is for."""
+        return MESSAGES_COLUMN_FIX if self.fmt.messages is not None else TEMPLATE_COLUMNS_FIX
 
     @cached_property
     def field_columns(self) -> tuple[tuple[str, str], ...]:

@@ -25,6 +25,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from packtrain.pipeline.discover import ResolvedSource, SourceError
+from packtrain.pipeline.format import TEMPLATE_COLUMNS_FIX
 from packtrain.core.inputs import one_line
 
 Columns = dict[str, list]
@@ -42,8 +43,18 @@ class RowBatch:
 
 
 def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int,
-                 max_rows: int | None = None) -> Iterator[RowBatch]:
-    """Rows of ``source`` in file order, ``batch_rows`` at a time, at most ``max_rows`` in all."""
+                 max_rows: int | None = None, column_fix: str = TEMPLATE_COLUMNS_FIX) -> Iterator[RowBatch]:
+    """Rows of ``source`` in file order, ``batch_rows`` at a time, at most ``max_rows`` in all. A file
+    without one of ``columns`` raises :class:`SourceError` naming the columns it has, then
+    ``column_fix``: how to fix it, from what the caller reads the columns for (``RowFormatter.column_fix``;
+    by default, template fields)."""
+    try:
+        yield from _batches(source, columns, batch_rows, max_rows)
+    except MissingColumns as e:
+        raise SourceError(f"{e}; {column_fix}") from None
+
+
+def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None) -> Iterator[RowBatch]:
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     if not columns:
@@ -99,14 +110,15 @@ def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Co
                           "regenerate it) or remove it from the source") from None
 
 
+class MissingColumns(SourceError):
+    """A data file lacks columns the format reads; :func:`iter_batches` adds the fix its caller knows."""
+
+
 def _check_columns(path: Path, columns: list[str], available: list[str]) -> None:
     missing = [c for c in columns if c not in available]
     if missing:
-        raise SourceError(
-            f"{path}: no column {', '.join(map(repr, missing))} (it has: {', '.join(map(repr, available)) or 'none'}); "
-            "map the template's fields to this dataset's columns with `columns: {field: column}` under the "
-            "source in configs/<expert>.yaml"
-        )
+        raise MissingColumns(f"{path}: no column {', '.join(map(repr, missing))} "
+                             f"(it has: {', '.join(map(repr, available)) or 'none'})")
 
 
 def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:

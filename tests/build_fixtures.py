@@ -94,6 +94,9 @@ def make_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fractio
     model = make_tokenizer(tmp / "model")
     configs = tmp / "configs"
     configs.mkdir()
+    # the project's own (empty) defaults: its experts layer over the typed defaults, not over the shipped
+    # configs/defaults.yaml (which a configs directory without one gets), so no test depends on that file
+    (configs / "defaults.yaml").write_text("# the typed defaults of packtrain/core/config_*.py\n")
     (configs / "sql.yaml").write_text(SQL_CONFIG.format(data=data, model=model, block_size=block_size,
                                                         val_fraction=val_fraction))
     return {"data": data, "model": model, "configs": configs, "cache": tmp / "cache"}

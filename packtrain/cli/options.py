@@ -36,20 +36,22 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_trainin
     import yaml
 
     overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
+    labels = {"sources": f"--dataset {dataset}", "model.name": f"--model {model}", "build.num_proc": f"--num-proc {num_proc}"}
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
             raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. pack.block_size=1024", param_hint="--set")
         try:
             overrides[key] = yaml.safe_load(value)
+            labels[key] = f"--set {item}"
         except yaml.YAMLError as e:
             from packtrain.core.inputs import one_line
 
             raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
     if not for_training:
-        return load_config(expert, configs_dir, overrides)
-    config, profiled = load_for_machine(expert, configs_dir, overrides)
+        return load_config(expert, configs_dir, overrides, labels)
+    config, profiled = load_for_machine(expert, configs_dir, overrides, labels)
     if profiled and on_profile is not None:
         on_profile(config.cpu_note())
     return config

@@ -20,17 +20,35 @@ import yaml
 
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.config_fields import check_numbers
+from packtrain.core.config_names import did_you_mean
 from packtrain.core.contract import check_expert_name
 from packtrain.core.machine import has_cuda
+
+
+SHIPPED_DEFAULTS = Path(__file__).resolve().parents[2] / "configs" / "defaults.yaml"
+"""The project's ``configs/defaults.yaml``: the base of every expert whose ``--configs-dir`` has no
+``defaults.yaml`` of its own (a directory holding just one expert's snippet keeps the shipped model)."""
+
+
+def defaults_file(configs_dir: str | Path) -> Path | None:
+    """The defaults an expert of ``configs_dir`` layers over: its own ``defaults.yaml``, else the shipped
+    one (None only where packtrain runs without its checkout's configs/)."""
+    own = Path(configs_dir) / "defaults.yaml"
+    if own.is_file():
+        return own
+    return SHIPPED_DEFAULTS if SHIPPED_DEFAULTS.is_file() else None
 
 
 def load_config(
     expert: str,
     configs_dir: str | Path = "configs",
     overrides: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> ExpertConfig:
-    """defaults.yaml < ``PACKTRAIN_MODEL`` (model.name, when set) < <expert>.yaml < overrides (dotted keys,
-    e.g. ``{"train.max_steps": 10}``)."""
+    """defaults.yaml (``configs_dir``'s, else the shipped one: :func:`defaults_file`) < ``PACKTRAIN_MODEL``
+    (model.name, when set) < <expert>.yaml < overrides (dotted keys, e.g. ``{"train.max_steps": 10}``).
+    A problem under an override's key is reported as coming from ``labels[key]`` (how the command
+    line wrote it: ``--set train.max_steps=10``), else from "overrides"; every other one from the file."""
     check_expert_name(expert)
     configs_dir = Path(configs_dir)
     path = configs_dir / f"{expert}.yaml"
@@ -38,8 +56,7 @@ def load_config(
         known = sorted(p.stem for p in configs_dir.glob("*.yaml") if p.stem != "defaults")
         raise ConfigError(f"no config for expert {expert!r}: {path} does not exist (known experts: {', '.join(known) or 'none'})")
     data: dict[str, Any] = {}
-    defaults = configs_dir / "defaults.yaml"
-    if defaults.is_file():
+    if (defaults := defaults_file(configs_dir)) is not None:
         data = _merge(data, _read_yaml(defaults))
     if os.environ.get("PACKTRAIN_MODEL"):  # the default model of this machine: over defaults.yaml, under the rest
         data = _merge(data, {"model": {"name": os.environ["PACKTRAIN_MODEL"]}})
@@ -47,17 +64,18 @@ def load_config(
     for key, value in (overrides or {}).items():
         data = _merge(data, _dotted(key, value))
     data["expert"] = expert
-    return config_from_dict(data, source=str(path))
+    origins = {key: (labels or {}).get(key, "overrides") for key in overrides or {}}
+    return config_from_dict(data, source=str(path), origins=origins)
 
 
-def load_for_machine(expert: str, configs_dir: str | Path = "configs",
-                     overrides: dict[str, Any] | None = None) -> tuple[ExpertConfig, bool]:
+def load_for_machine(expert: str, configs_dir: str | Path = "configs", overrides: dict[str, Any] | None = None,
+                     labels: dict[str, str] | None = None) -> tuple[ExpertConfig, bool]:
     """:func:`load_config` as this machine trains it, and whether the ``cpu`` profile applied (no
     CUDA GPU and ``cpu.enabled``). The profile changes the ``train`` section only, and only what the
     expert's own file and the overrides leave unset (``ExpertConfig.for_device``). ``train`` loads its
     config this way; the build commands (``pretokenize``, ``merge``, ``status``, ``rebuild``) use
     :func:`load_config`: a build never depends on the machine."""
-    config = load_config(expert, configs_dir, overrides)
+    config = load_config(expert, configs_dir, overrides, labels)
     adapted = config.for_device(has_cuda(), explicit_keys(expert, configs_dir, overrides))
     return adapted, adapted is not config
 
@@ -79,7 +97,11 @@ def _flatten(data: dict, prefix: str = ""):
             yield from _flatten(value, f"{prefix}{key}.")
 
 
-def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> ExpertConfig:
+def config_from_dict(data: dict[str, Any], source: str = "<dict>",
+                     origins: dict[str, str] | None = None) -> ExpertConfig:
+    """``data`` as a checked config; every problem raised at once as one :class:`ConfigError`, named
+    after where it came from: ``source`` (the file), or ``origins[key]`` for a problem under one of
+    its dotted keys (``{"train.learning_rate": "--set train.learning_rate=1"}``)."""
     errors: list[str] = []
     config = _build(ExpertConfig, data, "", errors)
     if config is not None and not errors:  # value checks need well-typed fields
@@ -90,10 +112,24 @@ def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> ExpertConf
         check_numbers(config, numbers)
         errors += [error for error in numbers if error.partition(":")[0] not in named]
     if errors:
+        came = [_origin(error, origins or {}, source) for error in errors]
+        where = ", ".join(dict.fromkeys(came))
         if len(errors) == 1:  # one problem, one line
-            raise ConfigError(f"invalid config ({source}): {errors[0]}")
-        raise ConfigError(f"invalid config ({source}):\n  - " + "\n  - ".join(errors))
+            raise ConfigError(f"invalid config ({where}): {errors[0]}")
+        if source in came and len(set(came)) > 1:  # from the file and the command line: each says which
+            errors = [error if origin == source else f"{origin}: {error}" for error, origin in zip(errors, came)]
+        raise ConfigError(f"invalid config ({where}):\n  - " + "\n  - ".join(errors))
     return config
+
+
+def _origin(error: str, origins: dict[str, str], source: str) -> str:
+    """Where the problem ``error`` (``"train.lr: unknown key ..."``) came from: the override whose key is
+    the problem's field or holds it, else ``source``."""
+    field = error.partition(":")[0]
+    for key, label in origins.items():
+        if field == key or field.startswith((f"{key}.", f"{key}[")):
+            return label
+    return source
 
 
 def apply_cli_overrides(dataset: str | None = None, model: str | None = None,
@@ -148,8 +184,7 @@ def _build(cls: type, data: Any, where: str, errors: list[str]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in fields:
-            close = [name for name in fields if name.startswith(str(key)[:3])]
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            hint = did_you_mean(str(key), where, cls, ExpertConfig)
             errors.append(f"{where + '.' if where else ''}{key}: unknown key{hint}; known: {', '.join(fields)}")
     kwargs = {}
     for name, f in fields.items():

@@ -41,6 +41,25 @@ def cache_path(value: str | Path) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.path.expandvars(str(value)))))
 
 
+# --- Local paths -----------------------------------------------------------------------------------
+
+PATH_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".txt", ".gz", ".zip", ".safetensors", ".gguf")
+
+
+def looks_like_path(name: str) -> bool:
+    """``name`` is spelled as a file path, never as an HF id (``org/name``): it starts with ``/``, ``.``
+    or ``~``, has more than one ``/`` or a backslash, or ends in a file suffix (``data/nope.jsonl``)."""
+    return (name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+            or Path(name).suffix.lower() in PATH_SUFFIXES)
+
+
+def missing_path(what: str, name: str, fix: str) -> SourceNotFound:
+    """The error for a path-looking ``name`` that does not exist: where it was looked for, relative to
+    which directory, and ``fix``; a hub download would never be the fix for it."""
+    relative = "" if Path(os.path.expanduser(name)).is_absolute() else f" (a relative path is read from the working directory {Path.cwd()})"
+    return SourceNotFound(f"{what} {name!r}: {cache_path(name)} does not exist{relative}; {fix}")
+
+
 # --- Hub cache -----------------------------------------------------------------------------------
 
 
@@ -182,6 +201,9 @@ def resolve_model_dir(name: str, revision: str | None = None) -> Path:
             raise SourceNotFound(f"model {name!r}: {local} is a file; point model.name at the directory holding "
                                  "config.json and the weights")
         return local
+    if looks_like_path(name):
+        raise missing_path("model", name, "check the path, or set model.name / --model to a directory holding "
+                                          "config.json and the weights")
     repo, note = hub_repo(name, "model")
     if repo is not None:
         return Path(pick_revision(repo, revision, f"model {name}").snapshot_path)

@@ -78,7 +78,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                                   tokenizer.prefix_ids if config.format.style == "template" else (),
                                   config.pack.val_fraction, dtype.name, line_cache=line_cache, fast_encoder=fast)
                 sampled = dataclasses.replace(task, check_all=False)
-                batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows)
+                batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows,
+                                       formatter.column_fix)
                 for number, batch in enumerate(batches):
                     stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
                     if part is None or number % part[1] == part[0]:

@@ -1,0 +1,85 @@
+"""The "did you mean" of an unknown config key: the names users bring from torchtune, axolotl, TRL
+and Hugging Face, mapped to packtrain's field (``ALIASES``), close spellings, and a field of another
+section. An alias is never accepted: unknown keys are errors (a silent alias would make two names
+for one field); the error names the field to write instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+
+ALIASES = {
+    # LoRA: axolotl lora_r / lora_alpha / lora_dropout, torchtune lora_rank, PEFT-style rank
+    "lora_r": "lora.r",
+    "lora_rank": "lora.r",
+    "rank": "lora.r",
+    "lora_alpha": "lora.alpha",
+    "lora_dropout": "lora.dropout",
+    "lora_target_modules": "lora.target_modules",
+    "lora_target_linear": "lora.target_modules",
+    "adapter": "lora.method",
+    "load_in_4bit": "lora.method",
+    # the run: axolotl num_epochs / micro_batch_size, torchtune epochs / batch_size, HF names elsewhere
+    "num_epochs": "train.num_train_epochs",
+    "epochs": "train.num_train_epochs",
+    "micro_batch_size": "train.per_device_train_batch_size",
+    "batch_size": "train.per_device_train_batch_size",
+    "gradient_accumulation": "train.gradient_accumulation_steps",
+    "lr": "train.learning_rate",
+    "lr_scheduler": "train.lr_scheduler_type",
+    "optimizer": "train.optim",
+    "warmup": "train.warmup_steps or train.warmup_ratio",
+    # sequence length: the build packs blocks of pack.block_size; the trainer may cut them shorter
+    "max_seq_length": "pack.block_size or train.max_seq_length",
+    "max_seq_len": "pack.block_size or train.max_seq_length",
+    "max_length": "pack.block_size or train.max_seq_length",
+    "sequence_len": "pack.block_size or train.max_seq_length",
+    "seq_len": "pack.block_size or train.max_seq_length",
+    "sample_packing": "pack.strategy",
+    "packing": "pack.strategy",
+    "val_set_size": "pack.val_fraction",
+    # the model and the data
+    "base_model": "model.name",
+    "model_name_or_path": "model.name",
+    "model_name": "model.name",
+    "tokenizer_name": "model.tokenizer",
+    "tokenizer_type": "model.tokenizer",
+    "datasets": "sources",
+    "dataset": "sources",
+    "chat_template": "format.style",
+    "dataset_num_proc": "build.num_proc",
+}
+"""A name from another tool -> where packtrain has it (dotted, from the top of the config)."""
+
+
+def did_you_mean(key: str, where: str, cls: type, root: type) -> str:
+    """`` (did you mean lora.r?)`` for the unknown ``key`` of the dataclass ``cls`` at ``where``
+    (``"lora"``, ``""`` at the top); ``""`` when nothing is close. ``root`` is the whole config's class,
+    whose sections are searched for a field of that name."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    if (target := ALIASES.get(key)) and target != _dotted(where, key):
+        return f" (did you mean {_relative(target, where)}?)"
+    close = [name for name in fields if name.startswith(key[:3])] or difflib.get_close_matches(key, fields, n=3)
+    if close:
+        return f" (did you mean {', '.join(close)}?)"
+    elsewhere = [f"{section}.{key}" for section, names in _sections(root).items() if key in names and section != where]
+    return f" (did you mean {' or '.join(elsewhere)}?)" if elsewhere else ""
+
+
+def _dotted(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _relative(target: str, where: str) -> str:
+    """``lora.r`` seen from ``lora`` is ``r``; from anywhere else, the whole path."""
+    parts = [t.removeprefix(f"{where}.") if where and t.startswith(f"{where}.") else t for t in target.split(" or ")]
+    return " or ".join(parts)
+
+
+def _sections(root: type) -> dict[str, list[str]]:
+    """The field names of each dataclass section of ``root`` (``{"lora": ["method", "r", ...]}``)."""
+    hints = typing.get_type_hints(root)
+    return {f.name: [g.name for g in dataclasses.fields(hints[f.name])]
+            for f in dataclasses.fields(root) if dataclasses.is_dataclass(hints[f.name])}

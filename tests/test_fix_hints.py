@@ -1,0 +1,184 @@
+"""Every hint matches the mistake (issue 25, item 4): a ``--configs-dir`` without ``defaults.yaml``
+still layers over the shipped defaults; a config key from torchtune, axolotl or HF is refused with the
+packtrain field to write; a typo in ``--set`` is reported as coming from ``--set``; a missing local
+path is said to be missing (relative to which directory), not to be downloaded from the hub; a wrong
+``format.messages`` column names the dataset's columns and format.messages."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from build_fixtures import ROOT, make_project, write_jsonl
+from reuse_fixtures import run_cli
+
+from packtrain.cli.options import resolve
+from packtrain.core.config import ConfigError
+from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_train import TrainConfig
+from packtrain.core.configfile import config_from_dict, load_config
+from packtrain.core.resolve import SourceNotFound, resolve_model_dir
+from packtrain.pipeline.build import build
+from packtrain.pipeline.discover import SourceError, resolve_source
+
+SNIPPET = 'sources:\n  - name: bundled\nformat:\n  prompt: "{question}"\n  answer: "{answer}"\n'
+
+
+def quiet(*_):
+    pass
+
+
+# --- a --configs-dir without defaults.yaml layers over the shipped defaults ------------------------
+
+
+def test_a_configs_dir_without_defaults_keeps_the_shipped_model(tmp_path, monkeypatch):
+    monkeypatch.delenv("PACKTRAIN_MODEL")  # conftest's stand-in for defaults.yaml's model
+    (tmp_path / "sql.yaml").write_text(SNIPPET)
+    config = load_config("sql", tmp_path)
+    assert (config.model.name, config.cpu.enabled) == ("smollm2-135m", True)  # configs/defaults.yaml's
+    assert (ROOT / "configs" / "defaults.yaml").read_text().count("name: smollm2-135m") == 1
+
+
+def test_a_configs_dir_with_its_own_defaults_uses_them(tmp_path, monkeypatch):
+    monkeypatch.delenv("PACKTRAIN_MODEL")
+    (tmp_path / "sql.yaml").write_text(SNIPPET)
+    (tmp_path / "defaults.yaml").write_text("model:\n  name: bundled\n")
+    config = load_config("sql", tmp_path)
+    assert (config.model.name, config.cpu.enabled) == ("bundled", False)  # its own, not layered over the shipped
+
+
+# --- names from other tools: refused, with the field to write --------------------------------------
+
+
+@pytest.mark.parametrize("data, problem", [
+    ({"lora": {"rank": 8}}, "lora.rank: unknown key (did you mean r?)"),
+    ({"lora": {"lora_r": 8}}, "lora.lora_r: unknown key (did you mean r?)"),
+    ({"lora_r": 8}, "lora_r: unknown key (did you mean lora.r?)"),
+    ({"rank": 8}, "rank: unknown key (did you mean lora.r?)"),
+    ({"lora": {"lora_alpha": 16}}, "lora.lora_alpha: unknown key (did you mean alpha?)"),
+    ({"lora_dropout": 0.05}, "lora_dropout: unknown key (did you mean lora.dropout?)"),
+    ({"num_epochs": 3}, "num_epochs: unknown key (did you mean train.num_train_epochs?)"),
+    ({"train": {"epochs": 3}}, "train.epochs: unknown key (did you mean num_train_epochs?)"),
+    ({"max_seq_length": 512}, "max_seq_length: unknown key (did you mean pack.block_size or train.max_seq_length?)"),
+    ({"pack": {"sequence_len": 512}}, "pack.sequence_len: unknown key (did you mean block_size or train.max_seq_length?)"),
+    ({"train": {"micro_batch_size": 2}}, "train.micro_batch_size: unknown key (did you mean per_device_train_batch_size?)"),
+    ({"train": {"lr": 0.001}}, "train.lr: unknown key (did you mean learning_rate?)"),
+    ({"base_model": "x"}, "base_model: unknown key (did you mean model.name?)"),
+    ({"learning_rate": 0.001}, "learning_rate: unknown key (did you mean train.learning_rate?)"),  # another section's field
+    ({"r": 8}, "r: unknown key (did you mean lora.r?)"),
+])
+def test_names_from_other_tools_are_refused_with_the_field_to_write(data, problem):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"expert": "sql", "sources": [{"name": "bundled"}], **data})
+    message = str(err.value)
+    assert message.startswith(f"invalid config (<dict>): {problem}; known: "), message
+    assert "\n" not in message
+
+
+# --- a typo in --set is reported as coming from --set ----------------------------------------------
+
+
+def test_a_typo_in_set_is_reported_as_coming_from_set(tmp_path):
+    project = make_project(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        resolve("sql", project["configs"], None, None, None, ("train.learnig_rate=3e-4",))
+    known = ", ".join(f.name for f in dataclasses.fields(TrainConfig))
+    assert str(err.value) == ("invalid config (--set train.learnig_rate=3e-4): train.learnig_rate: unknown key "
+                              f"(did you mean learning_rate?); known: {known}")
+
+
+def test_problems_of_the_file_and_of_set_each_say_where_they_come_from(tmp_path):
+    project = make_project(tmp_path)
+    path = project["configs"] / "sql.yaml"
+    path.write_text(path.read_text() + "lora:\n  rank: 8\n")
+    with pytest.raises(ConfigError) as err:
+        resolve("sql", project["configs"], None, None, 0, ("train.lr=1",))
+    lines = [line.partition("; known")[0] for line in str(err.value).splitlines()]
+    assert lines == [
+        f"invalid config ({path}, --set train.lr=1, --num-proc 0):",
+        "  - lora.rank: unknown key (did you mean r?)",
+        "  - --set train.lr=1: train.lr: unknown key (did you mean learning_rate?)",
+        "  - --num-proc 0: build.num_proc: must be in [1, 1024] (tokenizer processes; capped at the number of "
+        "batches), got 0",
+    ]
+
+
+def test_the_cli_says_set_in_one_line(tmp_path, monkeypatch, capsys):
+    project = make_project(tmp_path)
+    code, _, err = run_cli(monkeypatch, capsys, "config", "sql", "--configs-dir", project["configs"],
+                           "--set", "train.learnig_rate=3e-4")
+    assert code == 2
+    assert err.startswith("error: invalid config (--set train.learnig_rate=3e-4): train.learnig_rate: "
+                          "unknown key (did you mean learning_rate?); known: seed, ")
+    assert len(err.splitlines()) == 1
+
+
+# --- a missing local path is missing, not a hub download ------------------------------------------
+
+
+def test_a_missing_local_dataset_file_is_said_to_be_missing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SourceNotFound) as err:
+        resolve_source(SourceConfig(name="data/nope.jsonl"))
+    assert str(err.value) == (
+        f"dataset 'data/nope.jsonl': {tmp_path}/data/nope.jsonl does not exist (a relative path is read from the "
+        f"working directory {tmp_path}); check the path (or give an absolute one) in sources: of "
+        "configs/<expert>.yaml / --dataset")
+    with pytest.raises(SourceNotFound) as err:
+        resolve_source(SourceConfig(name=str(tmp_path / "gone" / "train.csv")))
+    assert str(err.value) == (f"dataset '{tmp_path}/gone/train.csv': {tmp_path}/gone/train.csv does not exist; "
+                              "check the path (or give an absolute one) in sources: of configs/<expert>.yaml / --dataset")
+
+
+def test_the_cli_says_a_missing_dataset_file_is_missing(tmp_path, monkeypatch, capsys):
+    project = make_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(monkeypatch, capsys, "pretokenize", "sql", "--configs-dir", project["configs"],
+                           "--cache-dir", project["cache"], "--dataset", "data/nope.jsonl")
+    assert (code, err) == (2, f"error: dataset 'data/nope.jsonl': {tmp_path}/data/nope.jsonl does not exist (a relative "
+                              f"path is read from the working directory {tmp_path}); check the path (or give an "
+                              "absolute one) in sources: of configs/<expert>.yaml / --dataset\n")
+
+
+@pytest.mark.parametrize("name", ["./my-model", "../models/base", "models/a/b"])
+def test_a_missing_local_model_directory_is_said_to_be_missing(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SourceNotFound) as err:
+        resolve_model_dir(name)
+    where = (tmp_path / name).resolve()
+    assert str(err.value) == (
+        f"model {name!r}: {where} does not exist (a relative path is read from the working directory {tmp_path}); "
+        "check the path, or set model.name / --model to a directory holding config.json and the weights")
+
+
+def test_an_hf_id_is_still_looked_for_in_the_caches(hf_home):
+    with pytest.raises(SourceNotFound, match=r"^dataset 'org/nope' \(split 'train'\) is not on this machine; "):
+        resolve_source(SourceConfig(name="org/nope"))
+
+
+# --- a wrong column: what the dataset has, and the field that names it -----------------------------
+
+
+def test_a_wrong_messages_column_names_the_columns_and_format_messages(tmp_path):
+    project = make_project(tmp_path)
+    write_jsonl(project["data"], [{"conversations": [{"role": "user", "content": "hi"}], "id": 1}])
+    path = project["configs"] / "sql.yaml"
+    path.write_text(path.read_text().split("format:")[0] + "format:\n  style: chat\n  messages: messages\n" +
+                    "pack:" + path.read_text().split("pack:")[1])
+    config = load_config("sql", project["configs"])
+    with pytest.raises(SourceError) as err:
+        build(config, project["cache"], log=quiet, progress=False)
+    assert str(err.value) == (
+        f"{project['data']}: no column 'messages' (it has: 'conversations', 'id'); set format.messages in "
+        "configs/<expert>.yaml to the column holding the conversations (a list of {\"role\", \"content\"} messages)")
+
+
+def test_a_wrong_template_field_still_says_to_map_it(tmp_path):
+    project = make_project(tmp_path)
+    write_jsonl(project["data"], [{"question": "q", "answer": "a"}])
+    with pytest.raises(SourceError) as err:
+        build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    assert str(err.value) == (
+        f"{project['data']}: no column 'context' (it has: 'answer', 'question'); map the template's fields to this "
+        "dataset's columns with `columns: {field: column}` under the source in configs/<expert>.yaml, or name those "
+        "columns in format.prompt / format.answer")
