@@ -32,7 +32,7 @@ def train_expert(config: ExpertConfig, cache_dir: str | Path, build_id: str | No
     skipped stage. Errors are the trainer's expected errors (``EXPECTED_ERRORS``); in a curriculum
     a ``TrainError`` whose message starts with the stage."""
     stages = config.stage_configs()
-    curriculum = len(stages) > 1
+    curriculum = bool(config.stages)  # a curriculum of one stage is a curriculum too
     if curriculum and build_id is not None:
         raise TrainError("--build-id names one build, and a curriculum has one build per stage: leave it out")
     if curriculum and resume not in (None, "auto"):
@@ -45,8 +45,7 @@ def train_expert(config: ExpertConfig, cache_dir: str | Path, build_id: str | No
                 stage.train.max_steps = max_steps
             if run_dirs:
                 stage.train.init_adapter = str(run_dirs[-1] / ADAPTER_DIR)
-            # a curriculum of one stage is a curriculum too: its finished stage is skipped
-            done = finished_stage(stage) if config.stages and resume == "auto" else None
+            done = finished_stage(stage) if curriculum and resume == "auto" else None
             if done is not None:
                 say(f"resume auto: stage {stage.expert} finished in {done}; going on from its adapter")
                 run_dirs.append(done)
