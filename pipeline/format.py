@@ -27,9 +27,10 @@ Template fields name dataset columns, through ``sources[i].columns`` when the na
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 from packtrain.core.config_build import FormatConfig
 
@@ -137,9 +138,10 @@ def render_chat(
         raise BadRow(f"the chat template does not compile: {e}") from None
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
-    head = compiled.render(messages=messages, add_generation_prompt=True, **extra)
-    full = compiled.render(messages=messages + [{"role": "assistant", "content": answer}],
-                           add_generation_prompt=False, **extra)
+    with template_errors_are_bad_rows():
+        head = compiled.render(messages=messages, add_generation_prompt=True, **extra)
+        full = compiled.render(messages=messages + [{"role": "assistant", "content": answer}],
+                               add_generation_prompt=False, **extra)
     if not full.startswith(head):
         raise BadRow("the chat template does not render the prompt as a prefix of prompt + answer")
     if eos_token and full.rstrip().endswith(eos_token):
@@ -158,14 +160,29 @@ def render_conversation(template: str | None, system: str | None, messages: Any,
     messages = check_messages(messages, column)
     if system and messages[0]["role"] != "system":
         messages = [{"role": "system", "content": system}] + messages
-    check_fields_rendered(template, messages, column, bos_token, eos_token)
-    if once:
-        from packtrain.pipeline.chat_once import render_once
+    with template_errors_are_bad_rows():
+        check_fields_rendered(template, messages, column, bos_token, eos_token)
+        if once:
+            from packtrain.pipeline.chat_once import render_once
 
-        doc = render_once(template, messages, bos_token, eos_token)
-        if doc is not None:
-            return doc
-    return render_turns(template, messages, column, bos_token, eos_token)
+            doc = render_once(template, messages, bos_token, eos_token)
+            if doc is not None:
+                return doc
+        return render_turns(template, messages, column, bos_token, eos_token)
+
+
+@contextmanager
+def template_errors_are_bad_rows() -> Iterator[None]:
+    """A chat template that fails on a row's data (an attribute it expects and the row lacks, such as
+    the content of a tool-call turn under a template that renders no tool calls) makes the row a
+    :class:`BadRow` naming the error, counted like any other, never a traceback that stops the build."""
+    import jinja2
+
+    try:
+        yield
+    except (jinja2.TemplateError, TypeError) as e:
+        raise BadRow(f"the chat template fails on this row ({type(e).__name__}: {e}); fix the row, or use a "
+                     "chat template that renders it") from None
 
 
 def render_turns(template: str, messages: list[dict], column: str, bos_token: str | None = None,

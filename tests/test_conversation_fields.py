@@ -13,6 +13,7 @@ import pytest
 from build_fixtures import write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.build import build
+from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 from packtrain.pipeline.format import BadRow, render_conversation
 from real_tokenizers import CHATML
 from test_conversations import TOOL_CHATML, chat_project, quiet, set_template  # noqa: F401 (a fixture)
@@ -95,6 +96,18 @@ def test_qwen3s_own_template_keeps_a_tool_call_with_empty_content_and_refuses_a_
     named = TOOL_TURN + [{"role": "tool", "content": "1", "name": "run_sql"}, {"role": "assistant", "content": "1"}]
     with pytest.raises(BadRow, match=r"^'messages' message 2 \(tool\) has a field 'name' that the chat template"):
         render(template, named, once)
+
+
+@pytest.mark.parametrize("once", [False, True])
+def test_a_tool_call_without_content_under_smollm2s_template_is_a_bad_row(real_tokenizer, once):
+    """The usual OpenAI shape (content null beside tool_calls): SmolLM2's real template fails on the
+    missing content; a counted bad row naming the error, not a traceback that stops the build."""
+    template = load_tokenizer_info(real_tokenizer("smollm2")).chat_template
+    for call in ({"role": "assistant", "content": None, "tool_calls": [CALL]}, {"role": "assistant", "tool_calls": [CALL]}):
+        with pytest.raises(BadRow) as e:
+            render(template, [TOOL_TURN[0], call], once)
+        assert str(e.value) == ("the chat template fails on this row (UndefinedError: 'dict object' has no attribute "
+                                "'content'); fix the row, or use a chat template that renders it")
 
 
 @pytest.mark.parametrize("render_once", [True, False])
