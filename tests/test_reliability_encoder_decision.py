@@ -26,6 +26,7 @@ from packtrain.core.configfile import load_config
 from packtrain.pipeline.encode import tiktoken_encoder
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision, note_path
+from packtrain.pipeline.encode.notes import write_note
 
 HOOKED_CLI = Path(__file__).with_name("hooked_cli.py")
 
@@ -300,7 +301,10 @@ def tiktoken_project(tmp_path: Path) -> dict:
     return project
 
 
-def test_an_edited_note_cannot_publish_wrong_shards(tmp_path):
+@pytest.mark.parametrize("seal", ["kept", "forged"])
+def test_an_edited_note_cannot_publish_wrong_shards(tmp_path, seal):
+    """Edited by hand (its old seal: not trusted, decided again) or forged with a valid seal (the
+    workers' structural checks refuse the encoder: the build drops it and tokenizes again)."""
     project = tiktoken_project(tmp_path)
     lowercasing(project)
     config = load_config("sql", project["configs"])
@@ -309,12 +313,18 @@ def test_an_edited_note_cannot_publish_wrong_shards(tmp_path):
     assert json.loads(note.read_text())["answer"]["encoder"] is None
     edited = json.loads(note.read_text())
     edited["answer"].update(encoder="tiktoken", why="edited by hand")
-    note.write_text(json.dumps(edited))
+    if seal == "forged":
+        write_note(note, edited["about"], edited["answer"])
+    else:
+        note.write_text(json.dumps(edited))
     keep_only_the_notes(project["cache"])
     lines = []
     result = build(config, project["cache"], log=lines.append, progress=False)
     assert shard_bytes(result) == reference(project, tmp_path)
-    assert "fast encoder: off (HF tokenizers) (tiktoken:" in "\n".join(map(str, lines))
+    said = "\n".join(map(str, lines))
+    assert ("fast encoder: off (HF tokenizers) (tiktoken:" in said if seal == "kept" else
+            "exactness check: fast encoder (tiktoken) differs from the HF tokenizer on row" in said
+            and "its structural checks refuse this tokenizer (the normalizer Lowercase is neither none nor NFC)" in said)
     assert json.loads(note.read_text())["answer"]["encoder"] is None
 
 

@@ -11,6 +11,8 @@ from packtrain.core.configfile import load_config
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
+from packtrain.pipeline.encode.notes import write_note
+from packtrain.pipeline.errors import TokenizerError
 
 FACTS = {"ids": {"<|endoftext|>": 0, "<|pad|>": 1}, "prefix": [], "vocab_size": 400}
 
@@ -85,3 +87,21 @@ def test_a_second_build_plans_without_loading_the_hf_tokenizer(tmp_path, monkeyp
     no_hf_load(monkeypatch)
     second = build(config, project["cache"], log=lambda *a: None, progress=False)
     assert second.up_to_date and second.build_id == first.build_id
+
+
+def test_forged_facts_are_refused_before_a_byte_is_written(tmp_path):
+    """Facts forged with a valid seal (another eos id): the worker that tokenizes checks them against
+    the HF tokenizer and the build stops in one line; nothing is published (issue 23)."""
+    project = make_project(tmp_path)
+    config = load_config("sql", project["configs"], {"build.check_documents": 0})
+    first = build(config, project["cache"], log=lambda *a: None, progress=False)
+    (facts,) = (project["cache"] / "sql" / ".sources" / ".tokenizer-facts").iterdir()
+    note = json.loads(facts.read_text())
+    note["answer"]["ids"]["<|endoftext|>"] = 5
+    write_note(facts, note["about"], note["answer"])
+    with pytest.raises(TokenizerError, match=r"^the tokenizer facts this build was planned with are not .*tokenizer.json's: "
+                       r"ids \{'<\|endoftext\|>': 5, '<\|pad\|>': 1\} \(the tokenizer: \{'<\|endoftext\|>': 0, "
+                       r"'<\|pad\|>': 1\}\); a note remembered in the cache \(.sources/.tokenizer-facts/\) was changed"):
+        build(config, project["cache"], log=lambda *a: None, progress=False)
+    assert sorted(p.name for p in (project["cache"] / "sql").iterdir() if not p.name.startswith(".")) == sorted([
+        "CURRENT", first.build_id])

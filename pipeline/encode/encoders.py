@@ -44,20 +44,31 @@ def line_cache(key: tuple[str, str]) -> LineCache:
     return cache
 
 
+class NotExact(Exception):
+    """The fast encoder's structural checks refuse this tokenizer (a remembered decision said otherwise)."""
+
+
 def fast_encoder(key: tuple[str, str], name: str):
     """The worker's fast encoder ``name`` (fastokens or tiktoken), built once per process (the build
     decided it is exact): ``encode_documents(docs)`` gives each document's ids and supervised token
-    ranges, or None where the HF tokenizer must make it."""
+    ranges, or None where the HF tokenizer must make it. Its structural checks run again here, so a
+    decision remembered in the cache cannot apply it where they refuse it (:class:`NotExact`)."""
     encoder = FAST_ENCODERS.get((*key, name))
     if encoder is None:
         spec = read_json(Path(key[0]), "build again", "a tokenizers file")
         if name == fastokens_encoder.NAME:
             import fastokens
 
-            encoder = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_file(key[0]), spec)
+            problem = fastokens_encoder.structure(spec)
+            if problem is None:
+                encoder = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_file(key[0]), spec)
         elif name == tiktoken_encoder.NAME:
-            encoder = tiktoken_encoder.FastEncoder(spec, lambda: hf_tokenizer(key))
+            problem, ranks, _ = tiktoken_encoder.structure(spec)
+            if problem is None:
+                encoder = tiktoken_encoder.FastEncoder(spec, lambda: hf_tokenizer(key), ranks)
         else:
             raise ValueError(f"no fast encoder named {name!r}")
+        if problem is not None:
+            raise NotExact(f"its structural checks refuse this tokenizer ({problem})")
         FAST_ENCODERS[(*key, name)] = encoder
     return encoder

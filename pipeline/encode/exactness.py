@@ -165,7 +165,7 @@ class Mismatch:
     text: str  # the start of the document's text
 
     def describe(self) -> str:
-        return f"{self.detail}, in the document starting {self.text[:60]!r}"
+        return f"{self.detail}, in the document starting {self.text[:60]!r}" if self.text else self.detail
 
 
 class ShortcutMismatch(Exception):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 from collections import deque
@@ -76,16 +77,19 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 task = EncodeTask(str(tokenizer.directory / "tokenizer.json"),
                                   tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
                                   tokenizer.prefix_ids if config.format.style == "template" else (),
-                                  config.pack.val_fraction, dtype.name, line_cache=line_cache, fast_encoder=fast)
+                                  config.pack.val_fraction, dtype.name, line_cache=line_cache, fast_encoder=fast,
+                                  facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None)
                 sampled = dataclasses.replace(task, check_all=False)
                 batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows,
                                        formatter.column_fix)
+                facts_checked = False
                 for number, batch in enumerate(batches):
                     stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
                     if part is None or number % part[1] == part[0]:
                         headers.append((i, batch.file, batch.start, number))
-                        yield (task if number * config.build.batch_rows < config.build.check_documents
-                               else sampled), batch.columns
+                        checked = task if number * config.build.batch_rows < config.build.check_documents else sampled
+                        first, facts_checked = not facts_checked, True  # the first batch tokenized here checks them
+                        yield dataclasses.replace(checked, check_facts=True) if first else checked, batch.columns
 
         writers = {}
         bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)

@@ -28,7 +28,12 @@ def compute(tokenizer_file: Path, tokens: list[str], fix: str) -> dict:
     vocabulary) for ``tokens``, and ``prefix`` (what encoding with special tokens adds before a text)."""
     from tokenizers import Tokenizer
 
-    tokenizer = read_input(tokenizer_file, lambda p: Tokenizer.from_file(str(p)), fix, "a tokenizers file")
+    return facts_of(read_input(tokenizer_file, lambda p: Tokenizer.from_file(str(p)), fix, "a tokenizers file"),
+                    tokens)
+
+
+def facts_of(tokenizer, tokens: list[str]) -> dict:
+    """:func:`compute`'s facts of a loaded ``tokenizers.Tokenizer``."""
     plain = tokenizer.encode("x", add_special_tokens=False).ids
     wrapped = tokenizer.encode("x", add_special_tokens=True).ids
     at = next((i for i in range(len(wrapped) - len(plain) + 1) if wrapped[i : i + len(plain)] == plain), 0)

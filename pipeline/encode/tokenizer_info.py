@@ -4,6 +4,7 @@ build id and every source-cache key hash)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ class TokenizerInfo:
     Llama's BOS; or ``add_bos_token`` in tokenizer_config.json); empty for Qwen and GPT-2."""
     chat_template: str | None
     fingerprint: dict
+    facts: dict | None = dataclasses.field(default=None, compare=False, repr=False)
+    """The facts only the loaded HF tokenizer knows, as planning used them (remembered in the cache:
+    pipeline/encode/tokenizer_facts.py); a tokenizing worker checks them against the tokenizer."""
 
     def line_split(self) -> tuple[bool, str]:
         """Whether repeated lines can be memoized (packtrain.pipeline.encode.line_cache), and why; read from
@@ -117,4 +121,5 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
         prefix_ids=prefix,
         chat_template=template,
         fingerprint=fingerprint,
+        facts=facts,
     )

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass
 
 import numpy as np
 
 from packtrain.pipeline import mix
-from packtrain.pipeline.encode import exactness
-from packtrain.pipeline.encode.encoders import fast_encoder, hf_tokenizer, line_cache
+from packtrain.pipeline.encode import exactness, tokenizer_facts
+from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
+from packtrain.pipeline.errors import TokenizerError
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
 
 
@@ -52,6 +54,11 @@ class EncodeTask:
     check_all: bool = True
     """Check every document a shortcut makes against the reference (the first ``build.check_documents``
     rows of a source), else a seeded sample (pipeline/encode/exactness.py)."""
+    facts: str | None = None
+    """The tokenizer facts planning used (TokenizerInfo.facts as JSON: eos/pad/bos ids, the prefix, the
+    vocabulary size), remembered in the cache; checked against the HF tokenizer where ``check_facts``."""
+    check_facts: bool = False
+    """Check ``facts`` (set on each source's first batch): a remembered note cannot change a byte."""
 
 
 @dataclass
@@ -102,9 +109,17 @@ def token_spans(encoding, doc: Formatted) -> list[tuple[int, int]]:
 
 def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize one batch of rows given column-wise (as read from Arrow)."""
-    docs, kept, bad = format_rows(task.formatter, columns)
     key = (task.tokenizer_file, task.tokenizer_sha256)
-    fast = fast_encoder(key, task.fast_encoder) if task.fast_encoder else None
+    if task.check_facts and task.facts is not None:
+        check_facts(hf_tokenizer(key), json.loads(task.facts), task.tokenizer_file)
+    if task.fast_encoder:
+        try:
+            fast = fast_encoder(key, task.fast_encoder)
+        except NotExact as e:  # a remembered decision said it was; the build drops it and tokenizes again
+            return refused_batch(exactness.Mismatch(exactness.fast_encoder_label(task.fast_encoder), 0, str(e), ""))
+    else:
+        fast = None
+    docs, kept, bad = format_rows(task.formatter, columns)
     encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
     made_by: list[str | None] = [None] * len(docs)  # the shortcut that made each document, if one did
     if fast:  # every document, conversations too (the HF tokenizer makes those it leaves: None)
@@ -140,6 +155,25 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
                                                    bool, len(good)),
                         keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad,
                         by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches)
+
+
+def check_facts(reference, planned: dict, tokenizer_file: str) -> None:
+    """Refuse to tokenize with tokenizer facts (remembered in the cache by an earlier build) that are
+    not the HF tokenizer's: they would put other special-token ids into every document."""
+    actual = tokenizer_facts.facts_of(reference, sorted(planned["ids"]))
+    if actual != planned:
+        differ = ", ".join(f"{name} {planned[name]} (the tokenizer: {actual[name]})" for name in sorted(actual)
+                           if actual[name] != planned.get(name))
+        raise TokenizerError(f"the tokenizer facts this build was planned with are not {tokenizer_file}'s: {differ}; "
+                             f"a note remembered in the cache (.sources/{tokenizer_facts.FACTS_DIR}/) was changed by "
+                             f"hand: delete that directory and build again")
+
+
+def refused_batch(mismatch: exactness.Mismatch) -> EncodedBatch:
+    """A batch that holds nothing but ``mismatch``: the build drops the shortcut and tokenizes again."""
+    empty = np.zeros(0, np.int64)
+    return EncodedBatch(tokens=np.zeros(0, np.uint32), masks=np.zeros(0, np.uint8), lengths=empty, prompt_lengths=empty,
+                        is_val=np.zeros(0, bool), keys=np.zeros((0, 16), np.uint8), bad_rows=[], mismatches=[mismatch])
 
 
 def check_documents(reference, docs: list[Formatted], encoded: list, made_by: list[str | None],
