@@ -428,6 +428,7 @@ def test_the_cli_on_a_real_full_tmpfs_then_resume_auto(tmp_path, tmpfs_disk, mod
                         rf"checkpoint-2 of run {run_dir}: the partial files were removed; free space \(or set "
                         r"train.output_dir elsewhere\) and continue with --resume auto", last), stderr[-3000:]
     assert [line for line in stderr.splitlines() if line.startswith("error:")] == [last]
+    assert stderr.count("no space left") == 1  # said once: "run failed" goes to train.log only
     assert read("full.listing").split() == ["checkpoint-1", "config.json", "metrics.jsonl", "run.json", "train.log"]
     assert read("resumed.code") == "0", read("resumed.err")[-3000:]
     assert "resumed from" in read("resumed.err") and "checkpoint-1" in read("resumed.err")

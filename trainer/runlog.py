@@ -14,6 +14,11 @@ from packtrain.trainer.distributed import World
 log = logging.getLogger("packtrain.train")
 
 
+FILE_ONLY = {"file_only": True}
+"""``extra=`` of a record for train.log only: the console says it otherwise (the failure that ends a
+run: the CLI prints it as its one ``error:`` line)."""
+
+
 class RankFilter(logging.Filter):
     """On ranks other than 0: warnings and errors only, prefixed with the rank."""
 
@@ -32,6 +37,7 @@ def ensure_log_handler() -> None:
     """Log to stderr unless the caller (the CLI) configured logging already."""
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
+        handler.addFilter(lambda record: not getattr(record, "file_only", False))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
         log.addHandler(handler)
     if log.level == logging.NOTSET:

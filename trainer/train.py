@@ -55,7 +55,7 @@ from packtrain.trainer.model import ModelError, Precision, choose_precision, loa
 from packtrain.trainer.optim import build_optimizer
 from packtrain.trainer.run_checks import TrainError, check_batch_shape, check_tokenizer, choose_run_dir, verify_shards
 from packtrain.trainer.run_end import finish_run, write_json
-from packtrain.trainer.runlog import HeldLog, RankFilter, add_file_log, ensure_log_handler
+from packtrain.trainer.runlog import FILE_ONLY, HeldLog, RankFilter, add_file_log, ensure_log_handler
 from packtrain.trainer.schedule import build_scheduler, warmup_steps
 from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer
 
@@ -157,7 +157,8 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         run_dir = decide_on_rank0(lambda: choose_run_dir(checkpoint, state.step, expert_runs, train.run_name,
                                                          manifest.build_id), world)
     except Exception as e:
-        log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e)
+        log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e,
+                  extra=FILE_ONLY)
         raise
     finally:
         if held is not None:
@@ -173,7 +174,8 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     try:
         return _train(config, build_dir, manifest, source, tok_dir, state, checkpoint, run_dir, world, setup)
     except Exception as e:
-        log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e)
+        log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e,
+                  extra=FILE_ONLY)
         raise
     finally:
         if file_log is not None:
