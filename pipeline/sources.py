@@ -221,7 +221,7 @@ def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) 
             if len(buf[columns[0]]) == batch_rows:
                 yield buf
                 buf = {c: [] for c in columns}
-    if unseen:
+    if unseen and row:  # a file with no rows lacks nothing
         _check_columns(path, columns, list(seen))
     if buf[columns[0]]:
         yield buf
