@@ -209,6 +209,7 @@ def test_non_finite_weights_are_never_saved(tmp_path, model_dir, monkeypatch, sa
     assert str(err.value).startswith(f"not saving {run_dir / what}: 28 trainable weight tensor(s) hold NaN or inf "
                                      "(first: base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight)")
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "metrics.jsonl", "run.json", "train.log"]
+    assert f"ERROR run failed: NonFiniteWeightsError: not saving {run_dir / what}" in (run_dir / "train.log").read_text()
 
 
 # --- class 7 --------------------------------------------------------------------------------------

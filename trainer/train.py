@@ -157,8 +157,7 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         run_dir = decide_on_rank0(lambda: choose_run_dir(checkpoint, state.step, expert_runs, train.run_name,
                                                          manifest.build_id), world)
     except Exception as e:
-        log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e,
-                  extra=FILE_ONLY)
+        log_failure(e, world)
         raise
     finally:
         if held is not None:
@@ -174,13 +173,18 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     try:
         return _train(config, build_dir, manifest, source, tok_dir, state, checkpoint, run_dir, world, setup)
     except Exception as e:
-        log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e,
-                  extra=FILE_ONLY)
+        log_failure(e, world)
         raise
     finally:
         if file_log is not None:
             log.removeHandler(file_log)
             file_log.close()
+
+
+def log_failure(e: Exception, world: World) -> None:
+    """The failure that ends a run, for its train.log (the console's is the CLI's one ``error:`` line)."""
+    log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e,
+              extra=FILE_ONLY)
 
 
 def sequence_length(train, manifest: Manifest) -> int:
