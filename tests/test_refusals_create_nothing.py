@@ -73,7 +73,8 @@ def test_an_unknown_model_type_creates_no_run_directory(tmp_path, model_dir):
 def test_a_missing_init_adapter_creates_no_run_directory(tmp_path, model_dir):
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
     config = make_config(model_dir, tmp_path / "runs", init_adapter=str(tmp_path / "nowhere"))
-    with pytest.raises(TrainError, match=r"train.init_adapter: adapter weights .*nowhere.* cannot be read"):
+    with pytest.raises(TrainError, match=r"^train.init_adapter: adapter weights .*nowhere.* do not exist: set "
+                       r"train.init_adapter to a directory holding adapter_model.safetensors \(a finished run's adapter/"):
         run(config, tmp_path / "cache")
     assert not (tmp_path / "runs" / "sql").exists()
 

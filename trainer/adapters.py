@@ -102,14 +102,19 @@ def save_adapter(model, directory: Path, config: dict, tokenizer_dir: Path | Non
     save_adapter_extras(directory, config, tokenizer_dir)
 
 
-def load_adapter_weights(model, directory: Path) -> None:
-    """Put the adapter weights saved in ``directory`` into ``model`` (exactly; names must all match)."""
+CHECKPOINT_FIX = "the checkpoint is corrupt; resume from another checkpoint (--resume PATH) or start a new run"
+
+
+def load_adapter_weights(model, directory: Path, fix: str = CHECKPOINT_FIX) -> None:
+    """Put the adapter weights saved in ``directory`` into ``model`` (exactly; names must all match).
+    ``fix``: what to do where they are missing or cannot be read (by default: a checkpoint's words)."""
     path = directory / ADAPTER_WEIGHTS
+    if not path.is_file():
+        raise RuntimeError(f"adapter weights {path} do not exist: {fix}")
     try:
         state = load_file(path)
     except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
-        raise RuntimeError(f"adapter weights {path} cannot be read ({e}): the checkpoint is corrupt; "
-                           "resume from another checkpoint (--resume PATH) or start a new run") from None
+        raise RuntimeError(f"adapter weights {path} cannot be read ({e}): {fix}") from None
     ours = get_peft_model_state_dict(model)
     expected = set(ours)
     if set(state) != expected:

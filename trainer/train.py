@@ -181,6 +181,10 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
             file_log.close()
 
 
+INIT_ADAPTER_FIX = ("set train.init_adapter to a directory holding adapter_model.safetensors (a finished run's "
+                    "adapter/, or a checkpoint's), or leave it out to start from a new adapter")
+
+
 def log_failure(e: Exception, world: World) -> None:
     """The failure that ends a run, for its train.log (the console's is the CLI's one ``error:`` line)."""
     log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e,
@@ -255,7 +259,7 @@ def _prepare(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, 
     model = attach_adapters(model, config.lora, train.gradient_checkpointing)
     if train.init_adapter and checkpoint is None:  # a resumed run's checkpoint already holds the weights
         try:
-            load_adapter_weights(model, Path(train.init_adapter))
+            load_adapter_weights(model, Path(train.init_adapter), INIT_ADAPTER_FIX)
         except RuntimeError as e:
             raise TrainError(f"train.init_adapter: {e}") from None
         log.info("adapter weights initialised from %s", train.init_adapter)
