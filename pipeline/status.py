@@ -10,21 +10,25 @@ from pathlib import Path
 from packtrain.pipeline.build import plan
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import MANIFEST, Manifest, expert_dir, read_current
-from packtrain.core.rundir import RUN_JSON, recorded_runs_dirs
+from packtrain.core.rundir import RUN_JSON, finished_artifacts, recorded_runs_dirs
 from packtrain.core.errors import ContractError
 
 
 def last_run(runs_dirs: list[Path], build_id: str) -> str | None:
-    """The newest run directory (under any of ``runs_dirs``) whose run.json names ``build_id``."""
+    """The newest run directory (under any of ``runs_dirs``) whose run.json names ``build_id``, marked
+    ``(unfinished)`` where it wrote none of its final artifacts (running, stopped or killed)."""
     runs = []
     for info in [info for runs_dir in dict.fromkeys(runs_dirs) for info in runs_dir.glob(f"*/{RUN_JSON}")]:
         try:
             data = json.loads(info.read_bytes().decode("utf-8"))
             if isinstance(data, dict) and data.get("build_id") == build_id:
-                runs.append((info.stat().st_mtime_ns, info.parent.name))
+                runs.append((info.stat().st_mtime_ns, info.parent))
         except (OSError, ValueError, RecursionError):
             continue  # a damaged run.json names no build
-    return max(runs)[1] if runs else None
+    if not runs:
+        return None
+    newest = max(runs)[1]
+    return newest.name if finished_artifacts(newest) else f"{newest.name} (unfinished)"
 
 
 def expert_status(expert: str, configs_dir, cache_dir, overrides: dict | None = None) -> list[dict]:

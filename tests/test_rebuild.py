@@ -159,6 +159,9 @@ def test_status_reports_changes_and_the_last_run(two_sources):
     overrides = {"train.output_dir": str(two_sources["runs"])}
     (status,) = expert_status("sql", two_sources["configs"], two_sources["cache"], overrides)
     assert status["build"] == built.build_id and status["inputs_changed"] is False
-    assert status["last_run"] == "20261122-000000-x" and status["train_tokens"] > 0
+    assert status["last_run"] == "20261122-000000-x (unfinished)" and status["train_tokens"] > 0  # no summary yet
+    (run_dir / "summary.json").write_text("{}")  # the run finished
+    assert expert_status("sql", two_sources["configs"], two_sources["cache"], overrides)[0]["last_run"] == \
+        "20261122-000000-x"
     write_jsonl(two_sources["b"], rows(31, start=500))
     assert expert_status("sql", two_sources["configs"], two_sources["cache"], overrides)[0]["inputs_changed"] is True

@@ -205,6 +205,7 @@ def test_a_damaged_run_json_does_not_break_status(project, text):
     for run_dir in (good, bad):
         run_dir.mkdir(parents=True)
     (good / "run.json").write_text(json.dumps({"build_id": built.build_id}))
+    (good / "summary.json").write_text("{}")
     (bad / "run.json").write_bytes(text.encode("utf-8", errors="surrogateescape"))
     (status,) = expert_status("sql", project["configs"], project["cache"], {"train.output_dir": str(project["runs"])})
     assert status["last_run"] == "20261122-000000-good" and "error" not in status

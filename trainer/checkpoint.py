@@ -42,8 +42,8 @@ import torch
 
 from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
 from packtrain.core.diskfull import written
-from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_PREFIX, FINAL_ARTIFACTS, RUN_DISK_FULL_FIX, STATE_JSON,
-                                   SUMMARY)
+from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON, SUMMARY,
+                                   finished_artifacts)
 from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
 from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
@@ -184,11 +184,6 @@ class written_or_removed:
                                   "the partial files were removed; fix the directory and continue with --resume "
                                   "auto") from error
         return False  # not a disk problem: the original error goes on
-
-
-def finished_artifacts(run_dir: Path) -> list[str]:
-    """The final artifacts the run has written (empty while it is unfinished)."""
-    return [name for name in FINAL_ARTIFACTS if (run_dir / name).exists()]
 
 
 def check_not_finished(run_dir: Path, action: str) -> None:

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_checksums
-from packtrain.trainer.checkpoint import finished_artifacts, fork_dir
+from packtrain.core.rundir import finished_artifacts
+from packtrain.trainer.checkpoint import fork_dir
 from packtrain.trainer.distributed import World
 
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log

@@ -37,13 +37,13 @@ from packtrain.core.config_train import TrainConfig
 from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, former_stage_name, resolve_build
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError
-from packtrain.core.rundir import RUN_JSON, record_runs_dir
+from packtrain.core.rundir import RUN_JSON, finished_artifacts, record_runs_dir
 from packtrain.trainer.attention import AttentionChoice, choose_attention
 from packtrain.trainer.adapters import (NonFiniteWeightsError, attach_adapters, load_adapter_weights,
                                         trainable_parameters)
 from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
-                                          discard_later_checkpoints, find_checkpoint, finished_artifacts,
-                                          load_checkpoint, read_state, verify_checkpoint)
+                                          discard_later_checkpoints, find_checkpoint, load_checkpoint, read_state,
+                                          verify_checkpoint)
 from packtrain.trainer.data import BatchStream, BlockDataset, BlockSampler, eval_slice, make_loader, to_device
 from packtrain.trainer.distributed import (DistributedError, World, close_world, decide_on_rank0, device_for,
                                            init_world, shard, wrap)

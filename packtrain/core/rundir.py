@@ -26,6 +26,11 @@ STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", 
 RUN_DISK_FULL_FIX = "free space (or set train.output_dir elsewhere) and continue with --resume auto"
 
 
+def finished_artifacts(run_dir: Path) -> list[str]:
+    """The final artifacts the run has written (empty while it is unfinished: running, stopped or killed)."""
+    return [name for name in FINAL_ARTIFACTS if (run_dir / name).exists()]
+
+
 def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | os.PathLike) -> None:
     """Remember, beside the builds, the absolute directory of ``expert``'s runs
     (``cache/<expert>/.runs/<hash>`` holds the path), so that retention protects the builds their
