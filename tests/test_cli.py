@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from packtrain.cli.commands import main
@@ -81,10 +82,15 @@ def test_dataset_switch_reads_a_hub_snapshot(hub_cache, tmp_path):
     assert (source["kind"], source["revision"]) == ("hub", "a" * 40)
 
 
-def test_config_prints_the_resolved_config_with_overrides():
+def test_config_prints_the_resolved_config_with_overrides(tmp_path):
     result = invoke("config", "neo4j", "--set", "pack.block_size=1024", "--set", "train.learning_rate=1e-4",
                     "--set", "cpu.enabled=false")  # on a CPU the cpu section would set the block size
-    resolved = json.loads(result.output)
+    resolved = yaml.safe_load(result.output)
+    assert json.loads(invoke("config", "neo4j", "--set", "pack.block_size=1024", "--set", "train.learning_rate=1e-4",
+                             "--set", "cpu.enabled=false", "--json").output) == resolved
+    # YAML one can paste back: as configs/neo4j.yaml it resolves to the same config
+    (tmp_path / "neo4j.yaml").write_text(result.output)
+    assert yaml.safe_load(invoke("config", "neo4j", "--configs-dir", str(tmp_path)).output) == resolved
     assert resolved["pack"]["block_size"] == 1024 and resolved["train"]["learning_rate"] == 1e-4
     assert resolved["format"]["answer"] == "{cypher}"
     assert resolved["sources"] == [{"name": "bundled", "split": "train", "revision": None, "columns": {},

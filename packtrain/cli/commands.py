@@ -74,10 +74,15 @@ def discover():
 @main.command()
 @click.argument("expert")
 @expert_options
-def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
-    """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides), as this machine trains it."""
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
+def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, as_json):
+    """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides), as this machine
+    trains it: YAML that can be pasted back into configs/EXPERT.yaml."""
+    import yaml
+
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True)
-    click.echo(json.dumps(cfg.to_dict(), indent=2))
+    click.echo(json.dumps(cfg.to_dict(), indent=2) if as_json else
+               yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True, width=100).rstrip("\n"))
 
 
 @main.command("prepare-model")
