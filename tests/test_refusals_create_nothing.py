@@ -31,9 +31,13 @@ def tree(directory: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("lora, message", [
-    ({"r": 4}, r"do not fit this model \(28 tensors of another shape, first "
-               r"base_model.model.model.layers.0.mlp.down_proj.lora_A.weight: \[8, 128\] saved, \[4, 128\] here\)"),
-    ({"target_modules": ["q_proj"]}, r"do not fit this model \(missing \[\], unexpected"),
+    ({"r": 4}, r"was trained with other LoRA settings: lora.r 8 \(this run: 4\); resume with the checkpoint's "
+               r"\(--set lora.r=8\), or start a new run, from its adapter with train.init_adapter$"),
+    ({"target_modules": ["q_proj"]}, r"other LoRA settings: lora.target_modules 'all-linear' \(this run: \['q_proj'\]\); "
+                                     r"resume with the checkpoint's \(--set lora.target_modules=\"all-linear\"\)"),
+    ({"alpha": 32}, r"other LoRA settings: lora.alpha 16 \(this run: 32\); resume with the checkpoint's \(--set lora.alpha=16\)"),
+    ({"method": "qlora", "r": 4}, r"other LoRA settings: lora.method 'lora' \(this run: 'qlora'\), lora.r 8 \(this run: 4\); "
+                                  r"resume with the checkpoint's \(--set lora.method=\"lora\" --set lora.r=8\)"),
 ])
 def test_a_refused_resume_creates_no_fork_and_discards_no_checkpoint(tmp_path, model_dir, lora, message):
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
@@ -97,3 +101,14 @@ def test_the_held_log_lines_open_the_run_s_train_log(tmp_path, model_dir):
     assert "INFO precision: cpu: training in fp32" in log[0]
     assert any("INFO attention: " in line for line in log[:3])
     assert any(f"INFO run {run_dir}: build " in line for line in log)
+
+
+def test_an_init_adapter_of_another_rank_is_one_line(tmp_path, model_dir):
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    done = run(make_config(model_dir, tmp_path / "runs", max_steps=1, run_name="done"), tmp_path / "cache")
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, lora={"r": 4}, init_adapter=str(done / "adapter"))
+    with pytest.raises(TrainError, match=r"^train.init_adapter: adapter weights .* do not fit this model \(28 tensors of "
+                       r"another shape, first base_model.model.model.layers.0.mlp.down_proj.lora_A.weight: \[8, 128\] "
+                       r"saved, \[4, 128\] here\)"):
+        run(config, tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "runs" / "sql").iterdir()) == ["done"]

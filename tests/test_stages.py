@@ -38,7 +38,8 @@ def test_init_adapter_starts_from_those_weights(tmp_path):
     assert all(torch.allclose(second[name], trained[name], atol=1e-7) for name in trained)
     config = make_config(model_dir, tmp_path / "runs", max_steps=1, run_name="third",
                          init_adapter=str(tmp_path / "nowhere"))
-    with pytest.raises(TrainError, match=r"train.init_adapter: adapter weights .*nowhere.* cannot be read"):
+    with pytest.raises(TrainError, match=r"train.init_adapter: adapter weights .*nowhere.* do not exist: set "
+                                         r"train.init_adapter to a directory"):
         run(config, tmp_path / "cache")
 
 

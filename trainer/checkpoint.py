@@ -344,6 +344,25 @@ def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: s
             "(the data position then restarts at the beginning of an epoch)")
 
 
+def check_same_adapter(path: Path, lora: dict) -> None:
+    """Refuse to continue a checkpoint with other ``lora`` settings (method, r, alpha, dropout,
+    target_modules): the adapter would train on with another scale or another base (QLoRA's 4-bit vs
+    LoRA's full weights) without a word; its config.json says what it was trained with."""
+    file = path / CONFIG_SNAPSHOT
+    try:
+        saved = json.loads(file.read_text())["lora"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint file {file} is corrupt ({type(e).__name__}: {e}); resume from another "
+                              "checkpoint with --resume PATH or start a new run") from None
+    differ = [key for key in sorted(lora) if key in saved and saved[key] != lora[key]]
+    if differ:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with other LoRA settings: "
+            + ", ".join(f"lora.{key} {saved[key]!r} (this run: {lora[key]!r})" for key in differ)
+            + "; resume with the checkpoint's (" + " ".join(f"--set lora.{key}={json.dumps(saved[key])}" for key in differ)
+            + "), or start a new run, from its adapter with train.init_adapter")
+
+
 def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:
     """Restore adapter weights, optimizer, scheduler, scaler and RNG states (RNG last). A model sharded
     with FSDP: every rank calls this and reads the same files (each keeps its shards)."""

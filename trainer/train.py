@@ -42,6 +42,7 @@ from packtrain.trainer.attention import AttentionChoice, choose_attention
 from packtrain.trainer.adapters import (NonFiniteWeightsError, attach_adapters, load_adapter_weights,
                                         trainable_parameters)
 from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
+                                          check_same_adapter,
                                           discard_later_checkpoints, find_checkpoint, load_checkpoint, read_state,
                                           verify_checkpoint)
 from packtrain.trainer.data import BatchStream, BlockDataset, BlockSampler, eval_slice, make_loader, to_device
@@ -139,6 +140,7 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         saved = read_state(checkpoint)
         check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change,
                      world.world_size, seq_length, manifest.block_size)
+        check_same_adapter(checkpoint, config.to_dict()["lora"])
         state = saved
         state.seq_length = seq_length  # the same (check_resume), recorded from now on in older checkpoints too
         if saved.build_id != manifest.build_id:
