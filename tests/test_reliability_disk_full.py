@@ -236,6 +236,26 @@ def test_metrics_on_a_full_device(tmp_path, model_dir, monkeypatch):
     assert steps_of(resumed) == [1, 2] and leftovers(tmp_path) == []
 
 
+def test_tensorboard_on_a_full_device(tmp_path, model_dir, monkeypatch):
+    """train.report_to: tensorboard, its event file on a full disk (what the writer raises, ENOSPC): one line."""
+    import errno
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    def full(*_, **__):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    monkeypatch.setattr(SummaryWriter, "add_scalar", full)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=2, report_to="tensorboard", plots=False)
+    with pytest.raises(DiskFullError) as err:
+        run(config, tmp_path / "cache")
+    [run_dir] = (tmp_path / "runs" / "sql").iterdir()
+    assert re.fullmatch(rf"no space left on the device of {run_dir / 'tensorboard'} {FREE} while writing the "
+                        r"TensorBoard event file: free space \(or set train.output_dir elsewhere\) and continue with "
+                        r"--resume auto", str(err.value)), err.value
+
+
 def plotted_run(tmp_path: Path) -> Path:
     run_dir = tmp_path / "runs" / "sql" / "r"
     run_dir.mkdir(parents=True)

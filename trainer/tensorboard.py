@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from packtrain.core.config import ConfigError
+from packtrain.core.diskfull import written
+from packtrain.core.rundir import RUN_DISK_FULL_FIX
 
 TENSORBOARD_DIR = "tensorboard"
 
@@ -31,15 +33,23 @@ class TensorBoardMirror:
 
     def __init__(self, metrics, run_dir: Path):
         self.metrics = metrics
-        self.writer = summary_writer()(log_dir=str(run_dir / TENSORBOARD_DIR))
+        self.where = run_dir / TENSORBOARD_DIR
+        with self.writing():
+            self.writer = summary_writer()(log_dir=str(self.where))
+
+    def writing(self) -> written:
+        """Every write to the event files: a full disk is one line (core/diskfull.py)."""
+        return written(self.where, "the TensorBoard event file", RUN_DISK_FULL_FIX)
 
     def write(self, record: dict) -> None:
         self.metrics.write(record)
         step = record.get("step", 0)
-        for key, value in record.items():
-            if key not in ("step", "epoch") and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(key, value, step)
+        with self.writing():
+            for key, value in record.items():
+                if key not in ("step", "epoch") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(key, value, step)
 
     def close(self) -> None:
         self.metrics.close()
-        self.writer.close()
+        with self.writing():
+            self.writer.close()
