@@ -11,7 +11,7 @@ from packtrain.core.configfile import config_from_dict
 from packtrain.trainer.metrics import FlopCounter, oom_advice
 from packtrain.trainer.optim import build_optimizer
 from packtrain.trainer.schedule import build_scheduler, lr_multiplier, warmup_steps
-from packtrain.trainer.train import total_training_steps
+from packtrain.trainer.schedule import total_training_steps
 
 
 def test_warmup_then_cosine_linear_constant():

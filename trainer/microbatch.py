@@ -12,12 +12,17 @@ and the RNG state is restored, so the run continues exactly as if it had started
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from packtrain.trainer.adapters import trainable_parameters
+from packtrain.trainer.data import to_device
+from packtrain.trainer.distributed import World, decide_on_rank0
 
 log = logging.getLogger("packtrain.train")
 
@@ -166,3 +171,42 @@ def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
     else:
         disable = getattr(lm, "activation_checkpointing_disable", None) or lm.gradient_checkpointing_disable
         disable()
+
+
+def resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world: World):
+    """``per_device_train_batch_size: auto``: measured on CUDA (trainer/microbatch.py; under torchrun
+    every rank measures, rank 0's choice is taken by all); on CPU, where there is no device memory to
+    measure, the largest divisor of the per-device batch up to 8 (said in the log)."""
+    from packtrain.trainer.loss import packed_loss_sum
+
+    per_device = train.global_batch_size // world.world_size  # a multiple: check_batch_shape
+    if device.type != "cuda":
+        micro = max(d for d in divisors(per_device) if d <= 8)
+        choice = MicroBatch(micro, per_device // micro, train.gradient_checkpointing,
+                            f"micro-batch auto on {device.type}: {micro} block(s) x {per_device // micro} "
+                            "accumulation (no device memory to measure: the largest divisor up to 8)")
+    else:
+        def loss_fn(forward_model, batch):
+            input_ids, position_ids, labels, attention_kwargs = to_device(batch, device, attention)
+            with precision.autocast(device):
+                return packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss,
+                                       fused=fused, attention=attention_kwargs)
+
+        forward_model = torch.compile(model) if train.torch_compile else model
+        try:
+            measured = auto_micro_batch(model, forward_model, train_set, per_device, loss_fn,
+                                        trainable_parameters(model), train.gradient_checkpointing, device)
+        except MicroBatchError as e:
+            measured = e  # raised below on every rank if rank 0 failed; never a rank left waiting
+
+        def rank0_choice():
+            if isinstance(measured, Exception):
+                raise measured
+            return measured
+        choice = decide_on_rank0(rank0_choice, world)
+        ours = measured.checkpointing if isinstance(measured, MicroBatch) else True
+        if choice.checkpointing != ours:
+            set_checkpointing(model, choice.checkpointing)  # every rank as rank 0 decided
+    log.info("%s", choice.note)
+    return dataclasses.replace(train, per_device_train_batch_size=choice.micro,
+                               gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.checkpointing)

@@ -42,3 +42,10 @@ def build_scheduler(optimizer: torch.optim.Optimizer, train: TrainConfig, total_
     warmup = warmup_steps(train, total_steps)
     kind = train.lr_scheduler_type
     return LambdaLR(optimizer, lambda step: lr_multiplier(step, warmup, total_steps, kind))
+
+
+def total_training_steps(train, batches_per_epoch: int) -> int:
+    """``max_steps`` when set (as in HF TrainingArguments), else ``num_train_epochs`` passes."""
+    if train.max_steps is not None:
+        return train.max_steps
+    return math.ceil(train.num_train_epochs * batches_per_epoch / train.gradient_accumulation_steps)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import random
 import time
 from pathlib import Path
@@ -45,19 +44,19 @@ from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, 
                                           check_same_adapter,
                                           discard_later_checkpoints, find_checkpoint, load_checkpoint, read_state,
                                           verify_checkpoint)
-from packtrain.trainer.data import BatchStream, BlockDataset, BlockSampler, eval_slice, make_loader, to_device
+from packtrain.trainer.data import BatchStream, BlockDataset, BlockSampler, eval_slice, make_loader
 from packtrain.trainer.distributed import (DistributedError, World, close_world, decide_on_rank0, device_for,
                                            init_world, shard, wrap)
 from packtrain.trainer.loop import NonFiniteLossError, train_loop
 from packtrain.trainer.metrics import FlopCounter, Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops
 from packtrain.trainer.loss import fused_kernel
-from packtrain.trainer.microbatch import MicroBatch, MicroBatchError, auto_micro_batch, divisors, set_checkpointing
+from packtrain.trainer.microbatch import MicroBatchError, resolve_auto_micro_batch
 from packtrain.trainer.model import ModelError, Precision, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.optim import build_optimizer
 from packtrain.trainer.run_checks import TrainError, check_batch_shape, check_tokenizer, choose_run_dir, verify_shards
 from packtrain.trainer.run_end import finish_run, write_json
 from packtrain.trainer.runlog import FILE_ONLY, HeldLog, RankFilter, add_file_log, ensure_log_handler
-from packtrain.trainer.schedule import build_scheduler, warmup_steps
+from packtrain.trainer.schedule import build_scheduler, total_training_steps, warmup_steps
 from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer
 
 log = logging.getLogger("packtrain.train")
@@ -370,52 +369,6 @@ def _train(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, to
     return finish_run(config, train, model, fsdp=fsdp, world=world, run_dir=run_dir, build_dir=build_dir,
                       manifest=manifest, state=state, info=info, tok_dir=tok_dir, device=device, precision=precision,
                       records=records, evals=evals, wall=wall, start_tokens=start_tokens)
-
-
-def resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world: World):
-    """``per_device_train_batch_size: auto``: measured on CUDA (trainer/microbatch.py; under torchrun
-    every rank measures, rank 0's choice is taken by all); on CPU, where there is no device memory to
-    measure, the largest divisor of the per-device batch up to 8 (said in the log)."""
-    from packtrain.trainer.loss import packed_loss_sum
-
-    per_device = train.global_batch_size // world.world_size  # a multiple: check_batch_shape
-    if device.type != "cuda":
-        micro = max(d for d in divisors(per_device) if d <= 8)
-        choice = MicroBatch(micro, per_device // micro, train.gradient_checkpointing,
-                            f"micro-batch auto on {device.type}: {micro} block(s) x {per_device // micro} "
-                            "accumulation (no device memory to measure: the largest divisor up to 8)")
-    else:
-        def loss_fn(forward_model, batch):
-            input_ids, position_ids, labels, attention_kwargs = to_device(batch, device, attention)
-            with precision.autocast(device):
-                return packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss,
-                                       fused=fused, attention=attention_kwargs)
-
-        forward_model = torch.compile(model) if train.torch_compile else model
-        try:
-            measured = auto_micro_batch(model, forward_model, train_set, per_device, loss_fn,
-                                        trainable_parameters(model), train.gradient_checkpointing, device)
-        except MicroBatchError as e:
-            measured = e  # raised below on every rank if rank 0 failed; never a rank left waiting
-
-        def rank0_choice():
-            if isinstance(measured, Exception):
-                raise measured
-            return measured
-        choice = decide_on_rank0(rank0_choice, world)
-        ours = measured.checkpointing if isinstance(measured, MicroBatch) else True
-        if choice.checkpointing != ours:
-            set_checkpointing(model, choice.checkpointing)  # every rank as rank 0 decided
-    log.info("%s", choice.note)
-    return dataclasses.replace(train, per_device_train_batch_size=choice.micro,
-                               gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.checkpointing)
-
-
-def total_training_steps(train, batches_per_epoch: int) -> int:
-    """``max_steps`` when set (as in HF TrainingArguments), else ``num_train_epochs`` passes."""
-    if train.max_steps is not None:
-        return train.max_steps
-    return math.ceil(train.num_train_epochs * batches_per_epoch / train.gradient_accumulation_steps)
 
 
 def seed_everything(seed: int) -> None:

@@ -76,8 +76,7 @@ def discover():
 @expert_options
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
 def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, as_json):
-    """Print the resolved config of EXPERT (defaults < configs/EXPERT.yaml < overrides), as this machine
-    trains it: YAML that can be pasted back into configs/EXPERT.yaml."""
+    """Print EXPERT's resolved config (defaults < configs/EXPERT.yaml < overrides) as this machine trains it."""
     import yaml
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True)
