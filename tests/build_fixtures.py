@@ -4,6 +4,7 @@ dataset and a configs directory, all in a temporary directory."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -134,3 +135,10 @@ def swap_two_merged_ids(spec: dict) -> None:
     merges = spec["model"]["merges"]
     first, last = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in (merges[0], merges[-1]))
     vocab[first], vocab[last] = vocab[last], vocab[first]
+
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """``preexec_fn`` of a build started to be interrupted: SIGINT back to its default, as in a terminal.
+    A test suite started in the background of a non-interactive shell (``make test &``) ignores
+    SIGINT, and a child inherits that: Python would then never raise KeyboardInterrupt in it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -21,7 +21,7 @@ import pytest
 
 import packtrain.pipeline.encode.source_caches
 import build_fixtures
-from build_fixtures import ROOT, rows, swap_two_merged_ids, write_jsonl
+from build_fixtures import ROOT, ctrl_c_as_in_a_terminal, rows, swap_two_merged_ids, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.encode import tiktoken_encoder
 from packtrain.pipeline.build import build
@@ -92,7 +92,7 @@ def cli(project, env_extra: dict, *args, hooked=True, num_proc=1):
     proc = subprocess.Popen([sys.executable, *entry, args[0], "sql", *args[1:], "--configs-dir", str(project["configs"]),
                              "--cache-dir", str(project["cache"]), "--num-proc", str(num_proc), "--no-progress"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=ctrl_c_as_in_a_terminal)
     out, err = proc.communicate(timeout=120)
     return proc, out, err
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import packtrain.pipeline.encode.pool as tokenize_module
-from build_fixtures import make_project, write_jsonl
+from build_fixtures import ctrl_c_as_in_a_terminal, make_project, write_jsonl
 from packtrain.pipeline.build import build
 from packtrain.pipeline.errors import BuildError
 from packtrain.cli.commands import resolve
@@ -326,7 +326,7 @@ def test_ctrl_c_during_a_multi_process_build_is_one_line(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
                              str(project["configs"]), "--cache-dir", str(project["cache"]), "--num-proc", "4",
                              "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=ctrl_c_as_in_a_terminal)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     assert [line for line in err.splitlines() if line.strip()] == ["aborted"], err
