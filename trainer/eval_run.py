@@ -25,6 +25,7 @@ from packtrain.trainer.task_eval import (Answers, TaskEvalError, EVAL_SUMMARY, c
                                          format_samples, format_summary, task_eval, val_examples)
 from packtrain.trainer.run_checks import check_tokenizer
 from packtrain.trainer.runlog import ensure_log_handler
+from packtrain.trainer.threads import set_torch_threads, threads_restored
 
 log = logging.getLogger("packtrain.train")
 
@@ -92,6 +93,11 @@ def evaluate_run(run_dir: Path, max_examples: int | None = None, samples: int = 
     """Evaluate ``run_dir``'s adapter (a run of ``expert`` when given) against its base model; returns the
     eval.json summary."""
     ensure_log_handler()
+    with threads_restored():  # set for the evaluation below (trainer/threads.py)
+        return _evaluate_run(run_dir, max_examples, samples, expert)
+
+
+def _evaluate_run(run_dir: Path, max_examples: int | None, samples: int, expert: str | None) -> dict:
     fix = "not a packtrain run directory, or damaged: name another with --run"
     config = config_from_dict(read_json(run_dir / "config.json", fix, "a run config"), str(run_dir / "config.json"))
     info = read_json(run_dir / "run.json", fix, "a run record")
@@ -106,6 +112,7 @@ def evaluate_run(run_dir: Path, max_examples: int | None = None, samples: int = 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     train = dataclasses.replace(config.train, task_eval_max_examples=max_examples or config.train.task_eval_max_examples)
     precision = choose_precision(train, device)
+    threads = set_torch_threads(train.cpu_threads)
     model = load_base_model(config.model, source, precision, train.seed, config.lora.method == "qlora", device)
     model = load_adapter(model, run_dir / ADAPTER_DIR)
     examples = val_examples(build_dir, manifest, example_limit(train.task_eval_max_examples, device))
@@ -113,6 +120,7 @@ def evaluate_run(run_dir: Path, max_examples: int | None = None, samples: int = 
                       train.per_device_eval_batch_size)
     log.info("task eval of %s: %d validation prompts of build %s on %s", run_dir, len(examples), manifest.build_id,
              device)
+    log.info("%s", threads)
     summary = task_eval(answers, examples, config.expert, train.task_metric, run_dir)
     rows = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()[:samples]]
     if rows:

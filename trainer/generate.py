@@ -16,20 +16,24 @@ from typing import Sequence
 import torch
 
 from packtrain.trainer.model import Precision
+from packtrain.trainer.progress import Progress
 
 
 @torch.no_grad()
 def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, batch_size: int,
              eos_id: int, pad_id: int, device: torch.device, precision: Precision,
-             adapter: bool = True) -> list[list[int]]:
+             adapter: bool = True, progress: str | None = None) -> list[list[int]]:
     """The greedy continuation of every prompt (token ids, up to and without the eos), in order.
 
-    ``adapter=False`` generates with the PEFT adapter disabled (the base model's answers)."""
+    ``adapter=False`` generates with the PEFT adapter disabled (the base model's answers). ``progress``:
+    what the console calls this generation while it runs, prompt by prompt (trainer/progress.py);
+    None: nothing shown."""
     was_training = model.training
     model.eval()
     off = model.disable_adapter() if not adapter and hasattr(model, "disable_adapter") else contextlib.nullcontext()
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # similar lengths share a batch: less padding
     by_index: dict[int, list[int]] = {}
+    shown = Progress(progress or "generate", len(prompts), "prompts", show=progress is not None)
     try:
         with off:
             for start in range(0, len(order), batch_size):
@@ -41,7 +45,9 @@ def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], *, max_ne
                                          eos_token_id=eos_id, pad_token_id=pad_id)
                 for i, row in zip(chunk, out[:, ids.shape[1]:].tolist()):
                     by_index[i] = until_eos(row, eos_id)
+                shown.update(len(chunk))
     finally:
+        shown.close()
         model.train(was_training)
     return [by_index[i] for i in range(len(prompts))]
 

@@ -22,8 +22,6 @@ import time
 from dataclasses import astuple
 
 import torch
-from tqdm import tqdm
-
 from packtrain.core.config_train import TrainConfig
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.attention import AttentionChoice
@@ -34,6 +32,7 @@ from packtrain.trainer.evaluate import evaluate
 from packtrain.trainer.loss import packed_loss_sum
 from packtrain.trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
 from packtrain.trainer.model import Precision
+from packtrain.trainer.progress import TrainProgress
 
 log = logging.getLogger("packtrain.train")
 
@@ -81,8 +80,7 @@ def train_loop(
         evals.append(evaluate_at(0, module, val_loader, precision, device, train, fused, attention, world, metrics))
 
     model.train()
-    bar = tqdm(total=total_steps, initial=state.step, desc=f"train {run.run_dir.name}", unit="step",
-               dynamic_ncols=True, disable=None if world.is_main else True)
+    progress = TrainProgress(total_steps, state.step, f"train {run.run_dir.name}", show=world.is_main)
     meter.reset()
     while state.step < total_steps:
         # 1. the accumulation window; its counts come from CPU tensors (no sync), summed over ranks
@@ -140,9 +138,9 @@ def train_loop(
         state.epoch, state.position = batches.epoch, batches.position
         state.tokens += counts.tokens
         state.sup_tokens += counts.sup
-        bar.update(1)
+        progress.advance()
         if bad_streak >= train.max_bad_steps:
-            bar.close()
+            progress.close()
             raise NonFiniteLossError(
                 f"{bad_streak} consecutive non-finite losses (steps {state.step - bad_streak + 1}..{state.step}): "
                 f"stopping without saving this state. Lower train.learning_rate, keep train.max_grad_norm set, "
@@ -157,7 +155,7 @@ def train_loop(
             record = meter.flush(state.step, state.epoch, lr, grad_norm)
             records.append(record)
             metrics.write(record)
-            bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tok_s']:.0f}")
+            progress.logged(record)  # a bar on a terminal, a line with the ETA elsewhere (trainer/progress.py)
             if len(records) == 1:
                 report_memory(device, state.step)
 
@@ -174,7 +172,7 @@ def train_loop(
                     log.info("step %d: checkpoint %s", state.step, path)
             barrier(world)  # nobody runs ahead of a checkpoint that is not on disk yet
         meter.start += time.perf_counter() - paused
-    bar.close()
+    progress.close()
     return records, evals
 
 
@@ -192,7 +190,9 @@ def evaluate_at(step: int, module, val_loader, precision, device, train: TrainCo
     """Evaluate, record and log the eval loss at ``step`` (0: before the first step, the base model)."""
     # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
     result = {"step": step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss,
-                                                   fused=fused, attention=attention), world)}
+                                                   fused=fused, attention=attention,
+                                                   progress=f"eval at step {step}" if world.is_main else None),
+                                          world)}
     metrics.write(result)
     log.info("step %d%s: eval loss %.4f, ppl %.2f", step, " (before training)" if step == 0 else "",
              result["eval/loss"], result["eval/ppl"])

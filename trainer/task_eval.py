@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from packtrain.core.config_train import CPU_SAMPLE_MAX_NEW_TOKENS
 from packtrain.core.contract import Manifest
 from packtrain.core.diskfull import written
 from packtrain.core.shardfile import open_shard
@@ -112,17 +113,21 @@ class Answers:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def answer(self, examples: list[Example], adapter: bool, max_new_tokens: int | None = None) -> list[str]:
+    def answer(self, examples: list[Example], adapter: bool, max_new_tokens: int | None = None,
+               what: str = "task eval") -> list[str]:
+        """The answers decoded; the console shows ``what`` and the model while they generate."""
         generated = generate(self.model, [e.prompt_ids for e in examples],
                              max_new_tokens=max_new_tokens or self.max_new_tokens,
                              batch_size=self.batch_size, eos_id=self.eos_id, pad_id=self.pad_id, device=self.device,
-                             precision=self.precision, adapter=adapter)
+                             precision=self.precision, adapter=adapter,
+                             progress=f"{what}, {'adapter' if adapter else 'base model'}")
         return [self.decode(ids) for ids in generated]
 
-    def side_by_side(self, examples: list[Example], max_new_tokens: int | None = None) -> list[dict]:
+    def side_by_side(self, examples: list[Example], max_new_tokens: int | None = None,
+                     what: str = "task eval") -> list[dict]:
         """One row per example: prompt, reference, base answer, adapter answer (texts)."""
-        base = self.answer(examples, adapter=False, max_new_tokens=max_new_tokens)
-        tuned = self.answer(examples, adapter=True, max_new_tokens=max_new_tokens)
+        base = self.answer(examples, adapter=False, max_new_tokens=max_new_tokens, what=what)
+        tuned = self.answer(examples, adapter=True, max_new_tokens=max_new_tokens, what=what)
         return [{"prompt": self.decode(e.prompt_ids), "reference": self.decode(e.reference_ids), "base": b,
                  "adapter": a} for e, b, a in zip(examples, base, tuned)]
 
@@ -202,6 +207,22 @@ def _write_new(path: Path, text: str, replace: bool = True) -> None:
         tmp.unlink()
 
 
+def sample_max_new_tokens(configured: int | str, max_new_tokens: int, longest_reference: int, device_type: str) -> int:
+    """New tokens for the end-of-run samples (to read, not to score): ``train.sample_max_new_tokens``;
+    ``auto``: twice the longest reference plus 8, at most ``max_new_tokens``, and at most
+    CPU_SAMPLE_MAX_NEW_TOKENS on a CPU::
+
+        >>> [sample_max_new_tokens("auto", 128, 60, d) for d in ("cpu", "cuda")], sample_max_new_tokens(64, 128, 60, "cpu")
+        ([32, 128], 64)
+        >>> sample_max_new_tokens("auto", 128, 5, "cpu")
+        18
+    """
+    if configured != "auto":
+        return int(configured)
+    bound = min(max_new_tokens, 2 * longest_reference + 8)
+    return bound if device_type == "cuda" else min(bound, CPU_SAMPLE_MAX_NEW_TOKENS)
+
+
 def end_of_run(model, train, expert: str, build_dir: Path, manifest: Manifest, tokenizer_dir: Path,
                device: torch.device, precision: Precision, run_dir: Path) -> dict | None:
     """What every run ends with: the base model's and the adapter's answers to
@@ -219,8 +240,14 @@ def end_of_run(model, train, expert: str, build_dir: Path, manifest: Manifest, t
     answers = Answers(model, tokenizer_dir, manifest, device, precision, train.max_new_tokens,
                       train.per_device_eval_batch_size)
     if train.sample_prompts:
-        shown = examples[:train.sample_prompts]  # to read, not to score: twice the longest reference is enough
-        rows = answers.side_by_side(shown, min(train.max_new_tokens, 2 * max(len(e.reference_ids) for e in shown) + 8))
+        shown = examples[:train.sample_prompts]
+        bound = sample_max_new_tokens(train.sample_max_new_tokens, train.max_new_tokens,
+                                      max(len(e.reference_ids) for e in shown), device.type)
+        log.info("samples: base model vs adapter on %d validation prompts, greedy, each stopping at the eos or after "
+                 "%d new tokens (train.sample_max_new_tokens: %s)", len(shown), bound,
+                 "auto, at most %d on a CPU" % CPU_SAMPLE_MAX_NEW_TOKENS
+                 if train.sample_max_new_tokens == "auto" and device.type != "cuda" else train.sample_max_new_tokens)
+        rows = answers.side_by_side(shown, bound, what="samples")
         log.info("base model vs adapter on %d validation prompts:\n%s", len(rows), format_samples(rows))
     if not enabled:
         log.info("task eval: off (%s); run `packtrain eval %s --run %s` for it",

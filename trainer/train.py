@@ -57,6 +57,7 @@ from packtrain.trainer.run_checks import TrainError, check_batch_shape, check_to
 from packtrain.trainer.run_end import finish_run, write_json
 from packtrain.trainer.runlog import FILE_ONLY, HeldLog, RankFilter, add_file_log, ensure_log_handler
 from packtrain.trainer.schedule import build_scheduler, total_training_steps, warmup_steps
+from packtrain.trainer.threads import set_torch_threads, threads_restored
 from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer
 
 log = logging.getLogger("packtrain.train")
@@ -82,7 +83,8 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
     if not world.is_main:
         log.addFilter(quiet)  # rank 0 tells the story; the others only warn
     try:
-        return _run(config, cache_dir, build_id, resume, allow_build_change, world)
+        with threads_restored():  # set for the run in _prepare (trainer/threads.py)
+            return _run(config, cache_dir, build_id, resume, allow_build_change, world)
     finally:
         log.removeFilter(quiet)
         close_world(world)
@@ -239,6 +241,7 @@ def _prepare(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, 
     adapters (``train.init_adapter``), data, optimizer, schedule, and the checkpoint restored."""
     train = config.train
     device = device_for(world)
+    log.info("%s", set_torch_threads(train.cpu_threads))
     seed_everything(train.seed)  # the same on every rank: identical LoRA init and dropout RNG streams
     if world.enabled:
         log.info("data parallel: %d processes (this is rank %d, local rank %d, %s), backend %s", world.world_size,

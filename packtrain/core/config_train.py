@@ -65,6 +65,10 @@ class LoraConfig:
             errors.append(f"{where}.target_modules: must not be empty (use \"all-linear\" for every linear layer)")
 
 
+CPU_SAMPLE_MAX_NEW_TOKENS = 32
+"""``train.sample_max_new_tokens: auto``'s bound on a CPU (the end-of-run samples)."""
+
+
 @dataclass
 class TrainConfig:
     """Training knobs, named as in Hugging Face ``TrainingArguments``."""
@@ -175,6 +179,17 @@ class TrainConfig:
     sample_prompts: int = num(3, "[0, 1000]")
     """Every run ends by printing the base model's and the adapter's answers to this many
     validation prompts (0: none)."""
+    sample_max_new_tokens: int | Literal["auto"] = num("auto", "[1, 100000]", "or auto")
+    """Greedy generation of those samples stops at the eos or after this many tokens; ``auto``: twice
+    the longest of their references plus 8, at most ``max_new_tokens``, and on a CPU at most
+    ``CPU_SAMPLE_MAX_NEW_TOKENS`` (32), so the samples never take longer than the short CPU run they
+    follow. The bound is said in the log. (The task eval keeps ``max_new_tokens``: it scores.)"""
+    cpu_threads: int | Literal["auto"] = num("auto", "[1, 4096]", "or auto")
+    """Threads of torch's CPU operations (``torch.set_num_threads``); ``auto``: ``OMP_NUM_THREADS``
+    when set, else chosen for the CPUs this process actually gets (its CPU affinity, the cgroup's
+    quota in /sys/fs/cgroup/cpu.max) less the load average of a shared machine, at least 1
+    (trainer/threads.py): on a loaded CPU one thread is many times faster than one per core
+    (docs/BENCHMARKS.md). The choice is said in the log."""
     plots: bool = True
     """Write PNG plots of the run (loss, eval loss, tokens/s, data wait, memory) into the run
     directory when it ends; needs matplotlib (``pip install 'packtrain[plots]'``, in ``make install``)."""
