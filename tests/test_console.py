@@ -50,6 +50,10 @@ def test_eval_prints_its_own_lines_only_and_verbose_keeps_the_libraries(finished
     first = quiet.stderr.splitlines()[0]  # the first line is ours
     assert first[first.index(" INFO ") + 6:] == (f"task eval of {tmp_path / 'quiet'}: 1 validation prompts of build "
                                                  f"{build_id} on cpu")
+    said = [line[line.index(" INFO ") + 6:] for line in quiet.stderr.splitlines() if " INFO " in line]
+    assert said[1].startswith("torch threads: ")  # chosen for this machine (trainer/threads.py), said once
+    assert [line.rsplit(" in ", 1)[0] for line in said if line.startswith("task eval, ")] == [
+        "task eval, base model: 1/1 prompts", "task eval, adapter: 1/1 prompts"]  # off a terminal: lines, no bars
 
     verbose = evaluate(shutil.copytree(finished, tmp_path / "verbose"), "--verbose")
     assert verbose.returncode == 0, verbose.stderr
