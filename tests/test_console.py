@@ -53,7 +53,8 @@ def test_eval_prints_its_own_lines_only_and_verbose_keeps_the_libraries(finished
     said = [line[line.index(" INFO ") + 6:] for line in quiet.stderr.splitlines() if " INFO " in line]
     assert said[1].startswith("torch threads: ")  # chosen for this machine (trainer/threads.py), said once
     assert [line.rsplit(" in ", 1)[0] for line in said if line.startswith("task eval, ")] == [
-        "task eval, base model: 1/1 prompts", "task eval, adapter: 1/1 prompts"]  # off a terminal: lines, no bars
+        "task eval, base model: 1 prompt to do", "task eval, base model: 1/1 prompt",
+        "task eval, adapter: 1 prompt to do", "task eval, adapter: 1/1 prompt"]  # off a terminal: lines, no bars
 
     verbose = evaluate(shutil.copytree(finished, tmp_path / "verbose"), "--verbose")
     assert verbose.returncode == 0, verbose.stderr

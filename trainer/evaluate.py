@@ -26,7 +26,7 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, precision: Precision, d
     model.eval()
     loss_sum = torch.zeros((), device=device)
     tokens = 0
-    shown = Progress(progress or "eval", len(loader), "batches", show=progress is not None)
+    shown = Progress(progress or "eval", len(loader), ("batch", "batches"), show=progress is not None)
     for batch in loader:  # the loader holds exactly the blocks to evaluate (train.max_eval_batches: train.py)
         input_ids, position_ids, labels, attention_kwargs = to_device(batch, device, attention)
         with precision.autocast(device):

@@ -33,7 +33,7 @@ def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], *, max_ne
     off = model.disable_adapter() if not adapter and hasattr(model, "disable_adapter") else contextlib.nullcontext()
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # similar lengths share a batch: less padding
     by_index: dict[int, list[int]] = {}
-    shown = Progress(progress or "generate", len(prompts), "prompts", show=progress is not None)
+    shown = Progress(progress or "generate", len(prompts), ("prompt", "prompts"), show=progress is not None)
     try:
         with off:
             for start in range(0, len(order), batch_size):

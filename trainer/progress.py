@@ -7,8 +7,10 @@ progress comes as log lines (as Hugging Face's Trainer prints its logs dict ever
 whether or not a bar shows)::
 
     step 10/30: loss 2.3151, lr 1.97e-04, 812 tok/s, data wait 0.2%, 3.1 s/step, ETA 1m02s
+    eval at step 10: 8 batches to do
     eval at step 10: 4/8 batches, 12s, ETA 12s
-    samples, adapter: 3/3 prompts in 41s
+    samples, adapter: 1 prompt to do
+    samples, adapter: 1/1 prompt in 41s
 
 The step line goes to ``<run>/train.log`` on a terminal too (the bar says it on the console).
 """
@@ -107,15 +109,21 @@ def line_marks(total: int, lines: int = 10) -> set[int]:
 
 
 class Progress:
-    """Progress of ``total`` units of some work (``what``: "eval at step 10", "samples, adapter"): a bar
-    on a terminal, removed when done; elsewhere a log line at each of :func:`line_marks`."""
+    """Progress of ``total`` units of some work (``what``: "eval at step 10", "samples, adapter"; ``units``:
+    singular and plural, ("batch", "batches")): a bar on a terminal, removed when done; elsewhere a
+    log line when it starts and at each of :func:`line_marks`."""
 
-    def __init__(self, what: str, total: int, unit: str, show: bool = True):
-        self.what, self.total, self.unit, self.done = what, total, unit, 0
+    def __init__(self, what: str, total: int, units: tuple[str, str], show: bool = True):
+        self.what, self.total, self.units, self.done = what, total, units, 0
         self.start = time.perf_counter()
         self.marks = line_marks(total) if show else set()
-        self.bar = (tqdm(total=total, desc=what, unit=unit.rstrip("s") or unit, leave=False, dynamic_ncols=True)
+        self.bar = (tqdm(total=total, desc=what, unit=units[0], leave=False, dynamic_ncols=True)
                     if show and on_terminal() else None)
+        if show and self.bar is None and total > 0:
+            log.info("%s: %s to do", what, self.count(total))  # what runs now, in a log file too
+
+    def count(self, n: int) -> str:
+        return f"{n} {self.units[n != 1]}"
 
     def update(self, n: int = 1) -> None:
         before, self.done = self.done, self.done + n
@@ -125,9 +133,9 @@ class Progress:
         if any(before < mark <= self.done for mark in self.marks):
             elapsed = time.perf_counter() - self.start
             if self.done >= self.total:
-                log.info("%s: %d/%d %s in %s", self.what, self.done, self.total, self.unit, format_duration(elapsed))
+                log.info("%s: %d/%s in %s", self.what, self.done, self.count(self.total), format_duration(elapsed))
             else:
-                log.info("%s: %d/%d %s, %s, ETA %s", self.what, self.done, self.total, self.unit,
+                log.info("%s: %d/%s, %s, ETA %s", self.what, self.done, self.count(self.total),
                          format_duration(elapsed), format_duration(eta_seconds(self.done, self.total, elapsed)))
 
     def close(self) -> None:
