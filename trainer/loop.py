@@ -22,6 +22,7 @@ import time
 from dataclasses import astuple
 
 import torch
+
 from packtrain.core.config_train import TrainConfig
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.attention import AttentionChoice

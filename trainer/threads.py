@@ -125,7 +125,7 @@ def threads_restored() -> Iterator[None]:
     import torch
 
     before = torch.get_num_threads()
-    torch_default_threads()
+    torch_default_threads()  # torch's own count, read before anything in the block sets another
     try:
         yield
     finally:
