@@ -21,6 +21,10 @@ SQL_COMMIT = "a" * 40
 PARQUET_COMMIT = "b" * 40
 MODEL_COMMIT = "c" * 40
 
+# One torch thread in every command a test runs (train.cpu_threads: auto honours it): the count auto
+# would choose follows the load average, and two runs a test compares must add in the same order.
+os.environ["OMP_NUM_THREADS"] = "1"
+
 
 @pytest.fixture
 def hf_home(tmp_path, monkeypatch) -> Path:

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 import packtrain.trainer.loop
-from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
+from packtrain.trainer import threads
+from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint, save_checkpoint
 from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
@@ -67,6 +68,27 @@ def test_stop_and_resume_is_identical_to_an_uninterrupted_run(tmp_path, model_di
     state = json.loads((part / "checkpoint-20" / "state.json").read_text())
     assert state["step"] == 20 and state["epoch"] == 13  # 3 batches of 3 per epoch, 2 per step
     assert json.loads((part / "run.json").read_text())["resumed_from"] == str(part / "checkpoint-10")
+
+
+def test_a_resumed_run_keeps_the_torch_threads_it_trained_with(tmp_path, model_dir, monkeypatch):
+    """train.cpu_threads auto chooses by the load average, which moves between a crash and its resume:
+    the resume takes the count state.json recorded (another count can add CPU reductions in another order)."""
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", run_name="r", max_steps=4, save_steps=2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "torch_default_threads", lambda: 2)
+    monkeypatch.setattr(threads, "affinity_cpus", lambda: 2)
+    monkeypatch.setattr(threads, "load_average", lambda: 0.0)  # quiet: both CPUs
+    crash_after_checkpoint(monkeypatch, 2)
+    with pytest.raises(Crash):
+        run(config, tmp_path / "cache")
+    checkpoint = tmp_path / "runs" / "sql" / "r" / "checkpoint-2"
+    assert json.loads((checkpoint / "state.json").read_text())["cpu_threads"] == 2
+    monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", save_checkpoint)
+    monkeypatch.setattr(threads, "load_average", lambda: 9.0)  # loaded now: a new run would take 1
+    run(config, tmp_path / "cache", resume="auto")
+    assert json.loads((tmp_path / "runs" / "sql" / "r" / "checkpoint-4" / "state.json").read_text())["cpu_threads"] == 2
+    assert "as the run being resumed" in (tmp_path / "runs" / "sql" / "r" / "train.log").read_text()
 
 
 def test_resume_on_another_build_is_refused_unless_allowed(tmp_path, model_dir):

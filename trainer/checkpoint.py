@@ -77,6 +77,8 @@ class TrainState:
     world_size: int = 1        # training processes (checkpoints from before it was recorded: 1)
     seq_length: int = 0        # tokens per training sequence (train.max_seq_length; 0 in checkpoints from
                                # before it was recorded: the build's block size)
+    cpu_threads: int = 0       # torch's CPU threads the run trained with (0: not recorded); a resumed run
+                               # with train.cpu_threads auto keeps them (trainer/threads.py)
 
 
 @dataclass(frozen=True)

@@ -84,9 +84,11 @@ class ThreadChoice:
     note: str
 
 
-def decide_threads(configured: int | str, most: int, environ=os.environ) -> ThreadChoice:
+def decide_threads(configured: int | str, most: int, environ=os.environ, resumed: int = 0) -> ThreadChoice:
     """``train.cpu_threads`` (a number, or ``auto``: :func:`choose_threads` for this machine, at most
-    ``most``: torch's own count, one per physical core)."""
+    ``most``: torch's own count, one per physical core). ``resumed``: the threads of the run being
+    resumed (0: none, or not recorded), which ``auto`` keeps: some CPU reductions add in another order
+    with another thread count, and a resumed run must make the numbers the uninterrupted one makes."""
     affinity, quota = affinity_cpus(), cgroup_quota()
     usable = f"{affinity} CPUs" + (f", a cgroup quota of {quota:g}" if quota is not None else "")
     if configured != "auto":
@@ -94,6 +96,9 @@ def decide_threads(configured: int | str, most: int, environ=os.environ) -> Thre
     omp = environ.get("OMP_NUM_THREADS", "").strip()
     if omp:
         return ThreadChoice(None, f"torch threads: {omp} (OMP_NUM_THREADS; {usable})")
+    if resumed > 0:
+        return ThreadChoice(resumed, f"torch threads: {resumed}, as the run being resumed ({usable}; the same "
+                                     "numbers as without the interruption; train.cpu_threads to set)")
     load = load_average()
     threads = min(most, choose_threads(affinity, quota, load))
     return ThreadChoice(threads, f"torch threads: {threads} ({usable}, load average {load:.1f}; "
@@ -108,11 +113,11 @@ def torch_default_threads() -> int:
     return torch.get_num_threads()
 
 
-def set_torch_threads(configured: int | str) -> str:
+def set_torch_threads(configured: int | str, resumed: int = 0) -> str:
     """Set torch's intra-op threads as :func:`decide_threads` says; returns the line to log."""
     import torch
 
-    choice = decide_threads(configured, torch_default_threads())
+    choice = decide_threads(configured, torch_default_threads(), resumed=resumed)
     if choice.threads is not None:
         torch.set_num_threads(choice.threads)
     return choice.note

@@ -241,7 +241,8 @@ def _prepare(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, 
     adapters (``train.init_adapter``), data, optimizer, schedule, and the checkpoint restored."""
     train = config.train
     device = device_for(world)
-    log.info("%s", set_torch_threads(train.cpu_threads))
+    log.info("%s", set_torch_threads(train.cpu_threads, resumed=state.cpu_threads if checkpoint else 0))
+    state.cpu_threads = torch.get_num_threads()  # recorded in every checkpoint: a resume trains with them too
     seed_everything(train.seed)  # the same on every rank: identical LoRA init and dropout RNG streams
     if world.enabled:
         log.info("data parallel: %d processes (this is rank %d, local rank %d, %s), backend %s", world.world_size,
