@@ -10,7 +10,9 @@ once, with a marker pair (two private-use characters) around each assistant turn
        plus the template's turn end ("<|im_end|>"), the text the exact way supervises after the content
 
 A ChatML template (SmolLM2's, Qwen2.5's) whose probes string joins render exactly is rendered
-without Jinja at all (:func:`chatml`), for conversations of roles and text alone.
+without Jinja at all (:func:`chatml`), for conversations of roles and text alone; a row of such
+plain messages is joined straight from the row (:func:`plain_chatml`, called by ``RowFormatter``), its
+checks folded into the one pass (they are what ``format.check_messages`` would find of it).
 
 It is a shortcut, so it is used only where it is checked to give what the exact way gives:
 
