@@ -10,7 +10,9 @@ once, with a marker pair (two private-use characters) around each assistant turn
        plus the template's turn end ("<|im_end|>"), the text the exact way supervises after the content
 
 A ChatML template (SmolLM2's, Qwen2.5's) whose probes string joins render exactly is rendered
-without Jinja at all (:func:`chatml`), for conversations of roles and text alone.
+without Jinja at all (:func:`chatml`), for conversations of roles and text alone; a row of such
+plain messages is joined straight from the row (:func:`plain_chatml`, called by ``RowFormatter``), its
+checks folded into the one pass (they are what ``format.check_messages`` would find of it).
 
 It is a shortcut, so it is used only where it is checked to give what the exact way gives:
 
@@ -201,6 +203,59 @@ def chatml_system(template: str, bos_token: str | None, eos_token: str | None) -
         if chatml(probe, default, eos_token) != (exact.text, exact.spans):
             return False, None
     return True, default
+
+
+HEADS = {role: f"<|im_start|>{role}\n" for role in ("system", "user", "assistant", "tool")}  # format.ROLES
+
+
+def plain_chatml(messages, system: str | None, default_system: str | None, eos_token: str | None) -> Formatted | None:
+    """A conversation of plain messages rendered by string joins straight from the row, for a template
+    :func:`chatml_system` admits: the result of ``format.render_conversation(..., once=True)``, which
+    would check the messages (``check_messages``, ``check_fields_rendered``), add ``system`` and render
+    by :func:`chatml`. Plain: a non-empty list of dicts of exactly a role (format.ROLES) and text
+    content, every assistant turn's content not blank, at least one assistant turn. None for any other
+    row: render_conversation then checks it (and says why a bad one is bad) and renders it as before.
+
+    >>> doc = plain_chatml([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], None, "S", None)
+    >>> doc.text, doc.spans, doc.text[doc.spans[0][0]:doc.spans[0][1]]
+    ('<|im_start|>system\\nS<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nYo<|im_end|>\\n', ((83, 95),), 'Yo<|im_end|>')
+    >>> plain_chatml([{"role": "user", "content": "Hi"}, {"content": "Yo", "role": "assistant"}], "T", "S", "<|im_end|>").text
+    '<|im_start|>system\\nT<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nYo<|im_end|>'
+    >>> [plain_chatml(m, None, None, None) for m in ([{"role": "user", "content": "Hi"}],  # no answer
+    ...     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": " "}],  # a blank answer
+    ...     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo", "name": None}],  # another key
+    ...     [{"role": ["user"], "content": "Hi"}], '[{"role": "user"}]', [])]
+    [None, None, None, None, None, None]
+    """
+    if not isinstance(messages, list) or not messages:
+        return None
+    parts, spans, at = [], [], 0
+    first = messages[0]
+    if type(first) is dict and first.get("role") != "system":
+        prefix = system or default_system
+        if prefix is not None:
+            parts.append(f"<|im_start|>system\n{prefix}{CHATML_END}\n")
+            at = len(parts[0])
+    for message in messages:
+        if type(message) is not dict or len(message) != 2:
+            return None
+        role, content = message.get("role"), message.get("content")
+        head = HEADS.get(role) if type(role) is str else None
+        if head is None or not isinstance(content, str):
+            return None
+        if role == "assistant":
+            if not content.strip():
+                return None
+            spans.append((at + len(head), at + len(head) + len(content) + len(CHATML_END)))
+        part = head + content + CHATML_END + "\n"
+        parts.append(part)
+        at += len(part)
+    if not spans:
+        return None
+    text = "".join(parts)
+    if eos_token and text.endswith(eos_token, 0, len(text) - 1):  # text.rstrip() is text[:-1]: it ends in ">\n"
+        text = text[:-1]
+    return Formatted(text, tuple(spans), rendered_once=True)
 
 
 def render_once(template: str | None, messages: list[dict], bos_token: str | None,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from typing import Any, Iterator
 
 from packtrain.core.config_build import FormatConfig
@@ -71,10 +71,32 @@ class RowFormatter:
         mapping = dict(self.columns)
         return tuple((name, mapping.get(name, name)) for name in self.fmt.fields())
 
+    @cached_property
+    def messages_column(self) -> str | None:
+        """The dataset column of ``format.messages``, through ``columns``."""
+        return None if self.fmt.messages is None else dict(self.columns).get(self.fmt.messages, self.fmt.messages)
+
+    @cached_property
+    def plain_chatml(self):
+        """Where conversations render once and the template is ChatML by string joins
+        (pipeline/chat_once.py ``chatml_system``): the function that renders a row of plain messages
+        straight from the row (``chat_once.plain_chatml``), else None."""
+        if not (self.render_once and self.chat_template and self.fmt.messages is not None):
+            return None
+        from packtrain.pipeline import chat_once
+
+        plain, default = chat_once.chatml_system(self.chat_template, self.bos_token, self.eos_token)
+        return partial(chat_once.plain_chatml, system=self.fmt.system, default_system=default,
+                       eos_token=self.eos_token) if plain else None
+
     def __call__(self, row: dict[str, Any]) -> "Formatted":
         if self.fmt.messages is not None:
-            column = dict(self.columns).get(self.fmt.messages, self.fmt.messages)
-            return render_conversation(self.chat_template, self.fmt.system, row.get(column), column,
+            messages = row.get(self.messages_column)
+            if self.plain_chatml is not None:
+                doc = self.plain_chatml(messages)
+                if doc is not None:
+                    return doc
+            return render_conversation(self.chat_template, self.fmt.system, messages, self.messages_column,
                                        self.bos_token, self.eos_token, once=self.render_once)
         values = {name: text_value(row.get(column), name) for name, column in self.field_columns}
         prompt = self.fmt.prompt.format_map(values)

@@ -14,8 +14,9 @@ from hostile_text import hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
 from packtrain.pipeline.build import build
+from packtrain.core.config_build import FormatConfig
 from packtrain.pipeline.chat_once import chatml_system, render_once, turn_end, unmark
-from packtrain.pipeline.format import BadRow, render_conversation
+from packtrain.pipeline.format import BadRow, RowFormatter, render_conversation
 from real_tokenizers import CHATML
 
 # Qwen3's way: earlier turns' reasoning dropped, so a turn renders differently once a later turn follows
@@ -137,3 +138,47 @@ def test_a_template_wrong_on_some_rows_is_caught_by_the_build_and_remembered(tmp
         "chat render once: off (an earlier build's check found a difference: " +
         said[0].removeprefix("exactness check: ").removesuffix(
             "; not using it for this chat template again, tokenizing again without it") + ")"]
+
+
+# rows the string joins leave to the checks and the exact way: each is refused, or rendered, as before
+EDGE_ROWS = [
+    '[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]',  # JSON text: parsed by the checks
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "name": None}],  # a null key, dropped
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": None, "tool_calls": [{"f": 1}]}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": " \n"}],  # a blank answer
+    [{"role": "user", "content": "a"}],  # no answer
+    [{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}],
+    [{"role": "user", "content": 3}, {"role": "assistant", "content": "b"}],
+    [["user", "a"], {"role": "assistant", "content": "b"}],
+    [], None, "not json",
+]
+
+
+@pytest.mark.parametrize("system", [None, "", "You write SQL."])
+def test_plain_rows_are_joined_straight_from_the_row_as_the_exact_way_renders_them(real_tokenizer, system):
+    """RowFormatter renders a row of plain messages by string joins straight from the row
+    (chat_once.plain_chatml), skipping the per-message checks it passes: the exact way's text and
+    spans, with or without format.system and the template's default system prompt (SmolLM2's); any
+    other row goes through the checks, refused with the same reason."""
+    rng = random.Random(5)
+    texts = hostile_texts(seed=4, count=9 * 150, max_pieces=12)
+    rows = [conversation(rng, texts[9 * i : 9 * i + 9]) for i in range(150)] + EDGE_ROWS
+    for template in (CHATML, smollm2_template(real_tokenizer)):
+        fmt = FormatConfig(style="chat", messages="messages", system=system)
+        once = RowFormatter(fmt, (("messages", "m"),), template, None, "<|im_end|>", render_once=True)
+        exact = RowFormatter(fmt, (("messages", "m"),), template, None, "<|im_end|>")
+        assert once.plain_chatml is not None and exact.plain_chatml is None
+        joined = refused = 0
+        for messages in rows:
+            try:
+                want = exact({"m": messages})
+            except BadRow as e:
+                with pytest.raises(BadRow) as got:
+                    once({"m": messages})
+                assert str(got.value) == str(e)
+                refused += 1
+                continue
+            got = once({"m": messages})
+            assert (got.text, got.spans) == (want.text, want.spans) and got.rendered_once, messages
+            joined += once.plain_chatml(messages) is not None
+        assert (joined, refused) == (150 - 16, 16 + 9)  # 16 hostile rows with a blank answer; 9 edge rows refused

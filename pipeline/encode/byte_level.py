@@ -42,28 +42,48 @@ def token_bytes(token: str) -> bytes | None:
 def token_byte_lengths(spec: dict) -> np.ndarray | None:
     """The number of bytes each id of ``tokenizer.json`` ``spec`` stands for (a vocabulary token's
     bytes, an added token's UTF-8 content), or None where a vocabulary token is not in the
-    byte-level alphabet."""
+    byte-level alphabet. Each symbol of the alphabet is one byte, so a token's length is its number
+    of characters once the whole vocabulary is found in the alphabet (one translate, no per-token call).
+
+    >>> token_byte_lengths({"model": {"vocab": {"a": 0, "Ġb": 1, "Ċ": 2, "x": 3}},
+    ...                     "added_tokens": [{"id": 3, "content": "<|é|>"}]}).tolist()
+    [1, 2, 1, 6]
+    >>> token_byte_lengths({"model": {"vocab": {"a": 0, "中": 1}}}) is None  # not a symbol
+    True
+    """
     vocab = (spec.get("model") or {}).get("vocab")
     if not isinstance(vocab, dict) or not vocab:
         return None
     added = {t["id"]: t["content"] for t in spec.get("added_tokens") or []}
+    plain = [(token, rank) for token, rank in vocab.items() if rank not in added]
+    if not in_alphabet("".join(token for token, _ in plain)):
+        return None
     lengths = np.zeros(max(list(vocab.values()) + list(added)) + 1, dtype=np.int64)
-    for token, rank in vocab.items():
-        if rank in added:
-            continue
-        raw = token_bytes(token)
-        if raw is None:
-            return None
-        lengths[rank] = len(raw)
+    for token, rank in plain:
+        lengths[rank] = len(token)
     for rank, content in added.items():
         lengths[rank] = len(content.encode("utf-8"))
     return lengths
 
 
+def in_alphabet(text: str) -> bool:
+    """Whether every character of ``text`` is a symbol of the byte-level alphabet."""
+    try:
+        text.translate(to_latin1()).encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def single_bytes(spec: dict) -> bytes:
-    """The bytes that ``tokenizer.json`` ``spec``'s vocabulary has a one-byte token for."""
-    found = {token_bytes(token) for token in ((spec.get("model") or {}).get("vocab") or {})}
-    return bytes(sorted(raw[0] for raw in found if raw is not None and len(raw) == 1))
+    """The bytes that ``tokenizer.json`` ``spec``'s vocabulary has a one-byte token for.
+
+    >>> single_bytes({"model": {"vocab": {"b": 0, "a": 1, "Ġ": 2, "ab": 3, "中": 4}}})
+    b' ab'
+    """
+    symbols = byte_decoder()
+    return bytes(sorted({symbols[token] for token in (spec.get("model") or {}).get("vocab") or {}
+                         if len(token) == 1 and token in symbols}))
 
 
 def trims_offsets(spec: dict) -> bool:

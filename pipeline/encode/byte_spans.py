@@ -54,19 +54,25 @@ class SpanPlacer:
         [[(2, 4)], [(1, 3)]]
         >>> placer.place(["Q?\\nSELECT 1"], [((2, 11),)], ids[:4], counts[:1])  # starts inside "?\\n"
         [None]
+        >>> two = np.array([1, 1, 2, 3])  # "\u00e9" "?\\n" "SELECT" " 1": "\u00e9" is one character, two bytes
+        >>> placer.place(["\u00e9?\\nSELECT 1"] * 2, [((3, 11),), ((2, 11),)], np.concatenate([two, two]), np.array([4, 4]))
+        [[(2, 4)], None]
         """
         ends = np.cumsum(self.byte_lengths[ids])  # byte end of every token, all documents
         first = np.cumsum(counts) - counts  # each document's first token
         base = np.concatenate([[0], ends])[first]  # each document's first byte
         edges, owner = [], []
         for d, (text, doc_spans) in enumerate(zip(texts, spans)):
+            owner += [d] * len(doc_spans)
+            if text.isascii():  # a character is a byte
+                edges += [edge for span in doc_spans for edge in span]
+                continue
             at = byte = 0  # character -> byte positions, the text encoded once in pieces between the edges
             for start, stop in doc_spans:
                 for edge in (start, stop):
                     byte += len(text[at:edge].encode("utf-8"))
                     edges.append(byte)
                     at = edge
-                owner.append(d)
         if not owner:
             return [[] for _ in texts]
         owner_ = np.asarray(owner)

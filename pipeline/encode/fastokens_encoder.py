@@ -102,6 +102,7 @@ class FastokensEncoder:
         # vocabulary lacks some, e.g. 0xF1, a lead byte of U+40000..U+7FFFF), which the HF tokenizer encodes
         have = single_bytes(spec)
         self.present = None if len(have) == 256 else have  # None: every byte has a token
+        self.ascii = all(b in have for b in range(128))  # every ASCII text is encodable
         self.placer = SpanPlacer(token_byte_lengths(spec), nfc=spec.get("normalizer") == {"type": "NFC"},
                                  trims=trims_offsets(spec))
 
@@ -112,7 +113,8 @@ class FastokensEncoder:
 
     def encodable(self, text: str) -> bool:
         """Whether fastokens can encode ``text``: every byte of it has a token."""
-        return self.present is None or not text.encode("utf-8", "surrogatepass").translate(None, self.present)
+        return self.present is None or (self.ascii and text.isascii()) or \
+            not text.encode("utf-8", "surrogatepass").translate(None, self.present)
 
     def encode_ids(self, texts: list[str], hf=None) -> list[list[int] | None]:
         """Each text's ids; None for a text it cannot encode (or the HF tokenizer ``hf``'s ids, given one)."""
