@@ -142,3 +142,27 @@ class FastokensEncoder:
             if spans is not None:
                 out[k] = (ids[offsets[j]:offsets[j + 1]], spans)
         return out
+
+    def encode_suffixes(self, texts: list[str], prompt_chars: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Prompt + answer documents, given column-wise (pipeline/format_columns.py): one supervised
+        span each, from ``prompt_chars`` to the end of the text. Every text's ids concatenated (uint32;
+        none for a text left to the HF tokenizer), where each starts (``len(texts) + 1`` offsets), and
+        each document's first supervised token, -1 where the HF tokenizer must make it (as
+        :meth:`encode_documents` leaves it: a text it cannot encode, or whose span it cannot place)."""
+        firsts = np.full(len(texts), -1, np.int64)
+        keep = self.placer.suffixes_placeable(texts, prompt_chars)
+        if self.present is not None:
+            keep &= np.fromiter(map(self.encodable, texts), bool, len(texts))
+        todo = np.flatnonzero(keep)
+        if len(todo) < len(texts):
+            texts, prompt_chars = [texts[k] for k in todo], prompt_chars[todo]
+        ids, offsets = self.encode_flat(texts)
+        prompt_bytes = np.fromiter((start if text.isascii() else len(text[:start].encode("utf-8"))
+                                    for text, start in zip(texts, prompt_chars.tolist())), np.int64, len(texts))
+        placed = self.placer.place_suffixes(ids.astype(np.int64), np.diff(offsets), prompt_bytes)
+        if len(todo) == len(firsts):
+            return ids, offsets, placed
+        firsts[todo] = placed
+        counts = np.zeros(len(firsts), np.int64)
+        counts[todo] = np.diff(offsets)
+        return ids, np.concatenate([[0], np.cumsum(counts)]), firsts
