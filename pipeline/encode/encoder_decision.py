@@ -146,7 +146,7 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str 
     """The first of the fast encoders ``candidates`` that gives exactly the HF tokenizer's ids for the tokenizer.json
     ``text`` (None: none does), and why. ``on_checks((encoder, problem))`` is called once, as soon as
     an encoder passed its structural checks (``problem`` None), or with (None, why) when none did."""
-    spec = json.loads(text)  # not JSON: the decision fails (the HF tokenizer, not remembered)
+    specs = [json.loads(text)]  # not JSON: the decision fails (the HF tokenizer, not remembered)
     told, reasons = [], []
     for module in (ENCODERS[name] for name in candidates):
         def checked(problem, name=module.NAME):
@@ -156,8 +156,9 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str 
                     on_checks((name, None))
 
         try:
-            on, why = (module.decide(text, checked, spec) if module is fastokens_encoder
-                       else module.decide(None, checked, text=text, spec=spec))
+            # the parse goes to the first encoder tried, whose decide frees it once used (memory)
+            on, why = (module.decide(text, checked, specs.pop() if specs else None) if module is fastokens_encoder
+                       else module.decide(None, checked, text=text, spec=specs.pop() if specs else None))
         except MemoryError:
             raise  # the process, not the encoder: the decision fails (the HF tokenizer, not remembered)
         except Exception as e:  # the library cannot load this tokenizer or encode the probe: not this one

@@ -25,7 +25,8 @@ import numpy as np
 
 from packtrain.pipeline.encode.byte_level import single_bytes, token_byte_lengths, trims_offsets
 from packtrain.pipeline.encode.byte_spans import SpanPlacer
-from packtrain.pipeline.encode.probe import probe_difference
+from packtrain.pipeline.encode.memory import release_freed
+from packtrain.pipeline.encode.probe import probe_difference, probe_pieces
 
 NAME = "fastokens"
 KEEPS_EVERY_CHARACTER = {"ByteLevel", "Split", "Digits", "Punctuation"}  # pre-tokenizer steps (not "Removed")
@@ -81,9 +82,18 @@ def decide(text: str, on_checks=None, spec: dict | None = None) -> tuple[bool, s
 
     import fastokens
 
-    encoder, hf = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), spec), Tokenizer.from_str(text)
+    # one tokenizer at a time, each freed before the next loads (the decision process's memory beside
+    # the workers': docs/BENCHMARKS.md): fastokens' ids first, then the HF tokenizer's
+    encoder = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), spec)
+    nfc = encoder.placer.nfc
+    del spec
+    fast = encoder.encode_ids(probe_pieces(nfc))  # None: a piece it cannot encode
+    del encoder
+    release_freed()
+    hf = Tokenizer.from_str(text)
     # a piece fastokens cannot encode is the HF tokenizer's in a build too: compared with itself
-    problem = probe_difference(lambda pieces: encoder.encode_ids(pieces, hf), hf, encoder.placer.nfc)
+    problem = probe_difference(lambda pieces: [ids if ids is not None else hf.encode(piece, add_special_tokens=False).ids
+                                               for piece, ids in zip(pieces, fast)], hf, nfc)
     if problem is not None:
         return False, f"fastokens: {problem}"
     return True, "the HF tokenizer's ids on the probe text"
