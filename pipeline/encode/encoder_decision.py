@@ -15,9 +15,10 @@ libraries' versions. The first build with a tokenizer does not wait for it:
    sources are tokenized again with the proven one, so a build's bytes never depend on the encoder.
 
 The answer is remembered (:meth:`EncoderDecision.remember`) only once the build has checked that
-the tokenizer files still hold the content its hash names. The child holds the parsed
-tokenizer.json and the tokenizers (~0.4 GiB for Qwen's vocabulary, beside the workers' memory on
-a first build), given back to the system when it exits. It is stopped when the build ends, fails or
+the tokenizer files still hold the content its hash names. The child loads one tokenizer at a
+time (fastokens' ids on the probe, then the HF tokenizer's), handing the parse and the first back
+to the system before the next (pipeline/encode/memory.py): about 0.3 GiB for Qwen's vocabulary,
+beside the workers' memory on a first build (0.5 GiB before), given back when it exits. It is stopped when the build ends, fails or
 is interrupted; a build killed with SIGKILL leaves it running until its answer finds the pipe
 closed (seconds). A child that dies or fails without an answer means the HF tokenizer (always
 exact), said in the log and not remembered.

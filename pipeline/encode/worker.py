@@ -6,6 +6,11 @@ Each worker loads the HF tokenizer (the reference) once, and the fast encoder th
 tokenizer in the same worker and compared (pipeline/encode/exactness.py); the batch carries any
 difference back to the build, which then drops that shortcut.
 
+Prompt/answer rows whose template is plain ``{field}`` placeholders over text columns are formatted
+column-wise (pipeline/format_columns.py) and, with fastokens, encoded, placed and assembled for the
+whole batch at once (:func:`encode_suffix_rows`): no Python object per row; the same documents,
+bad rows and checks as the per-row path, which takes every other batch.
+
 Per document the worker returns ``[bos?] + tokens(text) + [eos]`` and its loss mask: 1 on the
 tokens of every supervised span (the answer; each assistant turn of a conversation), and on the
 EOS when the last span runs to the end of the text. A span must start on a token boundary of the
