@@ -22,6 +22,8 @@ answers); everything else is read but not trained on. Two styles (``format.style
     <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n⟦Hello<|im_end|>⟧\n<|im_start|>user\n...
 
 Template fields name dataset columns, through ``sources[i].columns`` when the names differ.
+A batch of template rows over text columns is formatted column-wise instead, with the same result
+(pipeline/format_columns.py).
 """
 
 from __future__ import annotations

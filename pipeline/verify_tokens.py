@@ -2,7 +2,7 @@
 
 A build made on another machine, or under older libraries, holds the ids its tokenizer gave then.
 This checks that the tokenizer installed now gives the same ids. Every document in a block is
-``head + ids + [eos]`` (pipeline/encode/worker.py ``assemble_documents``; no second EOS when the ids end
+``head + ids + [eos]`` (pipeline/encode/assemble.py ``assemble_documents``; no second EOS when the ids end
 with it), where ``head`` is the tokenizer's prefix ids (manifest ``inputs.tokenizer.prefix_ids``) in
 template style and nothing in chat style. Per document::
 

@@ -130,7 +130,18 @@ def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered
                 out[k] = (ids, out[k][1])
         return out
 
+    real_suffixes = fastokens_encoder.FastokensEncoder.encode_suffixes
+
+    def wrong_suffixes(self, texts, prompt_chars):  # prompt/answer rows formatted column-wise come this way
+        ids, offsets, firsts = real_suffixes(self, texts, prompt_chars)
+        ids = ids.copy()
+        for k in range(0, len(texts), 10):
+            if offsets[k + 1] > offsets[k]:
+                ids[offsets[k]] = (int(ids[offsets[k]]) + 1) % 300
+        return ids, offsets, firsts
+
     monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_documents", wrong)
+    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_suffixes", wrong_suffixes)
     config = load_config("sql", project["configs"], {"build.line_cache": False})
     lines: list[str] = []
     result = build(config, project["cache"], log=lines.append, progress=False)
@@ -146,6 +157,7 @@ def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered
     assert json.loads(note.read_text())["answer"]["encoder"] is None
     # the next build asks nothing of any fast encoder, even with fastokens put right
     monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_documents", real)
+    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_suffixes", real_suffixes)
     shutil.rmtree(project["cache"] / "sql")
     lines = []
     build(config, project["cache"], log=lines.append, progress=False)

@@ -8,20 +8,23 @@ import json
 import numpy as np
 import pytest
 
+import packtrain.pipeline.encode.assemble
 import packtrain.pipeline.encode.worker
+import packtrain.pipeline.format_columns
 from packtrain.pipeline import mix
 from packtrain.pipeline.pack import assemble_block
 from packtrain.pipeline.shards import DocumentView, assemble_blocks
 from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
-from packtrain.pipeline.encode.worker import assemble_documents
+from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 
 STATS = {"rows": 3, "documents": 3, "tokens": 9, "bad_rows": 0, "first_bad_rows": [], "batch_rows": 2, "batches": 2,
          "exactness": {"encoder": "tokenizers", "line_cache": False, "render_once": False, "by_shortcut": 0, "checked": 0}}
 
 
 def test_tokenize_docstring_examples_hold():
-    result = doctest.testmod(packtrain.pipeline.encode.worker)
-    assert (result.failed, result.attempted) == (0, 3)
+    results = [doctest.testmod(module) for module in (packtrain.pipeline.encode.worker, packtrain.pipeline.encode.assemble,
+                                                      packtrain.pipeline.format_columns)]
+    assert [(r.failed, r.attempted) for r in results] == [(0, 2), (0, 6), (0, 3)]
 
 
 def test_assemble_documents_adds_head_and_eos_and_masks_the_spans():
@@ -41,6 +44,23 @@ def test_assemble_documents_adds_head_and_eos_and_masks_the_spans():
 def test_assemble_documents_of_no_document():
     batch = assemble_documents([], [], head=(), eos_id=2)
     assert [len(batch[k]) for k in ("tokens", "masks", "lengths", "prompt_lengths")] == [0, 0, 0, 0]
+
+
+def test_assemble_suffixes_is_assemble_documents_for_prompt_answer_documents():
+    # doc 0: no EOS yet (added, supervised); doc 1 ends with EOS; doc 2 all answer; doc 3 no token at all
+    ids = np.array([5, 6, 7, 8, 9, 2, 3, 4], np.uint32)
+    offsets, firsts = np.array([0, 3, 6, 8, 8]), np.array([1, 1, 0, 0])
+    for head in ((1,), (), (1, 4)):
+        batch = assemble_suffixes(ids, offsets, firsts, head, eos_id=2)
+        want = assemble_documents([(ids[a:b], [(f, b - a)]) for a, b, f in zip(offsets[:-1], offsets[1:], firsts)],
+                                  [True] * 4, head, eos_id=2)
+        assert {k: v.tolist() for k, v in batch.items()} == {k: v.tolist() for k, v in want.items()}
+        assert batch["tokens"].dtype == np.uint32 and batch["masks"].dtype == np.uint8
+    assert batch["tokens"].tolist() == [1, 4, 5, 6, 7, 2, 1, 4, 8, 9, 2, 1, 4, 3, 4, 2, 1, 4, 2]
+    assert batch["masks"].tolist() == [0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1]
+    assert batch["lengths"].tolist() == [6, 5, 5, 3] and batch["prompt_lengths"].tolist() == [3, 3, 2, 2]
+    empty = assemble_suffixes(np.zeros(0, np.uint32), np.array([0]), np.zeros(0, np.int64), (1,), eos_id=2)
+    assert [len(empty[k]) for k in ("tokens", "masks", "lengths", "prompt_lengths")] == [0, 0, 0, 0]
 
 
 def write_spill(directory, batches):

@@ -92,3 +92,36 @@ class SpanPlacer:
                 continue
             out[d].append((int(k[2 * j] - first[d]), int(k[2 * j + 1] - first[d])))
         return out
+
+    def suffixes_placeable(self, texts: list[str], prompt_chars: np.ndarray) -> np.ndarray:
+        """:meth:`placeable` of prompt + answer documents (one span, from ``prompt_chars`` to the end), as bools.
+
+        >>> SpanPlacer(np.array([1]), nfc=True, trims=False).suffixes_placeable(
+        ...     ["ab", "e\u0301x", "abc"], np.array([1, 1, 3])).tolist()   # not NFC; a span at the end
+        [True, False, False]
+        """
+        ok = prompt_chars < np.fromiter(map(len, texts), np.int64, len(texts))
+        if self.nfc:
+            ok &= np.fromiter((text.isascii() or unicodedata.is_normalized("NFC", text) for text in texts), bool,
+                              len(texts))
+        if self.trims:
+            ok &= np.fromiter((self.placeable(text, ((start, len(text)),))
+                               for text, start in zip(texts, prompt_chars.tolist())), bool, len(texts))
+        return ok
+
+    def place_suffixes(self, ids: np.ndarray, counts: np.ndarray, prompt_bytes: np.ndarray) -> np.ndarray:
+        """:meth:`place` for documents whose one span runs from byte ``prompt_bytes`` to the end of the
+        text (prompt + answer), all at once: each document's first supervised token, -1 where the span
+        does not start on a token (the span's tokens then run from there to the document's last).
+
+        >>> placer = SpanPlacer(np.array([1, 2, 6, 2]), nfc=False, trims=False)  # id -> bytes
+        >>> placer.place_suffixes(np.array([0, 1, 2, 3, 0, 2, 1]), np.array([4, 3]), np.array([3, 2])).tolist()
+        [2, -1]
+        """
+        ends = np.cumsum(self.byte_lengths[ids])  # byte end of every token, all documents
+        first = np.cumsum(counts) - counts  # each document's first token
+        at = np.concatenate([[0], ends])[first] + prompt_bytes  # each span's first byte, all documents
+        starts = np.concatenate([[0], ends[:-1]]) if len(ends) else np.zeros(1, np.int64)
+        k = np.clip(np.searchsorted(starts, at, side="left"), first, first + counts)
+        on_start = (k < first + counts) & (starts[np.minimum(k, len(starts) - 1)] == at)
+        return np.where(on_start, k - first, -1)

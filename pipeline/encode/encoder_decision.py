@@ -15,9 +15,10 @@ libraries' versions. The first build with a tokenizer does not wait for it:
    sources are tokenized again with the proven one, so a build's bytes never depend on the encoder.
 
 The answer is remembered (:meth:`EncoderDecision.remember`) only once the build has checked that
-the tokenizer files still hold the content its hash names. The child holds the parsed
-tokenizer.json and the tokenizers (~0.4 GiB for Qwen's vocabulary, beside the workers' memory on
-a first build), given back to the system when it exits. It is stopped when the build ends, fails or
+the tokenizer files still hold the content its hash names. The child loads one tokenizer at a
+time (fastokens' ids on the probe, then the HF tokenizer's), handing the parse and the first back
+to the system before the next (pipeline/encode/memory.py): about 0.3 GiB for Qwen's vocabulary,
+beside the workers' memory on a first build (0.5 GiB before), given back when it exits. It is stopped when the build ends, fails or
 is interrupted; a build killed with SIGKILL leaves it running until its answer finds the pipe
 closed (seconds). A child that dies or fails without an answer means the HF tokenizer (always
 exact), said in the log and not remembered.
@@ -146,7 +147,7 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str 
     """The first of the fast encoders ``candidates`` that gives exactly the HF tokenizer's ids for the tokenizer.json
     ``text`` (None: none does), and why. ``on_checks((encoder, problem))`` is called once, as soon as
     an encoder passed its structural checks (``problem`` None), or with (None, why) when none did."""
-    spec = json.loads(text)  # not JSON: the decision fails (the HF tokenizer, not remembered)
+    specs = [json.loads(text)]  # not JSON: the decision fails (the HF tokenizer, not remembered)
     told, reasons = [], []
     for module in (ENCODERS[name] for name in candidates):
         def checked(problem, name=module.NAME):
@@ -156,8 +157,9 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str 
                     on_checks((name, None))
 
         try:
-            on, why = (module.decide(text, checked, spec) if module is fastokens_encoder
-                       else module.decide(None, checked, text=text, spec=spec))
+            # the parse goes to the first encoder tried, whose decide frees it once used (memory)
+            on, why = (module.decide(text, checked, specs.pop() if specs else None) if module is fastokens_encoder
+                       else module.decide(None, checked, text=text, spec=specs.pop() if specs else None))
         except MemoryError:
             raise  # the process, not the encoder: the decision fails (the HF tokenizer, not remembered)
         except Exception as e:  # the library cannot load this tokenizer or encode the probe: not this one

@@ -25,7 +25,8 @@ import numpy as np
 
 from packtrain.pipeline.encode.byte_level import single_bytes, token_byte_lengths, trims_offsets
 from packtrain.pipeline.encode.byte_spans import SpanPlacer
-from packtrain.pipeline.encode.probe import probe_difference
+from packtrain.pipeline.encode.memory import release_freed
+from packtrain.pipeline.encode.probe import probe_difference, probe_pieces
 
 NAME = "fastokens"
 KEEPS_EVERY_CHARACTER = {"ByteLevel", "Split", "Digits", "Punctuation"}  # pre-tokenizer steps (not "Removed")
@@ -81,9 +82,18 @@ def decide(text: str, on_checks=None, spec: dict | None = None) -> tuple[bool, s
 
     import fastokens
 
-    encoder, hf = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), spec), Tokenizer.from_str(text)
+    # one tokenizer at a time, each freed before the next loads (the decision process's memory beside
+    # the workers': docs/BENCHMARKS.md): fastokens' ids first, then the HF tokenizer's
+    encoder = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), spec)
+    nfc = encoder.placer.nfc
+    del spec
+    fast = encoder.encode_ids(probe_pieces(nfc))  # None: a piece it cannot encode
+    del encoder
+    release_freed()
+    hf = Tokenizer.from_str(text)
     # a piece fastokens cannot encode is the HF tokenizer's in a build too: compared with itself
-    problem = probe_difference(lambda pieces: encoder.encode_ids(pieces, hf), hf, encoder.placer.nfc)
+    problem = probe_difference(lambda pieces: [ids if ids is not None else hf.encode(piece, add_special_tokens=False).ids
+                                               for piece, ids in zip(pieces, fast)], hf, nfc)
     if problem is not None:
         return False, f"fastokens: {problem}"
     return True, "the HF tokenizer's ids on the probe text"
@@ -144,3 +154,27 @@ class FastokensEncoder:
             if spans is not None:
                 out[k] = (ids[offsets[j]:offsets[j + 1]], spans)
         return out
+
+    def encode_suffixes(self, texts: list[str], prompt_chars: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Prompt + answer documents, given column-wise (pipeline/format_columns.py): one supervised
+        span each, from ``prompt_chars`` to the end of the text. Every text's ids concatenated (uint32;
+        none for a text left to the HF tokenizer), where each starts (``len(texts) + 1`` offsets), and
+        each document's first supervised token, -1 where the HF tokenizer must make it (as
+        :meth:`encode_documents` leaves it: a text it cannot encode, or whose span it cannot place)."""
+        firsts = np.full(len(texts), -1, np.int64)
+        keep = self.placer.suffixes_placeable(texts, prompt_chars)
+        if self.present is not None:
+            keep &= np.fromiter(map(self.encodable, texts), bool, len(texts))
+        todo = np.flatnonzero(keep)
+        if len(todo) < len(texts):
+            texts, prompt_chars = [texts[k] for k in todo], prompt_chars[todo]
+        ids, offsets = self.encode_flat(texts)
+        prompt_bytes = np.fromiter((start if text.isascii() else len(text[:start].encode("utf-8"))
+                                    for text, start in zip(texts, prompt_chars.tolist())), np.int64, len(texts))
+        placed = self.placer.place_suffixes(ids.astype(np.int64), np.diff(offsets), prompt_bytes)
+        if len(todo) == len(firsts):
+            return ids, offsets, placed
+        firsts[todo] = placed
+        counts = np.zeros(len(firsts), np.int64)
+        counts[todo] = np.diff(offsets)
+        return ids, np.concatenate([[0], np.cumsum(counts)]), firsts

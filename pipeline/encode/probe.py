@@ -20,13 +20,19 @@ def probe_text() -> str:
     return "".join(context.format(c, c) for c in chars for context in contexts) + "".join(spaces)
 
 
+def probe_pieces(nfc: bool) -> list[str]:
+    """The probe text (NFC-normalized where the tokenizer normalizes so) in 4,096-character pieces."""
+    probe = unicodedata.normalize("NFC", probe_text()) if nfc else probe_text()
+    return [probe[i : i + 4096] for i in range(0, len(probe), 4096)]
+
+
 def probe_difference(fast_ids, hf, nfc: bool) -> str | None:
     """Where ``fast_ids(texts) -> list of id lists`` differs from the HF tokenizer ``hf`` on the probe
     text (cut into 4,096-character pieces), or None. ``nfc``: the tokenizer normalizes with NFC, so the
     probe is normalized first (a fast encoder leaves texts NFC changes to the HF tokenizer)."""
-    probe = unicodedata.normalize("NFC", probe_text()) if nfc else probe_text()
-    pieces = [probe[i : i + 4096] for i in range(0, len(probe), 4096)]
-    slow = [e.ids for e in hf.encode_batch_fast(pieces, add_special_tokens=False)]  # ids only, no offsets
+    pieces = probe_pieces(nfc)
+    slow = [e.ids for at in range(0, len(pieces), 32)  # ids only, no offsets; 32 pieces at a time (memory)
+            for e in hf.encode_batch_fast(pieces[at : at + 32], add_special_tokens=False)]
     for piece, fast, reference in zip(pieces, fast_ids(pieces), slow):
         if list(fast) != reference:
             return f"it differs from the HF tokenizer on the probe text near {piece[:40]!r}"

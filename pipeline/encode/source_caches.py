@@ -20,6 +20,7 @@ from packtrain.core.contract import TMP_PREFIX, fsync_dir
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode import encoder_decision, exactness
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+from packtrain.pipeline.encode.memory import release_freed
 from packtrain.pipeline import chat_once
 from packtrain.pipeline.encode.exactness import (Refusals, ShortcutMismatch, line_cache_refusals,
                                                  render_once_refusals)
@@ -138,6 +139,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             shutil.rmtree(tmp, ignore_errors=True)
 
     cache_dir = Path(cache_dir)
+    release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
                                tokenizer.fingerprint["hash"], cache_dir / FAST_ENCODER_NOTES,
                                tokenizer.fingerprint["files"]["tokenizer.json"])
@@ -149,17 +151,19 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         fast, why = decision.guess()
         log(f"fast encoder: {f'on ({fast})' if fast else 'off (HF tokenizers)'} "
             f"({why or 'proving it exact for this tokenizer meanwhile, once: nothing it makes is kept unless it is'})")
-        line_cache, line_why = line_cache_choice(config.build.line_cache, tokenizer, line_refusals)
+        line_cache, line_why = None, None  # decided where the fast encoder is off (it parses tokenizer.json)
         once, once_why = render_once_choice(config, tokenizer, once_refusals)
         if config.format.messages is not None:
             log(f"chat render once: {'on' if once else 'off'} ({once_why})")
         proving = why is None
         while True:
             # a fast encoder encodes a whole text faster than the line cache splits and joins it (docs/BENCHMARKS.md)
+            if line_cache is None and (not fast or not config.build.line_cache):
+                line_cache, line_why = line_cache_choice(config.build.line_cache, tokenizer, line_refusals)
             log(f"line cache: {'on' if line_cache and not fast else 'off'} "
-                f"({'not needed with the fast encoder' if line_cache and fast else line_why})")
+                f"({'not needed with the fast encoder' if config.build.line_cache and fast else line_why})")
             try:
-                stats = tokenize(fast, line_cache and not fast, once)
+                stats = tokenize(fast, bool(line_cache) and not fast, once)
             except ShortcutMismatch as e:
                 discard()
                 if e.mismatch.shortcut == exactness.LINE_CACHE:

@@ -6,6 +6,11 @@ Each worker loads the HF tokenizer (the reference) once, and the fast encoder th
 tokenizer in the same worker and compared (pipeline/encode/exactness.py); the batch carries any
 difference back to the build, which then drops that shortcut.
 
+Prompt/answer rows whose template is plain ``{field}`` placeholders over text columns are formatted
+column-wise (pipeline/format_columns.py) and, with fastokens, encoded, placed and assembled for the
+whole batch at once (:func:`encode_suffix_rows`): no Python object per row; the same documents,
+bad rows and checks as the per-row path, which takes every other batch.
+
 Per document the worker returns ``[bos?] + tokens(text) + [eos]`` and its loss mask: 1 on the
 tokens of every supervised span (the answer; each assistant turn of a conversation), and on the
 EOS when the last span runs to the end of the text. A span must start on a token boundary of the
@@ -19,15 +24,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from packtrain.pipeline import mix
-from packtrain.pipeline.encode import exactness, tokenizer_facts
+from packtrain.pipeline.encode import exactness, fastokens_encoder, tokenizer_facts
+from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
 from packtrain.pipeline.errors import TokenizerError
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
+from packtrain.pipeline.format_columns import SuffixBatch, format_columns
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,23 @@ def is_validation(text: str, val_fraction: float) -> bool:
     return int.from_bytes(digest, "big") < val_fraction * 2**64
 
 
+def validation_mask(encoded: list[bytes], val_fraction: float) -> np.ndarray:
+    """:func:`is_validation` of many texts at once, given UTF-8 encoded: one bool each. The same
+    comparison with no float rounding (an integer is below x exactly when it is below ceil(x)).
+
+    >>> texts = [f"row {i}" for i in range(1000)]
+    >>> validation_mask([t.encode("utf-8") for t in texts], 0.3).tolist() == [is_validation(t, 0.3) for t in texts]
+    True
+    """
+    if val_fraction <= 0:
+        return np.zeros(len(encoded), bool)
+    below = math.ceil(val_fraction * 2**64)
+    if below >= 2**64:
+        return np.ones(len(encoded), bool)
+    digests = b"".join([hashlib.blake2b(text, digest_size=8).digest() for text in encoded])
+    return np.frombuffer(digests, ">u8") < np.uint64(below)
+
+
 PROMPT_BOUNDARY = ("the prompt does not end on a token boundary of prompt + answer, so its tokens are not a prefix; "
                    "end format.prompt with a newline")
 
@@ -119,7 +144,14 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
             return refused_batch(exactness.Mismatch(exactness.fast_encoder_label(task.fast_encoder), 0, str(e), ""))
     else:
         fast = None
-    docs, kept, bad = format_rows(task.formatter, columns)
+    columnar = format_columns(task.formatter, columns)
+    if columnar is not None and fast is not None and fast.name == fastokens_encoder.NAME:
+        return encode_suffix_rows(task, fast, columnar)
+    if columnar is not None:
+        docs = [Formatted(text, ((start, len(text)),)) for text, start in zip(columnar.texts, columnar.prompt_chars.tolist())]
+        kept, bad = columnar.kept, list(columnar.bad)
+    else:
+        docs, kept, bad = format_rows(task.formatter, columns)
     encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
     made_by: list[str | None] = [None] * len(docs)  # the shortcut that made each document, if one did
     if fast:  # every document, conversations too (the HF tokenizer makes those it leaves: None)
@@ -157,6 +189,53 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
                         by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches)
 
 
+def encode_suffix_rows(task: EncodeTask, fast, batch: SuffixBatch) -> EncodedBatch:
+    """:func:`encode_rows` for prompt + answer rows formatted column-wise (pipeline/format_columns.py),
+    with fastokens: the same documents, bad rows and checks, with no Python object per document
+    where fastokens places the span (the HF tokenizer makes the rest, as in :func:`encode_rows`)."""
+    key = (task.tokenizer_file, task.tokenizer_sha256)
+    ids, offsets, firsts = fast.encode_suffixes(batch.texts, batch.prompt_chars)
+    label = exactness.fast_encoder_label(fast.name)
+    made = np.flatnonzero(firsts >= 0)
+    docs = {}  # Formatted, only of the documents a check or the HF tokenizer needs
+
+    def doc(k: int) -> Formatted:
+        if k not in docs:
+            docs[k] = Formatted(batch.texts[k], ((int(batch.prompt_chars[k]), len(batch.texts[k])),))
+        return docs[k]
+
+    encoded = {}  # (ids, supervised token ranges) of the documents the HF tokenizer makes
+    bad = list(batch.bad)
+    rest = np.flatnonzero(firsts < 0).tolist()
+    for k, encoding in zip(rest, hf_tokenizer(key).encode_batch(
+            [batch.texts[k] for k in rest], add_special_tokens=False) if rest else []):
+        try:
+            encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, doc(k)))
+        except BadRow as e:
+            bad.append((batch.kept[k], str(e)))
+    encoded_texts = [text.encode("utf-8") for text in batch.texts]
+    checks = made.tolist() if task.check_all else \
+        np.flatnonzero((firsts >= 0) & exactness.sampled_mask(encoded_texts)).tolist()
+    fast_made = {k: (ids[offsets[k]:offsets[k + 1]], [(int(firsts[k]), int(offsets[k + 1] - offsets[k]))])
+                 for k in checks}
+    mismatches = check_documents(hf_tokenizer(key) if checks else None, {k: doc(k) for k in checks}, fast_made,
+                                 {k: label for k in checks}, batch.kept, checks)
+    bad.sort()
+    if rest:  # the documents in order, some made by each: assembled one by one
+        good = [k for k in range(len(firsts)) if firsts[k] >= 0 or k in encoded]
+        assembled = assemble_documents(
+            [encoded[k] if k in encoded else (ids[offsets[k]:offsets[k + 1]], [(int(firsts[k]), int(offsets[k + 1] - offsets[k]))])
+             for k in good], [True] * len(good), task.head, task.eos_id)
+    else:
+        good = range(len(firsts))
+        assembled = assemble_suffixes(ids, offsets, firsts, task.head, task.eos_id)
+    tokens = assembled.pop("tokens").astype(task.token_dtype, copy=False)
+    return EncodedBatch(tokens=tokens, **assembled,
+                        is_val=validation_mask(encoded_texts, task.val_fraction)[np.asarray(good, np.int64)],
+                        keys=mix.document_keys(tokens, assembled["masks"], assembled["lengths"]), bad_rows=bad,
+                        by_shortcut=len(made), checked=len(checks) - len(mismatches), mismatches=mismatches)
+
+
 def check_facts(reference, planned: dict, tokenizer_file: str) -> None:
     """Refuse to tokenize with tokenizer facts (remembered in the cache by an earlier build) that are
     not the HF tokenizer's: they would put other special-token ids into every document."""
@@ -176,10 +255,11 @@ def refused_batch(mismatch: exactness.Mismatch) -> EncodedBatch:
                         is_val=np.zeros(0, bool), keys=np.zeros((0, 16), np.uint8), bad_rows=[], mismatches=[mismatch])
 
 
-def check_documents(reference, docs: list[Formatted], encoded: list, made_by: list[str | None],
-                    kept: list[int], checks: list[int]) -> list[exactness.Mismatch]:
+def check_documents(reference, docs, encoded, made_by, kept: list[int], checks: list[int]) -> list[exactness.Mismatch]:
     """Re-encode the documents ``checks`` (made by a shortcut) with the reference, the HF tokenizer on
-    the whole text, and return where the ids or the supervised tokens differ (pipeline/encode/exactness.py)."""
+    the whole text, and return where the ids or the supervised tokens differ (pipeline/encode/exactness.py).
+    ``docs`` (Formatted), ``encoded`` ((ids, token ranges)) and ``made_by`` (the shortcut's label) are
+    indexed by document (lists, or dicts holding ``checks``), ``kept`` gives each document's row."""
     mismatches = []
     for k, encoding in zip(checks, reference.encode_batch(
             [docs[k].text for k in checks], add_special_tokens=False) if checks else []):
@@ -228,43 +308,3 @@ def format_rows(formatter: RowFormatter, columns: dict[str, list]) -> tuple[list
             continue
         kept.append(i)
     return docs, kept, bad
-
-
-def assemble_documents(encoded: list[tuple[np.ndarray, list[tuple[int, int]]]], to_end: list[bool],
-                       head: tuple[int, ...], eos_id: int) -> dict[str, np.ndarray]:
-    """Every document as ``head + ids + [eos]`` (no second EOS when the ids end with one), and its
-    loss mask from its supervised token ranges; the last range reaches onto an added EOS when the
-    document's last span runs to the end of its text (``to_end``). Concatenated, no per-token Python.
-
-    >>> batch = assemble_documents([(np.array([5, 6, 7], np.uint32), [(1, 3)]),
-    ...                             (np.array([8, 2], np.uint32), [(0, 1)])], [True, False], (1,), eos_id=2)
-    >>> batch["tokens"].tolist(), batch["masks"].tolist()
-    ([1, 5, 6, 7, 2, 1, 8, 2], [0, 0, 1, 1, 1, 0, 1, 0])
-    >>> batch["lengths"].tolist(), batch["prompt_lengths"].tolist()
-    ([5, 3], [2, 1])
-    """
-    head_ids = np.asarray(head, np.uint32)
-    eos = np.asarray([eos_id], np.uint32)
-    pieces, lengths, prompt_lengths, starts, stops = [], [], [], [], []
-    at = 0
-    for (ids, spans), reaches_end in zip(encoded, to_end):
-        add_eos = not len(ids) or int(ids[-1]) != eos_id
-        if add_eos and reaches_end:  # the answer runs to the end: so does the loss, onto EOS
-            spans = spans[:-1] + [(spans[-1][0], len(ids) + 1)]
-        pieces += [head_ids, ids, eos] if add_eos else [head_ids, ids]
-        length = len(head) + len(ids) + add_eos
-        starts += [at + len(head) + a for a, _ in spans]
-        stops += [at + len(head) + b for _, b in spans]
-        lengths.append(length)
-        prompt_lengths.append(len(head) + spans[0][0])
-        at += length
-    tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.uint32)
-    # +1 where a supervised range starts, -1 where it stops: the running sum is the mask
-    edges = (np.bincount(np.asarray(starts, np.int64), minlength=at + 1)
-             - np.bincount(np.asarray(stops, np.int64), minlength=at + 1))
-    return {
-        "tokens": tokens,
-        "masks": (np.cumsum(edges[:at]) > 0).astype(np.uint8),
-        "lengths": np.asarray(lengths, np.int64),
-        "prompt_lengths": np.asarray(prompt_lengths, np.int64),
-    }

@@ -1,0 +1,78 @@
+"""A batch's documents as the spill takes them: ``head + ids + [eos]`` per document, its loss mask,
+length and prompt length, concatenated with no per-token Python (run in the workers,
+pipeline/encode/worker.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def assemble_documents(encoded: list[tuple[np.ndarray, list[tuple[int, int]]]], to_end: list[bool],
+                       head: tuple[int, ...], eos_id: int) -> dict[str, np.ndarray]:
+    """Every document as ``head + ids + [eos]`` (no second EOS when the ids end with one), and its
+    loss mask from its supervised token ranges; the last range reaches onto an added EOS when the
+    document's last span runs to the end of its text (``to_end``). Concatenated, no per-token Python.
+
+    >>> batch = assemble_documents([(np.array([5, 6, 7], np.uint32), [(1, 3)]),
+    ...                             (np.array([8, 2], np.uint32), [(0, 1)])], [True, False], (1,), eos_id=2)
+    >>> batch["tokens"].tolist(), batch["masks"].tolist()
+    ([1, 5, 6, 7, 2, 1, 8, 2], [0, 0, 1, 1, 1, 0, 1, 0])
+    >>> batch["lengths"].tolist(), batch["prompt_lengths"].tolist()
+    ([5, 3], [2, 1])
+    """
+    head_ids = np.asarray(head, np.uint32)
+    eos = np.asarray([eos_id], np.uint32)
+    pieces, lengths, prompt_lengths, starts, stops = [], [], [], [], []
+    at = 0
+    for (ids, spans), reaches_end in zip(encoded, to_end):
+        add_eos = not len(ids) or int(ids[-1]) != eos_id
+        if add_eos and reaches_end:  # the answer runs to the end: so does the loss, onto EOS
+            spans = spans[:-1] + [(spans[-1][0], len(ids) + 1)]
+        pieces += [head_ids, ids, eos] if add_eos else [head_ids, ids]
+        length = len(head) + len(ids) + add_eos
+        starts += [at + len(head) + a for a, _ in spans]
+        stops += [at + len(head) + b for _, b in spans]
+        lengths.append(length)
+        prompt_lengths.append(len(head) + spans[0][0])
+        at += length
+    tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.uint32)
+    # +1 where a supervised range starts, -1 where it stops: the running sum is the mask
+    edges = (np.bincount(np.asarray(starts, np.int64), minlength=at + 1)
+             - np.bincount(np.asarray(stops, np.int64), minlength=at + 1))
+    return {
+        "tokens": tokens,
+        "masks": (np.cumsum(edges[:at]) > 0).astype(np.uint8),
+        "lengths": np.asarray(lengths, np.int64),
+        "prompt_lengths": np.asarray(prompt_lengths, np.int64),
+    }
+
+
+def assemble_suffixes(ids: np.ndarray, offsets: np.ndarray, firsts: np.ndarray, head: tuple[int, ...],
+                      eos_id: int) -> dict[str, np.ndarray]:
+    """:func:`assemble_documents` of prompt + answer documents given column-wise: every document's ids
+    concatenated (``ids``, document d at ``offsets[d]:offsets[d + 1]``) and its one supervised range,
+    from its token ``firsts[d]`` to its end (and onto the EOS added after it), with no per-document Python.
+
+    >>> batch = assemble_suffixes(np.array([5, 6, 7, 8, 2], np.uint32), np.array([0, 3, 5]), np.array([1, 0]),
+    ...                           (1,), eos_id=2)
+    >>> batch["tokens"].tolist(), batch["masks"].tolist()
+    ([1, 5, 6, 7, 2, 1, 8, 2], [0, 0, 1, 1, 1, 0, 1, 1])
+    >>> batch["lengths"].tolist(), batch["prompt_lengths"].tolist()
+    ([5, 3], [2, 1])
+    """
+    counts = np.diff(offsets)
+    last = np.maximum(offsets[1:] - 1, 0)
+    add_eos = (counts == 0) | (ids[last] != eos_id) if len(ids) else np.ones(len(counts), bool)
+    lengths = len(head) + counts + add_eos
+    stops = np.cumsum(lengths)
+    starts = stops - lengths
+    tokens = np.empty(int(stops[-1]) if len(stops) else 0, np.uint32)
+    for j, token in enumerate(head):
+        tokens[starts + j] = token
+    doc = np.repeat(np.arange(len(counts)), counts)
+    tokens[np.arange(len(ids)) + (starts - offsets[:-1] + len(head))[doc]] = ids
+    tokens[(starts + len(head) + counts)[add_eos]] = eos_id
+    supervised = starts + len(head) + firsts
+    edges = (np.bincount(supervised, minlength=len(tokens) + 1) - np.bincount(stops, minlength=len(tokens) + 1))
+    return {"tokens": tokens, "masks": (np.cumsum(edges[:len(tokens)]) > 0).astype(np.uint8),
+            "lengths": lengths.astype(np.int64), "prompt_lengths": (len(head) + firsts).astype(np.int64)}
