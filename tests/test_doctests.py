@@ -13,11 +13,11 @@ import pytest
                                               ("packtrain.trainer.microbatch", 1), ("packtrain.trainer.loop", 1),
                                               ("packtrain.trainer.task_metrics", 4), ("packtrain.trainer.generate", 3),
                                               ("packtrain.trainer.task_eval", 4), ("packtrain.trainer.progress", 4),
-                                              ("packtrain.trainer.threads", 6), ("packtrain.pipeline.encode.byte_spans", 6),
+                                              ("packtrain.trainer.threads", 6), ("packtrain.pipeline.encode.byte_spans", 9),
                                               ("packtrain.pipeline.encode.byte_level", 5),
                                               ("packtrain.pipeline.chat_once", 4),
-                                              ("packtrain.pipeline.encode.exactness", 9),
-                                              ("packtrain.pipeline.format", 2)])
+                                              ("packtrain.pipeline.encode.exactness", 11),
+                                              ("packtrain.pipeline.format", 2), ("packtrain.pipeline.format_columns", 3)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))
     assert (result.failed, result.attempted) == (0, examples)
