@@ -38,11 +38,15 @@ def main(ctx, verbose):
 
 
 @main.command()
-def discover():
-    """List the datasets and models in the local Hugging Face caches (no network)."""
+@click.option("--model", "model_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="Also list this local model directory (repeatable): usable as --model when it holds "
+                   "config.json and tokenizer.json.")
+def discover(model_dirs):
+    """List the datasets and models in the local Hugging Face caches, the models packtrain converted
+    (PACKTRAIN_MODELS_DIR) and the --model directories given (no network)."""
     from packtrain.pipeline.discover import discover_all, format_discovery
 
-    click.echo(format_discovery(discover_all()))
+    click.echo(format_discovery(discover_all(tuple(model_dirs))))
 
 
 @main.command()
