@@ -46,6 +46,7 @@ from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
+from packtrain.pipeline.system_prompt import default_system_prompt
 from packtrain.pipeline.encode.source_caches import refused_shortcut_sources, tokenize_sources
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.encode.exactness import combined, encoder_identity
@@ -292,7 +293,9 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
     seconds = time.perf_counter() - started
     report = reporting.make_report(config, build_id, sources, source_stats, outputs, seconds,
                                    tokenize_seconds if todo else None, manifest, previous,
-                                   {split: packed_lengths(spills[split], selections[split]) for split in SPLITS})
+                                   {split: packed_lengths(spills[split], selections[split]) for split in SPLITS},
+                                   default_system_prompt(tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token)
+                                   if config.format.style == "chat" else None)
     write_json(tmp / REPORT, report)
     fsync_dir(tmp)
     log(reporting.summary(report))

@@ -272,8 +272,8 @@ def render_once(template: str | None, messages: list[dict], bos_token: str | Non
     plain, default = chatml_system(template, bos_token, eos_token)
     if plain and all(len(m) == 2 and isinstance(m.get("content"), str) for m in messages):
         text, spans = chatml(messages, default, eos_token)
-        return Formatted(text, spans, rendered_once=True) if spans else None
+        return Formatted(text, spans, rendered_once=True, no_system=messages[0]["role"] != "system") if spans else None
     found = spans_once(template, messages, end, bos_token, eos_token)
     if found is None or not found[1]:
         return None
-    return Formatted(found[0], found[1], rendered_once=True)
+    return Formatted(found[0], found[1], rendered_once=True, no_system=messages[0]["role"] != "system")

@@ -30,7 +30,8 @@ from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import sha256_file, sha256_json
 from packtrain.core.inputs import check_input, read_json
 from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, looks_like_path,
-                                    missing_path, pick_revision)
+                                    missing_path, models_cache_dir, pick_revision)
+from packtrain.pipeline.local_models import converted_models, local_model
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
@@ -283,9 +284,10 @@ def _snakecase(name: str) -> str:
 # --- `packtrain discover` ------------------------------------------------------------------------
 
 
-def discover_all() -> list[dict]:
-    """Every repo in the hub cache and every prepared dataset in the datasets cache, in a stable order."""
-    items: list[dict] = []
+def discover_all(model_dirs: tuple[Path, ...] = ()) -> list[dict]:
+    """Every repo in the hub cache, every prepared dataset in the datasets cache, every model packtrain
+    converted and each of ``model_dirs`` (pipeline/local_models.py), in a stable order."""
+    items: list[dict] = converted_models() + [local_model(Path(d)) for d in model_dirs]
     hub = hub_cache_dir()
     if hub.is_dir():
         info = scan_cache_dir(hub)
@@ -316,14 +318,16 @@ def discover_all() -> list[dict]:
 
 def format_discovery(items: list[dict]) -> str:
     """A readable table of ``discover_all()``."""
-    footer = f"hub cache: {hub_cache_dir()}\ndatasets cache: {datasets_cache_dir()}"
+    footer = (f"hub cache: {hub_cache_dir()}\ndatasets cache: {datasets_cache_dir()}\n"
+              f"packtrain models: {models_cache_dir()}")
     if not items:
         return f"nothing found in the local HF caches.\n{footer}\n(set HF_HOME or HF_HUB_CACHE / HF_DATASETS_CACHE)"
     rows = [("WHERE", "TYPE", "ID", "REVISION / CONFIG", "SPLITS", "SIZE", "PATH")]
     for it in items:
         revs = it.get("revisions", [])
         version = (", ".join(r["commit"][:8] + (f" ({','.join(r['refs'])})" if r["refs"] else "") for r in revs)
-                   if it["where"] == "hub" else f"{it['config']}/{it['version']}/{it['hash'][:8]}")
+                   if it["where"] == "hub" else f"{it['config']}/{it['version']}/{it['hash'][:8]}"
+                   if it["where"] == "datasets_cache" else it.get("detail", ""))
         path = revs[0]["path"] if len(revs) == 1 else it["path"]
         rows.append((it["where"], it["type"], it["id"], version, ",".join(it.get("splits", [])),
                      format_size(it["size"]), path))

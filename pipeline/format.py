@@ -108,7 +108,7 @@ class RowFormatter:
         if self.fmt.style == "template":
             return Formatted(prompt + answer, ((len(prompt), len(prompt) + len(answer)),))
         head, full = render_chat(self.chat_template, self.fmt.system, prompt, answer, self.bos_token, self.eos_token)
-        return Formatted(full, ((len(head), len(full)),))
+        return Formatted(full, ((len(head), len(full)),), no_system=not self.fmt.system)
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,9 @@ class Formatted:
     spans: tuple[tuple[int, int], ...]
     rendered_once: bool = field(default=False, compare=False)
     """Made by one render of the chat template (pipeline/chat_once.py), a shortcut the build checks."""
+    no_system: bool = field(default=False, compare=False)
+    """A chat document with no system message, from the data or format.system: a template with a default
+    system prompt put its own (counted by the build: pipeline/system_prompt.py)."""
 
     @property
     def prompt_chars(self) -> int:
@@ -237,7 +240,7 @@ def render_turns(template: str, messages: list[dict], column: str, bos_token: st
         raise BadRow(f"the conversation in {column!r} has no assistant turn, so nothing to train on")
     if eos_token and full.rstrip().endswith(eos_token):
         full = full.rstrip()
-    return Formatted(full, tuple(spans))
+    return Formatted(full, tuple(spans), no_system=messages[0]["role"] != "system")
 
 
 def present(value: Any) -> bool:

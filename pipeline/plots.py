@@ -1,6 +1,6 @@
 """PNG plots of a build, drawn from its ``report.json`` into ``<build>/plots/``: ``lengths.png``
 (documents by length, train and val, from the report's length histogram), ``sources.png``
-(documents and tokens per source) and ``packing.png`` (real vs padding tokens per split, with the
+(each source's share of the tokens, its documents and tokens in its label) and ``packing.png`` (real vs padding tokens per split, with the
 packing efficiency). They are derived files, redrawn on demand (``packtrain plot EXPERT``); the
 shards and the manifest are untouched.
 
@@ -9,6 +9,7 @@ matplotlib is an optional extra (packtrain/core/plotting.py).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from packtrain.core.contract import REPORT
@@ -33,24 +34,10 @@ def write_build_plots(build_dir: Path) -> list[Path]:
     title = f"{report.get('expert', '?')} build {report.get('build_id', build_dir.name)[:8]}"
     written = []
 
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for offset, split in ((-0.2, "train"), (0.2, "val")):
-        histogram = report[split]["length_histogram"]
-        ax.bar([i + offset for i in range(len(histogram))], list(histogram.values()), width=0.4, label=split)
-    ax.set_xticks(range(len(histogram)), list(histogram), rotation=45)
-    ax.set_xlabel("document length (tokens)")
-    ax.set_ylabel("documents")
+    fig, ax = lengths_figure(plt, report)
     written.append(_save(plt, fig, ax, f"{title}: document lengths", out / "lengths.png"))
-
-    sources = report["sources"]
-    fig, (docs, tokens) = plt.subplots(1, 2, figsize=(9, 4))
-    names = [s["name"] for s in sources]
-    docs.barh(names, [s["documents"] for s in sources])
-    docs.set_xlabel("documents")
-    tokens.barh(names, [s["tokens"] for s in sources])
-    tokens.set_xlabel("tokens")
-    tokens.set_yticks([])
-    written.append(_save(plt, fig, docs, f"{title}: per source", out / "sources.png"))
+    fig, ax = sources_figure(plt, report["sources"])
+    written.append(_save(plt, fig, ax, f"{title}: per source", out / "sources.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     splits = ["train", "val"]
@@ -64,6 +51,58 @@ def write_build_plots(build_dir: Path) -> list[Path]:
     ax.set_ylabel("tokens in blocks")
     written.append(_save(plt, fig, ax, f"{title}: packing efficiency", out / "packing.png"))
     return written
+
+
+def bucket_order(label: str) -> tuple[int, int]:
+    """The report's length buckets (``<=64``, ..., ``>2048``) in numeric order: report.json's keys
+    come back sorted as strings (``<=128`` before ``<=64``)."""
+    bucket = re.fullmatch(r"(<=|>)(\d+)", label)
+    if bucket is None:
+        raise PlotError(f"report.json: the length bucket {label!r} is not <=N or >N; the file is damaged: rebuild it")
+    return int(bucket.group(2)), int(bucket.group(1) == ">")
+
+
+def lengths_figure(plt, report: dict):
+    """Documents per length bucket, train and val side by side, the buckets shortest first."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    buckets = sorted({*report["train"]["length_histogram"], *report["val"]["length_histogram"]}, key=bucket_order)
+    for offset, split in ((-0.2, "train"), (0.2, "val")):
+        histogram = report[split]["length_histogram"]
+        ax.bar([i + offset for i in range(len(buckets))], [histogram.get(b, 0) for b in buckets], width=0.4,
+               label=split)
+    ax.set_xticks(range(len(buckets)), buckets, rotation=45)
+    ax.set_xlabel("document length (tokens)")
+    ax.set_ylabel("documents")
+    return fig, ax
+
+
+def sources_figure(plt, sources: list[dict]):
+    """One bar per source: its share of the build's tokens; its label names it (wrapped: a hub id or
+    path is long) and gives its documents and tokens, so one source says something too."""
+    total = sum(s["tokens"] for s in sources) or 1
+    labels = [wrap_name(s["name"]) +
+              f"\n{s['documents']:,} documents, {s['tokens']:,} tokens" for s in sources]
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig, ax = plt.subplots(figsize=(9, max(4.0, 1.2 + 0.22 * lines + 0.1 * len(sources))))
+    ax.barh(range(len(sources)), [100 * s["tokens"] / total for s in sources])
+    ax.set_yticks(range(len(sources)), labels, fontsize=9)
+    ax.invert_yaxis()  # the config's order, top down
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the build's tokens (%)")
+    return fig, ax
+
+
+def wrap_name(name: str, width: int = 36) -> str:
+    """``name`` on lines of at most ``width`` characters, broken after a '/', '-' or '_' where it can be."""
+    lines = [""]
+    for piece in re.split(r"(?<=[/_-])", name):
+        while len(piece) > width:  # one piece longer than a line: cut it
+            lines[-1:] = [lines[-1], piece[:width]] if lines[-1] else [piece[:width]]
+            piece = piece[width:]
+        if len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(line for line in lines if line)
 
 
 def _save(plt, fig, ax, title: str, path: Path) -> Path:

@@ -116,8 +116,9 @@ def block_fit_line(fit: dict) -> str:
 
 def make_report(config, build_id: str, sources, source_stats: list[dict], outputs: dict, seconds: float,
                 tokenize_seconds: float | None, manifest: dict, previous: dict | None,
-                lengths: dict[str, np.ndarray]) -> dict:
-    """report.json (docs/BUILD.md lists its fields); ``lengths``: each split's document lengths as packed."""
+                lengths: dict[str, np.ndarray], default_system: str | None = None) -> dict:
+    """report.json (docs/BUILD.md lists its fields); ``lengths``: each split's document lengths as packed;
+    ``default_system``: the chat template's default system prompt (pipeline/system_prompt.py), if any."""
     totals = outputs["totals"]
     tokenized = sum(s["tokens"] for s in source_stats if not s["reused"])
     return {
@@ -134,6 +135,8 @@ def make_report(config, build_id: str, sources, source_stats: list[dict], output
         "dedup": config.build.dedup,
         "duplicates": sum(m[split]["duplicates"] for m in outputs["sources"] for split in ("train", "val")),
         "bad_rows": sum(s["bad_rows"] for s in source_stats),
+        "default_system_prompt": {"text": default_system, "conversations": sum(s["no_system"] for s in source_stats)}
+        if default_system and not config.format.system else None,
         "train": totals["train"],
         "val": totals["val"],
         "block_fit": block_fit(lengths, totals, config.pack.block_size, config.pack.strategy, config.pack.overlong),
@@ -194,6 +197,12 @@ def summary(report: dict) -> str:
     if report["bad_rows"]:
         first = next(s["first_bad_rows"][0] for s in report["sources"] if s["first_bad_rows"])
         lines.append(f"  skipped {report['bad_rows']:,} bad rows; first: {first['row']}: {first['reason']}")
+    default = report.get("default_system_prompt")
+    if default and default["conversations"]:
+        text = default["text"] if len(default["text"]) <= 80 else default["text"][:77] + "..."
+        lines.append(f"  {default['conversations']:,} conversations have no system message: the chat template gave "
+                     f"them its default one ({text!r}); set format.system in configs/{report['expert']}.yaml to "
+                     "give another")
     lines.append(f"  document lengths: {train['length_histogram']}")
     lines.append(f"  {block_fit_line(report['block_fit'])}")
     if report["previous"]:

@@ -40,10 +40,11 @@ SPLITS = ("train", "val")
 SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
                                      for kind in ("tokens", "mask", "keys", "lengths.npy", "prompts.npy",
                                                   "batch_docs.npy")))
-SPILL_VERSION = 4  # part of every source's key: raise when the files above change (2: document keys, 3: exactness,
-# 4: render_once)
+SPILL_VERSION = 5  # part of every source's key: raise when the files above change (2: document keys, 3: exactness,
+# 4: render_once, 5: no_system in stats.json)
 SOURCE_STATS_SCHEMA = {
     "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
+    "no_system": COUNT,  # chat documents without a system message (the template's default, if any, went in)
     "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
     "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256,
     # how its documents were made and checked (pipeline/encode/exactness.py): the encoder ("fastokens",

@@ -201,3 +201,31 @@ def test_discover_all_lists_both_caches_in_a_stable_order(hub_cache, prepared_da
 def test_discover_all_on_empty_caches(hf_home):
     assert discover_all() == []
     assert format_discovery([]).startswith("nothing found in the local HF caches.")
+
+
+def test_discover_lists_converted_models_and_local_model_directories(hf_home, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from packtrain.cli.commands import main
+
+    models = tmp_path / "models"
+    monkeypatch.setenv("PACKTRAIN_MODELS_DIR", str(models))
+    converted, killed, mine, half = (models / "smollm2-135m-0123456789abcdef", models / "smollm2-135m-fedcba9876543210",
+                                     tmp_path / "my-model", tmp_path / "half-model")
+    for folder, files in [(converted, ["config.json", "model.safetensors", "tokenizer.json"]), (killed, ["config.json"]),
+                          (mine, ["config.json", "tokenizer.json"]), (half, ["config.json"])]:
+        folder.mkdir(parents=True)
+        for name in files:
+            (folder / name).write_text("{}")
+    (converted / "packtrain-source.json").write_text(json.dumps({"model": "smollm2-135m", "gguf": "Small.Q4_1.gguf"}))
+    items = discover_all((mine, half))
+    assert [(i["where"], i["type"], i["id"], i["detail"]) for i in items] == [
+        ("local", "incomplete", str(half), "no tokenizer.json: not usable as model.name"),
+        ("local", "model", str(mine), f"--model {mine}"),
+        ("packtrain", "incomplete", killed.name,
+         "no model.safetensors, tokenizer.json, packtrain-source.json: `packtrain prepare-model EXPERT` converts it again"),
+        ("packtrain", "model", "smollm2-135m", "converted from Small.Q4_1.gguf"),
+    ]
+    table = CliRunner().invoke(main, ["discover", "--model", str(mine)], catch_exceptions=False).output
+    assert f"local      model       {mine}" in table and f"packtrain models: {models}" in table
+    assert "smollm2-135m" in table and str(converted) in table

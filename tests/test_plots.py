@@ -161,3 +161,88 @@ def test_a_plots_path_that_is_a_file_is_refused_and_kept(tmp_path):
         write_run_plots(tmp_path)
     assert str(error.value) == f"{tmp_path / 'plots'} is a file, not the plots directory: move it away to draw the plots"
     assert (tmp_path / "plots").read_text() == "my notes"
+
+
+def drawn(monkeypatch, module) -> dict:
+    """The figures ``module`` saves, by file name: each axis's tick labels and limits, and every text's
+    extent as rendered (checked before the figure is closed)."""
+    figures = {}
+    save = module.save_figure
+
+    def capture(plt, fig, path):
+        fig.canvas.draw()  # places the axis labels beside their tick labels
+        renderer = fig.canvas.get_renderer()
+        texts = [t for ax in fig.axes for t in (*shown_ticks(ax), *ax.texts, ax.title, ax.xaxis.label, ax.yaxis.label)
+                 if t.get_text()]
+        figures[path.name] = {
+            "xticks": [t.get_text() for t in fig.axes[0].get_xticklabels()],
+            "yticks": [t.get_text() for t in fig.axes[0].get_yticklabels()],
+            "ylim": fig.axes[0].get_ylim(), "ylabel": fig.axes[0].get_ylabel(),
+            "boxes": [(t.get_text(), t.get_window_extent(renderer)) for t in texts], "figure": fig.bbox}
+        return save(plt, fig, path)
+
+    monkeypatch.setattr(module, "save_figure", capture)
+    return figures
+
+
+def shown_ticks(ax) -> list:
+    """The tick labels drawn: those of ticks inside the axis's view (matplotlib keeps one beyond each end)."""
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    return ([t for t in ax.get_xticklabels() if x0 <= t.get_position()[0] <= x1]
+            + [t for t in ax.get_yticklabels() if y0 <= t.get_position()[1] <= y1])
+
+
+def overlapping(figure: dict) -> list:
+    """Pairs of texts whose rendered boxes overlap, and texts that leave the figure."""
+    boxes = figure["boxes"]
+    pairs = [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:] if box.overlaps(other)]
+    outside = [(text, "outside") for text, box in boxes
+               if not (figure["figure"].x0 <= box.x0 and box.x1 <= figure["figure"].x1
+                       and figure["figure"].y0 <= box.y0 and box.y1 <= figure["figure"].y1)]
+    return pairs + outside
+
+
+def write_report(build_dir, sources):
+    build_dir.mkdir(parents=True)
+    histogram = {"<=128": 7, "<=256": 3, "<=512": 1, "<=64": 12, ">512": 2}  # report.json's keys: sorted as strings
+    split = {"length_histogram": histogram, "tokens": 900, "padding_tokens": 100, "packing_efficiency": 0.9}
+    (build_dir / "report.json").write_text(json.dumps({"expert": "sql", "build_id": "0123456789abcdef",
+                                                       "train": split, "val": split, "sources": sources}))
+
+
+def test_build_plots_sort_lengths_and_keep_every_label_apart(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import packtrain.pipeline.plots as plots
+
+    many = [{"name": f"/data/team/experts/sql/{name}-with-a-long-name.jsonl", "documents": 1000 * (i + 1),
+             "tokens": 123456 * (i + 1)} for i, name in enumerate(["spider", "wikisql", "bird", "sparc", "cosql"])]
+    write_report(tmp_path / "many", many)
+    write_report(tmp_path / "one", [{"name": "b-mc2/sql-create-context", "documents": 78577, "tokens": 9876543}])
+    figures = drawn(monkeypatch, plots)
+    write_build_plots(tmp_path / "many")
+    assert figures["lengths.png"]["xticks"] == ["<=64", "<=128", "<=256", "<=512", ">512"]
+    assert figures["sources.png"]["yticks"][0] == ("/data/team/experts/sql/spider-with-\na-long-name.jsonl\n"
+                                                   "1,000 documents, 123,456 tokens")  # wrapped after a '-' or '/'
+    assert {name: overlapping(figure) for name, figure in figures.items()} == {
+        "lengths.png": [], "sources.png": [], "packing.png": []}
+    write_build_plots(tmp_path / "one")
+    assert figures["sources.png"]["yticks"] == ["b-mc2/sql-create-context\n78,577 documents, 9,876,543 tokens"]
+    assert overlapping(figures["sources.png"]) == []
+
+
+def test_run_plots_start_at_zero_and_say_which_memory(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import packtrain.trainer.plots as plots
+
+    figures = drawn(monkeypatch, plots)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 1, "loss": 2.0, "tok_s": 1000.0, "data_wait": 0.010, "mem/peak_gib": 1.50},
+        {"step": 2, "loss": 1.5, "tok_s": 1010.0, "data_wait": 0.011, "mem/peak_gib": 1.51}]))
+    (tmp_path / "run.json").write_text(json.dumps({"device": "cpu"}))
+    write_run_plots(tmp_path)
+    assert figures["data_wait.png"]["ylim"] == (0, 100)
+    assert figures["throughput.png"]["ylim"][0] == figures["memory.png"]["ylim"][0] == 0
+    assert figures["memory.png"]["ylabel"] == "peak CPU memory, RSS (GiB)"
+    (tmp_path / "run.json").write_text(json.dumps({"device": "cuda:0"}))
+    write_run_plots(tmp_path)
+    assert figures["memory.png"]["ylabel"] == "peak GPU memory allocated (GiB)"

@@ -17,7 +17,7 @@ from packtrain.pipeline.shards import DocumentView, assemble_blocks
 from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 
-STATS = {"rows": 3, "documents": 3, "tokens": 9, "bad_rows": 0, "first_bad_rows": [], "batch_rows": 2, "batches": 2,
+STATS = {"rows": 3, "documents": 3, "tokens": 9, "bad_rows": 0, "no_system": 0, "first_bad_rows": [], "batch_rows": 2, "batches": 2,
          "exactness": {"encoder": "tokenizers", "line_cache": False, "render_once": False, "by_shortcut": 0, "checked": 0}}
 
 

@@ -144,13 +144,13 @@ def test_resume_auto_of_a_finished_one_stage_curriculum_skips_the_stage(tmp_path
 def test_a_one_stage_curriculum_refuses_what_a_curriculum_refuses(tmp_path, kwargs, message):
     """One stage is a curriculum: --resume PATH (it forked <run>-from-N) and --build-id are refused
     before anything is created, as for two stages (issue 23)."""
+    from packtrain.core.config import ConfigError
     from packtrain.trainer.curriculum import train_expert
-    from packtrain.trainer.run_checks import TrainError
 
     model_dir = tiny_model_dir(tmp_path / "model")
     write_build(tmp_path / "cache", "sql.only", random_blocks(6, 32, 0), [], 32, model_dir)
     [first] = train_expert(one_stage_curriculum(model_dir, tmp_path / "runs"), tmp_path / "cache")
     kwargs = {k: str(first / "checkpoint-2") if v == "PATH" else v for k, v in kwargs.items()}
-    with pytest.raises(TrainError, match=re.escape(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         train_expert(one_stage_curriculum(model_dir, tmp_path / "runs"), tmp_path / "cache", **kwargs)
     assert [p.name for p in (tmp_path / "runs" / "sql.only").iterdir()] == [first.name]

@@ -42,8 +42,8 @@ import torch
 
 from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
 from packtrain.core.diskfull import written
-from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON, SUMMARY,
-                                   finished_artifacts)
+from packtrain.core.rundir import ADAPTER_DIR, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON, finished_artifacts
+from packtrain.core.rundir import SUMMARY as _SUMMARY
 from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
 from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
@@ -57,6 +57,7 @@ CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 # how trainer_state.pt holds the optimizer: optimizer.state_dict() of one process (parameters
 # numbered), or, with train.fsdp, the full unsharded state keyed by parameter name (get_optimizer_state_dict)
 LOCAL_LAYOUT, FSDP_LAYOUT = "local", "fsdp-full"
+SUMMARY = _SUMMARY  # run_end.py imports it from here
 
 
 class CheckpointError(Exception):
@@ -194,13 +195,6 @@ def check_not_finished(run_dir: Path, action: str) -> None:
     if done:
         raise CheckpointError(f"run {run_dir} is finished ({', '.join(done)} written): refusing to {action} there; "
                               f"continue it into a new run with --resume {run_dir}, or start a new run")
-
-
-def newest_finished_run(expert_runs: Path) -> Path | None:
-    """The run that finished last (summary.json and adapter/ written); None when there is none."""
-    runs = [p for p in expert_runs.iterdir() if (p / SUMMARY).is_file() and (p / ADAPTER_DIR).is_dir()] \
-        if expert_runs.is_dir() else []
-    return max(runs, key=lambda p: ((p / SUMMARY).stat().st_mtime_ns, p.name), default=None)
 
 
 def fork_dir(finished: Path, step: int) -> Path:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Callable
 
 from packtrain.core.config import ExpertConfig
-from packtrain.trainer.checkpoint import ADAPTER_DIR, find_checkpoint, newest_finished_run
+from packtrain.core.preflight import check_stage_options
+from packtrain.core.rundir import newest_finished_run
+from packtrain.trainer.checkpoint import ADAPTER_DIR, find_checkpoint
 from packtrain.trainer.distributed import close_world, init_world
 from packtrain.trainer.run_checks import TrainError
 from packtrain.trainer.train import EXPECTED_ERRORS, run
@@ -33,10 +35,7 @@ def train_expert(config: ExpertConfig, cache_dir: str | Path, build_id: str | No
     a ``TrainError`` whose message starts with the stage."""
     stages = config.stage_configs()
     curriculum = bool(config.stages)  # a curriculum of one stage is a curriculum too
-    if curriculum and build_id is not None:
-        raise TrainError("--build-id names one build, and a curriculum has one build per stage: leave it out")
-    if curriculum and resume not in (None, "auto"):
-        raise TrainError(f"--resume {resume}: a curriculum resumes each stage from its own runs; use --resume auto")
+    check_stage_options(config, build_id, resume)
     world = init_world()  # under torchrun: one process group for every stage, closed once at the end
     run_dirs: list[Path] = []
     try:

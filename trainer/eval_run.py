@@ -19,7 +19,7 @@ from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import MANIFEST, Manifest
 from packtrain.core.inputs import one_line, read_json
 from packtrain.trainer.adapters import ADAPTER_WEIGHTS
-from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, newest_finished_run
+from packtrain.trainer.checkpoint import ADAPTER_DIR
 from packtrain.trainer.model import choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.task_eval import (Answers, TaskEvalError, EVAL_SUMMARY, check_not_evaluated, example_limit,
                                          format_samples, format_summary, task_eval, val_examples)
@@ -30,27 +30,6 @@ from packtrain.trainer.threads import set_torch_threads, threads_restored
 log = logging.getLogger("packtrain.train")
 
 ADAPTER_FILES = ("adapter_config.json", ADAPTER_WEIGHTS)  # what PEFT's save_pretrained writes
-
-
-def find_run(expert: str, run: str | None, output_dir: str | Path) -> Path:
-    """``run`` when given (a finished run of ``expert``), else the expert's newest finished run under ``output_dir``."""
-    if run is not None:
-        path = Path(run)
-        if not path.is_dir():
-            problem = "is a file, not a run directory" if path.exists() else "does not exist"
-            raise TaskEvalError(f"--run {path} {problem}: name a run directory (runs/{expert}/<run>) with --run")
-        if not (path / SUMMARY).is_file():
-            raise TaskEvalError(f"--run {path} is not a finished run (no {SUMMARY}): finish it with "
-                                f"`packtrain train {expert} --resume {path}`, or name another run with --run")
-        if not (path / ADAPTER_DIR).is_dir():
-            raise TaskEvalError(f"--run {path} has no {ADAPTER_DIR}/ (moved or deleted): put it back, or name another "
-                                "run with --run")
-        return path
-    found = newest_finished_run(Path(output_dir) / expert)
-    if found is None:
-        raise TaskEvalError(f"expert {expert!r} has no finished run under {Path(output_dir) / expert}: train it "
-                            f"(`make train EXPERT={expert}`), or name a run directory with --run")
-    return found
 
 
 def check_run_expert(run_dir: Path, run_expert: str, expert: str) -> None:

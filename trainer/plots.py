@@ -1,7 +1,9 @@
 """PNG plots of a run, drawn from its ``metrics.jsonl`` (the record; the plots are derived and
 redrawn whenever asked): ``<run>/plots/loss.png`` (train loss and eval loss by step),
 ``throughput.png`` (tokens/s), ``data_wait.png`` (share of time waiting for data) and
-``memory.png`` (peak GiB: GPU memory on CUDA, resident memory on CPU).
+``memory.png`` (peak GiB: GPU memory allocated on CUDA, the process's resident memory (RSS) on a CPU,
+labelled by the device run.json names). Every axis but the loss's starts at 0 (data wait: 0-100%),
+so that noise of a percent is not drawn as a spike.
 
 matplotlib is an optional extra (packtrain/core/plotting.py).
 """
@@ -12,6 +14,7 @@ import json
 from pathlib import Path
 
 from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot, save_figure
+from packtrain.core.rundir import RUN_JSON
 
 
 def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
@@ -48,6 +51,17 @@ def check_record(record: dict, where: str) -> None:
                         "drawn from it)")
 
 
+def memory_label(run_dir: Path) -> str:
+    """What ``mem/peak_gib`` measured (trainer/metrics.py), by the device run.json names."""
+    try:
+        device = json.loads((run_dir / RUN_JSON).read_text()).get("device")
+    except (OSError, ValueError, AttributeError):
+        device = None
+    if not isinstance(device, str):
+        return "peak memory (GiB): GPU allocated on CUDA, CPU RSS otherwise"
+    return "peak GPU memory allocated (GiB)" if device.startswith("cuda") else "peak CPU memory, RSS (GiB)"
+
+
 def write_run_plots(run_dir: Path) -> list[Path]:
     """Draw the run's plots into ``<run>/plots/``; returns the files written."""
     if not run_dir.is_dir():
@@ -67,8 +81,9 @@ def write_run_plots(run_dir: Path) -> list[Path]:
                               ("eval loss", [r["step"] for r in evals], [r["eval/loss"] for r in evals])]),
         ("throughput.png", "tokens/s", [("tokens/s", steps, [r.get("tok_s") for r in train]),
                                         ("supervised tokens/s", steps, [r.get("sup_tok_s") for r in train])]),
-        ("data_wait.png", "share of time waiting for data", [("data wait", steps, [r.get("data_wait") for r in train])]),
-        ("memory.png", "peak memory (GiB)", [("peak", steps, [r.get("mem/peak_gib") for r in train])]),
+        ("data_wait.png", "time waiting for data (%)",
+         [("data wait", steps, [None if r.get("data_wait") is None else 100 * r["data_wait"] for r in train])]),
+        ("memory.png", memory_label(run_dir), [("peak", steps, [r.get("mem/peak_gib") for r in train])]),
     ]
     written = []
     for name, ylabel, series in charts:
@@ -79,6 +94,11 @@ def write_run_plots(run_dir: Path) -> list[Path]:
                 ax.plot(*zip(*points), marker="o" if len(points) < 30 else None, label=label)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
+        highest = max((y for _, _, ys in series for y in ys if y is not None), default=0)
+        if name == "data_wait.png":  # all of it: 1% of noise is not drawn as a spike
+            ax.set_ylim(0, 100)
+        elif name != "loss.png" and highest > 0:  # from 0
+            ax.set_ylim(0, 1.1 * highest)
         ax.set_title(f"{run_dir.name}: {ylabel}")
         ax.grid(alpha=0.3)
         if len(series) > 1:

@@ -1,6 +1,8 @@
 """The ``packtrain`` command line. The Makefile targets are thin wrappers over these commands.
 
-Build commands never import torch; ``train`` imports the trainer only when it runs.
+Build commands never import torch; ``train`` and ``eval`` import the trainer (torch, transformers,
+peft) only after every check that needs no model passed (packtrain/core/preflight.py), so that a
+missing build, run, config or file fails in about a second (tests/test_import_boundary.py).
 """
 
 from __future__ import annotations
@@ -14,43 +16,15 @@ import click
 
 from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.options import DocumentCount, cache_dir_option, expert_options, resolve
+from packtrain.cli.prepare import TrainFailed, check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError
+from packtrain.core.rundir import RunError
 
-EXPECTED = (ConfigError, ContractError, DiskFullError, OSError)
-
-
-def ensure_converted(cfg) -> None:
-    """Convert the embedded model ``cfg`` names (``model.name`` or ``model.tokenizer``: smollm2-135m)
-    when it has no converted copy yet, as ``packtrain prepare-model`` does (trainer/convert.py), saying
-    so; nothing for any other model or once converted. Every command that resolves the model or its
-    tokenizer by name calls it first."""
-    ensure_names_converted({cfg.model.name, cfg.model.tokenizer})
-
-
-def ensure_names_converted(names) -> None:
-    """:func:`ensure_converted` for model names (``inspect``: the model a build was made with)."""
-    from packtrain.core.resolve import EMBEDDED_MODELS, converted_model_dir, missing_converted_files
-
-    todo = [name for name in sorted(set(names) & set(EMBEDDED_MODELS))
-            if missing_converted_files(converted_model_dir(name))]
-    if todo:
-        convert_embedded(todo)
-
-
-def convert_embedded(names) -> None:
-    """``prepare_embedded`` for each name (its lines on stderr); its refusals as one-line errors."""
-    from packtrain.trainer.convert import prepare_embedded
-    from packtrain.trainer.model import ModelError
-
-    for name in names:
-        try:
-            prepare_embedded(name, log=lambda line: click.echo(line, err=True))
-        except ModelError as e:
-            raise TrainFailed(str(e)) from None
+EXPECTED = (ConfigError, ContractError, DiskFullError, OSError, RunError)
 
 
 @click.group()
@@ -64,11 +38,15 @@ def main(ctx, verbose):
 
 
 @main.command()
-def discover():
-    """List the datasets and models in the local Hugging Face caches (no network)."""
+@click.option("--model", "model_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="Also list this local model directory (repeatable): usable as --model when it holds "
+                   "config.json and tokenizer.json.")
+def discover(model_dirs):
+    """List the datasets and models in the local Hugging Face caches, the models packtrain converted
+    (PACKTRAIN_MODELS_DIR) and the --model directories given (no network)."""
     from packtrain.pipeline.discover import discover_all, format_discovery
 
-    click.echo(format_discovery(discover_all()))
+    click.echo(format_discovery(discover_all(tuple(model_dirs))))
 
 
 @main.command()
@@ -114,6 +92,7 @@ def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settin
     from packtrain.pipeline.build import build
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    check_sources(cfg)
     ensure_converted(cfg)
     if part is not None:
         from packtrain.pipeline.partition import parse_part, pretokenize_part
@@ -141,6 +120,7 @@ def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, pa
     from packtrain.pipeline.partition import merge as merge_parts
 
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
+    check_sources(cfg)
     ensure_converted(cfg)
     for stage in cfg.stage_configs():
         result = merge_parts(stage, cache_dir, parts, log=click.echo)
@@ -161,8 +141,7 @@ def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, pa
 def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, build_id, resume,
           allow_build_change, max_steps):
     """Train EXPERT's LoRA/QLoRA adapter on its packed shards (build first: `make train` does)."""
-    from packtrain.trainer.curriculum import train_expert
-    from packtrain.trainer.train import EXPECTED_ERRORS
+    from packtrain.core.preflight import check_train_inputs
 
     def done(stage: str, run_dir: Path) -> None:
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
@@ -170,17 +149,17 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
 
     notes = []
     cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True, on_profile=notes.append)
+    check_train_inputs(cfg, cache_dir, build_id, resume)
     ensure_converted(cfg)
+    from packtrain.trainer.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
+    from packtrain.trainer.train import EXPECTED_ERRORS
+
     try:
         with note_when_training_begins(notes):
             train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
                          max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
     except EXPECTED_ERRORS as e:
         raise TrainFailed(str(e)) from None
-
-
-class TrainFailed(Exception):
-    """The trainer refused or stopped; its message says why and what to do."""
 
 
 @main.command("eval")
@@ -195,12 +174,14 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
     """Generate answers to EXPERT's validation prompts with the base model and the adapter, and score them.
 
     Writes eval.jsonl (every prompt, reference and both answers) and eval.json (the metrics) into the run."""
-    from packtrain.trainer.eval_run import evaluate_run, find_run
+    from packtrain.core.rundir import find_run
+
+    run_path = find_run(expert, run_dir, runs_dir)
+    from packtrain.trainer.eval_run import evaluate_run  # torch, transformers, peft: once a run was found
     from packtrain.trainer.task_eval import TaskEvalError
     from packtrain.trainer.train import EXPECTED_ERRORS
 
     try:
-        run_path = find_run(expert, run_dir, runs_dir)
         summary = evaluate_run(run_path, max_examples, expert=expert)
     except (*EXPECTED_ERRORS, TaskEvalError) as e:
         raise TrainFailed(str(e)) from None

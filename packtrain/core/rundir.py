@@ -26,9 +26,43 @@ STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", 
 RUN_DISK_FULL_FIX = "free space (or set train.output_dir elsewhere) and continue with --resume auto"
 
 
+class RunError(Exception):
+    """A run directory named on the command line (or the newest one looked for) is not usable; the
+    message says which and what to do. Raised before any model is loaded."""
+
+
 def finished_artifacts(run_dir: Path) -> list[str]:
     """The final artifacts the run has written (empty while it is unfinished: running, stopped or killed)."""
     return [name for name in FINAL_ARTIFACTS if (run_dir / name).exists()]
+
+
+def newest_finished_run(expert_runs: Path) -> Path | None:
+    """The run that finished last (summary.json and adapter/ written); None when there is none."""
+    runs = [p for p in expert_runs.iterdir() if (p / SUMMARY).is_file() and (p / ADAPTER_DIR).is_dir()] \
+        if expert_runs.is_dir() else []
+    return max(runs, key=lambda p: ((p / SUMMARY).stat().st_mtime_ns, p.name), default=None)
+
+
+def find_run(expert: str, run: str | None, output_dir: str | os.PathLike) -> Path:
+    """``run`` when given (a finished run of ``expert``), else the expert's newest finished run under
+    ``output_dir`` (``packtrain eval``: checked before the trainer, and torch, is imported)."""
+    if run is not None:
+        path = Path(run)
+        if not path.is_dir():
+            problem = "is a file, not a run directory" if path.exists() else "does not exist"
+            raise RunError(f"--run {path} {problem}: name a run directory (runs/{expert}/<run>) with --run")
+        if not (path / SUMMARY).is_file():
+            raise RunError(f"--run {path} is not a finished run (no {SUMMARY}): finish it with "
+                           f"`packtrain train {expert} --resume {path}`, or name another run with --run")
+        if not (path / ADAPTER_DIR).is_dir():
+            raise RunError(f"--run {path} has no {ADAPTER_DIR}/ (moved or deleted): put it back, or name another "
+                           "run with --run")
+        return path
+    found = newest_finished_run(Path(output_dir) / expert)
+    if found is None:
+        raise RunError(f"expert {expert!r} has no finished run under {Path(output_dir) / expert}: train it "
+                       f"(`make train EXPERT={expert}`), or name a run directory with --run")
+    return found
 
 
 def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | os.PathLike) -> None:

@@ -64,7 +64,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
         """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json (returned
         per source); raises :class:`ShortcutMismatch` at the first checked document a shortcut made
         differently."""
-        stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "first_bad_rows": [],
+        stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "no_system": 0, "first_bad_rows": [],
                      "batch_rows": config.build.batch_rows, "batches": 0,
                      "exactness": {"encoder": fast or "tokenizers", "line_cache": line_cache, "render_once": once,
                                    "by_shortcut": 0, "checked": 0}} for i in todo}
@@ -108,6 +108,7 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                     stats[i]["rows"] += rows
                     stats[i]["documents"] += len(encoded.lengths)
                     stats[i]["tokens"] += len(encoded.tokens)
+                    stats[i]["no_system"] += encoded.no_system
                     stats[i]["exactness"]["by_shortcut"] += encoded.by_shortcut
                     stats[i]["exactness"]["checked"] += encoded.checked
                     for row, reason in encoded.bad_rows:

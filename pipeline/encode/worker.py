@@ -81,6 +81,7 @@ class EncodedBatch:
     by_shortcut: int = 0  # documents a shortcut (a fast encoder, the line cache, one render) made
     checked: int = 0  # of those, how many were re-encoded with the reference and found identical
     mismatches: list = dataclasses.field(default_factory=list)  # exactness.Mismatch of those that differ
+    no_system: int = 0  # chat documents without a system message (pipeline/system_prompt.py)
 
 
 def is_validation(text: str, val_fraction: float) -> bool:
@@ -186,7 +187,8 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     return EncodedBatch(**batch, is_val=np.fromiter((is_validation(docs[k].text, task.val_fraction) for k in good),
                                                    bool, len(good)),
                         keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad,
-                        by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches)
+                        by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches,
+                        no_system=sum(docs[k].no_system for k in good))
 
 
 def encode_suffix_rows(task: EncodeTask, fast, batch: SuffixBatch) -> EncodedBatch:

@@ -1,0 +1,48 @@
+"""What ``packtrain train`` can refuse without a model, checked before the trainer is imported.
+
+Importing the trainer imports torch, transformers and peft: tens of seconds on a loaded CPU. A
+mistake that needs no model (no build yet, a ``--resume`` path or ``--model`` directory that does not
+exist, ``--build-id`` with a curriculum) is found here first, so it fails in about a second
+(``packtrain eval``'s run is found the same way: core/rundir.py ``find_run``). The trainer checks
+all of it again: a caller in code need not have called this.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from packtrain.core.config import ConfigError, ExpertConfig
+from packtrain.core.contract import Manifest, resolve_build
+from packtrain.core.errors import ContractError
+from packtrain.core.resolve import EMBEDDED_MODELS, resolve_model_dir
+from packtrain.core.rundir import newest_finished_run
+
+
+def check_stage_options(config: ExpertConfig, build_id: str | None, resume: str | None) -> None:
+    """A curriculum (``stages:``) has one build and one run per stage: one ``--build-id`` or one
+    ``--resume PATH`` cannot name them."""
+    if not config.stages:
+        return
+    if build_id is not None:
+        raise ConfigError("--build-id names one build, and a curriculum has one build per stage: leave it out")
+    if resume not in (None, "auto"):
+        raise ConfigError(f"--resume {resume}: a curriculum resumes each stage from its own runs; use --resume auto")
+
+
+def check_train_inputs(config: ExpertConfig, cache_dir: str | os.PathLike, build_id: str | None = None,
+                       resume: str | None = None) -> None:
+    """Every stage's build exists and its manifest reads, the ``--resume`` path exists, and a model
+    given as a directory or hub id is on this machine (an embedded model is converted afterwards, by
+    the command). A stage that ``--resume auto`` may skip (it finished) needs no build."""
+    check_stage_options(config, build_id, resume)
+    for stage in config.stage_configs():
+        if config.stages and resume == "auto" and newest_finished_run(Path(stage.train.output_dir) / stage.expert):
+            continue
+        Manifest.load(resolve_build(cache_dir, stage.expert, build_id))
+    if resume not in (None, "auto") and not Path(resume).expanduser().exists():
+        raise ContractError(f"--resume {resume}: {Path(resume).expanduser()} does not exist; name a checkpoint-<step>/ "
+                            "directory or a run directory holding one, or use --resume auto")
+    model = config.model
+    for name in {model.name, model.tokenizer or model.name} - set(EMBEDDED_MODELS):
+        resolve_model_dir(name, model.revision if name == model.name else None)
