@@ -255,7 +255,8 @@ def plain_chatml(messages, system: str | None, default_system: str | None, eos_t
     text = "".join(parts)
     if eos_token and text.endswith(eos_token, 0, len(text) - 1):  # text.rstrip() is text[:-1]: it ends in ">\n"
         text = text[:-1]
-    return Formatted(text, tuple(spans), rendered_once=True)
+    # no system message of its own nor format.system: the template's default (if any) went in
+    return Formatted(text, tuple(spans), rendered_once=True, no_system=not system and messages[0]["role"] != "system")
 
 
 def render_once(template: str | None, messages: list[dict], bos_token: str | None,
