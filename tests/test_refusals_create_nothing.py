@@ -98,8 +98,8 @@ def test_the_held_log_lines_open_the_run_s_train_log(tmp_path, model_dir):
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
     run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=1), tmp_path / "cache")
     log = (run_dir / "train.log").read_text().splitlines()
-    assert "INFO precision: cpu: training in fp32" in log[0]
-    assert any("INFO attention: " in line for line in log[:3])
+    assert "INFO torch threads: " in log[0] and "INFO precision: cpu: training in fp32" in log[1]
+    assert any("INFO attention: " in line for line in log[:4])
     assert any(f"INFO run {run_dir}: build " in line for line in log)
 
 
