@@ -218,16 +218,17 @@ def encode_suffix_rows(task: EncodeTask, fast, batch: SuffixBatch) -> EncodedBat
     encoded_texts = [text.encode("utf-8") for text in batch.texts]
     checks = made.tolist() if task.check_all else \
         np.flatnonzero((firsts >= 0) & exactness.sampled_mask(encoded_texts)).tolist()
-    fast_made = {k: (ids[offsets[k]:offsets[k + 1]], [(int(firsts[k]), int(offsets[k + 1] - offsets[k]))])
-                 for k in checks}
+    def made_by_fast(k: int):  # (ids, supervised token range) of a document fastokens made
+        return ids[offsets[k]:offsets[k + 1]], [(int(firsts[k]), int(offsets[k + 1] - offsets[k]))]
+
+    fast_made = {k: made_by_fast(k) for k in checks}
     mismatches = check_documents(hf_tokenizer(key) if checks else None, {k: doc(k) for k in checks}, fast_made,
                                  {k: label for k in checks}, batch.kept, checks)
     bad.sort()
     if rest:  # the documents in order, some made by each: assembled one by one
         good = [k for k in range(len(firsts)) if firsts[k] >= 0 or k in encoded]
         assembled = assemble_documents(
-            [encoded[k] if k in encoded else (ids[offsets[k]:offsets[k + 1]], [(int(firsts[k]), int(offsets[k + 1] - offsets[k]))])
-             for k in good], [True] * len(good), task.head, task.eos_id)
+            [encoded[k] if k in encoded else made_by_fast(k) for k in good], [True] * len(good), task.head, task.eos_id)
     else:
         good = range(len(firsts))
         assembled = assemble_suffixes(ids, offsets, firsts, task.head, task.eos_id)
