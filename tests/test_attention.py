@@ -183,3 +183,53 @@ def test_installed_varlen_attn_signature_is_one_we_call():
     options = {"window_size": (-1, 0), **({"enable_gqa": True} if call.gqa else {})}
     out = kernel(q, kv, kv, cu, cu, 21, 21, **options)
     assert out.shape == (42, 4, 16) and out.dtype == torch.bfloat16
+
+
+def test_a_whole_run_with_varlen_gives_the_reference_losses_and_generates(tmp_path, model_dir, monkeypatch):
+    """Training, evaluation, checkpoint and the end-of-run samples through the varlen path (the
+    stand-in kernel, exact on CPU): the same losses as the reference run. The samples once failed on a
+    GPU only: generation has no segment boundaries, so it must not attend with varlen."""
+    import json
+
+    from packtrain.trainer import train as train_module
+    from trainer_fixtures import make_config, random_blocks, write_build
+
+    reference_choice = train_module.choose_attention
+
+    def forced_varlen(device, use_sdpa, block_size, model, varlen=True, dtype=None):
+        if not varlen:
+            return reference_choice(device, use_sdpa, block_size, model, varlen=False, dtype=dtype)
+        attention.register(per_segment_kernel)
+        return attention.AttentionChoice("varlen", attention.VARLEN_NAME, "the CPU stand-in kernel")
+
+    monkeypatch.setattr(train_module, "choose_attention", forced_varlen)
+    write_build(tmp_path / "cache", "sql", random_blocks(12, 64, 0), random_blocks(4, 64, 1), 64, model_dir,
+                rows_per_shard=8)
+    losses = {}
+    for name, varlen in (("varlen", True), ("reference", False)):
+        config = make_config(model_dir, tmp_path / "runs", max_steps=3, eval_steps=2, run_name=name)
+        config.model.varlen_attention = varlen
+        CALLS.clear()
+        run_dir = train_module.run(config, tmp_path / "cache")
+        info = json.loads((run_dir / "run.json").read_text())
+        assert info["attention"] == ("varlen" if varlen else "sdpa")
+        assert bool(CALLS) is varlen
+        assert "samples, adapter: 3/3 prompts" in (run_dir / "train.log").read_text()
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        losses[name] = [r[key] for r in records for key in ("loss", "eval/loss") if key in r]
+    assert len(losses["varlen"]) == len(losses["reference"]) >= 5  # 3 steps, evaluations at 0 and 2 (and 3)
+    assert losses["varlen"] == pytest.approx(losses["reference"], rel=1e-5)
+
+
+def test_generation_attends_with_sdpa_and_gives_varlen_back(model_dir):
+    attention.register(per_segment_kernel)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32)
+    model.set_attn_implementation(attention.VARLEN_NAME)
+    with pytest.raises(ValueError, match="inside"):
+        with attention.reference_attention_for_generation(model):
+            assert model.config._attn_implementation == "sdpa"
+            raise ValueError("inside")
+    assert model.config._attn_implementation == attention.VARLEN_NAME
+    model.set_attn_implementation("eager")
+    with attention.reference_attention_for_generation(model):
+        assert model.config._attn_implementation == "eager"  # only varlen is switched

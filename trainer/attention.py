@@ -31,10 +31,11 @@ the real kernel against the reference on CUDA.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -188,6 +189,24 @@ def register(kernel: Callable | None = None) -> None:
         raise RuntimeError(f"torch {torch.__version__} has no torch.nn.attention.varlen")
     _active = (kernel, KernelCall.of(kernel))
     AttentionInterface.register(VARLEN_NAME, varlen_attention_forward)
+
+
+@contextlib.contextmanager
+def reference_attention_for_generation(causal_lm: torch.nn.Module) -> Iterator[None]:
+    """Within: ``causal_lm`` (the transformers model) attends with SDPA if it trains with varlen.
+
+    varlen attention serves packed training blocks, whose segment boundaries come from the loader;
+    ``model.generate`` has none (a left-padding mask and a KV cache instead), so generation switches
+    to the reference and switches back after, also when it fails."""
+    current = causal_lm.config._attn_implementation
+    if current != VARLEN_NAME:
+        yield
+        return
+    causal_lm.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        causal_lm.set_attn_implementation(current)
 
 
 def attention_inputs(batch: dict, device: torch.device, choice: AttentionChoice | None) -> dict:

@@ -5,7 +5,8 @@ trained on, no re-tokenizing). A batch is left-padded so every prompt ends where
 starts; ``model.generate`` runs greedy (``do_sample=False``) with ``use_cache=True`` (training
 turns the cache off: a KV cache disables transformers' packed-sequence detection) and stops a row
 at the tokenizer's eos. The base model's answer is the same PEFT model under
-``disable_adapter()``: one model in memory, not two.
+``disable_adapter()``: one model in memory, not two. A model that trains with varlen attention
+generates with SDPA (packtrain.trainer.attention.reference_attention_for_generation).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Sequence
 
 import torch
 
-from packtrain.trainer.model import Precision
+from packtrain.trainer.attention import reference_attention_for_generation
+from packtrain.trainer.model import Precision, causal_lm
 from packtrain.trainer.progress import Progress
 
 
@@ -35,7 +37,7 @@ def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], *, max_ne
     by_index: dict[int, list[int]] = {}
     shown = Progress(progress or "generate", len(prompts), ("prompt", "prompts"), show=progress is not None)
     try:
-        with off:
+        with off, reference_attention_for_generation(causal_lm(model)):
             for start in range(0, len(order), batch_size):
                 chunk = order[start:start + batch_size]
                 ids, mask = left_pad([prompts[i] for i in chunk], pad_id)
