@@ -13,7 +13,7 @@ import pytest
                                               ("packtrain.trainer.microbatch", 1), ("packtrain.trainer.loop", 1),
                                               ("packtrain.trainer.task_metrics", 4), ("packtrain.trainer.generate", 3),
                                               ("packtrain.trainer.task_eval", 4), ("packtrain.trainer.progress", 4),
-                                              ("packtrain.trainer.threads", 6), ("packtrain.pipeline.encode.byte_spans", 9),
+                                              ("packtrain.trainer.threads", 7), ("packtrain.pipeline.encode.byte_spans", 9),
                                               ("packtrain.pipeline.encode.byte_level", 5),
                                               ("packtrain.pipeline.chat_once", 4),
                                               ("packtrain.pipeline.encode.exactness", 11),

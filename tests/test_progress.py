@@ -59,7 +59,7 @@ def test_decide_threads(monkeypatch):
     monkeypatch.setattr(threads, "cgroup_quota", lambda: 2.0)
     monkeypatch.setattr(threads, "load_average", lambda: 9.0)
     assert decide_threads("auto", 8, {}) == threads.ThreadChoice(
-        1, "torch threads: 1 (16 CPUs, a cgroup quota of 2, load average 9.0; train.cpu_threads or OMP_NUM_THREADS "
+        1, "torch threads: 1 (16 CPUs, a cgroup quota of 2, others' load 9.0; train.cpu_threads or OMP_NUM_THREADS "
            "to set)")
     assert decide_threads("auto", 8, {"OMP_NUM_THREADS": "4"}) == threads.ThreadChoice(
         None, "torch threads: 4 (OMP_NUM_THREADS; 16 CPUs, a cgroup quota of 2)")
@@ -68,6 +68,20 @@ def test_decide_threads(monkeypatch):
     monkeypatch.setattr(threads, "cgroup_quota", lambda: None)
     monkeypatch.setattr(threads, "load_average", lambda: 0.0)
     assert decide_threads("auto", 8, {}).threads == 8  # never more than torch's own count (its physical cores)
+
+
+def test_others_load_is_the_lower_of_the_load_average_and_what_runs_now(tmp_path, monkeypatch):
+    """The 1-minute average still counts `make install`'s and the build's own work for a minute after
+    they end: what runs right now (less this process) decides when it is lower."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 2 3\nprocs_running 1\nprocs_blocked 0\n")  # only the reader itself
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (1.2, 0.5, 0.3))
+    assert threads.load_average(stat, samples=3, interval=0) == 0.0
+    stat.write_text("procs_running 4\n")  # three others runnable now
+    assert threads.load_average(stat, samples=2, interval=0) == 1.2  # the average is lower: it decides
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert threads.load_average(stat, samples=2, interval=0) == 3.0
+    assert threads.load_average(tmp_path / "absent", samples=2, interval=0) == 9.0  # no /proc: the average
 
 
 def test_sample_bound():

@@ -7,7 +7,12 @@ docs/EVAL.md measured one thread 10-80x faster than two on a loaded 2-core machi
 
     usable  = CPUs in the affinity mask (os.sched_getaffinity), at most the cgroup quota
               (/sys/fs/cgroup/cpu.max: "200000 100000" = 2 CPUs; "max": none), rounded down
-    threads = usable - the 1-minute load average (what the others run), rounded, at least 1
+    threads = usable - what the others run, rounded, at least 1
+
+What the others run is the 1-minute load average or, where lower, the tasks runnable right now
+besides this process (/proc/stat's ``procs_running``, averaged over 0.3 s): the load average trails
+by a minute, so right after ``make install`` or the build it still counts their work, and a run that
+took it for somebody else's would leave a quiet machine's second core idle.
 
 ``train.cpu_threads`` (a number) decides instead; so does ``OMP_NUM_THREADS`` when the user set it
 (torch read it already). Said once in the log (:func:`set_torch_threads`).
@@ -19,11 +24,13 @@ import contextlib
 import functools
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+PROC_STAT = Path("/proc/stat")
 
 
 def choose_threads(affinity: int, quota: float | None, load: float) -> int:
@@ -70,12 +77,37 @@ def affinity_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def load_average() -> float:
-    """The 1-minute load average (0 where the system has none)."""
+def load_average(stat: Path = PROC_STAT, samples: int = 10, interval: float = 0.03) -> float:
+    """What other processes run: the 1-minute load average or, where lower, the mean of ``samples``
+    readings of the tasks runnable now besides this one (0 where the system says neither)."""
     try:
-        return os.getloadavg()[0]
+        trailing = os.getloadavg()[0]
     except (OSError, AttributeError):
-        return 0.0
+        trailing = 0.0
+    now = []
+    for i in range(samples):
+        try:
+            running = procs_running(stat.read_text())
+        except OSError:
+            running = None
+        if running is None:
+            return trailing
+        now.append(max(0, running - 1))  # this process runs while it reads
+        if i + 1 < samples:
+            time.sleep(interval)
+    return min(trailing, sum(now) / len(now))
+
+
+def procs_running(stat_text: str) -> int | None:
+    r"""The ``procs_running`` count of a /proc/stat text (None without one)::
+
+        >>> procs_running("cpu  10 0 5 900\nprocs_running 3\nprocs_blocked 0\n")
+        3
+    """
+    for line in stat_text.splitlines():
+        if line.startswith("procs_running "):
+            return int(line.split()[1])
+    return None
 
 
 @dataclass(frozen=True)
@@ -101,7 +133,7 @@ def decide_threads(configured: int | str, most: int, environ=os.environ, resumed
                                      "numbers as without the interruption; train.cpu_threads to set)")
     load = load_average()
     threads = min(most, choose_threads(affinity, quota, load))
-    return ThreadChoice(threads, f"torch threads: {threads} ({usable}, load average {load:.1f}; "
+    return ThreadChoice(threads, f"torch threads: {threads} ({usable}, others' load {load:.1f}; "
                                  "train.cpu_threads or OMP_NUM_THREADS to set)")
 
 
