@@ -79,6 +79,7 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
                                          "--build-id", "0123456789abcdef"],
         "build the bundled sample": ["pretokenize", "sql", *common, "--no-progress"],
         "train from a missing checkpoint": ["train", "sql", *common, "--resume", str(tmp_path / "nope")],
+        "train from a run with no complete checkpoint": ["train", "sql", *common, "--resume", str(runs / "sql" / "stopped")],
         "train a missing model directory": ["train", "sql", *common, "--model", str(tmp_path / "no-model")],
     }
     results = dict(zip(commands, run_without_torch(list(commands.values()), cwd=tmp_path)))
@@ -111,6 +112,11 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
         "train from a missing checkpoint": (2, f"error: --resume {tmp_path / 'nope'}: {tmp_path / 'nope'} does not "
                                                "exist; name a checkpoint-<step>/ directory or a run directory holding "
                                                "one, or use --resume auto\n"),
+        "train from a run with no complete checkpoint": (2, f"error: --resume {runs / 'sql' / 'stopped'}: no complete "
+                                                            "checkpoint there (a checkpoint-<step>/ directory with "
+                                                            "state.json, trainer_state.pt and adapter/, or a run "
+                                                            "directory holding one); use --resume auto to take the "
+                                                            "newest one\n"),
         "train a missing model directory": (2, f"error: model '{tmp_path / 'no-model'}': {tmp_path / 'no-model'} does "
                                                "not exist; check the path, or set model.name / --model to a directory "
                                                "holding config.json and the weights\n"),

@@ -139,7 +139,7 @@ def test_resume_path_and_missing_checkpoint(tmp_path, model_dir):
     (run_dir / "summary.json").unlink()
     shutil.rmtree(run_dir / "adapter")
     assert find_checkpoint("auto", tmp_path / "runs" / "sql") == run_dir / "checkpoint-2"
-    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+    with pytest.raises(CheckpointError, match="nowhere does not exist"):
         find_checkpoint(str(tmp_path / "nowhere"), tmp_path)
     assert find_checkpoint("auto", tmp_path / "no-runs") is None
 

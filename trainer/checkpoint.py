@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import random
-import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,7 +41,9 @@ import torch
 
 from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
 from packtrain.core.diskfull import written
-from packtrain.core.rundir import ADAPTER_DIR, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON, finished_artifacts
+from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_NAME, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON,
+                                   TRAINER_STATE, RunError, complete_checkpoints, finished_artifacts,
+                                   resume_checkpoint)
 from packtrain.core.rundir import SUMMARY as _SUMMARY
 from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
@@ -51,9 +52,7 @@ from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_
 
 log = logging.getLogger("packtrain.train")
 
-TRAINER_STATE = "trainer_state.pt"
 CHECKSUMS = "checksums.json"
-CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 # how trainer_state.pt holds the optimizer: optimizer.state_dict() of one process (parameters
 # numbered), or, with train.fsdp, the full unsharded state keyed by parameter name (get_optimizer_state_dict)
 LOCAL_LAYOUT, FSDP_LAYOUT = "local", "fsdp-full"
@@ -231,17 +230,6 @@ def prune_checkpoints(run_dir: Path, keep: int) -> None:
 # Find
 
 
-def is_complete(path: Path) -> bool:
-    return (CHECKPOINT_NAME.match(path.name) is not None and (path / STATE_JSON).is_file()
-            and (path / TRAINER_STATE).is_file() and (path / ADAPTER_DIR).is_dir())
-
-
-def complete_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's complete checkpoints, oldest first (temporary directories are ignored)."""
-    found = [p for p in run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and is_complete(p)]
-    return sorted(found, key=lambda p: int(CHECKPOINT_NAME.match(p.name).group(1)))
-
-
 def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
     """``auto``: the newest complete checkpoint (highest step) of the unfinished run that most recently
     wrote one; None when no unfinished run has any. A path: that checkpoint, or the newest complete checkpoint of
@@ -258,14 +246,10 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
             return None
         # the newest run is the one that wrote a checkpoint last (run names need not sort by age)
         return max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name))
-    path = Path(resume).expanduser()
-    if is_complete(path):
-        return path
-    if path.is_dir() and complete_checkpoints(path):
-        return complete_checkpoints(path)[-1]
-    raise CheckpointError(f"--resume {resume}: no complete checkpoint there (a checkpoint-<step>/ directory "
-                          f"with {STATE_JSON}, {TRAINER_STATE} and {ADAPTER_DIR}/, or a run directory holding one); "
-                          "use --resume auto to take the newest one")
+    try:
+        return resume_checkpoint(resume)
+    except RunError as e:
+        raise CheckpointError(str(e)) from None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """What ``packtrain train`` can refuse without a model, checked before the trainer is imported.
 
 Importing the trainer imports torch, transformers and peft: tens of seconds on a loaded CPU. A
-mistake that needs no model (no build yet, a ``--resume`` path or ``--model`` directory that does not
-exist, ``--build-id`` with a curriculum) is found here first, so it fails in about a second
+mistake that needs no model (no build yet, a ``--resume`` path that holds no complete checkpoint, a ``--model``
+directory that does not exist, ``--build-id`` with a curriculum) is found here first, so it fails in about a second
 (``packtrain eval``'s run is found the same way: core/rundir.py ``find_run``). The trainer checks
 all of it again: a caller in code need not have called this.
 """
@@ -14,9 +14,8 @@ from pathlib import Path
 
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.contract import Manifest, resolve_build
-from packtrain.core.errors import ContractError
 from packtrain.core.resolve import EMBEDDED_MODELS, resolve_model_dir
-from packtrain.core.rundir import newest_finished_run
+from packtrain.core.rundir import newest_finished_run, resume_checkpoint
 
 
 def check_stage_options(config: ExpertConfig, build_id: str | None, resume: str | None) -> None:
@@ -40,9 +39,8 @@ def check_train_inputs(config: ExpertConfig, cache_dir: str | os.PathLike, build
         if config.stages and resume == "auto" and newest_finished_run(Path(stage.train.output_dir) / stage.expert):
             continue
         Manifest.load(resolve_build(cache_dir, stage.expert, build_id))
-    if resume not in (None, "auto") and not Path(resume).expanduser().exists():
-        raise ContractError(f"--resume {resume}: {Path(resume).expanduser()} does not exist; name a checkpoint-<step>/ "
-                            "directory or a run directory holding one, or use --resume auto")
+    if resume not in (None, "auto"):
+        resume_checkpoint(resume)
     model = config.model
     for name in {model.name, model.tokenizer or model.name} - set(EMBEDDED_MODELS):
         resolve_model_dir(name, model.revision if name == model.name else None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from packtrain.core.contract import TMP_PREFIX, expert_dir
@@ -22,6 +23,8 @@ MERGED_DIR = "merged"  # the merged model (train.merge_adapter)
 FINAL_ARTIFACTS = (SUMMARY, ADAPTER_DIR, MERGED_DIR)  # any of them: the run is finished, never written again
 CHECKPOINT_PREFIX = "checkpoint-"  # checkpoint-<step>/
 STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", ...}
+TRAINER_STATE = "trainer_state.pt"  # in a checkpoint: optimizer, scheduler, RNG states
+CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 # what to do when a write into a run directory finds the disk full (core/diskfull.py)
 RUN_DISK_FULL_FIX = "free space (or set train.output_dir elsewhere) and continue with --resume auto"
 
@@ -34,6 +37,36 @@ class RunError(Exception):
 def finished_artifacts(run_dir: Path) -> list[str]:
     """The final artifacts the run has written (empty while it is unfinished: running, stopped or killed)."""
     return [name for name in FINAL_ARTIFACTS if (run_dir / name).exists()]
+
+
+def is_complete(path: Path) -> bool:
+    """``path`` is a whole checkpoint (``checkpoint-<step>/`` with its state, trainer state and adapter)."""
+    return (CHECKPOINT_NAME.match(path.name) is not None and (path / STATE_JSON).is_file()
+            and (path / TRAINER_STATE).is_file() and (path / ADAPTER_DIR).is_dir())
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's complete checkpoints, oldest first (temporary directories are ignored)."""
+    found = [p for p in run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and is_complete(p)]
+    return sorted(found, key=lambda p: int(CHECKPOINT_NAME.match(p.name).group(1)))
+
+
+def resume_checkpoint(resume: str) -> Path:
+    """The checkpoint ``--resume PATH`` names: PATH itself when it is a complete checkpoint, else the
+    newest complete checkpoint of the run directory PATH (checked before the trainer is imported, and
+    by the trainer)."""
+    path = Path(resume).expanduser()
+    if not path.exists():
+        raise RunError(f"--resume {resume}: {path} does not exist; name a checkpoint-<step>/ directory or a run "
+                       "directory holding one, or use --resume auto")
+    if is_complete(path):
+        return path
+    found = complete_checkpoints(path) if path.is_dir() else []
+    if not found:
+        raise RunError(f"--resume {resume}: no complete checkpoint there (a checkpoint-<step>/ directory with "
+                       f"{STATE_JSON}, {TRAINER_STATE} and {ADAPTER_DIR}/, or a run directory holding one); "
+                       "use --resume auto to take the newest one")
+    return found[-1]
 
 
 def newest_finished_run(expert_runs: Path) -> Path | None:
