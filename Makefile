@@ -109,22 +109,14 @@ test: install
 test-gpu:
 	$(PY) -m pytest -q -m cuda tests/test_gpu.py
 
-# The GPU report: the CUDA tier, then the side-by-side training bench on the Qwen2.5 0.5B and 7B
-# architectures (LoRA and QLoRA), one command per line, each meant to stay under 10 minutes on an
-# H100; every table lands in $(GPU_OUT)/ (docs/BENCHMARKS.md records them with date and device).
+# The GPU report in four parts, each one device call under 10 minutes on an H100 (a session has 15
+# device minutes: run PART=1 first, then 2, 3, 4 in later sessions): 1 the CUDA tier + the 0.5B
+# packtrain row, 2 0.5B packtrain vs hf-compile, 3 7B LoRA + QLoRA, 4 the 0.5B peers. Every step has
+# its own time limit (bench/gpu_report.sh); every table lands in $(GPU_OUT)/ (docs/BENCHMARKS.md).
 GPU_OUT    ?= gpu-report
-BENCH_GPU  := $(PY) bench/train_bench.py --steps 6 --work-dir /tmp/packtrain-bench
+PART       ?= 1
 gpu-report:
-	mkdir -p $(GPU_OUT)
-	$(PY) -m pytest -q -m cuda tests/test_gpu.py 2>&1 | tee $(GPU_OUT)/test-gpu.log
-	$(BENCH_GPU) --arch qwen2.5-0.5b --batch-size 16 --grad-accum 1 --contenders packtrain,packtrain-auto,hf-compile \
-		--json $(GPU_OUT)/bench-0.5b.json | tee $(GPU_OUT)/bench-0.5b.md
-	$(BENCH_GPU) --arch qwen2.5-0.5b --batch-size 16 --grad-accum 1 --contenders hf,before,trl \
-		--json $(GPU_OUT)/bench-0.5b-peers.json | tee $(GPU_OUT)/bench-0.5b-peers.md
-	$(BENCH_GPU) --arch qwen2.5-7b --batch-size 1 --grad-accum 8 --gradient-checkpointing \
-		--contenders packtrain,hf-compile --json $(GPU_OUT)/bench-7b.json | tee $(GPU_OUT)/bench-7b.md
-	$(BENCH_GPU) --arch qwen2.5-7b --batch-size 1 --grad-accum 8 --gradient-checkpointing --method qlora \
-		--contenders packtrain --json $(GPU_OUT)/bench-7b-qlora.json | tee $(GPU_OUT)/bench-7b-qlora.md
+	bash bench/gpu_report.sh $(PART) $(GPU_OUT) $(PY)
 
 # Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
 # CORPUS=unique|repeated|chat, TOKENIZER=qwen3|smollm2, ROWS (docs/BENCHMARKS.md).

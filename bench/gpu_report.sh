@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU report in parts that each fit one device call (under 9.5 minutes on an H100, start-up not
+# counted), most important first; every step has its own time limit, so a part always ends and
+# returns what it measured. Usage: bench/gpu_report.sh PART OUT_DIR PYTHON  (`make gpu-report PART=1`)
+#   1: the CUDA tier (tests/test_gpu.py), then the 0.5B packtrain row alone
+#   2: 0.5B packtrain vs HF Trainer + torch_compile, side by side, same micro-batch (16 x 1)
+#   3: 7B LoRA, then 7B QLoRA (packtrain, micro-batch 1 x 8, gradient checkpointing)
+#   4: the 0.5B peers: HF Trainer eager, the padded 'before' setup, TRL SFTTrainer packing
+set -uo pipefail
+part=${1:?PART: 1, 2, 3 or 4}; out=${2:-gpu-report}; py=${3:-python3}
+mkdir -p "$out"
+t0=$(date +%s)
+say() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+bench() {  # limit name args...
+    local limit=$1 name=$2; shift 2
+    timeout -k 5 "$limit" "$py" bench/train_bench.py --steps 6 --work-dir /tmp/packtrain-bench \
+        --json "$out/$name.json" "$@" 2>&1 | tee "$out/$name.md"
+    say "$name: exit ${PIPESTATUS[0]} (124: its ${limit} s limit ended it)"
+}
+small=(--arch qwen2.5-0.5b --batch-size 16 --grad-accum 1)
+large=(--arch qwen2.5-7b --batch-size 1 --grad-accum 8 --gradient-checkpointing)
+case $part in
+1) timeout -k 5 240 "$py" -m pytest -v -m cuda tests/test_gpu.py -p no:cacheprovider --durations=0 2>&1 \
+       | tee "$out/test-gpu.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed"
+   say "CUDA tier: exit ${PIPESTATUS[0]}"
+   bench 300 bench-0.5b-packtrain "${small[@]}" --contenders packtrain ;;
+2) bench 550 bench-0.5b "${small[@]}" --contenders packtrain,hf-compile ;;
+3) bench 270 bench-7b "${large[@]}" --contenders packtrain
+   bench 270 bench-7b-qlora "${large[@]}" --method qlora --contenders packtrain ;;
+4) bench 550 bench-0.5b-peers "${small[@]}" --contenders hf,before,trl ;;
+*) echo "PART must be 1, 2, 3 or 4" >&2; exit 2 ;;
+esac
+say "part $part done"
