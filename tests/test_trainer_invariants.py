@@ -79,14 +79,14 @@ def test_bs1_ga8_equals_bs8_ga1(tmp_path, model_dir, monkeypatch):
 def poison_losses(monkeypatch, bad_steps: set[int]):
     """Make the loss of the given optimizer steps NaN (one micro-batch per step in these tests)."""
     calls = {"n": 0}
-    real = packtrain.trainer.loop.packed_loss_sum
+    real = packtrain.trainer.loop.forward_loss
 
     def loss(*args, **kwargs):
         calls["n"] += 1
         value = real(*args, **kwargs)
         return value * float("nan") if calls["n"] in bad_steps else value
 
-    monkeypatch.setattr(packtrain.trainer.loop, "packed_loss_sum", loss)
+    monkeypatch.setattr(packtrain.trainer.loop, "forward_loss", loss)
 
 
 def adapter_tensors(path):

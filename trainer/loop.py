@@ -27,13 +27,13 @@ from packtrain.core.config_train import TrainConfig
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.attention import AttentionChoice
 from packtrain.trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
-from packtrain.trainer.data import BatchStream, to_device
+from packtrain.trainer.data import BatchStream
 from packtrain.trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
 from packtrain.trainer.evaluate import evaluate
-from packtrain.trainer.loss import packed_loss_sum
 from packtrain.trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
 from packtrain.trainer.model import Precision
 from packtrain.trainer.progress import TrainProgress
+from packtrain.trainer.step import LossPath, forward_loss
 
 log = logging.getLogger("packtrain.train")
 
@@ -76,9 +76,10 @@ def train_loop(
     evals: list[dict] = []
     bad_streak = 0
     grad_norm = None
+    loss_path = LossPath(device, precision, attention, fused, train.chunked_loss)
 
     if val_loader is not None and state.step == 0:  # the base model's loss, for "before vs after" at the end
-        evals.append(evaluate_at(0, module, val_loader, precision, device, train, fused, attention, world, metrics))
+        evals.append(evaluate_at(0, module, val_loader, loss_path, world, metrics))
 
     model.train()
     progress = TrainProgress(total_steps, state.step, f"train {run.run_dir.name}", show=world.is_main)
@@ -96,10 +97,7 @@ def train_loop(
         # 2. forward + backward, every token weighted 1 / (supervised tokens in the window)
         loss_sum = torch.zeros((), device=device)
         for micro in accumulate(model, window):  # under DDP: no_sync() but for the last micro-batch
-            input_ids, position_ids, labels, attention_kwargs = to_device(micro, device, attention)
-            with precision.autocast(device):
-                micro_loss = packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss,
-                                             fused=fused, attention=attention_kwargs)
+            micro_loss = forward_loss(forward_model, micro, loss_path)
             scaled = micro_loss / norm
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             loss_sum += micro_loss.detach()
@@ -162,8 +160,7 @@ def train_loop(
 
         paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
         if val_loader is not None and is_due(state.step, train.eval_steps, total_steps):
-            evals.append(evaluate_at(state.step, module, val_loader, precision, device, train, fused, attention,
-                                     world, metrics))
+            evals.append(evaluate_at(state.step, module, val_loader, loss_path, world, metrics))
 
         if is_due(state.step, train.save_steps, total_steps):
             if world.is_main or sharded(module):  # FSDP: every rank takes part in gathering the state
@@ -186,12 +183,10 @@ def is_due(step: int, every: int, last: int) -> bool:
     return step % every == 0 or step == last
 
 
-def evaluate_at(step: int, module, val_loader, precision, device, train: TrainConfig, fused, attention,
-                world: World, metrics: MetricsFile) -> dict:
+def evaluate_at(step: int, module, val_loader, path: LossPath, world: World, metrics: MetricsFile) -> dict:
     """Evaluate, record and log the eval loss at ``step`` (0: before the first step, the base model)."""
     # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
-    result = {"step": step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss,
-                                                   fused=fused, attention=attention,
+    result = {"step": step, **reduce_eval(evaluate(module, val_loader, path,
                                                    progress=f"eval at step {step}" if world.is_main else None),
                                           world)}
     metrics.write(result)
