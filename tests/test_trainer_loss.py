@@ -16,7 +16,7 @@ from packtrain.core.config import ConfigError
 from packtrain.core.config_train import LoraConfig
 from packtrain.trainer.adapters import attach_adapters
 from packtrain.trainer.data import IGNORE_INDEX, position_ids_from_doc_lens
-from packtrain.trainer.evaluate import evaluate
+from packtrain.trainer.eval.evaluate import evaluate
 from packtrain.trainer.model import Precision
 from packtrain.trainer.step import LossPath, packed_loss_sum
 from trainer_fixtures import VOCAB, pack_docs, random_blocks, tiny_model_dir

@@ -29,7 +29,7 @@ from packtrain.trainer.attention import AttentionChoice
 from packtrain.trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
 from packtrain.trainer.data import BatchStream
 from packtrain.trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
-from packtrain.trainer.evaluate import evaluate
+from packtrain.trainer.eval.evaluate import evaluate
 from packtrain.trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
 from packtrain.trainer.model import Precision
 from packtrain.trainer.progress import TrainProgress

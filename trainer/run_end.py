@@ -1,6 +1,6 @@
 """The end of a run, after the last step: the final artifacts (``adapter/``, optional ``merged/``,
 ``summary.json`` last: it marks the run finished), each written into a temporary directory and renamed
-into place; the base model's and the adapter's answers and the task eval (trainer/task_eval.py); the
+into place; the base model's and the adapter's answers and the task eval (trainer/eval/task_eval.py); the
 plots (trainer/plots.py). Only rank 0 writes; the other ranks wait for it.
 """
 
@@ -22,7 +22,7 @@ from packtrain.trainer.distributed import World, barrier, full_trainable_state
 from packtrain.trainer.metrics import summarize
 from packtrain.core.plotting import PlotError
 from packtrain.trainer.plots import write_run_plots
-from packtrain.trainer.task_eval import end_of_run
+from packtrain.trainer.eval.task_eval import end_of_run
 
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
 

@@ -17,7 +17,7 @@ The run directory ``<output_dir>/<expert>/<run>/`` ends up with ``config.json`` 
 config), ``run.json`` (build, model, device, precision), ``metrics.jsonl``, ``train.log``,
 ``checkpoint-<step>/``, ``adapter/`` and ``summary.json``; then the end of the run logs base-model vs
 adapter answers to a few validation prompts, runs the task eval (``eval.json``, ``eval.jsonl``; by
-default on CUDA: trainer/task_eval.py) and draws ``plots/*.png`` (trainer/plots.py).
+default on CUDA: trainer/eval/task_eval.py) and draws ``plots/*.png`` (trainer/plots.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ A document piece that starts supervised (the tail of a split overlong document) 
 skipped. Both are decoded with the build's tokenizer (the model's: train.py checked they match).
 
 For each example the base model (adapter disabled) and the adapter answer greedily
-(trainer/generate.py); the metrics are trainer/task_metrics.py's. Written into the run directory:
+(trainer/eval/generate.py); the metrics are trainer/eval/task_metrics.py's. Written into the run directory:
 ``eval.jsonl`` (one line per example: prompt, reference, base and adapter answers and scores) and
 ``eval.json`` (the summary: metric means for the base model and the adapter, counts, settings).
 """
@@ -31,9 +31,9 @@ from packtrain.core.config_train import CPU_SAMPLE_MAX_NEW_TOKENS
 from packtrain.core.contract import Manifest
 from packtrain.core.diskfull import written
 from packtrain.core.shardfile import open_shard
-from packtrain.trainer.generate import generate
+from packtrain.trainer.eval.generate import generate
 from packtrain.trainer.model import Precision
-from packtrain.trainer.task_metrics import aggregate, metric_for, score
+from packtrain.trainer.eval.task_metrics import aggregate, metric_for, score
 
 log = logging.getLogger("packtrain.train")
 
