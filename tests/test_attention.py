@@ -191,10 +191,11 @@ def test_a_whole_run_with_varlen_gives_the_reference_losses_and_generates(tmp_pa
     GPU only: generation has no segment boundaries, so it must not attend with varlen."""
     import json
 
-    from packtrain.trainer import train as train_module
+    from packtrain.trainer import context as context_module
+    from packtrain.trainer.train import run
     from trainer_fixtures import make_config, random_blocks, write_build
 
-    reference_choice = train_module.choose_attention
+    reference_choice = context_module.choose_attention
 
     def forced_varlen(device, use_sdpa, block_size, model, varlen=True, dtype=None):
         if not varlen:
@@ -202,7 +203,7 @@ def test_a_whole_run_with_varlen_gives_the_reference_losses_and_generates(tmp_pa
         attention.register(per_segment_kernel)
         return attention.AttentionChoice("varlen", attention.VARLEN_NAME, "the CPU stand-in kernel")
 
-    monkeypatch.setattr(train_module, "choose_attention", forced_varlen)
+    monkeypatch.setattr(context_module, "choose_attention", forced_varlen)
     write_build(tmp_path / "cache", "sql", random_blocks(12, 64, 0), random_blocks(4, 64, 1), 64, model_dir,
                 rows_per_shard=8)
     losses = {}
@@ -210,7 +211,7 @@ def test_a_whole_run_with_varlen_gives_the_reference_losses_and_generates(tmp_pa
         config = make_config(model_dir, tmp_path / "runs", max_steps=3, eval_steps=2, run_name=name)
         config.model.varlen_attention = varlen
         CALLS.clear()
-        run_dir = train_module.run(config, tmp_path / "cache")
+        run_dir = run(config, tmp_path / "cache")
         info = json.loads((run_dir / "run.json").read_text())
         assert info["attention"] == ("varlen" if varlen else "sdpa")
         assert bool(CALLS) is varlen

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from packtrain.cli.commands import main
-from packtrain.trainer.task_eval import TaskEvalError, _write_new
+from packtrain.trainer.eval.task_eval import TaskEvalError, _write_new
 from packtrain.trainer.train import run
 from test_task_eval import memorization_build
 from trainer_fixtures import make_config, tiny_model_dir

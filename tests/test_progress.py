@@ -15,7 +15,7 @@ import yaml
 
 from packtrain.trainer import progress, threads
 from packtrain.trainer.progress import format_duration, line_marks, step_line
-from packtrain.trainer.task_eval import sample_max_new_tokens
+from packtrain.trainer.eval.task_eval import sample_max_new_tokens
 from packtrain.trainer.threads import choose_threads, decide_threads, parse_cpu_max
 
 # --- pure functions ----------------------------------------------------------------------------

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 import torch
 
+import packtrain.trainer.context
 import packtrain.trainer.loop
-import packtrain.trainer.train
 from packtrain.core.contract import Manifest, check_shard_sizes, resolve_build
 from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
@@ -138,7 +138,7 @@ def test_a_corrupt_build_is_refused_before_step_0(tmp_path, model_dir, monkeypat
     def no_model(*_, **__):
         raise AssertionError("the model was loaded: training got past the checks")
 
-    monkeypatch.setattr(packtrain.trainer.train, "load_base_model", no_model)
+    monkeypatch.setattr(packtrain.trainer.context, "load_base_model", no_model)
     with pytest.raises((TrainError, ContractError)) as err:
         run(make_config(model_dir, tmp_path / "runs"), tmp_path / "cache")
     message = str(err.value)
@@ -211,7 +211,7 @@ def test_killed_at_10_random_steps_ends_bitwise_equal(tmp_path, model_dir, unint
     rng = random.Random(11)
     kills = [(step, rng.choice(["forward", "checkpoint_save", "after_save"]))
              for step in sorted(rng.sample(range(2, SETTINGS["max_steps"]), 10))]
-    save, forward = packtrain.trainer.loop.save_checkpoint, packtrain.trainer.loop.packed_loss_sum
+    save, forward = packtrain.trainer.loop.save_checkpoint, packtrain.trainer.loop.forward_loss
     run_dir = tmp_path / "runs" / "sql" / "r"
 
     for step, moment in kills:
@@ -224,14 +224,14 @@ def test_killed_at_10_random_steps_ends_bitwise_equal(tmp_path, model_dir, unint
             return path
 
         def forward_or_die(model, *args, **kwargs):
-            forwards.append(1)  # training forwards only (evaluation calls packtrain.trainer.evaluate's packed_loss_sum)
+            forwards.append(1)  # training forwards only (evaluation calls its own import of forward_loss)
             if moment == "forward" and start + len(forwards) == step:
                 os.kill(os.getpid(), signal.SIGKILL)  # inside step `step`, before its checkpoint
             return forward(model, *args, **kwargs)
 
         def child():
             monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", save_or_die)
-            monkeypatch.setattr(packtrain.trainer.loop, "packed_loss_sum", forward_or_die)
+            monkeypatch.setattr(packtrain.trainer.loop, "forward_loss", forward_or_die)
             run(config, tmp_path / "cache", resume="auto")
 
         start, forwards = newest_step(run_dir), []  # one micro-batch per step: step = start + forwards

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-import packtrain.trainer.train as train_module
+import packtrain.trainer.context as context_module
 from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
@@ -39,8 +39,8 @@ def test_training_after_evaluation_on_a_cpu_with_avx512_bf16(tmp_path, monkeypat
 
     without = train("without")
     loaded = []
-    real_load = train_module.load_base_model
-    monkeypatch.setattr(train_module, "load_base_model", lambda *a, **k: loaded.append(real_load(*a, **k))
+    real_load = context_module.load_base_model
+    monkeypatch.setattr(context_module, "load_base_model", lambda *a, **k: loaded.append(real_load(*a, **k))
                         or loaded[-1])
     monkeypatch.setattr(bnb_modules, "has_avx512bf16", lambda: True)  # read by every Linear4bit created
     with_bf16 = train("with")

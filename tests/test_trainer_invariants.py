@@ -79,14 +79,14 @@ def test_bs1_ga8_equals_bs8_ga1(tmp_path, model_dir, monkeypatch):
 def poison_losses(monkeypatch, bad_steps: set[int]):
     """Make the loss of the given optimizer steps NaN (one micro-batch per step in these tests)."""
     calls = {"n": 0}
-    real = packtrain.trainer.loop.packed_loss_sum
+    real = packtrain.trainer.loop.forward_loss
 
     def loss(*args, **kwargs):
         calls["n"] += 1
         value = real(*args, **kwargs)
         return value * float("nan") if calls["n"] in bad_steps else value
 
-    monkeypatch.setattr(packtrain.trainer.loop, "packed_loss_sum", loss)
+    monkeypatch.setattr(packtrain.trainer.loop, "forward_loss", loss)
 
 
 def adapter_tensors(path):
@@ -124,12 +124,12 @@ def test_repeated_non_finite_losses_stop_without_saving(tmp_path, model_dir, mon
 def test_fp16_grad_scaler_survives_a_skipped_step(tmp_path, model_dir, monkeypatch):
     """With a GradScaler (fp16), a skipped step must still close the scaler's step, or the next
     unscale_ raises 'unscale_() has already been called'."""
-    import packtrain.trainer.train
+    import packtrain.trainer.context
     from packtrain.trainer.model import Precision
 
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
     poison_losses(monkeypatch, {2})
-    monkeypatch.setattr(packtrain.trainer.train, "choose_precision",
+    monkeypatch.setattr(packtrain.trainer.context, "choose_precision",
                         lambda train, device: Precision(torch.float32, None, True, "test: fp32 with a GradScaler"))
     run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=4), tmp_path / "cache")
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -11,13 +11,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
 import packtrain.trainer.loss
+import packtrain.trainer.step
 from packtrain.core.config import ConfigError
 from packtrain.core.config_train import LoraConfig
 from packtrain.trainer.adapters import attach_adapters
 from packtrain.trainer.data import IGNORE_INDEX, position_ids_from_doc_lens
-from packtrain.trainer.evaluate import evaluate
-from packtrain.trainer.loss import packed_loss_sum
+from packtrain.trainer.eval.evaluate import evaluate
 from packtrain.trainer.model import Precision
+from packtrain.trainer.step import LossPath, packed_loss_sum
 from trainer_fixtures import VOCAB, pack_docs, random_blocks, tiny_model_dir
 
 BLOCK = 64
@@ -143,8 +144,8 @@ def test_the_full_logits_are_never_materialized(model_dir, monkeypatch):
 def test_eval_loss_is_the_same_with_the_chunked_loss(model_dir):
     model = lora_model(model_dir)
     loader = [batch_of(blocks_with_edge_cases()[:2]), batch_of(blocks_with_edge_cases()[2:])]
-    chunked = evaluate(model, loader, FP32, torch.device("cpu"), chunked=True)
-    full = evaluate(model, loader, FP32, torch.device("cpu"), chunked=False)
+    chunked = evaluate(model, loader, LossPath(torch.device("cpu"), FP32, chunked=True))
+    full = evaluate(model, loader, LossPath(torch.device("cpu"), FP32, chunked=False))
     assert chunked["eval/tokens"] == full["eval/tokens"] > 0
     assert chunked["eval/loss"] == pytest.approx(full["eval/loss"], rel=1e-6)
     assert model.training  # evaluate restores the mode it found
@@ -155,10 +156,10 @@ def test_a_head_that_transforms_logits_uses_the_full_logits_and_says_so_once(mod
     model.get_base_model().config.final_logit_softcapping = 30.0  # as Gemma 2 would have it
     batch = batch_of(blocks_with_edge_cases()[:2])
     calls = []
-    real = packtrain.trainer.loss.packed_forward
+    real = packtrain.trainer.step.packed_forward
     with caplog.at_level(logging.WARNING, logger="packtrain.train"):
         import unittest.mock
-        with unittest.mock.patch.object(packtrain.trainer.loss, "packed_forward", lambda *a: calls.append(1) or real(*a)):
+        with unittest.mock.patch.object(packtrain.trainer.step, "packed_forward", lambda *a: calls.append(1) or real(*a)):
             for _ in range(2):
                 packed_loss_sum(model, batch["input_ids"], batch["position_ids"], batch["labels"])
     assert len(calls) == 2  # the full-logits path ran

@@ -9,7 +9,7 @@ One optimizer step =
      a step); a non-finite one skips the optimizer step; ``max_bad_steps`` in a row stop the run;
   4. optimizer + scheduler step; then, when due: log, evaluate, checkpoint.
 
-Under torchrun (``world``: see trainer/distributed.py) ``model`` is DistributedDataParallel: the
+Under torchrun (``ctx.world``: see trainer/distributed.py) ``model`` is DistributedDataParallel: the
 window's counts are summed over ranks before the forward (one small CPU all_reduce), gradients are
 all_reduced once per window (``no_sync()`` on the other micro-batches), the loss sum is summed over
 ranks before the finiteness check, and only rank 0 logs, writes metrics and saves checkpoints.
@@ -23,17 +23,14 @@ from dataclasses import astuple
 
 import torch
 
-from packtrain.core.config_train import TrainConfig
 from packtrain.trainer.adapters import trainable_parameters
-from packtrain.trainer.attention import AttentionChoice
-from packtrain.trainer.checkpoint import RunInfo, TrainState, prune_checkpoints, save_checkpoint
-from packtrain.trainer.data import BatchStream, to_device
-from packtrain.trainer.distributed import World, accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
-from packtrain.trainer.evaluate import evaluate
-from packtrain.trainer.loss import packed_loss_sum
+from packtrain.trainer.checkpoint import prune_checkpoints, save_checkpoint
+from packtrain.trainer.context import TrainContext
+from packtrain.trainer.distributed import accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
+from packtrain.trainer.eval.evaluate import evaluate
 from packtrain.trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
-from packtrain.trainer.model import Precision
 from packtrain.trainer.progress import TrainProgress
+from packtrain.trainer.step import forward_loss
 
 log = logging.getLogger("packtrain.train")
 
@@ -42,101 +39,50 @@ class NonFiniteLossError(RuntimeError):
     """Too many consecutive non-finite losses; the run stopped without saving the state."""
 
 
-def train_loop(
-    *,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler | None,
-    precision: Precision,
-    device: torch.device,
-    batches: BatchStream,
-    val_loader,
-    train: TrainConfig,
-    total_steps: int,
-    state: TrainState,
-    run: RunInfo,
-    meter: Meter,
-    metrics: MetricsFile,
-    world: World = World(),
-    attention: AttentionChoice | None = None,
-    fused=None,
-) -> tuple[list[dict], list[dict]]:
-    """Train from ``state.step`` to ``total_steps``; returns the logged train and eval records.
+def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
+               metrics: MetricsFile) -> tuple[list[dict], list[dict]]:
+    """Train from ``ctx.state.step`` to ``ctx.total_steps``; returns the logged train and eval records.
 
-    ``model`` may be DistributedDataParallel (see ``world``); ``val_loader`` then reads this rank's
-    slice of the val blocks. ``train`` is the resolved config (``torch_compile`` a bool, the micro-batch
-    a number: trainer/train.py). ``attention`` is the run's attention path (its inputs come with each
-    batch), ``fused`` the fused loss kernel or None (trainer/loss.py)."""
-    ga = train.gradient_accumulation_steps
+    ``model`` is ``ctx.model`` as it trains: DistributedDataParallel under torchrun without FSDP (see
+    ``ctx.world``; ``ctx.val_loader`` then reads this rank's slice of the val blocks). ``ctx.train`` is the
+    resolved config (``torch_compile`` a bool, the micro-batch a number: trainer/context.py)."""
+    train, state, world, total_steps = ctx.train, ctx.state, ctx.world, ctx.total_steps
     module = unwrap(model)  # the PeftModel: evaluated and saved as it is
     params = trainable_parameters(model)
     forward_model = torch.compile(model) if train.torch_compile is True else model
     records: list[dict] = []
     evals: list[dict] = []
     bad_streak = 0
-    grad_norm = None
 
-    if val_loader is not None and state.step == 0:  # the base model's loss, for "before vs after" at the end
-        evals.append(evaluate_at(0, module, val_loader, precision, device, train, fused, attention, world, metrics))
+    if ctx.val_loader is not None and state.step == 0:  # the base model's loss, for "before vs after" at the end
+        evals.append(evaluate_at(ctx, 0, module, metrics))
 
     model.train()
-    progress = TrainProgress(total_steps, state.step, f"train {run.run_dir.name}", show=world.is_main)
+    progress = TrainProgress(total_steps, state.step, f"train {ctx.run.run_dir.name}", show=world.is_main)
     meter.reset()
     while state.step < total_steps:
         # 1. the accumulation window; its counts come from CPU tensors (no sync), summed over ranks
         wait_start = time.perf_counter()
-        window = [next(batches) for _ in range(ga)]
+        window = [next(ctx.batches) for _ in range(train.gradient_accumulation_steps)]
         wait = time.perf_counter() - wait_start
         counts = WindowCounts(*all_sum_ints(astuple(WindowCounts.of(window)), world))
-        # DDP averages the ranks' gradients: dividing by (global count / W) makes the average the sum
-        # over every rank's tokens / global count, as one process with the whole global batch
-        norm = max(counts.sup, 1) / world.world_size
 
-        # 2. forward + backward, every token weighted 1 / (supervised tokens in the window)
-        loss_sum = torch.zeros((), device=device)
-        for micro in accumulate(model, window):  # under DDP: no_sync() but for the last micro-batch
-            input_ids, position_ids, labels, attention_kwargs = to_device(micro, device, attention)
-            with precision.autocast(device):
-                micro_loss = packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss,
-                                             fused=fused, attention=attention_kwargs)
-            scaled = micro_loss / norm
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
-            loss_sum += micro_loss.detach()
-            del micro_loss, scaled
-
-        all_sum_(loss_sum, world)  # the global loss: every rank takes the same decision below
-
-        # 3. clip, then the step's one host sync: are the loss and the gradients finite?
-        #    (with fp16, overflowing gradients are the GradScaler's business: it skips the update
-        #    and lowers the scale; that is not a bad step)
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, train.max_grad_norm)
-        loss_ok, grads_ok = torch.isfinite(loss_sum), torch.isfinite(grad_norm)
-        finite = bool(loss_ok & (grads_ok | (scaler is not None)))
-        if finite:
-            # 4. update (the scaler skips the step itself when fp16 gradients overflowed)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            bad_streak = 0
-        else:
-            if scaler is not None:
-                scaler.update()  # unscale_ ran: the scaler must close this step before the next one
+        # 2. forward + backward; 3. + 4. clip, check, update
+        loss_sum = forward_backward(ctx, model, forward_model, window, counts)
+        grad_norm, not_finite = optimizer_step(ctx, params, loss_sum)
+        if not_finite:
             bad_streak += 1
-            what = "loss" if not bool(loss_ok) else "gradient norm"
             log.warning("step %d: non-finite %s (loss %s); optimizer step skipped (%d in a row, max_bad_steps %d)",
-                        state.step + 1, what, loss_sum.item(), bad_streak, train.max_bad_steps)
-            metrics.write({"step": state.step + 1, "skipped": f"non-finite {what}", "loss": loss_sum.item(),
+                        state.step + 1, not_finite, loss_sum.item(), bad_streak, train.max_bad_steps)
+            metrics.write({"step": state.step + 1, "skipped": f"non-finite {not_finite}", "loss": loss_sum.item(),
                            "bad_streak": bad_streak})
-        optimizer.zero_grad(set_to_none=True)
-        lr = scheduler.get_last_lr()[0]  # the rate this step used
-        scheduler.step()
+        else:
+            bad_streak = 0
+        ctx.optimizer.zero_grad(set_to_none=True)
+        lr = ctx.scheduler.get_last_lr()[0]  # the rate this step used
+        ctx.scheduler.step()
         state.step += 1
-        state.epoch, state.position = batches.epoch, batches.position
+        state.epoch, state.position = ctx.batches.epoch, ctx.batches.position
         state.tokens += counts.tokens
         state.sup_tokens += counts.sup
         progress.advance()
@@ -146,8 +92,8 @@ def train_loop(
                 f"{bad_streak} consecutive non-finite losses (steps {state.step - bad_streak + 1}..{state.step}): "
                 f"stopping without saving this state. Lower train.learning_rate, keep train.max_grad_norm set, "
                 f"use bf16 rather than fp16, or check the build's data; resume from the last good checkpoint "
-                f"in {run.run_dir} with --resume auto (max_bad_steps: {train.max_bad_steps})")
-        if not finite:
+                f"in {ctx.run.run_dir} with --resume auto (max_bad_steps: {train.max_bad_steps})")
+        if not_finite:
             continue
         meter.add(counts, wait, loss_sum)
 
@@ -158,23 +104,72 @@ def train_loop(
             metrics.write(record)
             progress.logged(record)  # a bar on a terminal, a line with the ETA elsewhere (trainer/progress.py)
             if len(records) == 1:
-                report_memory(device, state.step)
+                report_memory(ctx.device, state.step)
 
         paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
-        if val_loader is not None and is_due(state.step, train.eval_steps, total_steps):
-            evals.append(evaluate_at(state.step, module, val_loader, precision, device, train, fused, attention,
-                                     world, metrics))
-
-        if is_due(state.step, train.save_steps, total_steps):
-            if world.is_main or sharded(module):  # FSDP: every rank takes part in gathering the state
-                path = save_checkpoint(run, state, module, optimizer, scheduler, scaler)
-                if world.is_main:
-                    prune_checkpoints(run.run_dir, train.save_total_limit)
-                    log.info("step %d: checkpoint %s", state.step, path)
-            barrier(world)  # nobody runs ahead of a checkpoint that is not on disk yet
+        evaluate_and_save(ctx, module, metrics, evals)
         meter.start += time.perf_counter() - paused
     progress.close()
     return records, evals
+
+
+def forward_backward(ctx: TrainContext, model: torch.nn.Module, forward_model: torch.nn.Module, window: list[dict],
+                     counts: WindowCounts) -> torch.Tensor:
+    """Step 2: forward + backward of every micro-batch of the window, every token weighted 1 / (supervised
+    tokens in the window); returns the window's loss sum, summed over ranks (every rank then takes the
+    same decision)."""
+    # DDP averages the ranks' gradients: dividing by (global count / W) makes the average the sum
+    # over every rank's tokens / global count, as one process with the whole global batch
+    norm = max(counts.sup, 1) / ctx.world.world_size
+    scaler, loss_path = ctx.scaler, ctx.loss_path
+    loss_sum = torch.zeros((), device=ctx.device)
+    for micro in accumulate(model, window):  # under DDP: no_sync() but for the last micro-batch
+        micro_loss = forward_loss(forward_model, micro, loss_path)
+        scaled = micro_loss / norm
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        loss_sum += micro_loss.detach()
+        del micro_loss, scaled
+    all_sum_(loss_sum, ctx.world)  # the global loss: every rank takes the same decision below
+    return loss_sum
+
+
+def optimizer_step(ctx: TrainContext, params: list[torch.nn.Parameter],
+                   loss_sum: torch.Tensor) -> tuple[torch.Tensor, str | None]:
+    """Steps 3 and 4: unscale (fp16), clip, the step's one host sync (are the loss and the gradients
+    finite?), then the update; returns the gradient norm and what was not finite (None: the step was taken).
+
+    With fp16, overflowing gradients are the GradScaler's business: it skips the update and lowers the
+    scale; that is not a bad step."""
+    scaler, optimizer = ctx.scaler, ctx.optimizer
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, ctx.train.max_grad_norm)
+    loss_ok, grads_ok = torch.isfinite(loss_sum), torch.isfinite(grad_norm)
+    if bool(loss_ok & (grads_ok | (scaler is not None))):
+        if scaler is not None:  # the scaler skips the step itself when fp16 gradients overflowed
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        return grad_norm, None
+    if scaler is not None:
+        scaler.update()  # unscale_ ran: the scaler must close this step before the next one
+    return grad_norm, "loss" if not bool(loss_ok) else "gradient norm"
+
+
+def evaluate_and_save(ctx: TrainContext, module: torch.nn.Module, metrics: MetricsFile, evals: list[dict]) -> None:
+    """After a step, when due: the evaluation (appended to ``evals``), then the checkpoint."""
+    state, train, world = ctx.state, ctx.train, ctx.world
+    if ctx.val_loader is not None and is_due(state.step, train.eval_steps, ctx.total_steps):
+        evals.append(evaluate_at(ctx, state.step, module, metrics))
+
+    if is_due(state.step, train.save_steps, ctx.total_steps):
+        if world.is_main or sharded(module):  # FSDP: every rank takes part in gathering the state
+            path = save_checkpoint(ctx.run, state, module, ctx.optimizer, ctx.scheduler, ctx.scaler)
+            if world.is_main:
+                prune_checkpoints(ctx.run.run_dir, train.save_total_limit)
+                log.info("step %d: checkpoint %s", state.step, path)
+        barrier(world)  # nobody runs ahead of a checkpoint that is not on disk yet
 
 
 def is_due(step: int, every: int, last: int) -> bool:
@@ -186,14 +181,12 @@ def is_due(step: int, every: int, last: int) -> bool:
     return step % every == 0 or step == last
 
 
-def evaluate_at(step: int, module, val_loader, precision, device, train: TrainConfig, fused, attention,
-                world: World, metrics: MetricsFile) -> dict:
+def evaluate_at(ctx: TrainContext, step: int, module: torch.nn.Module, metrics: MetricsFile) -> dict:
     """Evaluate, record and log the eval loss at ``step`` (0: before the first step, the base model)."""
-    # each rank evaluates its slice (capped to max_eval_batches in train.py); summed over ranks
-    result = {"step": step, **reduce_eval(evaluate(module, val_loader, precision, device, chunked=train.chunked_loss,
-                                                   fused=fused, attention=attention,
-                                                   progress=f"eval at step {step}" if world.is_main else None),
-                                          world)}
+    # each rank evaluates its slice (capped to max_eval_batches in trainer/data.py's eval_slice); summed over ranks
+    result = {"step": step, **reduce_eval(evaluate(module, ctx.val_loader, ctx.loss_path,
+                                                   progress=f"eval at step {step}" if ctx.world.is_main else None),
+                                          ctx.world)}
     metrics.write(result)
     log.info("step %d%s: eval loss %.4f, ppl %.2f", step, " (before training)" if step == 0 else "",
              result["eval/loss"], result["eval/ppl"])

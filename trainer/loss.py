@@ -1,4 +1,7 @@
-"""The loss of one micro-batch as a SUM over its supervised tokens.
+"""The loss of one micro-batch as a SUM over its supervised tokens, from what the model returned
+(its final hidden states, or its logits): this module never calls the model; the forward is
+trainer/step.py's :func:`packtrain.trainer.step.forward_loss` (one micro-step for the loop, the
+evaluation and the micro-batch search) over trainer/model.py's packed forwards.
 
 The loop divides by the number of supervised tokens in the whole accumulation window, so every
 token weighs the same whatever micro-batch it falls in: ``bs=1 x ga=8`` and ``bs=8 x ga=1`` give
@@ -9,7 +12,7 @@ the same loss and gradients (a mean of per-micro-batch means would not).
 
 Two ways to the same number (``train.chunked_loss``, default true):
 
-- **chunked** (:func:`chunked_loss_sum`): the model returns its final hidden states, those of the
+- **chunked** (:func:`chunked_loss_sum`): the model returned its final hidden states, those of the
   supervised positions only are gathered (``[N, H]``, N = supervised targets), and the output head
   + cross-entropy run over them ``CHUNK_TOKENS`` rows at a time, each chunk under
   ``torch.utils.checkpoint``: the forward keeps only the chunk's loss, the backward recomputes the
@@ -40,7 +43,7 @@ from torch.utils.checkpoint import checkpoint
 
 from packtrain.core.config import ConfigError
 from packtrain.trainer.data import IGNORE_INDEX
-from packtrain.trainer.model import causal_lm, packed_forward, packed_hidden_states
+from packtrain.trainer.model import causal_lm
 
 log = logging.getLogger("packtrain.train")
 
@@ -68,23 +71,13 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
-def packed_loss_sum(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                    labels: torch.Tensor, chunked: bool = True, fused: Callable | None = None,
-                    attention: dict | None = None) -> torch.Tensor:
-    """The summed token loss of a micro-batch of packed blocks: forward + loss in one call (run it
-    under the precision's autocast). ``chunked`` picks the path (see the module docstring); ``fused``
-    (:func:`fused_kernel`) replaces the chunks where the head allows it; ``attention`` are the
-    model's attention keyword arguments (packtrain.trainer.attention.attention_inputs)."""
-    attention = attention or {}
-    if chunked and _chunked_supported(model):
-        hidden, last_logits = packed_hidden_states(model, input_ids, position_ids, **attention)
-        head = causal_lm(model).get_output_embeddings()
-        if not _check_hidden_states(model, head, hidden, last_logits):
-            return token_loss_sum(packed_forward(model, input_ids, position_ids, **attention), labels)
-        if fused is not None and _fusable(head, hidden):
-            return fused_loss_sum(fused, head, hidden, labels)
-        return chunked_loss_sum(head, hidden, labels)
-    return token_loss_sum(packed_forward(model, input_ids, position_ids, **attention), labels)
+def hidden_loss_sum(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
+                    fused: Callable | None = None) -> torch.Tensor:
+    """The summed token loss from the final hidden states ``[B, T, H]``: through ``fused``
+    (:func:`fused_kernel`) where the head allows it, else :func:`chunked_loss_sum`."""
+    if fused is not None and _fusable(head, hidden):
+        return fused_loss_sum(fused, head, hidden, labels)
+    return chunked_loss_sum(head, hidden, labels)
 
 
 def fused_kernel(setting: bool | str, device: torch.device) -> Callable | None:
@@ -162,7 +155,9 @@ def _head_loss_sum(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.T
     return F.cross_entropy(head(hidden).float(), targets, reduction="sum")
 
 
-def _chunked_supported(model: torch.nn.Module) -> bool:
+def chunked_supported(model: torch.nn.Module) -> bool:
+    """Does ``model``'s head only apply a linear layer (so the chunked and fused paths give its loss)?
+    Said once in the log when not."""
     lm = causal_lm(model)
     config = getattr(lm, "config", None)
     model_type = getattr(config, "model_type", type(lm).__name__)
@@ -176,8 +171,8 @@ def _chunked_supported(model: torch.nn.Module) -> bool:
     return False
 
 
-def _check_hidden_states(model: torch.nn.Module, head: torch.nn.Module, hidden: torch.Tensor,
-                         last_logits: torch.Tensor) -> bool:
+def check_hidden_states(model: torch.nn.Module, head: torch.nn.Module, hidden: torch.Tensor,
+                        last_logits: torch.Tensor) -> bool:
     """Once per model: is ``hidden`` really the head's input? (head(last position) == the model's
     own logits there). One host sync, on the first micro-batch only."""
     lm = causal_lm(model)

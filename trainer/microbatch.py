@@ -21,8 +21,8 @@ from typing import Callable
 import torch
 
 from packtrain.trainer.adapters import trainable_parameters
-from packtrain.trainer.data import to_device
 from packtrain.trainer.distributed import World, decide_on_rank0
+from packtrain.trainer.step import LossPath, forward_loss
 
 log = logging.getLogger("packtrain.train")
 
@@ -123,10 +123,9 @@ def _measure(step: Callable[[int], None], micro: int, checkpointing: bool, limit
 
 
 def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dataset, per_device: int,
-                     loss_fn: Callable, params: list[torch.nn.Parameter], checkpointing: bool,
-                     device: torch.device) -> MicroBatch:
-    """Search on ``dataset``'s first blocks with the run's own loss function (``loss_fn(model, batch)``,
-    forward + loss under autocast); ``model`` is the PeftModel (for switching checkpointing on)."""
+                     path: LossPath, params: list[torch.nn.Parameter], checkpointing: bool) -> MicroBatch:
+    """Search on ``dataset``'s first blocks with the run's own micro-step (:func:`packtrain.trainer.step.forward_loss`
+    on ``path``); ``model`` is the PeftModel (for switching checkpointing on)."""
     from packtrain.trainer.data import collate
 
     model.train()  # as in training: transformers checkpoints layers only in train mode
@@ -134,7 +133,7 @@ def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dat
     rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all())
 
     def step(micro: int) -> None:
-        loss = loss_fn(forward_model, collate(blocks[:micro]))
+        loss = forward_loss(forward_model, collate(blocks[:micro]), path)
         loss.backward()
         del loss
         for p in params:
@@ -143,9 +142,9 @@ def auto_micro_batch(model: torch.nn.Module, forward_model: torch.nn.Module, dat
     def enable_checkpointing() -> None:
         set_checkpointing(model, True)
 
-    total = torch.cuda.get_device_properties(device).total_memory
+    total = torch.cuda.get_device_properties(path.device).total_memory
     try:
-        chosen, trials = search(step, per_device, total, checkpointing, enable_checkpointing, device)
+        chosen, trials = search(step, per_device, total, checkpointing, enable_checkpointing, path.device)
     finally:  # a trial that ran out of memory may have left partial gradients: none survive
         for p in params:
             p.grad = None
@@ -177,8 +176,6 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
     """``per_device_train_batch_size: auto``: measured on CUDA (trainer/microbatch.py; under torchrun
     every rank measures, rank 0's choice is taken by all); on CPU, where there is no device memory to
     measure, the largest divisor of the per-device batch up to 8 (said in the log)."""
-    from packtrain.trainer.loss import packed_loss_sum
-
     per_device = train.global_batch_size // world.world_size  # a multiple: check_batch_shape
     if device.type != "cuda":
         micro = max(d for d in divisors(per_device) if d <= 8)
@@ -186,16 +183,11 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
                             f"micro-batch auto on {device.type}: {micro} block(s) x {per_device // micro} "
                             "accumulation (no device memory to measure: the largest divisor up to 8)")
     else:
-        def loss_fn(forward_model, batch):
-            input_ids, position_ids, labels, attention_kwargs = to_device(batch, device, attention)
-            with precision.autocast(device):
-                return packed_loss_sum(forward_model, input_ids, position_ids, labels, chunked=train.chunked_loss,
-                                       fused=fused, attention=attention_kwargs)
-
+        path = LossPath(device, precision, attention, fused, train.chunked_loss)
         forward_model = torch.compile(model) if train.torch_compile else model
         try:
-            measured = auto_micro_batch(model, forward_model, train_set, per_device, loss_fn,
-                                        trainable_parameters(model), train.gradient_checkpointing, device)
+            measured = auto_micro_batch(model, forward_model, train_set, per_device, path,
+                                        trainable_parameters(model), train.gradient_checkpointing)
         except MicroBatchError as e:
             measured = e  # raised below on every rank if rank 0 failed; never a rank left waiting
 

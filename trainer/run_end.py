@@ -1,6 +1,6 @@
 """The end of a run, after the last step: the final artifacts (``adapter/``, optional ``merged/``,
 ``summary.json`` last: it marks the run finished), each written into a temporary directory and renamed
-into place; the base model's and the adapter's answers and the task eval (trainer/task_eval.py); the
+into place; the base model's and the adapter's answers and the task eval (trainer/eval/task_eval.py); the
 plots (trainer/plots.py). Only rank 0 writes; the other ranks wait for it.
 """
 
@@ -12,34 +12,33 @@ import os
 import shutil
 from pathlib import Path
 
-from packtrain.core.config import ExpertConfig
-from packtrain.core.config_train import TrainConfig
 from packtrain.core.diskfull import DiskFullError, write_text_atomic
 from packtrain.core.rundir import MERGED_DIR, RUN_DISK_FULL_FIX
 from packtrain.trainer.adapters import check_finite_weights, export_merged, save_adapter
-from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, RunInfo, TrainState, check_not_finished, written_or_removed
-from packtrain.trainer.distributed import World, barrier, full_trainable_state
+from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, check_not_finished, written_or_removed
+from packtrain.trainer.context import TrainContext
+from packtrain.trainer.distributed import barrier, full_trainable_state
 from packtrain.trainer.metrics import summarize
 from packtrain.core.plotting import PlotError
 from packtrain.trainer.plots import write_run_plots
-from packtrain.trainer.task_eval import end_of_run
+from packtrain.trainer.eval.task_eval import end_of_run
 
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
 
 
-def finish_run(config: ExpertConfig, train: TrainConfig, model, *, fsdp: bool, world: World, run_dir: Path,
-               build_dir: Path, manifest, state: TrainState, info: RunInfo, tok_dir: Path, device, precision,
-               records: list, evals: list, wall: float, start_tokens: int) -> Path:
+def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start_tokens: int) -> Path:
     """Write the run's final artifacts and end-of-run answers (rank 0; every rank takes part in
-    gathering an FSDP adapter); ``train``: the run's train section as resolved (auto decided); returns
-    the run directory."""
-    adapter_state = full_trainable_state(model) if fsdp else None  # a collective: every rank
+    gathering an FSDP adapter); ``records``, ``evals``: what the loop logged; ``wall``: its seconds;
+    ``start_tokens``: the tokens trained before it (a resumed run's); returns the run directory."""
+    config, train, model, world, state = ctx.config, ctx.train, ctx.model, ctx.world, ctx.state
+    run_dir = ctx.run.run_dir
+    adapter_state = full_trainable_state(model) if ctx.fsdp else None  # a collective: every rank
     if not world.is_main:
         barrier(world)  # until rank 0 has written the adapter and summary
         return run_dir
     check_not_finished(run_dir, "write its adapter/ and summary.json")
     summary = summarize(records, evals, {
-        "run_dir": str(run_dir), "build_id": manifest.build_id, "steps": state.step, "epoch": state.epoch,
+        "run_dir": str(run_dir), "build_id": ctx.manifest.build_id, "steps": state.step, "epoch": state.epoch,
         "tokens": state.tokens, "sup_tokens": state.sup_tokens, "wall_s": wall,
         "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
         "adapter": str(run_dir / ADAPTER_DIR),
@@ -47,16 +46,17 @@ def finish_run(config: ExpertConfig, train: TrainConfig, model, *, fsdp: bool, w
     # the final artifacts are written into temporary directories and renamed into place, summary.json last;
     # weights that are not finite are refused before anything is written (naming where they would go)
     check_finite_weights(model, run_dir / ADAPTER_DIR, adapter_state)
-    write_final(run_dir, ADAPTER_DIR, lambda d: save_adapter(model, d, info.config, tok_dir, state_dict=adapter_state))
+    write_final(run_dir, ADAPTER_DIR, lambda d: save_adapter(model, d, ctx.run.config, ctx.tok_dir,
+                                                             state_dict=adapter_state))
     # the adapter is saved; its answers next, before a merge folds it into the base model
     if world.enabled:  # generation runs in one process: evaluate the saved adapter afterwards
         log.info("sample answers and task eval: run `packtrain eval %s --run %s`", config.expert, run_dir)
     else:
-        task = end_of_run(model, train, config.expert, build_dir, manifest, tok_dir, device, precision, run_dir)
+        task = end_of_run(ctx)
         if task is not None:
             summary["task_eval"] = {"base": task["base"], "adapter": task["adapter"], "examples": task["examples"]}
     if train.merge_adapter:
-        write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, info.config, tok_dir))
+        write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, ctx.run.config, ctx.tok_dir))
     write_final(run_dir, SUMMARY, lambda d: (d / SUMMARY).write_text(json_text(summary)))
     log.info("done: %s", json.dumps(summary))
     if "eval/loss_before" in summary:

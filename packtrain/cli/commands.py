@@ -177,8 +177,8 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
     from packtrain.core.rundir import find_run
 
     run_path = find_run(expert, run_dir, runs_dir)
-    from packtrain.trainer.eval_run import evaluate_run  # torch, transformers, peft: once a run was found
-    from packtrain.trainer.task_eval import TaskEvalError
+    from packtrain.trainer.eval.eval_run import evaluate_run  # torch, transformers, peft: once a run was found
+    from packtrain.trainer.eval.task_eval import TaskEvalError
     from packtrain.trainer.train import EXPECTED_ERRORS
 
     try:

@@ -166,7 +166,7 @@ class TrainConfig:
     first ones, the same every time); unset: the whole validation split. Lower it when evaluation is slow."""
     task_eval: bool | Literal["auto"] = "auto"
     """At the end of the run, generate answers to the validation prompts with the base model and
-    with the adapter and score them (trainer/task_eval.py: ``eval.json``, ``eval.jsonl`` in the run
+    with the adapter and score them (trainer/eval/task_eval.py: ``eval.json``, ``eval.jsonl`` in the run
     directory; the same as ``packtrain eval``). ``auto``: on CUDA, off on CPU (where it is slow)."""
     task_eval_max_examples: int | Literal["auto"] = num("auto", "[1, 1000000000]", "or auto")
     """At most this many validation prompts are evaluated; ``auto``: 200 on CUDA, 16 on CPU."""

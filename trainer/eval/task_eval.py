@@ -12,7 +12,7 @@ A document piece that starts supervised (the tail of a split overlong document) 
 skipped. Both are decoded with the build's tokenizer (the model's: train.py checked they match).
 
 For each example the base model (adapter disabled) and the adapter answer greedily
-(trainer/generate.py); the metrics are trainer/task_metrics.py's. Written into the run directory:
+(trainer/eval/generate.py); the metrics are trainer/eval/task_metrics.py's. Written into the run directory:
 ``eval.jsonl`` (one line per example: prompt, reference, base and adapter answers and scores) and
 ``eval.json`` (the summary: metric means for the base model and the adapter, counts, settings).
 """
@@ -24,6 +24,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,9 +32,12 @@ from packtrain.core.config_train import CPU_SAMPLE_MAX_NEW_TOKENS
 from packtrain.core.contract import Manifest
 from packtrain.core.diskfull import written
 from packtrain.core.shardfile import open_shard
-from packtrain.trainer.generate import generate
+from packtrain.trainer.eval.generate import Greedy, generate
 from packtrain.trainer.model import Precision
-from packtrain.trainer.task_metrics import aggregate, metric_for, score
+from packtrain.trainer.eval.task_metrics import aggregate, metric_for, score
+
+if TYPE_CHECKING:  # the training run's context; `packtrain eval` does without it (eval_run.py)
+    from packtrain.trainer.context import TrainContext
 
 log = logging.getLogger("packtrain.train")
 
@@ -116,10 +120,9 @@ class Answers:
     def answer(self, examples: list[Example], adapter: bool, max_new_tokens: int | None = None,
                what: str = "task eval") -> list[str]:
         """The answers decoded; the console shows ``what`` and the model while they generate."""
-        generated = generate(self.model, [e.prompt_ids for e in examples],
-                             max_new_tokens=max_new_tokens or self.max_new_tokens,
-                             batch_size=self.batch_size, eos_id=self.eos_id, pad_id=self.pad_id, device=self.device,
-                             precision=self.precision, adapter=adapter,
+        greedy = Greedy(max_new_tokens or self.max_new_tokens, self.batch_size, self.eos_id, self.pad_id, self.device,
+                        self.precision)
+        generated = generate(self.model, [e.prompt_ids for e in examples], greedy, adapter=adapter,
                              progress=f"{what}, {'adapter' if adapter else 'base model'}")
         return [self.decode(ids) for ids in generated]
 
@@ -223,21 +226,21 @@ def sample_max_new_tokens(configured: int | str, max_new_tokens: int, longest_re
     return bound if device_type == "cuda" else min(bound, CPU_SAMPLE_MAX_NEW_TOKENS)
 
 
-def end_of_run(model, train, expert: str, build_dir: Path, manifest: Manifest, tokenizer_dir: Path,
-               device: torch.device, precision: Precision, run_dir: Path) -> dict | None:
+def end_of_run(ctx: TrainContext) -> dict | None:
     """What every run ends with: the base model's and the adapter's answers to
     ``train.sample_prompts`` validation prompts in the log, then (``train.task_eval``; auto: on
     CUDA) the task evaluation of ``train.task_eval_max_examples`` prompts; returns its summary."""
+    train, expert, manifest, device, run_dir = ctx.train, ctx.config.expert, ctx.manifest, ctx.device, ctx.run.run_dir
     enabled = train.task_eval if isinstance(train.task_eval, bool) else device.type == "cuda"
     limit = max(train.sample_prompts, example_limit(train.task_eval_max_examples, device) if enabled else 0)
     if limit == 0:
         return None
-    examples = val_examples(build_dir, manifest, limit)
+    examples = val_examples(ctx.build_dir, manifest, limit)
     if not examples:
         log.info("no validation prompts in build %s (val documents with a prompt before the answer): no sample "
                  "answers, no task eval", manifest.build_id)
         return None
-    answers = Answers(model, tokenizer_dir, manifest, device, precision, train.max_new_tokens,
+    answers = Answers(ctx.model, ctx.tok_dir, manifest, device, ctx.precision, train.max_new_tokens,
                       train.per_device_eval_batch_size)
     if train.sample_prompts:
         shown = examples[:train.sample_prompts]

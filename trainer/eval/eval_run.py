@@ -3,7 +3,7 @@
 The run directory says everything needed: ``config.json`` (model, LoRA, generation settings),
 ``run.json`` (the build it trained on) and ``adapter/``. The base model is loaded as the run
 loaded it (the same seed for a random-init demo model), the adapter on top (PEFT), and
-:func:`packtrain.trainer.task_eval.task_eval` writes ``eval.json`` and ``eval.jsonl`` beside them.
+:func:`packtrain.trainer.eval.task_eval.task_eval` writes ``eval.json`` and ``eval.jsonl`` beside them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from packtrain.core.inputs import one_line, read_json
 from packtrain.trainer.adapters import ADAPTER_WEIGHTS
 from packtrain.trainer.checkpoint import ADAPTER_DIR
 from packtrain.trainer.model import choose_precision, load_base_model, model_source, tokenizer_dir
-from packtrain.trainer.task_eval import (Answers, TaskEvalError, EVAL_SUMMARY, check_not_evaluated, example_limit,
+from packtrain.trainer.eval.task_eval import (Answers, TaskEvalError, EVAL_SUMMARY, check_not_evaluated, example_limit,
                                          format_samples, format_summary, task_eval, val_examples)
 from packtrain.trainer.run_checks import check_tokenizer
 from packtrain.trainer.runlog import ensure_log_handler

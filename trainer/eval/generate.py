@@ -12,6 +12,7 @@ generates with SDPA (packtrain.trainer.attention.reference_attention_for_generat
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -21,10 +22,22 @@ from packtrain.trainer.model import Precision, causal_lm
 from packtrain.trainer.progress import Progress
 
 
+@dataclass(frozen=True)
+class Greedy:
+    """How to generate: at most ``max_new_tokens`` per prompt, ``batch_size`` prompts at a time, stopping
+    a row at ``eos_id``, padding with ``pad_id``, on ``device`` in ``precision``."""
+
+    max_new_tokens: int
+    batch_size: int
+    eos_id: int
+    pad_id: int
+    device: torch.device
+    precision: Precision
+
+
 @torch.no_grad()
-def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, batch_size: int,
-             eos_id: int, pad_id: int, device: torch.device, precision: Precision,
-             adapter: bool = True, progress: str | None = None) -> list[list[int]]:
+def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], how: Greedy, adapter: bool = True,
+             progress: str | None = None) -> list[list[int]]:
     """The greedy continuation of every prompt (token ids, up to and without the eos), in order.
 
     ``adapter=False`` generates with the PEFT adapter disabled (the base model's answers). ``progress``:
@@ -38,15 +51,15 @@ def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], *, max_ne
     shown = Progress(progress or "generate", len(prompts), ("prompt", "prompts"), show=progress is not None)
     try:
         with off, reference_attention_for_generation(causal_lm(model)):
-            for start in range(0, len(order), batch_size):
-                chunk = order[start:start + batch_size]
-                ids, mask = left_pad([prompts[i] for i in chunk], pad_id)
-                with precision.autocast(device):
-                    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                         max_new_tokens=max_new_tokens, do_sample=False, use_cache=True,
-                                         eos_token_id=eos_id, pad_token_id=pad_id)
+            for start in range(0, len(order), how.batch_size):
+                chunk = order[start:start + how.batch_size]
+                ids, mask = left_pad([prompts[i] for i in chunk], how.pad_id)
+                with how.precision.autocast(how.device):
+                    out = model.generate(input_ids=ids.to(how.device), attention_mask=mask.to(how.device),
+                                         max_new_tokens=how.max_new_tokens, do_sample=False, use_cache=True,
+                                         eos_token_id=how.eos_id, pad_token_id=how.pad_id)
                 for i, row in zip(chunk, out[:, ids.shape[1]:].tolist()):
-                    by_index[i] = until_eos(row, eos_id)
+                    by_index[i] = until_eos(row, how.eos_id)
                 shown.update(len(chunk))
     finally:
         shown.close()

@@ -1,0 +1,32 @@
+"""Validation: token-weighted loss and perplexity over the build's val blocks."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils.data import DataLoader
+
+from packtrain.trainer.progress import Progress
+from packtrain.trainer.step import LossPath, forward_loss
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader: DataLoader, path: LossPath, progress: str | None = None) -> dict:
+    """``{"eval/loss", "eval/ppl", "eval/tokens"}``: the mean loss over every supervised val token,
+    computed by the training's micro-step (:func:`packtrain.trainer.step.forward_loss`; ``path.chunked``
+    as ``train.chunked_loss``: the same number either way). ``progress``: what the console calls this
+    evaluation while it runs (trainer/progress.py); None: nothing shown."""
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), device=path.device)
+    tokens = 0
+    shown = Progress(progress or "eval", len(loader), ("batch", "batches"), show=progress is not None)
+    for batch in loader:  # the loader holds exactly the blocks to evaluate (train.max_eval_batches: train.py)
+        loss_sum += forward_loss(model, batch, path)
+        tokens += int(batch["n_sup"].sum())
+        shown.update()
+    shown.close()
+    model.train(was_training)
+    loss = loss_sum.item() / max(tokens, 1)
+    return {"eval/loss": loss, "eval/ppl": math.exp(min(loss, 80.0)), "eval/tokens": tokens}
