@@ -16,6 +16,7 @@ import click
 
 from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.options import DocumentCount, cache_dir_option, expert_options, resolve
+from packtrain.cli.talk import chat, generate
 from packtrain.cli.prepare import TrainFailed, check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import apply_cli_overrides
@@ -349,6 +350,10 @@ def status(experts, configs_dir, cache_dir, as_json):
 
     rows = [row for e in (experts or list_experts(configs_dir)) for row in expert_status(e, configs_dir, cache_dir)]
     click.echo("\n".join(json.dumps(r) for r in rows) if as_json else format_status(rows))
+
+
+main.add_command(generate)
+main.add_command(chat)
 
 
 def run() -> None:

@@ -11,16 +11,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
+from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import MANIFEST, Manifest
 from packtrain.core.inputs import one_line, read_json
 from packtrain.trainer.adapters import ADAPTER_WEIGHTS
 from packtrain.trainer.checkpoint import ADAPTER_DIR
-from packtrain.trainer.model import choose_precision, load_base_model, model_source, tokenizer_dir
+from packtrain.trainer.model import Precision, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.eval.task_eval import (Answers, TaskEvalError, EVAL_SUMMARY, check_not_evaluated, example_limit,
                                          format_samples, format_summary, task_eval, val_examples)
 from packtrain.trainer.run_checks import check_tokenizer
@@ -76,30 +79,54 @@ def evaluate_run(run_dir: Path, max_examples: int | None = None, samples: int = 
         return _evaluate_run(run_dir, max_examples, samples, expert)
 
 
-def _evaluate_run(run_dir: Path, max_examples: int | None, samples: int, expert: str | None) -> dict:
+@dataclass
+class OpenRun:
+    """A finished run loaded for generation: its config, build manifest, tokenizer directory, device,
+    precision, and the base model with the run's adapter on top."""
+
+    config: ExpertConfig
+    build_dir: Path
+    manifest: Manifest
+    tokenizer_dir: Path
+    device: torch.device
+    precision: Precision
+    model: torch.nn.Module
+    threads: str  # the torch thread line for the log
+
+
+def open_run(run_dir: Path, expert: str | None, check: Callable[[Path], None] | None = None) -> OpenRun:
+    """Load ``run_dir`` (a run of ``expert`` when given); ``check`` runs on the run directory before the
+    model loads (``packtrain eval`` refuses a run it evaluated already)."""
     fix = "not a packtrain run directory, or damaged: name another with --run"
     config = config_from_dict(read_json(run_dir / "config.json", fix, "a run config"), str(run_dir / "config.json"))
     info = read_json(run_dir / "run.json", fix, "a run record")
     if expert is not None:
         check_run_expert(run_dir, config.expert, expert)
-    check_not_evaluated(run_dir)
+    if check is not None:
+        check(run_dir)
     build_dir = build_of_run(run_dir, info, config.expert)
     manifest = Manifest.load(build_dir)
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
     check_tokenizer(manifest, tok_dir, config.model.name)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train = dataclasses.replace(config.train, task_eval_max_examples=max_examples or config.train.task_eval_max_examples)
-    precision = choose_precision(train, device)
-    threads = set_torch_threads(train.cpu_threads)
-    model = load_base_model(config.model, source, precision, train.seed, config.lora.method == "qlora", device)
+    precision = choose_precision(config.train, device)
+    threads = set_torch_threads(config.train.cpu_threads)
+    model = load_base_model(config.model, source, precision, config.train.seed, config.lora.method == "qlora", device)
     model = load_adapter(model, run_dir / ADAPTER_DIR)
+    return OpenRun(config, build_dir, manifest, tok_dir, device, precision, model, threads)
+
+
+def _evaluate_run(run_dir: Path, max_examples: int | None, samples: int, expert: str | None) -> dict:
+    run = open_run(run_dir, expert, check_not_evaluated)
+    config, build_dir, manifest, device = run.config, run.build_dir, run.manifest, run.device
+    train = dataclasses.replace(config.train, task_eval_max_examples=max_examples or config.train.task_eval_max_examples)
     examples = val_examples(build_dir, manifest, example_limit(train.task_eval_max_examples, device))
-    answers = Answers(model, tok_dir, manifest, device, precision, train.max_new_tokens,
+    answers = Answers(run.model, run.tokenizer_dir, manifest, device, run.precision, train.max_new_tokens,
                       train.per_device_eval_batch_size)
     log.info("task eval of %s: %d validation prompts of build %s on %s", run_dir, len(examples), manifest.build_id,
              device)
-    log.info("%s", threads)
+    log.info("%s", run.threads)
     summary = task_eval(answers, examples, config.expert, train.task_metric, run_dir)
     rows = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()[:samples]]
     if rows:

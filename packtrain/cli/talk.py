@@ -1,0 +1,167 @@
+"""``packtrain generate`` and ``packtrain chat``: talk to a finished run's adapter (or its base model).
+
+The prompt is made by the run's own format (its config.json: template, chat template and system
+prompt), so the model is prompted with what it trained on; a prompt the format cannot make (a
+missing ``--field``) fails before torch is imported. ``chat`` keeps the conversation's history for
+experts trained on conversations (``format.messages``); the other experts answer each line alone.
+On a terminal ``chat`` is an interactive loop (``you>``); otherwise it answers one line of stdin at a
+time, one answer per line.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from packtrain.cli.prepare import TrainFailed
+
+
+def talk_options(function):
+    """The options ``generate`` and ``chat`` share: which run, base or adapter, how to generate."""
+    options = [
+        click.option("--run", "run_dir", default=None,
+                     help="The run to use (default: EXPERT's newest finished run under --runs-dir)."),
+        click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
+                     help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/."),
+        click.option("--base", is_flag=True, help="Answer with the base model (the adapter disabled)."),
+        click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True),
+        click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                     help="0: greedy; above 0: sampled."),
+        click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True, help="For sampling."),
+        click.option("--field", "fields", multiple=True, metavar="NAME=VALUE",
+                     help="A field of the expert's prompt template (repeatable); the text fills the one left."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+@dataclass
+class Prompter:
+    """Prompt texts for a run, by its own format (no torch)."""
+
+    run_path: Path
+    expert_config: object
+    tokenizer: object  # packtrain.pipeline.encode.tokenizer_info.TokenizerInfo
+    fields: dict
+
+    @classmethod
+    def of(cls, expert: str, run_dir: str | None, runs_dir: str, fields: tuple[str, ...]) -> "Prompter":
+        from packtrain.cli.prepare import ensure_converted
+        from packtrain.core.configfile import config_from_dict
+        from packtrain.core.inputs import read_json
+        from packtrain.core.resolve import resolve_tokenizer_dir
+        from packtrain.core.rundir import RunError, find_run
+        from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
+
+        run_path = find_run(expert, run_dir, runs_dir)
+        config_file = run_path / "config.json"
+        config = config_from_dict(read_json(config_file, "not a packtrain run directory, or damaged: name another "
+                                            "with --run", "a run config"), str(config_file))
+        if config.expert != expert and not config.expert.startswith(f"{expert}."):
+            raise RunError(f"--run {run_path} is a run of expert {config.expert!r}, not {expert!r}: name a run of "
+                           f"{expert} with --run, or ask {config.expert} instead")
+        ensure_converted(config)
+        return cls(run_path, config, load_tokenizer_info(resolve_tokenizer_dir(config.model)), parse_fields(fields))
+
+    @property
+    def remembers(self) -> bool:
+        from packtrain.pipeline.generation_prompt import is_conversation
+
+        return is_conversation(self.expert_config.format)
+
+    def prompt(self, turns: list[dict]):
+        from packtrain.pipeline.generation_prompt import PromptError, generation_prompt
+
+        tok = self.tokenizer
+        try:
+            return generation_prompt(self.expert_config.format, turns, self.fields, tok.chat_template, tok.bos_token,
+                                     tok.eos_token, tok.prefix_ids)
+        except PromptError as e:
+            raise click.UsageError(str(e)) from None
+
+
+def parse_fields(fields: tuple[str, ...]) -> dict[str, str]:
+    """``("context=CREATE TABLE t (a INT)",)`` as ``{"context": "CREATE TABLE t (a INT)"}``."""
+    parsed = {}
+    for item in fields:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.UsageError(f"--field {item!r}: write NAME=VALUE, e.g. --field context='CREATE TABLE ...'")
+        parsed[name] = value
+    return parsed
+
+
+def open_talker(prompter: Prompter, base: bool, max_new_tokens: int, temperature: float, top_p: float, seed: int):
+    """The run loaded (torch, transformers, peft imported here), ready to answer."""
+    from packtrain.trainer.eval.eval_run import open_run
+    from packtrain.trainer.eval.talk import Sampling, Talker
+    from packtrain.trainer.eval.task_eval import TaskEvalError
+    from packtrain.trainer.runlog import ensure_log_handler
+    from packtrain.trainer.train import EXPECTED_ERRORS
+
+    ensure_log_handler()
+    click.echo(f"{prompter.run_path}: loading {'the base model' if base else 'the adapter'} ...", err=True)
+    try:
+        run = open_run(prompter.run_path, None)
+    except (*EXPECTED_ERRORS, TaskEvalError) as e:
+        raise TrainFailed(str(e)) from None
+    return Talker(run, Sampling(max_new_tokens, temperature, top_p, seed), base=base)
+
+
+def answer(talker, prompter: Prompter, turns: list[dict]) -> str:
+    """Stream the answer to ``turns`` to stdout, then a newline; returns it."""
+    made = prompter.prompt(turns)
+
+    def show(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    reply = talker.reply(made.text, made.prefix_ids, on_text=show)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return reply
+
+
+@click.command()
+@click.argument("expert")
+@click.argument("prompt")
+@talk_options
+def generate(expert, prompt, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields):
+    """Answer PROMPT with EXPERT's trained adapter (its newest finished run, or --run), streamed to stdout."""
+    prompter = Prompter.of(expert, run_dir, runs_dir, fields)
+    prompter.prompt([{"role": "user", "content": prompt}])  # a prompt the format cannot make fails before torch
+    talker = open_talker(prompter, base, max_new_tokens, temperature, top_p, seed)
+    answer(talker, prompter, [{"role": "user", "content": prompt}])
+
+
+@click.command()
+@click.argument("expert")
+@talk_options
+def chat(expert, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields):
+    """Talk to EXPERT's trained adapter: a loop on a terminal (Ctrl-D or an empty line ends it), one
+    answer per line of stdin otherwise. Experts trained on conversations remember the chat."""
+    prompter = Prompter.of(expert, run_dir, runs_dir, fields)
+    talker = open_talker(prompter, base, max_new_tokens, temperature, top_p, seed)
+    interactive = sys.stdin.isatty()
+    turns: list[dict] = []
+    while True:
+        if interactive:
+            line = click.prompt("you", default="", show_default=False, prompt_suffix="> ")
+        else:
+            line = sys.stdin.readline()
+            if not line:
+                break
+        line = line.rstrip("\n")
+        if not line.strip():
+            if interactive:
+                break
+            continue
+        history = turns if prompter.remembers else []
+        asked = [*history, {"role": "user", "content": line}]
+        reply = answer(talker, prompter, asked)
+        turns = [*asked, {"role": "assistant", "content": reply}]

@@ -1,0 +1,152 @@
+"""``packtrain generate`` and ``packtrain chat``: the prompt is what the run trained on, token for token,
+and the adapter answers.
+
+- The prompt made from a row's fields (pipeline/generation_prompt.py, tokenized by
+  trainer/eval/talk.py) equals the prompt ids the build wrote for that row, for every validation
+  document of the bundled sql sample, on each real tokenizer, in template and chat style.
+- A tiny adapter that memorized four documents answers their prompts with their answers through the
+  command line (``generate``, and ``chat`` one answer per stdin line); ``--base`` does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from packtrain.core.config_build import FormatConfig
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import Manifest
+from packtrain.pipeline.build import build
+from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
+from packtrain.pipeline.generation_prompt import PromptError, generation_prompt, template_values
+from packtrain.trainer.eval.talk import TextStream, prompt_ids
+from packtrain.trainer.eval.task_eval import val_examples
+from real_tokenizers import CHATML, REAL_TOKENIZERS
+
+ROOT = Path(__file__).resolve().parents[1]
+SQL_PROMPT = "### Schema\n{context}\n\n### Question\n{question}\n\n### SQL\n"
+
+
+def test_the_text_fills_the_field_left():
+    fmt = FormatConfig(prompt=SQL_PROMPT)
+    assert template_values(fmt, "How many?", {"context": "CREATE TABLE t (a INT)"}) == {
+        "context": "CREATE TABLE t (a INT)", "question": "How many?"}
+    assert template_values(FormatConfig(), "hello", {}) == {"prompt": "hello"}
+    with pytest.raises(PromptError, match=r"needs \{context\}, \{question\}: give all but one with --field"):
+        template_values(fmt, "How many?", {})
+    with pytest.raises(PromptError, match=r"--field table: format.prompt has no \{table\} \(its fields: context, "):
+        template_values(fmt, "How many?", {"table": "t"})
+    with pytest.raises(PromptError, match="the text has no field to fill"):
+        template_values(fmt, "How many?", {"context": "c", "question": "q"})
+
+
+def test_prompts_by_style():
+    template = generation_prompt(FormatConfig(prompt=SQL_PROMPT), [{"role": "user", "content": "How many?"}],
+                                 {"context": "CREATE TABLE t (a INT)"}, None, None, "<eos>", (2,))
+    assert (template.text, template.prefix_ids) == (
+        "### Schema\nCREATE TABLE t (a INT)\n\n### Question\nHow many?\n\n### SQL\n", (2,))
+    chat = generation_prompt(FormatConfig(style="chat", prompt="Q: {question}", system="Be brief."),
+                             [{"role": "user", "content": "How many?"}], {}, CHATML, None, "<|im_end|>", (2,))
+    assert (chat.text, chat.prefix_ids) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nQ: How many?<|im_end|>\n<|im_start|>assistant\n", ())
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+             {"role": "user", "content": "and now?"}]
+    conversation = generation_prompt(FormatConfig(style="chat", messages="messages"), turns, {}, CHATML, None,
+                                     "<|im_end|>", ())
+    assert conversation.text == ("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+                                 "<|im_start|>user\nand now?<|im_end|>\n<|im_start|>assistant\n")
+    with pytest.raises(PromptError, match="no chat_template"):
+        generation_prompt(FormatConfig(style="chat", messages="messages"), turns, {}, None, None, None, ())
+
+
+@pytest.mark.parametrize("style", ["template", "chat"])
+@pytest.mark.parametrize("name", REAL_TOKENIZERS)
+def test_the_prompt_is_the_one_the_build_wrote_for_every_validation_row(real_tokenizer, tmp_path, name, style):
+    directory = real_tokenizer(name)
+    config = load_config("sql", ROOT / "configs", {"model.name": str(directory), "build.num_proc": 1,
+                                                   "format.style": style})
+    result = build(config, tmp_path / "cache", log=lambda *_: None, progress=False)
+    manifest = Manifest.load(result.path)
+    examples = val_examples(result.path, manifest, 10 ** 6)
+    info = load_tokenizer_info(directory)
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    rows = [json.loads(line) for line in (ROOT / "pipeline/assets/samples/sql.jsonl").read_text().splitlines()]
+    by_prompt = {(row["context"], row["question"]): row for row in rows}  # a question can come with two schemas
+    assert len(examples) >= 40  # the validation documents the build holds whole
+    for example in examples:
+        text = tokenizer.decode(example.prompt_ids, skip_special_tokens=False)
+        schema, rest = text.split("### Schema\n", 1)[1].split("\n\n### Question\n", 1)
+        question = rest.split("\n\n### SQL\n", 1)[0]
+        row = by_prompt[schema, question]
+        made = generation_prompt(config.format, [{"role": "user", "content": row["question"]}],
+                                 {"context": row["context"]}, info.chat_template, info.bos_token, info.eos_token,
+                                 info.prefix_ids)
+        assert prompt_ids(tokenizer, made.text, made.prefix_ids) == example.prompt_ids, question
+
+
+def test_the_stream_shows_each_piece_once_and_stops_at_the_eos():
+    shown = []
+    words = {5: "a", 6: "é", 7: "b"}
+    stream = TextStream(lambda ids: " ".join(words[i] for i in ids), eos_id=0, on_text=shown.append)
+    stream.put(__import__("torch").tensor([[9, 9, 9]]))  # the prompt: skipped
+    for token in (5, 6, 0, 7):
+        stream.put(__import__("torch").tensor([token]))
+    stream.end()
+    assert "".join(shown) == "a é" and shown == ["a", " é"]
+
+
+# --- the command line, on a tiny run that memorized its documents ----------------------------------
+
+@pytest.fixture(scope="module")
+def memorized(tmp_path_factory):
+    from test_task_eval import memorization_build
+    from trainer_fixtures import make_config, tiny_model_dir
+
+    from packtrain.trainer.train import run
+
+    root = tmp_path_factory.mktemp("talk")
+    model_dir = tiny_model_dir(root / "model")
+    docs = memorization_build(root / "cache", model_dir)
+    config = make_config(model_dir, root / "runs", expert="neo4j", max_steps=60, per_device_train_batch_size=8,
+                         learning_rate=1e-2, logging_steps=20, max_new_tokens=8, sample_prompts=0, plots=False)
+    run_dir = run(config, root / "cache")
+    words = lambda ids: " ".join(f"w{i}" for i in ids)  # noqa: E731  (the tiny word-level tokenizer's text)
+    return run_dir, [(words(ids[:4]), words(ids[4:9])) for ids, _ in docs]
+
+
+def packtrain(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", *args], capture_output=True, text=True, input=stdin,
+                          env={**os.environ, "PACKTRAIN_QUIET": "1"}, cwd=ROOT)
+
+
+def test_generate_and_chat_answer_with_the_adapter(memorized):
+    run_dir, pairs = memorized
+    (prompt, answer), (prompt2, answer2) = pairs[0], pairs[1]
+    done = packtrain("generate", "neo4j", prompt, "--run", str(run_dir), "--max-new-tokens", "8")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == answer + "\n"
+    base = packtrain("generate", "neo4j", prompt, "--run", str(run_dir), "--max-new-tokens", "8", "--base")
+    assert base.returncode == 0 and base.stdout.strip() != answer
+    chatted = packtrain("chat", "neo4j", "--run", str(run_dir), "--max-new-tokens", "8", stdin=f"{prompt}\n\n{prompt2}\n")
+    assert chatted.returncode == 0, chatted.stderr
+    assert chatted.stdout == f"{answer}\n{answer2}\n"
+    sampled = packtrain("generate", "neo4j", prompt, "--run", str(run_dir), "--max-new-tokens", "8",
+                        "--temperature", "1.5", "--seed", "3")
+    again = packtrain("generate", "neo4j", prompt, "--run", str(run_dir), "--max-new-tokens", "8",
+                      "--temperature", "1.5", "--seed", "3")
+    assert sampled.returncode == 0 and sampled.stdout == again.stdout  # seeded
+
+
+def test_a_prompt_the_format_cannot_make_fails_before_the_model_loads(memorized):
+    run_dir, _ = memorized
+    done = packtrain("generate", "neo4j", "w5", "--run", str(run_dir), "--field", "table=t")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: --field table: format.prompt has no {table} (its fields: prompt)")
+    wrong = packtrain("generate", "sql", "w5", "--run", str(run_dir))
+    assert wrong.returncode == 2 and "is a run of expert 'neo4j', not 'sql'" in wrong.stderr

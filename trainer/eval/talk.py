@@ -1,0 +1,106 @@
+"""Answers from a finished run, one prompt at a time, streamed as they generate (``packtrain generate``
+and ``packtrain chat``).
+
+The prompt text comes from the CLI, made by the run's own format (packtrain.pipeline.generation_prompt);
+here it is tokenized the way the build tokenizes (no special tokens added, the format's prefix ids
+first), so the model sees what it trained on. Greedy by default; ``temperature > 0`` samples (with
+``top_p``, seeded). ``base=True`` answers with the adapter disabled: the base model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from packtrain.trainer.attention import reference_attention_for_generation
+from packtrain.trainer.eval.eval_run import OpenRun
+from packtrain.trainer.eval.generate import until_eos
+from packtrain.trainer.model import causal_lm
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_new_tokens: int = 256
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int = 0
+
+
+def prompt_ids(tokenizer, text: str, prefix_ids: Sequence[int] = ()) -> list[int]:
+    """A prompt's token ids as the build makes a document's: the prefix ids, then the text's own ids
+    (no special tokens added: the chat template wrote them as text)."""
+    return [*prefix_ids, *tokenizer.encode(text, add_special_tokens=False).ids]
+
+
+class TextStream:
+    """A transformers streamer that hands ``on_text`` each new piece of decoded text (the prompt, which
+    ``generate`` puts first, skipped; a piece that ends inside a UTF-8 character waits for the rest)."""
+
+    def __init__(self, decode: Callable[[list[int]], str], eos_id: int, on_text: Callable[[str], None]):
+        self.decode, self.eos_id, self.on_text = decode, eos_id, on_text
+        self.ids: list[int] = []
+        self.shown = ""
+        self.prompt_seen = False
+        self.ended = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        for token in value.reshape(-1).tolist():
+            if self.ended or token == self.eos_id:
+                self.ended = True
+                return
+            self.ids.append(token)
+        text = self.decode(self.ids)
+        if text.endswith("\ufffd"):
+            return
+        if text.startswith(self.shown) and len(text) > len(self.shown):
+            self.on_text(text[len(self.shown):])
+            self.shown = text
+
+    def end(self) -> None:
+        text = self.decode(self.ids)
+        if text.startswith(self.shown) and len(text) > len(self.shown):
+            self.on_text(text[len(self.shown):])
+            self.shown = text
+
+
+class Talker:
+    """Replies of a loaded run (:func:`packtrain.trainer.eval.eval_run.open_run`) to prompt texts."""
+
+    def __init__(self, run: OpenRun, sampling: Sampling, base: bool = False):
+        from tokenizers import Tokenizer
+
+        self.run, self.sampling, self.base = run, sampling, base
+        self.tokenizer = Tokenizer.from_file(str(run.tokenizer_dir / "tokenizer.json"))
+        self.eos_id = run.manifest.eos_id
+        run.model.eval()
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def prompt_ids(self, text: str, prefix_ids: Sequence[int] = ()) -> list[int]:
+        return prompt_ids(self.tokenizer, text, prefix_ids)
+
+    @torch.no_grad()
+    def reply(self, text: str, prefix_ids: Sequence[int] = (), on_text: Callable[[str], None] | None = None) -> str:
+        """The answer to the prompt ``text`` (decoded, up to the eos), streamed to ``on_text`` as it grows."""
+        run, how = self.run, self.sampling
+        ids = torch.tensor([self.prompt_ids(text, prefix_ids)], device=run.device)
+        model = run.model
+        off = model.disable_adapter() if self.base and hasattr(model, "disable_adapter") else contextlib.nullcontext()
+        sampled = how.temperature > 0
+        options = dict(do_sample=True, temperature=how.temperature, top_p=how.top_p) if sampled else \
+            dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if sampled:
+            torch.manual_seed(how.seed)
+        stream = TextStream(self.decode, self.eos_id, on_text) if on_text is not None else None
+        with off, reference_attention_for_generation(causal_lm(model)), run.precision.autocast(run.device):
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=how.max_new_tokens,
+                                 use_cache=True, eos_token_id=self.eos_id, pad_token_id=run.manifest.pad_id,
+                                 streamer=stream, **options)
+        return self.decode(until_eos(out[0, ids.shape[1]:].tolist(), self.eos_id))
