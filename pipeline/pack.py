@@ -95,7 +95,7 @@ def pack_flat(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size:
         order, per_block = bfd_order(pieces[:, 2] - pieces[:, 1], block_size)
         return pieces[order], per_block, counts
     if strategy == "wrap":
-        blocks = pack_wrap(lengths, block_size)
+        blocks = pack_wrap(np.asarray(lengths, np.int64).reshape(-1).tolist(), block_size)  # Python ints: fast
         return (np.asarray([piece for block in blocks for piece in block], np.int64).reshape(-1, 3),
                 np.asarray([len(block) for block in blocks], np.int64), None)
     raise ValueError(f"strategy must be bfd or wrap, got {strategy!r}")

@@ -30,8 +30,9 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     documents = DocumentView(spills, selections)
     lengths = packed_lengths(spills, selections)
     prompt_lengths = concat([s.prompt_lengths[sel] for s, sel in zip(spills, selections)])
+    masks = documents.irregular_masks(lengths, prompt_lengths)
     pieces, per_block, counts = pack_flat(lengths, prompt_lengths, block_size, config.pack.strategy,
-                                          config.pack.overlong, masks=documents.irregular_masks(lengths, prompt_lengths))
+                                          config.pack.overlong, masks=masks)
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
     firsts = np.concatenate([[0], np.cumsum(per_block)])  # each block's first piece
     supervised = 0

@@ -129,8 +129,8 @@ class FastokensEncoder:
         have = single_bytes(spec)
         self.present = None if len(have) == 256 else have  # None: every byte has a token
         self.ascii = all(b in have for b in range(128))  # every ASCII text is encodable
-        self.placer = SpanPlacer(token_byte_lengths(spec) if lengths is None else lengths, nfc=spec.get("normalizer") == {"type": "NFC"},
-                                 trims=trims_offsets(spec))
+        lengths = token_byte_lengths(spec) if lengths is None else lengths
+        self.placer = SpanPlacer(lengths, nfc=spec.get("normalizer") == {"type": "NFC"}, trims=trims_offsets(spec))
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Every text's ids concatenated (uint32) and where each starts (``len(texts) + 1`` offsets)."""
