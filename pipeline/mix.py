@@ -76,7 +76,7 @@ def weighted(indices: np.ndarray, keys: Sequence[bytes], weight: float) -> np.nd
     whole = math.floor(weight)
     fraction = weight - whole
     extra = math.floor(fraction * len(indices) + 0.5)  # half up (Python's round() goes to even)
-    chosen = sorted(sorted(indices.tolist(), key=lambda i: keys[i])[:extra])
+    chosen = sorted(sorted(indices.tolist(), key=lambda i: keys[i])[:extra]) if extra else []  # no sort for none
     return np.concatenate([np.tile(indices, whole), np.asarray(chosen, dtype=np.int64)]).astype(np.int64)
 
 

@@ -37,6 +37,8 @@ A piece with no supervised token left teaches nothing and is dropped, and counte
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from heapq import heappop, heappush
+from itertools import islice
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -74,12 +76,35 @@ def pack(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int,
     >>> pack([3, 6, 4], [1, 2, 2], 8, "wrap")[0]
     [[(0, 0, 3), (1, 0, 5)], [(1, 5, 6), (2, 0, 4)]]
     """
+    pieces, per_block, counts = pack_flat(lengths, prompt_lengths, block_size, strategy, overlong, masks)
+    return unflatten(pieces, per_block), counts
+
+
+def pack_flat(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int, strategy: str = "bfd",
+              overlong: str = "split", masks: Mapping[int, np.ndarray] | None = None,
+              ) -> tuple[np.ndarray, np.ndarray, PieceCounts | None]:
+    """:func:`pack` as arrays, with no Python object per piece: every block's pieces one after the
+    other (``[pieces, 3]`` int64 rows ``(doc, start, stop)``) and the number of pieces in each block.
+
+    >>> pieces, per_block, _ = pack_flat([3, 6, 4], [1, 2, 2], 8, "bfd")
+    >>> pieces.tolist(), per_block.tolist()
+    ([[1, 0, 6], [2, 0, 4], [0, 0, 3]], [1, 2])
+    """
     if strategy == "bfd":
-        pieces, counts = plan_pieces(lengths, prompt_lengths, block_size, overlong, masks)
-        return pack_bfd(pieces, block_size), counts
+        pieces, counts = plan_piece_array(lengths, prompt_lengths, block_size, overlong, masks)
+        order, per_block = bfd_order(pieces[:, 2] - pieces[:, 1], block_size)
+        return pieces[order], per_block, counts
     if strategy == "wrap":
-        return pack_wrap(lengths, block_size), None
+        blocks = pack_wrap(np.asarray(lengths, np.int64).reshape(-1).tolist(), block_size)  # Python ints: fast
+        return (np.asarray([piece for block in blocks for piece in block], np.int64).reshape(-1, 3),
+                np.asarray([len(block) for block in blocks], np.int64), None)
     raise ValueError(f"strategy must be bfd or wrap, got {strategy!r}")
+
+
+def unflatten(pieces: np.ndarray, per_block: np.ndarray) -> list[list[Piece]]:
+    """:func:`pack_flat`'s arrays as :func:`pack`'s lists of blocks."""
+    every = iter(list(map(tuple, pieces.tolist())))
+    return [list(islice(every, n)) for n in per_block.tolist()]
 
 
 def plan_pieces(
@@ -102,6 +127,13 @@ def plan_pieces(
     >>> plan_pieces([12], [1], 4, "split", masks={0: turns})[0]
     [(0, 0, 4), (0, 8, 12)]
     """
+    pieces, counts = plan_piece_array(lengths, prompt_lengths, block_size, overlong, masks)
+    return list(map(tuple, pieces.tolist())), counts
+
+
+def plan_piece_array(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int, overlong: str = "split",
+                     masks: Mapping[int, np.ndarray] | None = None) -> tuple[np.ndarray, PieceCounts]:
+    """:func:`plan_pieces`' pieces as one ``[pieces, 3]`` int64 array (by document, then start)."""
     if overlong not in ("split", "truncate", "drop"):
         raise ValueError(f"overlong must be split, truncate or drop, got {overlong!r}")
     counts = PieceCounts(documents=len(lengths))
@@ -150,8 +182,7 @@ def plan_pieces(
     docs = np.flatnonzero(whole)
     everything = np.concatenate([np.stack([docs, np.zeros_like(docs), lengths_a[docs]], axis=1),
                                  np.asarray(pieces, np.int64).reshape(-1, 3)])
-    in_order = everything[np.lexsort((everything[:, 1], everything[:, 0]))]  # by document, then start
-    return list(map(tuple, in_order.tolist())), counts
+    return everything[np.lexsort((everything[:, 1], everything[:, 0]))], counts  # by document, then start
 
 
 def _example(counts: PieceCounts, kind: str, doc: int, keep: int = 20) -> None:
@@ -163,40 +194,56 @@ def _example(counts: PieceCounts, kind: str, doc: int, keep: int = 20) -> None:
 def pack_bfd(pieces: Sequence[Piece], block_size: int) -> list[list[Piece]]:
     """Best-fit decreasing: place pieces longest first, each into the block with the least free
     space that still holds it (a new block when none does). Ties keep input order, so the result
-    is deterministic. O(n log n) plus O(block_size) per new free-space value.
+    is deterministic (:func:`bfd_order` places them).
 
     >>> pack_bfd([(0, 0, 5), (1, 0, 3), (2, 0, 4), (3, 0, 2)], 8)
     [[(0, 0, 5), (1, 0, 3)], [(2, 0, 4), (3, 0, 2)]]
     """
-    sizes = [stop - start for _, start, stop in pieces]
-    if any(size > block_size or size <= 0 for size in sizes):
+    order, per_block = bfd_order(np.asarray([stop - start for _, start, stop in pieces], np.int64), block_size)
+    return unflatten(np.asarray(pieces, np.int64).reshape(-1, 3)[order], per_block)
+
+
+def bfd_order(sizes: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best-fit decreasing of pieces of ``sizes`` tokens: (the pieces' indices, block after block,
+    each block's in the order they were placed; the number of pieces in each block). Each piece,
+    longest first (ties in input order), goes into the block with the least free space that still
+    holds it, the oldest of those; a new block when none does. O(n log n) plus O(block_size) per
+    new free-space value.
+
+    >>> order, per_block = bfd_order(np.array([5, 3, 4, 2]), 8)
+    >>> order.tolist(), per_block.tolist()
+    ([0, 1, 2, 3], [2, 2])
+    """
+    if len(sizes) and (sizes.max() > block_size or sizes.min() <= 0):
         raise ValueError(f"every piece must have 1..{block_size} tokens; plan_pieces first")
-    order = np.argsort(-np.asarray(sizes, np.int64), kind="stable").tolist()  # longest first, ties in input order
-    blocks: list[list[Piece]] = []
+    order = np.argsort(-sizes, kind="stable")  # longest first, ties in input order
+    placed: list[int] = []  # the block of each piece, in placing order
     free_values: list[int] = []  # sorted free-space values that some open block has
-    blocks_by_free: dict[int, list[int]] = {}  # free space -> open blocks with exactly that much
-    for k in order:
-        size = sizes[k]
+    by_free: list[list[int] | None] = [None] * (block_size + 1)  # free space -> its open blocks (a heap)
+    blocks = 0
+    for size in sizes[order].tolist():
         i = bisect_left(free_values, size)
         if i < len(free_values):
             free = free_values[i]
-            bucket = blocks_by_free[free]
-            block = bucket.pop(0)  # the oldest such block: deterministic, fills early blocks first
+            bucket = by_free[free]
+            block = heappop(bucket)  # the oldest such block: deterministic, fills early blocks first
             if not bucket:
-                del blocks_by_free[free]
-                free_values.pop(i)
+                by_free[free] = None
+                del free_values[i]
         else:
-            block, free = len(blocks), block_size
-            blocks.append([])
-        blocks[block].append(pieces[k])
+            block, free = blocks, block_size
+            blocks += 1
+        placed.append(block)
         left = free - size
         if left > 0:
-            if left in blocks_by_free:
-                insort(blocks_by_free[left], block)
-            else:
-                blocks_by_free[left] = [block]
+            bucket = by_free[left]
+            if bucket is None:
+                by_free[left] = [block]
                 insort(free_values, left)
-    return blocks
+            else:
+                heappush(bucket, block)
+    placed_a = np.asarray(placed, np.int64)
+    return order[np.argsort(placed_a, kind="stable")], np.bincount(placed_a, minlength=blocks)
 
 
 def pack_wrap(lengths: Sequence[int], block_size: int) -> list[list[Piece]]:

@@ -11,6 +11,7 @@ Each finished shard is fsynced and hashed.
 from __future__ import annotations
 
 from bisect import bisect_right
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from packtrain.pipeline import report as reporting
 from packtrain.core.shardfile import ShardWriter
 from packtrain.core.faults import crash_point
-from packtrain.pipeline.pack import pack
+from packtrain.pipeline.pack import pack_flat
 from packtrain.pipeline.spill import SourceSpill, concat
 
 
@@ -29,21 +30,24 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     documents = DocumentView(spills, selections)
     lengths = packed_lengths(spills, selections)
     prompt_lengths = concat([s.prompt_lengths[sel] for s, sel in zip(spills, selections)])
-    blocks, counts = pack(lengths.tolist(), prompt_lengths.tolist(), block_size, config.pack.strategy,
-                          config.pack.overlong, masks=documents.irregular_masks(lengths, prompt_lengths))
+    masks = documents.irregular_masks(lengths, prompt_lengths)
+    pieces, per_block, counts = pack_flat(lengths, prompt_lengths, block_size, config.pack.strategy,
+                                          config.pack.overlong, masks=masks)
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
-    real = supervised = 0
-    for first in range(0, len(blocks), ASSEMBLE_BLOCKS):
-        ids, mask, doc_lens = assemble_blocks(blocks[first : first + ASSEMBLE_BLOCKS], documents, block_size,
-                                              pad_id, dtype)
+    firsts = np.concatenate([[0], np.cumsum(per_block)])  # each block's first piece
+    supervised = 0
+    for first in range(0, len(per_block), ASSEMBLE_BLOCKS):
+        last = min(first + ASSEMBLE_BLOCKS, len(per_block))
+        ids, mask, doc_lens = assemble_pieces(pieces[firsts[first] : firsts[last]], per_block[first:last], documents,
+                                              block_size, pad_id, dtype)
         writer.add_rows(ids, mask, doc_lens)
         crash_point("mid_shard")
-        real += sum(map(sum, doc_lens))
         supervised += int(mask.sum(dtype=np.int64))
     shards = writer.close()
-    totals = reporting.split_totals(lengths, prompt_lengths, len(blocks), real, supervised, block_size, counts)
+    real = int((pieces[:, 2] - pieces[:, 1]).sum())
+    totals = reporting.split_totals(lengths, prompt_lengths, len(per_block), real, supervised, block_size, counts)
     if config.pack.strategy == "bfd":  # wrap cuts at every block edge: `verify --tokens` joins those itself
-        totals["cut_pieces"] = cut_pieces(blocks, lengths)
+        totals["cut_pieces"] = cut_piece_list(pieces, per_block, lengths)
     return shards, totals
 
 
@@ -54,8 +58,21 @@ def cut_pieces(blocks: list[list[tuple[int, int, int]]], lengths: np.ndarray) ->
     >>> cut_pieces([[(0, 0, 4)], [(0, 4, 6), (1, 0, 2)], [(2, 0, 4)]], np.array([6, 2, 9]))
     [[0, 0], [1, 0], [2, 0]]
     """
-    return [[b, j] for b, block in enumerate(blocks) for j, (doc, start, stop) in enumerate(block)
-            if start > 0 or stop < lengths[doc]]
+    return cut_piece_list(*flatten(blocks), lengths)
+
+
+def cut_piece_list(pieces: np.ndarray, per_block: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
+    """:func:`cut_pieces` of blocks given as :func:`packtrain.pipeline.pack.pack_flat` gives them."""
+    block = np.repeat(np.arange(len(per_block)), per_block)
+    within = np.arange(len(pieces)) - (np.cumsum(per_block) - per_block)[block]
+    cut = (pieces[:, 1] > 0) | (pieces[:, 2] < np.asarray(lengths)[pieces[:, 0]])
+    return np.stack([block[cut], within[cut]], axis=1).tolist()
+
+
+def flatten(blocks: list[list[tuple[int, int, int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks of pieces as ``(pieces [n, 3], pieces per block)`` arrays (pack_flat's form)."""
+    return (np.asarray([piece for block in blocks for piece in block], np.int64).reshape(-1, 3),
+            np.asarray([len(block) for block in blocks], np.int64))
 
 
 def packed_lengths(spills: list[SourceSpill], selections: list[np.ndarray]) -> np.ndarray:
@@ -74,16 +91,25 @@ def assemble_blocks(blocks: list[list[tuple[int, int, int]]], documents: "Docume
 
     ``blocks[b]`` lists pieces ``(doc, start, stop)``; each piece's first token is never a target.
     """
-    ids = np.full((len(blocks), block_size), pad_id, dtype=dtype)
-    mask = np.zeros((len(blocks), block_size), dtype=np.uint8)
-    pieces = np.asarray([piece for block in blocks for piece in block], np.int64).reshape(-1, 3)
-    doc_lens = [[stop - start for _, start, stop in block] for block in blocks]
+    return assemble_pieces(*flatten(blocks), documents, block_size, pad_id, dtype)
+
+
+def assemble_pieces(pieces: np.ndarray, per_block: np.ndarray, documents: "DocumentView", block_size: int,
+                    pad_id: int, dtype) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """:func:`assemble_blocks` of blocks given as :func:`packtrain.pipeline.pack.pack_flat` gives
+    them: ``pieces`` ``[n, 3]``, block after block, and the number of pieces in each block."""
+    ids = np.full((len(per_block), block_size), pad_id, dtype=dtype)
+    mask = np.zeros((len(per_block), block_size), dtype=np.uint8)
+    n = pieces[:, 2] - pieces[:, 1]
+    every = iter(n.tolist())
+    doc_lens = [list(islice(every, count)) for count in per_block.tolist()]
     if not len(pieces):
         return ids, mask, doc_lens
-    n = pieces[:, 2] - pieces[:, 1]
-    totals = np.asarray([sum(lens) for lens in doc_lens], np.int64)
-    assert max(totals) <= block_size, f"pieces hold {max(totals)} tokens, more than block_size {block_size}"
     piece_first = np.cumsum(n) - n  # each piece's first token among all the pieces' tokens, block after block
+    token_ends = np.concatenate([[0], np.cumsum(n)])
+    piece_ends = np.concatenate([[0], np.cumsum(per_block)])
+    totals = token_ends[piece_ends[1:]] - token_ends[piece_ends[:-1]]  # tokens in each block
+    assert totals.max() <= block_size, f"pieces hold {totals.max()} tokens, more than block_size {block_size}"
     source, token_first = documents.locate_many(pieces[:, 0])
     src = np.repeat(token_first + pieces[:, 1] - piece_first, n) + np.arange(int(n.sum()))  # spill position
     tokens = np.empty(len(src), dtype=dtype)
@@ -94,7 +120,7 @@ def assemble_blocks(blocks: list[list[tuple[int, int, int]]], documents: "Docume
         masks[here] = spill.masks[src[here]]
     masks[piece_first[n > 0]] = 0  # a piece's first token: nothing before it in the block is its document
     # each token's place in the [blocks, block_size] output: its block's row, then after the block's earlier pieces
-    row = np.repeat(np.arange(len(blocks)), [len(block) for block in blocks])
+    row = np.repeat(np.arange(len(per_block)), per_block)
     block_first = np.cumsum(totals) - totals  # each block's first token among all the pieces' tokens
     dest = np.repeat(row * block_size - block_first[row], n) + np.arange(len(src))
     ids.reshape(-1)[dest] = tokens

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack", 11), ("packtrain.pipeline.mix", 10),
+@pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack", 15), ("packtrain.pipeline.mix", 10),
                                               ("packtrain.pipeline.report", 4), ("packtrain.trainer.data", 4),
                                               ("packtrain.trainer.microbatch", 1), ("packtrain.trainer.loop", 1),
                                               ("packtrain.trainer.eval.task_metrics", 4), ("packtrain.trainer.eval.generate", 3),

@@ -118,3 +118,12 @@ def test_weighted_rounds_the_fraction_and_keeps_index_order():
     # 0.5 x 5 = 2.5 documents, rounded half up: the 3 of smallest key (1, 2, 3)
     assert weighted(np.arange(5), keys, 1.5).tolist() == [0, 1, 2, 3, 4, 1, 3, 4]
     assert weighted(np.array([0, 2, 4]), keys, 0.5).tolist() == [2, 4]  # 1.5 -> 2: keys 3 and 4
+
+
+def test_a_whole_weight_repeats_every_document_without_sorting_the_keys():
+    class Unread(list):  # a build's 200k keys took 0.18 s to sort for a weight of 1.0 (docs/BENCHMARKS.md)
+        def __getitem__(self, i):
+            raise AssertionError("a whole weight chooses no fraction: no key needs reading")
+
+    assert weighted(np.arange(3), Unread([b"c", b"a", b"b"]), 2.0).tolist() == [0, 1, 2, 0, 1, 2]
+    assert weighted(np.arange(3), Unread([b"c", b"a", b"b"]), 1.0).tolist() == [0, 1, 2]

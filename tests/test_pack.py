@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import packtrain.pipeline.pack
-from packtrain.pipeline.pack import assemble_block, pack_bfd, pack_wrap, plan_pieces
+from packtrain.pipeline.pack import assemble_block, pack, pack_bfd, pack_flat, pack_wrap, plan_pieces
 
 
 def whole(lengths):
@@ -47,6 +47,48 @@ def test_bfd_invariants_on_random_lengths():
     # best-fit decreasing is within 11/9 OPT + 1; the lower bound is ceil(total / 64)
     lower = -(-sum(lengths) // 64)
     assert lower <= len(blocks) <= 11 * lower // 9 + 1
+
+
+def best_fit_by_scanning(pieces, block_size):
+    """Best-fit decreasing written the plain way: every open block scanned for each piece."""
+    blocks, free = [], []
+    for piece in sorted(pieces, key=lambda p: -(p[2] - p[1])):  # stable: ties in input order
+        size = piece[2] - piece[1]
+        fits = [b for b in range(len(blocks)) if free[b] >= size]
+        if fits:
+            b = min(fits, key=lambda b: (free[b], b))  # least free space, then the oldest block
+        else:
+            b = len(blocks)
+            blocks.append([])
+            free.append(block_size)
+        blocks[b].append(piece)
+        free[b] -= size
+    return blocks
+
+
+def test_bfd_is_best_fit_decreasing_written_the_plain_way():
+    rng = random.Random(1)
+    for block_size, top in ((16, 16), (64, 40), (2048, 700)):  # many ties, then many free-space values
+        pieces = whole([rng.randint(1, top) for _ in range(600)])
+        assert pack_bfd(pieces, block_size) == best_fit_by_scanning(pieces, block_size)
+
+
+def test_pack_flat_is_pack_as_arrays():
+    # the header's example: B alone, then C and A
+    pieces, per_block, counts = pack_flat(np.array([3, 6, 4]), np.array([1, 2, 2]), 8)
+    assert (pieces.tolist(), per_block.tolist(), counts.documents) == ([[1, 0, 6], [2, 0, 4], [0, 0, 3]], [1, 2], 3)
+    pieces, per_block, counts = pack_flat([6, 5, 1], [0, 0, 0], 4, "wrap")
+    assert (pieces.tolist(), per_block.tolist(), counts) == ([[0, 0, 4], [0, 4, 6], [1, 0, 2], [1, 2, 5], [2, 0, 1]],
+                                                              [1, 2, 2], None)
+    assert [a.tolist() for a in pack_flat([], [], 8)[:2]] == [[], []]
+    rng = random.Random(2)
+    lengths = [rng.randint(1, 40) for _ in range(500)]
+    prompts = [rng.randint(0, n) for n in lengths]
+    for strategy in ("bfd", "wrap"):
+        pieces, per_block, _ = pack_flat(lengths, prompts, 16, strategy, "split")
+        blocks = pack(lengths, prompts, 16, strategy, "split")[0]
+        assert per_block.tolist() == [len(b) for b in blocks]
+        assert pieces.tolist() == [list(p) for b in blocks for p in b]
 
 
 def test_bfd_rejects_pieces_longer_than_a_block():

@@ -13,7 +13,7 @@ import packtrain.pipeline.encode.worker
 import packtrain.pipeline.format_columns
 from packtrain.pipeline import mix
 from packtrain.pipeline.pack import assemble_block
-from packtrain.pipeline.shards import DocumentView, assemble_blocks
+from packtrain.pipeline.shards import DocumentView, assemble_blocks, assemble_pieces, cut_piece_list, cut_pieces
 from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 
@@ -129,3 +129,16 @@ def test_assemble_blocks_gives_assemble_blocks_bytes_across_sources(tmp_path):
     for row, block in enumerate(blocks):
         one = assemble_block(block, view, view.masks(), 6, 0, np.uint16)
         assert (one[0].tolist(), one[1].tolist(), one[2]) == (ids[row].tolist(), mask[row].tolist(), lens[row])
+
+
+def test_assemble_pieces_and_cut_piece_list_take_blocks_as_flat_arrays(tmp_path):
+    write_spill(tmp_path / "a", [(0, [7, 8, 9, 4, 5, 6, 3], [0, 1, 1, 1, 1, 1, 1], [3, 4], [1, 0], [False, False])])
+    view = DocumentView([SourceSpill(tmp_path / "a", "train", np.uint16)], [np.array([1, 0])])  # docs: a1 a0
+    blocks = [[(0, 0, 3), (1, 1, 3)], [], [(0, 3, 4)]]  # an empty block is padding only
+    pieces, per_block = np.array([p for b in blocks for p in b]), np.array([2, 0, 1])
+    ids, mask, lens = assemble_pieces(pieces, per_block, view, 6, 0, np.uint16)
+    assert ids.tolist() == [[4, 5, 6, 8, 9, 0], [0] * 6, [3, 0, 0, 0, 0, 0]]
+    assert mask.tolist() == [[0, 1, 1, 0, 1, 0], [0] * 6, [0] * 6]
+    assert lens == [[3, 2], [], [1]]
+    assert [a.tolist() for a in assemble_blocks(blocks, view, 6, 0, np.uint16)[:2]] == [ids.tolist(), mask.tolist()]
+    assert cut_piece_list(pieces, per_block, np.array([4, 3])) == [[0, 0], [0, 1], [2, 0]] == cut_pieces(blocks, [4, 3])

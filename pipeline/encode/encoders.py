@@ -61,9 +61,9 @@ def fast_encoder(key: tuple[str, str], name: str):
         if name == fastokens_encoder.NAME:
             import fastokens
 
-            problem = fastokens_encoder.structure(spec)
+            problem, lengths = fastokens_encoder.checked(spec)
             if problem is None:
-                encoder = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_file(key[0]), spec)
+                encoder = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_file(key[0]), spec, lengths)
         elif name == tiktoken_encoder.NAME:
             problem, ranks, _ = tiktoken_encoder.structure(spec)
             if problem is None:
