@@ -25,6 +25,7 @@ from pathlib import Path
 
 from huggingface_hub import scan_cache_dir
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import sha256_file, sha256_json
@@ -46,7 +47,7 @@ KIND_LABELS = {"bundled": "bundled sample", "hub": "hub dataset", "datasets_cach
                "save_to_disk": "save_to_disk dataset", "local": "local files"}
 
 
-class SourceError(Exception):
+class SourceError(PacktrainError):
     """A source's data is unusable; the message names the file, the field or row, and the fix."""
 
 

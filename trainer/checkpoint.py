@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
 from packtrain.core.diskfull import written
 from packtrain.core.rundir import ADAPTER_DIR, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON, finished_artifacts
@@ -60,7 +61,7 @@ LOCAL_LAYOUT, FSDP_LAYOUT = "local", "fsdp-full"
 SUMMARY = _SUMMARY  # run_end.py imports it from here
 
 
-class CheckpointError(Exception):
+class CheckpointError(PacktrainError):
     """A checkpoint is missing, corrupt or does not fit this run; the message says what to do."""
 
 

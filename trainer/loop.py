@@ -23,6 +23,7 @@ from dataclasses import astuple
 
 import torch
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import TrainConfig
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.attention import AttentionChoice
@@ -38,7 +39,7 @@ from packtrain.trainer.progress import TrainProgress
 log = logging.getLogger("packtrain.train")
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(PacktrainError, RuntimeError):
     """Too many consecutive non-finite losses; the run stopped without saving the state."""
 
 

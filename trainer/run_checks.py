@@ -11,6 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_checksums
 from packtrain.core.rundir import finished_artifacts
 from packtrain.trainer.checkpoint import fork_dir
@@ -19,7 +20,7 @@ from packtrain.trainer.distributed import World
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
 
 
-class TrainError(Exception):
+class TrainError(PacktrainError):
     """The run cannot start; the message says what differs and how to fix it."""
 
 

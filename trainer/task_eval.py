@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import CPU_SAMPLE_MAX_NEW_TOKENS
 from packtrain.core.contract import Manifest
 from packtrain.core.diskfull import written
@@ -40,7 +41,7 @@ log = logging.getLogger("packtrain.train")
 EVAL_SUMMARY, EVAL_SAMPLES = "eval.json", "eval.jsonl"
 
 
-class TaskEvalError(Exception):
+class TaskEvalError(PacktrainError):
     """Task evaluation cannot run; the message says why and what to do."""
 
 

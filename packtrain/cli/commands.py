@@ -16,15 +16,10 @@ import click
 
 from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.options import DocumentCount, cache_dir_option, expert_options, resolve
-from packtrain.cli.prepare import TrainFailed, check_sources, convert_embedded, ensure_converted, ensure_names_converted
-from packtrain.core.config import ConfigError
+from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
-from packtrain.core.diskfull import DiskFullError
-from packtrain.core.errors import ContractError
-from packtrain.core.rundir import RunError
-
-EXPECTED = (ConfigError, ContractError, DiskFullError, OSError, RunError)
+from packtrain.core.errors import ContractError, PacktrainError
 
 
 @click.group()
@@ -152,14 +147,10 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
     check_train_inputs(cfg, cache_dir, build_id, resume)
     ensure_converted(cfg)
     from packtrain.trainer.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
-    from packtrain.trainer.train import EXPECTED_ERRORS
 
-    try:
-        with note_when_training_begins(notes):
-            train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
-                         max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
-    except EXPECTED_ERRORS as e:
-        raise TrainFailed(str(e)) from None
+    with note_when_training_begins(notes):
+        train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
+                     max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
 
 
 @main.command("eval")
@@ -178,13 +169,8 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 
     run_path = find_run(expert, run_dir, runs_dir)
     from packtrain.trainer.eval_run import evaluate_run  # torch, transformers, peft: once a run was found
-    from packtrain.trainer.task_eval import TaskEvalError
-    from packtrain.trainer.train import EXPECTED_ERRORS
 
-    try:
-        summary = evaluate_run(run_path, max_examples, expert=expert)
-    except (*EXPECTED_ERRORS, TaskEvalError) as e:
-        raise TrainFailed(str(e)) from None
+    summary = evaluate_run(run_path, max_examples, expert=expert)
     click.echo(json.dumps({"run_dir": str(run_path), **summary}))
 
 
@@ -198,21 +184,16 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
               help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
 def plot(expert, cache_dir, build_id, run_dir, runs_dir):
     """Draw PNG plots of EXPERT's build (<build>/plots/) and of its run (<run>/plots/)."""
-    from packtrain.core.plotting import PlotError
     from packtrain.pipeline.plots import write_build_plots
     from packtrain.trainer.plots import write_run_plots
 
-    written = []
-    try:
-        written += write_build_plots(resolve_build(cache_dir, expert, build_id))
-        runs = [Path(run_dir)] if run_dir else sorted((Path(runs_dir) / expert).glob("*/metrics.jsonl"),
-                                                       key=lambda p: p.stat().st_mtime_ns)[-1:]
-        if run_dir is None and not runs:
-            click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
-        for path in runs:
-            written += write_run_plots(path if run_dir else path.parent)
-    except PlotError as e:
-        raise ContractError(str(e)) from None
+    written = write_build_plots(resolve_build(cache_dir, expert, build_id))
+    runs = [Path(run_dir)] if run_dir else sorted((Path(runs_dir) / expert).glob("*/metrics.jsonl"),
+                                                   key=lambda p: p.stat().st_mtime_ns)[-1:]
+    if run_dir is None and not runs:
+        click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
+    for path in runs:
+        written += write_run_plots(path if run_dir else path.parent)
     click.echo("\n".join(str(p) for p in written))
 
 
@@ -352,11 +333,8 @@ def status(experts, configs_dir, cache_dir, as_json):
 
 
 def run() -> None:
-    """Entry point: expected errors print one clear message and exit 2, without a traceback."""
-    from packtrain.pipeline.errors import BuildError, TokenizerError
-    from packtrain.core.resolve import SourceNotFound
-    from packtrain.pipeline.discover import SourceError
-
+    """Entry point: expected errors (:class:`PacktrainError`, and an ``OSError`` the command could not
+    name better) print one clear message and exit 2, without a traceback."""
     try:
         main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -372,7 +350,7 @@ def run() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except (*EXPECTED, BuildError, SourceError, SourceNotFound, TokenizerError, TrainFailed) as e:
+    except (PacktrainError, OSError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
 

@@ -32,6 +32,8 @@ import shutil
 from pathlib import Path
 from typing import Iterable
 
+from packtrain.core.errors import PacktrainError
+
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # the messages of the libraries that lose the errno on the way (see the module docstring)
 NO_SPACE_MESSAGES = re.compile(
@@ -44,7 +46,7 @@ NO_SPACE_MESSAGES = re.compile(
     ]))
 
 
-class DiskFullError(Exception):
+class DiskFullError(PacktrainError):
     """A write failed for want of space; the message names the path, the free space and the fix."""
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.diskfull import written
 
 PLOTS_DIR = "plots"
 
 
-class PlotError(Exception):
+class PlotError(PacktrainError):
     """Plots cannot be drawn; the message says what to do."""
 
 

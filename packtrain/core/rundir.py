@@ -10,6 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import TMP_PREFIX, expert_dir
 from packtrain.core.diskfull import written
 
@@ -26,7 +27,7 @@ STATE_JSON = "state.json"  # in a checkpoint: step, data position, {"build_id", 
 RUN_DISK_FULL_FIX = "free space (or set train.output_dir elsewhere) and continue with --resume auto"
 
 
-class RunError(Exception):
+class RunError(PacktrainError):
     """A run directory named on the command line (or the newest one looked for) is not usable; the
     message says which and what to do. Raised before any model is loaded."""
 
