@@ -20,6 +20,7 @@ from packtrain.cli.prepare import check_sources, convert_embedded, ensure_conver
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
 from packtrain.core.errors import ContractError, PacktrainError
+from packtrain.core.rundir import find_run, newest_logged_run
 
 
 @click.group()
@@ -165,8 +166,6 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
     """Generate answers to EXPERT's validation prompts with the base model and the adapter, and score them.
 
     Writes eval.jsonl (every prompt, reference and both answers) and eval.json (the metrics) into the run."""
-    from packtrain.core.rundir import find_run
-
     run_path = find_run(expert, run_dir, runs_dir)
     from packtrain.trainer.eval_run import evaluate_run  # torch, transformers, peft: once a run was found
 
@@ -188,12 +187,11 @@ def plot(expert, cache_dir, build_id, run_dir, runs_dir):
     from packtrain.trainer.plots import write_run_plots
 
     written = write_build_plots(resolve_build(cache_dir, expert, build_id))
-    runs = [Path(run_dir)] if run_dir else sorted((Path(runs_dir) / expert).glob("*/metrics.jsonl"),
-                                                   key=lambda p: p.stat().st_mtime_ns)[-1:]
-    if run_dir is None and not runs:
+    run_path = Path(run_dir) if run_dir else newest_logged_run(Path(runs_dir) / expert)
+    if run_path is None:
         click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
-    for path in runs:
-        written += write_run_plots(path if run_dir else path.parent)
+    else:
+        written += write_run_plots(run_path)
     click.echo("\n".join(str(p) for p in written))
 
 
