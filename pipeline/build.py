@@ -38,9 +38,10 @@ from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
-                                     REPORT, TMP_PREFIX, Manifest, canonical_json, expert_dir, former_stage_name, fsync_dir,
-                                     load_build_config, read_current, resolve_build, sha256_json,
-                                     token_dtype, verify_checksums, write_current)
+                                     REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
+                                     resolve_build, token_dtype, verify_checksums, write_current)
+from packtrain.core.files import TMP_PREFIX, fsync_dir
+from packtrain.core.hashing import canonical_json, sha256_json
 from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json

@@ -28,7 +28,7 @@ from huggingface_hub import scan_cache_dir
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import BUNDLED
-from packtrain.core.contract import sha256_file, sha256_json
+from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core.inputs import check_input, read_json
 from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, looks_like_path,
                                     missing_path, models_cache_dir, pick_revision)

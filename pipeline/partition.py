@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from packtrain.core.config import ExpertConfig
-from packtrain.core.contract import BUILD_DISK_FULL_FIX, TMP_PREFIX, expert_dir, token_dtype
+from packtrain.core.contract import BUILD_DISK_FULL_FIX, expert_dir, token_dtype
+from packtrain.core.files import TMP_PREFIX
 from packtrain.core.diskfull import written
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.build_lock import expert_lock

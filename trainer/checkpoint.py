@@ -41,7 +41,9 @@ import numpy as np
 import torch
 
 from packtrain.core.errors import PacktrainError
-from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
+from packtrain.core.contract import CONFIG_SNAPSHOT
+from packtrain.core.files import TMP_PREFIX, fsync_dir
+from packtrain.core.hashing import sha256_file
 from packtrain.core.diskfull import written
 from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON, finished_artifacts,
                                    run_dirs)

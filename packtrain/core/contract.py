@@ -18,18 +18,16 @@ Nothing here imports torch, datasets or tokenizers: only the standard library, n
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
+from packtrain.core.files import write_atomic
+from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core import inputs
 from packtrain.core.schema import (COUNT, FILE_NAME, INTEGER, NUMBER, OBJECT, OPTIONAL_TEXT, POSITIVE, SHA256, TEXT, Is,
                                    schema_problem, short_repr)
@@ -39,7 +37,6 @@ MANIFEST = "manifest.json"
 REPORT = "report.json"
 CURRENT = "CURRENT"
 CONFIG_SNAPSHOT = "config.json"
-TMP_PREFIX = ".tmp-"
 LOCK = ".lock"
 # what to do when a write into the cache finds the disk full (core/diskfull.py)
 BUILD_DISK_FULL_FIX = "free space or set CACHE_DIR (--cache-dir) to a larger disk, then build again"
@@ -124,23 +121,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return dtype
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while data := f.read(chunk):
-            h.update(data)
-    return h.hexdigest()
-
-
-def sha256_json(obj: Any) -> str:
-    """Hash of a JSON value in canonical form (sorted keys, no whitespace)."""
-    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def tokenizer_fingerprint(directory: str | os.PathLike, sha256=sha256_file) -> dict:
     """Content hash of every tokenizer file in ``directory`` (vocab, merges, specials, chat template).
 
@@ -204,25 +184,9 @@ def current_fix(expert: str) -> str:
 
 
 def write_current(cache_dir: str | os.PathLike, expert: str, build_id: str) -> None:
-    """Point CURRENT at ``build_id`` atomically (write a temporary file, fsync, rename)."""
-    directory = expert_dir(cache_dir, expert)
-    tmp = directory / f"{TMP_PREFIX}CURRENT-{os.getpid()}"
-    with written(directory / CURRENT, f"CURRENT of {expert!r} (naming build {build_id})",
-                 f"CURRENT is unchanged; {BUILD_DISK_FULL_FIX}", partial=[tmp]):
-        with open(tmp, "w") as f:
-            f.write(build_id + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / CURRENT)
-    fsync_dir(directory)
-
-
-def fsync_dir(directory: str | os.PathLike) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Point CURRENT at ``build_id`` atomically (core/files.py)."""
+    write_atomic(expert_dir(cache_dir, expert) / CURRENT, build_id + "\n",
+                 f"CURRENT of {expert!r} (naming build {build_id})", f"CURRENT is unchanged; {BUILD_DISK_FULL_FIX}")
 
 
 def resolve_build(cache_dir: str | os.PathLike, expert: str, build_id: str | None = None) -> Path:

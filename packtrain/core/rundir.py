@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packtrain.core.errors import PacktrainError
-from packtrain.core.contract import TMP_PREFIX, expert_dir
-from packtrain.core.diskfull import written
+from packtrain.core.contract import expert_dir
+from packtrain.core.files import write_atomic
 
 RUNS_RECORD = ".runs"
 
@@ -128,10 +128,7 @@ def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | o
     if entry.is_file():
         return
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f"{TMP_PREFIX}{entry.name}-{os.getpid()}"
-    with written(entry, f"the record of where {expert}'s runs live", "free space in the cache", partial=[tmp]):
-        tmp.write_text(path + "\n", encoding="utf-8")
-        os.replace(tmp, entry)
+    write_atomic(entry, path + "\n", f"the record of where {expert}'s runs live", "free space in the cache")
 
 
 def recorded_runs_dirs(cache_dir: str | os.PathLike, expert: str) -> list[Path]:

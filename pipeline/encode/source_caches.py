@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from packtrain.core.contract import TMP_PREFIX, fsync_dir
+from packtrain.core.files import TMP_PREFIX, fsync_dir
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode import encoder_decision, exactness
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
