@@ -82,7 +82,8 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
 def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False) -> BuildResult:
     """Assemble every source's cache from its ``count`` parts, then publish the build."""
     root = expert_dir(cache_dir, config.expert)
-    sources, tokenizer, inputs, build_id, files = plan(config, cache_dir, log)
+    planned = plan(config, cache_dir, log)
+    sources, tokenizer, inputs, build_id, files = planned
     dtype = token_dtype(tokenizer.vocab_size)
     keys = [source_key(inputs, i) for i in range(len(sources))]
     with expert_lock(root, log):
@@ -103,7 +104,7 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
                                      f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
             merge_source(parts, root / SOURCES / key, dtype)
             merged.append(key)
-        result = publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress, files)
+        result = publish_locked(config, cache_dir, planned, log, progress)
         for key in merged:  # consumed: the source cache holds them now
             shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
     return result

@@ -88,7 +88,7 @@ def _prune(cache_dir, expert: str, root: Path, keep: int, runs_dir: Path) -> lis
             removed.append(path.name)
     used_sources = set()
     for path in kept:
-        inputs = Manifest.load(path, full=True).raw["inputs"]
+        inputs = Manifest.load(path, full=True).inputs
         used_sources.update(source_key(inputs, i) for i in range(len(inputs["sources"])))
     for cached in sorted((root / SOURCES).glob("*")):
         if cached.is_dir() and not cached.name.startswith(".") and cached.name not in used_sources:
@@ -144,8 +144,8 @@ def token_delta(cache_dir, expert: str, old: str | None, new: str) -> int:
     def tokens(build_id: str | None) -> int:
         if build_id is None:
             return 0
-        totals = Manifest.load(expert_dir(cache_dir, expert) / build_id, full=True).raw["outputs"]["totals"]
-        return totals["train"]["tokens"] + totals["val"]["tokens"]
+        totals = Manifest.load(expert_dir(cache_dir, expert) / build_id, full=True).totals
+        return totals["train"].tokens + totals["val"].tokens
 
     try:
         return tokens(new) - tokens(old)

@@ -41,10 +41,10 @@ def config_status(config, cache_dir) -> dict:
         if current is not None:
             path = expert_dir(cache_dir, expert) / current
             manifest = Manifest.load(path, full=True)
-            totals = manifest.raw["outputs"]["totals"]
+            totals = manifest.totals
             status["age_hours"] = round((time.time() - (path / MANIFEST).stat().st_mtime) / 3600, 2)
-            status["train_tokens"] = totals["train"]["tokens"]
-            status["val_tokens"] = totals["val"]["tokens"]
+            status["train_tokens"] = totals["train"].tokens
+            status["val_tokens"] = totals["val"].tokens
             runs_dirs = [(Path(config.train.output_dir) / expert).absolute(), *recorded_runs_dirs(cache_dir, expert)]
             status["last_run"] = last_run(runs_dirs, current)
         try:

@@ -295,7 +295,7 @@ def _prepare(config: ExpertConfig, build_dir: Path, manifest: Manifest, source, 
     val_set = BlockDataset(build_dir, manifest, "val", state.seq_length)
     if len(val_set) == 0:
         log.warning("build %s has no val blocks (pack.val_fraction: %s): evaluation is skipped",
-                    manifest.build_id, manifest.raw["inputs"]["pack"].get("val_fraction"))
+                    manifest.build_id, manifest.val_fraction)
     else:
         val_loader = make_loader(eval_slice(val_set, train, world, pad=train.fsdp), None,
                                  train.per_device_eval_batch_size, train, device, drop_last=False, seed=train.seed,

@@ -220,8 +220,32 @@ class ShardInfo:
 
 
 @dataclass(frozen=True)
+class TokenizerEntry:
+    """The manifest's ``inputs.tokenizer``: the tokenizer the build tokenized with."""
+
+    source: str | None  # the name the config gave (not hashed into the build id: the content is)
+    hash: str
+    vocab_size: int
+    pad_id: int
+    eos_id: int
+    files: dict  # file name -> sha256 of every tokenizer file ({}: a manifest that records none)
+    prefix_ids: tuple[int, ...] | None  # put before every document (template style); None: an older packtrain
+
+
+@dataclass(frozen=True)
+class SplitTotals:
+    """The counts of one split in ``outputs.totals`` (the rest of the totals: docs/BUILD.md)."""
+
+    documents: int
+    tokens: int
+    supervised_tokens: int
+    blocks: int
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """The parsed manifest.json of one build (every field: docs/BUILD.md, "The manifest")."""
+    """The manifest.json of one build (every field: docs/BUILD.md, "The manifest"): made by the build
+    (:meth:`create`, written as :meth:`to_dict`), read by everyone else (:meth:`load`)."""
 
     build_id: str
     expert: str
@@ -233,7 +257,33 @@ class Manifest:
     tokenizer_hash: str
     train: tuple[ShardInfo, ...]
     val: tuple[ShardInfo, ...]
-    raw: dict
+    tokenizer: TokenizerEntry
+    inputs: dict  # what went in, exactly as hashed into the build id
+    outputs: dict  # what came out: token_dtype, shards, totals, per-source counts, exactness
+
+    @classmethod
+    def create(cls, build_id: str, expert: str, inputs: dict, outputs: dict) -> "Manifest":
+        """The manifest of a build being written, checked as :meth:`load` with ``full`` checks it."""
+        raw = {"format_version": FORMAT_VERSION, "build_id": build_id, "expert": expert, "inputs": inputs,
+               "outputs": outputs}
+        problem = schema_problem(raw, MANIFEST_SCHEMA) or schema_problem(raw, PIPELINE_FIELDS)
+        if problem is not None:
+            raise ContractError(f"the build of {expert!r} made a manifest that breaks the contract ({problem})")
+        return cls._of(raw)
+
+    def to_dict(self) -> dict:
+        """What manifest.json holds (written with sorted keys: pipeline/spill.py ``write_json``)."""
+        return {"format_version": FORMAT_VERSION, "build_id": self.build_id, "expert": self.expert,
+                "inputs": self.inputs, "outputs": self.outputs}
+
+    @property
+    def totals(self) -> dict[str, SplitTotals]:
+        """Each split's counts (a manifest loaded with ``full``, or made by :meth:`create`)."""
+        return {split: SplitTotals(**{k: totals[k] for k in TOTALS}) for split, totals in self.outputs["totals"].items()}
+
+    @property
+    def val_fraction(self) -> float | None:
+        return self.inputs["pack"].get("val_fraction")
 
     @classmethod
     def load(cls, build_dir: str | os.PathLike, full: bool = False) -> "Manifest":
@@ -262,7 +312,12 @@ class Manifest:
                        f"{token_dtype(raw['inputs']['tokenizer']['vocab_size']).name}")
         if problem is not None:
             raise ContractError(f"{path} is damaged ({problem}); {fix}")
-        tok = raw["inputs"]["tokenizer"]
+        return cls._of(raw)
+
+    @classmethod
+    def _of(cls, raw: dict) -> "Manifest":
+        tok, shards = raw["inputs"]["tokenizer"], raw["outputs"]["shards"]
+        prefix = tok.get("prefix_ids")
         return cls(
             build_id=raw["build_id"],
             expert=raw["expert"],
@@ -274,7 +329,10 @@ class Manifest:
             tokenizer_hash=tok["hash"],
             train=tuple(ShardInfo(**{k: s[k] for k in SHARD}) for s in shards["train"]),
             val=tuple(ShardInfo(**{k: s[k] for k in SHARD}) for s in shards["val"]),
-            raw=raw,
+            tokenizer=TokenizerEntry(tok.get("source"), tok["hash"], tok["vocab_size"], tok["pad_id"], tok["eos_id"],
+                                     tok.get("files", {}), tuple(prefix) if isinstance(prefix, list) else None),
+            inputs=raw["inputs"],
+            outputs=raw["outputs"],
         )
 
 
