@@ -48,7 +48,7 @@ from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.system_prompt import default_system_prompt
-from packtrain.pipeline.encode.source_caches import refused_shortcut_sources, tokenize_sources
+from packtrain.pipeline.encode.source_caches import TokenizeJob, refused_shortcut_sources, tokenize_sources
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.encode.exactness import combined, encoder_identity
 from packtrain.pipeline.format import compile_chat_template
@@ -298,14 +298,14 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
     if config.format.style == "chat":
         check_chat_template(tokenizer)
     if todo:
-        tokenize_sources(config, planned.sources, tokenizer, todo, source_dirs, dtype, progress, planned.files, log=log,
-                         cache_dir=root.parent)
+        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, todo, source_dirs, dtype, planned.files),
+                         progress, log=log, cache_dir=root.parent)
     # a shortcut this build's check refused: the sources it reused with it are tokenized again too
     again = refused_shortcut_sources(config, source_dirs, [i for i in cached if i not in todo], root.parent,
                                      tokenizer, log)
     if again:
-        tokenize_sources(config, planned.sources, tokenizer, again, source_dirs, dtype, progress, planned.files,
-                         log=log, cache_dir=root.parent)
+        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, again, source_dirs, dtype, planned.files),
+                         progress, log=log, cache_dir=root.parent)
         todo = sorted(todo + again)
     return todo
 

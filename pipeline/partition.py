@@ -27,7 +27,7 @@ from packtrain.core.files import TMP_PREFIX
 from packtrain.core.diskfull import written
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.build_lock import expert_lock
-from packtrain.pipeline.encode.source_caches import tokenize_sources
+from packtrain.pipeline.encode.source_caches import TokenizeJob, tokenize_sources
 from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.encode import exactness
 from packtrain.pipeline.encode.exactness import describe_identity
@@ -71,8 +71,8 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     if todo:  # its temporary directories are removed when it fails
         with written(root, f"part {part[0]}/{part[1]} of {config.expert!r}", "free space or set CACHE_DIR "
                      "(--cache-dir) to a larger disk, then run the part again"):
-            tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress,
-                             files, part=part, log=log, cache_dir=root.parent)
+            job = TokenizeJob(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), files, part)
+            tokenize_sources(job, progress, log=log, cache_dir=root.parent)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
         f"`packtrain merge {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
     return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,
