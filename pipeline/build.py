@@ -38,16 +38,17 @@ from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
-                                     REPORT, TMP_PREFIX, Manifest, canonical_json, expert_dir, former_stage_name, fsync_dir,
-                                     load_build_config, read_current, resolve_build, sha256_json,
-                                     token_dtype, verify_checksums, write_current)
+                                     REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
+                                     resolve_build, token_dtype, verify_checksums, write_current)
+from packtrain.core.files import TMP_PREFIX, fsync_dir
+from packtrain.core.hashing import canonical_json, sha256_json
 from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.system_prompt import default_system_prompt
-from packtrain.pipeline.encode.source_caches import refused_shortcut_sources, tokenize_sources
+from packtrain.pipeline.encode.source_caches import TokenizeJob, refused_shortcut_sources, tokenize_sources
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.encode.exactness import combined, encoder_identity
 from packtrain.pipeline.format import compile_chat_template
@@ -155,16 +156,16 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
             f"are the expert {former}'s)")
     root.mkdir(parents=True, exist_ok=True)
     for attempt in (1, 2):
-        sources, tokenizer, inputs, build_id, files = planned or plan(config, cache_dir, log)
+        planned = planned or plan(config, cache_dir, log)
         if attempt == 1:
-            for spec, source in zip(config.sources, sources):
+            for source in planned.sources:
                 log(f"source: {source.describe()}")
                 if source.kind == BUNDLED:
                     log(f"note: {config.expert} uses the bundled sample shipped with packtrain, not a real dataset; "
                         f"set DATASET=<hf id or path> or sources: in configs/{config.expert}.yaml for real data")
         try:
             with expert_lock(root, log):
-                return publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress, files)
+                return publish_locked(config, cache_dir, planned, log, progress)
         except InputsChanged as e:
             if attempt == 2:
                 raise
@@ -173,12 +174,11 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
             planned = None
 
 
-def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: TokenizerInfo, inputs: dict, build_id: str,
-                   log, progress: bool, files: StatCache | None = None) -> BuildResult:
-    """Build and publish ``build_id`` unless it exists; the caller holds the expert's lock. ``files``
-    (:attr:`Plan.files`): the input files are checked against it before and after they are read."""
-    root = expert_dir(cache_dir, config.expert)
-    check_inputs_unchanged(config.expert, files)  # edited while we waited for the lock?
+def publish_locked(config: ExpertConfig, cache_dir, planned: Plan, log, progress: bool) -> BuildResult:
+    """Build and publish ``planned.build_id`` unless it exists; the caller holds the expert's lock. The
+    input files are checked against :attr:`Plan.files` before and after they are read."""
+    root, build_id = expert_dir(cache_dir, config.expert), planned.build_id
+    check_inputs_unchanged(config.expert, planned.files)  # edited while we waited for the lock?
     remove_leftovers(root, log)
     final = root / build_id
     if final.is_dir():  # reused only when every shard matches its sha256
@@ -207,7 +207,7 @@ def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: Tokenize
     # a failed build leaves nothing behind (the source caches remove their own temporary directories)
     with written(root, f"build {build_id} of {config.expert!r}", f"nothing was published and CURRENT is "
                  f"unchanged; {BUILD_DISK_FULL_FIX}", partial=[tmp]):
-        report = write_build(config, sources, tokenizer, inputs, build_id, root, tmp, previous, log, progress, files)
+        report = write_build(config, planned, tmp, previous, log, progress)
     crash_point("before_rename")
     os.rename(tmp, final)
     fsync_dir(root)
@@ -217,9 +217,9 @@ def publish_locked(config: ExpertConfig, cache_dir, sources, tokenizer: Tokenize
     return BuildResult(build_id, final, False, report)
 
 
-def previous_manifest(cache_dir, expert: str) -> dict | None:
+def previous_manifest(cache_dir, expert: str) -> Manifest | None:
     try:
-        return Manifest.load(resolve_build(cache_dir, expert), full=True).raw
+        return Manifest.load(resolve_build(cache_dir, expert), full=True)
     except ContractError:
         return None
 
@@ -236,29 +236,12 @@ def remove_leftovers(root: Path, log) -> None:
         crash_point("mid_cleanup")
 
 
-def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_id: str, root: Path, tmp: Path,
-                previous: dict | None, log, progress: bool, files: StatCache | None = None) -> dict:
+def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manifest | None, log, progress: bool) -> dict:
+    """Tokenize what changed, pack, and write the build's shards, manifest, config and report into ``tmp``."""
     started = time.perf_counter()
-    dtype = token_dtype(tokenizer.vocab_size)
-    source_dirs = [root / SOURCES / source_key(inputs, i) for i in range(len(sources))]
-    todo = uncached_sources(root, inputs, log)
-    cached = [i for i, d in enumerate(source_dirs) if i not in todo and d not in source_dirs[:i]]
-    todo = sorted(todo + refused_shortcut_sources(config, source_dirs, cached, root.parent, tokenizer, log))
-    for i, d in enumerate(source_dirs):
-        if i not in todo:
-            log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
-    if config.format.style == "chat":
-        check_chat_template(tokenizer)
-    if todo:
-        tokenize_sources(config, sources, tokenizer, todo, source_dirs, dtype, progress, files, log=log,
-                         cache_dir=root.parent)
-    # a shortcut this build's check refused: the sources it reused with it are tokenized again too
-    again = refused_shortcut_sources(config, source_dirs, [i for i in cached if i not in todo], root.parent,
-                                     tokenizer, log)
-    if again:
-        tokenize_sources(config, sources, tokenizer, again, source_dirs, dtype, progress, files, log=log,
-                         cache_dir=root.parent)
-        todo = sorted(todo + again)
+    root = tmp.parent
+    source_dirs = [root / SOURCES / source_key(planned.inputs, i) for i in range(len(planned.sources))]
+    todo = tokenize_changed(config, planned, root, source_dirs, log, progress)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
     source_stats = [read_json(d / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA) for d in source_dirs]
@@ -266,6 +249,7 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
         del stats["files"], stats["sha256"]
         stats["reused"] = i not in todo
 
+    dtype = token_dtype(planned.tokenizer.vocab_size)
     spills = {split: [SourceSpill(d, split, dtype) for d in source_dirs] for split in SPLITS}
     selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
                                         [spec.weight for spec in config.sources], config.build.dedup == "exact")
@@ -274,32 +258,64 @@ def write_build(config, sources, tokenizer: TokenizerInfo, inputs: dict, build_i
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(source_dirs))]}
     for split in SPLITS:
-        shards, totals = pack_split(config, spills[split], selections[split], split, dtype, tokenizer.pad_id, tmp)
+        shards, totals = pack_split(config, spills[split], selections[split], split, dtype, planned.tokenizer.pad_id,
+                                    tmp)
         outputs["shards"][split] = shards
         outputs["totals"][split] = totals
     crash_point("after_shards")
     if outputs["totals"]["train"]["blocks"] == 0:
-        bad = [row for stats in source_stats for row in stats["first_bad_rows"]][:3]
-        why = "; ".join(f"{row['row']}: {row['reason']}" for row in bad) or "the sources have no rows"
-        raise BuildError(f"the build of {config.expert!r} has no training blocks: "
-                         f"{sum(s['bad_rows'] for s in source_stats)} of {sum(s['rows'] for s in source_stats)} "
-                         f"rows were bad ({why}); check the sources and the format templates")
+        raise no_training_blocks(config.expert, source_stats)
 
-    manifest = {"format_version": FORMAT_VERSION, "build_id": build_id, "expert": config.expert,
-                "inputs": inputs, "outputs": outputs}
-    write_json(tmp / MANIFEST, manifest)
+    manifest = Manifest.create(planned.build_id, config.expert, planned.inputs, outputs)
+    write_json(tmp / MANIFEST, manifest.to_dict())
     crash_point("after_manifest")
     write_json(tmp / CONFIG_SNAPSHOT, config.to_dict())
-    seconds = time.perf_counter() - started
-    report = reporting.make_report(config, build_id, sources, source_stats, outputs, seconds,
-                                   tokenize_seconds if todo else None, manifest, previous,
-                                   {split: packed_lengths(spills[split], selections[split]) for split in SPLITS},
-                                   default_system_prompt(tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token)
-                                   if config.format.style == "chat" else None)
+    tokenizer = planned.tokenizer
+    facts = reporting.BuildFacts(
+        planned.sources, source_stats, time.perf_counter() - started, tokenize_seconds if todo else None,
+        {split: packed_lengths(spills[split], selections[split]) for split in SPLITS},
+        default_system_prompt(tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token)
+        if config.format.style == "chat" else None)
+    report = reporting.make_report(config, manifest, previous, facts)
     write_json(tmp / REPORT, report)
     fsync_dir(tmp)
     log(reporting.summary(report))
     return report
+
+
+def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dirs: list[Path], log, progress: bool
+                     ) -> list[int]:
+    """Tokenize the sources whose tokens are not cached (or were cached with a shortcut this build's
+    check refuses) into ``source_dirs``; returns their indices."""
+    tokenizer = planned.tokenizer
+    dtype = token_dtype(tokenizer.vocab_size)
+    todo = uncached_sources(root, planned.inputs, log)
+    cached = [i for i, d in enumerate(source_dirs) if i not in todo and d not in source_dirs[:i]]
+    todo = sorted(todo + refused_shortcut_sources(config, source_dirs, cached, root.parent, tokenizer, log))
+    for i, d in enumerate(source_dirs):
+        if i not in todo:
+            log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
+    if config.format.style == "chat":
+        check_chat_template(tokenizer)
+    if todo:
+        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, todo, source_dirs, dtype, planned.files),
+                         progress, log=log, cache_dir=root.parent)
+    # a shortcut this build's check refused: the sources it reused with it are tokenized again too
+    again = refused_shortcut_sources(config, source_dirs, [i for i in cached if i not in todo], root.parent,
+                                     tokenizer, log)
+    if again:
+        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, again, source_dirs, dtype, planned.files),
+                         progress, log=log, cache_dir=root.parent)
+        todo = sorted(todo + again)
+    return todo
+
+
+def no_training_blocks(expert: str, source_stats: list[dict]) -> BuildError:
+    bad = [row for stats in source_stats for row in stats["first_bad_rows"]][:3]
+    why = "; ".join(f"{row['row']}: {row['reason']}" for row in bad) or "the sources have no rows"
+    return BuildError(f"the build of {expert!r} has no training blocks: "
+                      f"{sum(s['bad_rows'] for s in source_stats)} of {sum(s['rows'] for s in source_stats)} "
+                      f"rows were bad ({why}); check the sources and the format templates")
 
 
 def manifest_exactness(made: list[dict]) -> dict:

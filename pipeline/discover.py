@@ -25,9 +25,10 @@ from pathlib import Path
 
 from huggingface_hub import scan_cache_dir
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import BUNDLED
-from packtrain.core.contract import sha256_file, sha256_json
+from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core.inputs import check_input, read_json
 from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, looks_like_path,
                                     missing_path, models_cache_dir, pick_revision)
@@ -46,7 +47,7 @@ KIND_LABELS = {"bundled": "bundled sample", "hub": "hub dataset", "datasets_cach
                "save_to_disk": "save_to_disk dataset", "local": "local files"}
 
 
-class SourceError(Exception):
+class SourceError(PacktrainError):
     """A source's data is unusable; the message names the file, the field or row, and the fix."""
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from packtrain.core.errors import PacktrainError
 from packtrain.pipeline.hashcache import StatCache
 
 
-class BuildError(Exception):
+class BuildError(PacktrainError):
     """The build cannot go on; the message names the input and the fix."""
 
 
-class TokenizerError(ValueError):
+class TokenizerError(PacktrainError, ValueError):
     """The tokenizer's files cannot be used as they are; the message says how to fix them."""
 
 

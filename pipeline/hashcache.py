@@ -18,8 +18,9 @@ import json
 import os
 from pathlib import Path
 
-from packtrain.core.contract import BUILD_DISK_FULL_FIX, sha256_file, sha256_json
-from packtrain.core.diskfull import written
+from packtrain.core.contract import BUILD_DISK_FULL_FIX
+from packtrain.core.files import write_atomic
+from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.schema import SHA256, Is, MapOf, TEXT
@@ -95,8 +96,6 @@ class StatCache:
                 pass
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".tmp-stat-cache-{os.getpid()}.json")  # cleaned like any leftover
-        with written(self.path, "the stat cache of the input files", BUILD_DISK_FULL_FIX, partial=[tmp]):
-            tmp.write_text(json.dumps({"entries": self.entries, "sha256": sha256_json(self.entries)}, sort_keys=True))
-            os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps({"entries": self.entries, "sha256": sha256_json(self.entries)}, sort_keys=True),
+                     "the stat cache of the input files", BUILD_DISK_FULL_FIX)
         self._dirty = False

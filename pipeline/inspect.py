@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from packtrain.core.contract import Manifest, rebuild_fix, sha256_file
+from packtrain.core.contract import Manifest, rebuild_fix
+from packtrain.core.hashing import sha256_file
 from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
 from packtrain.core.inputs import read_input

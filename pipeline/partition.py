@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from packtrain.core.config import ExpertConfig
-from packtrain.core.contract import BUILD_DISK_FULL_FIX, TMP_PREFIX, expert_dir, token_dtype
+from packtrain.core.contract import BUILD_DISK_FULL_FIX, expert_dir, token_dtype
+from packtrain.core.files import TMP_PREFIX
 from packtrain.core.diskfull import written
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.build_lock import expert_lock
-from packtrain.pipeline.encode.source_caches import tokenize_sources
+from packtrain.pipeline.encode.source_caches import TokenizeJob, tokenize_sources
 from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.encode import exactness
 from packtrain.pipeline.encode.exactness import describe_identity
@@ -70,8 +71,8 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     if todo:  # its temporary directories are removed when it fails
         with written(root, f"part {part[0]}/{part[1]} of {config.expert!r}", "free space or set CACHE_DIR "
                      "(--cache-dir) to a larger disk, then run the part again"):
-            tokenize_sources(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), progress,
-                             files, part=part, log=log, cache_dir=root.parent)
+            job = TokenizeJob(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), files, part)
+            tokenize_sources(job, progress, log=log, cache_dir=root.parent)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
         f"`packtrain merge {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
     return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,
@@ -81,7 +82,8 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
 def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False) -> BuildResult:
     """Assemble every source's cache from its ``count`` parts, then publish the build."""
     root = expert_dir(cache_dir, config.expert)
-    sources, tokenizer, inputs, build_id, files = plan(config, cache_dir, log)
+    planned = plan(config, cache_dir, log)
+    sources, tokenizer, inputs, build_id, files = planned
     dtype = token_dtype(tokenizer.vocab_size)
     keys = [source_key(inputs, i) for i in range(len(sources))]
     with expert_lock(root, log):
@@ -102,7 +104,7 @@ def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False
                                      f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
             merge_source(parts, root / SOURCES / key, dtype)
             merged.append(key)
-        result = publish_locked(config, cache_dir, sources, tokenizer, inputs, build_id, log, progress, files)
+        result = publish_locked(config, cache_dir, planned, log, progress)
         for key in merged:  # consumed: the source cache holds them now
             shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
     return result

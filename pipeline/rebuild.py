@@ -88,7 +88,7 @@ def _prune(cache_dir, expert: str, root: Path, keep: int, runs_dir: Path) -> lis
             removed.append(path.name)
     used_sources = set()
     for path in kept:
-        inputs = Manifest.load(path, full=True).raw["inputs"]
+        inputs = Manifest.load(path, full=True).inputs
         used_sources.update(source_key(inputs, i) for i in range(len(inputs["sources"])))
     for cached in sorted((root / SOURCES).glob("*")):
         if cached.is_dir() and not cached.name.startswith(".") and cached.name not in used_sources:
@@ -144,8 +144,8 @@ def token_delta(cache_dir, expert: str, old: str | None, new: str) -> int:
     def tokens(build_id: str | None) -> int:
         if build_id is None:
             return 0
-        totals = Manifest.load(expert_dir(cache_dir, expert) / build_id, full=True).raw["outputs"]["totals"]
-        return totals["train"]["tokens"] + totals["val"]["tokens"]
+        totals = Manifest.load(expert_dir(cache_dir, expert) / build_id, full=True).totals
+        return totals["train"].tokens + totals["val"].tokens
 
     try:
         return tokens(new) - tokens(old)
@@ -153,13 +153,21 @@ def token_delta(cache_dir, expert: str, old: str | None, new: str) -> int:
         return tokens(new)
 
 
-def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, keep: int, wait: bool,
-            overrides: dict | None, emit, log,
+@dataclass(frozen=True)
+class RebuildOptions:
+    """How ``packtrain rebuild`` runs (its options)."""
+
+    keep: int = 3  # builds kept per expert, besides CURRENT and any a run still needs
+    wait: bool = True  # wait for another rebuild (else exit at once with EXIT_LOCKED)
+    overrides: dict | None = None  # config overrides for every expert (--num-proc)
+
+
+def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, options: RebuildOptions, emit, log,
             prepare: Callable[[ExpertConfig], None] = lambda config: None) -> int:
     """Rebuild ``experts``; ``emit`` gets one JSON line each. Returns the exit code. ``prepare``: see
     :func:`rebuild_expert`."""
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(Path(cache_dir) / REBUILD_LOCK), timeout=-1 if wait else 0)
+    lock = FileLock(str(Path(cache_dir) / REBUILD_LOCK), timeout=-1 if options.wait else 0)
     try:
         lock.acquire()
     except Timeout:
@@ -170,11 +178,11 @@ def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, 
         code = EXIT_OK
         for expert in experts:
             try:
-                configs = load_config(expert, configs_dir, overrides).stage_configs()
+                configs = load_config(expert, configs_dir, options.overrides).stage_configs()
             except Exception as e:
                 outcomes = [Outcome(expert, "failed", error=f"{type(e).__name__}: {e}")]
             else:
-                outcomes = [rebuild_expert(config, cache_dir, keep, log, prepare) for config in configs]
+                outcomes = [rebuild_expert(config, cache_dir, options.keep, log, prepare) for config in configs]
             for outcome in outcomes:  # one line per expert, or per curriculum stage
                 emit(outcome.line())
                 if outcome.action == "failed":

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 
+from packtrain.core.contract import Manifest
 from packtrain.pipeline.pack import PieceCounts
 
 
@@ -114,12 +116,23 @@ def block_fit_line(fit: dict) -> str:
     return f"{head}; 99% have <= {fit['holds_99_tokens']} tokens"
 
 
-def make_report(config, build_id: str, sources, source_stats: list[dict], outputs: dict, seconds: float,
-                tokenize_seconds: float | None, manifest: dict, previous: dict | None,
-                lengths: dict[str, np.ndarray], default_system: str | None = None) -> dict:
-    """report.json (docs/BUILD.md lists its fields); ``lengths``: each split's document lengths as packed;
-    ``default_system``: the chat template's default system prompt (pipeline/system_prompt.py), if any."""
-    totals = outputs["totals"]
+@dataclass(frozen=True)
+class BuildFacts:
+    """What the report says besides the manifest: how the build went."""
+
+    sources: list  # the resolved sources (pipeline/discover.py ResolvedSource), in config order
+    source_stats: list[dict]  # each source's statistics (its stats.json, with "reused")
+    seconds: float
+    tokenize_seconds: float | None  # None: every source reused
+    lengths: dict[str, np.ndarray]  # each split's document lengths as packed
+    default_system: str | None = None  # the chat template's default system prompt (pipeline/system_prompt.py)
+
+
+def make_report(config, manifest: Manifest, previous: Manifest | None, facts: BuildFacts) -> dict:
+    """report.json (docs/BUILD.md lists its fields)."""
+    outputs, totals = manifest.outputs, manifest.outputs["totals"]
+    build_id, sources, source_stats = manifest.build_id, facts.sources, facts.source_stats
+    seconds, tokenize_seconds, default_system = facts.seconds, facts.tokenize_seconds, facts.default_system
     tokenized = sum(s["tokens"] for s in source_stats if not s["reused"])
     return {
         "build_id": build_id,
@@ -139,28 +152,28 @@ def make_report(config, build_id: str, sources, source_stats: list[dict], output
         if default_system and not config.format.system else None,
         "train": totals["train"],
         "val": totals["val"],
-        "block_fit": block_fit(lengths, totals, config.pack.block_size, config.pack.strategy, config.pack.overlong),
+        "block_fit": block_fit(facts.lengths, totals, config.pack.block_size, config.pack.strategy, config.pack.overlong),
         "previous": diff_builds(previous, manifest),
     }
 
 
-def diff_builds(previous: dict | None, manifest: dict) -> dict | None:
+def diff_builds(previous: Manifest | None, manifest: Manifest) -> dict | None:
     """What changed since the build CURRENT named before this one."""
     if previous is None:
         return None
-    def source_hashes(m: dict) -> dict[str, str]:
-        return {s["source"]["name"]: s["source"]["hash"] for s in m["inputs"]["sources"]}
+    def source_hashes(m: Manifest) -> dict[str, str]:
+        return {s["source"]["name"]: s["source"]["hash"] for s in m.inputs["sources"]}
 
     old, new = source_hashes(previous), source_hashes(manifest)
     changed_inputs = sorted(key for key in ("tokenizer", "encoder", "format", "pack", "on_bad_rows", "format_version",
                                                 "dedup")
-                            if previous["inputs"].get(key) != manifest["inputs"].get(key))
+                            if previous.inputs.get(key) != manifest.inputs.get(key))
     delta = {}
     for split in ("train", "val"):
-        before, after = previous["outputs"]["totals"][split], manifest["outputs"]["totals"][split]
+        before, after = dataclasses.asdict(previous.totals[split]), dataclasses.asdict(manifest.totals[split])
         delta[split] = {key: after[key] - before[key] for key in ("documents", "tokens", "supervised_tokens", "blocks")}
     return {
-        "build_id": previous["build_id"],
+        "build_id": previous.build_id,
         "sources_added": sorted(set(new) - set(old)),
         "sources_removed": sorted(set(old) - set(new)),
         "sources_changed": sorted(name for name in set(old) & set(new) if old[name] != new[name]),

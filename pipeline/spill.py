@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from packtrain.core.contract import fsync_dir, sha256_file, sha256_json
+from packtrain.core.files import fsync_dir
+from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.schema import BOOL, COUNT, POSITIVE, SHA256, TEXT

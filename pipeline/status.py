@@ -3,32 +3,24 @@ its tokens, and the last run trained on it. Reads files only (no torch, no token
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from packtrain.pipeline.build import plan
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import MANIFEST, Manifest, expert_dir, read_current
-from packtrain.core.rundir import RUN_JSON, finished_artifacts, recorded_runs_dirs
+from packtrain.core import rundir
+from packtrain.core.rundir import recorded_runs_dirs
 from packtrain.core.errors import ContractError
 
 
 def last_run(runs_dirs: list[Path], build_id: str) -> str | None:
-    """The newest run directory (under any of ``runs_dirs``) whose run.json names ``build_id``, marked
+    """The name of the newest run (under any of ``runs_dirs``) whose run.json names ``build_id``, marked
     ``(unfinished)`` where it wrote none of its final artifacts (running, stopped or killed)."""
-    runs = []
-    for info in [info for runs_dir in dict.fromkeys(runs_dirs) for info in runs_dir.glob(f"*/{RUN_JSON}")]:
-        try:
-            data = json.loads(info.read_bytes().decode("utf-8"))
-            if isinstance(data, dict) and data.get("build_id") == build_id:
-                runs.append((info.stat().st_mtime_ns, info.parent))
-        except (OSError, ValueError, RecursionError):
-            continue  # a damaged run.json names no build
-    if not runs:
+    newest = rundir.last_run(runs_dirs, build_id)
+    if newest is None:
         return None
-    newest = max(runs)[1]
-    return newest.name if finished_artifacts(newest) else f"{newest.name} (unfinished)"
+    return newest.name if rundir.finished_artifacts(newest) else f"{newest.name} (unfinished)"
 
 
 def expert_status(expert: str, configs_dir, cache_dir, overrides: dict | None = None) -> list[dict]:
@@ -49,10 +41,10 @@ def config_status(config, cache_dir) -> dict:
         if current is not None:
             path = expert_dir(cache_dir, expert) / current
             manifest = Manifest.load(path, full=True)
-            totals = manifest.raw["outputs"]["totals"]
+            totals = manifest.totals
             status["age_hours"] = round((time.time() - (path / MANIFEST).stat().st_mtime) / 3600, 2)
-            status["train_tokens"] = totals["train"]["tokens"]
-            status["val_tokens"] = totals["val"]["tokens"]
+            status["train_tokens"] = totals["train"].tokens
+            status["val_tokens"] = totals["val"].tokens
             runs_dirs = [(Path(config.train.output_dir) / expert).absolute(), *recorded_runs_dirs(cache_dir, expert)]
             status["last_run"] = last_run(runs_dirs, current)
         try:

@@ -233,16 +233,16 @@ class TokenCheck:
 
 def build_head(manifest: Manifest, build_dir: Path) -> tuple[int, ...]:
     """What the build put before every document: the tokenizer's prefix ids in template style."""
-    tokenizer, style = manifest.raw["inputs"]["tokenizer"], manifest.raw["inputs"]["format"].get("style")
+    style = manifest.inputs["format"].get("style")
     if style not in ("template", "chat"):
         raise ContractError(f"the build's format.style is {style!r}, not template or chat: this packtrain cannot "
                             "tell what it put before each document")
     if style == "chat":
         return ()
-    if not isinstance(tokenizer.get("prefix_ids"), list):
+    if manifest.tokenizer.prefix_ids is None:
         raise ContractError(f"the manifest of build {manifest.build_id} records no inputs.tokenizer.prefix_ids "
                             f"(made by an older packtrain): {rebuild_fix(build_dir)}")
-    return tuple(tokenizer["prefix_ids"])
+    return manifest.tokenizer.prefix_ids
 
 
 def check_tokenizer(manifest: Manifest, tokenizer_dir: Path) -> None:
@@ -250,13 +250,12 @@ def check_tokenizer(manifest: Manifest, tokenizer_dir: Path) -> None:
     ours = tokenizer_fingerprint(tokenizer_dir)
     if ours["hash"] == manifest.tokenizer_hash:
         return
-    built = manifest.raw["inputs"]["tokenizer"]
-    diffs = tokenizer_differences(built.get("files", {}), ours["files"], "model")
+    diffs = tokenizer_differences(manifest.tokenizer.files, ours["files"], "model")
     raise ContractError(
         f"the tokenizer in {tokenizer_dir} is not the one build {manifest.build_id} was made with "
-        f"(tokenizer {manifest.tokenizer_hash[:12]}, source: {built.get('source', '?')}): "
+        f"(tokenizer {manifest.tokenizer_hash[:12]}, source: {manifest.tokenizer.source or '?'}): "
         f"{', '.join(diffs) or 'the hash scheme differs'}; verify with the build's model "
-        f"(--model {built.get('source', '?')}), or rebuild with this one (`make pretokenize EXPERT={manifest.expert}`)")
+        f"(--model {manifest.tokenizer.source or '?'}), or rebuild with this one (`make pretokenize EXPERT={manifest.expert}`)")
 
 
 def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, documents: int | None = None,
@@ -271,9 +270,8 @@ def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, docum
     tokenizer = read_input(tokenizer_dir / "tokenizer.json", lambda p: Tokenizer.from_file(str(p)),
                            "the model's tokenizer is damaged: copy it again", "a tokenizers file")
     head = build_head(manifest, build_dir)
-    raw = manifest.raw
     splits = [whole_documents(split, BlockStream(build_dir, shards, manifest.block_size),
-                              raw["inputs"]["pack"].get("strategy"), raw["outputs"]["totals"][split], head,
+                              manifest.inputs["pack"].get("strategy"), manifest.outputs["totals"][split], head,
                               manifest.eos_id)
               for split, shards in (("train", manifest.train), ("val", manifest.val))]
     total = sum(len(d) for d in splits)

@@ -57,7 +57,7 @@ def test_build_writes_the_contract(project):
     assert manifest.block_size == 128 and manifest.token_dtype == "uint16"
     assert (manifest.eos_id, manifest.pad_id, manifest.vocab_size) == (0, 1, 400)
     assert verify_checksums(result.path, manifest) == []
-    totals = manifest.raw["outputs"]["totals"]
+    totals = manifest.outputs["totals"]
     assert totals["train"]["documents"] + totals["val"]["documents"] == 60
 
     schema = pa.ipc.open_stream(pa.memory_map(str(result.path / manifest.train[0].file))).schema
@@ -217,13 +217,13 @@ def decoded_answers(path: Path, split: str, project) -> set[str]:
 
 def test_wrap_strategy_and_overlong_documents(project):
     result = run_build(project, **{"pack.strategy": "wrap", "pack.block_size": 32})
-    totals = Manifest.load(result.path).raw["outputs"]["totals"]["train"]
+    totals = Manifest.load(result.path).outputs["totals"]["train"]
     assert totals["packing_efficiency"] > 0.95  # only the last block is partial
     split = run_build(project, **{"pack.block_size": 48, "pack.overlong": "split"})
-    report = Manifest.load(split.path).raw["outputs"]["totals"]["train"]
+    report = Manifest.load(split.path).outputs["totals"]["train"]
     assert report["overlong"] > 0 and report["split"] == report["overlong"]
     dropped = run_build(project, **{"pack.block_size": 48, "pack.overlong": "drop"})
-    report = Manifest.load(dropped.path).raw["outputs"]["totals"]["train"]
+    report = Manifest.load(dropped.path).outputs["totals"]["train"]
     assert report["dropped_overlong"] == report["overlong"] > 0
 
 

@@ -129,7 +129,7 @@ def test_a_template_wrong_on_some_rows_is_caught_by_the_build_and_remembered(tmp
     assert said[0].endswith("not using it for this chat template again, tokenizing again without it")
     assert {p.name: p.read_bytes() for p in on.path.glob("*.arrow")} == \
         {p.name: p.read_bytes() for p in off.path.glob("*.arrow")}
-    assert Manifest.load(on.path, full=True).raw["outputs"]["exactness"]["render_once"] is False
+    assert Manifest.load(on.path, full=True).outputs["exactness"]["render_once"] is False
     assert len(list((project["cache"] / ".render-once").glob("*.json"))) == 1
     lines = []
     write_jsonl(project["data"], rows + rows[:1])

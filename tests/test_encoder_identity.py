@@ -48,7 +48,7 @@ def test_the_tokenizers_version_and_the_shortcuts_are_part_of_the_identity(tmp_p
     assert len(ids) == 6
     result = build(config, project["cache"], log=quiet, progress=False)
     assert result.build_id == upgraded.build_id
-    assert Manifest.load(result.path, full=True).raw["inputs"]["encoder"]["tokenizers"] == "1.0.0"
+    assert Manifest.load(result.path, full=True).inputs["encoder"]["tokenizers"] == "1.0.0"
 
 
 def test_merge_refuses_parts_made_with_another_encoder(tmp_path, monkeypatch):

@@ -111,7 +111,7 @@ def test_the_bundled_samples_build_the_same_bytes_with_each_shortcut_on_and_off(
         off = build(expert_config(tmp_path, expert, directory, SHORTCUTS_OFF), tmp_path / "off", log=quiet,
                     progress=False)
         assert shards(on) == shards(off), (name, expert)
-        checked = Manifest.load(on.path, full=True).raw["outputs"]["exactness"]
+        checked = Manifest.load(on.path, full=True).outputs["exactness"]
         documents = json.loads((on.path / "report.json").read_text())["sources"][0]["documents"]
         # every document was made by the shortcut and, the sample being small, every one was checked
         made = 3000 if name in makes_for else 0
@@ -119,7 +119,7 @@ def test_the_bundled_samples_build_the_same_bytes_with_each_shortcut_on_and_off(
         fast = settings["build.fast_encoder"]
         assert checked["encoders"] == ([fast] if fast and name in makes_for else ["tokenizers"])
         assert checked["line_cache"] == (shortcut == "line_cache")
-        assert Manifest.load(off.path, full=True).raw["outputs"]["exactness"]["by_shortcut"] == 0
+        assert Manifest.load(off.path, full=True).outputs["exactness"]["by_shortcut"] == 0
 
 
 def hostile_rows(n: int) -> list[dict]:
@@ -143,7 +143,7 @@ def test_hostile_rows_and_chat_style_build_the_same_bytes_with_each_shortcut_on_
         off = build(expert_config(tmp_path, "sql", directory, {**settings, **SHORTCUTS_OFF}), tmp_path / "off",
                     log=quiet, progress=False)
         assert shards(on) == shards(off), (name, style)
-        exact = Manifest.load(on.path, full=True).raw["outputs"]["exactness"]
+        exact = Manifest.load(on.path, full=True).outputs["exactness"]
         assert exact["by_shortcut"] > 100 and exact["checked"] == exact["by_shortcut"], (name, style, exact)
 
 
@@ -179,7 +179,7 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
     assert said[0].endswith("not using it for this tokenizer again, tokenizing again without it")
     (note,) = (project["cache"] / exactness.LINE_CACHE_NOTES).glob("*.json")
     assert json.loads(note.read_text())["answer"]["on"] is False
-    assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["line_cache"] is False
+    assert Manifest.load(result.path, full=True).outputs["exactness"]["line_cache"] is False
     # the next build with this tokenizer does not try it again, even with the real cut back
     monkeypatch.setattr("packtrain.pipeline.encode.encoders.line_cut", real_cut)
     write_jsonl(project["data"], rows + [{"question": "q", "context": "c", "answer": "a"}])
@@ -253,14 +253,14 @@ def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_p
     assert said[1] == "exactness check: no shortcut made a document (the HF tokenizer made every one)"
     assert shards(result) == shards(reference)
     assert json.loads(note.read_text())["answer"]["encoder"] is None
-    assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["encoders"] == ["tokenizers"]
+    assert Manifest.load(result.path, full=True).outputs["exactness"]["encoders"] == ["tokenizers"]
 
 
 def test_a_sample_past_check_documents_is_seeded_by_the_text(tmp_path):
     project = make_project(tmp_path, n_rows=3000)
     result = build(load_config("sql", project["configs"], {"build.check_documents": 32, "build.batch_rows": 1000}),
                    project["cache"], log=quiet, progress=False)
-    exact = Manifest.load(result.path, full=True).raw["outputs"]["exactness"]
+    exact = Manifest.load(result.path, full=True).outputs["exactness"]
     assert exact["by_shortcut"] == 3000
     # the first batch (rows 0-999: check_documents is rounded up to whole batches), then the documents
     # whose keyed hash falls in one of 512

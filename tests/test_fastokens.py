@@ -169,7 +169,7 @@ def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered
     assert said[1] == "exactness check: no shortcut made a document (the HF tokenizer made every one)"
     assert {p.name: p.read_bytes() for p in result.path.glob("*.arrow")} == \
         {p.name: p.read_bytes() for p in reference.path.glob("*.arrow")}
-    assert Manifest.load(result.path, full=True).raw["outputs"]["exactness"]["encoders"] == ["tokenizers"]
+    assert Manifest.load(result.path, full=True).outputs["exactness"]["encoders"] == ["tokenizers"]
     (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
     assert json.loads(note.read_text())["answer"]["encoder"] is None
     # the next build asks nothing of any fast encoder, even with fastokens put right

@@ -56,7 +56,7 @@ def test_a_weight_scales_the_training_documents_exactly(project, weight, documen
     assert (mixed["documents_before"], mixed["duplicates"], mixed["documents"]) == (40, 0, documents)
     assert report["train"]["documents"] == documents
     assert report["sources"][0]["weight"] == weight
-    assert Manifest.load(result.path, full=True).raw["inputs"]["sources"][0]["weight"] == weight
+    assert Manifest.load(result.path, full=True).inputs["sources"][0]["weight"] == weight
 
 
 def test_a_fractional_weight_takes_the_same_documents_in_every_build(project, tmp_path):

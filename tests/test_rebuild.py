@@ -61,8 +61,7 @@ def test_only_the_changed_source_is_tokenized_again(two_sources, monkeypatch):
     tokenized = []
     real = packtrain.pipeline.build.tokenize_sources
     monkeypatch.setattr(packtrain.pipeline.build, "tokenize_sources",
-                        lambda config, sources, tok, todo, *rest, **kw: (tokenized.extend(todo),
-                                                                         real(config, sources, tok, todo, *rest, **kw)))
+                        lambda job, *rest, **kw: (tokenized.extend(job.todo), real(job, *rest, **kw)))
     second = run_build(two_sources)
     assert tokenized == [1]
     report = second.report

@@ -18,6 +18,7 @@ from packtrain.pipeline.build import plan
 from packtrain.pipeline.spill import SOURCE_STATS, SOURCES, source_cache_problem
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
+from packtrain.pipeline.rebuild import RebuildOptions
 from packtrain.pipeline.rebuild import rebuild as run_rebuild
 
 
@@ -243,6 +244,6 @@ def test_a_damaged_stat_cache_is_rebuilt_and_said_once(project, case):
 
     path.write_bytes(stat_cache_damages(path)[case])  # the scheduled job goes on too
     emitted = []
-    code = run_rebuild(["sql"], project["configs"], project["cache"], 3, True,
-                       {"train.output_dir": str(project["runs"])}, emitted.append, lambda _: None)
+    code = run_rebuild(["sql"], project["configs"], project["cache"],
+                       RebuildOptions(3, True, {"train.output_dir": str(project["runs"])}), emitted.append, lambda _: None)
     assert code == 0 and json.loads(emitted[0])["action"] == "up-to-date"

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.cli.commands import main
-from packtrain.core.contract import Manifest, ShardInfo, read_current, sha256_file
+from packtrain.core.contract import Manifest, ShardInfo, read_current
+from packtrain.core.hashing import sha256_file
 from packtrain.core.shardfile import ShardWriter, open_shard
 from packtrain.pipeline.verify_tokens import BlockStream, check_tokens, whole_documents
 from test_cli import run_cli

@@ -21,6 +21,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import LoraConfig
 from packtrain.core.contract import TOKENIZER_FILES
 from packtrain.trainer.distributed import load_full_trainable_state, sharded
@@ -70,7 +71,7 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-class NonFiniteWeightsError(RuntimeError):
+class NonFiniteWeightsError(PacktrainError, RuntimeError):
     """The trainable weights hold NaN or inf; they are never saved (the message says what to do)."""
 
 

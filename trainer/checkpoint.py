@@ -39,11 +39,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from packtrain.core.contract import CONFIG_SNAPSHOT, TMP_PREFIX, fsync_dir, sha256_file
+from packtrain.core.errors import PacktrainError
+from packtrain.core.contract import CONFIG_SNAPSHOT
+from packtrain.core.files import TMP_PREFIX, fsync_dir
+from packtrain.core.hashing import sha256_file
 from packtrain.core.diskfull import written
 from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_NAME, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON,
                                    TRAINER_STATE, RunError, complete_checkpoints, finished_artifacts,
-                                   resume_checkpoint)
+                                   resume_checkpoint, run_dirs)
 from packtrain.core.rundir import SUMMARY as _SUMMARY
 from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
@@ -59,7 +62,7 @@ LOCAL_LAYOUT, FSDP_LAYOUT = "local", "fsdp-full"
 SUMMARY = _SUMMARY  # run_end.py imports it from here
 
 
-class CheckpointError(Exception):
+class CheckpointError(PacktrainError):
     """A checkpoint is missing, corrupt or does not fit this run; the message says what to do."""
 
 
@@ -235,7 +238,7 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
     wrote one; None when no unfinished run has any. A path: that checkpoint, or the newest complete checkpoint of
     that run directory."""
     if resume == "auto":
-        runs = [p for p in expert_runs.iterdir() if p.is_dir()] if expert_runs.is_dir() else []
+        runs = run_dirs(expert_runs)
         done = sorted(p.name for p in runs if finished_artifacts(p))
         if done:
             log.info("resume auto: %d finished run(s) of %s are never resumed (%s)", len(done), expert_runs,

@@ -187,7 +187,7 @@ def setup_data(ctx: TrainContext) -> None:
     val_set = BlockDataset(ctx.build_dir, manifest, "val", ctx.state.seq_length)
     if len(val_set) == 0:
         log.warning("build %s has no val blocks (pack.val_fraction: %s): evaluation is skipped",
-                    manifest.build_id, manifest.raw["inputs"]["pack"].get("val_fraction"))
+                    manifest.build_id, manifest.val_fraction)
     else:
         ctx.val_loader = make_loader(eval_slice(val_set, train, world, pad=train.fsdp), None,
                                      train.per_device_eval_batch_size, train, ctx.device, drop_last=False,

@@ -35,10 +35,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from packtrain.core.errors import PacktrainError
+
 log = logging.getLogger("packtrain.train")
 
 
-class DistributedError(Exception):
+class DistributedError(PacktrainError):
     """The torchrun environment cannot be used as it is; the message says what to change."""
 
 

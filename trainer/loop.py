@@ -23,6 +23,7 @@ from dataclasses import astuple
 
 import torch
 
+from packtrain.core.errors import PacktrainError
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.checkpoint import prune_checkpoints, save_checkpoint
 from packtrain.trainer.context import TrainContext
@@ -35,7 +36,7 @@ from packtrain.trainer.step import forward_loss
 log = logging.getLogger("packtrain.train")
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(PacktrainError, RuntimeError):
     """Too many consecutive non-finite losses; the run stopped without saving the state."""
 
 

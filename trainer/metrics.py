@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from packtrain.core.diskfull import write_text_atomic, written
+from packtrain.core.diskfull import written
+from packtrain.core.files import write_atomic
 from packtrain.core.rundir import RUN_DISK_FULL_FIX
 
 log = logging.getLogger("packtrain.train")
@@ -213,7 +214,7 @@ class MetricsFile:
             # line torn by a crash; replaced atomically, so a crash now loses nothing either
             kept = [line for line in path.read_bytes().decode("utf-8", errors="replace").splitlines()
                     if _step_of(line) is not None and _step_of(line) <= truncate_after_step]
-            write_text_atomic(path, "".join(line + "\n" for line in kept), self.what(), RUN_DISK_FULL_FIX)
+            write_atomic(path, "".join(line + "\n" for line in kept), self.what(), RUN_DISK_FULL_FIX)
         self.file = open(path, "a")
 
     def what(self) -> str:

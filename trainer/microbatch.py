@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from packtrain.core.errors import PacktrainError
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.distributed import World, decide_on_rank0
 from packtrain.trainer.step import LossPath, forward_loss
@@ -31,7 +32,7 @@ HEADROOM = 0.15
 optimizer's first step, other processes)."""
 
 
-class MicroBatchError(RuntimeError):
+class MicroBatchError(PacktrainError, RuntimeError):
     """Not even one block fits on the device; the message says what to change."""
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import ModelConfig, TrainConfig
 from packtrain.core.diskfull import written
 from packtrain.core.inputs import one_line, read_input, read_json
@@ -35,7 +36,7 @@ log = logging.getLogger("packtrain.train")
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
 
 
-class ModelError(Exception):
+class ModelError(PacktrainError):
     """The model cannot be found or loaded; the message says how to fix it."""
 
 

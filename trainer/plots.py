@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot, save_figure
-from packtrain.core.rundir import RUN_JSON
+from packtrain.core.rundir import RunRecord
 
 
 def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
@@ -53,11 +53,9 @@ def check_record(record: dict, where: str) -> None:
 
 def memory_label(run_dir: Path) -> str:
     """What ``mem/peak_gib`` measured (trainer/metrics.py), by the device run.json names."""
-    try:
-        device = json.loads((run_dir / RUN_JSON).read_text()).get("device")
-    except (OSError, ValueError, AttributeError):
-        device = None
-    if not isinstance(device, str):
+    record = RunRecord.read(run_dir)
+    device = record.device if record is not None else None
+    if device is None:
         return "peak memory (GiB): GPU allocated on CUDA, CPU RSS otherwise"
     return "peak GPU memory allocated (GiB)" if device.startswith("cuda") else "peak CPU memory, RSS (GiB)"
 

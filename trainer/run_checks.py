@@ -11,6 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_checksums
 from packtrain.core.rundir import finished_artifacts
 from packtrain.trainer.checkpoint import fork_dir
@@ -19,7 +20,7 @@ from packtrain.trainer.distributed import World
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
 
 
-class TrainError(Exception):
+class TrainError(PacktrainError):
     """The run cannot start; the message says what differs and how to fix it."""
 
 
@@ -64,8 +65,7 @@ def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
     ours = tokenizer_fingerprint(tok_dir)
     if ours["hash"] == manifest.tokenizer_hash:
         return
-    built = manifest.raw["inputs"]["tokenizer"]
-    theirs = built.get("files", {})
+    theirs = manifest.tokenizer.files
     diffs = []
     for name in sorted(set(theirs) | set(ours["files"])):
         if name not in ours["files"]:
@@ -76,10 +76,10 @@ def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
             diffs.append(f"{name} (build {theirs[name][:12]}, model {ours['files'][name][:12]})")
     raise TrainError(
         f"tokenizer mismatch: build {manifest.build_id} was tokenized with tokenizer {manifest.tokenizer_hash[:12]} "
-        f"(source: {built.get('source', '?')}), the model {model_name} has tokenizer {ours['hash'][:12]} ({tok_dir}). "
+        f"(source: {manifest.tokenizer.source or '?'}), the model {model_name} has tokenizer {ours['hash'][:12]} ({tok_dir}). "
         f"Files that differ: {', '.join(diffs) or 'none (the hash scheme differs: rebuild)'}. "
         f"Rebuild with `make pretokenize EXPERT={manifest.expert} MODEL={model_name}`, or train with the model "
-        f"the build used (model.name: {built.get('source', '?')})")
+        f"the build used (model.name: {manifest.tokenizer.source or '?'})")
 
 
 def choose_run_dir(checkpoint: Path | None, step: int, expert_runs: Path, run_name: str | None,

@@ -12,7 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
-from packtrain.core.diskfull import DiskFullError, write_text_atomic
+from packtrain.core.diskfull import DiskFullError
+from packtrain.core.files import write_atomic
 from packtrain.core.rundir import MERGED_DIR, RUN_DISK_FULL_FIX
 from packtrain.trainer.adapters import check_finite_weights, export_merged, save_adapter
 from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, check_not_finished, written_or_removed
@@ -95,7 +96,7 @@ def draw_plots(run_dir: Path) -> None:
 
 def write_json(path: Path, obj: dict) -> None:
     """One JSON file of the run (config.json, run.json, summary.json), never half written."""
-    write_text_atomic(path, json_text(obj), f"{path.name} of run {path.parent}",
+    write_atomic(path, json_text(obj), f"{path.name} of run {path.parent}",
                       RUN_DISK_FULL_FIX)
 
 

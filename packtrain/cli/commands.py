@@ -15,17 +15,13 @@ from pathlib import Path
 import click
 
 from packtrain.cli.console import library_output, note_when_training_begins
-from packtrain.cli.options import DocumentCount, cache_dir_option, expert_options, resolve
+from packtrain.cli.options import DocumentCount, cache_dir_option, resolve, with_config
 from packtrain.cli.talk import chat, generate
-from packtrain.cli.prepare import TrainFailed, check_sources, convert_embedded, ensure_converted, ensure_names_converted
-from packtrain.core.config import ConfigError
+from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
-from packtrain.core.diskfull import DiskFullError
-from packtrain.core.errors import ContractError
-from packtrain.core.rundir import RunError
-
-EXPECTED = (ConfigError, ContractError, DiskFullError, OSError, RunError)
+from packtrain.core.errors import ContractError, PacktrainError
+from packtrain.core.rundir import find_run, newest_logged_run
 
 
 @click.group()
@@ -51,22 +47,19 @@ def discover(model_dirs):
 
 
 @main.command()
-@click.argument("expert")
-@expert_options
+@with_config(for_training=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
-def config(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, as_json):
+def config(cfg, cache_dir, notes, as_json):
     """Print EXPERT's resolved config (defaults < configs/EXPERT.yaml < overrides) as this machine trains it."""
     import yaml
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True)
     click.echo(json.dumps(cfg.to_dict(), indent=2) if as_json else
                yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True, width=100).rstrip("\n"))
 
 
 @main.command("prepare-model")
-@click.argument("expert")
-@expert_options
-def prepare_model(expert, configs_dir, cache_dir, dataset, model, num_proc, settings):
+@with_config()
+def prepare_model(cfg, cache_dir):
     """Convert EXPERT's embedded model (model.name: smollm2-135m) once into a model directory; else nothing.
 
     `pretokenize`, `merge`, `train` and `rebuild` do it themselves when it is not converted yet: the
@@ -74,7 +67,6 @@ def prepare_model(expert, configs_dir, cache_dir, dataset, model, num_proc, sett
     """
     from packtrain.core.resolve import EMBEDDED_MODELS
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)  # the model only
     names = sorted({cfg.model.name, cfg.model.tokenizer} & set(EMBEDDED_MODELS))
     if not names:
         click.echo(f"model {cfg.model.name}: not an embedded model, nothing to prepare", err=True)
@@ -83,16 +75,14 @@ def prepare_model(expert, configs_dir, cache_dir, dataset, model, num_proc, sett
 
 
 @main.command()
-@click.argument("expert")
-@expert_options
+@with_config()
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 @click.option("--part", default=None, metavar="I/N",
               help="Tokenize only part I of N (a machine's share) and publish nothing; then `packtrain merge`.")
-def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, progress, part):
+def pretokenize(cfg, cache_dir, progress, part):
     """Build EXPERT's packed shards into the cache, unless an identical build exists."""
     from packtrain.pipeline.build import build
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
     check_sources(cfg)
     ensure_converted(cfg)
     if part is not None:
@@ -113,14 +103,12 @@ def pretokenize(expert, configs_dir, cache_dir, dataset, model, num_proc, settin
 
 
 @main.command()
-@click.argument("expert")
-@expert_options
+@with_config()
 @click.option("--parts", type=click.IntRange(min=1), required=True, help="How many parts were tokenized (N of --part I/N).")
-def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, parts):
+def merge(cfg, cache_dir, parts):
     """Merge the parts of a partitioned build of EXPERT and publish it (same bytes as one machine's)."""
     from packtrain.pipeline.partition import merge as merge_parts
 
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings)
     check_sources(cfg)
     ensure_converted(cfg)
     for stage in cfg.stage_configs():
@@ -130,8 +118,7 @@ def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, pa
 
 
 @main.command()
-@click.argument("expert")
-@expert_options
+@with_config(for_training=True)
 @click.option("--build-id", default=None, help="Train on this build (default: the one CURRENT names).")
 @click.option("--resume", default=None, metavar="auto|PATH",
               help="auto: continue the newest complete checkpoint of EXPERT's runs (a new run if none); "
@@ -139,8 +126,7 @@ def merge(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, pa
 @click.option("--allow-build-change", is_flag=True,
               help="Resume a checkpoint taken on another build of the same tokenizer.")
 @click.option("--max-steps", type=int, default=None, help="Train exactly this many optimizer steps.")
-def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, build_id, resume,
-          allow_build_change, max_steps):
+def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps):
     """Train EXPERT's LoRA/QLoRA adapter on its packed shards (build first: `make train` does)."""
     from packtrain.core.preflight import check_train_inputs
 
@@ -148,19 +134,13 @@ def train(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, bu
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
             click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
-    notes = []
-    cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True, on_profile=notes.append)
     check_train_inputs(cfg, cache_dir, build_id, resume)
     ensure_converted(cfg)
     from packtrain.trainer.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
-    from packtrain.trainer.train import EXPECTED_ERRORS
 
-    try:
-        with note_when_training_begins(notes):
-            train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
-                         max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
-    except EXPECTED_ERRORS as e:
-        raise TrainFailed(str(e)) from None
+    with note_when_training_begins(notes):
+        train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
+                     max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
 
 
 @main.command("eval")
@@ -175,17 +155,10 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
     """Generate answers to EXPERT's validation prompts with the base model and the adapter, and score them.
 
     Writes eval.jsonl (every prompt, reference and both answers) and eval.json (the metrics) into the run."""
-    from packtrain.core.rundir import find_run
-
     run_path = find_run(expert, run_dir, runs_dir)
     from packtrain.trainer.eval.eval_run import evaluate_run  # torch, transformers, peft: once a run was found
-    from packtrain.trainer.eval.task_eval import TaskEvalError
-    from packtrain.trainer.train import EXPECTED_ERRORS
 
-    try:
-        summary = evaluate_run(run_path, max_examples, expert=expert)
-    except (*EXPECTED_ERRORS, TaskEvalError) as e:
-        raise TrainFailed(str(e)) from None
+    summary = evaluate_run(run_path, max_examples, expert=expert)
     click.echo(json.dumps({"run_dir": str(run_path), **summary}))
 
 
@@ -199,21 +172,15 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
               help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
 def plot(expert, cache_dir, build_id, run_dir, runs_dir):
     """Draw PNG plots of EXPERT's build (<build>/plots/) and of its run (<run>/plots/)."""
-    from packtrain.core.plotting import PlotError
     from packtrain.pipeline.plots import write_build_plots
     from packtrain.trainer.plots import write_run_plots
 
-    written = []
-    try:
-        written += write_build_plots(resolve_build(cache_dir, expert, build_id))
-        runs = [Path(run_dir)] if run_dir else sorted((Path(runs_dir) / expert).glob("*/metrics.jsonl"),
-                                                       key=lambda p: p.stat().st_mtime_ns)[-1:]
-        if run_dir is None and not runs:
-            click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
-        for path in runs:
-            written += write_run_plots(path if run_dir else path.parent)
-    except PlotError as e:
-        raise ContractError(str(e)) from None
+    written = write_build_plots(resolve_build(cache_dir, expert, build_id))
+    run_path = Path(run_dir) if run_dir else newest_logged_run(Path(runs_dir) / expert)
+    if run_path is None:
+        click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
+    else:
+        written += write_run_plots(run_path)
     click.echo("\n".join(str(p) for p in written))
 
 
@@ -325,6 +292,7 @@ def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
     Exit code 0: all up to date or rebuilt; 1: some expert failed; 3: another rebuild is running.
     """
     from packtrain.pipeline.rebuild import all_experts as list_experts
+    from packtrain.pipeline.rebuild import RebuildOptions
     from packtrain.pipeline.rebuild import rebuild as run_rebuild
 
     if all_experts == bool(experts):
@@ -333,7 +301,7 @@ def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
         raise click.BadParameter("must be >= 1 (CURRENT is always kept)", param_hint="--keep")
     names = list_experts(configs_dir) if all_experts else list(experts)
     overrides = apply_cli_overrides(num_proc=num_proc)
-    code = run_rebuild(names, configs_dir, cache_dir, keep, wait, overrides, emit=click.echo,
+    code = run_rebuild(names, configs_dir, cache_dir, RebuildOptions(keep, wait, overrides), emit=click.echo,
                        log=lambda line: click.echo(line, err=True), prepare=ensure_converted)
     sys.exit(code)
 
@@ -357,11 +325,8 @@ main.add_command(chat)
 
 
 def run() -> None:
-    """Entry point: expected errors print one clear message and exit 2, without a traceback."""
-    from packtrain.pipeline.errors import BuildError, TokenizerError
-    from packtrain.core.resolve import SourceNotFound
-    from packtrain.pipeline.discover import SourceError
-
+    """Entry point: expected errors (:class:`PacktrainError`, and an ``OSError`` the command could not
+    name better) print one clear message and exit 2, without a traceback."""
     try:
         main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -377,7 +342,7 @@ def run() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except (*EXPECTED, BuildError, SourceError, SourceNotFound, TokenizerError, TrainFailed) as e:
+    except (PacktrainError, OSError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
 

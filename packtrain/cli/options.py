@@ -3,6 +3,8 @@ command resolves from them (``resolve``), and the parameter types of their own."
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from packtrain.core.config import ConfigError
@@ -26,6 +28,25 @@ def expert_options(f):
     f = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="Override any config field, e.g. --set pack.block_size=1024 (YAML value).")(f)
     return f
+
+
+def with_config(for_training: bool = False):
+    """The preamble of every command that works on one expert's config: the command takes EXPERT and
+    the shared options (:func:`expert_options`) and is called with ``cfg``, EXPERT's config resolved
+    from them (:func:`resolve`), ``cache_dir`` and its own options. ``for_training``: the config as
+    this machine trains it, and ``notes`` (a list) holding the cpu profile's line when it applied."""
+    def decorate(command):
+        @functools.wraps(command)
+        def resolved(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, **own):
+            if not for_training:
+                return command(resolve(expert, configs_dir, dataset, model, num_proc, settings), cache_dir, **own)
+            notes: list[str] = []
+            cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True,
+                          on_profile=notes.append)
+            return command(cfg, cache_dir, notes=notes, **own)
+
+        return click.argument("expert")(expert_options(resolved))
+    return decorate
 
 
 def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training: bool = False,

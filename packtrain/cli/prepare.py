@@ -11,10 +11,6 @@ from __future__ import annotations
 import click
 
 
-class TrainFailed(Exception):
-    """The trainer (or the model's conversion) refused or stopped; its message says why and what to do."""
-
-
 def check_sources(cfg) -> None:
     """Every source of every stage of ``cfg`` resolves on this machine (no torch is imported)."""
     from packtrain.pipeline.discover import resolve_source
@@ -43,12 +39,9 @@ def ensure_names_converted(names) -> None:
 
 
 def convert_embedded(names) -> None:
-    """``prepare_embedded`` for each name (its lines on stderr); its refusals as one-line errors."""
+    """``prepare_embedded`` for each name (its lines on stderr); its refusals (``ModelError``, a
+    :class:`PacktrainError`) reach the CLI's one-line error."""
     from packtrain.trainer.convert import prepare_embedded
-    from packtrain.trainer.model import ModelError
 
     for name in names:
-        try:
-            prepare_embedded(name, log=lambda line: click.echo(line, err=True))
-        except ModelError as e:
-            raise TrainFailed(str(e)) from None
+        prepare_embedded(name, log=lambda line: click.echo(line, err=True))

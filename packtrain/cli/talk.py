@@ -16,8 +16,6 @@ from pathlib import Path
 
 import click
 
-from packtrain.cli.prepare import TrainFailed
-
 
 def talk_options(function):
     """The options ``generate`` and ``chat`` share: which run, base or adapter, how to generate."""
@@ -100,16 +98,11 @@ def open_talker(prompter: Prompter, base: bool, max_new_tokens: int, temperature
     """The run loaded (torch, transformers, peft imported here), ready to answer."""
     from packtrain.trainer.eval.eval_run import open_run
     from packtrain.trainer.eval.talk import Sampling, Talker
-    from packtrain.trainer.eval.task_eval import TaskEvalError
     from packtrain.trainer.runlog import ensure_log_handler
-    from packtrain.trainer.train import EXPECTED_ERRORS
 
     ensure_log_handler()
     click.echo(f"{prompter.run_path}: loading {'the base model' if base else 'the adapter'} ...", err=True)
-    try:
-        run = open_run(prompter.run_path, None)
-    except (*EXPECTED_ERRORS, TaskEvalError) as e:
-        raise TrainFailed(str(e)) from None
+    run = open_run(prompter.run_path, None)  # its refusals are PacktrainErrors: one line from the CLI
     return Talker(run, Sampling(max_new_tokens, temperature, top_p, seed), base=base)
 
 

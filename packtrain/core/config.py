@@ -22,10 +22,10 @@ from packtrain.core.config_build import BuildConfig, FormatConfig, PackConfig, S
 from packtrain.core.config_fields import BUNDLED, check_numbers, num
 from packtrain.core.config_train import CpuConfig, LoraConfig, ModelConfig, TrainConfig
 from packtrain.core.contract import STAGE_NAME, check_build_name, stage_expert
-from packtrain.core.errors import ContractError
+from packtrain.core.errors import ContractError, PacktrainError
 
 
-class ConfigError(Exception):
+class ConfigError(PacktrainError):
     """The configuration is invalid; the message lists every problem found."""
 
 

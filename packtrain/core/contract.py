@@ -18,18 +18,16 @@ Nothing here imports torch, datasets or tokenizers: only the standard library, n
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
+from packtrain.core.files import write_atomic
+from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core import inputs
 from packtrain.core.schema import (COUNT, FILE_NAME, INTEGER, NUMBER, OBJECT, OPTIONAL_TEXT, POSITIVE, SHA256, TEXT, Is,
                                    schema_problem, short_repr)
@@ -39,7 +37,6 @@ MANIFEST = "manifest.json"
 REPORT = "report.json"
 CURRENT = "CURRENT"
 CONFIG_SNAPSHOT = "config.json"
-TMP_PREFIX = ".tmp-"
 LOCK = ".lock"
 # what to do when a write into the cache finds the disk full (core/diskfull.py)
 BUILD_DISK_FULL_FIX = "free space or set CACHE_DIR (--cache-dir) to a larger disk, then build again"
@@ -124,23 +121,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return dtype
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while data := f.read(chunk):
-            h.update(data)
-    return h.hexdigest()
-
-
-def sha256_json(obj: Any) -> str:
-    """Hash of a JSON value in canonical form (sorted keys, no whitespace)."""
-    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def tokenizer_fingerprint(directory: str | os.PathLike, sha256=sha256_file) -> dict:
     """Content hash of every tokenizer file in ``directory`` (vocab, merges, specials, chat template).
 
@@ -204,25 +184,9 @@ def current_fix(expert: str) -> str:
 
 
 def write_current(cache_dir: str | os.PathLike, expert: str, build_id: str) -> None:
-    """Point CURRENT at ``build_id`` atomically (write a temporary file, fsync, rename)."""
-    directory = expert_dir(cache_dir, expert)
-    tmp = directory / f"{TMP_PREFIX}CURRENT-{os.getpid()}"
-    with written(directory / CURRENT, f"CURRENT of {expert!r} (naming build {build_id})",
-                 f"CURRENT is unchanged; {BUILD_DISK_FULL_FIX}", partial=[tmp]):
-        with open(tmp, "w") as f:
-            f.write(build_id + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / CURRENT)
-    fsync_dir(directory)
-
-
-def fsync_dir(directory: str | os.PathLike) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Point CURRENT at ``build_id`` atomically (core/files.py)."""
+    write_atomic(expert_dir(cache_dir, expert) / CURRENT, build_id + "\n",
+                 f"CURRENT of {expert!r} (naming build {build_id})", f"CURRENT is unchanged; {BUILD_DISK_FULL_FIX}")
 
 
 def resolve_build(cache_dir: str | os.PathLike, expert: str, build_id: str | None = None) -> Path:
@@ -256,8 +220,32 @@ class ShardInfo:
 
 
 @dataclass(frozen=True)
+class TokenizerEntry:
+    """The manifest's ``inputs.tokenizer``: the tokenizer the build tokenized with."""
+
+    source: str | None  # the name the config gave (not hashed into the build id: the content is)
+    hash: str
+    vocab_size: int
+    pad_id: int
+    eos_id: int
+    files: dict  # file name -> sha256 of every tokenizer file ({}: a manifest that records none)
+    prefix_ids: tuple[int, ...] | None  # put before every document (template style); None: an older packtrain
+
+
+@dataclass(frozen=True)
+class SplitTotals:
+    """The counts of one split in ``outputs.totals`` (the rest of the totals: docs/BUILD.md)."""
+
+    documents: int
+    tokens: int
+    supervised_tokens: int
+    blocks: int
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """The parsed manifest.json of one build (every field: docs/BUILD.md, "The manifest")."""
+    """The manifest.json of one build (every field: docs/BUILD.md, "The manifest"): made by the build
+    (:meth:`create`, written as :meth:`to_dict`), read by everyone else (:meth:`load`)."""
 
     build_id: str
     expert: str
@@ -269,7 +257,33 @@ class Manifest:
     tokenizer_hash: str
     train: tuple[ShardInfo, ...]
     val: tuple[ShardInfo, ...]
-    raw: dict
+    tokenizer: TokenizerEntry
+    inputs: dict  # what went in, exactly as hashed into the build id
+    outputs: dict  # what came out: token_dtype, shards, totals, per-source counts, exactness
+
+    @classmethod
+    def create(cls, build_id: str, expert: str, inputs: dict, outputs: dict) -> "Manifest":
+        """The manifest of a build being written, checked as :meth:`load` with ``full`` checks it."""
+        raw = {"format_version": FORMAT_VERSION, "build_id": build_id, "expert": expert, "inputs": inputs,
+               "outputs": outputs}
+        problem = schema_problem(raw, MANIFEST_SCHEMA) or schema_problem(raw, PIPELINE_FIELDS)
+        if problem is not None:
+            raise ContractError(f"the build of {expert!r} made a manifest that breaks the contract ({problem})")
+        return cls._of(raw)
+
+    def to_dict(self) -> dict:
+        """What manifest.json holds (written with sorted keys: pipeline/spill.py ``write_json``)."""
+        return {"format_version": FORMAT_VERSION, "build_id": self.build_id, "expert": self.expert,
+                "inputs": self.inputs, "outputs": self.outputs}
+
+    @property
+    def totals(self) -> dict[str, SplitTotals]:
+        """Each split's counts (a manifest loaded with ``full``, or made by :meth:`create`)."""
+        return {split: SplitTotals(**{k: totals[k] for k in TOTALS}) for split, totals in self.outputs["totals"].items()}
+
+    @property
+    def val_fraction(self) -> float | None:
+        return self.inputs["pack"].get("val_fraction")
 
     @classmethod
     def load(cls, build_dir: str | os.PathLike, full: bool = False) -> "Manifest":
@@ -298,7 +312,12 @@ class Manifest:
                        f"{token_dtype(raw['inputs']['tokenizer']['vocab_size']).name}")
         if problem is not None:
             raise ContractError(f"{path} is damaged ({problem}); {fix}")
-        tok = raw["inputs"]["tokenizer"]
+        return cls._of(raw)
+
+    @classmethod
+    def _of(cls, raw: dict) -> "Manifest":
+        tok, shards = raw["inputs"]["tokenizer"], raw["outputs"]["shards"]
+        prefix = tok.get("prefix_ids")
         return cls(
             build_id=raw["build_id"],
             expert=raw["expert"],
@@ -310,7 +329,10 @@ class Manifest:
             tokenizer_hash=tok["hash"],
             train=tuple(ShardInfo(**{k: s[k] for k in SHARD}) for s in shards["train"]),
             val=tuple(ShardInfo(**{k: s[k] for k in SHARD}) for s in shards["val"]),
-            raw=raw,
+            tokenizer=TokenizerEntry(tok.get("source"), tok["hash"], tok["vocab_size"], tok["pad_id"], tok["eos_id"],
+                                     tok.get("files", {}), tuple(prefix) if isinstance(prefix, list) else None),
+            inputs=raw["inputs"],
+            outputs=raw["outputs"],
         )
 
 

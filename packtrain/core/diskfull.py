@@ -32,6 +32,8 @@ import shutil
 from pathlib import Path
 from typing import Iterable
 
+from packtrain.core.errors import PacktrainError
+
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # the messages of the libraries that lose the errno on the way (see the module docstring)
 NO_SPACE_MESSAGES = re.compile(
@@ -44,7 +46,7 @@ NO_SPACE_MESSAGES = re.compile(
     ]))
 
 
-class DiskFullError(Exception):
+class DiskFullError(PacktrainError):
     """A write failed for want of space; the message names the path, the free space and the fix."""
 
 
@@ -113,16 +115,3 @@ class written:
         removed = "the partial files were removed; " if self.partial else ""
         raise DiskFullError(f"no space left on the device of {self.target} ({free_space(self.target)} free) while "
                             f"writing {self.what}: {removed}{self.fix}") from error
-
-
-def write_text_atomic(path: str | os.PathLike, text: str, what: str, fix: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it, renamed into place: ``path`` is
-    never half written, and a full disk is one :class:`DiskFullError` with the temporary file removed."""
-    path = Path(path)
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    with written(path, what, fix, partial=[tmp]):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)

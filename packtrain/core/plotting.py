@@ -7,15 +7,15 @@ matplotlib is an optional extra (``pip install 'packtrain[plots]'``; ``make inst
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from packtrain.core.diskfull import written
+from packtrain.core.errors import PacktrainError
+from packtrain.core.files import replacing
 
 PLOTS_DIR = "plots"
 
 
-class PlotError(Exception):
+class PlotError(PacktrainError):
     """Plots cannot be drawn; the message says what to do."""
 
 
@@ -33,12 +33,9 @@ def pyplot():
 
 def save_figure(plt, fig, path: Path) -> Path:
     """Save ``fig`` as the PNG ``path`` (through a temporary file renamed into place) and close it."""
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     try:
-        with written(path, f"the plot {path.name}", "free space, then draw the plots again with `packtrain plot`",
-                     partial=[tmp]):
+        with replacing(path, f"the plot {path.name}", "free space, then draw the plots again with `packtrain plot`") as tmp:
             fig.savefig(tmp, dpi=100, format="png")
-            os.replace(tmp, path)
     finally:
         plt.close(fig)
     return path

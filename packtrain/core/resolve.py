@@ -17,12 +17,13 @@ from pathlib import Path
 
 from huggingface_hub import scan_cache_dir
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.config_train import ModelConfig
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 
 
-class SourceNotFound(Exception):
+class SourceNotFound(PacktrainError):
     """A dataset, model or tokenizer is not on this machine; the message says where we looked and how to fix it."""
 
 

@@ -1,22 +1,27 @@
 """A run directory, ``<output_dir>/<expert>/<run>/``: the names of what the trainer writes there,
-which ``status`` and ``rebuild`` read (which build a run trained on, whether it finished, which
-builds its checkpoints need), and the record beside the builds (``cache/<expert>/.runs/``) of where
-an expert's runs live.
+and its read side, the one place that finds runs and reads their ``run.json`` (:class:`RunRecord`)
+for ``status``, ``rebuild``, ``plot``, ``eval`` and the trainer's ``--resume auto`` (which build a
+run trained on, whether it finished, which run is the newest); and the record beside the builds
+(``cache/<expert>/.runs/``) of where an expert's runs live.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from packtrain.core.contract import TMP_PREFIX, expert_dir
-from packtrain.core.diskfull import written
+from packtrain.core.errors import PacktrainError
+from packtrain.core.contract import expert_dir
+from packtrain.core.files import write_atomic
 
 RUNS_RECORD = ".runs"
 
-RUN_JSON = "run.json"  # written at the start: {"build_id", model, device, precision, ...}
+RUN_JSON = "run.json"  # written at the start: {"build_id", model, device, precision, ...}: RunRecord
+METRICS = "metrics.jsonl"  # one line per step and evaluation
 SUMMARY = "summary.json"  # written at the end
 ADAPTER_DIR = "adapter"  # the final adapter
 MERGED_DIR = "merged"  # the merged model (train.merge_adapter)
@@ -29,9 +34,58 @@ CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 RUN_DISK_FULL_FIX = "free space (or set train.output_dir elsewhere) and continue with --resume auto"
 
 
-class RunError(Exception):
+class RunError(PacktrainError):
     """A run directory named on the command line (or the newest one looked for) is not usable; the
     message says which and what to do. Raised before any model is loaded."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What ``run.json`` says about a run that the commands reading it use (the trainer writes it at the
+    start of the run: trainer/train.py; every field: docs/TRAINING.md)."""
+
+    run_dir: Path
+    build_id: str | None
+    build_dir: str | None
+    device: str | None
+
+    @classmethod
+    def read(cls, run_dir: Path) -> "RunRecord | None":
+        """The run's record; None when run.json is missing or damaged (not a JSON object): a damaged
+        record names no build and no device. A field of the wrong type reads as None."""
+        try:
+            data = json.loads((run_dir / RUN_JSON).read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        text = {name: data.get(name) if isinstance(data.get(name), str) else None
+                for name in ("build_id", "build_dir", "device")}
+        return cls(run_dir, **text)
+
+
+def run_dirs(expert_runs: Path) -> list[Path]:
+    """Every run directory of an expert (``<output_dir>/<expert>/<run>/``), finished or not."""
+    return [p for p in expert_runs.iterdir() if p.is_dir()] if expert_runs.is_dir() else []
+
+
+def run_records(runs_dirs: list[Path]) -> list[RunRecord]:
+    """The readable run.json of every run under any of ``runs_dirs`` (each directory looked at once)."""
+    records = (RunRecord.read(info.parent) for runs in dict.fromkeys(runs_dirs) for info in runs.glob(f"*/{RUN_JSON}"))
+    return [record for record in records if record is not None]
+
+
+def last_run(runs_dirs: list[Path], build_id: str) -> Path | None:
+    """The run (under any of ``runs_dirs``) whose run.json names ``build_id`` and was written last."""
+    runs = [((r.run_dir / RUN_JSON).stat().st_mtime_ns, r.run_dir) for r in run_records(runs_dirs)
+            if r.build_id == build_id]
+    return max(runs)[1] if runs else None
+
+
+def newest_logged_run(expert_runs: Path) -> Path | None:
+    """The run whose metrics.jsonl was written last, finished or not (``packtrain plot``'s default)."""
+    logs = sorted(expert_runs.glob(f"*/{METRICS}"), key=lambda p: p.stat().st_mtime_ns)
+    return logs[-1].parent if logs else None
 
 
 def finished_artifacts(run_dir: Path) -> list[str]:
@@ -71,8 +125,7 @@ def resume_checkpoint(resume: str) -> Path:
 
 def newest_finished_run(expert_runs: Path) -> Path | None:
     """The run that finished last (summary.json and adapter/ written); None when there is none."""
-    runs = [p for p in expert_runs.iterdir() if (p / SUMMARY).is_file() and (p / ADAPTER_DIR).is_dir()] \
-        if expert_runs.is_dir() else []
+    runs = [p for p in run_dirs(expert_runs) if (p / SUMMARY).is_file() and (p / ADAPTER_DIR).is_dir()]
     return max(runs, key=lambda p: ((p / SUMMARY).stat().st_mtime_ns, p.name), default=None)
 
 
@@ -108,10 +161,7 @@ def record_runs_dir(cache_dir: str | os.PathLike, expert: str, runs_dir: str | o
     if entry.is_file():
         return
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f"{TMP_PREFIX}{entry.name}-{os.getpid()}"
-    with written(entry, f"the record of where {expert}'s runs live", "free space in the cache", partial=[tmp]):
-        tmp.write_text(path + "\n", encoding="utf-8")
-        os.replace(tmp, entry)
+    write_atomic(entry, path + "\n", f"the record of where {expert}'s runs live", "free space in the cache")
 
 
 def recorded_runs_dirs(cache_dir: str | os.PathLike, expert: str) -> list[Path]:

@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from packtrain.core.contract import FORMAT_VERSION, sha256_file
+from packtrain.core.contract import FORMAT_VERSION
+from packtrain.core.hashing import sha256_file
 from packtrain.core.errors import ContractError
 
 def shard_schema(block_size: int, dtype: np.dtype) -> pa.Schema:

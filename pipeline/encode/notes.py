@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Callable
+
+from packtrain.core.files import write_atomic
 
 
 def note_file(directory: str | Path, about: str) -> Path:
@@ -43,14 +44,7 @@ def read_note(path: Path, about: str, valid: Callable[[object], bool]) -> dict |
 def write_note(path: Path, about: str, answer: dict) -> None:
     """Write ``answer`` about ``about`` at ``path``, sealed, atomically (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps({"about": about, "answer": answer, "seal": seal(answer, about)}, sort_keys=True),
-                       encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, say: no half-written note left beside the others
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps({"about": about, "answer": answer, "seal": seal(answer, about)}, sort_keys=True))
 
 
 def remembered_note(path: Path, about: str, valid: Callable[[object], bool], compute: Callable[[], dict]) -> dict:

@@ -12,11 +12,15 @@ import json
 import os
 import shutil
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from tqdm import tqdm
 
-from packtrain.core.contract import TMP_PREFIX, fsync_dir
+from packtrain.core.files import TMP_PREFIX, fsync_dir
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode import encoder_decision, exactness
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
@@ -38,17 +42,29 @@ FAST_ENCODER_NOTES = ".fast-encoder"  # in the cache directory: remembered encod
 # shared by every expert built there (the key is the tokenizer's content and the libraries' versions)
 
 
-def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int], source_dirs: list[Path], dtype,
-                     progress, files: StatCache | None = None, part: tuple[int, int] | None = None,
-                     log=print, *, cache_dir: Path) -> None:
-    """Tokenize the sources in ``todo`` with one pool; each lands in ``source_dirs[i]`` atomically,
-    once every input file is checked to be what ``files`` (:attr:`Plan.files`) hashed.
+@dataclass(frozen=True)
+class TokenizeJob:
+    """What :func:`tokenize_sources` tokenizes: the sources ``todo`` of ``config`` (resolved: ``sources``)
+    into ``source_dirs[i]``, as ``dtype`` token ids. ``files`` (:attr:`Plan.files`): the input files,
+    checked to be what they were hashed as once read; ``part=(i, n)``: only the batches whose index
+    within their source is ``i`` modulo ``n`` (pipeline/partition.py merges the parts)."""
 
-    ``part=(i, n)`` tokenizes only the batches whose index within their source is ``i`` modulo
-    ``n`` (pipeline/partition.py merges the parts). Every source directory records which batches it
-    holds (``batch_index.npy``) and how many documents of each split each batch gave
-    (``<split>.batch_docs.npy``): pipeline/spill.py. ``cache_dir``: the cache
-    directory, where the encoder decision is remembered for every expert built there.
+    config: Any  # ExpertConfig
+    sources: list  # pipeline/discover.py ResolvedSource, in config order
+    tokenizer: TokenizerInfo
+    todo: list[int]
+    source_dirs: list[Path]
+    dtype: np.dtype
+    files: StatCache | None = None
+    part: tuple[int, int] | None = None
+
+
+def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) -> None:
+    """Tokenize the sources of ``job`` with one pool; each lands in its source directory atomically,
+    once every input file is checked to be what ``job.files`` hashed.
+
+    Every source directory records which batches it holds and how many documents of each split each
+    batch gave (pipeline/spill.py). ``cache_dir``: where the encoder decision is remembered.
 
     The encoder is fastokens, else tiktoken, where it is proven exact for the tokenizer
     (pipeline/encode/encoder_decision.py).
@@ -58,87 +74,8 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
     tokenizer's, the shortcut is dropped for this tokenizer (remembered) and the sources are
     tokenized again without it (pipeline/encode/exactness.py); nothing it made is kept.
     """
-    tmps = {i: source_dirs[i].parent / f"{TMP_PREFIX}{source_dirs[i].name}-{os.getpid()}" for i in todo}
-
-    def tokenize(fast: str | None, line_cache: bool, once: bool) -> dict:
-        """Every source of ``todo`` into its ``tmps`` directory, complete with its stats.json (returned
-        per source); raises :class:`ShortcutMismatch` at the first checked document a shortcut made
-        differently."""
-        stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "no_system": 0, "first_bad_rows": [],
-                     "batch_rows": config.build.batch_rows, "batches": 0,
-                     "exactness": {"encoder": fast or "tokenizers", "line_cache": line_cache, "render_once": once,
-                                   "by_shortcut": 0, "checked": 0}} for i in todo}
-        headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
-
-        def tasks():
-            for i in todo:
-                spec, source = config.sources[i], sources[i]
-                formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
-                                         tokenizer.bos_token, tokenizer.eos_token, render_once=once)
-                task = EncodeTask(str(tokenizer.directory / "tokenizer.json"),
-                                  tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
-                                  tokenizer.prefix_ids if config.format.style == "template" else (),
-                                  config.pack.val_fraction, dtype.name, line_cache=line_cache, fast_encoder=fast,
-                                  facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None)
-                sampled = dataclasses.replace(task, check_all=False)
-                batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows,
-                                       formatter.column_fix)
-                facts_checked = False
-                for number, batch in enumerate(batches):
-                    stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
-                    if part is None or number % part[1] == part[0]:
-                        headers.append((i, batch.file, batch.start, number))
-                        checked = task if number * config.build.batch_rows < config.build.check_documents else sampled
-                        first, facts_checked = not facts_checked, True  # the first batch tokenized here checks them
-                        yield dataclasses.replace(checked, check_facts=True) if first else checked, batch.columns
-
-        writers = {}
-        bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
-        tokens_seen = 0
-        try:
-            for i in todo:
-                writers[i] = SpillWriter(tmps[i], dtype)
-            with contextlib.closing(encode_stream(tasks(), config.build.num_proc, log)) as stream:
-                for encoded in stream:
-                    i, file, start, number = headers.popleft()
-                    if encoded.mismatches:
-                        mismatch = encoded.mismatches[0]
-                        raise ShortcutMismatch(mismatch, f"row {config.sources[i].name}:{file}#{start + mismatch.row}")
-                    rows = len(encoded.lengths) + len(encoded.bad_rows)
-                    stats[i]["rows"] += rows
-                    stats[i]["documents"] += len(encoded.lengths)
-                    stats[i]["tokens"] += len(encoded.tokens)
-                    stats[i]["no_system"] += encoded.no_system
-                    stats[i]["exactness"]["by_shortcut"] += encoded.by_shortcut
-                    stats[i]["exactness"]["checked"] += encoded.checked
-                    for row, reason in encoded.bad_rows:
-                        row_id = f"{config.sources[i].name}:{file}#{start + row}"
-                        if config.build.on_bad_rows == "error":
-                            raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and "
-                                             "count such rows)")
-                        stats[i]["bad_rows"] += 1
-                        if len(stats[i]["first_bad_rows"]) < 20:
-                            stats[i]["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number,
-                                                               "at": row})
-                    writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths,
-                                         encoded.prompt_lengths, encoded.is_val, encoded.keys)
-                    tokens_seen += len(encoded.tokens)
-                    bar.update(rows)
-                    bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s",
-                                        refresh=False)
-                    crash_point("mid_tokenize")
-            for i in todo:
-                writers[i].close(stats[i])
-            return stats
-        finally:
-            bar.close()
-            for writer in writers.values():
-                writer.abort()
-
-    def discard() -> None:
-        for tmp in tmps.values():
-            shutil.rmtree(tmp, ignore_errors=True)
-
+    config, tokenizer = job.config, job.tokenizer
+    tmps = {i: job.source_dirs[i].parent / f"{TMP_PREFIX}{job.source_dirs[i].name}-{os.getpid()}" for i in job.todo}
     cache_dir = Path(cache_dir)
     release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
@@ -164,9 +101,9 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
             log(f"line cache: {'on' if line_cache and not fast else 'off'} "
                 f"({'not needed with the fast encoder' if config.build.line_cache and fast else line_why})")
             try:
-                stats = tokenize(fast, bool(line_cache) and not fast, once)
+                stats = tokenize_pass(job, tmps, progress, log, (fast, bool(line_cache) and not fast, once))
             except ShortcutMismatch as e:
-                discard()
+                discard(tmps)
                 if e.mismatch.shortcut == exactness.LINE_CACHE:
                     refused_line_cache = line_why = str(e)
                     line_cache = False
@@ -186,37 +123,148 @@ def tokenize_sources(config, sources, tokenizer: TokenizerInfo, todo: list[int],
                 else:
                     log(f"fast encoder: {guessed} not proven exact: tokenizing again with "
                         f"{fast or 'the HF tokenizer'} ({why})")
-                    discard()
+                    discard(tmps)
                     continue
             break
-        made = sum(s["exactness"]["by_shortcut"] for s in stats.values())
-        checked = sum(s["exactness"]["checked"] for s in stats.values())
-        if not made:
-            log("exactness check: no shortcut made a document (the HF tokenizer made every one)")
-        elif not checked:
-            log(f"exactness check: none of the {made:,} documents a shortcut made fell in the sample "
-                "(build.check_documents is 0 and one in 512 after it)")
-        else:
-            log(f"exactness check: {checked:,} of the {made:,} documents a shortcut made re-encoded with the HF "
-                "tokenizer: identical ids and masks")
-        check_inputs_unchanged(config.expert, files)  # all read: were they what the source keys describe?
+        log_exactness(stats, log)
+        check_inputs_unchanged(config.expert, job.files)  # all read: were they what the source keys describe?
         # the tokenizer is the content its hash names: the answers are about it. They are shortcuts for
         # later builds, not part of this one: one that cannot be written is said, and the build goes on
-        for what, remember in (("fast encoder", decision.remember),
-                               ("line cache", lambda: refused_line_cache and line_refusals.remember(refused_line_cache)),
-                               ("chat render once", lambda: refused_once and once_refusals.remember(refused_once))):
-            try:
-                remember()
-            except OSError as e:
-                log(f"{what}: its answer could not be remembered ({e}); the next build decides again")
-        for i in todo:
-            if os.path.lexists(source_dirs[i]):  # an incomplete or damaged one: replace it
-                remove_path(source_dirs[i])
-            os.rename(tmps[i], source_dirs[i])
-        fsync_dir(source_dirs[todo[0]].parent)
+        remember_answers((("fast encoder", decision.remember),
+                          ("line cache", lambda: refused_line_cache and line_refusals.remember(refused_line_cache)),
+                          ("chat render once", lambda: refused_once and once_refusals.remember(refused_once))), log)
+        publish_sources(job, tmps)
     finally:
         decision.close()
-        discard()
+        discard(tmps)
+
+
+def discard(tmps: dict[int, Path]) -> None:
+    """Remove the temporary source directories of a pass whose tokens are not kept."""
+    for tmp in tmps.values():
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortcuts: tuple) -> dict:
+    """Every source of ``job.todo`` into its ``tmps`` directory with the ``shortcuts`` (fast encoder,
+    line cache, render once), complete with its stats.json (returned per source); raises
+    :class:`ShortcutMismatch` at the first checked document a shortcut made differently."""
+    config, todo = job.config, job.todo
+    fast, line_cache, once = shortcuts
+    stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "no_system": 0, "first_bad_rows": [],
+                 "batch_rows": config.build.batch_rows, "batches": 0,
+                 "exactness": {"encoder": fast or "tokenizers", "line_cache": line_cache, "render_once": once,
+                               "by_shortcut": 0, "checked": 0}} for i in todo}
+    headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
+    writers = {}
+    bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
+    tokens_seen = 0
+    try:
+        for i in todo:
+            writers[i] = SpillWriter(tmps[i], job.dtype)
+        tasks = batch_tasks(job, stats, headers, shortcuts)
+        with contextlib.closing(encode_stream(tasks, config.build.num_proc, log)) as stream:
+            for encoded in stream:
+                i, file, start, number = headers.popleft()
+                rows = count_batch(config, i, stats[i], (file, start, number), encoded)
+                writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths,
+                                     encoded.prompt_lengths, encoded.is_val, encoded.keys)
+                tokens_seen += len(encoded.tokens)
+                bar.update(rows)
+                bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s",
+                                    refresh=False)
+                crash_point("mid_tokenize")
+        for i in todo:
+            writers[i].close(stats[i])
+        return stats
+    finally:
+        bar.close()
+        for writer in writers.values():
+            writer.abort()
+
+
+def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple):
+    """The (task, columns) of every batch to tokenize, in order; each batch's header is appended to
+    ``headers`` as it is handed out, and each source's batch count to ``stats``."""
+    config, tokenizer, part = job.config, job.tokenizer, job.part
+    fast, line_cache, once = shortcuts
+    for i in job.todo:
+        spec, source = config.sources[i], job.sources[i]
+        formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
+                                 tokenizer.bos_token, tokenizer.eos_token, render_once=once)
+        task = EncodeTask(str(tokenizer.directory / "tokenizer.json"),
+                          tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
+                          tokenizer.prefix_ids if config.format.style == "template" else (),
+                          config.pack.val_fraction, job.dtype.name, line_cache=line_cache, fast_encoder=fast,
+                          facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None)
+        sampled = dataclasses.replace(task, check_all=False)
+        batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows,
+                               formatter.column_fix)
+        facts_checked = False
+        for number, batch in enumerate(batches):
+            stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
+            if part is None or number % part[1] == part[0]:
+                headers.append((i, batch.file, batch.start, number))
+                checked = task if number * config.build.batch_rows < config.build.check_documents else sampled
+                first, facts_checked = not facts_checked, True  # the first batch tokenized here checks them
+                yield dataclasses.replace(checked, check_facts=True) if first else checked, batch.columns
+
+
+def count_batch(config, i: int, stats: dict, where: tuple, encoded) -> int:
+    """Add an encoded batch of source ``i`` (``where``: its file, first row and index) to the source's
+    ``stats``; returns its rows. A shortcut's mismatch, or a bad row under ``on_bad_rows: error``, raises."""
+    file, start, number = where
+    if encoded.mismatches:
+        mismatch = encoded.mismatches[0]
+        raise ShortcutMismatch(mismatch, f"row {config.sources[i].name}:{file}#{start + mismatch.row}")
+    rows = len(encoded.lengths) + len(encoded.bad_rows)
+    stats["rows"] += rows
+    stats["documents"] += len(encoded.lengths)
+    stats["tokens"] += len(encoded.tokens)
+    stats["no_system"] += encoded.no_system
+    stats["exactness"]["by_shortcut"] += encoded.by_shortcut
+    stats["exactness"]["checked"] += encoded.checked
+    for row, reason in encoded.bad_rows:
+        row_id = f"{config.sources[i].name}:{file}#{start + row}"
+        if config.build.on_bad_rows == "error":
+            raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and "
+                             "count such rows)")
+        stats["bad_rows"] += 1
+        if len(stats["first_bad_rows"]) < 20:
+            stats["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number, "at": row})
+    return rows
+
+
+def log_exactness(stats: dict, log) -> None:
+    """One line: how many of the documents a shortcut made were checked against the HF tokenizer."""
+    made = sum(s["exactness"]["by_shortcut"] for s in stats.values())
+    checked = sum(s["exactness"]["checked"] for s in stats.values())
+    if not made:
+        log("exactness check: no shortcut made a document (the HF tokenizer made every one)")
+    elif not checked:
+        log(f"exactness check: none of the {made:,} documents a shortcut made fell in the sample "
+            "(build.check_documents is 0 and one in 512 after it)")
+    else:
+        log(f"exactness check: {checked:,} of the {made:,} documents a shortcut made re-encoded with the HF "
+            "tokenizer: identical ids and masks")
+
+
+def remember_answers(answers, log) -> None:
+    """Call each ``(what, remember)``; one that cannot write its note is said, and the build goes on."""
+    for what, remember in answers:
+        try:
+            remember()
+        except OSError as e:
+            log(f"{what}: its answer could not be remembered ({e}); the next build decides again")
+
+
+def publish_sources(job: TokenizeJob, tmps: dict[int, Path]) -> None:
+    """Rename every tokenized source into place (replacing an incomplete or damaged one)."""
+    for i in job.todo:
+        if os.path.lexists(job.source_dirs[i]):  # an incomplete or damaged one: replace it
+            remove_path(job.source_dirs[i])
+        os.rename(tmps[i], job.source_dirs[i])
+    fsync_dir(job.source_dirs[job.todo[0]].parent)
 
 
 def render_once_choice(config, tokenizer: TokenizerInfo, refusals: Refusals) -> tuple[bool, str]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import CPU_SAMPLE_MAX_NEW_TOKENS
 from packtrain.core.contract import Manifest
 from packtrain.core.diskfull import written
@@ -44,7 +45,7 @@ log = logging.getLogger("packtrain.train")
 EVAL_SUMMARY, EVAL_SAMPLES = "eval.json", "eval.jsonl"
 
 
-class TaskEvalError(Exception):
+class TaskEvalError(PacktrainError):
     """Task evaluation cannot run; the message says why and what to do."""
 
 
@@ -76,7 +77,7 @@ def split_document(tokens, mask, eos_id: int) -> Example | None:
 
 def val_examples(build_dir: Path, manifest: Manifest, limit: int) -> list[Example]:
     """The first ``limit`` examples of the build's val split, in shard order."""
-    eos_id = manifest.raw["inputs"]["tokenizer"]["eos_id"]
+    eos_id = manifest.eos_id
     examples: list[Example] = []
     for shard in manifest.val:
         blocks = open_shard(build_dir / shard.file, manifest.block_size)
@@ -108,10 +109,9 @@ class Answers:
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
-        tok = manifest.raw["inputs"]["tokenizer"]
         self.model, self.device, self.precision = model, device, precision
-        self.eos_id = tok["eos_id"]
-        self.pad_id = tok["pad_id"] if tok.get("pad_id") is not None else tok["eos_id"]
+        self.eos_id = manifest.eos_id
+        self.pad_id = manifest.pad_id
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
 
     def decode(self, ids: list[int]) -> str:

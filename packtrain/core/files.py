@@ -1,0 +1,63 @@
+"""The one way packtrain replaces a file: never half written, whatever happens.
+
+:func:`write_atomic` writes a temporary file in the same directory (``.tmp-<name>-<pid>``: the
+build's leftover cleaning removes the ones a killed process left in the cache), fsyncs it, renames
+it over the target and fsyncs the directory, so that a crash leaves the old file or the new one,
+never part of either. A failure removes the temporary file; a full disk becomes one
+:class:`~packtrain.core.diskfull.DiskFullError` line naming the file and the fix (core/diskfull.py).
+
+Directories (a build, a checkpoint, a source's tokens) are published the same way by their writers:
+built under a temporary name, then renamed, then :func:`fsync_dir` on the parent.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from packtrain.core.diskfull import remove_partial, written
+
+TMP_PREFIX = ".tmp-"
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes, what: str | None = None, fix: str = "") -> None:
+    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically. ``what``/``fix``: the file
+    and the remedy a full disk's one-line error names; ``what`` None: the error goes on as it was (for a
+    writer inside a caller's ``written`` block, whose message names the larger thing being written)."""
+    with replacing(path, what, fix) as tmp:
+        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextmanager
+def replacing(path: str | os.PathLike, what: str | None = None, fix: str = "") -> Iterator[Path]:
+    """``with replacing(path, what, fix) as tmp:`` the block writes the temporary file ``tmp`` (a library
+    that wants a path: ``fig.savefig(tmp)``); then it is fsynced and renamed over ``path``, and the
+    directory fsynced. A failure removes ``tmp``; ``what``/``fix``: as for :func:`write_atomic`."""
+    path = Path(path)
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    with written(path, what, fix, partial=[tmp]) if what is not None else _removed_on_failure(tmp):
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+@contextmanager
+def _removed_on_failure(tmp: Path) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        remove_partial([tmp])
+        raise
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    """Make a rename (or a new file) in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,44 @@
+"""The one atomic writer (packtrain/core/files.py): the old file or the new one, never part of either,
+and no temporary file left."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from packtrain.core.diskfull import DiskFullError
+from packtrain.core.files import replacing, write_atomic
+
+
+def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "CURRENT"
+    path.write_text("old\n")
+    write_atomic(path, "0123456789abcdef\n", "CURRENT", "free space")
+    write_atomic(tmp_path / "b.bin", b"\x00\xff")
+    assert path.read_text() == "0123456789abcdef\n" and (tmp_path / "b.bin").read_bytes() == b"\x00\xff"
+    assert sorted(os.listdir(tmp_path)) == ["CURRENT", "b.bin"]
+
+
+def test_a_failure_keeps_the_old_file_and_removes_the_temporary(tmp_path):
+    path = tmp_path / "plot.png"
+    path.write_bytes(b"an older plot")
+    with pytest.raises(ValueError, match="library failed"):
+        with replacing(path) as tmp:
+            assert tmp == tmp_path / f".tmp-plot.png-{os.getpid()}"
+            tmp.write_bytes(b"half")
+            raise ValueError("library failed")
+    assert os.listdir(tmp_path) == ["plot.png"] and path.read_bytes() == b"an older plot"
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_the_fix(tmp_path):
+    path = tmp_path / "summary.json"
+    with pytest.raises(DiskFullError) as error:
+        with replacing(path, "summary.json of run r", "free space and continue with --resume auto") as tmp:
+            tmp.write_text("{")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert str(error.value).startswith(f"no space left on the device of {path} (")
+    assert str(error.value).endswith("free) while writing summary.json of run r: the partial files were removed; "
+                                     "free space and continue with --resume auto")
+    assert os.listdir(tmp_path) == []
