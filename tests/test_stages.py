@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -19,13 +14,10 @@ from safetensors.torch import load_file
 from packtrain.core.contract import read_current
 from packtrain.trainer.run_checks import TrainError
 from packtrain.trainer.train import run
+from inprocess_cli import QUICK_END, cli
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
-# No samples and no plots at the end of a run: the tests that train through the CLI are about what
-# runs and what it writes, not about the samples (tests/test_train_after_eval.py) or the plots
-# (tests/test_plots.py), which cost a CPU run more time than its steps.
-QUICK_END = ["--set", "train.sample_prompts=0", "--set", "train.plots=false"]
 
 
 def adapter(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -58,31 +50,6 @@ def curriculum(tmp_path: Path, stages_yaml: str) -> list:
     return ["--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--set", f"train.output_dir={tmp_path / 'runs'}",
             "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
             "--set", "train.dataloader_num_workers=0", "--num-proc", "1", *QUICK_END]
-
-
-def cli(*args) -> subprocess.CompletedProcess:
-    """The real entry point (``packtrain.cli.commands.run``, what ``python -m packtrain.cli`` runs) in
-    this process, from the repository root: its exit code, stdout and stderr. A subprocess would add
-    only the import of torch, transformers and peft (5 s on a quiet 2-core box, 30 s under load) to
-    each call; what the commands do and say is the same."""
-    from packtrain.cli.commands import run as entry_point
-
-    argv, environ, cwd = sys.argv, dict(os.environ), os.getcwd()
-    out, err = io.StringIO(), io.StringIO()
-    sys.argv = ["packtrain", *map(str, args)]
-    os.chdir(ROOT)
-    code = 0
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            entry_point()
-    except SystemExit as e:
-        code = e.code or 0
-    finally:
-        sys.argv = argv
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(environ)
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_a_curriculum_builds_and_trains_each_stage_from_the_last(hf_home, tmp_path):
