@@ -97,10 +97,13 @@ discover: install
 	$(BIN)/packtrain discover
 
 # The layering contract first (pyproject.toml [tool.importlinter]: an import the wrong way fails),
-# then the suite.
+# then the suite on one worker per CPU (pytest-xdist; TEST_WORKERS=0: in this process, one test after
+# another). --dist loadfile keeps each test file on one worker, so a module's fixtures (tiny models,
+# builds, finished runs) are made once.
+TEST_WORKERS ?= auto
 test: install
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The CUDA tier (tests marked cuda; skipped on CPU). On the GPU machine, which has torch and no
 # registry, it runs with the Python found there: `make test-gpu PY=python3`, with packtrain itself

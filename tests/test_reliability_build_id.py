@@ -113,28 +113,35 @@ CHANGES = {
 }
 
 
-@pytest.mark.parametrize("change", list(CHANGES))
-def test_build_id_changes_with_every_input(copy, change, monkeypatch):
-    directory, base = copy
-    if change == "format-version":
-        set_format_version(monkeypatch)
-    else:
-        CHANGES[change](directory)
-    changed = build_from(directory)
-    assert changed != base
-    build_dir = directory / "cache" / "sql" / changed
-    assert Manifest.load(build_dir).build_id == changed and verify_checksums(build_dir, Manifest.load(build_dir)) == []
-
-
-def test_build_id_changes_are_all_distinct(template, tmp_path, monkeypatch):
-    ids = {"base": build_from(template)}
+@pytest.fixture(scope="module")
+def changed(template, tmp_path_factory) -> dict[str, tuple[str, str, list]]:
+    """Each change of CHANGES made to its own copy of the template and built once, both tests below
+    read what it gave: change -> (build id, the build id its manifest holds, its checksum mismatches),
+    read back while the change holds (format-version: a manifest of another version); "base": the
+    template's own build id."""
+    builds = {"base": (build_from(template), None, None)}
     for change, apply in CHANGES.items():
-        directory = tmp_path / change
+        directory = tmp_path_factory.mktemp(change)
         for name in ("data", "model", "configs"):
             shutil.copytree(template / name, directory / name)
-        with monkeypatch.context() as m:
+        with pytest.MonkeyPatch.context() as m:
             set_format_version(m) if apply is None else apply(directory)
-            ids[change] = build_from(directory)
+            build_id = build_from(directory)
+            build_dir = directory / "cache" / "sql" / build_id
+            manifest = Manifest.load(build_dir)
+            builds[change] = build_id, manifest.build_id, verify_checksums(build_dir, manifest)
+    return builds
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_build_id_changes_with_every_input(changed, change):
+    build_id, manifest_id, mismatches = changed[change]
+    assert build_id != changed["base"][0]
+    assert manifest_id == build_id and mismatches == []
+
+
+def test_build_id_changes_are_all_distinct(changed):
+    ids = {change: build_id for change, (build_id, _, _) in changed.items()}
     assert len(set(ids.values())) == len(ids), ids
 
 

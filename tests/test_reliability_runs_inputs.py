@@ -364,7 +364,8 @@ def test_the_intact_inputs_work(saved_datasets, hf_home, tmp_path):
 def test_resume_auto_of_a_finished_curriculum_keeps_every_stage(hf_home, tmp_path):
     """A curriculum resumed with --resume auto skips the stages that finished (their runs stay as they
     were) and goes on from their adapters, instead of resuming into them or training them again."""
-    from test_stages import cli, curriculum
+    from inprocess_cli import cli
+    from test_stages import curriculum
 
     common = curriculum(tmp_path, """
 stages:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from safetensors.torch import load_file
 from packtrain.core.contract import read_current
 from packtrain.trainer.run_checks import TrainError
 from packtrain.trainer.train import run
+from inprocess_cli import QUICK_END, cli
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,12 +49,7 @@ def curriculum(tmp_path: Path, stages_yaml: str) -> list:
     (configs / "sql.yaml").write_text((configs / "sql.yaml").read_text() + stages_yaml)
     return ["--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--set", f"train.output_dir={tmp_path / 'runs'}",
             "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
-            "--set", "train.dataloader_num_workers=0", "--num-proc", "1"]
-
-
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True)
+            "--set", "train.dataloader_num_workers=0", "--num-proc", "1", *QUICK_END]
 
 
 def test_a_curriculum_builds_and_trains_each_stage_from_the_last(hf_home, tmp_path):
