@@ -15,7 +15,7 @@ USER_FACING = [
     "packtrain.trainer.run_checks.TrainError", "packtrain.trainer.model.ModelError",
     "packtrain.trainer.checkpoint.CheckpointError", "packtrain.trainer.loop.NonFiniteLossError",
     "packtrain.trainer.adapters.NonFiniteWeightsError", "packtrain.trainer.distributed.DistributedError",
-    "packtrain.trainer.microbatch.MicroBatchError", "packtrain.trainer.task_eval.TaskEvalError",
+    "packtrain.trainer.microbatch.MicroBatchError", "packtrain.trainer.eval.task_eval.TaskEvalError",
 ]
 
 
