@@ -56,14 +56,14 @@ class TextStream:
                 return
             self.ids.append(token)
         text = self.decode(self.ids)
-        if text.endswith("\ufffd"):
-            return
-        if text.startswith(self.shown) and len(text) > len(self.shown):
-            self.on_text(text[len(self.shown):])
-            self.shown = text
+        if not text.endswith("\ufffd"):
+            self._show(text)
 
     def end(self) -> None:
-        text = self.decode(self.ids)
+        self._show(self.decode(self.ids))
+
+    def _show(self, text: str) -> None:
+        """Hand on what ``text`` adds to what was shown already."""
         if text.startswith(self.shown) and len(text) > len(self.shown):
             self.on_text(text[len(self.shown):])
             self.shown = text
