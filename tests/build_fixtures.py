@@ -3,11 +3,16 @@ dataset and a configs directory, all in a temporary directory."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import signal
+import tempfile
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,8 +94,14 @@ model:
 """
 
 
-def make_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fraction: float = 0.1) -> dict:
-    """configs/sql.yaml over a local jsonl and a local tokenizer; returns the paths."""
+def make_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fraction: float = 0.1,
+                 decided: bool = True) -> dict:
+    """configs/sql.yaml over a local jsonl and a local tokenizer; returns the paths.
+
+    ``decided``: the cache already holds the fast-encoder decision for the tokenizer, as after a first
+    build (:func:`decided_notes`), so the build does not prove the encoder again (seconds of CPU per
+    build, most of what a small build costs). False: the cache is empty, as on a first build; the
+    tests of the decision itself use that."""
     data = write_jsonl(tmp / "data" / "sql.jsonl", rows(n_rows))
     model = make_tokenizer(tmp / "model")
     configs = tmp / "configs"
@@ -100,7 +111,46 @@ def make_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fractio
     (configs / "defaults.yaml").write_text("# the typed defaults of packtrain/core/config_*.py\n")
     (configs / "sql.yaml").write_text(SQL_CONFIG.format(data=data, model=model, block_size=block_size,
                                                         val_fraction=val_fraction))
-    return {"data": data, "model": model, "configs": configs, "cache": tmp / "cache"}
+    project = {"data": data, "model": model, "configs": configs, "cache": tmp / "cache"}
+    if decided:
+        seed_decision(project["cache"], model)
+    return project
+
+
+def seed_decision(cache: Path, tokenizer_dir: Path, fast_encoder: bool | str = True) -> None:
+    """Put in ``cache`` the fast-encoder decision a first build with the tokenizer in ``tokenizer_dir``
+    (and ``build.fast_encoder``) leaves there, so builds into that cache read it instead of proving the
+    encoder again: seconds of CPU per build, most of what a small build costs. The decision is made
+    once per test process and tokenizer content (:func:`decision_notes`); the tests of the decision
+    itself start from an empty cache."""
+    notes = Path(cache) / FAST_ENCODER_NOTES
+    notes.mkdir(parents=True, exist_ok=True)
+    for name, data in decision_notes(tokenizer_files(tokenizer_dir), str(tokenizer_dir), fast_encoder).items():
+        (notes / name).write_bytes(data)
+
+
+def tokenizer_files(directory: Path) -> tuple:
+    """The tokenizer directory's files and their sha256: what :func:`decision_notes` is cached by."""
+    return tuple(sorted((p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in Path(directory).iterdir()
+                        if p.is_file()))
+
+
+@functools.cache
+def decision_notes(files: tuple, directory: str, fast_encoder: bool | str) -> dict[str, bytes]:
+    """The decision notes (file name -> bytes) for the tokenizer ``files`` (found in ``directory``),
+    made by the build's own :class:`EncoderDecision` (its child proves the encoder, as on a first build)."""
+    from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+    from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
+
+    info = load_tokenizer_info(directory)
+    with tempfile.TemporaryDirectory() as tmp:
+        with EncoderDecision(fast_encoder, Path(directory) / "tokenizer.json", info.fingerprint["hash"], Path(tmp),
+                             info.fingerprint["files"]["tokenizer.json"]) as decision:
+            decision.result()
+            decision.remember()
+        notes = sorted(Path(tmp).glob("*.json"))
+        assert notes, f"no fast-encoder decision was remembered for {directory}"
+        return {note.name: note.read_bytes() for note in notes}
 
 
 def make_relative_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fraction: float = 0.1) -> dict:

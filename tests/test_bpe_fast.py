@@ -229,7 +229,7 @@ def test_a_tokenizer_refused_after_tokenizing_is_tokenized_again_with_hf_and_not
 
 
 def test_the_decision_is_made_once_per_cache_directory_for_every_expert(tmp_path):
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, decided=False)
     (project["configs"] / "other.yaml").write_text((project["configs"] / "sql.yaml").read_text())
     said = {}
     for expert in ("sql", "other"):

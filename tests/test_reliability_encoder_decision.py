@@ -33,7 +33,7 @@ HOOKED_CLI = Path(__file__).with_name("hooked_cli.py")
 
 def make_project(tmp_path: Path, **kwargs) -> dict:
     """build_fixtures.make_project deciding about tiktoken alone."""
-    project = build_fixtures.make_project(tmp_path, **kwargs)
+    project = build_fixtures.make_project(tmp_path, decided=False, **kwargs)
     config = project["configs"] / "sql.yaml"
     config.write_text(config.read_text().replace("build:\n", "build:\n  fast_encoder: tiktoken\n"))
     return project
@@ -295,7 +295,7 @@ def lowercasing(project) -> None:
 
 
 def tiktoken_project(tmp_path: Path) -> dict:
-    project = build_fixtures.make_project(tmp_path)
+    project = build_fixtures.make_project(tmp_path, decided=False)
     config = project["configs"] / "sql.yaml"
     config.write_text(config.read_text().replace("build:\n", "build:\n  fast_encoder: tiktoken\n  check_documents: 0\n"))
     return project
