@@ -59,6 +59,34 @@ def wandb_records(run_file: Path) -> list:
     return records
 
 
+@pytest.fixture
+def offline_dashboards(tmp_path: Path, monkeypatch):
+    """wandb offline and MLflow on a file store, every file they write under ``tmp_path``; wandb's
+    process-wide setup (settings read from the environment, its service process) ended afterwards."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("mlflow")
+    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb"), "WANDB_PROJECT": "tests",
+                        "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
+                        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
+                        "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
+                        "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'mlruns'}", "MLFLOW_ALLOW_FILE_STORE": "true",
+                        "MLFLOW_EXPERIMENT_NAME": "tests"}.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "wandb").mkdir()
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # wandb.init replaces both for good: put back after
+    monkeypatch.setattr(sys, "exit", sys.exit)
+    yield
+    import wandb
+
+    wandb.teardown()
+
+
+def exit_code(wandb_dir: Path) -> int:
+    [run_file] = (wandb_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    [ended] = [r.exit for r in wandb_records(run_file) if r.WhichOneof("record_type") == "exit"]
+    return ended.exit_code
+
+
 @pytest.mark.parametrize("value, problem", [
     ("wnadb", "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'tensorboard', 'wandb', 'mlflow', "
               "got 'wnadb'"),
@@ -87,18 +115,11 @@ def test_a_missing_library_is_one_line_before_anything_loads(tmp_path, monkeypat
     assert not (tmp_path / "runs").exists()
 
 
-def test_wandb_offline_and_mlflow_file_runs_hold_the_metrics_and_the_config(tmp_path, model_dir, monkeypatch):
-    pytest.importorskip("wandb")
-    pytest.importorskip("mlflow")
+def test_wandb_offline_and_mlflow_file_runs_hold_the_metrics_and_the_config(tmp_path, model_dir, offline_dashboards):
     from mlflow import MlflowClient
 
     from packtrain.trainer.sink_mlflow import config_params
 
-    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb"), "WANDB_PROJECT": "tests",
-                        "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'mlruns'}", "MLFLOW_ALLOW_FILE_STORE": "true",
-                        "MLFLOW_EXPERIMENT_NAME": "tests"}.items():
-        monkeypatch.setenv(name, value)
-    (tmp_path / "wandb").mkdir()
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, eval_steps=2, sample_prompts=0, plots=False,
                          report_to=["wandb", "mlflow"])
@@ -123,8 +144,7 @@ def test_wandb_offline_and_mlflow_file_runs_hold_the_metrics_and_the_config(tmp_
             row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
             history.setdefault(row["_step"], {}).update({k: v for k, v in row.items() if not k.startswith("_")})
     assert history == expected
-    [ended] = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
-    assert ended.exit_code == 0
+    assert exit_code(tmp_path / "wandb") == 0
 
     # mlflow: the run in the file store
     client = MlflowClient()
@@ -156,3 +176,23 @@ def test_a_dashboard_that_fails_is_warned_once_and_training_goes_on(tmp_path, mo
     warned = [line.split(" ", 2)[2] for line in (run_dir / "train.log").read_text().splitlines() if "WARNING" in line]
     assert warned == ["WARNING report_to tensorboard: log failed (ConnectionError: the dashboard is unreachable); "
                       "training goes on without tensorboard (metrics.jsonl keeps every line)"]
+
+
+@pytest.mark.parametrize("stop, status, code", [(KeyboardInterrupt, "KILLED", 255), (RuntimeError, "FAILED", 1)])
+def test_how_the_run_ended_is_passed_on(tmp_path, model_dir, monkeypatch, offline_dashboards, stop, status, code):
+    import packtrain.trainer.train
+    from mlflow import MlflowClient
+
+    def interrupted(*args):
+        raise stop("stopped at the end")
+
+    monkeypatch.setattr(packtrain.trainer.train, "finish_run", interrupted)  # after the last step
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
+                         report_to=["wandb", "mlflow"])
+    with pytest.raises(stop):
+        run(config, tmp_path / "cache")
+    client = MlflowClient()
+    [found] = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
+    assert found.info.status == status
+    assert exit_code(tmp_path / "wandb") == code

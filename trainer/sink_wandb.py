@@ -29,7 +29,7 @@ class WandbSink:
         import wandb
 
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT, name=self.run_dir.name,
-                              config=config, dir=None if os.environ.get("WANDB_DIR") else str(self.run_dir),
+                              config=config, dir=os.environ.get("WANDB_DIR") or str(self.run_dir),
                               settings=wandb.Settings(console="off"))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
