@@ -73,6 +73,7 @@ class Guarded:
         try:
             getattr(self.sink, what)(*args)
         except DiskFullError:
+            self.alive = False
             raise  # the run directory's disk is full: the run stops, as for metrics.jsonl
         except Exception as e:
             self.alive = False
@@ -84,18 +85,19 @@ class Reporting:
     """metrics.jsonl and the sinks of ``train.report_to``: each line written to the file, then logged
     to every sink still alive. Made on the main rank only (the other ranks report nothing)."""
 
-    def __init__(self, metrics, names: list[str], run_dir: Path, config: dict):
+    def __init__(self, metrics, names: list[str], run_dir: Path):
         self.metrics = metrics
         self.sinks = [Guarded(name, make_sink(name, run_dir)) for name in names]
+
+    def start(self, config: dict) -> None:
         for sink in self.sinks:
             sink.call("start", config)
 
     def write(self, record: dict) -> None:
         self.metrics.write(record)
         values = numbers(record)
-        for sink in self.sinks:
-            if values:
-                sink.call("log", values, record.get("step", 0))
+        for sink in self.sinks if values else []:
+            sink.call("log", values, record.get("step", 0))
 
     def close(self) -> None:
         """The metrics file is closed; the sinks stay open until :meth:`finish` says how the run ended."""

@@ -239,7 +239,7 @@ def _train(ctx: TrainContext) -> Path:
     metrics = (MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if ctx.checkpoint else None)
                if world.is_main else NoMetricsFile())
     # metrics.jsonl and the train.report_to dashboards (trainer/sinks.py), told at the end how the run ended
-    reporting = Reporting(metrics, train.reporters() if world.is_main else [], run_dir, ctx.run.config)
+    reporting = Reporting(metrics, train.reporters() if world.is_main else [], run_dir)
     status = "failed"
     try:
         run_dir = _train_and_finish(ctx, reporting)
@@ -253,12 +253,13 @@ def _train(ctx: TrainContext) -> Path:
 
 
 def _train_and_finish(ctx: TrainContext, metrics: Reporting) -> Path:
-    """The loop, then the run's final artifacts (trainer/run_end.py)."""
+    """The dashboards started, the loop, then the run's final artifacts (trainer/run_end.py)."""
     state, world, train = ctx.state, ctx.world, ctx.train
-    peak = peak_flops(ctx.device, train.peak_tflops)
-    meter = Meter(ctx.device, ctx.flops, peak * world.world_size if peak else None)  # the counts are global
-    start, start_tokens = time.perf_counter(), state.tokens
     try:
+        metrics.start(ctx.run.config)  # before the clocks: a dashboard's start-up is not training time
+        peak = peak_flops(ctx.device, train.peak_tflops)
+        meter = Meter(ctx.device, ctx.flops, peak * world.world_size if peak else None)  # the counts are global
+        start, start_tokens = time.perf_counter(), state.tokens
         model = ctx.model if ctx.fsdp else wrap(ctx.model, world, ctx.device)
         records, evals = train_loop(ctx, model, meter, metrics)
     except torch.OutOfMemoryError as e:
