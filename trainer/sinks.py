@@ -77,8 +77,10 @@ class Guarded:
             raise  # the run directory's disk is full: the run stops, as for metrics.jsonl
         except Exception as e:
             self.alive = False
+            said = " ".join(str(e).split())
             log.warning("report_to %s: %s failed (%s: %s); training goes on without %s (metrics.jsonl keeps every "
-                        "line)", self.name, what, type(e).__name__, " ".join(str(e).split())[:300], self.name)
+                        "line)", self.name, what, type(e).__name__, said if len(said) <= 200 else said[:200] + "...",
+                        self.name)
 
 
 class Reporting:
