@@ -85,7 +85,7 @@ class Guarded:
 
 class Reporting:
     """metrics.jsonl and the sinks of ``train.report_to``: each line written to the file, then logged
-    to every sink still alive. Made on the main rank only (the other ranks report nothing)."""
+    to every sink still alive. Only the main rank has sinks (the other ranks report nothing)."""
 
     def __init__(self, metrics, names: list[str], run_dir: Path):
         self.metrics = metrics
