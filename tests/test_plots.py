@@ -65,7 +65,7 @@ def test_tensorboard_missing_or_plots_off(tmp_path, model_dir, monkeypatch):
     from packtrain.core.config import ConfigError
 
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
     config = make_config(model_dir, tmp_path / "runs", max_steps=1, report_to="tensorboard", plots=False)
     with pytest.raises(ConfigError, match=r"^train.report_to: tensorboard needs the tensorboard package: "
                                           r"pip install 'packtrain\[tensorboard\]', or set train.report_to: none$"):

@@ -35,6 +35,7 @@ from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, former_stage_name, resolve_build
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError
+from packtrain.core.preflight import check_report_to
 from packtrain.core.rundir import RUN_JSON, finished_artifacts, record_runs_dir
 from packtrain.trainer.adapters import NonFiniteWeightsError
 from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
@@ -51,8 +52,8 @@ from packtrain.trainer.run_checks import TrainError, check_batch_shape, check_to
 from packtrain.trainer.run_end import finish_run, write_json
 from packtrain.trainer.runlog import FILE_ONLY, HeldLog, RankFilter, add_file_log, ensure_log_handler
 from packtrain.trainer.schedule import warmup_steps
+from packtrain.trainer.sinks import Reporting
 from packtrain.trainer.threads import threads_restored
-from packtrain.trainer.tensorboard import TensorBoardMirror, summary_writer
 
 log = logging.getLogger("packtrain.train")
 
@@ -144,8 +145,7 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
     verify_shards(build_dir, manifest)
     if manifest.expert != config.expert:
         raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
-    if train.report_to == "tensorboard":
-        summary_writer()  # installed, or a ConfigError before anything is written
+    check_report_to(train)  # every dashboard's library installed, or a ConfigError before anything is written
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
     check_tokenizer(manifest, tok_dir, config.model.name)
@@ -238,12 +238,28 @@ def _train(ctx: TrainContext) -> Path:
 
     metrics = (MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if ctx.checkpoint else None)
                if world.is_main else NoMetricsFile())
-    if world.is_main and train.report_to == "tensorboard":
-        metrics = TensorBoardMirror(metrics, run_dir)
-    peak = peak_flops(ctx.device, train.peak_tflops)
-    meter = Meter(ctx.device, ctx.flops, peak * world.world_size if peak else None)  # the counts are global
-    start, start_tokens = time.perf_counter(), state.tokens
+    # metrics.jsonl and the train.report_to dashboards (trainer/sinks.py), told at the end how the run ended
+    reporting = Reporting(metrics, train.reporters() if world.is_main else [], run_dir)
+    status = "failed"
     try:
+        run_dir = _train_and_finish(ctx, reporting)
+        status = "finished"
+        return run_dir
+    except KeyboardInterrupt:
+        status = "killed"
+        raise
+    finally:
+        reporting.finish(status)
+
+
+def _train_and_finish(ctx: TrainContext, metrics: Reporting) -> Path:
+    """The dashboards started, the loop, then the run's final artifacts (trainer/run_end.py)."""
+    state, world, train = ctx.state, ctx.world, ctx.train
+    try:
+        metrics.start(ctx.run.config)  # before the clocks: a dashboard's start-up is not training time
+        peak = peak_flops(ctx.device, train.peak_tflops)
+        meter = Meter(ctx.device, ctx.flops, peak * world.world_size if peak else None)  # the counts are global
+        start, start_tokens = time.perf_counter(), state.tokens
         model = ctx.model if ctx.fsdp else wrap(ctx.model, world, ctx.device)
         records, evals = train_loop(ctx, model, meter, metrics)
     except torch.OutOfMemoryError as e:

@@ -193,9 +193,14 @@ class TrainConfig:
     plots: bool = True
     """Write PNG plots of the run (loss, eval loss, tokens/s, data wait, memory) into the run
     directory when it ends; needs matplotlib (``pip install 'packtrain[plots]'``, in ``make install``)."""
-    report_to: Literal["none", "tensorboard"] = "none"
-    """Also log every metrics line to TensorBoard (``<run>/tensorboard/``; needs
-    ``pip install 'packtrain[tensorboard]'``); ``metrics.jsonl`` stays the record."""
+    report_to: (Literal["none", "tensorboard", "wandb", "mlflow"]
+                | list[Literal["tensorboard", "wandb", "mlflow"]]) = "none"
+    """Also log every metrics line (and the resolved config, and how the run ended) to these dashboards,
+    as HF ``TrainingArguments.report_to``: one name, a list (``[tensorboard, wandb]``) or ``none``.
+    ``tensorboard`` (``<run>/tensorboard/``), ``wandb`` (``WANDB_PROJECT``, ``WANDB_MODE``, ``WANDB_DIR``
+    honoured), ``mlflow`` (``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``); each needs its extra
+    (``pip install 'packtrain[wandb]'``). ``metrics.jsonl`` stays the record: a dashboard that fails is
+    warned about once and dropped, training goes on (trainer/sinks.py, docs/EVAL.md)."""
     save_steps: int = num(200, "[1, 1000000000000]")
     """Save a checkpoint (adapter, optimizer, scheduler and data position, to resume from) every this
     many optimizer steps and at the last step."""
@@ -229,6 +234,12 @@ class TrainConfig:
     sharded. The type is checked like every field's; ``lora.method: qlora`` and ``merge_adapter``
     with it are refused when training starts (trainer/train.py); docs/DISTRIBUTED.md."""
 
+    def reporters(self) -> list[str]:
+        """The dashboards of ``report_to``, as a list (``none``: [])."""
+        if isinstance(self.report_to, list):
+            return list(self.report_to)
+        return [] if self.report_to == "none" else [self.report_to]
+
     def validate(self, errors: list[str], where: str) -> None:
         # the numbers themselves are checked by check_numbers; here, how they fit together
         micro = self.per_device_train_batch_size
@@ -245,6 +256,9 @@ class TrainConfig:
             errors.append(f"{where}.global_batch_size: {self.global_batch_size} is not per_device_train_batch_size "
                           f"({micro}) x gradient_accumulation_steps ({self.gradient_accumulation_steps}) x world size; "
                           "unset it, or set per_device_train_batch_size: auto")
+        if self.report_to == [] or isinstance(self.report_to, list) and len(set(self.report_to)) < len(self.report_to):
+            errors.append(f"{where}.report_to: {self.report_to!r}: name each of tensorboard, wandb, mlflow at most "
+                          "once, or use none")
         if self.bf16 and self.fp16:
             errors.append(f"{where}: bf16 and fp16 are both true; choose one")
         if self.run_name is not None and not (self.run_name[:1].isalnum() and len(self.run_name) <= 128

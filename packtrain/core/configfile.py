@@ -254,5 +254,7 @@ def _type_name(hint: Any) -> str:
         return ", ".join(names[:-1]) + " or " + names[-1]
     if origin is Literal:
         return ", ".join(map(repr, args))
+    if origin is list:
+        return "a list of " + ("strings" if args[0] is str else _type_name(args[0]))
     return {bool: "true, false", int: "an integer", float: "a number", str: "a string",
             type(None): "null"}.get(hint, str(hint).replace("typing.", ""))

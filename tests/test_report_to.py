@@ -1,0 +1,198 @@
+"""``train.report_to``: wandb and mlflow beside TensorBoard (trainer/sinks.py), offline: a wandb run in
+``WANDB_MODE=offline`` read back from its own run file, an MLflow ``file:`` store read back with
+``MlflowClient``; a missing library refused before anything loads; a dashboard that fails never stops
+training. (TensorBoard's own test: tests/test_plots.py.)"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from inprocess_cli import ROOT, cli
+from packtrain.core.config import ConfigError
+from packtrain.trainer.train import run
+from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def metrics_by_step(run_dir: Path) -> dict[int, dict]:
+    """metrics.jsonl's numeric fields, the lines of one step merged (a train line and an eval line)."""
+    steps: dict[int, dict] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        steps.setdefault(record["step"], {}).update(
+            {k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float)) and v is not None})
+    return steps
+
+
+def wandb_records(run_file: Path) -> list:
+    """The records of a wandb run file (``run-<id>.wandb``), with wandb's own protobuf schema: the file is
+    a 7-byte header then LevelDB log blocks of 32 KiB, each record a 7-byte header (crc32c, length, type:
+    1 full, 2 first, 3 middle, 4 last) and its bytes. (wandb 0.31 reads it in Go only.)"""
+    from wandb.proto import wandb_internal_pb2
+
+    data = run_file.read_bytes()
+    assert data[:4] == b":W&B"
+    records, pending, at = [], b"", 7
+    while at + 7 <= len(data):
+        if 32768 - at % 32768 < 7:  # a block's tail too short for a header: zero padding
+            at += 32768 - at % 32768
+            continue
+        length, kind = struct.unpack("<HB", data[at + 4:at + 7])
+        if kind == 0:
+            break
+        pending += data[at + 7:at + 7 + length]
+        at += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+@pytest.fixture
+def offline_dashboards(tmp_path: Path, monkeypatch):
+    """wandb offline and MLflow on a file store, every file they write under ``tmp_path``; wandb's
+    process-wide setup (settings read from the environment, its service process) ended afterwards."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("mlflow")
+    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb"), "WANDB_PROJECT": "tests",
+                        "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
+                        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_DATA_DIR": str(tmp_path / "wandb-data"),
+                        "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
+                        "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'mlruns'}", "MLFLOW_ALLOW_FILE_STORE": "true",
+                        "MLFLOW_EXPERIMENT_NAME": "tests"}.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "wandb").mkdir()
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # wandb.init replaces both for good: put back after
+    monkeypatch.setattr(sys, "exit", sys.exit)
+    yield
+    import wandb
+
+    wandb.teardown()
+
+
+def exit_code(wandb_dir: Path) -> int:
+    [run_file] = (wandb_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    [ended] = [r.exit for r in wandb_records(run_file) if r.WhichOneof("record_type") == "exit"]
+    return ended.exit_code
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("wnadb", "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'tensorboard', 'wandb', 'mlflow', "
+              "got 'wnadb'"),
+    (["none"], "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'tensorboard', 'wandb', 'mlflow', "
+               "got ['none']"),
+    (["wandb", "wandb"], "['wandb', 'wandb']: name each of tensorboard, wandb, mlflow at most once, or use none"),
+    ([], "[]: name each of tensorboard, wandb, mlflow at most once, or use none"),
+])
+def test_report_to_takes_none_a_name_or_a_list(tmp_path, value, problem):
+    assert make_config(tmp_path, tmp_path).train.reporters() == []
+    assert make_config(tmp_path, tmp_path, report_to="wandb").train.reporters() == ["wandb"]
+    assert make_config(tmp_path, tmp_path, report_to=["tensorboard", "mlflow"]).train.reporters() == ["tensorboard",
+                                                                                                        "mlflow"]
+    with pytest.raises(ConfigError) as error:
+        make_config(tmp_path, tmp_path, report_to=value)
+    assert str(error.value) == f"invalid config (<dict>): train.report_to: {problem}"
+
+
+def test_a_missing_library_is_one_line_before_anything_loads(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
+    refused = cli("train", "sql", "--configs-dir", ROOT / "configs", "--cache-dir", tmp_path / "cache",
+                  "--set", "train.report_to=[tensorboard, mlflow]", "--set", f"train.output_dir={tmp_path / 'runs'}")
+    assert refused.returncode == 2
+    assert refused.stderr == ("error: train.report_to: mlflow needs the mlflow package: "
+                              "pip install 'packtrain[mlflow]', or set train.report_to: none\n")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_wandb_offline_and_mlflow_file_runs_hold_the_metrics_and_the_config(tmp_path, model_dir, offline_dashboards):
+    from mlflow import MlflowClient
+
+    from packtrain.trainer.sink_mlflow import config_params
+
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=2, eval_steps=2, sample_prompts=0, plots=False,
+                         report_to=["wandb", "mlflow"])
+    run_dir = run(config, tmp_path / "cache")
+    expected = metrics_by_step(run_dir)
+    assert sorted(expected) == [0, 1, 2] and "eval/loss" in expected[2] and "loss" in expected[2]
+    resolved = json.loads((run_dir / "config.json").read_text())
+
+    # wandb: the offline run file under WANDB_DIR (none in the run directory)
+    [run_file] = (tmp_path / "wandb" / "wandb").glob("offline-run-*/run-*.wandb")
+    assert not (run_dir / "wandb").exists()
+    records = wandb_records(run_file)
+    [started] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (started.display_name, started.project) == (run_dir.name, "tests")
+    config_items = {item.key: json.loads(item.value_json) for r in records
+                    if r.WhichOneof("record_type") in ("run", "config")
+                    for item in (r.run.config.update if r.WhichOneof("record_type") == "run" else r.config.update)}
+    assert {key: config_items[key] for key in resolved} == resolved
+    history = {}
+    for r in records:
+        if r.WhichOneof("record_type") == "history":
+            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+            history.setdefault(row["_step"], {}).update({k: v for k, v in row.items() if not k.startswith("_")})
+    assert history == expected
+    assert exit_code(tmp_path / "wandb") == 0
+
+    # mlflow: the run in the file store
+    client = MlflowClient()
+    [found] = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
+    assert (found.info.run_name, found.info.status) == (run_dir.name, "FINISHED")
+    assert found.data.params == config_params(resolved)
+    assert found.data.params["train.learning_rate"] == "0.001" and found.data.params["train.report_to"] == \
+        '["wandb", "mlflow"]'
+    logged = {}
+    for key in found.data.metrics:
+        for m in client.get_metric_history(found.info.run_id, key):
+            logged.setdefault(m.step, {})[key] = m.value
+    assert logged == expected
+
+
+def test_a_dashboard_that_fails_is_warned_once_and_training_goes_on(tmp_path, model_dir, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from packtrain.trainer.sink_tensorboard import TensorBoardSink  # (its own module, since report_to has several)
+
+    def unreachable(self, metrics, step):
+        raise ConnectionError("the dashboard is\nunreachable")
+
+    monkeypatch.setattr(TensorBoardSink, "log", unreachable)
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=2, eval_steps=2, sample_prompts=0, plots=False,
+                         report_to="tensorboard")
+    run_dir = run(config, tmp_path / "cache")
+    assert (run_dir / "summary.json").exists() and sorted(metrics_by_step(run_dir)) == [0, 1, 2]
+    warned = [line.split(" ", 2)[2] for line in (run_dir / "train.log").read_text().splitlines() if "WARNING" in line]
+    assert warned == ["WARNING report_to tensorboard: log failed (ConnectionError: the dashboard is unreachable); "
+                      "training goes on without tensorboard (metrics.jsonl keeps every line)"]
+
+
+@pytest.mark.parametrize("stop, status, code", [(KeyboardInterrupt, "KILLED", 255), (RuntimeError, "FAILED", 1)])
+def test_how_the_run_ended_is_passed_on(tmp_path, model_dir, monkeypatch, offline_dashboards, stop, status, code):
+    import packtrain.trainer.train
+    from mlflow import MlflowClient
+
+    def interrupted(*args):
+        raise stop("stopped at the end")
+
+    monkeypatch.setattr(packtrain.trainer.train, "finish_run", interrupted)  # after the last step
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
+                         report_to=["wandb", "mlflow"])
+    with pytest.raises(stop):
+        run(config, tmp_path / "cache")
+    client = MlflowClient()
+    [found] = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
+    assert found.info.status == status
+    assert exit_code(tmp_path / "wandb") == code
