@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from inprocess_cli import QUICK_END, cli
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import BUNDLED_MODEL_DIR
-from packtrain.core.resolve import CONVERTED_MARK, portable_reference
+from packtrain.core.resolve import CONVERTED_MARK
 from packtrain.trainer.model import Precision, load_base_model, model_source
 
 IDS = torch.tensor([[5, 6, 7, 300, 1200, 41, 9]])
@@ -124,6 +124,8 @@ def test_the_run_adapter_names_its_base_portably(lora_run):
 
 
 def test_portable_names_of_each_kind_of_base(hub_cache, tmp_path):
+    from packtrain.core.resolve import portable_reference
+
     assert portable_reference("smollm2-135m", None, 0) == (f"packtrain:smollm2-135m@sha256:{SMOLLM2_GGUF_SHA256}",
                                                            None)
     assert portable_reference("bundled", None, 7) == ("packtrain:bundled@seed:7", None)

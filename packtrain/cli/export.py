@@ -57,8 +57,9 @@ def export(expert, run_dir, runs_dir, out, merged):
         say(f"{run_path}: loading the base model and the adapter to merge ...")
     from packtrain.trainer.export import export_run  # torch, transformers, peft: once nothing above refused
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with publishing(out_path, f"the export of {run_path}", "free space or name another --out, then run it again") as tmp:
+    target = Path(os.path.abspath(out_path))  # `.` or `x/..` have no name to put a temporary one beside
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with publishing(target, f"the export of {run_path}", "free space or name another --out, then run it again") as tmp:
         base = export_run(run_path, tmp, merged, say)
     say(f"{'merged model' if merged else 'adapter'} written to {out_path}")
     click.echo(json.dumps({"run_dir": str(run_path), "out": os.fspath(out_path), "merged": merged, **base}))
