@@ -30,7 +30,7 @@ PART_ARGS  := $(if $(PART),--part $(PART))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build gpu-wheel clean-venv
+.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build gpu-wheel clean-venv
 
 install: $(VENV)/.installed
 
@@ -59,9 +59,14 @@ $(VENV)/.installed: pyproject.toml
 pretokenize: install
 	$(BIN)/packtrain pretokenize $(EXPERT) $(BUILD_ARGS) $(PART_ARGS)
 
-# Partitioned build: `make pretokenize PART=i/N` on each machine, then `make merge PARTS=N` once.
-merge: install
-	$(BIN)/packtrain merge $(EXPERT) --parts $(PARTS) $(BUILD_ARGS)
+# Partitioned build: `make pretokenize PART=i/N` on each machine, then `make merge-parts PARTS=N` once.
+merge-parts: install
+	$(BIN)/packtrain merge-parts $(EXPERT) --parts $(PARTS) $(BUILD_ARGS)
+
+# the old name of merge-parts
+merge:
+	@echo "note: make merge was renamed to make merge-parts; running that" >&2
+	@$(MAKE) --no-print-directory merge-parts
 
 train: pretokenize
 	$(if $(NPROC),$(BIN)/torchrun --nproc-per-node $(NPROC) -m packtrain.cli,$(BIN)/packtrain) train $(EXPERT) $(TRAIN_ARGS)
@@ -76,6 +81,10 @@ inspect: install
 # Base model vs adapter on the validation prompts of EXPERT's newest run (RUN=dir for another).
 eval: install
 	$(BIN)/packtrain eval $(EXPERT) $(if $(RUN),--run $(RUN))
+
+# EXPERT's newest run (RUN=dir for another) exported into OUT: the adapter alone, or merged into its base (MERGED=1).
+export: install
+	$(BIN)/packtrain export $(EXPERT) --out $(OUT) $(if $(RUN),--run $(RUN)) $(if $(MERGED),--merged)
 
 # PNG plots of EXPERT's current build and newest run (RUN=dir for another).
 plot: install

@@ -1,7 +1,7 @@
 """Partitioned builds: tokenize one part of an expert per machine, then merge and publish once.
 
     packtrain pretokenize sql --part 0/3      # machine 0 (1/3 and 2/3 on the others)
-    packtrain merge sql --parts 3             # once every part is under cache/sql/.sources/.parts/
+    packtrain merge-parts sql --parts 3            # once every part is under cache/sql/.sources/.parts/
 
 Part ``i`` of ``n`` tokenizes, for every source whose tokens are not cached yet, the batches
 (``build.batch_rows`` rows each) whose index within their source is ``i`` modulo ``n``, into
@@ -74,7 +74,7 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
             job = TokenizeJob(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), files, part)
             tokenize_sources(job, progress, log=log, cache_dir=root.parent)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
-        f"`packtrain merge {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
+        f"`packtrain merge-parts {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
     return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,
             "tokenized": [config.sources[i].name for i in todo]}
 

@@ -63,7 +63,7 @@ def test_merge_refuses_parts_made_with_another_encoder(tmp_path, monkeypatch):
     real = exactness.library_version
     monkeypatch.setattr(exactness, "library_version", lambda name: "1.0.0" if name == "tokenizers" else real(name))
     assert runner.invoke(main, ["pretokenize", "sql", "--part", "1/2", *args]).exit_code == 0
-    result = runner.invoke(main, ["merge", "sql", "--parts", "2", *args])
+    result = runner.invoke(main, ["merge-parts", "sql", "--parts", "2", *args])
     assert isinstance(result.exception, BuildError)  # the entry point prints it as one line, exit 2
     line = str(result.exception)
     assert "\n" not in line and line.startswith("cannot merge 'sql': part(s) 0-of-2 of source")

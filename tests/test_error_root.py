@@ -16,6 +16,7 @@ USER_FACING = [
     "packtrain.trainer.checkpoint.CheckpointError", "packtrain.trainer.loop.NonFiniteLossError",
     "packtrain.trainer.adapters.NonFiniteWeightsError", "packtrain.trainer.distributed.DistributedError",
     "packtrain.trainer.microbatch.MicroBatchError", "packtrain.trainer.eval.task_eval.TaskEvalError",
+    "packtrain.cli.export.ExportError",
 ]
 
 

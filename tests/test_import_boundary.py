@@ -81,6 +81,10 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
         "train from a missing checkpoint": ["train", "sql", *common, "--resume", str(tmp_path / "nope")],
         "train from a run with no complete checkpoint": ["train", "sql", *common, "--resume", str(runs / "sql" / "stopped")],
         "train a missing model directory": ["train", "sql", *common, "--model", str(tmp_path / "no-model")],
+        "export of an unfinished run": ["export", "sql", "--run", str(runs / "sql" / "stopped"), "--out",
+                                        str(tmp_path / "out"), "--merged"],
+        "export into a directory that is not empty": ["export", "sql", "--run", str(runs / "sql" / "stopped"),
+                                                      "--out", str(runs), "--merged"],
     }
     results = dict(zip(commands, run_without_torch(list(commands.values()), cwd=tmp_path)))
     assert {name: r["imported"] for name, r in results.items() if r["imported"]} == {}
@@ -120,6 +124,12 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
         "train a missing model directory": (2, f"error: model '{tmp_path / 'no-model'}': {tmp_path / 'no-model'} does "
                                                "not exist; check the path, or set model.name / --model to a directory "
                                                "holding config.json and the weights\n"),
+        "export of an unfinished run": (2, f"error: --run {runs / 'sql' / 'stopped'} is not a finished run (no "
+                                           f"summary.json): finish it with `packtrain train sql --resume "
+                                           f"{runs / 'sql' / 'stopped'}`, or name another run with --run\n"),
+        "export into a directory that is not empty": (2, f"error: --out {runs} is not empty: nothing was written; "
+                                                         "name a new directory with --out (export never "
+                                                         "overwrites)\n"),
     }
     assert errors["train with a bad --set"][1].startswith("error: invalid config (--set train.learnig_rate=1): "
                                                           "train.learnig_rate: unknown key (did you mean learning_rate?)")

@@ -89,7 +89,7 @@ def test_parts_run_in_parallel_processes_through_the_cli(project):
     outs = [p.communicate() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
     assert sorted(json.loads(out.splitlines()[-1])["part"] for out, _ in outs) == ["0/2", "1/2"]
-    done = cli("merge", "sql", "--parts", 2, *common)
+    done = cli("merge-parts", "sql", "--parts", 2, *common)
     out, err = done.communicate()
     assert done.returncode == 0, err
     build_id = json.loads(out.splitlines()[-1])["build_id"]

@@ -24,11 +24,14 @@ from safetensors.torch import load_file
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import LoraConfig
 from packtrain.core.contract import TOKENIZER_FILES
+from packtrain.core.resolve import portable_reference
 from packtrain.trainer.distributed import load_full_trainable_state, sharded
 
 log = logging.getLogger("packtrain.train")
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+MODEL_CARD = "README.md"  # peft's model card
 PACKTRAIN_CONFIG = "packtrain_config.json"
 
 
@@ -100,7 +103,28 @@ def save_adapter(model, directory: Path, config: dict, tokenizer_dir: Path | Non
         model.save_pretrained(directory, safe_serialization=True)
     else:
         model.save_pretrained(directory, safe_serialization=True, state_dict=state_dict)
+    name_base_portably(directory, config)
     save_adapter_extras(directory, config, tokenizer_dir)
+
+
+def name_base_portably(directory: Path, config: dict) -> None:
+    """Set ``adapter_config.json``'s ``base_model_name_or_path`` and ``revision`` to names that mean the
+    same base on another machine (packtrain.core.resolve.portable_reference; peft writes the directory the
+    base was loaded from). The model in memory keeps its own: only the file changes."""
+    path, card = directory / ADAPTER_CONFIG, directory / MODEL_CARD
+    adapter = json.loads(path.read_text(encoding="utf-8"))
+    local = adapter.get("base_model_name_or_path")
+    adapter["base_model_name_or_path"], adapter["revision"] = base_reference(config)
+    path.write_text(json.dumps(adapter, indent=2, sort_keys=True), encoding="utf-8")  # as peft writes it
+    if local and card.is_file():  # peft's model card names the base too (``base_model:`` and a tag)
+        card.write_text(card.read_text(encoding="utf-8").replace(local, adapter["base_model_name_or_path"]),
+                        encoding="utf-8")
+
+
+def base_reference(config: dict) -> tuple[str, str | None]:
+    """The portable name and revision of the base model of the resolved packtrain ``config``."""
+    model = config["model"]
+    return portable_reference(model["name"], model.get("revision"), config["train"]["seed"])
 
 
 CHECKPOINT_FIX = "the checkpoint is corrupt; resume from another checkpoint (--resume PATH) or start a new run"
@@ -145,15 +169,19 @@ def _to_model_keys(model, state: dict) -> dict:
 
 
 def export_merged(model, directory: Path, config: dict, tokenizer_dir: Path | None) -> None:
-    """Base model with the adapter folded in, saved as a plain transformers model (``merged/``)."""
-    if getattr(model, "is_loaded_in_4bit", False) or getattr(model.base_model.model, "is_loaded_in_4bit", False):
-        log.warning("merge_adapter: skipped for QLoRA (merging into NF4 weights loses precision); "
-                    "merge the adapter into the full-precision base model separately")
+    """Base model with the adapter folded in, saved as a plain transformers model with the tokenizer
+    files: ``merged/`` at the end of a run (``train.merge_adapter``) and ``packtrain export --merged``.
+    A base still in NF4 (QLoRA during training) is skipped, said once: merging into 4-bit weights would
+    round the adapter's update away; ``packtrain export --merged`` de-quantizes the base first."""
+    if getattr(model.base_model.model, "hf_quantizer", None) is not None:  # gone once de-quantized
+        log.warning("merge_adapter: skipped for QLoRA (merging into NF4 weights loses precision); once the run "
+                    "is finished, `packtrain export EXPERT --run RUN_DIR --out DIR --merged` merges the adapter "
+                    "into the de-quantized base")
         return
     merged = model.merge_and_unload(safe_merge=True)
+    merged.config.use_cache = True  # off while packtrain runs it (packed blocks); generation elsewhere wants it
     merged.save_pretrained(directory, safe_serialization=True)
     save_adapter_extras(directory, config, tokenizer_dir)
-    log.info("merged model written to %s", directory)
 
 
 def save_adapter_extras(directory: Path, config: dict, tokenizer_dir: Path | None) -> None:

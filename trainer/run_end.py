@@ -58,6 +58,8 @@ def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start
             summary["task_eval"] = {"base": task["base"], "adapter": task["adapter"], "examples": task["examples"]}
     if train.merge_adapter:
         write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, ctx.run.config, ctx.tok_dir))
+        if (run_dir / MERGED_DIR).is_dir():
+            log.info("merged model written to %s", run_dir / MERGED_DIR)
     write_final(run_dir, SUMMARY, lambda d: (d / SUMMARY).write_text(json_text(summary)))
     log.info("done: %s", json.dumps(summary))
     if "eval/loss_before" in summary:

