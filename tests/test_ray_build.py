@@ -5,6 +5,7 @@ single-machine build writes, a killed task is retried, and an unreachable cluste
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import socket
 import subprocess
@@ -43,17 +44,29 @@ def project(tmp_path_factory):
     return project
 
 
+def pretokenize(project, cache, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
+                           str(project["configs"]), "--cache-dir", str(cache), "--executor", "ray", *args],
+                          capture_output=True, text=True, timeout=120, cwd=project["configs"].parent)
+
+
 def sha256s(build_dir: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(build_dir.iterdir())
             if p.suffix in (".arrow", ".json") and p.name != "report.json"}
 
 
 def test_three_ray_parts_equal_one_machine(project, tmp_path, cluster):
-    config, single, cache = load_config("sql", project["configs"]), project["single"], tmp_path / "cache"
-    lines: list[str] = []
-    result = build_on_ray(config, cache, cluster, parts=3, log=lines.append)
-    assert result.build_id == single.build_id and read_current(cache, "sql") == single.build_id
-    assert sha256s(result.path) == sha256s(single.path)  # every shard, the manifest and the config
+    """The command joins the module's cluster (--ray-address), as on a real one."""
+    single, cache = project["single"], tmp_path / "cache"
+    address = ray.get_runtime_context().gcs_address
+    done = pretokenize(project, cache, "--ray-address", address, "--parts", "3")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert json.loads(lines[-1]) == {"expert": "sql", "build_id": single.build_id, "up_to_date": False,
+                                     "path": str(cache / "sql" / single.build_id)}
+    assert read_current(cache, "sql") == single.build_id
+    assert sha256s(cache / "sql" / single.build_id) == sha256s(single.path)  # every shard, the manifest and the config
+    assert lines[0].startswith(f"ray: the Ray cluster at {address} (2 CPU(s)), ready in ")
     done = sorted(line.split(" done on ")[0] for line in lines if " done on " in line)
     assert done == ["ray: part 0/3 of sql", "ray: part 1/3 of sql", "ray: part 2/3 of sql"]
     assert sum("(3/3 parts)" in line for line in lines) == 1
@@ -85,12 +98,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def pretokenize(project, cache, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
-                           str(project["configs"]), "--cache-dir", str(cache), "--executor", "ray", *args],
-                          capture_output=True, text=True, timeout=120, cwd=project["configs"].parent)
 
 
 def test_an_unreachable_cluster_is_one_line_and_creates_nothing(project, tmp_path):
