@@ -60,7 +60,7 @@ def test_three_ray_parts_equal_one_machine(project, tmp_path, cluster):
     single, cache = project["single"], tmp_path / "cache"
     address = ray.get_runtime_context().gcs_address
     done = pretokenize(project, cache, "--ray-address", address, "--parts", "3")
-    assert done.returncode == 0, done.stderr
+    assert (done.returncode, done.stderr) == (0, "")  # Ray's own output is off
     lines = done.stdout.splitlines()
     assert json.loads(lines[-1]) == {"expert": "sql", "build_id": single.build_id, "up_to_date": False,
                                      "path": str(cache / "sql" / single.build_id)}
