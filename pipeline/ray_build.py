@@ -216,6 +216,6 @@ def tokenize_part(config: ExpertConfig, cache_dir: str, part: tuple[int, int], p
     if prepare is not None:
         prepare(config)
     one_process = dataclasses.replace(config, build=dataclasses.replace(config.build, num_proc=1))
-    lines: list[str] = []
-    pretokenize_part(one_process, cache_dir, part, log=lines.append, progress=False)
-    return {"node": node, "seconds": time.perf_counter() - started, "log": lines}
+    # its lines (encoder, exactness check) go to Ray's worker log on its node: logs/worker-*.out of the session
+    pretokenize_part(one_process, cache_dir, part, log=lambda line: print(line, flush=True), progress=False)
+    return {"node": node, "seconds": time.perf_counter() - started}
