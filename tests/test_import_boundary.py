@@ -1,6 +1,7 @@
 """The lazy import boundary: a mistake that needs no model fails before torch, transformers or peft is
 imported (they cost tens of seconds on a loaded CPU), and the commands that never need them
-(--help, config, status, discover) never import them (packtrain/core/preflight.py).
+(--help, config, status, discover) never import them (packtrain/core/preflight.py). No command
+here imports ray either: only `pretokenize --executor ray` does (pipeline/ray_build.py).
 
 The commands run in one subprocess whose import system refuses those packages and records every
 attempt, so the test says nothing about time, only about what was imported.
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DRIVER = r"""
 import io, json, sys
 
-HEAVY = {"torch", "transformers", "peft"}
+HEAVY = {"torch", "transformers", "peft", "ray"}  # ray: only `pretokenize --executor ray` imports it
 attempted = []
 
 
@@ -78,6 +79,7 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
         "a curriculum with --build-id": ["train", "sql", *common, "--set", "stages=[{name: a, sources: [{name: bundled}]}]",
                                          "--build-id", "0123456789abcdef"],
         "build the bundled sample": ["pretokenize", "sql", *common, "--no-progress"],
+        "build a part of the bundled sample": ["pretokenize", "sql", *common, "--no-progress", "--part", "0/2"],
         "train from a missing checkpoint": ["train", "sql", *common, "--resume", str(tmp_path / "nope")],
         "train from a run with no complete checkpoint": ["train", "sql", *common, "--resume", str(runs / "sql" / "stopped")],
         "train a missing model directory": ["train", "sql", *common, "--model", str(tmp_path / "no-model")],
@@ -92,8 +94,9 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
     assert [r["code"] for r in looked] == [0] * 4
     assert looked[0]["stdout"].startswith("Usage: packtrain [OPTIONS] COMMAND [ARGS]...")
     assert "lora:" in looked[1]["stdout"] and "sql" in looked[2]["stdout"]
-    built = results.pop("build the bundled sample")
-    assert built["code"] == 0, built["stderr"]
+    for name in ("build the bundled sample", "build a part of the bundled sample"):
+        built = results.pop(name)
+        assert built["code"] == 0, built["stderr"]
     errors = {name: (r["code"], r["stderr"]) for name, r in results.items()}
     assert errors == {
         "train with no build": (2, f"error: no build for expert 'json' in {cache / 'json'} (no CURRENT file); "

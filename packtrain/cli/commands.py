@@ -93,11 +93,23 @@ def prepare_model(cfg, cache_dir):
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 @click.option("--part", default=None, metavar="I/N",
               help="Tokenize only part I of N (a machine's share) and publish nothing; then `packtrain merge-parts`.")
-def pretokenize(cfg, cache_dir, progress, part):
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="ray: each of --parts parts is a Ray task, then the merge runs here (docs/DISTRIBUTED.md).")
+@click.option("--ray-address", default=None, metavar="HOST:PORT",
+              help="--executor ray: join this running cluster (default: start a local one of build.num_proc CPUs).")
+@click.option("--parts", type=click.IntRange(min=1), default=None,
+              help="--executor ray: how many parts (Ray tasks); default: one per CPU of the cluster.")
+def pretokenize(cfg, cache_dir, progress, part, executor, ray_address, parts):
     """Build EXPERT's packed shards into the cache, unless an identical build exists."""
     from packtrain.pipeline.build import build
 
+    if executor != "ray" and (ray_address is not None or parts is not None):
+        raise click.UsageError("--ray-address and --parts go with --executor ray (for a machine's share: --part I/N)")
+    if executor == "ray" and part is not None:
+        raise click.UsageError("--part I/N tokenizes one machine's share by hand; with --executor ray use --parts N")
     check_sources(cfg)
+    if executor == "ray":
+        return pretokenize_on_ray(cfg, cache_dir, ray_address, parts, progress and sys.stderr.isatty())
     ensure_converted(cfg)
     if part is not None:
         from packtrain.pipeline.partition import parse_part, pretokenize_part
@@ -114,6 +126,26 @@ def pretokenize(cfg, cache_dir, progress, part):
         result = build(stage, cache_dir, log=click.echo, progress=progress and sys.stderr.isatty())
         click.echo(json.dumps({"expert": stage.expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
                                "path": str(result.path)}))
+
+
+def pretokenize_on_ray(cfg, cache_dir, address, parts, progress) -> None:
+    """``pretokenize --executor ray``: ray is imported here only (packtrain[ray])."""
+    try:
+        from packtrain.pipeline.ray_build import RayCluster, build_on_ray, check_cache_dir, check_reachable
+    except ModuleNotFoundError as e:
+        if e.name != "ray":
+            raise
+        raise click.UsageError("--executor ray needs Ray: pip install 'packtrain[ray]' (`make install` does)") from None
+    check_cache_dir(cache_dir, address)
+    if address is not None:
+        check_reachable(address)  # before anything is converted or written
+    ensure_converted(cfg)
+    with RayCluster(address, cfg.build.num_proc, log=click.echo) as cluster:
+        for stage in cfg.stage_configs():
+            result = build_on_ray(stage, cache_dir, cluster, parts, log=click.echo, progress=progress,
+                                  prepare=ensure_converted)
+            click.echo(json.dumps({"expert": stage.expert, "build_id": result.build_id,
+                                   "up_to_date": result.up_to_date, "path": str(result.path)}))
 
 
 @main.command("merge-parts")

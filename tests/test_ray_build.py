@@ -1,0 +1,116 @@
+"""Issue 27: the build on Ray (pipeline/ray_build.py). Every part is a Ray task on one local cluster of
+2 CPUs, started once for the module (Ray takes seconds to start); the merge publishes the bytes a
+single-machine build writes, a killed task is retried, and an unreachable cluster is one line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+
+from build_fixtures import make_project, rows, write_jsonl
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import read_current
+from packtrain.pipeline.build import SOURCES, build
+from packtrain.pipeline.errors import BuildError
+from packtrain.pipeline.partition import PARTS
+from packtrain.pipeline.ray_build import RayCluster, build_on_ray
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield RayCluster(None, 2)  # finds this process connected: uses the cluster and leaves it running
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """Two sources (6 and 3 batches of 16 rows) and their single-machine build, made once."""
+    tmp = tmp_path_factory.mktemp("project")
+    project = make_project(tmp, n_rows=90)
+    second = write_jsonl(project["data"].parent / "more.jsonl", rows(40, start=300))
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace(f"  - name: {project['data']}\n",
+                                                 f"  - name: {project['data']}\n  - name: {second}\n"))
+    project["single"] = build(load_config("sql", project["configs"]), tmp / "one", log=lambda *_: None, progress=False)
+    return project
+
+
+def pretokenize(project, cache, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
+                           str(project["configs"]), "--cache-dir", str(cache), "--executor", "ray", *args],
+                          capture_output=True, text=True, timeout=120, cwd=project["configs"].parent)
+
+
+def sha256s(build_dir: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(build_dir.iterdir())
+            if p.suffix in (".arrow", ".json") and p.name != "report.json"}
+
+
+def test_three_ray_parts_equal_one_machine(project, tmp_path, cluster):
+    """The command joins the module's cluster (--ray-address), as on a real one."""
+    single, cache = project["single"], tmp_path / "cache"
+    address = ray.get_runtime_context().gcs_address
+    done = pretokenize(project, cache, "--ray-address", address, "--parts", "3")
+    assert (done.returncode, done.stderr) == (0, "")  # Ray's own output is off
+    lines = done.stdout.splitlines()
+    assert json.loads(lines[-1]) == {"expert": "sql", "build_id": single.build_id, "up_to_date": False,
+                                     "path": str(cache / "sql" / single.build_id)}
+    assert read_current(cache, "sql") == single.build_id
+    assert sha256s(cache / "sql" / single.build_id) == sha256s(single.path)  # every shard, the manifest and the config
+    assert lines[0].startswith(f"ray: the Ray cluster at {address} (2 CPU(s)), ready in ")
+    done = sorted(line.split(" done on ")[0] for line in lines if " done on " in line)
+    assert done == ["ray: part 0/3 of sql", "ray: part 1/3 of sql", "ray: part 2/3 of sql"]
+    assert sum("(3/3 parts)" in line for line in lines) == 1
+    assert not any((cache / "sql" / SOURCES / PARTS).iterdir())  # merged, then removed
+    assert not list((cache / "sql").glob(".ray-probe-*"))
+
+
+def test_a_task_killed_mid_part_is_retried(project, tmp_path, cluster, monkeypatch):
+    config, single, cache = load_config("sql", project["configs"]), project["single"], tmp_path / "cache"
+    killed = tmp_path / "killed"  # the first task to reach the crash point dies there (SIGKILL), once
+    monkeypatch.setenv("PACKTRAIN_CRASH_AT", "mid_tokenize")
+    monkeypatch.setenv("PACKTRAIN_CRASH_ONCE", str(killed))
+    result = build_on_ray(config, cache, cluster, parts=3, log=lambda *_: None)
+    assert killed.exists()
+    assert result.build_id == single.build_id and sha256s(result.path) == sha256s(single.path)
+
+
+def test_a_part_that_keeps_failing_fails_the_build_in_one_line(project, tmp_path, cluster, monkeypatch):
+    monkeypatch.setenv("PACKTRAIN_CRASH_AT", "mid_tokenize")  # every try dies
+    config, cache = load_config("sql", project["configs"]), tmp_path / "cache"
+    with pytest.raises(BuildError, match=r"^part 0/1 of 'sql' failed on Ray \(tried 2 time\(s\) at most\): the "
+                                         r"worker process running it died each time \(killed, or out of memory\)$"):
+        build_on_ray(config, cache, cluster, parts=1, log=lambda *_: None, retries=1)
+    assert read_current(cache, "sql") is None
+    assert [p.name for p in (cache / "sql").iterdir() if not p.name.startswith(".")] == []
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_cluster_is_one_line_and_creates_nothing(project, tmp_path):
+    port, cache = closed_port(), tmp_path / "cache"
+    done = pretokenize(project, cache, "--ray-address", f"127.0.0.1:{port}")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"error: cannot reach the Ray cluster at 127.0.0.1:{port} (Connection refused): start it "
+                           "with `ray start --head` on that machine, or check --ray-address\n")
+    assert not cache.exists()
+
+
+def test_a_cluster_needs_an_absolute_cache_path(project, tmp_path):
+    done = pretokenize(project, "cache", "--ray-address", f"127.0.0.1:{closed_port()}")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("error: --cache-dir cache: with --ray-address the cache must be an absolute path on storage "
+                           "every node sees (e.g. --cache-dir /shared/packtrain-cache), not a relative one\n")
