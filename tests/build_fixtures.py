@@ -129,6 +129,15 @@ def seed_decision(cache: Path, tokenizer_dir: Path, fast_encoder: bool | str = T
         (notes / name).write_bytes(data)
 
 
+def bundled_cache(cache: Path) -> Path:
+    """``cache``, holding the fast-encoder decision for the bundled demo model's tokenizer (what the
+    shipped configs build with in the tests, PACKTRAIN_MODEL=bundled): :func:`seed_decision`."""
+    from packtrain.core.contract import BUNDLED_MODEL_DIR
+
+    seed_decision(cache, BUNDLED_MODEL_DIR)
+    return cache
+
+
 def tokenizer_files(directory: Path) -> tuple:
     """The tokenizer directory's files and their sha256: what :func:`decision_notes` is cached by."""
     return tuple(sorted((p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in Path(directory).iterdir()

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from build_fixtures import bundled_cache
 from packtrain.cli.commands import main
 from packtrain.core.contract import read_current
 
@@ -30,7 +31,7 @@ def run_cli(*args, cwd=ROOT):
 
 @pytest.mark.parametrize("expert", ["sql", "json", "neo4j", "typescript"])
 def test_every_expert_builds_from_the_bundled_sample(expert, hf_home, tmp_path):
-    cache = tmp_path / "cache"
+    cache = bundled_cache(tmp_path / "cache")
     result = invoke("pretokenize", expert, "--cache-dir", cache, "--num-proc", 1)
     assert result.exit_code == 0, result.output
     assert f"note: {expert} uses the bundled sample" in result.output
@@ -47,7 +48,7 @@ def test_every_expert_builds_from_the_bundled_sample(expert, hf_home, tmp_path):
 
 
 def test_inspect_and_verify(hf_home, tmp_path):
-    cache = tmp_path / "cache"
+    cache = bundled_cache(tmp_path / "cache")
     assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
     shown = invoke("inspect", "sql", "--cache-dir", cache, "--blocks", 1)
     assert shown.exit_code == 0, shown.output
@@ -68,7 +69,7 @@ def test_inspect_and_verify(hf_home, tmp_path):
 
 
 def test_dataset_switch_reads_a_hub_snapshot(hub_cache, tmp_path):
-    cache = tmp_path / "cache"
+    cache = bundled_cache(tmp_path / "cache")
     result = invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1,
                     "--dataset", "b-mc2/sql-create-context", "--set", "pack.val_fraction=0")
     assert result.exit_code == 0, result.output
@@ -132,7 +133,7 @@ def test_train_on_the_bundled_sample_writes_a_loadable_adapter(hf_home, tmp_path
 
     from packtrain.core.contract import BUNDLED_MODEL_DIR
 
-    cache, runs = tmp_path / "cache", tmp_path / "runs"
+    cache, runs = bundled_cache(tmp_path / "cache"), tmp_path / "runs"
     assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
     result = invoke("train", "sql", "--cache-dir", cache, "--max-steps", 2, "--set", f"train.output_dir={runs}",
                     "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
@@ -151,7 +152,7 @@ def test_train_on_the_bundled_sample_writes_a_loadable_adapter(hf_home, tmp_path
 def test_train_refuses_a_build_made_with_another_tokenizer(hf_home, tmp_path):
     from build_fixtures import make_tokenizer
 
-    cache = tmp_path / "cache"
+    cache = bundled_cache(tmp_path / "cache")
     assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
     other = make_tokenizer(tmp_path / "other-model")
     (other / "config.json").write_text((ROOT / "packtrain/core/assets/demo-model/config.json").read_text())

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from packtrain.cli.train_all import expert_command, train_all
+from build_fixtures import bundled_cache
 from inprocess_cli import QUICK_END, cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ def test_train_all_runs_each_expert_and_reports_failures(hf_home, tmp_path):
                 "--set", "train.max_eval_batches=1", "--set", "train.dataloader_num_workers=0",
                 "--set", "build.num_proc=1", *QUICK_END]
     # train-all itself in this process (its experts still run as their own commands, one after another)
-    proc = cli("train-all", "sql", "broken", "json", "--configs-dir", configs, "--cache-dir", tmp_path / "cache",
+    proc = cli("train-all", "sql", "broken", "json", "--configs-dir", configs, "--cache-dir", bundled_cache(tmp_path / "cache"),
                "--max-steps", "1", "--log-dir", tmp_path / "logs", *settings)
     assert proc.returncode == 1, proc.stderr
     lines = {line["expert"]: line for line in map(json.loads, proc.stdout.splitlines())}

@@ -16,6 +16,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from build_fixtures import bundled_cache
 from inprocess_cli import QUICK_END, cli
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import BUNDLED_MODEL_DIR
@@ -28,7 +29,7 @@ SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728
 
 def train_bundled(root: Path, *settings: str) -> Path:
     """A 2-step run of sql on the bundled demo model; returns its run directory."""
-    cache, common = root / "cache", ["--model", "bundled"]
+    cache, common = bundled_cache(root / "cache"), ["--model", "bundled"]
     built = cli("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1, *common)
     assert built.returncode == 0, built.stderr[-2000:]
     done = cli("train", "sql", "--cache-dir", cache, "--max-steps", 2, *common, *QUICK_END,

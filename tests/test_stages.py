@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from packtrain.core.contract import read_current
 from packtrain.trainer.run_checks import TrainError
 from packtrain.trainer.train import run
+from build_fixtures import bundled_cache
 from inprocess_cli import QUICK_END, cli
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
@@ -47,7 +48,8 @@ def curriculum(tmp_path: Path, stages_yaml: str) -> list:
     configs = tmp_path / "configs"
     shutil.copytree(ROOT / "configs", configs)
     (configs / "sql.yaml").write_text((configs / "sql.yaml").read_text() + stages_yaml)
-    return ["--configs-dir", configs, "--cache-dir", tmp_path / "cache", "--set", f"train.output_dir={tmp_path / 'runs'}",
+    return ["--configs-dir", configs, "--cache-dir", bundled_cache(tmp_path / "cache"),
+            "--set", f"train.output_dir={tmp_path / 'runs'}",
             "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
             "--set", "train.dataloader_num_workers=0", "--num-proc", "1", *QUICK_END]
 
