@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from build_fixtures import make_project, write_jsonl
+from build_fixtures import make_project, seed_decision, write_jsonl
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
@@ -106,11 +106,10 @@ def test_the_bundled_samples_build_the_same_bytes_with_each_shortcut_on_and_off(
                                                                                 shortcut):
     directory = real_tokenizer(name)
     settings, makes_for = SHORTCUTS[shortcut]
+    seeded(tmp_path / "on", directory, settings)
     for expert in ("sql", "neo4j"):
         on = build(expert_config(tmp_path, expert, directory, settings), tmp_path / "on", log=quiet, progress=False)
-        off = build(expert_config(tmp_path, expert, directory, SHORTCUTS_OFF), tmp_path / "off", log=quiet,
-                    progress=False)
-        assert shards(on) == shards(off), (name, expert)
+        assert shards(on) == reference(tmp_path, expert, directory), (name, expert)
         checked = Manifest.load(on.path, full=True).outputs["exactness"]
         documents = json.loads((on.path / "report.json").read_text())["sources"][0]["documents"]
         # every document was made by the shortcut and, the sample being small, every one was checked
@@ -119,7 +118,32 @@ def test_the_bundled_samples_build_the_same_bytes_with_each_shortcut_on_and_off(
         fast = settings["build.fast_encoder"]
         assert checked["encoders"] == ([fast] if fast and name in makes_for else ["tokenizers"])
         assert checked["line_cache"] == (shortcut == "line_cache")
+
+
+def seeded(cache: Path, directory: Path, settings: dict) -> None:
+    """A cache holding the fast-encoder decision its first build would make (the decision itself:
+    test_reliability_encoder_decision.py, test_fastokens.py)."""
+    if settings["build.fast_encoder"]:
+        seed_decision(cache, directory, settings["build.fast_encoder"])
+
+
+REFERENCES: dict = {}  # (tokenizer, expert, settings, data) -> the shards of the build with every shortcut off
+
+
+def reference(tmp_path: Path, expert: str, directory: Path, settings: dict | None = None, data: Path | None = None
+              ) -> dict[str, bytes]:
+    """The shards of ``expert``'s build with every shortcut off (the HF tokenizer alone), built once per
+    test process for each tokenizer, settings and data (``data``: the source file settings name, by
+    content), and checked to be made by no shortcut."""
+    by_content = {k: v for k, v in (settings or {}).items() if k != "sources"}  # the source: ``data``'s bytes
+    key = (str(directory), expert, json.dumps(by_content, sort_keys=True), data.read_bytes() if data is not None else None)
+    if key not in REFERENCES:
+        cache = tmp_path / "off"
+        off = build(expert_config(tmp_path, expert, directory, {**(settings or {}), **SHORTCUTS_OFF}), cache,
+                    log=quiet, progress=False)
         assert Manifest.load(off.path, full=True).outputs["exactness"]["by_shortcut"] == 0
+        REFERENCES[key] = shards(off)
+    return REFERENCES[key]
 
 
 def hostile_rows(n: int) -> list[dict]:
@@ -136,13 +160,12 @@ def test_hostile_rows_and_chat_style_build_the_same_bytes_with_each_shortcut_on_
                                                                                         name, shortcut):
     directory = real_tokenizer(name)
     data = write_jsonl(tmp_path / "hostile.jsonl", hostile_rows(600))
+    seeded(tmp_path / "on", directory, SHORTCUTS[shortcut][0])
     for style in ({"format.style": "template"}, {"format.style": "chat", "format.system": "You write SQL."}):
         settings = {"sources": [{"name": str(data)}], "pack.val_fraction": 0.1, **style}
         on = build(expert_config(tmp_path, "sql", directory, {**settings, **SHORTCUTS[shortcut][0]}), tmp_path / "on",
                    log=quiet, progress=False)
-        off = build(expert_config(tmp_path, "sql", directory, {**settings, **SHORTCUTS_OFF}), tmp_path / "off",
-                    log=quiet, progress=False)
-        assert shards(on) == shards(off), (name, style)
+        assert shards(on) == reference(tmp_path, "sql", directory, settings, data), (name, style)
         exact = Manifest.load(on.path, full=True).outputs["exactness"]
         assert exact["by_shortcut"] > 100 and exact["checked"] == exact["by_shortcut"], (name, style, exact)
 
@@ -231,7 +254,7 @@ def reverse_merged_ids(spec: dict) -> None:
 def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_path):
     """A note saying tiktoken is exact for a tokenizer the proof refuses, forged with a valid seal: the build's check catches
     the first document it makes differently, publishes the HF bytes and remembers the refusal."""
-    project = make_project(tmp_path, n_rows=120)
+    project = make_project(tmp_path, n_rows=120, decided=False)
     tokenizer_json = project["model"] / "tokenizer.json"
     spec = json.loads(tokenizer_json.read_text())
     reverse_merged_ids(spec)
