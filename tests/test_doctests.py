@@ -18,7 +18,9 @@ import pytest
                                               ("packtrain.pipeline.chat_once", 4),
                                               ("packtrain.pipeline.encode.exactness", 11),
                                               ("packtrain.pipeline.format", 2), ("packtrain.pipeline.format_columns", 3),
-                                              ("packtrain.pipeline.generation_prompt", 2)])
+                                              ("packtrain.pipeline.generation_prompt", 2),
+                                              ("packtrain.pipeline.format_messages", 2),
+                                              ("packtrain.core.config_build", 2)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))
     assert (result.failed, result.attempted) == (0, examples)
