@@ -267,3 +267,50 @@ def test_each_new_field_is_part_of_the_build_id_and_configs_without_them_hash_as
     inputs = plan(tiny.config(rows, template), tiny.root / "cache", write=False).inputs
     assert sorted(inputs["format"]) == ["answer", "messages", "prompt", "style", "system"]
     assert sorted(inputs["sources"][0]) == ["columns", "max_rows", "source", "weight"]
+
+
+def thinking_conversations() -> list[list[dict]]:
+    """Two-exchange conversations whose answers reason in <think> blocks (Qwen3 drops the earlier ones)."""
+    return [[{"role": "user", "content": f"Rows in t{i}?"},
+             {"role": "assistant", "content": f"<think>\nCount t{i}.\n</think>\n\nSELECT COUNT(*) FROM t{i}"},
+             {"role": "user", "content": "Only c > 1?"},
+             {"role": "assistant", "content": f"<think>\nAdd a filter.\n</think>\n\nSELECT COUNT(*) FROM t{i} WHERE c > 1"}]
+            for i in range(4)]
+
+
+def test_each_assistant_turn_trains_qwen3_turns_as_apply_chat_template_renders_them(real_builder):
+    """Qwen3's template drops earlier turns' <think> blocks, so a conversation is refused whole; one
+    document per assistant turn is what ``apply_chat_template`` makes of the conversation up to that
+    turn, the mask on the turn's tokens (from the end of the generation prompt) and its <|im_end|>."""
+    from transformers import AutoTokenizer
+
+    builder = real_builder("qwen3")
+    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
+    chats = thinking_conversations()
+    rows = [{"messages": c} for c in chats]
+    with pytest.raises(BuildError, match="does not render assistant turn 1 of 'messages' as a prefix"):
+        builder.build(rows, CHAT)
+    result = builder.build(rows, {**CHAT, "each_assistant_turn": True})
+    expected = []
+    for chat in chats:
+        for k in (1, 3):
+            ids = list(tokenizer.apply_chat_template(chat[: k + 1], tokenize=True, return_dict=True)["input_ids"])
+            while tokenizer.decode(ids[-1:]).isspace():  # the newline after <|im_end|>, not trained on
+                ids.pop()
+            head = len(tokenizer.apply_chat_template(chat[:k], tokenize=True, add_generation_prompt=True,
+                                                     return_dict=True)["input_ids"])
+            expected.append((ids, [0] * head + [1] * (len(ids) - head)))
+    assert sorted(documents(result)) == sorted(expected)
+    assert "<think>\nCount t0." not in tokenizer.decode(expected[1][0]) and "Count t0" in tokenizer.decode(expected[0][0])
+    assert report(result)["train"]["documents"] == 8 and report(result)["sources"][0]["rows"] == 4
+
+
+def test_each_assistant_turn_keeps_a_conversation_in_one_split(tiny):
+    chat = conversations(multi_turn=True)[0]
+    config = tiny.config([{"x": 1}], {**CHAT, "each_assistant_turn": True})
+    tokenizer = json.loads((tiny.tokenizer / "tokenizer_config.json").read_text())
+    docs = RowFormatter(config.format, chat_template=tokenizer["chat_template"],
+                        eos_token=tokenizer["eos_token"]).documents({"messages": chat})
+    assert [doc.text[slice(*doc.spans[0])] for doc in docs] == [
+        "SELECT COUNT(*) FROM t0<|im_end|>", "SELECT COUNT(*) FROM t0 WHERE c > 0<|im_end|>"]
+    assert docs[1].text.startswith(docs[0].text) and docs[0].split_text == docs[1].split_text == docs[1].text
