@@ -314,3 +314,15 @@ def test_each_assistant_turn_keeps_a_conversation_in_one_split(tiny):
     assert [doc.text[slice(*doc.spans[0])] for doc in docs] == [
         "SELECT COUNT(*) FROM t0<|im_end|>", "SELECT COUNT(*) FROM t0 WHERE c > 0<|im_end|>"]
     assert docs[1].text.startswith(docs[0].text) and docs[0].split_text == docs[1].split_text == docs[1].text
+
+
+def test_generation_prompts_an_alpaca_expert_with_the_prompt_its_row_would_have():
+    from packtrain.core.config_build import FormatConfig
+    from packtrain.pipeline.generation_prompt import generation_prompt
+
+    fmt = FormatConfig(preset="alpaca")
+    turns = [{"role": "user", "content": "Count the rows."}]
+    assert generation_prompt(fmt, turns, {}, None, None, None, (7,)).text == \
+        ALPACA_NO_INPUT.format(instruction="Count the rows.")
+    assert generation_prompt(fmt, turns, {"input": "CREATE TABLE t (a INT)"}, None, None, None, (7,)).text == \
+        ALPACA.format(instruction="Count the rows.", input="CREATE TABLE t (a INT)")
