@@ -123,7 +123,8 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
     """One document per assistant turn (from message ``train_from`` on): the conversation up to it
     rendered with the generation prompt, then through it; the loss on the turn and its end-of-turn
     token. Every document of the conversation goes to the split of its last one (``split_text``), so
-    no turn's history is validated on while trained on."""
+    no turn's history is validated on while trained on; the last one alone counts the conversation as
+    one without a system message (``no_system``)."""
     if not template:
         raise BadRow("format.messages needs the tokenizer's chat_template, and it has none")
     messages = check_messages(messages, column)
@@ -149,4 +150,6 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
             docs.append(Formatted(text, ((len(head), stop),), no_system=messages[0]["role"] != "system"))
     if not docs:
         raise BadRow(f"the conversation in {column!r} has no assistant turn to train on")
-    return [dataclasses.replace(doc, split_text=docs[-1].text) for doc in docs]
+    # the conversation counts once among those without a system message (pipeline/system_prompt.py)
+    return [dataclasses.replace(doc, split_text=docs[-1].text, no_system=doc.no_system and doc is docs[-1])
+            for doc in docs]
