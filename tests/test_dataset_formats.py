@@ -7,19 +7,22 @@ where the chat template matters (tests/real_tokenizers.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from build_fixtures import make_tokenizer, write_jsonl
+from build_fixtures import rows as sql_rows
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import Manifest
 from packtrain.core.shardfile import open_shard
-from packtrain.pipeline.build import build, plan
+from packtrain.pipeline.build import SOURCES, build, plan
 from packtrain.pipeline.discover import SourceError
 from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.format import RowFormatter
+from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
 
 SHAREGPT_ROLE = {"system": "system", "user": "human", "assistant": "gpt"}
 
@@ -343,3 +346,19 @@ def test_generation_prompts_an_alpaca_expert_with_the_prompt_its_row_would_have(
         ALPACA_NO_INPUT.format(instruction="Count the rows.")
     assert generation_prompt(fmt, turns, {"input": "CREATE TABLE t (a INT)"}, None, None, None, (7,)).text == \
         ALPACA.format(instruction="Count the rows.", input="CREATE TABLE t (a INT)")
+
+
+def test_a_partitioned_build_with_where_merges_into_the_one_machine_build(tiny):
+    data = write_jsonl(tiny.root / "parted" / "rows.jsonl", [{**row, "keep": i % 3 != 0}
+                                                              for i, row in enumerate(sql_rows(20))])
+    config = tiny.config(data, {"prompt": "{question}\n", "answer": "{answer}"},
+                         {"where": [{"column": "keep", "equals": True}]}, batch_rows=4)
+    single = build(config, tiny.root / "one", log=quiet, progress=False)
+    for i in range(2):
+        pretokenize_part(config, tiny.root / f"machine{i}", (i, 2), log=quiet)
+        shutil.copytree(tiny.root / f"machine{i}" / "formats" / SOURCES / PARTS,
+                        tiny.root / "merged" / "formats" / SOURCES / PARTS, dirs_exist_ok=True)
+    merged = merge(config, tiny.root / "merged", 2, log=quiet)
+    assert merged.build_id == single.build_id and shards(merged) == shards(single)
+    assert [(s["rows"], s["filtered_rows"], s["documents"]) for s in (report(merged)["sources"][0],
+                                                                     report(single)["sources"][0])] == [(20, 7, 13)] * 2
