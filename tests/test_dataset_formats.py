@@ -162,6 +162,13 @@ def test_mapping_fields_are_checked_when_the_config_loads():
         "  - format.roles: 'bot' is not one of system, user, assistant, tool"]
 
 
+def test_axolotls_names_for_the_format_fields_say_which_field_to_write():
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"expert": "x", "sources": [{"name": "bundled"}], "format": {"no_input_format": "{a}"}})
+    assert str(e.value).startswith("invalid config (<dict>): format.no_input_format: unknown key (did you mean "
+                                   "prompt_no_input?)")
+
+
 @pytest.mark.parametrize("name", ["smollm2", "qwen3"])
 def test_conversational_prompt_completion_builds_the_bytes_of_the_same_messages(real_builder, name):
     builder = real_builder(name)
