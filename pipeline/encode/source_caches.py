@@ -293,6 +293,8 @@ def render_once_choice(config, tokenizer: TokenizerInfo, refusals: Refusals) -> 
         return False, "no conversations (format.messages)"
     if not config.build.render_once:
         return False, "build.render_once is false"
+    if config.format.each_assistant_turn:
+        return False, "format.each_assistant_turn renders each turn on its own"
     if chat_once.turn_end(tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token) is None:
         return False, "the chat template does not render its probe conversations once as it does turn by turn"
     refused = refusals.refused()
