@@ -112,10 +112,12 @@ class RowFormatter:
 
     def conversation(self, row: dict[str, Any]) -> tuple[Any, int]:
         """The row's messages and the index of the first one trained on (format_messages.conversation)."""
+        fmt = self.fmt
+        if fmt.completion is None and not (fmt.message_property_mappings or fmt.roles):
+            return row.get(self.messages_column), 0  # OpenAI-style messages, as they are
         from packtrain.pipeline.format_messages import conversation
 
-        return conversation(self.fmt, row, self.messages_column, dict(self.columns).get(self.fmt.completion,
-                                                                                         self.fmt.completion))
+        return conversation(fmt, row, self.messages_column, dict(self.columns).get(fmt.completion, fmt.completion))
 
     def documents(self, row: dict[str, Any]) -> list["Formatted"]:
         """The row's documents: one, or with ``format.each_assistant_turn`` one per assistant turn."""
