@@ -86,13 +86,14 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         "pipeline_version": PIPELINE_VERSION,
         "sources": [
             {"source": source.fingerprint(sha256) if sha256 else source.fingerprint(),
-             "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows, "weight": spec.weight}
+             "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows, "weight": spec.weight,
+             **({"where": [dataclasses.asdict(c) for c in spec.where]} if spec.where else {})}
             for spec, source in zip(config.sources, sources)
         ],
         "dedup": config.build.dedup,
         "tokenizer": tokenizer.manifest_entry(config.model.tokenizer or config.model.name),
         "encoder": encoder_identity(config.build, config.format),
-        "format": dataclasses.asdict(config.format),
+        "format": config.format.identity(),
         "pack": dataclasses.asdict(config.pack),
         "on_bad_rows": config.build.on_bad_rows,
     }
@@ -312,10 +313,13 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
 
 def no_training_blocks(expert: str, source_stats: list[dict]) -> BuildError:
     bad = [row for stats in source_stats for row in stats["first_bad_rows"]][:3]
-    why = "; ".join(f"{row['row']}: {row['reason']}" for row in bad) or "the sources have no rows"
+    filtered = sum(s.get("filtered_rows", 0) for s in source_stats)
+    why = "; ".join(f"{row['row']}: {row['reason']}" for row in bad) or \
+        ("sources[].where kept none" if filtered else "the sources have no rows")
     return BuildError(f"the build of {expert!r} has no training blocks: "
                       f"{sum(s['bad_rows'] for s in source_stats)} of {sum(s['rows'] for s in source_stats)} "
-                      f"rows were bad ({why}); check the sources and the format templates")
+                      f"rows were bad{f', {filtered} filtered out by sources[].where' if filtered else ''} ({why}); "
+                      "check the sources and the format templates")
 
 
 def manifest_exactness(made: list[dict]) -> dict:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
 from typing import Any, Iterator
 
-from packtrain.core.config_build import FormatConfig
+from packtrain.core.config_build import MESSAGE_ROLES, FormatConfig
 
 
 TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
@@ -73,6 +73,25 @@ class RowFormatter:
         mapping = dict(self.columns)
         return tuple((name, mapping.get(name, name)) for name in self.fmt.fields())
 
+    def empty_fields(self, row: dict[str, Any]) -> list[str]:
+        """The optional fields (``format.prompt_no_input``'s, alpaca's ``input``) this row leaves empty
+        (null or ""), all of them or none (then the row has every field)."""
+        optional = self.optional_columns
+        if not optional or any(row.get(column) not in (None, "") for _, column in optional):
+            return []
+        return [name for name, _ in optional]
+
+    @cached_property
+    def optional_columns(self) -> tuple[tuple[str, str], ...]:
+        names = set(self.fmt.optional_fields())
+        return tuple((name, column) for name, column in self.field_columns if name in names)
+
+    def prompt_template(self, values: dict[str, str]) -> str:
+        """``format.prompt``, or ``format.prompt_no_input`` where the row left its optional fields empty."""
+        if self.optional_columns and self.optional_columns[0][0] not in values:
+            return self.fmt.prompt_no_input
+        return self.fmt.prompt
+
     @cached_property
     def messages_column(self) -> str | None:
         """The dataset column of ``format.messages``, through ``columns``."""
@@ -91,17 +110,40 @@ class RowFormatter:
         return partial(chat_once.plain_chatml, system=self.fmt.system, default_system=default,
                        eos_token=self.eos_token) if plain else None
 
+    def conversation(self, row: dict[str, Any]) -> tuple[Any, int]:
+        """The row's messages and the index of the first one trained on (format_messages.conversation)."""
+        fmt = self.fmt
+        if fmt.completion is None and not (fmt.message_property_mappings or fmt.roles):
+            return row.get(self.messages_column), 0  # OpenAI-style messages, as they are
+        from packtrain.pipeline.format_messages import conversation
+
+        return conversation(fmt, row, self.messages_column, dict(self.columns).get(fmt.completion, fmt.completion))
+
+    def documents(self, row: dict[str, Any]) -> list["Formatted"]:
+        """The row's documents: one, or with ``format.each_assistant_turn`` one per assistant turn."""
+        if not self.fmt.each_assistant_turn:
+            return [self(row)]
+        from packtrain.pipeline.format_messages import render_each_turn
+
+        messages, train_from = self.conversation(row)
+        return render_each_turn(self.chat_template, self.fmt.system, messages, self.messages_column, self.bos_token,
+                                self.eos_token, train_from)
+
     def __call__(self, row: dict[str, Any]) -> "Formatted":
         if self.fmt.messages is not None:
-            messages = row.get(self.messages_column)
-            if self.plain_chatml is not None:
-                doc = self.plain_chatml(messages)
-                if doc is not None:
-                    return doc
-            return render_conversation(self.chat_template, self.fmt.system, messages, self.messages_column,
-                                       self.bos_token, self.eos_token, once=self.render_once)
-        values = {name: text_value(row.get(column), name) for name, column in self.field_columns}
-        prompt = self.fmt.prompt.format_map(values)
+            messages, train_from = self.conversation(row)
+            doc = self.plain_chatml(messages) if self.plain_chatml is not None else None
+            if doc is None:
+                doc = render_conversation(self.chat_template, self.fmt.system, messages, self.messages_column,
+                                          self.bos_token, self.eos_token, once=self.render_once)
+            if train_from:
+                from packtrain.pipeline.format_messages import completion_spans
+
+                doc = completion_spans(doc, messages[:train_from], self.messages_column)
+            return doc
+        values = {name: text_value(row.get(column), name) for name, column in self.field_columns
+                  if name not in self.empty_fields(row)}
+        prompt = self.prompt_template(values).format_map(values)
         answer = self.fmt.answer.format_map(values)
         if not answer.strip():
             raise BadRow("the answer is empty")
@@ -122,6 +164,9 @@ class Formatted:
     no_system: bool = field(default=False, compare=False)
     """A chat document with no system message, from the data or format.system: a template with a default
     system prompt put its own (counted by the build: pipeline/system_prompt.py)."""
+    split_text: str | None = field(default=None, compare=False)
+    """The text whose hash puts the document in train or val, where not its own: every document of a
+    conversation made one per assistant turn goes where its last one goes (format_messages.py)."""
 
     @property
     def prompt_chars(self) -> int:
@@ -290,7 +335,7 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
                          "a chat template that renders it")
 
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = MESSAGE_ROLES
 
 
 def check_messages(messages: Any, column: str) -> list[dict]:
@@ -305,7 +350,9 @@ def check_messages(messages: Any, column: str) -> list[dict]:
                      "{\"role\", \"content\"} messages")
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise BadRow(f"{column!r} message {i} has no role among {', '.join(ROLES)} (got {message!r:.80})")
+            raise BadRow(f"{column!r} message {i} has no role among {', '.join(ROLES)} (got {message!r:.80}); map the "
+                         "data's keys and roles with format.message_property_mappings and format.roles (ShareGPT's: "
+                         "format.preset: sharegpt)")
         content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise BadRow(f"{column!r} message {i}: content is {type(content).__name__}, expected text")

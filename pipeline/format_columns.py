@@ -4,7 +4,8 @@ placeholders over text columns, formatted column-wise (no dict, no :class:`Forma
 The result is what :class:`RowFormatter` gives row by row, in columns: every kept row's text
 (``prompt + answer``), its prompt's length in characters (the one supervised span runs from there to
 the end of the text), and the same bad rows with the same reasons. Where that could differ, the
-batch is not formatted here (``None``) and the per-row formatter does it: the chat style, a field
+batch is not formatted here (``None``) and the per-row formatter does it: the chat style, a prompt
+that depends on the row (``format.prompt_no_input``), a field
 with a conversion or a format spec (``{n:>4}``), a column that is missing, or a value in a batch
 that is not text (nulls, numbers, lists: :func:`pipeline.format.text_value` prints those).
 
@@ -68,7 +69,7 @@ def answer_literal(template: str) -> str:
 def format_columns(formatter: RowFormatter, columns: dict[str, list]) -> SuffixBatch | None:
     """The batch formatted column-wise, or None where the per-row formatter must do it (module doc)."""
     fmt = formatter.fmt
-    if fmt.messages is not None or fmt.style != "template":
+    if fmt.messages is not None or fmt.style != "template" or fmt.prompt_no_input is not None:
         return None
     fields = tuple(name for name, _ in formatter.field_columns)
     prompt, answer = positional(fmt.prompt, fields), positional(fmt.answer, fields)

@@ -35,15 +35,23 @@ def is_conversation(fmt: FormatConfig) -> bool:
     return fmt.messages is not None
 
 
+def prompt_template(fmt: FormatConfig, fields: Mapping[str, str]) -> str:
+    """``format.prompt``, or ``format.prompt_no_input`` where no ``--field`` gives a field it leaves out
+    (alpaca asked without ``--field input=...``), as the build chose per row."""
+    optional = fmt.optional_fields()
+    return fmt.prompt_no_input if optional and not any(fields.get(name) for name in optional) else fmt.prompt
+
+
 def template_values(fmt: FormatConfig, text: str, fields: Mapping[str, str]) -> dict[str, str]:
-    """The prompt template's fields: ``fields`` as given, the text in the one field left::
+    """The prompt template's fields (:func:`prompt_template`'s): ``fields`` as given, the text in the one
+    field left::
 
         >>> fmt = FormatConfig(prompt="### Schema\\n{context}\\n\\n### Question\\n{question}\\n")
         >>> template_values(fmt, "How many?", {"context": "CREATE TABLE t (a INT)"})
         {'context': 'CREATE TABLE t (a INT)', 'question': 'How many?'}
     """
-    needed = list(dict.fromkeys(template_fields(fmt.prompt)))
-    unknown = sorted(set(fields) - set(needed))
+    needed = list(dict.fromkeys(template_fields(prompt_template(fmt, fields))))
+    unknown = sorted(set(fields) - set(needed) - set(template_fields(fmt.prompt)))
     if unknown:
         raise PromptError(f"--field {unknown[0]}: format.prompt has no {{{unknown[0]}}} (its fields: "
                           f"{', '.join(needed) or 'none'})")
@@ -68,7 +76,7 @@ def generation_prompt(fmt: FormatConfig, turns: Sequence[dict], fields: Mapping[
     try:
         if is_conversation(fmt):
             return GenerationPrompt(render_generation(chat_template, fmt.system, turns, bos_token, eos_token), ())
-        prompt = fmt.prompt.format_map(template_values(fmt, text, fields))
+        prompt = prompt_template(fmt, fields).format_map(template_values(fmt, text, fields))
         if fmt.style == "template":
             return GenerationPrompt(prompt, tuple(prefix_ids))
         head, _ = render_chat(chat_template, fmt.system, prompt, "x", bos_token, eos_token)

@@ -140,6 +140,8 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
                          "(parts of different builds or of another --parts count?); delete them and run the parts again")
     merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows", "no_system")}
+    if "filtered_rows" in stats[0]:  # a source with a row filter (sources[].where)
+        merged["filtered_rows"] = sum(s["filtered_rows"] for s in stats)
     merged["exactness"] = exactness.combined([s["exactness"] for s in stats])
     first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"

@@ -207,6 +207,9 @@ def summary(report: dict) -> str:
         lines.append(f"  source {s['name']} (weight {s['weight']:g}): train {m['documents_before']:,} documents, "
                      f"{m['tokens_before']:,} tokens -> {m['documents']:,} documents, {m['tokens']:,} "
                      f"tokens ({m['duplicates']:,} duplicates)")
+    for s in report["sources"]:
+        if "filtered_rows" in s:
+            lines.append(f"  source {s['name']}: where: dropped {s['filtered_rows']:,} of {s['rows']:,} rows")
     if report["bad_rows"]:
         first = next(s["first_bad_rows"][0] for s in report["sources"] if s["first_bad_rows"])
         lines.append(f"  skipped {report['bad_rows']:,} bad rows; first: {first['row']}: {first['reason']}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,16 +42,16 @@ class RowBatch:
         return len(next(iter(self.columns.values()))) if self.columns else 0
 
 
-def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int,
-                 max_rows: int | None = None, column_fix: str = TEMPLATE_COLUMNS_FIX) -> Iterator[RowBatch]:
+def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None = None,
+                 column_fix: str | Callable[[list[str]], str] = TEMPLATE_COLUMNS_FIX) -> Iterator[RowBatch]:
     """Rows of ``source`` in file order, ``batch_rows`` at a time, at most ``max_rows`` in all. A file
     without one of ``columns`` raises :class:`SourceError` naming the columns it has, then
     ``column_fix``: how to fix it, from what the caller reads the columns for (``RowFormatter.column_fix``;
-    by default, template fields)."""
+    by default, template fields), or a function of the missing columns that says it."""
     try:
         yield from _batches(source, columns, batch_rows, max_rows)
     except MissingColumns as e:
-        raise SourceError(f"{e}; {column_fix}") from None
+        raise SourceError(f"{e}; {column_fix(e.missing) if callable(column_fix) else column_fix}") from None
 
 
 def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None) -> Iterator[RowBatch]:
@@ -113,12 +113,16 @@ def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Co
 class MissingColumns(SourceError):
     """A data file lacks columns the format reads; :func:`iter_batches` adds the fix its caller knows."""
 
+    def __init__(self, message: str, missing: list[str]):
+        super().__init__(message)
+        self.missing = missing
+
 
 def _check_columns(path: Path, columns: list[str], available: list[str]) -> None:
     missing = [c for c in columns if c not in available]
     if missing:
         raise MissingColumns(f"{path}: no column {', '.join(map(repr, missing))} "
-                             f"(it has: {', '.join(map(repr, available)) or 'none'})")
+                             f"(it has: {', '.join(map(repr, available)) or 'none'})", missing)
 
 
 def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:

@@ -62,7 +62,8 @@ def test_the_check_finds_a_field_without_a_docstring():
 
 def test_every_config_class_is_found():
     assert sorted(config_classes()) == ["BuildConfig", "CpuConfig", "ExpertConfig", "FormatConfig", "LoraConfig",
-                                        "ModelConfig", "PackConfig", "SourceConfig", "StageConfig", "TrainConfig"]
+                                        "ModelConfig", "PackConfig", "RowCondition", "SourceConfig", "StageConfig",
+                                        "TrainConfig"]
 
 
 def test_every_field_of_every_config_class_has_a_docstring():

@@ -146,7 +146,9 @@ def test_bad_conversations_are_counted_with_a_reason(chat_project):
     report = json.loads((result.path / "report.json").read_text())
     assert [row["reason"] for row in report["sources"][0]["first_bad_rows"]] == [
         "the conversation in 'messages' has no assistant turn, so nothing to train on",
-        "'messages' message 0 has no role among system, user, assistant, tool (got {'content': 'x', 'role': 'robot'})",
+        "'messages' message 0 has no role among system, user, assistant, tool (got {'content': 'x', 'role': 'robot'}); "
+        "map the data's keys and roles with format.message_property_mappings and format.roles (ShareGPT's: "
+        "format.preset: sharegpt)",
         "'messages' is text but not JSON; expected a list of {\"role\", \"content\"} messages",
         "'messages' is empty, expected a non-empty list of {\"role\", \"content\"} messages",
     ]

@@ -19,6 +19,8 @@ import pytest
                                               ("packtrain.pipeline.encode.exactness", 11),
                                               ("packtrain.pipeline.format", 2), ("packtrain.pipeline.format_columns", 3),
                                               ("packtrain.pipeline.generation_prompt", 2),
+                                              ("packtrain.pipeline.format_messages", 2),
+                                              ("packtrain.core.config_build", 2),
                                               ("packtrain.trainer.sink_mlflow", 1)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))

@@ -331,7 +331,9 @@ def test_conversations_are_what_apply_chat_template_makes(real_tokenizer, tmp_pa
     shutil.copytree(real_tokenizer(name), directory)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     rows = conversations(60)
-    if name == "qwen3":  # its template drops earlier turns' <think> blocks: one exchange each (issue 26 is the rest)
+    # Qwen3's template drops earlier turns' <think> blocks: one exchange each (more turns:
+    # format.each_assistant_turn, tests/test_dataset_formats.py)
+    if name == "qwen3":
         rows = [{"messages": row["messages"][:-2]} for row in rows]
     if name == "smollm2":  # the marked template renders exactly what SmolLM2's own renders
         for row in rows[:5]:

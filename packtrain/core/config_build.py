@@ -5,8 +5,9 @@ is here; packtrain/core/config.py puts the sections together.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from packtrain.core.config_fields import num
 
@@ -30,6 +31,11 @@ class SourceConfig:
     max_rows: int | None = num(None, "[1, 1000000000000]", "or unset for every row")
     """Read at most this many rows of the source, in file order (before formatting, dedup and
     ``weight``); unset: every row. Set it for a quick trial build of a large dataset."""
+    where: list[RowCondition] = field(default_factory=list)
+    """Keep only the rows where every condition holds, e.g. ``[{column: syntax_error, equals: false},
+    {column: type, one_of: [simple, join]}, {column: cypher, not_empty: true}]``; checked on each row as
+    read (after ``max_rows``), before formatting; the rows it drops are counted in the build report.
+    Empty: every row."""
     weight: float = num(1.0, "(0, 1000]")
     """Mixing weight of this source's training documents: 0.25 keeps a quarter of them, 3 packs each
     three times, 2.5 each twice plus exactly half of them once more (chosen by a hash of their
@@ -39,6 +45,94 @@ class SourceConfig:
     def validate(self, errors: list[str], where: str) -> None:
         if not self.name:
             errors.append(f"{where}.name: must not be empty")
+        for i, condition in enumerate(self.where):
+            condition.validate(errors, f"{where}.where[{i}]")
+
+
+SCALARS = (str, int, float, bool)
+
+
+@dataclass
+class RowCondition:
+    """One condition of ``sources[].where`` on a column's value as read (a CSV's ``True``/``False``
+    and numbers are read as booleans and numbers, a JSON file's as written): exactly one of
+    ``equals``, ``one_of`` and ``not_empty``."""
+
+    column: str
+    """The dataset column the condition reads (its name in the file, not a template field)."""
+    equals: Any = None
+    """Keep a row whose value equals this (a string, number or boolean; ``true`` equals no number)."""
+    one_of: list[Any] | None = None
+    """Keep a row whose value equals one of these."""
+    not_empty: bool = False
+    """``true``: keep a row whose value is not null, not blank text and not an empty list or object."""
+
+    def validate(self, errors: list[str], where: str) -> None:
+        if not self.column:
+            errors.append(f"{where}.column: name the dataset column the condition reads")
+        given = [name for name, value in (("equals", self.equals), ("one_of", self.one_of), ("not_empty", self.not_empty))
+                 if value is not None and value is not False or name == "equals" and value is False]
+        if len(given) != 1:
+            errors.append(f"{where}: give exactly one of equals, one_of, not_empty: true (got "
+                          f"{', '.join(given) or 'none'})")
+        values = [self.equals] if self.equals is not None else list(self.one_of or [])
+        if any(not isinstance(v, SCALARS) for v in values):
+            errors.append(f"{where}: compare with strings, numbers or booleans (got {values!r:.80}); use not_empty "
+                          "for null")
+        if self.one_of is not None and not self.one_of:
+            errors.append(f"{where}.one_of: list at least one value")
+
+    def holds(self, value: Any) -> bool:
+        """Whether a row whose column holds ``value`` is kept.
+
+        >>> [RowCondition("c", equals=1).holds(v) for v in (1, 1.0, True, "1")]
+        [True, True, False, False]
+        >>> [RowCondition("c", not_empty=True).holds(v) for v in (None, " ", [], "x", 0)]
+        [False, False, False, True, True]
+        """
+        if self.not_empty:
+            return value is not None and not (isinstance(value, str) and not value.strip()) and \
+                not (isinstance(value, (list, dict)) and not value)
+        wanted = [self.equals] if self.equals is not None else self.one_of or []
+        return any(same_value(value, w) for w in wanted)
+
+
+def same_value(value: Any, wanted: Any) -> bool:
+    """Equal values of the same kind: a boolean equals only a boolean (in Python ``True == 1``)."""
+    return (type(value) is bool) == (type(wanted) is bool) and isinstance(value, SCALARS) and value == wanted
+
+
+ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides further "
+                 "context. Write a response that appropriately completes the request.\n\n"
+                 "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n")
+ALPACA_PROMPT_NO_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately "
+                          "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
+SHAREGPT_ROLES = {"system": ["system"], "user": ["human", "user"], "assistant": ["gpt", "assistant"], "tool": ["tool"]}
+
+
+def preset_fields(preset: str | None, style: str) -> dict[str, Any]:
+    """The fields a ``format.preset`` stands for (fields the config sets itself win)::
+
+        sharegpt            messages: conversations, message_property_mappings: {role: from, content: value},
+                            roles: {system: [system], user: [human, user], assistant: [gpt, assistant], tool: [tool]}
+        prompt_completion   style template: prompt: "{prompt}", answer: "{completion}" (TRL's plain form)
+                            style chat: messages: prompt, completion: completion (TRL's conversational form)
+        alpaca              prompt / prompt_no_input: the Stanford alpaca prompts, answer: "{output}"
+    """
+    if preset == "sharegpt":
+        return {"messages": "conversations", "message_property_mappings": {"role": "from", "content": "value"},
+                "roles": {role: list(values) for role, values in SHAREGPT_ROLES.items()}}
+    if preset == "prompt_completion":
+        return {"messages": "prompt", "completion": "completion"} if style == "chat" else \
+            {"prompt": "{prompt}", "answer": "{completion}"}
+    if preset == "alpaca":
+        return {"prompt": ALPACA_PROMPT, "prompt_no_input": ALPACA_PROMPT_NO_INPUT, "answer": "{output}"}
+    return {}
+
+
+# fields added after builds existed: the build id hashes them only where set, so a config that sets
+# none keeps its build id (FormatConfig.identity)
+ADDED_FIELDS = ("preset", "message_property_mappings", "roles", "completion", "prompt_no_input", "each_assistant_turn")
 
 
 @dataclass
@@ -48,8 +142,16 @@ class FormatConfig:
     style: Literal["template", "chat"] = "template"
     """``template``: ``prompt`` + ``answer`` + eos. ``chat``: the tokenizer's chat template, with
     ``system`` (optional), the user turn rendered from ``prompt`` and the assistant turn from ``answer``."""
+    preset: Literal["sharegpt", "prompt_completion", "alpaca"] | None = None
+    """A dataset layout by name, standing for the fields it sets (those the config sets win):
+    ``sharegpt`` (``conversations: [{from: human|gpt|system, value}]``, style chat), ``prompt_completion``
+    (TRL's ``prompt``/``completion`` columns: strings with style template, lists of messages with style
+    chat), ``alpaca`` (``instruction``/``input``/``output`` in the Stanford alpaca prompt); docs/DATASETS.md."""
     prompt: str = "{prompt}"
     """Python format string over the row's fields, e.g. ``"### Question\\n{question}\\n### SQL\\n"``."""
+    prompt_no_input: str | None = None
+    """The prompt for a row whose fields that are in ``prompt`` but not in this one are all empty (alpaca's
+    prompt without ``### Input:`` for a row whose ``input`` is ""), as axolotl's ``no_input_format``."""
     answer: str = "{answer}"
     """Python format string over the row's fields for the supervised part (the loss is on its
     tokens), e.g. ``"{answer}"``; a row whose answer renders empty is a bad row."""
@@ -59,17 +161,57 @@ class FormatConfig:
     """style chat: the column holding a whole conversation, a list of ``{"role", "content"}`` messages
     (system, user, assistant, tool; assistant ``tool_calls`` as the chat template renders them). The
     loss is on every assistant turn and its end-of-turn token; prompt and answer are not used."""
+    message_property_mappings: dict[str, str] = field(default_factory=dict)
+    """With ``messages``: the keys of the data's messages that hold the role and the content, e.g.
+    ``{role: from, content: value}`` (ShareGPT); unset: ``role`` and ``content``. As axolotl's."""
+    roles: dict[str, list[str]] = field(default_factory=dict)
+    """With ``messages``: the data's role values for each role, e.g. ``{user: [human], assistant: [gpt]}``
+    (ShareGPT); a role value no list names is a bad row. Unset: the roles as written (system, user,
+    assistant, tool). As axolotl's."""
+    completion: str | None = None
+    """With ``messages`` (the prompt's messages): the column holding the completion's messages, appended
+    to the prompt's as one conversation; the loss is on the completion's assistant turns only (TRL's
+    conversational prompt/completion)."""
+    each_assistant_turn: bool = False
+    """With ``messages``: each assistant turn its own document, its history rendered as the chat template
+    renders it at that turn, the loss on that turn only. For templates that render earlier turns
+    otherwise (Qwen3 drops earlier ``<think>`` blocks); costs the history's tokens once per turn."""
+
+    def __post_init__(self) -> None:
+        for name, value in preset_fields(self.preset, self.style).items():
+            f = self.__dataclass_fields__[name]
+            if getattr(self, name) == (f.default_factory() if f.default is dataclasses.MISSING else f.default):
+                setattr(self, name, value)
+
+    def identity(self) -> dict:
+        """What the build id hashes: every field, those of ``ADDED_FIELDS`` only where set."""
+        out = dataclasses.asdict(self)
+        for name in ADDED_FIELDS:
+            if out[name] in (None, False, {}):
+                del out[name]
+        return out
 
     def validate(self, errors: list[str], where: str) -> None:
+        if self.preset == "sharegpt" and self.style != "chat":
+            errors.append(f"{where}.preset: sharegpt holds conversations, which need style: chat")
         if self.messages is not None:
             if self.style != "chat":
                 errors.append(f"{where}.messages: a conversation column needs style: chat")
             if not self.messages:
                 errors.append(f"{where}.messages: name the column holding the conversations, e.g. messages")
-            if (self.prompt, self.answer) != ("{prompt}", "{answer}"):
+            if (self.prompt, self.answer, self.prompt_no_input) != ("{prompt}", "{answer}", None):
                 errors.append(f"{where}.prompt/answer: not used with messages (the conversation holds the turns); "
                               "remove them")
-        for name in ("prompt", "answer"):
+        else:
+            for name in ("message_property_mappings", "roles", "completion", "each_assistant_turn"):
+                if getattr(self, name) not in (None, False, {}):
+                    errors.append(f"{where}.{name}: only used with format.messages (a conversation column)")
+        unknown = sorted(set(self.message_property_mappings) - {"role", "content"})
+        if unknown:
+            errors.append(f"{where}.message_property_mappings: {unknown[0]!r} is not role or content")
+        for role in sorted(set(self.roles) - set(MESSAGE_ROLES)):
+            errors.append(f"{where}.roles: {role!r} is not one of {', '.join(MESSAGE_ROLES)}")
+        for name in ("prompt", "answer") + (("prompt_no_input",) if self.prompt_no_input is not None else ()):
             try:
                 template_fields(getattr(self, name))
             except ValueError as e:
@@ -78,8 +220,12 @@ class FormatConfig:
             errors.append(f"{where}.system: only used with style: chat")
         try:
             names = template_fields(self.prompt, positional=True) + template_fields(self.answer, positional=True)
+            optional = self.optional_fields()
         except ValueError:
             return  # reported above
+        if self.prompt_no_input is not None and not optional:
+            errors.append(f"{where}.prompt_no_input: must leave out a field of format.prompt (the one that may be "
+                          "empty, e.g. {input}), and name no other")
         odd = [n for n in names if n == "" or n.isdigit() or "." in n or "[" in n]
         if odd:
             errors.append(f"{where}: field {{{odd[0]}}} is not a column name; name the dataset column in the braces, "
@@ -88,10 +234,21 @@ class FormatConfig:
             errors.append(f"{where}.prompt/answer: no field at all, so every example would be the same text; name the "
                           "dataset's columns in braces, e.g. prompt: \"{question}\" and answer: \"{answer}\"")
 
+    def optional_fields(self) -> list[str]:
+        """The fields of ``prompt`` that ``prompt_no_input`` leaves out (none without it, or where it names a
+        field ``prompt`` does not)."""
+        if self.prompt_no_input is None:
+            return []
+        full, short = template_fields(self.prompt), set(template_fields(self.prompt_no_input))
+        return [] if short - set(full) else sorted(set(full) - short)
+
     def fields(self) -> list[str]:
         if self.messages is not None:
-            return [self.messages]
+            return [self.messages] + ([self.completion] if self.completion else [])
         return sorted(set(template_fields(self.prompt)) | set(template_fields(self.answer)))
+
+
+MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 
 
 def template_fields(template: str, positional: bool = False) -> list[str]:

@@ -49,6 +49,9 @@ ALIASES = {
     "datasets": "sources",
     "dataset": "sources",
     "chat_template": "format.style",
+    # axolotl's dataset fields (message_property_mappings and roles keep axolotl's names)
+    "field_messages": "format.messages",
+    "no_input_format": "format.prompt_no_input",
     "dataset_num_proc": "build.num_proc",
 }
 """A name from another tool -> where packtrain has it (dotted, from the top of the config)."""

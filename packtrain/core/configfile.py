@@ -225,6 +225,11 @@ def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
             errors.append(f"{where}: expected a list, got {value!r}")
             return value
         return [_coerce(args[0], v, f"{where}[{i}]", errors) for i, v in enumerate(value)]
+    if origin is dict and args[1] is not str:  # a mapping of strings to lists (format.roles)
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            errors.append(f"{where}: expected a mapping, got {value!r}")
+            return value
+        return {k: _coerce(args[1], v, f"{where}.{k}", errors) for k, v in value.items()}
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             errors.append(f"{where}: expected a mapping of strings, got {value!r}")

@@ -31,6 +31,7 @@ from packtrain.pipeline.encode.exactness import (Refusals, ShortcutMismatch, lin
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
+from packtrain.pipeline.row_filter import check_kinds
 from packtrain.pipeline.sources import iter_batches
 from packtrain.core.inputs import read_json
 from packtrain.pipeline.spill import SOURCE_STATS, SOURCE_STATS_SCHEMA, SpillWriter, remove_path
@@ -154,7 +155,8 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
     stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "no_system": 0, "first_bad_rows": [],
                  "batch_rows": config.build.batch_rows, "batches": 0,
                  "exactness": {"encoder": fast or "tokenizers", "line_cache": line_cache, "render_once": once,
-                               "by_shortcut": 0, "checked": 0}} for i in todo}
+                               "by_shortcut": 0, "checked": 0},
+                 **({"filtered_rows": 0} if config.sources[i].where else {})} for i in todo}
     headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
     writers = {}
     bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
@@ -196,18 +198,33 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
                           tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
                           tokenizer.prefix_ids if config.format.style == "template" else (),
                           config.pack.val_fraction, job.dtype.name, line_cache=line_cache, fast_encoder=fast,
-                          facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None)
+                          facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
+                          where=tuple(spec.where))
         sampled = dataclasses.replace(task, check_all=False)
-        batches = iter_batches(source, formatter.needed_columns(), config.build.batch_rows, spec.max_rows,
-                               formatter.column_fix)
+        batches = iter_batches(source, formatter.needed_columns() + [c.column for c in spec.where],
+                               config.build.batch_rows, spec.max_rows, where_fix(spec, i, formatter))
         facts_checked = False
         for number, batch in enumerate(batches):
             stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
             if part is None or number % part[1] == part[0]:
+                check_kinds(spec.where, batch.columns, f"sources[{i}]")
                 headers.append((i, batch.file, batch.start, number))
                 checked = task if number * config.build.batch_rows < config.build.check_documents else sampled
                 first, facts_checked = not facts_checked, True  # the first batch tokenized here checks them
                 yield dataclasses.replace(checked, check_facts=True) if first else checked, batch.columns
+
+
+def where_fix(spec, i: int, formatter: RowFormatter):
+    """How to fix a data file that lacks columns (iter_batches' ``column_fix``): the condition's column
+    where ``sources[i].where`` names it, else the format's fix."""
+    def fix(missing: list[str]) -> str:
+        named = [c.column for c in spec.where if c.column in missing]
+        if named:
+            return (f"sources[{i}].where names the column {named[0]!r}, which source {spec.name} does not have; "
+                    "name one of its columns in the condition")
+        return formatter.column_fix
+
+    return fix
 
 
 def count_batch(config, i: int, stats: dict, where: tuple, encoded) -> int:
@@ -217,8 +234,10 @@ def count_batch(config, i: int, stats: dict, where: tuple, encoded) -> int:
     if encoded.mismatches:
         mismatch = encoded.mismatches[0]
         raise ShortcutMismatch(mismatch, f"row {config.sources[i].name}:{file}#{start + mismatch.row}")
-    rows = len(encoded.lengths) + len(encoded.bad_rows)
+    rows = encoded.rows if encoded.rows is not None else len(encoded.lengths) + len(encoded.bad_rows)
     stats["rows"] += rows
+    if "filtered_rows" in stats:  # only where a filter is set: other sources' stats stay as they were
+        stats["filtered_rows"] += encoded.filtered
     stats["documents"] += len(encoded.lengths)
     stats["tokens"] += len(encoded.tokens)
     stats["no_system"] += encoded.no_system
@@ -274,6 +293,8 @@ def render_once_choice(config, tokenizer: TokenizerInfo, refusals: Refusals) -> 
         return False, "no conversations (format.messages)"
     if not config.build.render_once:
         return False, "build.render_once is false"
+    if config.format.each_assistant_turn:
+        return False, "format.each_assistant_turn renders each turn on its own"
     if chat_once.turn_end(tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token) is None:
         return False, "the chat template does not render its probe conversations once as it does turn by turn"
     refused = refusals.refused()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from packtrain.core.config_build import RowCondition
 from packtrain.pipeline import mix
 from packtrain.pipeline.encode import exactness, fastokens_encoder, tokenizer_facts
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
@@ -36,6 +37,7 @@ from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokeni
 from packtrain.pipeline.errors import TokenizerError
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
 from packtrain.pipeline.format_columns import SuffixBatch, format_columns
+from packtrain.pipeline.row_filter import kept_rows
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class EncodeTask:
     vocabulary size), remembered in the cache; checked against the HF tokenizer where ``check_facts``."""
     check_facts: bool = False
     """Check ``facts`` (set on each source's first batch): a remembered note cannot change a byte."""
+    where: tuple[RowCondition, ...] = ()
+    """The source's row filter (``sources[].where``): only the rows where every condition holds are formatted."""
 
 
 @dataclass
@@ -82,6 +86,8 @@ class EncodedBatch:
     checked: int = 0  # of those, how many were re-encoded with the reference and found identical
     mismatches: list = dataclasses.field(default_factory=list)  # exactness.Mismatch of those that differ
     no_system: int = 0  # chat documents without a system message (pipeline/system_prompt.py)
+    rows: int | None = None  # rows of the batch as read (None: one document or bad row each)
+    filtered: int = 0  # rows the source's ``where`` dropped
 
 
 def is_validation(text: str, val_fraction: float) -> bool:
@@ -134,7 +140,23 @@ def token_spans(encoding, doc: Formatted) -> list[tuple[int, int]]:
 
 
 def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
-    """Format and tokenize one batch of rows given column-wise (as read from Arrow)."""
+    """Format and tokenize one batch of rows given column-wise (as read from Arrow): those the source's
+    ``where`` keeps; bad rows and mismatches name the rows as read."""
+    rows = len(next(iter(columns.values()))) if columns else 0
+    if not task.where:
+        return dataclasses.replace(encode_kept_rows(task, columns), rows=rows)
+    keep = kept_rows(task.where, columns)
+    if not keep:
+        return dataclasses.replace(refused_batch(None), rows=rows, filtered=rows)
+    batch = encode_kept_rows(task, {name: [values[i] for i in keep] for name, values in columns.items()}
+                             if len(keep) < rows else columns)
+    return dataclasses.replace(batch, rows=rows, filtered=rows - len(keep),
+                               bad_rows=[(keep[i], why) for i, why in batch.bad_rows],
+                               mismatches=[dataclasses.replace(m, row=keep[m.row]) for m in batch.mismatches])
+
+
+def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
+    """Format and tokenize the rows ``columns``."""
     key = (task.tokenizer_file, task.tokenizer_sha256)
     if task.check_facts and task.facts is not None:
         check_facts(hf_tokenizer(key), json.loads(task.facts), task.tokenizer_file)
@@ -179,13 +201,17 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     encoded_checks = [k for k in checks if made_by[k] is not None and encoded[k] is not None]
     mismatches += check_documents(hf_tokenizer(key) if encoded_checks else None, docs, encoded, made_by, kept,
                                   encoded_checks)
-    good = [k for k, m in enumerate(encoded) if m is not None]
-    bad.sort()
+    first: dict[int, str] = {}
+    for row, why in bad:  # a row once, with its first reason (a row may give several documents)
+        first.setdefault(row, why)
+    bad = sorted(first.items())
+    failed = {row for row, _ in bad}  # a row one of whose documents is bad gives none
+    good = [k for k, m in enumerate(encoded) if m is not None and kept[k] not in failed]
     batch = assemble_documents([encoded[k] for k in good], [docs[k].spans[-1][1] == len(docs[k].text) for k in good],
                                task.head, task.eos_id)
     batch["tokens"] = batch["tokens"].astype(task.token_dtype, copy=False)
-    return EncodedBatch(**batch, is_val=np.fromiter((is_validation(docs[k].text, task.val_fraction) for k in good),
-                                                   bool, len(good)),
+    return EncodedBatch(**batch, is_val=np.fromiter((is_validation(docs[k].split_text or docs[k].text, task.val_fraction)
+                                                    for k in good), bool, len(good)),
                         keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad,
                         by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches,
                         no_system=sum(docs[k].no_system for k in good))
@@ -251,11 +277,13 @@ def check_facts(reference, planned: dict, tokenizer_file: str) -> None:
                              f"hand: delete that directory and build again")
 
 
-def refused_batch(mismatch: exactness.Mismatch) -> EncodedBatch:
-    """A batch that holds nothing but ``mismatch``: the build drops the shortcut and tokenizes again."""
+def refused_batch(mismatch: exactness.Mismatch | None) -> EncodedBatch:
+    """A batch that holds nothing but ``mismatch``: the build drops the shortcut and tokenizes again (None:
+    no document at all)."""
     empty = np.zeros(0, np.int64)
     return EncodedBatch(tokens=np.zeros(0, np.uint32), masks=np.zeros(0, np.uint8), lengths=empty, prompt_lengths=empty,
-                        is_val=np.zeros(0, bool), keys=np.zeros((0, 16), np.uint8), bad_rows=[], mismatches=[mismatch])
+                        is_val=np.zeros(0, bool), keys=np.zeros((0, 16), np.uint8), bad_rows=[],
+                        mismatches=[mismatch] if mismatch else [])
 
 
 def check_documents(reference, docs, encoded, made_by, kept: list[int], checks: list[int]) -> list[exactness.Mismatch]:
@@ -296,18 +324,20 @@ def check_renders(formatter: RowFormatter, columns: dict[str, list], docs: list[
 
 
 def format_rows(formatter: RowFormatter, columns: dict[str, list]) -> tuple[list[Formatted], list[int], list]:
-    """(documents, the row index of each, (row index, reason) of each bad row)."""
+    """(documents, the row index of each, (row index, reason) of each bad row); a row may give several
+    documents (format.each_assistant_turn)."""
     names = list(columns)
     docs: list[Formatted] = []
     kept, bad = [], []
     for i, values in enumerate(zip(*columns.values())):
         try:
-            docs.append(formatter(dict(zip(names, values))))
+            made = formatter.documents(dict(zip(names, values)))
         except BadRow as e:
             bad.append((i, str(e)))
             continue
         except (KeyError, ValueError, IndexError) as e:  # a template that does not fit the row
             bad.append((i, f"template error: {e}"))
             continue
-        kept.append(i)
+        docs += made
+        kept += [i] * len(made)
     return docs, kept, bad
