@@ -116,7 +116,7 @@ def test_rebuild_cli_json_lines_and_exit_codes(two_sources):
 
 def test_a_second_rebuild_waits_or_exits_cleanly(two_sources):
     cache = two_sources["cache"]
-    cache.mkdir()
+    cache.mkdir(exist_ok=True)  # it may hold the seeded encoder decision
     with FileLock(str(cache / REBUILD_LOCK)):
         skipped = cli("rebuild", "sql", "--no-wait", "--configs-dir", two_sources["configs"], "--cache-dir", cache)
     assert skipped.returncode == 3

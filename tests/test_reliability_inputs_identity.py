@@ -329,7 +329,7 @@ def test_the_stage_namespace_is_not_an_expert_name(tmp_path, name):
 @pytest.mark.parametrize("name, why", [("defaults", "configs/defaults.yaml is the base of every expert's config"),
                                        ("train-all", "runs/train-all/ holds the logs of `packtrain train-all`")])
 def test_names_used_by_something_else_are_refused(tmp_path, name, why):
-    project = make_project(tmp_path, n_rows=20)
+    project = make_project(tmp_path, n_rows=20, decided=False)  # nothing in the cache
     shutil.copy(project["configs"] / "sql.yaml", project["configs"] / f"{name}.yaml")
     done = cli("pretokenize", name, "--configs-dir", project["configs"], "--cache-dir", project["cache"], cwd=tmp_path)
     assert done.returncode == 2
