@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from packtrain.core.diskfull import written
+from packtrain.core.files import publish_dir
 from packtrain.core.resolve import (CONVERTED_MARK, EMBEDDED_MODELS, converted_model_dir, embedded_gguf, gguf_sha256,
                                     missing_converted_files, models_cache_dir)
 from packtrain.trainer.model import ModelError
@@ -51,7 +52,7 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
             (tmp / SOURCE_FILE).write_text(json.dumps({"model": name, "gguf": gguf.name, "sha256": gguf_sha256(gguf),
                                                        "package": EMBEDDED_MODELS[name].pip}, indent=2) + "\n")
         try:
-            os.rename(tmp, target)  # refuses a non-empty target: another process converted it meanwhile
+            publish_dir(tmp, target)  # refuses a non-empty target: another process converted it meanwhile
         except OSError:
             if not target.is_dir():
                 raise
