@@ -40,23 +40,23 @@ from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
                                      REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
                                      resolve_build, token_dtype, verify_checksums, write_current)
-from packtrain.core.files import TMP_PREFIX, fsync_dir
+from packtrain.core.files import TMP_PREFIX, fsync_dir, publish_dir, remove_path
 from packtrain.core.hashing import canonical_json, sha256_json
 from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
-from packtrain.core.inputs import read_json
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.system_prompt import default_system_prompt
 from packtrain.pipeline.encode.source_caches import TokenizeJob, refused_shortcut_sources, tokenize_sources
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
-from packtrain.pipeline.encode.exactness import combined, encoder_identity
+from packtrain.pipeline.encode.exactness import encoder_identity
 from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.shards import pack_split, packed_lengths
-from packtrain.pipeline.spill import (SOURCE_STATS, SOURCE_STATS_SCHEMA, SOURCES, SPLITS, SourceSpill, remove_path, source_key,
-                                      uncached_sources, write_json)
+from packtrain.pipeline.source_stats import Exactness, SourceStats
+from packtrain.pipeline.spill import (SOURCES, SPLITS, SourceSpill, read_source_stats, source_key, uncached_sources,
+                                      write_json)
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
 
 
@@ -210,8 +210,7 @@ def publish_locked(config: ExpertConfig, cache_dir, planned: Plan, log, progress
                  f"unchanged; {BUILD_DISK_FULL_FIX}", partial=[tmp]):
         report = write_build(config, planned, tmp, previous, log, progress)
     crash_point("before_rename")
-    os.rename(tmp, final)
-    fsync_dir(root)
+    publish_dir(tmp, final)
     crash_point("after_rename")
     write_current(cache_dir, config.expert, build_id)
     log(f"build {build_id} published: {final}")
@@ -245,17 +244,14 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
     todo = tokenize_changed(config, planned, root, source_dirs, log, progress)
     crash_point("after_tokenize")
     tokenize_seconds = time.perf_counter() - started
-    source_stats = [read_json(d / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA) for d in source_dirs]
-    for i, stats in enumerate(source_stats):
-        del stats["files"], stats["sha256"]
-        stats["reused"] = i not in todo
+    source_stats = [read_source_stats(d) for d in source_dirs]
 
     dtype = token_dtype(planned.tokenizer.vocab_size)
     spills = {split: [SourceSpill(d, split, dtype) for d in source_dirs] for split in SPLITS}
     selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
                                         [spec.weight for spec in config.sources], config.build.dedup == "exact")
     outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
-               "exactness": manifest_exactness([s["exactness"] for s in source_stats]),
+               "exactness": manifest_exactness([s.exactness for s in source_stats]),
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(source_dirs))]}
     for split in SPLITS:
@@ -273,7 +269,8 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
     write_json(tmp / CONFIG_SNAPSHOT, config.to_dict())
     tokenizer = planned.tokenizer
     facts = reporting.BuildFacts(
-        planned.sources, source_stats, time.perf_counter() - started, tokenize_seconds if todo else None,
+        planned.sources, source_stats, [i not in todo for i in range(len(source_dirs))], time.perf_counter() - started,
+        tokenize_seconds if todo else None,
         {split: packed_lengths(spills[split], selections[split]) for split in SPLITS},
         default_system_prompt(tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token)
         if config.format.style == "chat" else None)
@@ -311,20 +308,20 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
     return todo
 
 
-def no_training_blocks(expert: str, source_stats: list[dict]) -> BuildError:
-    bad = [row for stats in source_stats for row in stats["first_bad_rows"]][:3]
-    filtered = sum(s.get("filtered_rows", 0) for s in source_stats)
-    why = "; ".join(f"{row['row']}: {row['reason']}" for row in bad) or \
+def no_training_blocks(expert: str, source_stats: list[SourceStats]) -> BuildError:
+    bad = [row for stats in source_stats for row in stats.first_bad_rows][:3]
+    filtered = sum(s.filtered_rows or 0 for s in source_stats)
+    why = "; ".join(f"{row.row}: {row.reason}" for row in bad) or \
         ("sources[].where kept none" if filtered else "the sources have no rows")
     return BuildError(f"the build of {expert!r} has no training blocks: "
-                      f"{sum(s['bad_rows'] for s in source_stats)} of {sum(s['rows'] for s in source_stats)} "
+                      f"{sum(s.bad_rows for s in source_stats)} of {sum(s.rows for s in source_stats)} "
                       f"rows were bad{f', {filtered} filtered out by sources[].where' if filtered else ''} ({why}); "
                       "check the sources and the format templates")
 
 
-def manifest_exactness(made: list[dict]) -> dict:
+def manifest_exactness(made: list[Exactness]) -> dict:
     """The manifest's ``outputs.exactness``: the sources' entries combined, the encoders as a list."""
-    both = combined(made)
+    both = Exactness.combined(made).to_dict()
     return {"encoders": both.pop("encoder").split("+"), **both}
 
 

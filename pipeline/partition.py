@@ -14,7 +14,6 @@ packs. Same build id, same shard bytes (tests/test_partition.py).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -23,17 +22,17 @@ import numpy as np
 
 from packtrain.core.config import ExpertConfig
 from packtrain.core.contract import BUILD_DISK_FULL_FIX, expert_dir, token_dtype
-from packtrain.core.files import TMP_PREFIX
+from packtrain.core.files import TMP_PREFIX, publish_dir
 from packtrain.core.diskfull import written
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode.source_caches import TokenizeJob, tokenize_sources
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.encode import exactness
 from packtrain.pipeline.encode.exactness import describe_identity
 from packtrain.pipeline.encode.notes import read_note, write_note
-from packtrain.pipeline.spill import (SOURCE_STATS, SOURCES, merge_spills, remove_path, source_cache_problem, source_key,
-                                      uncached_sources)
+from packtrain.pipeline.source_stats import SourceStats
+from packtrain.pipeline.spill import (SOURCE_STATS, SOURCES, merge_spills, read_source_stats, source_cache_problem,
+                                      source_key, uncached_sources)
 
 PARTS = ".parts"
 PART_IDENTITY = "identity.json"  # in .parts/<key>/: the source without the encoder, and the encoder (see merge)
@@ -130,25 +129,17 @@ def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dic
 
 def merge_source(parts: list[Path], out: Path, dtype) -> None:
     """Interleave parts back into batch order; the result is what one machine would have written."""
-    stats = [json.loads((p / SOURCE_STATS).read_text()) for p in parts]
-    shapes = {(s.get("batch_rows"), s.get("batches")) for s in stats}
+    stats = [read_source_stats(p, "run that part again") for p in parts]
+    shapes = {(s.batch_rows, s.batches) for s in stats}
     if len(shapes) != 1:  # batch boundaries differ: interleaving would lose and repeat rows
         raise BuildError(f"the parts in {parts[0].parent} were cut differently ((build.batch_rows, batches) = "
                          f"{sorted(shapes, key=str)}): run every part with the same build.batch_rows")
     index = sorted(int(g) for p in parts for g in np.load(p / "batch_index.npy"))
-    if index != list(range(stats[0]["batches"])):
+    if index != list(range(stats[0].batches)):
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
                          "(parts of different builds or of another --parts count?); delete them and run the parts again")
-    merged = {key: sum(s[key] for s in stats) for key in ("rows", "documents", "tokens", "bad_rows", "no_system")}
-    if "filtered_rows" in stats[0]:  # a source with a row filter (sources[].where)
-        merged["filtered_rows"] = sum(s["filtered_rows"] for s in stats)
-    merged["exactness"] = exactness.combined([s["exactness"] for s in stats])
-    first = sorted((row for s in stats for row in s["first_bad_rows"]), key=lambda r: (r["batch"], r["at"]))
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
     with written(out, f"the merged tokens of {parts[0].parent}", f"nothing was published; {BUILD_DISK_FULL_FIX}",
                  partial=[tmp]):
-        merge_spills(parts, tmp, dtype, {**merged, "first_bad_rows": first[:20], "batch_rows": stats[0]["batch_rows"],
-                                         "batches": stats[0]["batches"]})
-        if os.path.lexists(out):  # a damaged cache of this source: replaced
-            remove_path(out)
-        os.rename(tmp, out)
+        merge_spills(parts, tmp, dtype, SourceStats.merged(stats))
+        publish_dir(tmp, out, replace=True)  # a damaged cache of this source: replaced

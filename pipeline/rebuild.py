@@ -35,7 +35,8 @@ from packtrain.pipeline.spill import SOURCES, source_key
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, MANIFEST, Manifest, expert_dir, read_current
-from packtrain.core.rundir import CHECKPOINT_PREFIX, RUN_JSON, STATE_JSON, SUMMARY, recorded_runs_dirs
+from packtrain.core.rundir import (CHECKPOINT_PREFIX, STATE_JSON, recorded_build_id, recorded_runs_dirs,
+                                   unfinished_run_records)
 from packtrain.core.errors import ContractError
 
 REBUILD_LOCK = ".rebuild.lock"
@@ -51,12 +52,8 @@ def builds_in_use(runs_dir: Path) -> set[str]:
     so it can resume) and any unfinished run's (``run.json`` without ``summary.json``: it may be
     training right now, before its first checkpoint)."""
     ids = set()
-    unfinished = [info for info in runs_dir.glob(f"*/{RUN_JSON}") if not (info.parent / SUMMARY).exists()]
-    for path in [*runs_dir.glob(f"*/{CHECKPOINT_PREFIX}*/{STATE_JSON}"), *unfinished]:
-        try:
-            build_id = json.loads(path.read_bytes().decode("utf-8"))["build_id"]
-        except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
-            build_id = f"{type(e).__name__}: {e}"
+    for path in [*runs_dir.glob(f"*/{CHECKPOINT_PREFIX}*/{STATE_JSON}"), *unfinished_run_records(runs_dir)]:
+        build_id = recorded_build_id(path)
         if not isinstance(build_id, str) or not BUILD_ID.fullmatch(build_id):
             # which build it needs is unknown, so no build can be pruned safely
             raise ContractError(f"{path} is damaged (no build id in it: {repr(build_id)[:60]}), so no build of "

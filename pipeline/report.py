@@ -9,6 +9,7 @@ import numpy as np
 
 from packtrain.core.contract import Manifest
 from packtrain.pipeline.pack import PieceCounts
+from packtrain.pipeline.source_stats import SourceStats
 
 
 def split_totals(lengths: np.ndarray, prompt_lengths: np.ndarray, blocks: int, real_tokens: int,
@@ -121,7 +122,8 @@ class BuildFacts:
     """What the report says besides the manifest: how the build went."""
 
     sources: list  # the resolved sources (pipeline/discover.py ResolvedSource), in config order
-    source_stats: list[dict]  # each source's statistics (its stats.json, with "reused")
+    source_stats: list[SourceStats]  # each source's statistics (its stats.json)
+    reused: list[bool]  # each source's tokens reused from its cache (not tokenized by this build)
     seconds: float
     tokenize_seconds: float | None  # None: every source reused
     lengths: dict[str, np.ndarray]  # each split's document lengths as packed
@@ -133,7 +135,7 @@ def make_report(config, manifest: Manifest, previous: Manifest | None, facts: Bu
     outputs, totals = manifest.outputs, manifest.outputs["totals"]
     build_id, sources, source_stats = manifest.build_id, facts.sources, facts.source_stats
     seconds, tokenize_seconds, default_system = facts.seconds, facts.tokenize_seconds, facts.default_system
-    tokenized = sum(s["tokens"] for s in source_stats if not s["reused"])
+    tokenized = sum(s.tokens for s, reused in zip(source_stats, facts.reused) if not reused)
     return {
         "build_id": build_id,
         "expert": config.expert,
@@ -143,12 +145,13 @@ def make_report(config, manifest: Manifest, previous: Manifest | None, facts: Bu
         "num_proc": config.build.num_proc,
         "used_bundled_sample": any(source.kind == "bundled" for source in sources),
         "sources": [{"name": source.name, "kind": source.kind, "describe": source.describe(), "weight": spec.weight,
-                     **stats, "mix": mixed}
-                    for source, spec, stats, mixed in zip(sources, config.sources, source_stats, outputs["sources"])],
+                     **stats.to_dict(), "reused": reused, "mix": mixed}
+                    for source, spec, stats, reused, mixed in zip(sources, config.sources, source_stats, facts.reused,
+                                                                  outputs["sources"])],
         "dedup": config.build.dedup,
         "duplicates": sum(m[split]["duplicates"] for m in outputs["sources"] for split in ("train", "val")),
-        "bad_rows": sum(s["bad_rows"] for s in source_stats),
-        "default_system_prompt": {"text": default_system, "conversations": sum(s["no_system"] for s in source_stats)}
+        "bad_rows": sum(s.bad_rows for s in source_stats),
+        "default_system_prompt": {"text": default_system, "conversations": sum(s.no_system for s in source_stats)}
         if default_system and not config.format.system else None,
         "train": totals["train"],
         "val": totals["val"],

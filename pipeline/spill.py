@@ -21,7 +21,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +29,10 @@ from packtrain.core.files import fsync_dir
 from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
-from packtrain.core.schema import BOOL, COUNT, POSITIVE, SHA256, TEXT
+from packtrain.core.schema import SHA256
 from packtrain.core.faults import crash_point
 from packtrain.pipeline import mix
+from packtrain.pipeline.source_stats import SourceStats
 
 SOURCES = ".sources"
 SOURCE_STATS = "stats.json"
@@ -43,16 +43,7 @@ SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
                                                   "batch_docs.npy")))
 SPILL_VERSION = 5  # part of every source's key: raise when the files above change (2: document keys, 3: exactness,
 # 4: render_once, 5: no_system in stats.json)
-SOURCE_STATS_SCHEMA = {
-    "rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE, "batches": COUNT,
-    "no_system": COUNT,  # chat documents without a system message (the template's default, if any, went in)
-    "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
-    "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256,
-    # how its documents were made and checked (pipeline/encode/exactness.py): the encoder ("fastokens",
-    # "tiktoken", "tokenizers", or several joined by "+" for a merged partitioned build), whether the line
-    # cache or the one-render shortcut made some, how many a shortcut made and how many of those were checked against the HF tokenizer
-    "exactness": {"encoder": TEXT, "line_cache": BOOL, "render_once": BOOL, "by_shortcut": COUNT, "checked": COUNT},
-}
+SOURCE_STATS_SCHEMA = {**SourceStats.SCHEMA, "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256}
 
 
 def concat(arrays: list[np.ndarray]) -> np.ndarray:
@@ -97,7 +88,7 @@ class SpillWriter:
         self.lengths[split].append(lengths)
         self.prompts[split].append(prompt_lengths)
 
-    def close(self, stats: dict) -> None:
+    def close(self, stats: SourceStats) -> None:
         """Flush, check and complete the directory; ``stats``: the source's counts (stats.json)."""
         for (split, kind), f in self.files.items():
             f.flush()
@@ -165,7 +156,7 @@ def mapped(path: Path, dtype) -> np.ndarray:
     return np.asarray(np.memmap(path, dtype=dtype, mode="r")) if path.stat().st_size else np.zeros(0, dtype)
 
 
-def merge_spills(parts: list[Path], out: Path, dtype, stats: dict) -> None:
+def merge_spills(parts: list[Path], out: Path, dtype, stats: SourceStats) -> None:
     """Write ``out`` from the spills ``parts`` (each holding some batches of one source, together
     every batch once), their batches interleaved back into batch order: what one machine would
     have written. The caller checks the parts cover every batch once."""
@@ -219,15 +210,15 @@ def uncached_sources(root: Path, inputs: dict, log=None) -> list[int]:
     return todo
 
 
-def remove_path(path: Path) -> None:
-    """Remove a directory tree, a file or a link (a damaged cache may be any of them)."""
-    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-
-
-def write_source_stats(directory: Path, stats: dict) -> None:
+def write_source_stats(directory: Path, source_stats: SourceStats) -> None:
     """Write stats.json last, with the sha256 of every other file of the source cache and its own."""
-    stats = {**stats, "files": {name: sha256_file(directory / name) for name in SOURCE_FILES}}
+    stats = {**source_stats.to_dict(), "files": {name: sha256_file(directory / name) for name in SOURCE_FILES}}
     write_json(directory / SOURCE_STATS, {**stats, "sha256": sha256_json(stats)})
+
+
+def read_source_stats(directory: Path, fix: str = "build again") -> SourceStats:
+    """The counts in ``directory``'s stats.json (checked: :func:`source_cache_problem`)."""
+    return SourceStats.from_dict(read_json(directory / SOURCE_STATS, fix, schema=SOURCE_STATS_SCHEMA))
 
 
 def source_cache_problem(directory: Path) -> str | None:

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from packtrain.core.diskfull import DiskFullError
-from packtrain.core.files import replacing, write_atomic
+from packtrain.core.files import replacing, write_atomic, write_new
 
 
 def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path):
@@ -41,4 +41,25 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_fix(tmp_path):
     assert str(error.value).startswith(f"no space left on the device of {path} (")
     assert str(error.value).endswith("free) while writing summary.json of run r: the partial files were removed; "
                                      "free space and continue with --resume auto")
+    assert os.listdir(tmp_path) == []
+
+
+def test_write_new_creates_the_file_and_never_replaces_one(tmp_path):
+    path = tmp_path / "eval.json"
+    write_new(path, "first\n", "eval.json", "free space")
+    assert path.read_text() == "first\n" and os.listdir(tmp_path) == ["eval.json"]
+    with pytest.raises(FileExistsError):
+        write_new(path, b"second\n")
+    assert path.read_text() == "first\n" and os.listdir(tmp_path) == ["eval.json"]  # no temporary file left
+
+
+def test_write_new_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "eval.json"
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(path), "write_bytes", full)
+    with pytest.raises(DiskFullError, match="while writing eval.json: the partial files were removed; free space$"):
+        write_new(path, "{}", "eval.json", "free space")
     assert os.listdir(tmp_path) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import json
 
@@ -14,11 +15,12 @@ import packtrain.pipeline.format_columns
 from packtrain.pipeline import mix
 from packtrain.pipeline.pack import assemble_block
 from packtrain.pipeline.shards import DocumentView, assemble_blocks, assemble_pieces, cut_piece_list, cut_pieces
+from packtrain.pipeline.source_stats import Exactness, SourceStats
 from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 
-STATS = {"rows": 3, "documents": 3, "tokens": 9, "bad_rows": 0, "no_system": 0, "first_bad_rows": [], "batch_rows": 2, "batches": 2,
-         "exactness": {"encoder": "tokenizers", "line_cache": False, "render_once": False, "by_shortcut": 0, "checked": 0}}
+STATS = SourceStats(2, Exactness("tokenizers", line_cache=False, render_once=False), rows=3, documents=3, tokens=9,
+                    batches=2)
 
 
 def test_tokenize_docstring_examples_hold():
@@ -71,7 +73,7 @@ def write_spill(directory, batches):
             tokens, masks, lengths = np.array(tokens, np.uint16), np.array(masks, np.uint8), np.array(lengths, np.int64)
             writer.add_batch(number, tokens, masks, lengths, np.array(prompts, np.int64), np.array(is_val, bool),
                              mix.document_keys(tokens, masks, lengths))
-        writer.close({**STATS, "batches": 4})
+        writer.close(dataclasses.replace(STATS, batches=4))
     finally:
         writer.abort()
 
@@ -97,7 +99,7 @@ def test_a_spill_reads_back_what_was_written_split_by_is_val(tmp_path):
 def test_merge_interleaves_parts_back_into_batch_order(tmp_path):
     write_spill(tmp_path / "p0", [(0, [1, 2], [0, 1], [2], [1], [False]), (2, [5, 5, 5], [0, 1, 1], [3], [1], [False])])
     write_spill(tmp_path / "p1", [(1, [3, 4], [0, 1], [2], [1], [True]), (3, [6], [1], [1], [0], [False])])
-    merge_spills([tmp_path / "p0", tmp_path / "p1"], tmp_path / "out", np.uint16, {**STATS, "batches": 4})
+    merge_spills([tmp_path / "p0", tmp_path / "p1"], tmp_path / "out", np.uint16, dataclasses.replace(STATS, batches=4))
     train = SourceSpill(tmp_path / "out", "train", np.uint16)
     assert train.tokens.tolist() == [1, 2, 5, 5, 5, 6] and train.lengths.tolist() == [2, 3, 1]
     assert SourceSpill(tmp_path / "out", "val", np.uint16).tokens.tolist() == [3, 4]

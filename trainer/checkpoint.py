@@ -41,7 +41,7 @@ import torch
 
 from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import CONFIG_SNAPSHOT
-from packtrain.core.files import TMP_PREFIX, fsync_dir
+from packtrain.core.files import TMP_PREFIX, fsync_dir, publish_dir
 from packtrain.core.hashing import sha256_file
 from packtrain.core.diskfull import written
 from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_NAME, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON,
@@ -157,10 +157,7 @@ def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler
                     os.fsync(f.fileno())
         fsync_dir(tmp)
     crash_point("checkpoint_save")
-    if final.exists():  # a previous attempt of this very step (resumed run): replace it
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    fsync_dir(run.run_dir)
+    publish_dir(tmp, final, replace=True)  # a previous attempt of this very step (resumed run): replaced
     return final
 
 

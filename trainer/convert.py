@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from packtrain.core.diskfull import written
+from packtrain.core.files import TMP_PREFIX, publish_dir
 from packtrain.core.resolve import (CONVERTED_MARK, EMBEDDED_MODELS, converted_model_dir, embedded_gguf, gguf_sha256,
                                     missing_converted_files, models_cache_dir)
 from packtrain.trainer.model import ModelError
@@ -43,7 +44,7 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
     remove_abandoned(target, log)
     started = time.perf_counter()
     log(f"model {name}: converting {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB) into {target} (once)")
-    tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
+    tmp = target.with_name(f"{TMP_PREFIX}{target.name}-{os.getpid()}")
     try:
         with written(target, f"the converted model {name}", "free space or set PACKTRAIN_MODELS_DIR to a larger "
                      "disk, then run the command again", partial=[tmp]):
@@ -51,7 +52,7 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
             (tmp / SOURCE_FILE).write_text(json.dumps({"model": name, "gguf": gguf.name, "sha256": gguf_sha256(gguf),
                                                        "package": EMBEDDED_MODELS[name].pip}, indent=2) + "\n")
         try:
-            os.rename(tmp, target)  # refuses a non-empty target: another process converted it meanwhile
+            publish_dir(tmp, target)  # refuses a non-empty target: another process converted it meanwhile
         except OSError:
             if not target.is_dir():
                 raise
@@ -65,7 +66,7 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
 def remove_abandoned(target: Path, log) -> None:
     """Remove the ``.tmp-<target>-<pid>`` directories of conversions whose process is gone (killed): a
     full model's worth of disk each, never used."""
-    for tmp in target.parent.glob(f".tmp-{target.name}-*"):
+    for tmp in target.parent.glob(f"{TMP_PREFIX}{target.name}-*"):
         pid = tmp.name.rsplit("-", 1)[1]
         if pid.isdigit() and not process_alive(int(pid)):
             log(f"model {target.name}: removing {tmp}, left by a conversion that was stopped")

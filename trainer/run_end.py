@@ -1,7 +1,7 @@
 """The end of a run, after the last step: the final artifacts (``adapter/``, optional ``merged/``,
-``summary.json`` last: it marks the run finished), each written into a temporary directory and renamed
-into place; the base model's and the adapter's answers and the task eval (trainer/eval/task_eval.py); the
-plots (trainer/plots.py). Only rank 0 writes; the other ranks wait for it.
+``summary.json`` last: it marks the run finished), each written under a temporary name and renamed
+into place (core/files.py); the base model's and the adapter's answers and the task eval
+(trainer/eval/task_eval.py); the plots (trainer/plots.py). Only rank 0 writes; the other ranks wait for it.
 """
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 
 from packtrain.core.diskfull import DiskFullError
-from packtrain.core.files import write_atomic
+from packtrain.core.files import TMP_PREFIX, publish_dir, write_atomic
 from packtrain.core.rundir import MERGED_DIR, RUN_DISK_FULL_FIX
 from packtrain.trainer.adapters import check_finite_weights, export_merged, save_adapter
 from packtrain.trainer.checkpoint import ADAPTER_DIR, SUMMARY, check_not_finished, written_or_removed
@@ -60,7 +59,7 @@ def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start
         write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, ctx.run.config, ctx.tok_dir))
         if (run_dir / MERGED_DIR).is_dir():
             log.info("merged model written to %s", run_dir / MERGED_DIR)
-    write_final(run_dir, SUMMARY, lambda d: (d / SUMMARY).write_text(json_text(summary)))
+    write_atomic(run_dir / SUMMARY, json_text(summary), f"the final {SUMMARY} of run {run_dir}", RUN_DISK_FULL_FIX)
     log.info("done: %s", json.dumps(summary))
     if "eval/loss_before" in summary:
         log.info("eval loss before training %.4f, after %.4f (%d steps, %s)", summary["eval/loss_before"],
@@ -72,16 +71,13 @@ def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start
 
 
 def write_final(run_dir: Path, name: str, write) -> None:
-    """One final artifact, written into a temporary directory and renamed into place (summary.json,
-    the last one, marks the run finished)."""
-    tmp = run_dir / f".tmp-{name}-{os.getpid()}"
+    """One final artifact directory (adapter/, merged/), written into a temporary directory and renamed
+    into place (summary.json, written last with write_atomic, marks the run finished)."""
+    tmp = run_dir / f"{TMP_PREFIX}{name}-{os.getpid()}"
     with written_or_removed(tmp, run_dir / name, f"the final {name} of run {run_dir}"):
         write(tmp)
-    if name == SUMMARY:
-        os.replace(tmp / SUMMARY, run_dir / SUMMARY)
-        shutil.rmtree(tmp)
-    elif any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
-        os.replace(tmp, run_dir / name)
+    if any(tmp.iterdir()):  # export_merged writes nothing for QLoRA
+        publish_dir(tmp, run_dir / name)
     else:
         tmp.rmdir()
 
@@ -97,7 +93,7 @@ def draw_plots(run_dir: Path) -> None:
 
 
 def write_json(path: Path, obj: dict) -> None:
-    """One JSON file of the run (config.json, run.json, summary.json), never half written."""
+    """One JSON file of the run (config.json, run.json), never half written."""
     write_atomic(path, json_text(obj), f"{path.name} of run {path.parent}",
                       RUN_DISK_FULL_FIX)
 

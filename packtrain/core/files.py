@@ -6,9 +6,11 @@ it over the target and fsyncs the directory, so that a crash leaves the old file
 never part of either. A failure removes the temporary file; a full disk becomes one
 :class:`~packtrain.core.diskfull.DiskFullError` line naming the file and the fix (core/diskfull.py).
 
-Directories (a build, a checkpoint, a source's tokens) are published the same way by their writers:
-built under a temporary name, then renamed, then :func:`fsync_dir` on the parent; :func:`publishing`
-does it for a directory that must not replace anything (``packtrain export --out``).
+Directories (a build, a checkpoint, a source's tokens, a run's final adapter) are published the same
+way by their writers: built under a temporary name, then renamed onto the final one and the parent
+fsynced (:func:`publish_dir`); :func:`publishing` does it all for a directory that must not replace
+anything (``packtrain export --out``). A file that must
+not replace anything (``eval.json``: an evaluation is never overwritten) is written by :func:`write_new`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,24 @@ def replacing(path: str | os.PathLike, what: str | None = None, fix: str = "") -
     fsync_dir(path.parent)
 
 
+def write_new(path: str | os.PathLike, data: str | bytes, what: str | None = None, fix: str = "") -> None:
+    """Create ``path``, which must not exist yet, with ``data`` (text is written as UTF-8): the temporary
+    file is written, fsynced and hard-linked to ``path``, which refuses an existing name, so of two
+    writers at once the second gets ``FileExistsError`` and the first one's file stays whole. The
+    temporary file is removed either way; ``what``/``fix``: as for :func:`write_atomic`."""
+    path = Path(path)
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    try:
+        with written(path, what, fix, partial=[tmp]) if what is not None else _removed_on_failure(tmp):
+            tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.link(tmp, path)
+    finally:
+        remove_partial([tmp])
+    fsync_dir(path.parent)
+
+
 @contextmanager
 def publishing(path: str | os.PathLike, what: str, fix: str) -> Iterator[Path]:
     """``with publishing(directory, what, fix) as tmp:`` the block fills the new directory ``tmp``
@@ -66,6 +86,25 @@ def publishing(path: str | os.PathLike, what: str, fix: str) -> Iterator[Path]:
         fsync_dir(tmp)
         os.rename(tmp, path)
     fsync_dir(path.parent)
+
+
+def publish_dir(tmp: str | os.PathLike, path: str | os.PathLike, replace: bool = False) -> None:
+    """The last step of every directory publish: rename the complete temporary directory ``tmp`` (its
+    files made durable by its writer) onto ``path`` and fsync the parent. ``replace``: whatever is at
+    ``path`` (a damaged source cache, an earlier attempt of the same checkpoint) is removed first;
+    otherwise the rename refuses anything there but an empty directory (``OSError``)."""
+    path = Path(path)
+    if replace and os.path.lexists(path):
+        remove_path(path)
+    os.rename(tmp, path)
+    fsync_dir(path.parent)
+
+
+def remove_path(path: str | os.PathLike) -> None:
+    """Remove a directory tree, a file or a link (a damaged cache may be any of them; a link is removed
+    itself, never followed)."""
+    path = Path(path)
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from pathlib import Path
 from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import expert_dir
 from packtrain.core.files import write_atomic
+from packtrain.core.inputs import read_json
 
 RUNS_RECORD = ".runs"
 
@@ -54,14 +55,45 @@ class RunRecord:
         """The run's record; None when run.json is missing or damaged (not a JSON object): a damaged
         record names no build and no device. A field of the wrong type reads as None."""
         try:
-            data = json.loads((run_dir / RUN_JSON).read_bytes().decode("utf-8"))
-        except (OSError, ValueError, RecursionError):
+            return cls.from_dict(run_dir, json_object(run_dir / RUN_JSON))
+        except (OSError, ValueError, TypeError, RecursionError):
             return None
-        if not isinstance(data, dict):
-            return None
+
+    @classmethod
+    def load(cls, run_dir: Path, fix: str) -> "RunRecord":
+        """The record of a run a command works on (``packtrain eval``): a missing or damaged run.json is an
+        InputError, ``<run.json> cannot be read as a run record (<why>): <fix>``."""
+        return cls.from_dict(run_dir, read_json(run_dir / RUN_JSON, fix, "a run record"))
+
+    @classmethod
+    def from_dict(cls, run_dir: Path, data: dict) -> "RunRecord":
         text = {name: data.get(name) if isinstance(data.get(name), str) else None
                 for name in ("build_id", "build_dir", "device")}
         return cls(run_dir, **text)
+
+
+def json_object(path: Path) -> dict:
+    """``path`` (a run.json, or a checkpoint's state.json) parsed; OSError, ValueError (not UTF-8 or not
+    JSON), RecursionError, or TypeError where its top level is not an object."""
+    data = json.loads(path.read_bytes().decode("utf-8"))
+    if not isinstance(data, dict):
+        raise TypeError(f"the top level is {type(data).__name__}, expected an object")
+    return data
+
+
+def recorded_build_id(path: Path) -> object:
+    """What the ``build_id`` field of ``path`` (a run's run.json, or a checkpoint's state.json) holds; where
+    the file has none (missing, damaged, no such field), the error as ``"<type>: <message>"``. The caller
+    checks that it is a build id (pipeline/rebuild.py: retention protects the build a run needs)."""
+    try:
+        return json_object(path)["build_id"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def unfinished_run_records(runs_dir: Path) -> list[Path]:
+    """The run.json of every run under ``runs_dir`` that has no summary.json (running, stopped or killed)."""
+    return [info for info in runs_dir.glob(f"*/{RUN_JSON}") if not (info.parent / SUMMARY).exists()]
 
 
 def run_dirs(expert_runs: Path) -> list[Path]:

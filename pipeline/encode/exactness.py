@@ -92,19 +92,6 @@ def describe_identity(identity: dict) -> str:
     return f"{libraries} (shortcuts: {', '.join(identity['shortcuts']) or 'none'})"
 
 
-def combined(made: list[dict]) -> dict:
-    """Several sources' (or parts') ``stats.json`` exactness entries as one: the encoders joined by "+",
-    the line cache (the one-render shortcut) on if it was on for any, the counts summed.
-
-    >>> combined([{"encoder": "fastokens", "line_cache": False, "render_once": True, "by_shortcut": 3, "checked": 3},
-    ...           {"encoder": "tokenizers", "line_cache": True, "render_once": False, "by_shortcut": 2, "checked": 1}])
-    {'encoder': 'fastokens+tokenizers', 'line_cache': True, 'render_once': True, 'by_shortcut': 5, 'checked': 4}
-    """
-    return {"encoder": "+".join(sorted({e for m in made for e in m["encoder"].split("+")})),
-            "line_cache": any(m["line_cache"] for m in made), "render_once": any(m["render_once"] for m in made),
-            **{key: sum(m[key] for m in made) for key in ("by_shortcut", "checked")}}
-
-
 def sampled(text: str) -> bool:
     """Whether a document beyond the first ``build.check_documents`` rows is checked: one in
     :data:`SAMPLE_ONE_IN`, by a keyed hash of its text."""

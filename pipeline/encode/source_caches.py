@@ -20,7 +20,7 @@ import numpy as np
 
 from tqdm import tqdm
 
-from packtrain.core.files import TMP_PREFIX, fsync_dir
+from packtrain.core.files import TMP_PREFIX, publish_dir
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode import encoder_decision, exactness
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
@@ -33,8 +33,8 @@ from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
 from packtrain.pipeline.row_filter import check_kinds
 from packtrain.pipeline.sources import iter_batches
-from packtrain.core.inputs import read_json
-from packtrain.pipeline.spill import SOURCE_STATS, SOURCE_STATS_SCHEMA, SpillWriter, remove_path
+from packtrain.pipeline.source_stats import BadRow, Exactness, SourceStats
+from packtrain.pipeline.spill import SpillWriter, read_source_stats
 from packtrain.pipeline.encode.pool import encode_stream
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
 from packtrain.pipeline.encode.worker import EncodeTask
@@ -146,17 +146,15 @@ def discard(tmps: dict[int, Path]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortcuts: tuple) -> dict:
+def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortcuts: tuple
+                  ) -> dict[int, SourceStats]:
     """Every source of ``job.todo`` into its ``tmps`` directory with the ``shortcuts`` (fast encoder,
     line cache, render once), complete with its stats.json (returned per source); raises
     :class:`ShortcutMismatch` at the first checked document a shortcut made differently."""
     config, todo = job.config, job.todo
     fast, line_cache, once = shortcuts
-    stats = {i: {"rows": 0, "documents": 0, "tokens": 0, "bad_rows": 0, "no_system": 0, "first_bad_rows": [],
-                 "batch_rows": config.build.batch_rows, "batches": 0,
-                 "exactness": {"encoder": fast or "tokenizers", "line_cache": line_cache, "render_once": once,
-                               "by_shortcut": 0, "checked": 0},
-                 **({"filtered_rows": 0} if config.sources[i].where else {})} for i in todo}
+    stats = {i: SourceStats(config.build.batch_rows, Exactness(fast or "tokenizers", line_cache, once),
+                            filtered_rows=0 if config.sources[i].where else None) for i in todo}
     headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
     writers = {}
     bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
@@ -205,7 +203,7 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
                                config.build.batch_rows, spec.max_rows, where_fix(spec, i, formatter))
         facts_checked = False
         for number, batch in enumerate(batches):
-            stats[i]["batches"] = number + 1  # every batch of the source, tokenized here or not
+            stats[i].batches = number + 1  # every batch of the source, tokenized here or not
             if part is None or number % part[1] == part[0]:
                 check_kinds(spec.where, batch.columns, f"sources[{i}]")
                 headers.append((i, batch.file, batch.start, number))
@@ -227,7 +225,7 @@ def where_fix(spec, i: int, formatter: RowFormatter):
     return fix
 
 
-def count_batch(config, i: int, stats: dict, where: tuple, encoded) -> int:
+def count_batch(config, i: int, stats: SourceStats, where: tuple, encoded) -> int:
     """Add an encoded batch of source ``i`` (``where``: its file, first row and index) to the source's
     ``stats``; returns its rows. A shortcut's mismatch, or a bad row under ``on_bad_rows: error``, raises."""
     file, start, number = where
@@ -235,29 +233,27 @@ def count_batch(config, i: int, stats: dict, where: tuple, encoded) -> int:
         mismatch = encoded.mismatches[0]
         raise ShortcutMismatch(mismatch, f"row {config.sources[i].name}:{file}#{start + mismatch.row}")
     rows = encoded.rows if encoded.rows is not None else len(encoded.lengths) + len(encoded.bad_rows)
-    stats["rows"] += rows
-    if "filtered_rows" in stats:  # only where a filter is set: other sources' stats stay as they were
-        stats["filtered_rows"] += encoded.filtered
-    stats["documents"] += len(encoded.lengths)
-    stats["tokens"] += len(encoded.tokens)
-    stats["no_system"] += encoded.no_system
-    stats["exactness"]["by_shortcut"] += encoded.by_shortcut
-    stats["exactness"]["checked"] += encoded.checked
+    stats.rows += rows
+    if stats.filtered_rows is not None:  # only where a filter is set: other sources' stats stay as they were
+        stats.filtered_rows += encoded.filtered
+    stats.documents += len(encoded.lengths)
+    stats.tokens += len(encoded.tokens)
+    stats.no_system += encoded.no_system
+    stats.exactness.by_shortcut += encoded.by_shortcut
+    stats.exactness.checked += encoded.checked
     for row, reason in encoded.bad_rows:
         row_id = f"{config.sources[i].name}:{file}#{start + row}"
         if config.build.on_bad_rows == "error":
             raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and "
                              "count such rows)")
-        stats["bad_rows"] += 1
-        if len(stats["first_bad_rows"]) < 20:
-            stats["first_bad_rows"].append({"row": row_id, "reason": reason, "batch": number, "at": row})
+        stats.add_bad_row(BadRow(row_id, reason, number, row))
     return rows
 
 
-def log_exactness(stats: dict, log) -> None:
+def log_exactness(stats: dict[int, SourceStats], log) -> None:
     """One line: how many of the documents a shortcut made were checked against the HF tokenizer."""
-    made = sum(s["exactness"]["by_shortcut"] for s in stats.values())
-    checked = sum(s["exactness"]["checked"] for s in stats.values())
+    made = sum(s.exactness.by_shortcut for s in stats.values())
+    checked = sum(s.exactness.checked for s in stats.values())
     if not made:
         log("exactness check: no shortcut made a document (the HF tokenizer made every one)")
     elif not checked:
@@ -280,10 +276,7 @@ def remember_answers(answers, log) -> None:
 def publish_sources(job: TokenizeJob, tmps: dict[int, Path]) -> None:
     """Rename every tokenized source into place (replacing an incomplete or damaged one)."""
     for i in job.todo:
-        if os.path.lexists(job.source_dirs[i]):  # an incomplete or damaged one: replace it
-            remove_path(job.source_dirs[i])
-        os.rename(tmps[i], job.source_dirs[i])
-    fsync_dir(job.source_dirs[job.todo[0]].parent)
+        publish_dir(tmps[i], job.source_dirs[i], replace=True)
 
 
 def render_once_choice(config, tokenizer: TokenizerInfo, refusals: Refusals) -> tuple[bool, str]:
@@ -330,12 +323,12 @@ def refused_shortcut_sources(config, source_dirs: list[Path], indices: list[int]
         return []
     out = []
     for i in indices:
-        made = read_json(source_dirs[i] / SOURCE_STATS, "build again", schema=SOURCE_STATS_SCHEMA)["exactness"]
-        fast_made = set(made["encoder"].split("+")) - {"tokenizers"}
+        made = read_source_stats(source_dirs[i]).exactness
+        fast_made = set(made.encoder.split("+")) - {"tokenizers"}
         by = (f"the fast encoder ({'+'.join(sorted(fast_made))})" if fast and fast_made else
-              "the line cache" if line and made["line_cache"] else
-              "one render per conversation" if once and made["render_once"] else None)
-        if made["by_shortcut"] and by is not None:
+              "the line cache" if line and made.line_cache else
+              "one render per conversation" if once and made.render_once else None)
+        if made.by_shortcut and by is not None:
             log(f"source {config.sources[i].name}: its cached tokens were made with {by}, which a check has since "
                 "found inexact for this tokenizer: tokenizing it again")
             out.append(i)

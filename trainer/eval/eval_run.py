@@ -21,6 +21,7 @@ from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import MANIFEST, Manifest
 from packtrain.core.inputs import one_line, read_json
+from packtrain.core.rundir import RUN_JSON, RunRecord
 from packtrain.trainer.adapters import ADAPTER_WEIGHTS
 from packtrain.trainer.checkpoint import ADAPTER_DIR
 from packtrain.trainer.model import Precision, choose_precision, load_base_model, model_source, tokenizer_dir
@@ -43,13 +44,13 @@ def check_run_expert(run_dir: Path, run_expert: str, expert: str) -> None:
                             f"`packtrain eval {run_expert} --run {run_dir}`, or name a run of {expert} with --run")
 
 
-def build_of_run(run_dir: Path, info: dict, expert: str) -> Path:
+def build_of_run(run_dir: Path, record: RunRecord, expert: str) -> Path:
     """The build directory the run trained on (``run.json``), which must still exist."""
-    build_dir = info.get("build_dir")
-    if not isinstance(build_dir, str) or not build_dir:
-        raise TaskEvalError(f"{run_dir / 'run.json'} names no build_dir (damaged): name another run with --run")
+    build_dir = record.build_dir
+    if not build_dir:
+        raise TaskEvalError(f"{run_dir / RUN_JSON} names no build_dir (damaged): name another run with --run")
     if not (Path(build_dir) / MANIFEST).is_file():
-        raise TaskEvalError(f"the build this run trained on is gone ({build_dir}, from {run_dir / 'run.json'}): "
+        raise TaskEvalError(f"the build this run trained on is gone ({build_dir}, from {run_dir / RUN_JSON}): "
                             f"rebuild it with `make pretokenize EXPERT={expert}` (the same inputs give the same build "
                             "id), or name another run with --run")
     return Path(build_dir)
@@ -102,12 +103,12 @@ def open_run(run_dir: Path, expert: str | None, check: Callable[[Path], None] | 
     on (``packtrain export --merged`` merges into those weights)."""
     fix = "not a packtrain run directory, or damaged: name another with --run"
     config = config_from_dict(read_json(run_dir / "config.json", fix, "a run config"), str(run_dir / "config.json"))
-    info = read_json(run_dir / "run.json", fix, "a run record")
+    record = RunRecord.load(run_dir, fix)
     if expert is not None:
         check_run_expert(run_dir, config.expert, expert)
     if check is not None:
         check(run_dir)
-    build_dir = build_of_run(run_dir, info, config.expert)
+    build_dir = build_of_run(run_dir, record, config.expert)
     manifest = Manifest.load(build_dir)
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)

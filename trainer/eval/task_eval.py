@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +30,7 @@ import torch
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import CPU_SAMPLE_MAX_NEW_TOKENS
 from packtrain.core.contract import Manifest
-from packtrain.core.diskfull import written
+from packtrain.core.files import write_atomic, write_new
 from packtrain.core.shardfile import open_shard
 from packtrain.trainer.eval.generate import Greedy, generate
 from packtrain.trainer.model import Precision
@@ -191,23 +190,18 @@ def format_samples(rows: list[dict], width: int = 200) -> str:
 
 
 def _write_new(path: Path, text: str, replace: bool = True) -> None:
-    """Write ``path`` through a temporary file moved into place (never half a file). With ``replace``
-    false an existing ``path`` is kept (hard link, which refuses an existing name: two evaluations at
-    once cannot both write it) and the second writer gets a TaskEvalError."""
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    with written(path, f"the task eval's {path.name}", f"free space, then evaluate with `packtrain eval "
-                 f"<expert> --run {path.parent}`", partial=[tmp]):
-        tmp.write_text(text)
+    """Write ``path`` whole (core/files.py). With ``replace`` false an existing ``path`` is kept (two
+    evaluations at once cannot both write it) and the second writer gets a TaskEvalError."""
+    what = f"the task eval's {path.name}"
+    fix = f"free space, then evaluate with `packtrain eval <expert> --run {path.parent}`"
     if replace:
-        os.replace(tmp, path)
+        write_atomic(path, text, what, fix)
         return
     try:
-        os.link(tmp, path)
+        write_new(path, text, what, fix)
     except FileExistsError:
         check_not_evaluated(path.parent)
         raise
-    finally:
-        tmp.unlink()
 
 
 def sample_max_new_tokens(configured: int | str, max_new_tokens: int, longest_reference: int, device_type: str) -> int:
