@@ -162,6 +162,23 @@ def decision_notes(files: tuple, directory: str, fast_encoder: bool | str) -> di
         return {note.name: note.read_bytes() for note in notes}
 
 
+def packed_documents(result) -> list[tuple[list[int], list[int]]]:
+    """Every packed (ids, mask) document of a build's train shards, in packing order."""
+    from packtrain.core.contract import Manifest
+    from packtrain.core.shardfile import open_shard
+
+    block_size = Manifest.load(result.path).block_size
+    out = []
+    for shard in sorted(result.path.glob("train-*.arrow")):
+        ids, masks, doc_lens = open_shard(shard, block_size).arrays()
+        for row, mask, lens in zip(ids, masks, doc_lens):
+            at = 0
+            for n in lens:
+                out.append((row[at: at + n].tolist(), mask[at: at + n].tolist()))
+                at += n
+    return out
+
+
 def make_relative_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fraction: float = 0.1) -> dict:
     """Like make_project, but configs/sql.yaml names its source and tokenizer by paths relative to
     ``tmp`` (``data/sql.jsonl``, ``model``): build from ``tmp`` as the working directory, and the

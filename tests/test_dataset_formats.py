@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from build_fixtures import make_tokenizer, write_jsonl
+from build_fixtures import make_tokenizer, packed_documents as documents, write_jsonl
 from build_fixtures import rows as sql_rows
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
-from packtrain.core.contract import Manifest
-from packtrain.core.shardfile import open_shard
 from packtrain.pipeline.build import SOURCES, build, plan
 from packtrain.pipeline.discover import SourceError
 from packtrain.pipeline.errors import BuildError
@@ -68,20 +66,6 @@ class Builder:
 
 def shards(result) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))}
-
-
-def documents(result) -> list[tuple[list[int], list[int]]]:
-    """Every packed (ids, mask) document."""
-    block_size = Manifest.load(result.path).block_size
-    out = []
-    for shard in sorted(result.path.glob("train-*.arrow")):
-        ids, masks, doc_lens = open_shard(shard, block_size).arrays()
-        for row, mask, lens in zip(ids, masks, doc_lens):
-            at = 0
-            for n in lens:
-                out.append((row[at: at + n].tolist(), mask[at: at + n].tolist()))
-                at += n
-    return out
 
 
 def report(result) -> dict:

@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from build_fixtures import make_project, seed_decision, write_jsonl
+from build_fixtures import make_project, packed_documents as documents, seed_decision, write_jsonl
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
-from packtrain.core.shardfile import open_shard
 from packtrain.pipeline.encode import exactness, tiktoken_encoder
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.line_cache import NEWLINE_RUN_CUT, LineCache, line_cut
@@ -303,20 +302,6 @@ def conversations(n: int) -> list[dict]:
                  {"role": "user", "content": "And again" + hostile},
                  {"role": "assistant", "content": f"```sql\n{row['answer']}\n```" + hostile * (i % 2)}]
         out.append({"messages": ([{"role": "system", "content": "You write SQL."}] if i % 3 == 0 else []) + turns})
-    return out
-
-
-def documents(result) -> list[tuple[list[int], list[int]]]:
-    """Every packed (ids, mask) document, in packing order."""
-    block_size = Manifest.load(result.path).block_size
-    out = []
-    for shard in sorted(result.path.glob("train-*.arrow")):
-        ids, masks, doc_lens = open_shard(shard, block_size).arrays()
-        for row, mask, lens in zip(ids, masks, doc_lens):
-            at = 0
-            for n in lens:
-                out.append((row[at: at + n].tolist(), mask[at: at + n].tolist()))
-                at += n
     return out
 
 
