@@ -3,7 +3,6 @@ dataset and a configs directory, all in a temporary directory."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import signal
@@ -125,7 +124,10 @@ def seed_decision(cache: Path, tokenizer_dir: Path, fast_encoder: bool | str = T
     itself start from an empty cache."""
     notes = Path(cache) / FAST_ENCODER_NOTES
     notes.mkdir(parents=True, exist_ok=True)
-    for name, data in decision_notes(tokenizer_files(tokenizer_dir), str(tokenizer_dir), fast_encoder).items():
+    files = tokenizer_files(tokenizer_dir)
+    if (files, fast_encoder) not in _DECISIONS:  # by content: each test's tokenizer is in its own directory
+        _DECISIONS[files, fast_encoder] = decision_notes(Path(tokenizer_dir), fast_encoder)
+    for name, data in _DECISIONS[files, fast_encoder].items():
         (notes / name).write_bytes(data)
 
 
@@ -144,10 +146,12 @@ def tokenizer_files(directory: Path) -> tuple:
                         if p.is_file()))
 
 
-@functools.cache
-def decision_notes(files: tuple, directory: str, fast_encoder: bool | str) -> dict[str, bytes]:
-    """The decision notes (file name -> bytes) for the tokenizer ``files`` (found in ``directory``),
-    made by the build's own :class:`EncoderDecision` (its child proves the encoder, as on a first build)."""
+_DECISIONS: dict[tuple, dict[str, bytes]] = {}  # (tokenizer_files, fast_encoder) -> decision_notes
+
+
+def decision_notes(directory: Path, fast_encoder: bool | str) -> dict[str, bytes]:
+    """The decision notes (file name -> bytes) for the tokenizer in ``directory``, made by the build's
+    own :class:`EncoderDecision` (its child proves the encoder, as on a first build)."""
     from packtrain.pipeline.encode.encoder_decision import EncoderDecision
     from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 
