@@ -36,7 +36,7 @@ PART_ARGS  := $(if $(PART),--part $(PART)) $(if $(EXECUTOR),--executor $(EXECUTO
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build gpu-wheel clean-venv
+.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build real-data-check gpu-wheel clean-venv
 
 install: $(VENV)/.installed
 
@@ -143,6 +143,11 @@ bench-build: install
 	$(EDITABLE) '.[bench]'
 	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) \
 		$(if $(CORPUS),--corpus-kind $(CORPUS)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
+
+# Exactness on real data (../shared/data: Spider, text2cypher) with every real tokenizer, shortcuts
+# on vs off: byte-identical shards, and verify --tokens all (docs/BUILD.md).
+real-data-check: install
+	$(BIN)/python bench/real_data_check.py
 
 # Training throughput: packtrain vs HF Trainer (with and without torch_compile), the padded
 # on-the-fly 'before' setup and TRL SFTTrainer packing, same model and blocks. CPU smoke by default;

@@ -14,8 +14,6 @@ import errno
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -226,9 +224,12 @@ def test_disk_full_while_writing_the_final_adapter(tmp_path, model_dir, monkeypa
 # Class 6: every bad input is a one-line error naming the file and the fix (the real CLI)
 
 
-def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "packtrain.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True)
+def run_cli(*args):
+    """The real entry point, in this process (tests/inprocess_cli.py: a subprocess adds only the
+    imports, ~10 CPU s where the command imports torch)."""
+    from inprocess_cli import cli
+
+    return cli(*args)
 
 
 def assert_one_line_error(result, *expected: str) -> str:
