@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -114,6 +115,13 @@ def make_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fractio
     if decided:
         seed_decision(project["cache"], model)
     return project
+
+
+def empty_cache(project: dict) -> None:
+    """Remove the project's cache, all of it, and put the fast-encoder decision back (as
+    :func:`make_project` does): the next build starts from nothing but that."""
+    shutil.rmtree(project["cache"])
+    seed_decision(project["cache"], project["model"])
 
 
 def seed_decision(cache: Path, tokenizer_dir: Path, fast_encoder: bool | str = True) -> None:

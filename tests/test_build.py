@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from tokenizers import Tokenizer
 
 import packtrain.pipeline.build
 import packtrain.pipeline.encode.source_caches
-from build_fixtures import make_project, make_tokenizer, rows, write_jsonl
+from build_fixtures import empty_cache, make_project, make_tokenizer, rows, write_jsonl
 from packtrain.pipeline.build import build
 from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
@@ -113,7 +112,7 @@ def test_num_proc_does_not_change_the_bytes(project, tmp_path):
     one = run_build(project, **{"build.num_proc": 1})
     saved = shard_bytes(one.path)
     manifest = (one.path / "manifest.json").read_bytes()
-    shutil.rmtree(project["cache"])
+    empty_cache(project)
     two = run_build(project, **{"build.num_proc": 2})
     assert two.build_id == one.build_id
     assert shard_bytes(two.path) == saved
@@ -123,7 +122,7 @@ def test_num_proc_does_not_change_the_bytes(project, tmp_path):
 def test_manifest_is_byte_identical_across_rebuilds(project):
     first = run_build(project)
     manifest = (first.path / "manifest.json").read_bytes()
-    shutil.rmtree(project["cache"])
+    empty_cache(project)
     second = run_build(project)
     assert (second.path / "manifest.json").read_bytes() == manifest
 
@@ -175,7 +174,7 @@ def test_kill_9_leaves_current_valid(project, point):
     new = run_build(project)
     assert not list((project["cache"] / "sql").glob(".tmp-*"))  # leftovers cleaned
     reference = shard_bytes(new.path)
-    shutil.rmtree(project["cache"])
+    empty_cache(project)
     assert shard_bytes(run_build(project).path) == reference
 
 

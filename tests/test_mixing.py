@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from build_fixtures import make_project, rows, write_jsonl
+from build_fixtures import make_project, rows, seed_decision, write_jsonl
 
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
@@ -61,6 +61,7 @@ def test_a_weight_scales_the_training_documents_exactly(project, weight, documen
 
 def test_a_fractional_weight_takes_the_same_documents_in_every_build(project, tmp_path):
     first = run_build(project, sources=[{"name": str(project["data"]), "weight": 2.5}])
+    seed_decision(tmp_path / "other-cache", project["model"])
     again = build(load_config("sql", project["configs"], {"sources": [{"name": str(project["data"]), "weight": 2.5}]}),
                   tmp_path / "other-cache", log=quiet, progress=False)
     assert again.build_id == first.build_id

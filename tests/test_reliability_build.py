@@ -24,7 +24,7 @@ import pytest
 import packtrain.pipeline.build
 import packtrain.core.contract
 import packtrain.pipeline.shards
-from build_fixtures import BUILD_SCRIPT, make_project, rows, split_source, write_jsonl
+from build_fixtures import BUILD_SCRIPT, make_project, rows, seed_decision, split_source, write_jsonl
 from packtrain.pipeline.build import build
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.configfile import load_config
@@ -97,8 +97,7 @@ def test_sigkill_at_20_random_moments(tmp_path):
         cache = tmp_path / f"ref-{num_proc}"
         # the rounds below build with the encoder decision remembered (cache/.fast-encoder outlives
         # cache/sql): time the same, not a first build that also proves the encoder
-        build(load_config("sql", project["configs"]), cache, log=quiet, progress=False)
-        shutil.rmtree(cache / "sql")
+        seed_decision(cache, project["model"])
         for tokenizes in (True, False):  # from nothing, then with the sources' tokens cached
             started = time.monotonic()
             proc = start_build(project, cache=cache, **{"build.num_proc": num_proc})
@@ -171,6 +170,7 @@ def crash_project(tmp: Path) -> dict:
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_at_each_crash_point(tmp_path, point, previous):
     project = crash_project(tmp_path)
+    seed_decision(tmp_path / "ref-cache", project["model"])
     uninterrupted = build(load_config("sql", project["configs"]), tmp_path / "ref-cache", log=quiet, progress=False)
     ref_id, reference = uninterrupted.build_id, build_bytes(uninterrupted.path)
     root = project["cache"] / "sql"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from build_fixtures import empty_cache
 from reuse_fixtures import build_bytes, config_of, flip_byte, reuse_project, run_build
 from packtrain.pipeline.build import plan
 from packtrain.pipeline.spill import SOURCE_STATS, SOURCES, source_cache_problem
@@ -148,7 +149,7 @@ def test_an_intact_source_cache_is_reused(project):
 def test_a_damaged_part_is_refused_by_merge_and_replaced_by_its_rerun(project, tmp_path):
     single, _ = run_build(project)
     expected = build_bytes(single.path)
-    shutil.rmtree(project["cache"])
+    empty_cache(project)
     config = config_of(project)
     for i in range(2):
         pretokenize_part(config, project["cache"], (i, 2), log=lambda _: None)
