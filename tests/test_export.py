@@ -173,3 +173,65 @@ def test_merge_is_renamed_merge_parts_and_still_works(tmp_path):
     assert old.stderr.splitlines()[0] == "note: `packtrain merge` was renamed to `packtrain merge-parts`; running that"
     assert old.stderr.splitlines()[1:] == new.stderr.splitlines() and old.returncode == new.returncode == 2
     assert "cannot merge 'sql'" in new.stderr  # merge-parts ran: no parts were tokenized
+
+
+def refusal(done) -> str:
+    """The one line a refused export printed (exit 2, no traceback)."""
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1), done.stderr[-2000:]
+    assert done.stderr.startswith("error: ")
+    return done.stderr[len("error: "):-1]
+
+
+def test_an_out_that_cannot_take_the_export_is_refused_before_anything_is_written(lora_run, tmp_path, monkeypatch):
+    import os
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "link").symlink_to(empty)
+    assert refusal(export(lora_run, tmp_path / "link")) == (
+        f"--out {tmp_path / 'link'} is a symbolic link (to {empty}): nothing was written; name a new directory "
+        "(or the empty directory itself) with --out")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert refusal(export(lora_run, tmp_path / "dangling")) == (
+        f"--out {tmp_path / 'dangling'} is a symbolic link (to {tmp_path / 'nowhere'}): nothing was written; name a new "
+        "directory (or the empty directory itself) with --out")
+    (tmp_path / "file").write_text("x")
+    assert refusal(export(lora_run, tmp_path / "file" / "out")) == (
+        f"--out {tmp_path / 'file' / 'out'}: {tmp_path / 'file'} is a file, not a directory: nothing was written; "
+        "name a --out under a directory")
+    locked, real_access = tmp_path / "locked", os.access
+    locked.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != locked and real_access(path, mode, **kw))
+    assert refusal(export(lora_run, locked / "a" / "b")) == (
+        f"--out {locked / 'a' / 'b'}: {locked} is not writable by this user: nothing was written; name a --out in "
+        "a directory you can write")
+    assert refusal(export(lora_run, lora_run / "exported")) == (
+        f"--out {lora_run / 'exported'} is inside the run directory {lora_run}: a finished run is never written "
+        "again; name a --out outside it")
+    cache = Path(json.loads((lora_run / "run.json").read_text())["build_dir"]).parents[1]
+    assert refusal(export(lora_run, cache / "sql" / "exported", "--merged")) == (
+        f"--out {cache / 'sql' / 'exported'} is inside the build cache {cache}: builds are replaced and cleaned there; "
+        "name a --out outside it")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "empty", "file", "link", "locked"]
+    assert not list(empty.iterdir()) and not list(locked.iterdir()) and not (lora_run / "exported").exists()
+    assert not (cache / "sql" / "exported").exists() and not list((cache / "sql").glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda a: (a / "adapter_model.safetensors").unlink(),
+     "{a} has no adapter_model.safetensors (moved or deleted): put the adapter back, or name another run with --run"),
+    (lambda a: (a / "adapter_config.json").unlink(),
+     "{a} has no adapter_config.json (moved or deleted): put the adapter back, or name another run with --run"),
+    (lambda a: (a / "adapter_config.json").write_text('{"r'),
+     "{a}/adapter_config.json cannot be read as a PEFT adapter config (JSONDecodeError: Unterminated string starting "
+     "at: line 1 column 2 (char 1)): the adapter is damaged; name another run with --run"),
+    (lambda a: (a / "adapter_model.safetensors").write_bytes(b"\x01" * 100),
+     "{a}/adapter_model.safetensors cannot be read as adapter weights (SafetensorError: Error while deserializing "
+     "header: header too large): the adapter is damaged; name another run with --run"),
+])
+def test_a_run_whose_adapter_is_incomplete_or_damaged_is_refused(lora_run, tmp_path, damage, problem):
+    run_dir = tmp_path / "run"
+    shutil.copytree(lora_run, run_dir)
+    damage(run_dir / "adapter")
+    assert refusal(export(run_dir, tmp_path / "out")) == problem.format(a=run_dir / "adapter")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

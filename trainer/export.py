@@ -21,28 +21,51 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from packtrain.core.inputs import read_json
-from packtrain.trainer.adapters import base_reference, export_merged, name_base_portably
+from packtrain.core.errors import PacktrainError
+from packtrain.core.inputs import one_line, read_json
+from packtrain.trainer.adapters import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, base_reference, export_merged,
+                                        name_base_portably)
 from packtrain.trainer.checkpoint import ADAPTER_DIR
-from packtrain.trainer.eval.eval_run import open_run
+from packtrain.trainer.eval.eval_run import check_adapter_files, open_run
 from packtrain.trainer.runlog import ensure_log_handler
 from packtrain.trainer.threads import threads_restored
 
 log = logging.getLogger("packtrain.train")
 
 RUN_CONFIG_FIX = "not a packtrain run directory, or damaged: name another with --run"
+ADAPTER_FIX = "the adapter is damaged; name another run with --run"
+
+
+class ExportError(PacktrainError):
+    """The run cannot be exported as it is; the message names the file and what to do."""
 
 
 def export_run(run_dir: Path, out: Path, merged: bool, say: Callable[[str], None]) -> dict:
     """Write ``run_dir``'s adapter (``merged``: its merged model) into the empty directory ``out``;
     ``say``: console lines. Returns the base model's portable name and revision."""
     config = read_json(run_dir / "config.json", RUN_CONFIG_FIX, "a run config")
+    check_adapter(run_dir / ADAPTER_DIR)
     if merged:
         export_merged_run(run_dir, out, config, say)
     else:
         export_adapter(run_dir, out, config)
     name, revision = base_reference(config)
     return {"base_model": name, "revision": revision}
+
+
+def check_adapter(adapter_dir: Path) -> None:
+    """The adapter is whole: both of PEFT's files there, its config JSON, its weights' safetensors header
+    readable (a copy of a damaged adapter would only fail where it is loaded)."""
+    from safetensors import SafetensorError, safe_open
+
+    check_adapter_files(adapter_dir)
+    read_json(adapter_dir / ADAPTER_CONFIG, ADAPTER_FIX, "a PEFT adapter config")
+    try:
+        with safe_open(adapter_dir / ADAPTER_WEIGHTS, framework="pt") as weights:
+            weights.keys()
+    except (OSError, SafetensorError) as e:
+        raise ExportError(f"{adapter_dir / ADAPTER_WEIGHTS} cannot be read as adapter weights ({one_line(e)}): "
+                          f"{ADAPTER_FIX}") from None
 
 
 def export_adapter(run_dir: Path, out: Path, config: dict) -> None:

@@ -17,6 +17,7 @@ import click
 
 from packtrain.cli.talk import finished_run
 from packtrain.core.errors import PacktrainError
+from packtrain.core.rundir import RunRecord
 
 
 class ExportError(PacktrainError):
@@ -24,13 +25,41 @@ class ExportError(PacktrainError):
 
 
 def check_out(out: Path) -> None:
-    """``out`` does not exist, or is an empty directory."""
+    """``out`` does not exist, or is an empty directory (not a link to one), and its nearest existing
+    parent is a directory this user can write."""
+    if out.is_symlink():
+        raise ExportError(f"--out {out} is a symbolic link (to {os.readlink(out)}): nothing was written; name a new "
+                          "directory (or the empty directory itself) with --out")
     if out.is_dir():
         if any(out.iterdir()):
             raise ExportError(f"--out {out} is not empty: nothing was written; name a new directory with --out "
                               "(export never overwrites)")
-    elif out.exists() or out.is_symlink():
+    elif out.exists():
         raise ExportError(f"--out {out} is a file: nothing was written; name a new directory with --out")
+    parent = Path(os.path.abspath(out)).parent
+    while not os.path.lexists(parent):
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ExportError(f"--out {out}: {parent} is a file, not a directory: nothing was written; name a --out under "
+                          "a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"--out {out}: {parent} is not writable by this user: nothing was written; name a --out in "
+                          "a directory you can write")
+
+
+def check_out_place(out: Path, run_path: Path) -> None:
+    """``out`` is outside the run directory (a finished run is never written again) and outside the
+    build cache of its build (whose cleaning removes other writers' ``.tmp-*`` directories)."""
+    where = Path(os.path.realpath(out))
+    record = RunRecord.read(run_path)
+    build_dir = Path(os.path.abspath(record.build_dir)) if record and record.build_dir else None
+    places = [("the run directory", run_path, "a finished run is never written again")]
+    if build_dir is not None and len(build_dir.parents) > 2:  # <cache>/<expert>/<build id>
+        places.append(("the build cache", build_dir.parents[1], "builds are replaced and cleaned there"))
+    for name, place, why in places:
+        real = Path(os.path.realpath(place))
+        if where == real or real in where.parents:
+            raise ExportError(f"--out {out} is inside {name} {place}: {why}; name a --out outside it")
 
 
 @click.command()
@@ -52,6 +81,7 @@ def export(expert, run_dir, runs_dir, out, merged):
     out_path = Path(out)
     check_out(out_path)
     run_path, _ = finished_run(expert, run_dir, runs_dir)
+    check_out_place(out_path, run_path)
     say = lambda line: click.echo(line, err=True)  # noqa: E731
     if merged:
         say(f"{run_path}: loading the base model and the adapter to merge ...")

@@ -56,15 +56,20 @@ def build_of_run(run_dir: Path, record: RunRecord, expert: str) -> Path:
     return Path(build_dir)
 
 
+def check_adapter_files(adapter_dir: Path) -> None:
+    """The run's adapter directory holds what PEFT's ``save_pretrained`` writes."""
+    missing = [name for name in ADAPTER_FILES if not (adapter_dir / name).is_file()]
+    if missing:
+        raise TaskEvalError(f"{adapter_dir} has no {', '.join(missing)} (moved or deleted): put the adapter back, "
+                            "or name another run with --run")
+
+
 def load_adapter(model, adapter_dir: Path):
     """The base ``model`` with the run's adapter on top; an unreadable adapter is a TaskEvalError."""
     from peft import PeftModel
     from safetensors import SafetensorError
 
-    missing = [name for name in ADAPTER_FILES if not (adapter_dir / name).is_file()]
-    if missing:
-        raise TaskEvalError(f"{adapter_dir} has no {', '.join(missing)} (moved or deleted): put the adapter back, "
-                            "or name another run with --run")
+    check_adapter_files(adapter_dir)
     try:
         return PeftModel.from_pretrained(model, adapter_dir)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
