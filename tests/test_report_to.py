@@ -196,3 +196,27 @@ def test_how_the_run_ended_is_passed_on(tmp_path, model_dir, monkeypatch, offlin
     [found] = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
     assert found.info.status == status
     assert exit_code(tmp_path / "wandb") == code
+
+
+def test_a_dropped_dashboard_is_ended_as_failed_when_it_is_dropped(tmp_path, model_dir, monkeypatch, offline_dashboards):
+    from mlflow import MlflowClient
+
+    from packtrain.trainer.sink_mlflow import MlflowSink
+    from packtrain.trainer.sink_wandb import WandbSink
+
+    def unreachable(self, metrics, step):
+        raise ConnectionError("the dashboard is unreachable")
+
+    monkeypatch.setattr(MlflowSink, "log", unreachable)
+    monkeypatch.setattr(WandbSink, "log", unreachable)
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
+                         report_to=["wandb", "mlflow"])
+    run_dir = run(config, tmp_path / "cache")
+    assert (run_dir / "summary.json").exists()
+    client = MlflowClient()
+    [found] = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
+    assert found.info.status == "FAILED"  # not left RUNNING: the dashboard shows it stopped hearing from the run
+    assert exit_code(tmp_path / "wandb") == 1
+    warned = [line.split(" ", 2)[2] for line in (run_dir / "train.log").read_text().splitlines() if " failed (" in line]
+    assert [line.split(":")[0] for line in warned] == ["WARNING report_to wandb", "WARNING report_to mlflow"]

@@ -13,7 +13,8 @@ checked before anything is loaded (core/preflight.py ``check_report_to``).
 
 A dashboard must never make training fail: a sink that raises (a server unreachable, a login
 missing, a bug in its library) is warned about once, on the console and in train.log, and dropped;
-training and metrics.jsonl go on. The one exception is a full disk under the run directory (a
+training and metrics.jsonl go on. When the run ends, a dropped sink's dashboard run is ended as failed
+(MLflow FAILED, wandb exit code 1), so that it does not stay "running" for ever. The one exception is a full disk under the run directory (a
 :class:`DiskFullError`, TensorBoard's event files): that stops the run as metrics.jsonl's would.
 """
 
@@ -82,6 +83,20 @@ class Guarded:
                         "line)", self.name, what, type(e).__name__, said if len(said) <= 200 else said[:200] + "...",
                         self.name)
 
+    def end(self, status: str) -> None:
+        """The run ended (called once): a live sink is told ``status``; a dropped one (failed in ``start`` or ``log``) is
+        ended as failed, so that its dashboard run is not left running for ever (TensorBoard's writer
+        closed). Done here, after the run's files are written, not when it is dropped: an unreachable
+        server's retries hold up nothing but the exit. Where that fails too, train.log says so."""
+        if self.alive:
+            self.call("finish", status)
+            return
+        try:
+            self.sink.finish("failed")
+        except Exception as e:
+            log.info("report_to %s: ending its run as failed did not work either (%s: %s)", self.name,
+                     type(e).__name__, " ".join(str(e).split())[:200])
+
 
 class Reporting:
     """metrics.jsonl and the sinks of ``train.report_to``: each line written to the file, then logged
@@ -108,4 +123,4 @@ class Reporting:
     def finish(self, status: str) -> None:
         assert status in STATUSES, status
         for sink in self.sinks:
-            sink.call("finish", status)
+            sink.end(status)
