@@ -88,15 +88,19 @@ def exit_code(wandb_dir: Path) -> int:
 
 
 @pytest.mark.parametrize("value, problem", [
-    ("wnadb", "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'tensorboard', 'wandb', 'mlflow', "
-              "got 'wnadb'"),
-    (["none"], "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'tensorboard', 'wandb', 'mlflow', "
-               "got ['none']"),
+    ("wnadb", "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'none', 'tensorboard', 'wandb', "
+              "'mlflow', got 'wnadb' (did you mean 'wandb'?)"),
+    (["tensorbord", "wandb"], "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'none', 'tensorboard', "
+                              "'wandb', 'mlflow', got ['tensorbord', 'wandb'] (did you mean 'tensorboard'?)"),
+    ("comet_ml", "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'none', 'tensorboard', 'wandb', "
+                 "'mlflow', got 'comet_ml'"),
+    (["none", "wandb"], "['none', 'wandb']: none with dashboards; use none alone, or name only the dashboards"),
     (["wandb", "wandb"], "['wandb', 'wandb']: name each of tensorboard, wandb, mlflow at most once, or use none"),
     ([], "[]: name each of tensorboard, wandb, mlflow at most once, or use none"),
 ])
 def test_report_to_takes_none_a_name_or_a_list(tmp_path, value, problem):
     assert make_config(tmp_path, tmp_path).train.reporters() == []
+    assert make_config(tmp_path, tmp_path, report_to=["none"]).train.reporters() == []  # as HF reads ["none"]
     assert make_config(tmp_path, tmp_path, report_to="wandb").train.reporters() == ["wandb"]
     assert make_config(tmp_path, tmp_path, report_to=["tensorboard", "mlflow"]).train.reporters() == ["tensorboard",
                                                                                                         "mlflow"]
