@@ -224,3 +224,31 @@ def test_a_dropped_dashboard_is_ended_as_failed_when_it_is_dropped(tmp_path, mod
     assert exit_code(tmp_path / "wandb") == 1
     warned = [line.split(" ", 2)[2] for line in (run_dir / "train.log").read_text().splitlines() if " failed (" in line]
     assert [line.split(":")[0] for line in warned] == ["WARNING report_to wandb", "WARNING report_to mlflow"]
+
+
+def test_a_resumed_run_replaces_the_tensorboard_steps_after_its_checkpoint(tmp_path, model_dir, monkeypatch):
+    pytest.importorskip("tensorboard")
+    import packtrain.trainer.loop
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    save = packtrain.trainer.loop.save_checkpoint
+
+    def crash_at_step_4(run, state, *args):
+        if state.step == 4:
+            raise RuntimeError("killed before checkpoint-4")
+        return save(run, state, *args)
+
+    monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", crash_at_step_4)
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=2, sample_prompts=0, plots=False,
+                         run_name="r", report_to="tensorboard")
+    with pytest.raises(RuntimeError):
+        run(config, tmp_path / "cache")
+    monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", save)
+    run_dir = run(config, tmp_path / "cache", resume="auto")  # from checkpoint-2: steps 3 and 4 again
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("loss")]
+    assert [step for step, _ in logged] == [1, 2, 3, 4]  # the killed run's steps 3 and 4 purged, as metrics.jsonl's
+    assert [value for _, value in logged] == pytest.approx([loss for step, loss in sorted(
+        (step, values["loss"]) for step, values in metrics_by_step(run_dir).items() if "loss" in values)], rel=1e-6)

@@ -2,7 +2,9 @@
 ``<run>/tensorboard/`` (trainer/sinks.py): every numeric field a scalar at its step (``loss``,
 ``tok_s``, ``eval/loss``, ``mem/peak_gib``...). Needs the ``tensorboard`` package
 (``pip install 'packtrain[tensorboard]'``). The event files are in the run directory: a full disk there
-is one line that stops the run (core/diskfull.py), as for metrics.jsonl.
+is one line that stops the run (core/diskfull.py), as for metrics.jsonl. A resumed run writes a new
+event file beside the earlier ones that purges the steps after its checkpoint (``purge_step``), so
+TensorBoard shows each step once, as metrics.jsonl has it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ TENSORBOARD_DIR = "tensorboard"
 class TensorBoardSink:
     """A torch ``SummaryWriter`` on ``<run>/tensorboard/``."""
 
-    def __init__(self, run_dir: Path):
-        self.where = run_dir / TENSORBOARD_DIR
+    def __init__(self, run_dir: Path, resumed_at: int | None = None):
+        self.where, self.resumed_at = run_dir / TENSORBOARD_DIR, resumed_at
 
     def writing(self) -> written:
         """Every write to the event files: a full disk is one line (core/diskfull.py)."""
@@ -29,7 +31,10 @@ class TensorBoardSink:
         from torch.utils.tensorboard import SummaryWriter
 
         with self.writing():
-            self.writer = SummaryWriter(log_dir=str(self.where))
+            # a resumed run: the steps its earlier part logged after the checkpoint are purged (hidden by
+            # TensorBoard's readers), as metrics.jsonl is cut back to the checkpoint's step
+            purge = None if self.resumed_at is None else self.resumed_at + 1
+            self.writer = SummaryWriter(log_dir=str(self.where), purge_step=purge)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         with self.writing():

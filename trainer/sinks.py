@@ -41,11 +41,13 @@ class MetricSink(Protocol):
     def finish(self, status: str) -> None: ...
 
 
-def make_sink(name: str, run_dir: Path) -> MetricSink:
-    """The sink called ``name`` in ``train.report_to`` (its module imported here, its library at start)."""
+def make_sink(name: str, run_dir: Path, resumed_at: int | None = None) -> MetricSink:
+    """The sink called ``name`` in ``train.report_to`` (its module imported here, its library at start).
+    ``resumed_at``: the step of the checkpoint a resumed run continues from (metrics.jsonl is cut back to
+    it, and so are TensorBoard's event files in the run directory; wandb and mlflow start a new run)."""
     if name == "tensorboard":
         from packtrain.trainer.sink_tensorboard import TensorBoardSink
-        return TensorBoardSink(run_dir)
+        return TensorBoardSink(run_dir, resumed_at)
     if name == "wandb":
         from packtrain.trainer.sink_wandb import WandbSink
         return WandbSink(run_dir)
@@ -102,9 +104,9 @@ class Reporting:
     """metrics.jsonl and the sinks of ``train.report_to``: each line written to the file, then logged
     to every sink still alive. Only the main rank has sinks (the other ranks report nothing)."""
 
-    def __init__(self, metrics, names: list[str], run_dir: Path):
+    def __init__(self, metrics, names: list[str], run_dir: Path, resumed_at: int | None = None):
         self.metrics = metrics
-        self.sinks = [Guarded(name, make_sink(name, run_dir)) for name in names]
+        self.sinks = [Guarded(name, make_sink(name, run_dir, resumed_at)) for name in names]
 
     def start(self, config: dict) -> None:
         for sink in self.sinks:
