@@ -235,3 +235,17 @@ def test_a_run_whose_adapter_is_incomplete_or_damaged_is_refused(lora_run, tmp_p
     damage(run_dir / "adapter")
     assert refusal(export(run_dir, tmp_path / "out")) == problem.format(a=run_dir / "adapter")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_every_exported_file_is_readable_as_the_umask_allows(lora_run, tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        assert export(lora_run, tmp_path / "adapter").returncode == 0
+    finally:
+        os.umask(old)
+    # safetensors writes its files 0600: an export served by another user (a container) could not read them
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "adapter").iterdir()} == {
+        name: "0o644" for name in ("README.md", "adapter_config.json", "adapter_model.safetensors",
+                                   "packtrain_config.json", "tokenizer.json", "tokenizer_config.json")}

@@ -17,6 +17,7 @@ into place when complete (packtrain.core.files.publishing).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -49,8 +50,19 @@ def export_run(run_dir: Path, out: Path, merged: bool, say: Callable[[str], None
         export_merged_run(run_dir, out, config, say)
     else:
         export_adapter(run_dir, out, config)
+    readable_as_umask(out)
     name, revision = base_reference(config)
     return {"base_model": name, "revision": revision}
+
+
+def readable_as_umask(out: Path) -> None:
+    """Every file in ``out`` with the mode a new file gets (0644 under umask 022): safetensors writes its
+    files 0600, which another user serving the export (a container) could not read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in out.iterdir():
+        if path.is_file():
+            os.chmod(path, 0o666 & ~umask)
 
 
 def check_adapter(adapter_dir: Path) -> None:
