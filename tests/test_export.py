@@ -206,15 +206,24 @@ def test_an_out_that_cannot_take_the_export_is_refused_before_anything_is_writte
         f"--out {locked / 'a' / 'b'}: {locked} is not writable by this user: nothing was written; name a --out in "
         "a directory you can write")
     assert refusal(export(lora_run, lora_run / "exported")) == (
-        f"--out {lora_run / 'exported'} is inside the run directory {lora_run}: a finished run is never written "
-        "again; name a --out outside it")
-    cache = Path(json.loads((lora_run / "run.json").read_text())["build_dir"]).parents[1]
-    assert refusal(export(lora_run, cache / "sql" / "exported", "--merged")) == (
-        f"--out {cache / 'sql' / 'exported'} is inside the build cache {cache}: builds are replaced and cleaned there; "
+        f"--out {lora_run / 'exported'} is inside the run directory {lora_run}: runs are written by the trainer "
+        "alone; name a --out outside it")
+    other = tmp_path / "other-run"
+    other.mkdir()
+    (other / "run.json").write_text("{}")
+    assert refusal(export(lora_run, other / "a" / "b")) == (
+        f"--out {other / 'a' / 'b'} is inside the run directory {other}: runs are written by the trainer alone; "
         "name a --out outside it")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "empty", "file", "link", "locked"]
+    cache = Path(json.loads((lora_run / "run.json").read_text())["build_dir"]).parents[1]
+    for out in cache / "sql" / "exported", cache / "exported":
+        assert refusal(export(lora_run, out, "--merged")) == (
+            f"--out {out} is inside the build cache {out.parent}: builds are replaced and cleaned there; "
+            "name a --out outside it")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "empty", "file", "link", "locked", "other-run"]
+    assert [p.name for p in other.iterdir()] == ["run.json"]
     assert not list(empty.iterdir()) and not list(locked.iterdir()) and not (lora_run / "exported").exists()
-    assert not (cache / "sql" / "exported").exists() and not list((cache / "sql").glob(".tmp-*"))
+    assert not (cache / "sql" / "exported").exists() and not (cache / "exported").exists()
+    assert not list((cache / "sql").glob(".tmp-*")) and not list(cache.glob(".tmp-*"))
 
 
 @pytest.mark.parametrize("damage, problem", [

@@ -17,7 +17,8 @@ import click
 
 from packtrain.cli.talk import finished_run
 from packtrain.core.errors import PacktrainError
-from packtrain.core.rundir import RunRecord
+from packtrain.core.contract import CURRENT
+from packtrain.core.rundir import RUN_JSON, RunRecord
 
 
 class ExportError(PacktrainError):
@@ -48,18 +49,20 @@ def check_out(out: Path) -> None:
 
 
 def check_out_place(out: Path, run_path: Path) -> None:
-    """``out`` is outside the run directory (a finished run is never written again) and outside the
-    build cache of its build (whose cleaning removes other writers' ``.tmp-*`` directories)."""
+    """``out`` is inside no run directory (the trainer's alone; a finished run is never written again)
+    and inside no build cache (whose cleaning removes other writers' ``.tmp-*`` directories): neither
+    an expert's builds (``CURRENT``) nor the cache of the run's build."""
     where = Path(os.path.realpath(out))
     record = RunRecord.read(run_path)
-    build_dir = Path(os.path.abspath(record.build_dir)) if record and record.build_dir else None
-    places = [("the run directory", run_path, "a finished run is never written again")]
-    if build_dir is not None and len(build_dir.parents) > 2:  # <cache>/<expert>/<build id>
-        places.append(("the build cache", build_dir.parents[1], "builds are replaced and cleaned there"))
-    for name, place, why in places:
-        real = Path(os.path.realpath(place))
-        if where == real or real in where.parents:
-            raise ExportError(f"--out {out} is inside {name} {place}: {why}; name a --out outside it")
+    build_dir = Path(os.path.realpath(record.build_dir)) if record and record.build_dir else None
+    cache = build_dir.parents[1] if build_dir is not None and len(build_dir.parents) > 2 else None
+    for place in [where, *where.parents]:
+        if (place / RUN_JSON).is_file():
+            raise ExportError(f"--out {out} is inside the run directory {place}: runs are written by the trainer "
+                              "alone; name a --out outside it")
+        if (place / CURRENT).is_file() or place == cache:
+            raise ExportError(f"--out {out} is inside the build cache {place}: builds are replaced and cleaned there; "
+                              "name a --out outside it")
 
 
 @click.command()
