@@ -252,3 +252,20 @@ def test_a_resumed_run_replaces_the_tensorboard_steps_after_its_checkpoint(tmp_p
     assert [step for step, _ in logged] == [1, 2, 3, 4]  # the killed run's steps 3 and 4 purged, as metrics.jsonl's
     assert [value for _, value in logged] == pytest.approx([loss for step, loss in sorted(
         (step, values["loss"]) for step, values in metrics_by_step(run_dir).items() if "loss" in values)], rel=1e-6)
+
+
+def test_tensorboard_holds_the_resolved_config(tmp_path, model_dir):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
+                         report_to="tensorboard")
+    run_dir = run(config, tmp_path / "cache")
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    [text] = events.Tensors("config/text_summary")  # as HF's TensorBoardCallback logs its args: text
+    logged = make_ndarray(text.tensor_proto).item().decode()
+    assert json.loads(logged.removeprefix("```json\n").removesuffix("\n```")) == json.loads(
+        (run_dir / "config.json").read_text())

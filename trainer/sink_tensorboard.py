@@ -1,7 +1,7 @@
 """``train.report_to: tensorboard``: every metrics line also goes to TensorBoard event files in
 ``<run>/tensorboard/`` (trainer/sinks.py): every numeric field a scalar at its step (``loss``,
-``tok_s``, ``eval/loss``, ``mem/peak_gib``...). Needs the ``tensorboard`` package
-(``pip install 'packtrain[tensorboard]'``). The event files are in the run directory: a full disk there
+``tok_s``, ``eval/loss``, ``mem/peak_gib``...), and the resolved config as text (``config``). Needs
+the ``tensorboard`` package (``pip install 'packtrain[tensorboard]'``). The event files are in the run directory: a full disk there
 is one line that stops the run (core/diskfull.py), as for metrics.jsonl. A resumed run writes a new
 event file beside the earlier ones that purges the steps after its checkpoint (``purge_step``), so
 TensorBoard shows each step once, as metrics.jsonl has it.
@@ -9,6 +9,7 @@ TensorBoard shows each step once, as metrics.jsonl has it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from packtrain.core.diskfull import written
@@ -35,6 +36,8 @@ class TensorBoardSink:
             # TensorBoard's readers), as metrics.jsonl is cut back to the checkpoint's step
             purge = None if self.resumed_at is None else self.resumed_at + 1
             self.writer = SummaryWriter(log_dir=str(self.where), purge_step=purge)
+            # the resolved config as text (the TEXT tab), as HF's TensorBoardCallback logs its args
+            self.writer.add_text("config", f"```json\n{json.dumps(config, indent=2, sort_keys=True)}\n```", 0)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         with self.writing():
