@@ -258,3 +258,25 @@ def test_every_exported_file_is_readable_as_the_umask_allows(lora_run, tmp_path)
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "adapter").iterdir()} == {
         name: "0o644" for name in ("README.md", "adapter_config.json", "adapter_model.safetensors",
                                    "packtrain_config.json", "tokenizer.json", "tokenizer_config.json")}
+
+
+def test_a_merged_export_needs_the_run_not_its_build(lora_run, tmp_path):
+    """A run copied to another machine (or whose build was removed) still merges: the tokenizer is checked
+    against the hash run.json recorded, not against the build's manifest."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(lora_run, run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**record, "build_dir": str(tmp_path / "gone" / "sql" / ("0" * 16))}))
+    done = export(run_dir, tmp_path / "merged", "--merged")
+    assert done.returncode == 0, done.stderr[-2000:]
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    adapted = logits(PeftModel.from_pretrained(base_model(lora_run), lora_run / "adapter"))
+    torch.testing.assert_close(logits(merged), adapted, atol=1e-4, rtol=1e-4)
+
+    (run_dir / "run.json").write_text(json.dumps({**record, "tokenizer_hash": "0" * 64}))
+    refused = export(run_dir, tmp_path / "again", "--merged")
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == "error: " + (
+        f"tokenizer mismatch: run {run_dir} trained with tokenizer 000000000000 ({run_dir / 'run.json'}), the model "
+        f"bundled has tokenizer {record['tokenizer_hash'][:12]} ({BUNDLED_MODEL_DIR}): the base model's tokenizer "
+        "changed since; export with the base the run trained with, or name another run with --run")
+    assert not (tmp_path / "again").exists()

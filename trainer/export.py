@@ -94,7 +94,8 @@ def export_merged_run(run_dir: Path, out: Path, config: dict, say: Callable[[str
     tokenizer files."""
     ensure_log_handler()
     with threads_restored():
-        run = open_run(run_dir, None, dequantize=True)  # its refusals are PacktrainErrors: one line from the CLI
+        # its refusals are PacktrainErrors: one line from the CLI; the build is not needed (only its tokenizer's hash)
+        run = open_run(run_dir, None, dequantize=True, need_build=False)
         if run.config.lora.method == "qlora":
             say(f"qlora run: its NF4 base is de-quantized (to {str(run.precision.param_dtype).replace('torch.', '')}) "
                 "and the adapter merged into that: the weights it trained against, not the original base's")
