@@ -269,3 +269,20 @@ def test_tensorboard_holds_the_resolved_config(tmp_path, model_dir):
     logged = make_ndarray(text.tensor_proto).item().decode()
     assert json.loads(logged.removeprefix("```json\n").removesuffix("\n```")) == json.loads(
         (run_dir / "config.json").read_text())
+
+
+def test_a_dashboard_that_fails_to_start_is_said_once(tmp_path, model_dir, monkeypatch):
+    pytest.importorskip("tensorboard")
+    import torch.utils.tensorboard
+
+    def refused(*args, **kwargs):
+        raise PermissionError("the log directory is read-only")
+
+    monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", refused)
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
+                         report_to="tensorboard")
+    run_dir = run(config, tmp_path / "cache")
+    said = [line.split(" ", 2)[2] for line in (run_dir / "train.log").read_text().splitlines() if "report_to" in line]
+    assert said == ["WARNING report_to tensorboard: start failed (PermissionError: the log directory is read-only); "
+                    "training goes on without tensorboard (metrics.jsonl keeps every line)"]  # no second line at the end

@@ -23,6 +23,7 @@ class TensorBoardSink:
 
     def __init__(self, run_dir: Path, resumed_at: int | None = None):
         self.where, self.resumed_at = run_dir / TENSORBOARD_DIR, resumed_at
+        self.writer = None  # until start
 
     def writing(self) -> written:
         """Every write to the event files: a full disk is one line (core/diskfull.py)."""
@@ -45,5 +46,7 @@ class TensorBoardSink:
                 self.writer.add_scalar(key, value, step)
 
     def finish(self, status: str) -> None:
+        if self.writer is None:  # its start failed: nothing to close
+            return
         with self.writing():
             self.writer.close()
