@@ -280,3 +280,22 @@ def test_a_merged_export_needs_the_run_not_its_build(lora_run, tmp_path):
         f"bundled has tokenizer {record['tokenizer_hash'][:12]} ({BUNDLED_MODEL_DIR}): the base model's tokenizer "
         "changed since; export with the base the run trained with, or name another run with --run")
     assert not (tmp_path / "again").exists()
+
+
+def test_an_out_filled_by_another_writer_meanwhile_is_left_to_it(lora_run, tmp_path, monkeypatch):
+    import packtrain.trainer.export
+
+    real = packtrain.trainer.export.export_run
+
+    def and_another_writer(run_dir, out, merged, say):
+        base = real(run_dir, out, merged, say)
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "theirs.txt").write_text("theirs")  # a second export, or the user, got there first
+        return base
+
+    monkeypatch.setattr(packtrain.trainer.export, "export_run", and_another_writer)
+    assert refusal(export(lora_run, tmp_path / "out")) == (
+        f"--out {tmp_path / 'out'} was filled by another writer while this export was written: nothing of this "
+        "export was kept; name another --out, or remove it and run the export again")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and [p.name for p in (tmp_path / "out").iterdir()] == [
+        "theirs.txt"]

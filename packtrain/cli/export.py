@@ -92,7 +92,13 @@ def export(expert, run_dir, runs_dir, out, merged):
 
     target = Path(os.path.abspath(out_path))  # `.` or `x/..` have no name to put a temporary one beside
     target.parent.mkdir(parents=True, exist_ok=True)
-    with publishing(target, f"the export of {run_path}", "free space or name another --out, then run it again") as tmp:
-        base = export_run(run_path, tmp, merged, say)
+    try:
+        with publishing(target, f"the export of {run_path}", "free space or name another --out, then run it again") as tmp:
+            base = export_run(run_path, tmp, merged, say)
+    except OSError as e:
+        if e.filename2 != os.fspath(target):  # not the final rename onto --out
+            raise
+        raise ExportError(f"--out {out_path} was filled by another writer while this export was written: nothing of "
+                          "this export was kept; name another --out, or remove it and run the export again") from None
     say(f"{'merged model' if merged else 'adapter'} written to {out_path}")
     click.echo(json.dumps({"run_dir": str(run_path), "out": os.fspath(out_path), "merged": merged, **base}))
