@@ -173,3 +173,129 @@ def test_merge_is_renamed_merge_parts_and_still_works(tmp_path):
     assert old.stderr.splitlines()[0] == "note: `packtrain merge` was renamed to `packtrain merge-parts`; running that"
     assert old.stderr.splitlines()[1:] == new.stderr.splitlines() and old.returncode == new.returncode == 2
     assert "cannot merge 'sql'" in new.stderr  # merge-parts ran: no parts were tokenized
+
+
+def refusal(done) -> str:
+    """The one line a refused export printed (exit 2, no traceback)."""
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1), done.stderr[-2000:]
+    assert done.stderr.startswith("error: ")
+    return done.stderr[len("error: "):-1]
+
+
+def test_an_out_that_cannot_take_the_export_is_refused_before_anything_is_written(lora_run, tmp_path, monkeypatch):
+    import os
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "link").symlink_to(empty)
+    assert refusal(export(lora_run, tmp_path / "link")) == (
+        f"--out {tmp_path / 'link'} is a symbolic link (to {empty}): nothing was written; name a new directory "
+        "(or the empty directory itself) with --out")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert refusal(export(lora_run, tmp_path / "dangling")) == (
+        f"--out {tmp_path / 'dangling'} is a symbolic link (to {tmp_path / 'nowhere'}): nothing was written; name a new "
+        "directory (or the empty directory itself) with --out")
+    (tmp_path / "file").write_text("x")
+    assert refusal(export(lora_run, tmp_path / "file" / "out")) == (
+        f"--out {tmp_path / 'file' / 'out'}: {tmp_path / 'file'} is a file, not a directory: nothing was written; "
+        "name a --out under a directory")
+    locked, real_access = tmp_path / "locked", os.access
+    locked.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != locked and real_access(path, mode, **kw))
+    assert refusal(export(lora_run, locked / "a" / "b")) == (
+        f"--out {locked / 'a' / 'b'}: {locked} is not writable by this user: nothing was written; name a --out in "
+        "a directory you can write")
+    assert refusal(export(lora_run, lora_run / "exported")) == (
+        f"--out {lora_run / 'exported'} is inside the run directory {lora_run}: runs are written by the trainer "
+        "alone; name a --out outside it")
+    other = tmp_path / "other-run"
+    other.mkdir()
+    (other / "run.json").write_text("{}")
+    assert refusal(export(lora_run, other / "a" / "b")) == (
+        f"--out {other / 'a' / 'b'} is inside the run directory {other}: runs are written by the trainer alone; "
+        "name a --out outside it")
+    cache = Path(json.loads((lora_run / "run.json").read_text())["build_dir"]).parents[1]
+    for out in cache / "sql" / "exported", cache / "exported":
+        assert refusal(export(lora_run, out, "--merged")) == (
+            f"--out {out} is inside the build cache {out.parent}: builds are replaced and cleaned there; "
+            "name a --out outside it")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "empty", "file", "link", "locked", "other-run"]
+    assert [p.name for p in other.iterdir()] == ["run.json"]
+    assert not list(empty.iterdir()) and not list(locked.iterdir()) and not (lora_run / "exported").exists()
+    assert not (cache / "sql" / "exported").exists() and not (cache / "exported").exists()
+    assert not list((cache / "sql").glob(".tmp-*")) and not list(cache.glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda a: (a / "adapter_model.safetensors").unlink(),
+     "{a} has no adapter_model.safetensors (moved or deleted): put the adapter back, or name another run with --run"),
+    (lambda a: (a / "adapter_config.json").unlink(),
+     "{a} has no adapter_config.json (moved or deleted): put the adapter back, or name another run with --run"),
+    (lambda a: (a / "adapter_config.json").write_text('{"r'),
+     "{a}/adapter_config.json cannot be read as a PEFT adapter config (JSONDecodeError: Unterminated string starting "
+     "at: line 1 column 2 (char 1)): the adapter is damaged; name another run with --run"),
+    (lambda a: (a / "adapter_model.safetensors").write_bytes(b"\x01" * 100),
+     "{a}/adapter_model.safetensors cannot be read as adapter weights (SafetensorError: Error while deserializing "
+     "header: header too large): the adapter is damaged; name another run with --run"),
+])
+def test_a_run_whose_adapter_is_incomplete_or_damaged_is_refused(lora_run, tmp_path, damage, problem):
+    run_dir = tmp_path / "run"
+    shutil.copytree(lora_run, run_dir)
+    damage(run_dir / "adapter")
+    assert refusal(export(run_dir, tmp_path / "out")) == problem.format(a=run_dir / "adapter")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_every_exported_file_is_readable_as_the_umask_allows(lora_run, tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        assert export(lora_run, tmp_path / "adapter").returncode == 0
+    finally:
+        os.umask(old)
+    # safetensors writes its files 0600: an export served by another user (a container) could not read them
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "adapter").iterdir()} == {
+        name: "0o644" for name in ("README.md", "adapter_config.json", "adapter_model.safetensors",
+                                   "packtrain_config.json", "tokenizer.json", "tokenizer_config.json")}
+
+
+def test_a_merged_export_needs_the_run_not_its_build(lora_run, tmp_path):
+    """A run copied to another machine (or whose build was removed) still merges: the tokenizer is checked
+    against the hash run.json recorded, not against the build's manifest."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(lora_run, run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**record, "build_dir": str(tmp_path / "gone" / "sql" / ("0" * 16))}))
+    done = export(run_dir, tmp_path / "merged", "--merged")
+    assert done.returncode == 0, done.stderr[-2000:]
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    adapted = logits(PeftModel.from_pretrained(base_model(lora_run), lora_run / "adapter"))
+    torch.testing.assert_close(logits(merged), adapted, atol=1e-4, rtol=1e-4)
+
+    (run_dir / "run.json").write_text(json.dumps({**record, "tokenizer_hash": "0" * 64}))
+    refused = export(run_dir, tmp_path / "again", "--merged")
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == "error: " + (
+        f"tokenizer mismatch: run {run_dir} trained with tokenizer 000000000000 ({run_dir / 'run.json'}), the model "
+        f"bundled has tokenizer {record['tokenizer_hash'][:12]} ({BUNDLED_MODEL_DIR}): the base model's tokenizer "
+        "changed since; export with the base the run trained with, or name another run with --run")
+    assert not (tmp_path / "again").exists()
+
+
+def test_an_out_filled_by_another_writer_meanwhile_is_left_to_it(lora_run, tmp_path, monkeypatch):
+    import packtrain.trainer.export
+
+    real = packtrain.trainer.export.export_run
+
+    def and_another_writer(run_dir, out, merged, say):
+        base = real(run_dir, out, merged, say)
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "theirs.txt").write_text("theirs")  # a second export, or the user, got there first
+        return base
+
+    monkeypatch.setattr(packtrain.trainer.export, "export_run", and_another_writer)
+    assert refusal(export(lora_run, tmp_path / "out")) == (
+        f"--out {tmp_path / 'out'} was filled by another writer while this export was written: nothing of this "
+        "export was kept; name another --out, or remove it and run the export again")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and [p.name for p in (tmp_path / "out").iterdir()] == [
+        "theirs.txt"]

@@ -88,15 +88,19 @@ def exit_code(wandb_dir: Path) -> int:
 
 
 @pytest.mark.parametrize("value, problem", [
-    ("wnadb", "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'tensorboard', 'wandb', 'mlflow', "
-              "got 'wnadb'"),
-    (["none"], "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'tensorboard', 'wandb', 'mlflow', "
-               "got ['none']"),
+    ("wnadb", "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'none', 'tensorboard', 'wandb', "
+              "'mlflow', got 'wnadb' (did you mean 'wandb'?)"),
+    (["tensorbord", "wandb"], "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'none', 'tensorboard', "
+                              "'wandb', 'mlflow', got ['tensorbord', 'wandb'] (did you mean 'tensorboard'?)"),
+    ("comet_ml", "expected 'none', 'tensorboard', 'wandb', 'mlflow' or a list of 'none', 'tensorboard', 'wandb', "
+                 "'mlflow', got 'comet_ml'"),
+    (["none", "wandb"], "['none', 'wandb']: none with dashboards; use none alone, or name only the dashboards"),
     (["wandb", "wandb"], "['wandb', 'wandb']: name each of tensorboard, wandb, mlflow at most once, or use none"),
     ([], "[]: name each of tensorboard, wandb, mlflow at most once, or use none"),
 ])
 def test_report_to_takes_none_a_name_or_a_list(tmp_path, value, problem):
     assert make_config(tmp_path, tmp_path).train.reporters() == []
+    assert make_config(tmp_path, tmp_path, report_to=["none"]).train.reporters() == []  # as HF reads ["none"]
     assert make_config(tmp_path, tmp_path, report_to="wandb").train.reporters() == ["wandb"]
     assert make_config(tmp_path, tmp_path, report_to=["tensorboard", "mlflow"]).train.reporters() == ["tensorboard",
                                                                                                         "mlflow"]
@@ -196,3 +200,89 @@ def test_how_the_run_ended_is_passed_on(tmp_path, model_dir, monkeypatch, offlin
     [found] = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
     assert found.info.status == status
     assert exit_code(tmp_path / "wandb") == code
+
+
+def test_a_dropped_dashboard_is_ended_as_failed_when_it_is_dropped(tmp_path, model_dir, monkeypatch, offline_dashboards):
+    from mlflow import MlflowClient
+
+    from packtrain.trainer.sink_mlflow import MlflowSink
+    from packtrain.trainer.sink_wandb import WandbSink
+
+    def unreachable(self, metrics, step):
+        raise ConnectionError("the dashboard is unreachable")
+
+    monkeypatch.setattr(MlflowSink, "log", unreachable)
+    monkeypatch.setattr(WandbSink, "log", unreachable)
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
+                         report_to=["wandb", "mlflow"])
+    run_dir = run(config, tmp_path / "cache")
+    assert (run_dir / "summary.json").exists()
+    client = MlflowClient()
+    [found] = client.search_runs([client.get_experiment_by_name("tests").experiment_id])
+    assert found.info.status == "FAILED"  # not left RUNNING: the dashboard shows it stopped hearing from the run
+    assert exit_code(tmp_path / "wandb") == 1
+    warned = [line.split(" ", 2)[2] for line in (run_dir / "train.log").read_text().splitlines() if " failed (" in line]
+    assert [line.split(":")[0] for line in warned] == ["WARNING report_to wandb", "WARNING report_to mlflow"]
+
+
+def test_a_resumed_run_replaces_the_tensorboard_steps_after_its_checkpoint(tmp_path, model_dir, monkeypatch):
+    pytest.importorskip("tensorboard")
+    import packtrain.trainer.loop
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    save = packtrain.trainer.loop.save_checkpoint
+
+    def crash_at_step_4(run, state, *args):
+        if state.step == 4:
+            raise RuntimeError("killed before checkpoint-4")
+        return save(run, state, *args)
+
+    monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", crash_at_step_4)
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=2, sample_prompts=0, plots=False,
+                         run_name="r", report_to="tensorboard")
+    with pytest.raises(RuntimeError):
+        run(config, tmp_path / "cache")
+    monkeypatch.setattr(packtrain.trainer.loop, "save_checkpoint", save)
+    run_dir = run(config, tmp_path / "cache", resume="auto")  # from checkpoint-2: steps 3 and 4 again
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("loss")]
+    assert [step for step, _ in logged] == [1, 2, 3, 4]  # the killed run's steps 3 and 4 purged, as metrics.jsonl's
+    assert [value for _, value in logged] == pytest.approx([loss for step, loss in sorted(
+        (step, values["loss"]) for step, values in metrics_by_step(run_dir).items() if "loss" in values)], rel=1e-6)
+
+
+def test_tensorboard_holds_the_resolved_config(tmp_path, model_dir):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
+                         report_to="tensorboard")
+    run_dir = run(config, tmp_path / "cache")
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    [text] = events.Tensors("config/text_summary")  # as HF's TensorBoardCallback logs its args: text
+    logged = make_ndarray(text.tensor_proto).item().decode()
+    assert json.loads(logged.removeprefix("```json\n").removesuffix("\n```")) == json.loads(
+        (run_dir / "config.json").read_text())
+
+
+def test_a_dashboard_that_fails_to_start_is_said_once(tmp_path, model_dir, monkeypatch):
+    pytest.importorskip("tensorboard")
+    import torch.utils.tensorboard
+
+    def refused(*args, **kwargs):
+        raise PermissionError("the log directory is read-only")
+
+    monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", refused)
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
+                         report_to="tensorboard")
+    run_dir = run(config, tmp_path / "cache")
+    said = [line.split(" ", 2)[2] for line in (run_dir / "train.log").read_text().splitlines() if "report_to" in line]
+    assert said == ["WARNING report_to tensorboard: start failed (PermissionError: the log directory is read-only); "
+                    "training goes on without tensorboard (metrics.jsonl keeps every line)"]  # no second line at the end

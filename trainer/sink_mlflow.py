@@ -47,6 +47,7 @@ class MlflowSink:
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
+        self.run_id = None  # until the MLflow run is created
 
     def start(self, config: dict) -> None:
         from mlflow import MlflowClient
@@ -75,4 +76,6 @@ class MlflowSink:
         self.client.log_batch(self.run_id, metrics=[Metric(key, value, now, step) for key, value in metrics.items()])
 
     def finish(self, status: str) -> None:
+        if self.run_id is None:  # its start failed before the run was created: nothing to end
+            return
         self.client.set_terminated(self.run_id, status.upper())

@@ -24,6 +24,7 @@ class WandbSink:
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
+        self.run = None  # until start
 
     def start(self, config: dict) -> None:
         import wandb
@@ -36,4 +37,6 @@ class WandbSink:
         self.run.log(metrics, step=step)
 
     def finish(self, status: str) -> None:
+        if self.run is None:  # its start failed: no wandb run to end
+            return
         self.run.finish(exit_code=EXIT_CODES[status])

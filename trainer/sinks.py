@@ -13,7 +13,8 @@ checked before anything is loaded (core/preflight.py ``check_report_to``).
 
 A dashboard must never make training fail: a sink that raises (a server unreachable, a login
 missing, a bug in its library) is warned about once, on the console and in train.log, and dropped;
-training and metrics.jsonl go on. The one exception is a full disk under the run directory (a
+training and metrics.jsonl go on. When the run ends, a dropped sink's dashboard run is ended as failed
+(MLflow FAILED, wandb exit code 1), so that it does not stay "running" for ever. The one exception is a full disk under the run directory (a
 :class:`DiskFullError`, TensorBoard's event files): that stops the run as metrics.jsonl's would.
 """
 
@@ -40,11 +41,13 @@ class MetricSink(Protocol):
     def finish(self, status: str) -> None: ...
 
 
-def make_sink(name: str, run_dir: Path) -> MetricSink:
-    """The sink called ``name`` in ``train.report_to`` (its module imported here, its library at start)."""
+def make_sink(name: str, run_dir: Path, resumed_at: int | None = None) -> MetricSink:
+    """The sink called ``name`` in ``train.report_to`` (its module imported here, its library at start).
+    ``resumed_at``: the step of the checkpoint a resumed run continues from (metrics.jsonl is cut back to
+    it, and so are TensorBoard's event files in the run directory; wandb and mlflow start a new run)."""
     if name == "tensorboard":
         from packtrain.trainer.sink_tensorboard import TensorBoardSink
-        return TensorBoardSink(run_dir)
+        return TensorBoardSink(run_dir, resumed_at)
     if name == "wandb":
         from packtrain.trainer.sink_wandb import WandbSink
         return WandbSink(run_dir)
@@ -82,14 +85,28 @@ class Guarded:
                         "line)", self.name, what, type(e).__name__, said if len(said) <= 200 else said[:200] + "...",
                         self.name)
 
+    def end(self, status: str) -> None:
+        """The run ended (called once): a live sink is told ``status``; a dropped one (failed in ``start`` or ``log``) is
+        ended as failed, so that its dashboard run is not left running for ever (TensorBoard's writer
+        closed). Done here, after the run's files are written, not when it is dropped: an unreachable
+        server's retries hold up nothing but the exit. Where that fails too, train.log says so."""
+        if self.alive:
+            self.call("finish", status)
+            return
+        try:
+            self.sink.finish("failed")
+        except Exception as e:
+            log.info("report_to %s: ending its run as failed did not work either (%s: %s)", self.name,
+                     type(e).__name__, " ".join(str(e).split())[:200])
+
 
 class Reporting:
     """metrics.jsonl and the sinks of ``train.report_to``: each line written to the file, then logged
     to every sink still alive. Only the main rank has sinks (the other ranks report nothing)."""
 
-    def __init__(self, metrics, names: list[str], run_dir: Path):
+    def __init__(self, metrics, names: list[str], run_dir: Path, resumed_at: int | None = None):
         self.metrics = metrics
-        self.sinks = [Guarded(name, make_sink(name, run_dir)) for name in names]
+        self.sinks = [Guarded(name, make_sink(name, run_dir, resumed_at)) for name in names]
 
     def start(self, config: dict) -> None:
         for sink in self.sinks:
@@ -108,4 +125,4 @@ class Reporting:
     def finish(self, status: str) -> None:
         assert status in STATUSES, status
         for sink in self.sinks:
-            sink.call("finish", status)
+            sink.end(status)

@@ -239,7 +239,8 @@ def _train(ctx: TrainContext) -> Path:
     metrics = (MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=state.step if ctx.checkpoint else None)
                if world.is_main else NoMetricsFile())
     # metrics.jsonl and the train.report_to dashboards (trainer/sinks.py), told at the end how the run ended
-    reporting = Reporting(metrics, train.reporters() if world.is_main else [], run_dir)
+    reporting = Reporting(metrics, train.reporters() if world.is_main else [], run_dir,
+                          state.step if ctx.checkpoint else None)
     status = "failed"
     try:
         run_dir = _train_and_finish(ctx, reporting)

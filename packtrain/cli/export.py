@@ -17,6 +17,8 @@ import click
 
 from packtrain.cli.talk import finished_run
 from packtrain.core.errors import PacktrainError
+from packtrain.core.contract import CURRENT
+from packtrain.core.rundir import RUN_JSON, RunRecord
 
 
 class ExportError(PacktrainError):
@@ -24,13 +26,43 @@ class ExportError(PacktrainError):
 
 
 def check_out(out: Path) -> None:
-    """``out`` does not exist, or is an empty directory."""
+    """``out`` does not exist, or is an empty directory (not a link to one), and its nearest existing
+    parent is a directory this user can write."""
+    if out.is_symlink():
+        raise ExportError(f"--out {out} is a symbolic link (to {os.readlink(out)}): nothing was written; name a new "
+                          "directory (or the empty directory itself) with --out")
     if out.is_dir():
         if any(out.iterdir()):
             raise ExportError(f"--out {out} is not empty: nothing was written; name a new directory with --out "
                               "(export never overwrites)")
-    elif out.exists() or out.is_symlink():
+    elif out.exists():
         raise ExportError(f"--out {out} is a file: nothing was written; name a new directory with --out")
+    parent = Path(os.path.abspath(out)).parent
+    while not os.path.lexists(parent):
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ExportError(f"--out {out}: {parent} is a file, not a directory: nothing was written; name a --out under "
+                          "a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"--out {out}: {parent} is not writable by this user: nothing was written; name a --out in "
+                          "a directory you can write")
+
+
+def check_out_place(out: Path, run_path: Path) -> None:
+    """``out`` is inside no run directory (the trainer's alone; a finished run is never written again)
+    and inside no build cache (whose cleaning removes other writers' ``.tmp-*`` directories): neither
+    an expert's builds (``CURRENT``) nor the cache of the run's build."""
+    where = Path(os.path.realpath(out))
+    record = RunRecord.read(run_path)
+    build_dir = Path(os.path.realpath(record.build_dir)) if record and record.build_dir else None
+    cache = build_dir.parents[1] if build_dir is not None and len(build_dir.parents) > 2 else None
+    for place in [where, *where.parents]:
+        if (place / RUN_JSON).is_file():
+            raise ExportError(f"--out {out} is inside the run directory {place}: runs are written by the trainer "
+                              "alone; name a --out outside it")
+        if (place / CURRENT).is_file() or place == cache:
+            raise ExportError(f"--out {out} is inside the build cache {place}: builds are replaced and cleaned there; "
+                              "name a --out outside it")
 
 
 @click.command()
@@ -52,6 +84,7 @@ def export(expert, run_dir, runs_dir, out, merged):
     out_path = Path(out)
     check_out(out_path)
     run_path, _ = finished_run(expert, run_dir, runs_dir)
+    check_out_place(out_path, run_path)
     say = lambda line: click.echo(line, err=True)  # noqa: E731
     if merged:
         say(f"{run_path}: loading the base model and the adapter to merge ...")
@@ -59,7 +92,13 @@ def export(expert, run_dir, runs_dir, out, merged):
 
     target = Path(os.path.abspath(out_path))  # `.` or `x/..` have no name to put a temporary one beside
     target.parent.mkdir(parents=True, exist_ok=True)
-    with publishing(target, f"the export of {run_path}", "free space or name another --out, then run it again") as tmp:
-        base = export_run(run_path, tmp, merged, say)
+    try:
+        with publishing(target, f"the export of {run_path}", "free space or name another --out, then run it again") as tmp:
+            base = export_run(run_path, tmp, merged, say)
+    except OSError as e:
+        if e.filename2 != os.fspath(target):  # not the final rename onto --out
+            raise
+        raise ExportError(f"--out {out_path} was filled by another writer while this export was written: nothing of "
+                          "this export was kept; name another --out, or remove it and run the export again") from None
     say(f"{'merged model' if merged else 'adapter'} written to {out_path}")
     click.echo(json.dumps({"run_dir": str(run_path), "out": os.fspath(out_path), "merged": merged, **base}))

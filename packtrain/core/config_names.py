@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
+from typing import Any
 
 ALIASES = {
     # LoRA: axolotl lora_r / lora_alpha / lora_dropout, torchtune lora_rank, PEFT-style rank
@@ -69,6 +70,19 @@ def did_you_mean(key: str, where: str, cls: type, root: type) -> str:
         return f" (did you mean {', '.join(close)}?)"
     elsewhere = [f"{section}.{key}" for section, names in _sections(root).items() if key in names and section != where]
     return f" (did you mean {' or '.join(elsewhere)}?)" if elsewhere else ""
+
+
+def close_choice(value: Any, choices: list[str]) -> str:
+    """`` (did you mean 'wandb'?)`` for a string ``value`` not among ``choices`` (of a list, its first
+    such string); ``""`` when nothing is close.
+
+    >>> close_choice(["wandb", "tensorbord"], ["none", "tensorboard", "wandb", "mlflow"])
+    " (did you mean 'tensorboard'?)"
+    """
+    values = value if isinstance(value, list) else [value]
+    unknown = [v for v in values if isinstance(v, str) and v not in choices][:1]
+    close = difflib.get_close_matches(unknown[0], choices, n=1) if unknown else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _dotted(where: str, key: str) -> str:

@@ -194,9 +194,10 @@ class TrainConfig:
     """Write PNG plots of the run (loss, eval loss, tokens/s, data wait, memory) into the run
     directory when it ends; needs matplotlib (``pip install 'packtrain[plots]'``, in ``make install``)."""
     report_to: (Literal["none", "tensorboard", "wandb", "mlflow"]
-                | list[Literal["tensorboard", "wandb", "mlflow"]]) = "none"
+                | list[Literal["none", "tensorboard", "wandb", "mlflow"]]) = "none"
     """Also log every metrics line (and the resolved config, and how the run ended) to these dashboards,
-    as HF ``TrainingArguments.report_to``: one name, a list (``[tensorboard, wandb]``) or ``none``.
+    as HF ``TrainingArguments.report_to``: one name, a list (``[tensorboard, wandb]``) or ``none`` (or
+    ``[none]``, as HF reads it).
     ``tensorboard`` (``<run>/tensorboard/``), ``wandb`` (``WANDB_PROJECT``, ``WANDB_MODE``, ``WANDB_DIR``
     honoured), ``mlflow`` (``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``); each needs its extra
     (``pip install 'packtrain[wandb]'``). ``metrics.jsonl`` stays the record: a dashboard that fails is
@@ -237,7 +238,7 @@ class TrainConfig:
     def reporters(self) -> list[str]:
         """The dashboards of ``report_to``, as a list (``none``: [])."""
         if isinstance(self.report_to, list):
-            return list(self.report_to)
+            return [name for name in self.report_to if name != "none"]
         return [] if self.report_to == "none" else [self.report_to]
 
     def validate(self, errors: list[str], where: str) -> None:
@@ -256,7 +257,10 @@ class TrainConfig:
             errors.append(f"{where}.global_batch_size: {self.global_batch_size} is not per_device_train_batch_size "
                           f"({micro}) x gradient_accumulation_steps ({self.gradient_accumulation_steps}) x world size; "
                           "unset it, or set per_device_train_batch_size: auto")
-        if self.report_to == [] or isinstance(self.report_to, list) and len(set(self.report_to)) < len(self.report_to):
+        if isinstance(self.report_to, list) and "none" in self.report_to and self.report_to != ["none"]:
+            errors.append(f"{where}.report_to: {self.report_to!r}: none with dashboards; use none alone, or name only "
+                          "the dashboards")
+        elif self.report_to == [] or isinstance(self.report_to, list) and len(set(self.report_to)) < len(self.report_to):
             errors.append(f"{where}.report_to: {self.report_to!r}: name each of tensorboard, wandb, mlflow at most "
                           "once, or use none")
         if self.bf16 and self.fp16:

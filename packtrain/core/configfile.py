@@ -20,7 +20,7 @@ import yaml
 
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.config_fields import check_numbers
-from packtrain.core.config_names import did_you_mean
+from packtrain.core.config_names import close_choice, did_you_mean
 from packtrain.core.contract import check_expert_name
 from packtrain.core.machine import has_cuda
 
@@ -214,11 +214,12 @@ def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
             result = _coerce(arg, value, where, trial)
             if not trial:
                 return result
-        errors.append(f"{where}: expected {_type_name(hint)}, got {value!r}")
+        errors.append(f"{where}: expected {_type_name(hint)}, got {value!r}{close_choice(value, _choices(hint))}")
         return value
     if origin is Literal:
         if value not in args:
-            errors.append(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+            errors.append(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}"
+                          f"{close_choice(value, _choices(hint))}")
         return value
     if origin is list:
         if not isinstance(value, list):
@@ -249,6 +250,14 @@ def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
     if hint in (int, float, str, bool) and (not isinstance(value, hint) or (hint is int and isinstance(value, bool))):
         errors.append(f"{where}: expected {hint.__name__}, got {value!r}")
     return value
+
+
+def _choices(hint: Any) -> list[str]:
+    """The strings a field's type names (its ``Literal`` values, in unions and lists too)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is Literal:
+        return [a for a in args if isinstance(a, str)]
+    return list(dict.fromkeys(choice for arg in args for choice in _choices(arg)))
 
 
 def _type_name(hint: Any) -> str:

@@ -49,6 +49,7 @@ class RunRecord:
     build_id: str | None
     build_dir: str | None
     device: str | None
+    tokenizer_hash: str | None = None  # the build's tokenizer: what the base's must still be to load the adapter
 
     @classmethod
     def read(cls, run_dir: Path) -> "RunRecord | None":
@@ -68,7 +69,7 @@ class RunRecord:
     @classmethod
     def from_dict(cls, run_dir: Path, data: dict) -> "RunRecord":
         text = {name: data.get(name) if isinstance(data.get(name), str) else None
-                for name in ("build_id", "build_dir", "device")}
+                for name in ("build_id", "build_dir", "device", "tokenizer_hash")}
         return cls(run_dir, **text)
 
 

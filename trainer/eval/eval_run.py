@@ -19,7 +19,7 @@ import torch
 
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import config_from_dict
-from packtrain.core.contract import MANIFEST, Manifest
+from packtrain.core.contract import MANIFEST, Manifest, tokenizer_fingerprint
 from packtrain.core.inputs import one_line, read_json
 from packtrain.core.rundir import RUN_JSON, RunRecord
 from packtrain.trainer.adapters import ADAPTER_WEIGHTS
@@ -56,15 +56,30 @@ def build_of_run(run_dir: Path, record: RunRecord, expert: str) -> Path:
     return Path(build_dir)
 
 
+def check_run_tokenizer(record: RunRecord, tok_dir: Path, model_name: str) -> None:
+    """The base model's tokenizer is still the one the run trained with (``run.json``'s hash)."""
+    ours = tokenizer_fingerprint(tok_dir)["hash"]
+    if ours != record.tokenizer_hash:
+        raise TaskEvalError(f"tokenizer mismatch: run {record.run_dir} trained with tokenizer "
+                            f"{record.tokenizer_hash[:12]} ({record.run_dir / RUN_JSON}), the model {model_name} has "
+                            f"tokenizer {ours[:12]} ({tok_dir}): the base model's tokenizer changed since; export "
+                            "with the base the run trained with, or name another run with --run")
+
+
+def check_adapter_files(adapter_dir: Path) -> None:
+    """The run's adapter directory holds what PEFT's ``save_pretrained`` writes."""
+    missing = [name for name in ADAPTER_FILES if not (adapter_dir / name).is_file()]
+    if missing:
+        raise TaskEvalError(f"{adapter_dir} has no {', '.join(missing)} (moved or deleted): put the adapter back, "
+                            "or name another run with --run")
+
+
 def load_adapter(model, adapter_dir: Path):
     """The base ``model`` with the run's adapter on top; an unreadable adapter is a TaskEvalError."""
     from peft import PeftModel
     from safetensors import SafetensorError
 
-    missing = [name for name in ADAPTER_FILES if not (adapter_dir / name).is_file()]
-    if missing:
-        raise TaskEvalError(f"{adapter_dir} has no {', '.join(missing)} (moved or deleted): put the adapter back, "
-                            "or name another run with --run")
+    check_adapter_files(adapter_dir)
     try:
         return PeftModel.from_pretrained(model, adapter_dir)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
@@ -86,8 +101,8 @@ class OpenRun:
     precision, and the base model with the run's adapter on top."""
 
     config: ExpertConfig
-    build_dir: Path
-    manifest: Manifest
+    build_dir: Path | None  # None: opened without its build (open_run's need_build)
+    manifest: Manifest | None
     tokenizer_dir: Path
     device: torch.device
     precision: Precision
@@ -96,11 +111,14 @@ class OpenRun:
 
 
 def open_run(run_dir: Path, expert: str | None, check: Callable[[Path], None] | None = None,
-             dequantize: bool = False) -> OpenRun:
+             dequantize: bool = False, need_build: bool = True) -> OpenRun:
     """Load ``run_dir`` (a run of ``expert`` when given); ``check`` runs on the run directory before the
     model loads (``packtrain eval`` refuses a run it evaluated already). ``dequantize``: a QLoRA run's
     NF4 base is loaded as it trained, then de-quantized into plain linear layers before the adapter goes
-    on (``packtrain export --merged`` merges into those weights)."""
+    on (``packtrain export --merged`` merges into those weights). ``need_build`` False (the export): the
+    build may be gone (the run copied to another machine); the base's tokenizer is checked against the
+    hash ``run.json`` recorded, and ``build_dir``/``manifest`` are None (a run.json without that hash,
+    from before it was recorded, still needs its build)."""
     fix = "not a packtrain run directory, or damaged: name another with --run"
     config = config_from_dict(read_json(run_dir / "config.json", fix, "a run config"), str(run_dir / "config.json"))
     record = RunRecord.load(run_dir, fix)
@@ -108,11 +126,15 @@ def open_run(run_dir: Path, expert: str | None, check: Callable[[Path], None] | 
         check_run_expert(run_dir, config.expert, expert)
     if check is not None:
         check(run_dir)
-    build_dir = build_of_run(run_dir, record, config.expert)
-    manifest = Manifest.load(build_dir)
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
-    check_tokenizer(manifest, tok_dir, config.model.name)
+    build_dir = manifest = None
+    if need_build or record.tokenizer_hash is None:
+        build_dir = build_of_run(run_dir, record, config.expert)
+        manifest = Manifest.load(build_dir)
+        check_tokenizer(manifest, tok_dir, config.model.name)
+    else:
+        check_run_tokenizer(record, tok_dir, config.model.name)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision = choose_precision(config.train, device)
     threads = set_torch_threads(config.train.cpu_threads)
