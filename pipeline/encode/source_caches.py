@@ -199,8 +199,10 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
                           facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
                           where=tuple(spec.where))
         sampled = dataclasses.replace(task, check_all=False)
-        batches = iter_batches(source, formatter.needed_columns() + [c.column for c in spec.where],
-                               config.build.batch_rows, spec.max_rows, where_fix(spec, i, formatter))
+        filtered = [c.column for c in spec.where]
+        batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
+                               where_fix(spec, i, formatter),
+                               optional=[c for _, c in formatter.optional_columns if c not in filtered])
         facts_checked = False
         for number, batch in enumerate(batches):
             stats[i].batches = number + 1  # every batch of the source, tokenized here or not
