@@ -83,12 +83,6 @@ class RowFormatter:
         names = set(self.fmt.optional_fields())
         return tuple((name, column) for name, column in self.field_columns if name in names)
 
-    def prompt_template(self, values: dict[str, str]) -> str:
-        """``format.prompt``, or ``format.prompt_no_input`` where the row left its optional fields empty."""
-        if self.optional_columns and self.optional_columns[0][0] not in values:
-            return self.fmt.prompt_no_input
-        return self.fmt.prompt
-
     @cached_property
     def messages_column(self) -> str | None:
         """The dataset column of ``format.messages``, through ``columns``."""
@@ -138,9 +132,9 @@ class RowFormatter:
 
                 doc = completion_spans(doc, messages[:train_from], self.messages_column)
             return doc
-        values = {name: text_value(row.get(column), name) for name, column in self.field_columns
-                  if name not in self.empty_fields(row)}
-        prompt = self.prompt_template(values).format_map(values)
+        empty = self.empty_fields(row)  # then format.prompt_no_input, and "" where the answer names them
+        values = {name: "" if name in empty else text_value(row.get(column), name) for name, column in self.field_columns}
+        prompt = (self.fmt.prompt_no_input if empty else self.fmt.prompt).format_map(values)
         answer = self.fmt.answer.format_map(values)
         if not answer.strip():
             raise BadRow("the answer is empty")

@@ -14,6 +14,7 @@ from build_fixtures import make_tokenizer, packed_documents as documents, write_
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
 from packtrain.pipeline.build import build
+from packtrain.pipeline.discover import SourceError
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.format import BadRow, RowFormatter
@@ -84,6 +85,12 @@ def test_where_on_a_column_of_objects_is_refused_not_an_empty_build(tiny_tokeniz
         "('en'); equals and one_of compare a column's own text, number or boolean, not the fields inside it: name a "
         "column holding the value itself (not_empty works on any column)")
     assert not (root / "cache" / "x").exists() or not any((root / "cache" / "x").glob("*/manifest.json"))
+    config.sources[0].where[0].column = "meta.lang"  # axolotl-style dotted path: no such column, and said why
+    with pytest.raises(SourceError) as e:
+        build(config, root / "cache", log=lambda *_: None, progress=False)
+    assert str(e.value).endswith("sources[0].where names the column 'meta.lang', which source " + str(data) + " does "
+                                 "not have; name one of its columns in the condition (a condition reads a column "
+                                 "itself, not a field inside one)")
 
 
 OPENS_WITH_AN_ANSWER = {"conversations": [{"from": "gpt", "value": "Hello, how can I help?"},
@@ -157,3 +164,25 @@ def test_conversational_prompt_completion_under_style_template_is_refused_not_tr
     # a column of other JSON (a list of objects without roles) is still printed as JSON text
     assert formatter({"prompt": "{q}", "answer": "{a}"}, tiny_tokenizer[1])({"q": "Q", "a": [{"k": 1}]}).text == \
         'Q[{"k":1}]'
+
+
+def test_a_filter_that_keeps_no_row_names_the_source_and_what_to_loosen(tiny_tokenizer):
+    root = tiny_tokenizer[0]
+    data = write_jsonl(root / "kept-none" / "rows.jsonl", [{"prompt": f"Q{i}", "answer": f"A{i}", "n": i}
+                                                            for i in range(5)])
+    config = config_from_dict({"expert": "x", "model": {"name": str(root / "model")}, "build": {"num_proc": 1},
+                               "sources": [{"name": str(data), "where": [{"column": "n", "one_of": [7, 8]}]}]})
+    with pytest.raises(BuildError) as e:
+        build(config, root / "cache", log=lambda *_: None, progress=False)
+    assert str(e.value) == ("the build of 'x' has no training blocks: 0 of 5 rows were bad, 5 filtered out by "
+                            "sources[].where (sources[0].where kept none of its 5 rows); loosen its conditions to "
+                            "match the values the column holds")
+
+
+def test_a_field_prompt_no_input_leaves_out_may_be_in_the_answer(tiny_tokenizer):
+    """The answer may name the optional field too: a row that leaves it empty crashed the build with a
+    KeyError (the field was dropped from the values the answer is formatted with); it is "" there."""
+    fmt = {"prompt": "{instruction} | {input}\n", "prompt_no_input": "{instruction}\n", "answer": "{output} ({input})"}
+    rows = formatter(fmt, tiny_tokenizer[1])
+    assert [rows({"instruction": "a", "input": value, "output": "c"}).text for value in ("b", "", None)] == [
+        "a | b\nc (b)", "a\nc ()", "a\nc ()"]

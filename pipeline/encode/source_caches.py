@@ -221,7 +221,8 @@ def where_fix(spec, i: int, formatter: RowFormatter):
         named = [c.column for c in spec.where if c.column in missing]
         if named:
             return (f"sources[{i}].where names the column {named[0]!r}, which source {spec.name} does not have; "
-                    "name one of its columns in the condition")
+                    "name one of its columns in the condition" +
+                    (" (a condition reads a column itself, not a field inside one)" if "." in named[0] else ""))
         return formatter.column_fix
 
     return fix
