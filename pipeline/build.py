@@ -311,12 +311,16 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
 def no_training_blocks(expert: str, source_stats: list[SourceStats]) -> BuildError:
     bad = [row for stats in source_stats for row in stats.first_bad_rows][:3]
     filtered = sum(s.filtered_rows or 0 for s in source_stats)
-    why = "; ".join(f"{row.row}: {row.reason}" for row in bad) or \
-        ("sources[].where kept none" if filtered else "the sources have no rows")
+    emptied = [f"sources[{i}].where kept none of its {s.rows:,} rows" for i, s in enumerate(source_stats)
+               if s.rows and s.filtered_rows == s.rows]
+    why = "; ".join([f"{row.row}: {row.reason}" for row in bad] + emptied) or "the sources have no rows"
+    fix = ("loosen its conditions to match the values the column holds" if len(emptied) == 1 else
+           "loosen their conditions to match the values the columns hold") if emptied and not bad else \
+        "check the sources and the format templates"
     return BuildError(f"the build of {expert!r} has no training blocks: "
                       f"{sum(s.bad_rows for s in source_stats)} of {sum(s.rows for s in source_stats)} "
                       f"rows were bad{f', {filtered} filtered out by sources[].where' if filtered else ''} ({why}); "
-                      "check the sources and the format templates")
+                      f"{fix}")
 
 
 def manifest_exactness(made: list[Exactness]) -> dict:

@@ -20,7 +20,9 @@ It is a shortcut, so it is used only where it is checked to give what the exact 
   template whose spans or text differ on them (one that rewrites content, drops earlier turns'
   reasoning, renders a generation prompt other than the turn's start) is never rendered once;
 - per row, anything unexpected (a marker character in the data, markers not found in order, a turn
-  end that is not there, an assistant turn with no text content) is left to the exact way;
+  end that is not there, an assistant turn with no text content, a conversation that opens with an
+  assistant turn: the exact way reads its start off the template's render of no message at all,
+  which a template with a default system prompt renders without it) is left to the exact way;
 - per build, the exactness check renders the checked documents the exact way too and compares
   (pipeline/encode/worker.py); a difference drops the shortcut for that template, remembered.
 """
@@ -32,7 +34,7 @@ from functools import lru_cache
 from packtrain.pipeline.format import BadRow, Formatted, compile_chat_template, render_turns
 
 OPEN, CLOSE = "\U000f0000", "\U000f0001"
-VERSION = 1  # raise when what is rendered once changes (part of the remembered refusals' key)
+VERSION = 2  # raise when what is rendered once changes (part of the remembered refusals' key)
 
 PROBES = (
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
@@ -231,6 +233,8 @@ def plain_chatml(messages, system: str | None, default_system: str | None, eos_t
         return None
     parts, spans, at = [], [], 0
     first = messages[0]
+    if type(first) is dict and first.get("role") == "assistant":
+        return None  # the exact way judges a conversation that opens with an answer (see the module doc)
     if type(first) is dict and first.get("role") != "system":
         prefix = system or default_system
         if prefix is not None:
@@ -265,7 +269,7 @@ def render_once(template: str | None, messages: list[dict], bos_token: str | Non
     render, or None where the exact way must render it. A ChatML template whose probes :func:`chatml`
     renders exactly is rendered by it, without Jinja, for messages of role and text content alone;
     others by the template with markers."""
-    if not template:
+    if not template or messages[0]["role"] == "assistant":
         return None
     end = turn_end(template, bos_token, eos_token)
     if end is None:

@@ -31,20 +31,17 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache, partial
+from functools import cached_property, partial
 from typing import Any, Iterator
 
 from packtrain.core.config_build import MESSAGE_ROLES, FormatConfig
+from packtrain.pipeline.chat_template import BadRow, compile_chat_template
 
 
 TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
                         "the source in configs/<expert>.yaml, or name those columns in format.prompt / format.answer")
 MESSAGES_COLUMN_FIX = ("set format.messages in configs/<expert>.yaml to the column holding the conversations (a list "
                        "of {\"role\", \"content\"} messages)")
-
-
-class BadRow(ValueError):
-    """A row that cannot become a training document; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -85,12 +82,6 @@ class RowFormatter:
     def optional_columns(self) -> tuple[tuple[str, str], ...]:
         names = set(self.fmt.optional_fields())
         return tuple((name, column) for name, column in self.field_columns if name in names)
-
-    def prompt_template(self, values: dict[str, str]) -> str:
-        """``format.prompt``, or ``format.prompt_no_input`` where the row left its optional fields empty."""
-        if self.optional_columns and self.optional_columns[0][0] not in values:
-            return self.fmt.prompt_no_input
-        return self.fmt.prompt
 
     @cached_property
     def messages_column(self) -> str | None:
@@ -141,9 +132,9 @@ class RowFormatter:
 
                 doc = completion_spans(doc, messages[:train_from], self.messages_column)
             return doc
-        values = {name: text_value(row.get(column), name) for name, column in self.field_columns
-                  if name not in self.empty_fields(row)}
-        prompt = self.prompt_template(values).format_map(values)
+        empty = self.empty_fields(row)  # then format.prompt_no_input, and "" where the answer names them
+        values = {name: "" if name in empty else text_value(row.get(column), name) for name, column in self.field_columns}
+        prompt = (self.fmt.prompt_no_input if empty else self.fmt.prompt).format_map(values)
         answer = self.fmt.answer.format_map(values)
         if not answer.strip():
             raise BadRow("the answer is empty")
@@ -180,13 +171,17 @@ class Formatted:
 
 
 def text_value(value: Any, name: str) -> str:
-    """A field's text: strings as they are, numbers printed, lists/objects as compact JSON."""
+    """A field's text: strings as they are, numbers printed, lists/objects as compact JSON (but not a
+    conversation: a list of messages with roles needs style chat)."""
     if value is None:
         raise BadRow(f"field {name!r} is null")
     if isinstance(value, str):
         return value
     if isinstance(value, bool) or isinstance(value, (int, float)):
         return str(value)
+    if isinstance(value, list) and value and all(isinstance(v, dict) and ("role" in v or "from" in v) for v in value):
+        raise BadRow(f"field {name!r} holds a conversation (messages with roles), not text; conversations need "
+                     "format.style: chat (with format.messages or a preset)")
     if isinstance(value, (list, dict)):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     raise BadRow(f"field {name!r} has type {type(value).__name__}, expected text")
@@ -274,9 +269,12 @@ def render_turns(template: str, messages: list[dict], column: str, bos_token: st
             continue
         head, through = render(messages[:k], True), render(messages[: k + 1], False)
         if not (full.startswith(head) and full.startswith(through) and len(through) > len(head)):
+            fix = ("open the conversation with a system or user message (format.system adds one)" if k == 0 else
+                   "set format.each_assistant_turn: true (docs/DATASETS.md), or use a template that renders turns the "
+                   "same whatever follows")
             raise BadRow(f"the chat template does not render assistant turn {k} of {column!r} as a prefix of the "
                          "whole conversation (its generation prompt or an earlier turn renders differently), so its "
-                         "span cannot be found; use a template that renders turns the same whatever follows")
+                         f"span cannot be found; {fix}")
         stop = len(through.rstrip())  # the end-of-turn token is supervised, the newline after it is not
         if stop <= len(head) or not through[len(head):stop].strip():
             raise BadRow(f"the chat template renders no text for assistant turn {k} of {column!r}")
@@ -364,32 +362,3 @@ def check_messages(messages: Any, column: str) -> list[dict]:
     # parquet/arrow give every message every key seen in the column, missing ones as null: drop
     # those, so a template's "is defined" tests see the message as it was written
     return [{key: value for key, value in message.items() if value is not None} for message in messages]
-
-
-@lru_cache(maxsize=4)
-def compile_chat_template(template: str):
-    """Compile a chat template the way transformers does (sandboxed Jinja, trim/lstrip blocks)."""
-    from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class GenerationMarkers(Extension):
-        """``{% generation %}...{% endgeneration %}`` (transformers' assistant-mask markers) renders its
-        body: the spans are found by rendering prefixes, with or without the markers."""
-
-        tags = {"generation"}
-
-        def parse(self, parser):
-            next(parser.stream)
-            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
-
-    def raise_exception(message: str):
-        raise BadRow(f"chat template: {message}")
-
-    def tojson(value, indent=None, ensure_ascii=False):
-        return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols, GenerationMarkers])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(template)

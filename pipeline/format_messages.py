@@ -71,6 +71,9 @@ def map_messages(messages: Any, column: str, mappings: dict[str, str], roles: di
                 raise BadRow(f"{column!r} message {i} has the role {role!r}, which format.roles does not map ({known}); "
                              "add it to the list of the role it stands for in format.roles")
             role = rename[role]
+        if content_key not in message and not message.get("tool_calls"):
+            raise BadRow(f"{column!r} message {i} has no {content_key!r} key (got {message!r:.80}); set "
+                         "format.message_property_mappings content: to the key holding the text")
         rest = {key: value for key, value in message.items() if key not in (role_key, content_key)}
         out.append({**rest, "role": role, "content": message.get(content_key)})
     return out
@@ -143,7 +146,8 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
             stop = len(through.rstrip())  # the end-of-turn token is supervised, the newline after it is not
             if not through.startswith(head):
                 raise BadRow(f"the chat template does not render assistant turn {k} of {column!r} after its generation "
-                             "prompt, so its span cannot be found")
+                             "prompt, so its span cannot be found" + ("; open the conversation with a system or user "
+                                                                       "message (format.system adds one)" if k == 0 else ""))
             if stop <= len(head) or not through[len(head):stop].strip():
                 raise BadRow(f"the chat template renders no text for assistant turn {k} of {column!r}")
             text = through.rstrip() if eos_token and through.rstrip().endswith(eos_token) else through

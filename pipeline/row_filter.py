@@ -8,6 +8,7 @@ condition and the value to write::
 
     column syntax_error ["False", "True"]   equals: false     -> refused: write equals: 'False'
     column syntax_error ["False", "True"]   equals: "False"   -> keep [0]
+    column meta [{"lang": "en"}, ...]        equals: "en"      -> refused: the fields inside a column are not read
 """
 
 from __future__ import annotations
@@ -16,14 +17,21 @@ from packtrain.pipeline.errors import BuildError
 
 
 def kind(value) -> str | None:
-    """``text``, ``a boolean`` or ``a number``; None for anything else (null, lists)."""
+    """``text``, ``a boolean``, ``a number``, ``lists`` or ``objects``; None for null."""
     if isinstance(value, str):
         return "text"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):
         return "a number"
+    if isinstance(value, list):
+        return "lists"
+    if isinstance(value, dict):
+        return "objects"
     return None
+
+
+NESTED = ("lists", "objects")
 
 
 def check_kinds(conditions, columns: dict[str, list], where: str) -> None:
@@ -39,9 +47,11 @@ def check_kinds(conditions, columns: dict[str, list], where: str) -> None:
                 seen.setdefault(kind(value), value)
         if seen and not seen.keys() & {kind(w) for w in wanted}:
             found, example = next(iter(seen.items()))
-            raise BuildError(f"{where}.where[{j}]: column {condition.column!r} holds {found} (e.g. {example!r}), "
-                             f"and the condition compares with {kind(wanted[0])} ({wanted[0]!r}); write the value as "
-                             f"the column holds it (e.g. {str(wanted[0])!r})")
+            fix = (f"write the value as the column holds it (e.g. {str(wanted[0])!r})" if found not in NESTED else
+                   "equals and one_of compare a column's own text, number or boolean, not the fields inside it: "
+                   "name a column holding the value itself (not_empty works on any column)")
+            raise BuildError(f"{where}.where[{j}]: column {condition.column!r} holds {found} (e.g. {example!r:.80}), "
+                             f"and the condition compares with {kind(wanted[0])} ({wanted[0]!r}); {fix}")
 
 
 def kept_rows(conditions, columns: dict[str, list]) -> list[int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,18 +43,21 @@ class RowBatch:
 
 
 def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None = None,
-                 column_fix: str | Callable[[list[str]], str] = TEMPLATE_COLUMNS_FIX) -> Iterator[RowBatch]:
+                 column_fix: str | Callable[[list[str]], str] = TEMPLATE_COLUMNS_FIX,
+                 optional: Iterable[str] = ()) -> Iterator[RowBatch]:
     """Rows of ``source`` in file order, ``batch_rows`` at a time, at most ``max_rows`` in all. A file
     without one of ``columns`` raises :class:`SourceError` naming the columns it has, then
     ``column_fix``: how to fix it, from what the caller reads the columns for (``RowFormatter.column_fix``;
-    by default, template fields), or a function of the missing columns that says it."""
+    by default, template fields), or a function of the missing columns that says it. A file without
+    one of the ``optional`` columns (alpaca's ``input``) reads it as null in every row."""
     try:
-        yield from _batches(source, columns, batch_rows, max_rows)
+        yield from _batches(source, columns, batch_rows, max_rows, frozenset(optional))
     except MissingColumns as e:
         raise SourceError(f"{e}; {column_fix(e.missing) if callable(column_fix) else column_fix}") from None
 
 
-def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None) -> Iterator[RowBatch]:
+def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None,
+             optional: frozenset = frozenset()) -> Iterator[RowBatch]:
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     if not columns:
@@ -66,7 +69,7 @@ def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_ro
             return
         rel = path.relative_to(source.root).as_posix()
         start = 0
-        for batch in _rebatch(_read_chunks(path, columns, batch_rows), columns, batch_rows):
+        for batch in _rebatch(_file_chunks(path, columns, batch_rows, optional), columns, batch_rows):
             n = len(batch[columns[0]])
             if remaining is not None and n > remaining:
                 batch, n = {c: v[:remaining] for c, v in batch.items()}, remaining
@@ -98,6 +101,26 @@ def _rebatch(chunks: Iterator[Columns], columns: list[str], batch_rows: int) -> 
         yield buf
 
 
+def _file_chunks(path: Path, columns: list[str], batch_rows: int, optional: frozenset) -> Iterator[Columns]:
+    """The file's chunks of ``columns``; an ``optional`` column the file lacks is null in every row."""
+    read = False
+    try:
+        for chunk in _read_chunks(path, columns, batch_rows):
+            read = True
+            yield chunk
+    except MissingColumns as e:
+        present = [c for c in columns if c not in e.missing]
+        if not optional.issuperset(e.missing):  # name the required ones alone
+            _check_columns(path, [c for c in columns if c not in optional], e.available)
+        if not present:
+            raise
+        if read:  # JSON lines find a column no row has after reading them all: it was null in each
+            return
+        for chunk in _read_chunks(path, present, batch_rows):
+            rows = len(chunk[present[0]])
+            yield {c: chunk[c] if c in chunk else [None] * rows for c in columns}
+
+
 def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
     suffix = path.suffix.lower()
     readers = {".parquet": _parquet, ".arrow": _arrow, ".jsonl": _jsonl, ".json": _json, ".csv": _csv}
@@ -113,16 +136,16 @@ def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Co
 class MissingColumns(SourceError):
     """A data file lacks columns the format reads; :func:`iter_batches` adds the fix its caller knows."""
 
-    def __init__(self, message: str, missing: list[str]):
+    def __init__(self, message: str, missing: list[str], available: list[str]):
         super().__init__(message)
-        self.missing = missing
+        self.missing, self.available = missing, available
 
 
 def _check_columns(path: Path, columns: list[str], available: list[str]) -> None:
     missing = [c for c in columns if c not in available]
     if missing:
         raise MissingColumns(f"{path}: no column {', '.join(map(repr, missing))} "
-                             f"(it has: {', '.join(map(repr, available)) or 'none'})", missing)
+                             f"(it has: {', '.join(map(repr, available)) or 'none'})", missing, available)
 
 
 def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:
@@ -225,10 +248,10 @@ def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) 
             if len(buf[columns[0]]) == batch_rows:
                 yield buf
                 buf = {c: [] for c in columns}
-    if unseen and row:  # a file with no rows lacks nothing
-        _check_columns(path, columns, list(seen))
     if buf[columns[0]]:
         yield buf
+    if unseen and row:  # a file with no rows lacks nothing
+        _check_columns(path, columns, list(seen))
 
 
 def _json(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:

@@ -132,6 +132,25 @@ def test_missing_column_names_the_file_the_field_and_the_columns_it_has(tmp_path
     assert "`columns: {field: column}` under the source in configs/<expert>.yaml" in str(e.value)
 
 
+@pytest.mark.parametrize("name, content", [
+    ("rows.jsonl", '{"q": "a"}\n{"q": "b"}\n{"q": "c"}\n'),
+    ("mixed.jsonl", '{"q": "a"}\n{"q": 1}\n{"q": "c"}\n'),  # read line by line: the column found missing at the end
+    ("rows.json", '[{"q": "a"}, {"q": "b"}, {"q": "c"}]'),
+    ("rows.csv", "q\na\nb\nc\n"),
+])
+def test_an_optional_column_a_file_lacks_is_null_in_every_row(tmp_path, name, content):
+    """alpaca's ``input`` (format.prompt_no_input's field): a dataset without the column reads it as null,
+    as axolotl reads a row without input; a required column it lacks is still refused."""
+    path = tmp_path / name
+    path.write_text(content)
+    source = resolve_source(SourceConfig(name=str(path)))
+    batches = list(iter_batches(source, ["q", "input"], 2, optional=["input"]))
+    assert [b.columns["input"] for b in batches] == [[None, None], [None]]
+    assert [q for b in batches for q in b.columns["q"]] == [q for q in ("a", 1 if name == "mixed.jsonl" else "b", "c")]
+    with pytest.raises(SourceError, match=r"no column 'answer' \(it has: 'q'\); "):
+        list(iter_batches(source, ["q", "input", "answer"], 2, optional=["input"]))
+
+
 def test_missing_column_in_parquet_and_arrow(hub_cache, prepared_dataset):
     for name, has in [("org/parquet-ds", "'text', 'n'"), ("org/prepared-ds", "'question', 'context', 'answer'")]:
         with pytest.raises(SourceError, match=rf"\.(parquet|arrow): no column 'answer2' \(it has: {has}\)"):

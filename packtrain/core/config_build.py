@@ -32,7 +32,7 @@ class SourceConfig:
     """Read at most this many rows of the source, in file order (before formatting, dedup and
     ``weight``); unset: every row. Set it for a quick trial build of a large dataset."""
     where: list[RowCondition] = field(default_factory=list)
-    """Keep only the rows where every condition holds, e.g. ``[{column: syntax_error, equals: false},
+    """Keep only the rows where every condition holds, e.g. ``[{column: syntax_error, equals: "False"},
     {column: type, one_of: [simple, join]}, {column: cypher, not_empty: true}]``; checked on each row as
     read (after ``max_rows``), before formatting; the rows it drops are counted in the build report.
     Empty: every row."""
@@ -54,9 +54,8 @@ SCALARS = (str, int, float, bool)
 
 @dataclass
 class RowCondition:
-    """One condition of ``sources[].where`` on a column's value as read (a CSV's ``True``/``False``
-    and numbers are read as booleans and numbers, a JSON file's as written): exactly one of
-    ``equals``, ``one_of`` and ``not_empty``."""
+    """One condition of ``sources[].where`` on a column's value as read (a CSV's cells are text, ``"False"``
+    and ``"3"``; a JSON file's values are as written): exactly one of ``equals``, ``one_of`` and ``not_empty``."""
 
     column: str
     """The dataset column the condition reads (its name in the file, not a template field)."""
@@ -199,7 +198,10 @@ class FormatConfig:
                 errors.append(f"{where}.messages: a conversation column needs style: chat")
             if not self.messages:
                 errors.append(f"{where}.messages: name the column holding the conversations, e.g. messages")
-            if (self.prompt, self.answer, self.prompt_no_input) != ("{prompt}", "{answer}", None):
+            if {"prompt", "answer"} & set(preset_fields(self.preset, self.style)):
+                errors.append(f"{where}.preset: {self.preset} reads prompt/answer columns, not a conversation column; "
+                              "remove format.messages or the preset")
+            elif (self.prompt, self.answer, self.prompt_no_input) != ("{prompt}", "{answer}", None):
                 errors.append(f"{where}.prompt/answer: not used with messages (the conversation holds the turns); "
                               "remove them")
         else:
@@ -209,8 +211,18 @@ class FormatConfig:
         unknown = sorted(set(self.message_property_mappings) - {"role", "content"})
         if unknown:
             errors.append(f"{where}.message_property_mappings: {unknown[0]!r} is not role or content")
+        keys = self.message_property_mappings
+        if keys.get("role", "role") == keys.get("content", "content"):
+            errors.append(f"{where}.message_property_mappings: role and content both read the key "
+                          f"{keys.get('role', 'role')!r}; name the key holding each")
         for role in sorted(set(self.roles) - set(MESSAGE_ROLES)):
             errors.append(f"{where}.roles: {role!r} is not one of {', '.join(MESSAGE_ROLES)}")
+        listed: dict[str, str] = {}
+        for role, values in self.roles.items():
+            for value in values:
+                if listed.setdefault(value, role) != role:
+                    errors.append(f"{where}.roles: {value!r} is listed under both {listed[value]} and {role}; list "
+                                  "each of the data's role values under one role")
         for name in ("prompt", "answer") + (("prompt_no_input",) if self.prompt_no_input is not None else ()):
             try:
                 template_fields(getattr(self, name))

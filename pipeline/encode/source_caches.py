@@ -199,8 +199,10 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
                           facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
                           where=tuple(spec.where))
         sampled = dataclasses.replace(task, check_all=False)
-        batches = iter_batches(source, formatter.needed_columns() + [c.column for c in spec.where],
-                               config.build.batch_rows, spec.max_rows, where_fix(spec, i, formatter))
+        filtered = [c.column for c in spec.where]
+        batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
+                               where_fix(spec, i, formatter),
+                               optional=[c for _, c in formatter.optional_columns if c not in filtered])
         facts_checked = False
         for number, batch in enumerate(batches):
             stats[i].batches = number + 1  # every batch of the source, tokenized here or not
@@ -219,7 +221,8 @@ def where_fix(spec, i: int, formatter: RowFormatter):
         named = [c.column for c in spec.where if c.column in missing]
         if named:
             return (f"sources[{i}].where names the column {named[0]!r}, which source {spec.name} does not have; "
-                    "name one of its columns in the condition")
+                    "name one of its columns in the condition" +
+                    (" (a condition reads a column itself, not a field inside one)" if "." in named[0] else ""))
         return formatter.column_fix
 
     return fix
