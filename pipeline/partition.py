@@ -80,32 +80,37 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
 
 def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False) -> BuildResult:
     """Assemble every source's cache from its ``count`` parts, then publish the build."""
-    root = expert_dir(cache_dir, config.expert)
     planned = plan(config, cache_dir, log)
+    with expert_lock(expert_dir(cache_dir, config.expert), log):
+        return merge_locked(config, cache_dir, count, planned, log, progress)
+
+
+def merge_locked(config: ExpertConfig, cache_dir, count: int, planned, log, progress: bool) -> BuildResult:
+    """:func:`merge` for a caller that holds the expert's lock already (pipeline/ray_build.py)."""
+    root = expert_dir(cache_dir, config.expert)
     sources, tokenizer, inputs, build_id, files = planned
     dtype = token_dtype(tokenizer.vocab_size)
     keys = [source_key(inputs, i) for i in range(len(sources))]
-    with expert_lock(root, log):
-        merged = []
-        for i in uncached_sources(root, inputs, log):
-            key = keys[i]
-            parts = [part_dir(root, key, p, count) for p in range(count)]
-            missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
-            if missing:
-                check_same_encoder(root, config, i, inputs, missing, count)
-                raise BuildError(
-                    f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
-                    f"{', '.join(missing)} in {parts[0].parent}; run `packtrain pretokenize {config.expert} "
-                    f"--part i/{count}` for each, or copy their directories there")
-            for p, part in enumerate(parts):  # every part is checked against its sha256 before it is merged
-                if problem := source_cache_problem(part):
-                    raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run `packtrain "
-                                     f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
-            merge_source(parts, root / SOURCES / key, dtype)
-            merged.append(key)
-        result = publish_locked(config, cache_dir, planned, log, progress)
-        for key in merged:  # consumed: the source cache holds them now
-            shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
+    merged = []
+    for i in uncached_sources(root, inputs, log):
+        key = keys[i]
+        parts = [part_dir(root, key, p, count) for p in range(count)]
+        missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
+        if missing:
+            check_same_encoder(root, config, i, inputs, missing, count)
+            raise BuildError(
+                f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
+                f"{', '.join(missing)} in {parts[0].parent}; run `packtrain pretokenize {config.expert} "
+                f"--part i/{count}` for each, or copy their directories there")
+        for p, part in enumerate(parts):  # every part is checked against its sha256 before it is merged
+            if problem := source_cache_problem(part):
+                raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run `packtrain "
+                                 f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
+        merge_source(parts, root / SOURCES / key, dtype)
+        merged.append(key)
+    result = publish_locked(config, cache_dir, planned, log, progress)
+    for key in merged:  # consumed: the source cache holds them now
+        shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
     return result
 
 

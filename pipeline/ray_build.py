@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import os
 import secrets
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -38,17 +39,20 @@ from tqdm import tqdm
 from packtrain.core.config import ExpertConfig
 from packtrain.core.contract import expert_dir
 from packtrain.core.errors import PacktrainError
+from packtrain.core.files import TMP_PREFIX
 from packtrain.core.faults import CRASH_VARIABLES
 from packtrain.core.inputs import one_line
-from packtrain.pipeline.build import BuildResult, build, plan
+from packtrain.pipeline.build import BuildResult, build, plan, publish_locked
+from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
-from packtrain.pipeline.partition import merge, pretokenize_part
-from packtrain.pipeline.spill import uncached_sources
+from packtrain.pipeline.partition import merge_locked, part_dir, pretokenize_part
+from packtrain.pipeline.spill import source_key, uncached_sources
 
 RETRIES = 3  # Ray's max_retries for each part's task
 CONNECT_TIMEOUT_S = 5.0  # how long the address may take to answer before it is called unreachable
+STOP_TIMEOUT_S = 30.0  # how long cancelled tasks may take to end after a failure or Ctrl-C
 PROBE_PREFIX = ".ray-probe-"  # in cache/<expert>/ while the tasks run: proves every node sees the cache
 
 
@@ -103,16 +107,30 @@ class RayCluster:
 def check_reachable(address: str) -> None:
     """Refuse in one line an address that is not ``host:port`` or does not answer: ``ray.init``
     would retry for minutes, printing its own warnings."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise BuildError(f"--ray-address {address!r}: expected host:port of the cluster's head (the address "
-                         "`ray start --head` prints, port 6379 by default), e.g. --ray-address 10.0.0.1:6379")
+    if problem := address_problem(address):
+        raise BuildError(f"--ray-address {address!r}: {problem} (host:port of the cluster's head, as `ray start "
+                         "--head` prints it, port 6379 by default), e.g. --ray-address 10.0.0.1:6379")
     try:
+        host, _, port = address.rpartition(":")
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as e:
         why = f"no answer in {CONNECT_TIMEOUT_S:.0f} s" if isinstance(e, TimeoutError) else e.strerror or type(e).__name__
         raise BuildError(f"cannot reach the Ray cluster at {address} ({why}): start it "
                          "with `ray start --head` on that machine, or check --ray-address") from None
+
+
+def address_problem(address: str) -> str | None:
+    """What is wrong with ``address`` as a head's ``host:port``, or None."""
+    host, colon, port = address.rpartition(":")
+    if "://" in address:  # ray.init would take ray:// as a Ray Client connection, where the merge is not here
+        return f"a Ray Client address ({address.split('://')[0]}://) is not supported: give the head's own address"
+    if not colon:
+        return "no port"
+    if not host:
+        return "no host"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return "the port must be 1-65535"
+    return None
 
 
 def check_cache_dir(cache_dir, address: str | None) -> None:
@@ -127,21 +145,38 @@ def build_on_ray(config: ExpertConfig, cache_dir, cluster: RayCluster, parts: in
                  progress: bool = False, prepare=None, retries: int = RETRIES) -> BuildResult:
     """Build ``config.expert`` with its sources tokenized in ``parts`` Ray tasks (default: one per CPU
     of the cluster), then merged and published here. ``prepare(config)``: run in each task first (the
-    CLI converts the embedded model there, as on any machine that builds)."""
+    CLI converts the embedded model there, as on any machine that builds).
+
+    The expert's lock is held from before Ray starts to the publish: the same build started twice
+    waits here, then finds the build made and starts nothing."""
     root = expert_dir(cache_dir, config.expert)
     planned = plan(config, cache_dir, log)
     if (root / planned.build_id).is_dir():  # built already: checked and reused as by any build
         return build(config, cache_dir, log=log, progress=progress, planned=planned)
-    if not uncached_sources(root, planned.inputs):  # every source's tokens are cached: packing only
-        return merge(config, cache_dir, 1, log=log, progress=progress)
-    count = decide_encoder_while(config, planned, root, cluster.connect_for(parts))
-    probe = root / f"{PROBE_PREFIX}{secrets.token_hex(8)}"
-    probe.write_text(probe.name)
-    try:
-        run_parts(config, Path(cache_dir).absolute(), count, probe, log, progress, prepare, retries)
-    finally:
-        probe.unlink(missing_ok=True)
-    return merge(config, cache_dir, count, log=log, progress=progress)
+    with expert_lock(root, log):
+        todo = uncached_sources(root, planned.inputs)
+        if (root / planned.build_id).is_dir() or not todo:  # made meanwhile, or every source cached: packing only
+            return publish_locked(config, cache_dir, planned, log, progress)
+        count = decide_encoder_while(config, planned, root, cluster.connect_for(parts))
+        probe = root / f"{PROBE_PREFIX}{secrets.token_hex(8)}"
+        probe.write_text(probe.name)
+        try:
+            run_parts(config, Path(cache_dir).absolute(), count, probe, log, progress, prepare, retries)
+        except BaseException:  # failed or interrupted (Ctrl-C): the tasks are stopped, their temporaries removed
+            remove_part_temporaries([part_dir(root, source_key(planned.inputs, i), 0, count).parent for i in todo],
+                                    count)
+            raise
+        finally:
+            probe.unlink(missing_ok=True)
+        return merge_locked(config, cache_dir, count, planned, log, progress)
+
+
+def remove_part_temporaries(directories: list[Path], count: int) -> None:
+    """The temporary directories (``.tmp-<i>-of-<count>-<pid>``) that this build's tasks left in
+    ``directories`` (``.parts/<key>/``): a task killed (a retry's, a cancelled one's) removes nothing."""
+    for directory in directories:
+        for tmp in directory.glob(f"{TMP_PREFIX}*-of-{count}-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def decide_encoder_while(config: ExpertConfig, planned, root: Path, starting):
@@ -176,15 +211,23 @@ def run_parts(config: ExpertConfig, cache_dir: Path, count: int, probe: Path, lo
             try:
                 done = ray.get(ready)
             except ray.exceptions.RayError as e:
-                for other in pending:
-                    ray.cancel(other, force=True)
                 raise BuildError(f"part {index}/{count} of {config.expert!r} failed on Ray "
                                  f"(tried {retries + 1} time(s) at most): {task_error(e)}") from None
             bar.update(1)
             log(f"ray: part {index}/{count} of {config.expert} done on {done['node']} in {done['seconds']:.1f} s "
                 f"({count - len(pending)}/{count} parts)")
+    except BaseException:
+        stop(list(pending))
+        raise
     finally:
         bar.close()
+
+
+def stop(tasks: list) -> None:
+    """Cancel ``tasks`` (their workers killed) and wait until each has ended, so that none writes after."""
+    for task in tasks:
+        ray.cancel(task, force=True)
+    ray.wait(tasks, num_returns=len(tasks), timeout=STOP_TIMEOUT_S)
 
 
 def task_error(error: BaseException) -> str:
