@@ -98,10 +98,11 @@ def merge_locked(config: ExpertConfig, cache_dir, count: int, planned, log, prog
         missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
         if missing:
             check_same_encoder(root, config, i, inputs, missing, count)
+            found = what_is_there(root, parts[0].parent, missing, set(keys))
             raise BuildError(
                 f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
-                f"{', '.join(missing)} in {parts[0].parent}; run `packtrain pretokenize {config.expert} "
-                f"--part i/{count}` for each, or copy their directories there")
+                f"{', '.join(missing)} in {parts[0].parent}{f' ({found})' if found else ''}; run `packtrain "
+                f"pretokenize {config.expert} --part i/{count}` for each, or copy their directories there")
         for p, part in enumerate(parts):  # every part is checked against its sha256 before it is merged
             if problem := source_cache_problem(part):
                 raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run `packtrain "
@@ -112,6 +113,23 @@ def merge_locked(config: ExpertConfig, cache_dir, count: int, planned, log, prog
     for key in merged:  # consumed: the source cache holds them now
         shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
     return result
+
+
+def what_is_there(root: Path, directory: Path, missing: list[str], keys: set[str]) -> str:
+    """What a merge that misses parts in ``directory`` (``.parts/<key>/``) finds instead, with the fix:
+    those parts incomplete, parts of another count, or parts of other inputs only (not ``keys``)."""
+    incomplete = [name for name in missing if (directory / name).is_dir()]
+    if incomplete:
+        return (f"{', '.join(incomplete)} {'is' if len(incomplete) == 1 else 'are'} there but incomplete, without "
+                f"{SOURCE_STATS}: a copy cut short, or a part still running")
+    counts = sorted({int(p.parent.name.rpartition("-of-")[2]) for p in directory.glob(f"*-of-*/{SOURCE_STATS}")})
+    if counts:
+        return f"the parts there were made with --parts {' and '.join(map(str, counts))}: merge with --parts {counts[0]}"
+    others = {p.parent.parent.name for p in (root / SOURCES / PARTS).glob(f"*/*-of-*/{SOURCE_STATS}")} - keys
+    if others:
+        return (f"{directory.parent} holds parts of {len(others)} other source, config or tokenizer version(s): "
+                "run every part with the configs, sources and tokenizer of this merge")
+    return ""
 
 
 def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dict, missing: list[str],

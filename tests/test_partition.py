@@ -124,3 +124,34 @@ def test_a_part_remembers_the_encoder_decision_where_every_build_of_the_expert_r
     pretokenize_part(config_of(project), project["cache"], (1, 2), log=lines.append)
     assert [line for line in lines if line.startswith("fast encoder:")] == [
         "fast encoder: on (fastokens) (fastokens: the HF tokenizer's ids on the probe text)"]
+
+
+def test_merge_with_another_parts_count_names_the_one_made(project):
+    for i in range(2):
+        pretokenize_part(config_of(project), project["cache"], (i, 2), log=quiet)
+    with pytest.raises(BuildError, match=r"has no part\(s\) 0-of-3, 1-of-3, 2-of-3 in \S+ \(the parts there were made "
+                                         r"with --parts 2: merge with --parts 2\); run"):
+        merge(config_of(project), project["cache"], 3, log=quiet)
+
+
+def test_parts_of_another_config_are_named_as_such(project):
+    other = load_config("sql", project["configs"], {"pack.val_fraction": 0.2})  # another split: other tokens
+    for i in range(2):
+        pretokenize_part(other, project["cache"], (i, 2), log=quiet)
+    parts = project["cache"] / "sql" / SOURCES / PARTS
+    with pytest.raises(BuildError) as e:
+        merge(config_of(project), project["cache"], 2, log=quiet)
+    assert f"({parts} holds parts of 2 other source, config or tokenizer version(s): run every part with the " \
+           "configs, sources and tokenizer of this merge)" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert read_current(project["cache"], "sql") is None
+
+
+def test_an_incomplete_part_is_named_incomplete(project):
+    for i in range(2):
+        pretokenize_part(config_of(project), project["cache"], (i, 2), log=quiet)
+    cut = next((project["cache"] / "sql" / SOURCES / PARTS).glob("*/1-of-2"))
+    (cut / "stats.json").unlink()  # a copy cut short: stats.json is written last
+    with pytest.raises(BuildError, match=r"has no part\(s\) 1-of-2 in \S+ \(1-of-2 is there but incomplete, without "
+                                         r"stats.json: a copy cut short, or a part still running\); run"):
+        merge(config_of(project), project["cache"], 2, log=quiet)
