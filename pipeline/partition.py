@@ -22,7 +22,7 @@ import numpy as np
 
 from packtrain.core.config import ExpertConfig
 from packtrain.core.contract import BUILD_DISK_FULL_FIX, expert_dir, token_dtype
-from packtrain.core.files import TMP_PREFIX, publish_dir
+from packtrain.core.files import publish_dir, temporary_path
 from packtrain.core.diskfull import written
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.build_lock import expert_lock
@@ -161,7 +161,7 @@ def merge_source(parts: list[Path], out: Path, dtype) -> None:
     if index != list(range(stats[0].batches)):
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
                          "(parts of different builds or of another --parts count?); delete them and run the parts again")
-    tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
+    tmp = temporary_path(out)
     with written(out, f"the merged tokens of {parts[0].parent}", f"nothing was published; {BUILD_DISK_FULL_FIX}",
                  partial=[tmp]):
         merge_spills(parts, tmp, dtype, SourceStats.merged(stats))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -155,3 +156,16 @@ def test_an_incomplete_part_is_named_incomplete(project):
     with pytest.raises(BuildError, match=r"has no part\(s\) 1-of-2 in \S+ \(1-of-2 is there but incomplete, without "
                                          r"stats.json: a copy cut short, or a part still running\); run"):
         merge(config_of(project), project["cache"], 2, log=quiet)
+
+
+def test_a_part_retried_under_the_same_pid_is_not_stopped_by_the_killed_try(project):
+    """In a container every try of a part may have the same pid (a restarted pod's command is pid 1
+    again): the killed try's temporary directory, same name but for a random suffix, stops nothing."""
+    pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
+    for key in (project["cache"] / "sql" / SOURCES / PARTS).iterdir():  # what a try killed mid-part leaves
+        (key / f".tmp-1-of-2-{os.getpid()}").mkdir()
+        (key / f".tmp-1-of-2-{os.getpid()}" / "train.tokens").write_bytes(b"\x00" * 10)
+    pretokenize_part(config_of(project), project["cache"], (1, 2), log=quiet)
+    merged = merge(config_of(project), project["cache"], 2, log=quiet)
+    assert read_current(project["cache"], "sql") == merged.build_id
+    assert list((project["cache"] / "sql").rglob(".tmp-*")) == []

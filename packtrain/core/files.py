@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,6 +85,13 @@ def publishing(path: str | os.PathLike, what: str, fix: str) -> Iterator[Path]:
         tmp.mkdir(parents=True)
         yield tmp
         publish_dir(tmp, path)
+
+
+def temporary_path(path: str | os.PathLike) -> Path:
+    """A new name beside ``path`` to build it under: ``.tmp-<name>-<pid>-<random>``, unique even where
+    pids repeat (a pod restarted after its part was killed is pid 1 again; two nodes on shared storage)."""
+    path = Path(path)
+    return path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
 def publish_dir(tmp: str | os.PathLike, path: str | os.PathLike, replace: bool = False) -> None:
