@@ -9,16 +9,20 @@ for one CPU and tokenizes in its own process (``build.num_proc`` 1 there: the cl
 parallelism). Ray retries a task whose worker died (killed, out of memory, its node lost) and one
 that raised an ``OSError`` (a shared file system's hiccup), up to ``retries`` times; a refusal (a
 :class:`PacktrainError`: a bad row under ``on_bad_rows: error``, a missing source) is not retried.
-A part that still fails stops the command with its error in one line, the other tasks cancelled and
-nothing published; the parts that were complete are kept and reused by the next run. When every
+The expert's build lock is held from before Ray starts to the publish, so the same build started
+twice runs once. A part that still fails, or Ctrl-C, stops the command (its error in one line), the
+other tasks cancelled, their temporary directories removed and nothing published; the parts that
+were complete are kept and reused by the next run. When every
 part is done, :func:`packtrain.pipeline.partition.merge` publishes the build: the same build id and
 bytes as one machine's build (tests/test_ray_build.py).
 
-Every node reads the cache directory: it must be a path every node sees (shared storage). Before
+Every node reads the cache directory: it must be a path every node sees (shared storage;
+pipeline/ray_address.py checks the address and the path before anything starts). Before
 the tasks start, a file with a random token is written there; a task that does not find it refuses
 with one line naming its node (a node-local path such as /tmp on a multi-node cluster).
 
-Only ``packtrain pretokenize --executor ray`` imports this module, and so ray
+Only ``packtrain pretokenize --executor ray`` imports this module, and so ray, and only for a stage
+whose build does not exist yet (packtrain/cli/ray_executor.py)
 (tests/test_import_boundary.py checks that nothing else does).
 """
 
@@ -47,11 +51,11 @@ from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
+from packtrain.pipeline.ray_address import check_reachable
 from packtrain.pipeline.partition import merge_locked, part_dir, pretokenize_part
 from packtrain.pipeline.spill import source_key, uncached_sources
 
 RETRIES = 3  # Ray's max_retries for each part's task
-CONNECT_TIMEOUT_S = 5.0  # how long the address may take to answer before it is called unreachable
 STOP_TIMEOUT_S = 30.0  # how long cancelled tasks may take to end after a failure or Ctrl-C
 PROBE_PREFIX = ".ray-probe-"  # in cache/<expert>/ while the tasks run: proves every node sees the cache
 
@@ -104,53 +108,17 @@ class RayCluster:
             self.started = False
 
 
-def check_reachable(address: str) -> None:
-    """Refuse in one line an address that is not ``host:port`` or does not answer: ``ray.init``
-    would retry for minutes, printing its own warnings."""
-    if problem := address_problem(address):
-        raise BuildError(f"--ray-address {address!r}: {problem} (host:port of the cluster's head, as `ray start "
-                         "--head` prints it, port 6379 by default), e.g. --ray-address 10.0.0.1:6379")
-    try:
-        host, _, port = address.rpartition(":")
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as e:
-        why = f"no answer in {CONNECT_TIMEOUT_S:.0f} s" if isinstance(e, TimeoutError) else e.strerror or type(e).__name__
-        raise BuildError(f"cannot reach the Ray cluster at {address} ({why}): start it "
-                         "with `ray start --head` on that machine, or check --ray-address") from None
-
-
-def address_problem(address: str) -> str | None:
-    """What is wrong with ``address`` as a head's ``host:port``, or None."""
-    host, colon, port = address.rpartition(":")
-    if "://" in address:  # ray.init would take ray:// as a Ray Client connection, where the merge is not here
-        return f"a Ray Client address ({address.split('://')[0]}://) is not supported: give the head's own address"
-    if not colon:
-        return "no port"
-    if not host:
-        return "no host"
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        return "the port must be 1-65535"
-    return None
-
-
-def check_cache_dir(cache_dir, address: str | None) -> None:
-    """A joined cluster's nodes resolve a relative cache path against their own working directory:
-    refused, naming the fix."""
-    if address is not None and not Path(cache_dir).is_absolute():
-        raise BuildError(f"--cache-dir {cache_dir}: with --ray-address the cache must be an absolute path on "
-                         "storage every node sees (e.g. --cache-dir /shared/packtrain-cache), not a relative one")
-
-
 def build_on_ray(config: ExpertConfig, cache_dir, cluster: RayCluster, parts: int | None = None, log=print,
-                 progress: bool = False, prepare=None, retries: int = RETRIES) -> BuildResult:
+                 progress: bool = False, prepare=None, retries: int = RETRIES, planned=None) -> BuildResult:
     """Build ``config.expert`` with its sources tokenized in ``parts`` Ray tasks (default: one per CPU
     of the cluster), then merged and published here. ``prepare(config)``: run in each task first (the
-    CLI converts the embedded model there, as on any machine that builds).
+    CLI converts the embedded model there, as on any machine that builds). ``planned``: :func:`plan`'s
+    result where the caller has it.
 
     The expert's lock is held from before Ray starts to the publish: the same build started twice
     waits here, then finds the build made and starts nothing."""
     root = expert_dir(cache_dir, config.expert)
-    planned = plan(config, cache_dir, log)
+    planned = planned or plan(config, cache_dir, log)
     if (root / planned.build_id).is_dir():  # built already: checked and reused as by any build
         return build(config, cache_dir, log=log, progress=progress, planned=planned)
     with expert_lock(root, log):

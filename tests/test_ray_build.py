@@ -174,3 +174,20 @@ def test_a_malformed_address_is_refused_before_any_connection(address, why):
         check_reachable(address)
     assert str(e.value) == (f"--ray-address {address!r}: {why} (host:port of the cluster's head, as `ray start "
                             "--head` prints it, port 6379 by default), e.g. --ray-address 10.0.0.1:6379")
+
+
+def test_an_up_to_date_build_neither_imports_nor_starts_ray(project, tmp_path):
+    """A no-op with --executor ray (a cron host's `make pretokenize EXECUTOR=ray`) is the plain no-op:
+    importing ray alone takes over a second, and nothing needs it."""
+    cache = tmp_path / "cache"
+    built = build(load_config("sql", project["configs"]), cache, log=lambda *_: None, progress=False)
+    run = ("import sys\nfrom packtrain.cli.commands import run\nsys.argv = ['packtrain', *sys.argv[1:]]\n"
+           "try:\n    run()\nfinally:\n    print('ray imported:', 'ray' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", run, "pretokenize", "sql", "--configs-dir", str(project["configs"]),
+                           "--cache-dir", str(cache), "--executor", "ray"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert json.loads(lines[-2]) == {"expert": "sql", "build_id": built.build_id, "up_to_date": True,
+                                     "path": str(built.path)}
+    assert lines[-1] == "ray imported: False" and not any(line.startswith("ray:") for line in lines)
+
