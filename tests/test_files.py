@@ -56,10 +56,10 @@ def test_write_new_creates_the_file_and_never_replaces_one(tmp_path):
 def test_write_new_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch):
     path = tmp_path / "eval.json"
 
-    def full(self, data):
+    def full(fd):  # where a file system allocates late, ENOSPC comes at the fsync
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(type(path), "write_bytes", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(DiskFullError, match="while writing eval.json: the partial files were removed; free space$"):
         write_new(path, "{}", "eval.json", "free space")
     assert os.listdir(tmp_path) == []
@@ -121,3 +121,15 @@ def test_publish_dir_that_cannot_rename_is_one_line_and_leaves_no_temporary(tmp_
         publish_dir(tmp, out)
     assert str(error.value) == f"cannot publish {out}: {why.format(parent=tmp_path)} (the new copy was removed)"
     assert error.value.errno == code and os.listdir(tmp_path) == []
+
+
+def test_write_new_never_writes_through_a_temporary_left_linked_to_the_published_file(tmp_path):
+    """A writer killed between its link and the removal of its temporary file leaves that file a second
+    name of the published one; a later writer with the same pid (a container's command is pid 1 each
+    time) must not write into it: an evaluation is never overwritten."""
+    path = tmp_path / "eval.json"
+    write_new(path, "first\n")
+    os.link(path, tmp_path / f".tmp-eval.json-{os.getpid()}")  # what the killed writer left
+    with pytest.raises(FileExistsError):
+        write_new(path, "second\n")
+    assert path.read_text() == "first\n"

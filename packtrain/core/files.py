@@ -57,13 +57,16 @@ def write_new(path: str | os.PathLike, data: str | bytes, what: str | None = Non
     """Create ``path``, which must not exist yet, with ``data`` (text is written as UTF-8): the temporary
     file is written, fsynced and hard-linked to ``path``, which refuses an existing name, so of two
     writers at once the second gets ``FileExistsError`` and the first one's file stays whole. The
-    temporary file is removed either way; ``what``/``fix``: as for :func:`write_atomic`."""
+    temporary file (a new name, :func:`temporary_path`, created here: never a killed writer's, which
+    may still be a second name of its published file) is removed either way; ``what``/``fix``: as for
+    :func:`write_atomic`."""
     path = Path(path)
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    tmp = temporary_path(path)
     try:
         with written(path, what, fix, partial=[tmp]) if what is not None else _removed_on_failure(tmp):
-            tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-            with open(tmp, "rb") as f:
+            with open(tmp, "xb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                f.flush()
                 os.fsync(f.fileno())
         os.link(tmp, path)
     finally:
