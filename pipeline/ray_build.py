@@ -83,8 +83,12 @@ class RayCluster:
         quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
         started = time.perf_counter()
         if self.address is None:
-            ray.init(address="local", num_cpus=self.num_cpus, **quiet)  # "local": never RAY_ADDRESS's cluster
             where = f"a local Ray cluster of {self.num_cpus} CPU(s) (build.num_proc)"
+            try:
+                ray.init(address="local", num_cpus=self.num_cpus, **quiet)  # "local": never RAY_ADDRESS's cluster
+            except Exception as e:  # Ray's own errors are many (RuntimeError, ConnectionError, ValueError...)
+                ray.shutdown()  # what started before the failure (the GCS, a raylet) is stopped
+                raise BuildError(f"cannot start {where}: {one_line(e, 300)}") from None
         else:
             check_reachable(self.address)
             try:

@@ -191,3 +191,20 @@ def test_an_up_to_date_build_neither_imports_nor_starts_ray(project, tmp_path):
                                      "path": str(built.path)}
     assert lines[-1] == "ray imported: False" and not any(line.startswith("ray:") for line in lines)
 
+
+
+def test_a_local_cluster_that_does_not_start_is_one_line_and_cleaned_up(monkeypatch):
+    """``ray.init`` failing half way (no shared memory, a port taken) leaves Ray's processes to stop."""
+    stopped = []
+
+    def failing_init(**_):
+        raise RuntimeError("Failed to start the GCS server.\nSee /tmp/ray/session_latest/logs for details")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", failing_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: stopped.append(True))
+    with pytest.raises(BuildError) as e:
+        RayCluster(None, 2, log=lambda *_: None).connect()
+    assert str(e.value).startswith("cannot start a local Ray cluster of 2 CPU(s) (build.num_proc): RuntimeError: "
+                                   "Failed to start the GCS server.")
+    assert "\n" not in str(e.value) and stopped == [True]
