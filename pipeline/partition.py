@@ -107,7 +107,7 @@ def merge_locked(config: ExpertConfig, cache_dir, count: int, planned, log, prog
             if problem := source_cache_problem(part):
                 raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run `packtrain "
                                  f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
-        merge_source(parts, root / SOURCES / key, dtype)
+        merge_source(parts, root / SOURCES / key, dtype, config.expert)
         merged.append(key)
     result = publish_locked(config, cache_dir, planned, log, progress)
     for key in merged:  # consumed: the source cache holds them now
@@ -150,13 +150,21 @@ def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dic
                 "and the merge with the same tokenizers, fastokens and tiktoken versions and build.fast_encoder / line_cache")
 
 
-def merge_source(parts: list[Path], out: Path, dtype) -> None:
+def merge_source(parts: list[Path], out: Path, dtype, expert: str) -> None:
     """Interleave parts back into batch order; the result is what one machine would have written."""
     stats = [read_source_stats(p, "run that part again") for p in parts]
     shapes = {(s.batch_rows, s.batches) for s in stats}
     if len(shapes) != 1:  # batch boundaries differ: interleaving would lose and repeat rows
         raise BuildError(f"the parts in {parts[0].parent} were cut differently ((build.batch_rows, batches) = "
                          f"{sorted(shapes, key=str)}): run every part with the same build.batch_rows")
+    for i, part in enumerate(parts):  # part i holds the batches i, i + n, i + 2n, ... of the source
+        held, n = [int(g) for g in np.load(part / "batch_index.npy")], len(parts)
+        if held != list(range(i, stats[0].batches, n)):
+            other = held[0] if held and held == list(range(held[0], stats[0].batches, n)) else None
+            why = (f"the batches of part {other}/{n}, not {i}/{n} (copied under another name?)" if other is not None
+                   else f"batches {held[:4]} (a part of another --parts count or build?), not {i}, {i + n}, ...")
+            raise BuildError(f"part {part} holds {why}: delete it and run `packtrain pretokenize {expert} "
+                             f"--part {i}/{n}` again")
     index = sorted(int(g) for p in parts for g in np.load(p / "batch_index.npy"))
     if index != list(range(stats[0].batches)):
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "

@@ -169,3 +169,17 @@ def test_a_part_retried_under_the_same_pid_is_not_stopped_by_the_killed_try(proj
     merged = merge(config_of(project), project["cache"], 2, log=quiet)
     assert read_current(project["cache"], "sql") == merged.build_id
     assert list((project["cache"] / "sql").rglob(".tmp-*")) == []
+
+
+def test_a_part_copied_under_another_name_is_named(project):
+    """Two machines' parts copied together, one under the wrong name: the part is named, with the fix."""
+    for i in range(2):
+        pretokenize_part(config_of(project), project["cache"], (i, 2), log=quiet)
+    wrong = sorted((project["cache"] / "sql" / SOURCES / PARTS).glob("*/1-of-2"))[0]
+    shutil.rmtree(wrong)
+    shutil.copytree(wrong.parent / "0-of-2", wrong)  # part 0 again, as 1-of-2
+    with pytest.raises(BuildError) as e:
+        merge(config_of(project), project["cache"], 2, log=quiet)
+    assert str(e.value) == (f"part {wrong} holds the batches of part 0/2, not 1/2 (copied under another name?): "
+                            "delete it and run `packtrain pretokenize sql --part 1/2` again")
+    assert read_current(project["cache"], "sql") is None
