@@ -22,7 +22,7 @@ import numpy as np
 
 from packtrain.core.config import ExpertConfig
 from packtrain.core.contract import BUILD_DISK_FULL_FIX, expert_dir, token_dtype
-from packtrain.core.files import TMP_PREFIX, publish_dir
+from packtrain.core.files import publish_dir, temporary_path
 from packtrain.core.diskfull import written
 from packtrain.pipeline.build import BuildResult, plan, publish_locked
 from packtrain.pipeline.build_lock import expert_lock
@@ -80,33 +80,56 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
 
 def merge(config: ExpertConfig, cache_dir, count: int, log=print, progress=False) -> BuildResult:
     """Assemble every source's cache from its ``count`` parts, then publish the build."""
-    root = expert_dir(cache_dir, config.expert)
     planned = plan(config, cache_dir, log)
+    with expert_lock(expert_dir(cache_dir, config.expert), log):
+        return merge_locked(config, cache_dir, count, planned, log, progress)
+
+
+def merge_locked(config: ExpertConfig, cache_dir, count: int, planned, log, progress: bool) -> BuildResult:
+    """:func:`merge` for a caller that holds the expert's lock already (pipeline/ray_build.py)."""
+    root = expert_dir(cache_dir, config.expert)
     sources, tokenizer, inputs, build_id, files = planned
     dtype = token_dtype(tokenizer.vocab_size)
     keys = [source_key(inputs, i) for i in range(len(sources))]
-    with expert_lock(root, log):
-        merged = []
-        for i in uncached_sources(root, inputs, log):
-            key = keys[i]
-            parts = [part_dir(root, key, p, count) for p in range(count)]
-            missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
-            if missing:
-                check_same_encoder(root, config, i, inputs, missing, count)
-                raise BuildError(
-                    f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
-                    f"{', '.join(missing)} in {parts[0].parent}; run `packtrain pretokenize {config.expert} "
-                    f"--part i/{count}` for each, or copy their directories there")
-            for p, part in enumerate(parts):  # every part is checked against its sha256 before it is merged
-                if problem := source_cache_problem(part):
-                    raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run `packtrain "
-                                     f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
-            merge_source(parts, root / SOURCES / key, dtype)
-            merged.append(key)
-        result = publish_locked(config, cache_dir, planned, log, progress)
-        for key in merged:  # consumed: the source cache holds them now
-            shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
+    merged = []
+    for i in uncached_sources(root, inputs, log):
+        key = keys[i]
+        parts = [part_dir(root, key, p, count) for p in range(count)]
+        missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
+        if missing:
+            check_same_encoder(root, config, i, inputs, missing, count)
+            found = what_is_there(root, parts[0].parent, missing, set(keys))
+            raise BuildError(
+                f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
+                f"{', '.join(missing)} in {parts[0].parent}{f' ({found})' if found else ''}; run `packtrain "
+                f"pretokenize {config.expert} --part i/{count}` for each, or copy their directories there")
+        for p, part in enumerate(parts):  # every part is checked against its sha256 before it is merged
+            if problem := source_cache_problem(part):
+                raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run `packtrain "
+                                 f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
+        merge_source(parts, root / SOURCES / key, dtype, config.expert)
+        merged.append(key)
+    result = publish_locked(config, cache_dir, planned, log, progress)
+    for key in merged:  # consumed: the source cache holds them now
+        shutil.rmtree(root / SOURCES / PARTS / key, ignore_errors=True)
     return result
+
+
+def what_is_there(root: Path, directory: Path, missing: list[str], keys: set[str]) -> str:
+    """What a merge that misses parts in ``directory`` (``.parts/<key>/``) finds instead, with the fix:
+    those parts incomplete, parts of another count, or parts of other inputs only (not ``keys``)."""
+    incomplete = [name for name in missing if (directory / name).is_dir()]
+    if incomplete:
+        return (f"{', '.join(incomplete)} {'is' if len(incomplete) == 1 else 'are'} there but incomplete, without "
+                f"{SOURCE_STATS}: a copy cut short, or a part still running")
+    counts = sorted({int(p.parent.name.rpartition("-of-")[2]) for p in directory.glob(f"*-of-*/{SOURCE_STATS}")})
+    if counts:
+        return f"the parts there were made with --parts {' and '.join(map(str, counts))}: merge with --parts {counts[0]}"
+    others = {p.parent.parent.name for p in (root / SOURCES / PARTS).glob(f"*/*-of-*/{SOURCE_STATS}")} - keys
+    if others:
+        return (f"{directory.parent} holds parts of {len(others)} other source, config or tokenizer version(s): "
+                "run every part with the configs, sources and tokenizer of this merge")
+    return ""
 
 
 def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dict, missing: list[str],
@@ -127,18 +150,26 @@ def check_same_encoder(root: Path, config: ExpertConfig, index: int, inputs: dic
                 "and the merge with the same tokenizers, fastokens and tiktoken versions and build.fast_encoder / line_cache")
 
 
-def merge_source(parts: list[Path], out: Path, dtype) -> None:
+def merge_source(parts: list[Path], out: Path, dtype, expert: str) -> None:
     """Interleave parts back into batch order; the result is what one machine would have written."""
     stats = [read_source_stats(p, "run that part again") for p in parts]
     shapes = {(s.batch_rows, s.batches) for s in stats}
     if len(shapes) != 1:  # batch boundaries differ: interleaving would lose and repeat rows
         raise BuildError(f"the parts in {parts[0].parent} were cut differently ((build.batch_rows, batches) = "
                          f"{sorted(shapes, key=str)}): run every part with the same build.batch_rows")
+    for i, part in enumerate(parts):  # part i holds the batches i, i + n, i + 2n, ... of the source
+        held, n = [int(g) for g in np.load(part / "batch_index.npy")], len(parts)
+        if held != list(range(i, stats[0].batches, n)):
+            other = held[0] if held and held == list(range(held[0], stats[0].batches, n)) else None
+            why = (f"the batches of part {other}/{n}, not {i}/{n} (copied under another name?)" if other is not None
+                   else f"batches {held[:4]} (a part of another --parts count or build?), not {i}, {i + n}, ...")
+            raise BuildError(f"part {part} holds {why}: delete it and run `packtrain pretokenize {expert} "
+                             f"--part {i}/{n}` again")
     index = sorted(int(g) for p in parts for g in np.load(p / "batch_index.npy"))
     if index != list(range(stats[0].batches)):
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "
                          "(parts of different builds or of another --parts count?); delete them and run the parts again")
-    tmp = out.parent / f"{TMP_PREFIX}{out.name}-{os.getpid()}"
+    tmp = temporary_path(out)
     with written(out, f"the merged tokens of {parts[0].parent}", f"nothing was published; {BUILD_DISK_FULL_FIX}",
                  partial=[tmp]):
         merge_spills(parts, tmp, dtype, SourceStats.merged(stats))

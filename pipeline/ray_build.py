@@ -9,16 +9,20 @@ for one CPU and tokenizes in its own process (``build.num_proc`` 1 there: the cl
 parallelism). Ray retries a task whose worker died (killed, out of memory, its node lost) and one
 that raised an ``OSError`` (a shared file system's hiccup), up to ``retries`` times; a refusal (a
 :class:`PacktrainError`: a bad row under ``on_bad_rows: error``, a missing source) is not retried.
-A part that still fails stops the command with its error in one line, the other tasks cancelled and
-nothing published; the parts that were complete are kept and reused by the next run. When every
+The expert's build lock is held from before Ray starts to the publish, so the same build started
+twice runs once. A part that still fails, or Ctrl-C, stops the command (its error in one line), the
+other tasks cancelled, their temporary directories removed and nothing published; the parts that
+were complete are kept and reused by the next run. When every
 part is done, :func:`packtrain.pipeline.partition.merge` publishes the build: the same build id and
 bytes as one machine's build (tests/test_ray_build.py).
 
-Every node reads the cache directory: it must be a path every node sees (shared storage). Before
+Every node reads the cache directory: it must be a path every node sees (shared storage;
+pipeline/ray_address.py checks the address and the path before anything starts). Before
 the tasks start, a file with a random token is written there; a task that does not find it refuses
 with one line naming its node (a node-local path such as /tmp on a multi-node cluster).
 
-Only ``packtrain pretokenize --executor ray`` imports this module, and so ray
+Only ``packtrain pretokenize --executor ray`` imports this module, and so ray, and only for a stage
+whose build does not exist yet (packtrain/cli/ray_executor.py)
 (tests/test_import_boundary.py checks that nothing else does).
 """
 
@@ -28,6 +32,7 @@ import dataclasses
 import logging
 import os
 import secrets
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -38,17 +43,20 @@ from tqdm import tqdm
 from packtrain.core.config import ExpertConfig
 from packtrain.core.contract import expert_dir
 from packtrain.core.errors import PacktrainError
+from packtrain.core.files import TMP_PREFIX
 from packtrain.core.faults import CRASH_VARIABLES
 from packtrain.core.inputs import one_line
-from packtrain.pipeline.build import BuildResult, build, plan
+from packtrain.pipeline.build import BuildResult, build, plan, publish_locked
+from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
-from packtrain.pipeline.partition import merge, pretokenize_part
-from packtrain.pipeline.spill import uncached_sources
+from packtrain.pipeline.ray_address import check_reachable
+from packtrain.pipeline.partition import merge_locked, part_dir, pretokenize_part
+from packtrain.pipeline.spill import source_key, uncached_sources
 
 RETRIES = 3  # Ray's max_retries for each part's task
-CONNECT_TIMEOUT_S = 5.0  # how long the address may take to answer before it is called unreachable
+STOP_TIMEOUT_S = 30.0  # how long cancelled tasks may take to end after a failure or Ctrl-C
 PROBE_PREFIX = ".ray-probe-"  # in cache/<expert>/ while the tasks run: proves every node sees the cache
 
 
@@ -75,8 +83,12 @@ class RayCluster:
         quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
         started = time.perf_counter()
         if self.address is None:
-            ray.init(address="local", num_cpus=self.num_cpus, **quiet)  # "local": never RAY_ADDRESS's cluster
             where = f"a local Ray cluster of {self.num_cpus} CPU(s) (build.num_proc)"
+            try:
+                ray.init(address="local", num_cpus=self.num_cpus, **quiet)  # "local": never RAY_ADDRESS's cluster
+            except Exception as e:  # Ray's own errors are many (RuntimeError, ConnectionError, ValueError...)
+                ray.shutdown()  # what started before the failure (the GCS, a raylet) is stopped
+                raise BuildError(f"cannot start {where}: {one_line(e, 300)}") from None
         else:
             check_reachable(self.address)
             try:
@@ -100,48 +112,43 @@ class RayCluster:
             self.started = False
 
 
-def check_reachable(address: str) -> None:
-    """Refuse in one line an address that is not ``host:port`` or does not answer: ``ray.init``
-    would retry for minutes, printing its own warnings."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise BuildError(f"--ray-address {address!r}: expected host:port of the cluster's head (the address "
-                         "`ray start --head` prints, port 6379 by default), e.g. --ray-address 10.0.0.1:6379")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as e:
-        why = f"no answer in {CONNECT_TIMEOUT_S:.0f} s" if isinstance(e, TimeoutError) else e.strerror or type(e).__name__
-        raise BuildError(f"cannot reach the Ray cluster at {address} ({why}): start it "
-                         "with `ray start --head` on that machine, or check --ray-address") from None
-
-
-def check_cache_dir(cache_dir, address: str | None) -> None:
-    """A joined cluster's nodes resolve a relative cache path against their own working directory:
-    refused, naming the fix."""
-    if address is not None and not Path(cache_dir).is_absolute():
-        raise BuildError(f"--cache-dir {cache_dir}: with --ray-address the cache must be an absolute path on "
-                         "storage every node sees (e.g. --cache-dir /shared/packtrain-cache), not a relative one")
-
-
 def build_on_ray(config: ExpertConfig, cache_dir, cluster: RayCluster, parts: int | None = None, log=print,
-                 progress: bool = False, prepare=None, retries: int = RETRIES) -> BuildResult:
+                 progress: bool = False, prepare=None, retries: int = RETRIES, planned=None) -> BuildResult:
     """Build ``config.expert`` with its sources tokenized in ``parts`` Ray tasks (default: one per CPU
     of the cluster), then merged and published here. ``prepare(config)``: run in each task first (the
-    CLI converts the embedded model there, as on any machine that builds)."""
+    CLI converts the embedded model there, as on any machine that builds). ``planned``: :func:`plan`'s
+    result where the caller has it.
+
+    The expert's lock is held from before Ray starts to the publish: the same build started twice
+    waits here, then finds the build made and starts nothing."""
     root = expert_dir(cache_dir, config.expert)
-    planned = plan(config, cache_dir, log)
+    planned = planned or plan(config, cache_dir, log)
     if (root / planned.build_id).is_dir():  # built already: checked and reused as by any build
         return build(config, cache_dir, log=log, progress=progress, planned=planned)
-    if not uncached_sources(root, planned.inputs):  # every source's tokens are cached: packing only
-        return merge(config, cache_dir, 1, log=log, progress=progress)
-    count = decide_encoder_while(config, planned, root, cluster.connect_for(parts))
-    probe = root / f"{PROBE_PREFIX}{secrets.token_hex(8)}"
-    probe.write_text(probe.name)
-    try:
-        run_parts(config, Path(cache_dir).absolute(), count, probe, log, progress, prepare, retries)
-    finally:
-        probe.unlink(missing_ok=True)
-    return merge(config, cache_dir, count, log=log, progress=progress)
+    with expert_lock(root, log):
+        todo = uncached_sources(root, planned.inputs)
+        if (root / planned.build_id).is_dir() or not todo:  # made meanwhile, or every source cached: packing only
+            return publish_locked(config, cache_dir, planned, log, progress)
+        count = decide_encoder_while(config, planned, root, cluster.connect_for(parts))
+        probe = root / f"{PROBE_PREFIX}{secrets.token_hex(8)}"
+        probe.write_text(probe.name)
+        try:
+            run_parts(config, Path(cache_dir).absolute(), count, probe, log, progress, prepare, retries)
+        except BaseException:  # failed or interrupted (Ctrl-C): the tasks are stopped, their temporaries removed
+            remove_part_temporaries([part_dir(root, source_key(planned.inputs, i), 0, count).parent for i in todo],
+                                    count)
+            raise
+        finally:
+            probe.unlink(missing_ok=True)
+        return merge_locked(config, cache_dir, count, planned, log, progress)
+
+
+def remove_part_temporaries(directories: list[Path], count: int) -> None:
+    """The temporary directories (``.tmp-<i>-of-<count>-<pid>``) that this build's tasks left in
+    ``directories`` (``.parts/<key>/``): a task killed (a retry's, a cancelled one's) removes nothing."""
+    for directory in directories:
+        for tmp in directory.glob(f"{TMP_PREFIX}*-of-{count}-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def decide_encoder_while(config: ExpertConfig, planned, root: Path, starting):
@@ -176,15 +183,23 @@ def run_parts(config: ExpertConfig, cache_dir: Path, count: int, probe: Path, lo
             try:
                 done = ray.get(ready)
             except ray.exceptions.RayError as e:
-                for other in pending:
-                    ray.cancel(other, force=True)
                 raise BuildError(f"part {index}/{count} of {config.expert!r} failed on Ray "
                                  f"(tried {retries + 1} time(s) at most): {task_error(e)}") from None
             bar.update(1)
             log(f"ray: part {index}/{count} of {config.expert} done on {done['node']} in {done['seconds']:.1f} s "
                 f"({count - len(pending)}/{count} parts)")
+    except BaseException:
+        stop(list(pending))
+        raise
     finally:
         bar.close()
+
+
+def stop(tasks: list) -> None:
+    """Cancel ``tasks`` (their workers killed) and wait until each has ended, so that none writes after."""
+    for task in tasks:
+        ray.cancel(task, force=True)
+    ray.wait(tasks, num_returns=len(tasks), timeout=STOP_TIMEOUT_S)
 
 
 def task_error(error: BaseException) -> str:

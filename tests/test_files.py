@@ -9,7 +9,7 @@ import os
 import pytest
 
 from packtrain.core.diskfull import DiskFullError
-from packtrain.core.files import replacing, write_atomic, write_new
+from packtrain.core.files import publish_dir, replacing, write_atomic, write_new
 
 
 def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path):
@@ -56,10 +56,80 @@ def test_write_new_creates_the_file_and_never_replaces_one(tmp_path):
 def test_write_new_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch):
     path = tmp_path / "eval.json"
 
-    def full(self, data):
+    def full(fd):  # where a file system allocates late, ENOSPC comes at the fsync
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(type(path), "write_bytes", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(DiskFullError, match="while writing eval.json: the partial files were removed; free space$"):
         write_new(path, "{}", "eval.json", "free space")
     assert os.listdir(tmp_path) == []
+
+
+def a_directory_to_publish(tmp_path):
+    tmp = tmp_path / ".tmp-out-1"
+    (tmp / "adapter").mkdir(parents=True)
+    (tmp / "adapter" / "weights.bin").write_bytes(b"w")  # written by a library that fsyncs nothing
+    (tmp / "config.json").write_text("{}")
+    return tmp
+
+
+def test_publish_dir_makes_every_file_and_directory_durable_before_the_rename(tmp_path, monkeypatch):
+    tmp, events = a_directory_to_publish(tmp_path), []
+    fsync, rename = os.fsync, os.rename
+
+    def recorded_fsync(fd):
+        events.append(("fsync", os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), tmp_path)))
+        fsync(fd)
+
+    def recorded_rename(a, b):
+        events.append(("rename", os.path.relpath(b, tmp_path)))
+        rename(a, b)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(os, "rename", recorded_rename)
+    publish_dir(tmp, tmp_path / "out")
+    assert events == [("fsync", ".tmp-out-1/adapter/weights.bin"), ("fsync", ".tmp-out-1/adapter"),
+                      ("fsync", ".tmp-out-1/config.json"), ("fsync", ".tmp-out-1"), ("rename", "out"), ("fsync", ".")]
+    assert (tmp_path / "out" / "adapter" / "weights.bin").read_bytes() == b"w"
+
+
+def test_publish_dir_onto_a_directory_that_is_not_empty_is_one_line_and_keeps_it(tmp_path):
+    tmp, out = a_directory_to_publish(tmp_path), tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(OSError) as error:
+        publish_dir(tmp, out)
+    assert str(error.value) == (f"cannot publish {out}: it exists and is not empty, and is not replaced: remove it "
+                                "or choose another name (the new copy was removed)")
+    assert error.value.errno == errno.ENOTEMPTY
+    assert sorted(os.listdir(tmp_path)) == ["out"] and os.listdir(out) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("code, why", [
+    (errno.EXDEV, "the new copy is on another file system than it (a mount point at the destination?): a "
+                  "directory is published by a rename, which needs one file system"),
+    (errno.EACCES, "permission denied: make {parent} writable by this user"),
+])
+def test_publish_dir_that_cannot_rename_is_one_line_and_leaves_no_temporary(tmp_path, monkeypatch, code, why):
+    tmp, out = a_directory_to_publish(tmp_path), tmp_path / "out"
+
+    def refused(a, b):
+        raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+    monkeypatch.setattr(os, "rename", refused)
+    with pytest.raises(OSError) as error:
+        publish_dir(tmp, out)
+    assert str(error.value) == f"cannot publish {out}: {why.format(parent=tmp_path)} (the new copy was removed)"
+    assert error.value.errno == code and os.listdir(tmp_path) == []
+
+
+def test_write_new_never_writes_through_a_temporary_left_linked_to_the_published_file(tmp_path):
+    """A writer killed between its link and the removal of its temporary file leaves that file a second
+    name of the published one; a later writer with the same pid (a container's command is pid 1 each
+    time) must not write into it: an evaluation is never overwritten."""
+    path = tmp_path / "eval.json"
+    write_new(path, "first\n")
+    os.link(path, tmp_path / f".tmp-eval.json-{os.getpid()}")  # what the killed writer left
+    with pytest.raises(FileExistsError):
+        write_new(path, "second\n")
+    assert path.read_text() == "first\n"

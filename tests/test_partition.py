@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -124,3 +125,61 @@ def test_a_part_remembers_the_encoder_decision_where_every_build_of_the_expert_r
     pretokenize_part(config_of(project), project["cache"], (1, 2), log=lines.append)
     assert [line for line in lines if line.startswith("fast encoder:")] == [
         "fast encoder: on (fastokens) (fastokens: the HF tokenizer's ids on the probe text)"]
+
+
+def test_merge_with_another_parts_count_names_the_one_made(project):
+    for i in range(2):
+        pretokenize_part(config_of(project), project["cache"], (i, 2), log=quiet)
+    with pytest.raises(BuildError, match=r"has no part\(s\) 0-of-3, 1-of-3, 2-of-3 in \S+ \(the parts there were made "
+                                         r"with --parts 2: merge with --parts 2\); run"):
+        merge(config_of(project), project["cache"], 3, log=quiet)
+
+
+def test_parts_of_another_config_are_named_as_such(project):
+    other = load_config("sql", project["configs"], {"pack.val_fraction": 0.2})  # another split: other tokens
+    for i in range(2):
+        pretokenize_part(other, project["cache"], (i, 2), log=quiet)
+    parts = project["cache"] / "sql" / SOURCES / PARTS
+    with pytest.raises(BuildError) as e:
+        merge(config_of(project), project["cache"], 2, log=quiet)
+    assert f"({parts} holds parts of 2 other source, config or tokenizer version(s): run every part with the " \
+           "configs, sources and tokenizer of this merge)" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert read_current(project["cache"], "sql") is None
+
+
+def test_an_incomplete_part_is_named_incomplete(project):
+    for i in range(2):
+        pretokenize_part(config_of(project), project["cache"], (i, 2), log=quiet)
+    cut = next((project["cache"] / "sql" / SOURCES / PARTS).glob("*/1-of-2"))
+    (cut / "stats.json").unlink()  # a copy cut short: stats.json is written last
+    with pytest.raises(BuildError, match=r"has no part\(s\) 1-of-2 in \S+ \(1-of-2 is there but incomplete, without "
+                                         r"stats.json: a copy cut short, or a part still running\); run"):
+        merge(config_of(project), project["cache"], 2, log=quiet)
+
+
+def test_a_part_retried_under_the_same_pid_is_not_stopped_by_the_killed_try(project):
+    """In a container every try of a part may have the same pid (a restarted pod's command is pid 1
+    again): the killed try's temporary directory, same name but for a random suffix, stops nothing."""
+    pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
+    for key in (project["cache"] / "sql" / SOURCES / PARTS).iterdir():  # what a try killed mid-part leaves
+        (key / f".tmp-1-of-2-{os.getpid()}").mkdir()
+        (key / f".tmp-1-of-2-{os.getpid()}" / "train.tokens").write_bytes(b"\x00" * 10)
+    pretokenize_part(config_of(project), project["cache"], (1, 2), log=quiet)
+    merged = merge(config_of(project), project["cache"], 2, log=quiet)
+    assert read_current(project["cache"], "sql") == merged.build_id
+    assert list((project["cache"] / "sql").rglob(".tmp-*")) == []
+
+
+def test_a_part_copied_under_another_name_is_named(project):
+    """Two machines' parts copied together, one under the wrong name: the part is named, with the fix."""
+    for i in range(2):
+        pretokenize_part(config_of(project), project["cache"], (i, 2), log=quiet)
+    wrong = sorted((project["cache"] / "sql" / SOURCES / PARTS).glob("*/1-of-2"))[0]
+    shutil.rmtree(wrong)
+    shutil.copytree(wrong.parent / "0-of-2", wrong)  # part 0 again, as 1-of-2
+    with pytest.raises(BuildError) as e:
+        merge(config_of(project), project["cache"], 2, log=quiet)
+    assert str(e.value) == (f"part {wrong} holds the batches of part 0/2, not 1/2 (copied under another name?): "
+                            "delete it and run `packtrain pretokenize sql --part 1/2` again")
+    assert read_current(project["cache"], "sql") is None

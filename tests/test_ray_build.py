@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from filelock import FileLock
 
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.core.configfile import load_config
@@ -21,7 +22,7 @@ from packtrain.core.contract import read_current
 from packtrain.pipeline.build import SOURCES, build
 from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.partition import PARTS
-from packtrain.pipeline.ray_build import RayCluster, build_on_ray
+from packtrain.pipeline.ray_build import RayCluster, build_on_ray, check_reachable
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +93,52 @@ def test_a_part_that_keeps_failing_fails_the_build_in_one_line(project, tmp_path
         build_on_ray(config, cache, cluster, parts=1, log=lambda *_: None, retries=1)
     assert read_current(cache, "sql") is None
     assert [p.name for p in (cache / "sql").iterdir() if not p.name.startswith(".")] == []
+    assert temporaries(cache) == []  # the killed tries' directories too
+
+
+def temporaries(cache: Path) -> list[str]:
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.name.startswith((".tmp-", ".ray-probe-")))
+
+
+def test_ctrl_c_mid_build_leaves_no_temporary_and_keeps_the_finished_parts(project, tmp_path, cluster, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt in the command's process) while parts run: the tasks are stopped and
+    their temporary directories removed, including a killed try's; the finished parts stay for the next run."""
+    config, cache = load_config("sql", project["configs"]), tmp_path / "cache"
+    monkeypatch.setenv("PACKTRAIN_CRASH_AT", "mid_tokenize")  # the first try to get there dies, leaving its directory
+    monkeypatch.setenv("PACKTRAIN_CRASH_ONCE", str(tmp_path / "killed"))
+
+    def log(line: str) -> None:
+        if " done on " in line:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_on_ray(config, cache, cluster, parts=3, log=log)
+    assert (tmp_path / "killed").exists()
+    assert read_current(cache, "sql") is None
+    assert temporaries(cache) == []
+    finished = list((cache / "sql" / SOURCES / PARTS).glob("*/*-of-3"))
+    assert finished and all((part / "stats.json").is_file() for part in finished)
+
+
+def test_a_second_build_waits_for_the_lock_before_ray_then_has_nothing_to_do(project, tmp_path, cluster):
+    """The same build started twice: the second waits for the first's lock before it starts any Ray
+    task, then finds the build made and does no work."""
+    config, cache = load_config("sql", project["configs"]), tmp_path / "cache"
+    (cache / "sql").mkdir(parents=True)
+    first = FileLock(str(cache / "sql" / ".lock"))
+    first.acquire()
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if line.startswith("waiting for the build lock"):  # the first build finishes meanwhile
+            first.release()
+            build(config, cache, log=lambda *_: None, progress=False)
+
+    result = build_on_ray(config, cache, cluster, parts=3, log=log)
+    assert (result.build_id, result.up_to_date) == (project["single"].build_id, True)
+    assert [line for line in lines if line.startswith("ray:")] == []
+    assert lines[-1].startswith(f"build {result.build_id} is up to date: nothing to do")
 
 
 def closed_port() -> int:
@@ -114,3 +161,50 @@ def test_a_cluster_needs_an_absolute_cache_path(project, tmp_path):
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == ("error: --cache-dir cache: with --ray-address the cache must be an absolute path on storage "
                            "every node sees (e.g. --cache-dir /shared/packtrain-cache), not a relative one\n")
+
+
+@pytest.mark.parametrize("address, why", [
+    ("ray://10.0.0.1:10001", "a Ray Client address (ray://) is not supported: give the head's own address"),
+    ("10.0.0.1:99999", "the port must be 1-65535"),
+    ("10.0.0.1:0", "the port must be 1-65535"),
+    ("10.0.0.1", "no port"),
+])
+def test_a_malformed_address_is_refused_before_any_connection(address, why):
+    with pytest.raises(BuildError) as e:
+        check_reachable(address)
+    assert str(e.value) == (f"--ray-address {address!r}: {why} (host:port of the cluster's head, as `ray start "
+                            "--head` prints it, port 6379 by default), e.g. --ray-address 10.0.0.1:6379")
+
+
+def test_an_up_to_date_build_neither_imports_nor_starts_ray(project, tmp_path):
+    """A no-op with --executor ray (a cron host's `make pretokenize EXECUTOR=ray`) is the plain no-op:
+    importing ray alone takes over a second, and nothing needs it."""
+    cache = tmp_path / "cache"
+    built = build(load_config("sql", project["configs"]), cache, log=lambda *_: None, progress=False)
+    run = ("import sys\nfrom packtrain.cli.commands import run\nsys.argv = ['packtrain', *sys.argv[1:]]\n"
+           "try:\n    run()\nfinally:\n    print('ray imported:', 'ray' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", run, "pretokenize", "sql", "--configs-dir", str(project["configs"]),
+                           "--cache-dir", str(cache), "--executor", "ray"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert json.loads(lines[-2]) == {"expert": "sql", "build_id": built.build_id, "up_to_date": True,
+                                     "path": str(built.path)}
+    assert lines[-1] == "ray imported: False" and not any(line.startswith("ray:") for line in lines)
+
+
+
+def test_a_local_cluster_that_does_not_start_is_one_line_and_cleaned_up(monkeypatch):
+    """``ray.init`` failing half way (no shared memory, a port taken) leaves Ray's processes to stop."""
+    stopped = []
+
+    def failing_init(**_):
+        raise RuntimeError("Failed to start the GCS server.\nSee /tmp/ray/session_latest/logs for details")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", failing_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: stopped.append(True))
+    with pytest.raises(BuildError) as e:
+        RayCluster(None, 2, log=lambda *_: None).connect()
+    assert str(e.value).startswith("cannot start a local Ray cluster of 2 CPU(s) (build.num_proc): RuntimeError: "
+                                   "Failed to start the GCS server.")
+    assert "\n" not in str(e.value) and stopped == [True]

@@ -18,6 +18,7 @@ from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.export import export
 from packtrain.cli.options import DocumentCount, cache_dir_option, resolve, with_config
 from packtrain.cli.talk import chat, generate
+from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
@@ -126,26 +127,6 @@ def pretokenize(cfg, cache_dir, progress, part, executor, ray_address, parts):
         result = build(stage, cache_dir, log=click.echo, progress=progress and sys.stderr.isatty())
         click.echo(json.dumps({"expert": stage.expert, "build_id": result.build_id, "up_to_date": result.up_to_date,
                                "path": str(result.path)}))
-
-
-def pretokenize_on_ray(cfg, cache_dir, address, parts, progress) -> None:
-    """``pretokenize --executor ray``: ray is imported here only (packtrain[ray])."""
-    try:
-        from packtrain.pipeline.ray_build import RayCluster, build_on_ray, check_cache_dir, check_reachable
-    except ModuleNotFoundError as e:
-        if e.name != "ray":
-            raise
-        raise click.UsageError("--executor ray needs Ray: pip install 'packtrain[ray]' (`make install` does)") from None
-    check_cache_dir(cache_dir, address)
-    if address is not None:
-        check_reachable(address)  # before anything is converted or written
-    ensure_converted(cfg)
-    with RayCluster(address, cfg.build.num_proc, log=click.echo) as cluster:
-        for stage in cfg.stage_configs():
-            result = build_on_ray(stage, cache_dir, cluster, parts, log=click.echo, progress=progress,
-                                  prepare=ensure_converted)
-            click.echo(json.dumps({"expert": stage.expert, "build_id": result.build_id,
-                                   "up_to_date": result.up_to_date, "path": str(result.path)}))
 
 
 @main.command("merge-parts")

@@ -6,16 +6,20 @@ it over the target and fsyncs the directory, so that a crash leaves the old file
 never part of either. A failure removes the temporary file; a full disk becomes one
 :class:`~packtrain.core.diskfull.DiskFullError` line naming the file and the fix (core/diskfull.py).
 
-Directories (a build, a checkpoint, a source's tokens, a run's final adapter) are published the same
-way by their writers: built under a temporary name, then renamed onto the final one and the parent
-fsynced (:func:`publish_dir`); :func:`publishing` does it all for a directory that must not replace
-anything (``packtrain export --out``). A file that must
+Directories (a build, a checkpoint, a source's tokens, a run's final adapter, a converted model) are
+published the same way by their writers: built under a temporary name, then :func:`publish_dir`
+fsyncs every file and directory in it (so no writer, nor a library writing for it, has to), renames
+it onto the final one and fsyncs the parent; a rename that fails removes the temporary directory and
+is one line naming the cause and the fix. :func:`publishing` does it all for a directory that must
+not replace anything (``packtrain export --out``). A file that must
 not replace anything (``eval.json``: an evaluation is never overwritten) is written by :func:`write_new`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,13 +57,16 @@ def write_new(path: str | os.PathLike, data: str | bytes, what: str | None = Non
     """Create ``path``, which must not exist yet, with ``data`` (text is written as UTF-8): the temporary
     file is written, fsynced and hard-linked to ``path``, which refuses an existing name, so of two
     writers at once the second gets ``FileExistsError`` and the first one's file stays whole. The
-    temporary file is removed either way; ``what``/``fix``: as for :func:`write_atomic`."""
+    temporary file (a new name, :func:`temporary_path`, created here: never a killed writer's, which
+    may still be a second name of its published file) is removed either way; ``what``/``fix``: as for
+    :func:`write_atomic`."""
     path = Path(path)
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    tmp = temporary_path(path)
     try:
         with written(path, what, fix, partial=[tmp]) if what is not None else _removed_on_failure(tmp):
-            tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-            with open(tmp, "rb") as f:
+            with open(tmp, "xb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                f.flush()
                 os.fsync(f.fileno())
         os.link(tmp, path)
     finally:
@@ -80,24 +87,65 @@ def publishing(path: str | os.PathLike, what: str, fix: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)  # left by a killed writer of this very pid
         tmp.mkdir(parents=True)
         yield tmp
-        for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
-            with open(file, "rb") as f:
-                os.fsync(f.fileno())
-        fsync_dir(tmp)
-        os.rename(tmp, path)
-    fsync_dir(path.parent)
+        publish_dir(tmp, path)
+
+
+def temporary_path(path: str | os.PathLike) -> Path:
+    """A new name beside ``path`` to build it under: ``.tmp-<name>-<pid>-<random>``, unique even where
+    pids repeat (a pod restarted after its part was killed is pid 1 again; two nodes on shared storage)."""
+    path = Path(path)
+    return path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
 def publish_dir(tmp: str | os.PathLike, path: str | os.PathLike, replace: bool = False) -> None:
-    """The last step of every directory publish: rename the complete temporary directory ``tmp`` (its
-    files made durable by its writer) onto ``path`` and fsync the parent. ``replace``: whatever is at
+    """The last step of every directory publish: make the complete temporary directory ``tmp`` durable
+    (every file, then every directory, deepest first: what a library wrote into it may be in no
+    disk's hands yet), rename it onto ``path`` and fsync the parent. ``replace``: whatever is at
     ``path`` (a damaged source cache, an earlier attempt of the same checkpoint) is removed first;
-    otherwise the rename refuses anything there but an empty directory (``OSError``)."""
+    otherwise the rename refuses anything there but an empty directory. A rename that fails removes
+    ``tmp`` and raises :class:`PublishError`, one line naming ``path``, the cause and the fix."""
     path = Path(path)
+    fsync_tree(tmp)
     if replace and os.path.lexists(path):
         remove_path(path)
-    os.rename(tmp, path)
+    try:
+        os.rename(tmp, path)
+    except OSError as e:
+        remove_partial([tmp])
+        raise PublishError(e.errno, f"cannot publish {path}: {rename_problem(e, path)} (the new copy was removed)"
+                           ) from e
     fsync_dir(path.parent)
+
+
+class PublishError(OSError):
+    """A directory that could not be renamed into place (its ``errno`` kept); ``str()``: the one line."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def rename_problem(error: OSError, path: Path) -> str:
+    """Why renaming a temporary directory onto ``path`` failed, and what to do."""
+    if error.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+        return "it exists and is not empty, and is not replaced: remove it or choose another name"
+    if error.errno in (errno.EXDEV, errno.EBUSY):
+        return ("the new copy is on another file system than it (a mount point at the destination?): a directory "
+                "is published by a rename, which needs one file system")
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{error.strerror.lower()}: make {path.parent} writable by this user"
+    return error.strerror or type(error).__name__
+
+
+def fsync_tree(directory: str | os.PathLike) -> None:
+    """fsync every file and directory under ``directory`` and ``directory`` itself, deepest first (a
+    directory after its entries), files in name order."""
+    for parent, _, files in os.walk(directory, topdown=False):
+        for name in sorted(files):
+            if os.path.islink(os.path.join(parent, name)):  # its target is not part of the publish
+                continue
+            with open(os.path.join(parent, name), "rb") as f:
+                os.fsync(f.fileno())
+        fsync_dir(parent)
 
 
 def remove_path(path: str | os.PathLike) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import shutil
 from collections import deque
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import numpy as np
 
 from tqdm import tqdm
 
-from packtrain.core.files import TMP_PREFIX, publish_dir
+from packtrain.core.files import publish_dir, temporary_path
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode import encoder_decision, exactness
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
@@ -76,7 +75,7 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
     tokenized again without it (pipeline/encode/exactness.py); nothing it made is kept.
     """
     config, tokenizer = job.config, job.tokenizer
-    tmps = {i: job.source_dirs[i].parent / f"{TMP_PREFIX}{job.source_dirs[i].name}-{os.getpid()}" for i in job.todo}
+    tmps = {i: temporary_path(job.source_dirs[i]) for i in job.todo}
     cache_dir = Path(cache_dir)
     release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
