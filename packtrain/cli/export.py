@@ -9,6 +9,7 @@ beside it (``.tmp-<name>-<pid>``) and renamed onto it when complete.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -18,6 +19,7 @@ import click
 from packtrain.cli.talk import finished_run
 from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import CURRENT
+from packtrain.core.files import PublishError, publishing
 from packtrain.core.rundir import RUN_JSON, RunRecord
 
 
@@ -79,8 +81,6 @@ def export(expert, run_dir, runs_dir, out, merged):
     """Export EXPERT's trained adapter (its newest finished run, or --run) into --out: the adapter alone
     (load with peft's PeftModel.from_pretrained(base, OUT)) or, with --merged, merged into its base model
     (load with transformers' AutoModelForCausalLM.from_pretrained(OUT))."""
-    from packtrain.core.files import publishing
-
     out_path = Path(out)
     check_out(out_path)
     run_path, _ = finished_run(expert, run_dir, runs_dir)
@@ -95,9 +95,9 @@ def export(expert, run_dir, runs_dir, out, merged):
     try:
         with publishing(target, f"the export of {run_path}", "free space or name another --out, then run it again") as tmp:
             base = export_run(run_path, tmp, merged, say)
-    except OSError as e:
-        if e.filename2 != os.fspath(target):  # not the final rename onto --out
-            raise
+    except PublishError as e:  # the final rename onto --out (the temporary copy is removed)
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            raise ExportError(str(e)) from None
         raise ExportError(f"--out {out_path} was filled by another writer while this export was written: nothing of "
                           "this export was kept; name another --out, or remove it and run the export again") from None
     say(f"{'merged model' if merged else 'adapter'} written to {out_path}")
