@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 import packtrain.core.contract
 import packtrain.pipeline.build
-from build_fixtures import BUILD_SCRIPT, SQL_CONFIG, make_relative_project, rows, write_jsonl
+from build_fixtures import BUILD_SCRIPT, SQL_CONFIG, make_relative_project, rows, seed_decision, write_jsonl
 from packtrain.pipeline.build import build
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest, verify_checksums
@@ -39,6 +39,7 @@ def template(tmp_path_factory):
     make_relative_project(directory)
     write_jsonl(directory / "data" / "extra.jsonl", rows(30, start=500))
     write_config(directory, ["data/sql.jsonl", "data/extra.jsonl"])
+    seed_decision(directory / "cache", directory / "model")
     return directory
 
 
@@ -58,6 +59,7 @@ def copy(template, tmp_path):
     directory = tmp_path / "project"
     for name in ("data", "model", "configs"):
         shutil.copytree(template / name, directory / name)
+    seed_decision(directory / "cache", directory / "model")  # as a first build leaves it (proven once per content)
     return directory, build_from(template)
 
 
@@ -124,6 +126,7 @@ def changed(template, tmp_path_factory) -> dict[str, tuple[str, str, list]]:
         directory = tmp_path_factory.mktemp(change)
         for name in ("data", "model", "configs"):
             shutil.copytree(template / name, directory / name)
+        seed_decision(directory / "cache", directory / "model")  # a changed tokenizer is proven again
         with pytest.MonkeyPatch.context() as m:
             set_format_version(m) if apply is None else apply(directory)
             build_id = build_from(directory)
