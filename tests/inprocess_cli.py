@@ -22,15 +22,17 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK_END = ["--set", "train.sample_prompts=0", "--set", "train.plots=false"]
 
 
-def cli(*args) -> subprocess.CompletedProcess:
+def cli(*args, stdin: str = "") -> subprocess.CompletedProcess:
     """``packtrain ARGS`` through its real entry point (``packtrain.cli.commands.run``, what
-    ``python -m packtrain.cli`` runs), from the repository root: its exit code, stdout and stderr.
-    sys.argv, the working directory and os.environ are as they were afterwards."""
+    ``python -m packtrain.cli`` runs), from the repository root, reading ``stdin``: its exit code,
+    stdout and stderr. sys.argv, sys.stdin, the working directory and os.environ are as they were
+    afterwards."""
     from packtrain.cli.commands import run as entry_point
 
-    argv, environ, cwd = sys.argv, dict(os.environ), os.getcwd()
+    argv, environ, cwd, stdin_was = sys.argv, dict(os.environ), os.getcwd(), sys.stdin
     out, err = io.StringIO(), io.StringIO()
     sys.argv = ["packtrain", *map(str, args)]
+    sys.stdin = io.StringIO(stdin)
     os.chdir(ROOT)
     code = 0
     try:
@@ -39,7 +41,7 @@ def cli(*args) -> subprocess.CompletedProcess:
     except SystemExit as e:
         code = e.code or 0
     finally:
-        sys.argv = argv
+        sys.argv, sys.stdin = argv, stdin_was
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(environ)

@@ -11,9 +11,7 @@ and the adapter answers.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -120,9 +118,12 @@ def memorized(tmp_path_factory):
     return run_dir, [(words(ids[:4]), words(ids[4:9])) for ids, _ in docs]
 
 
-def packtrain(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "packtrain.cli", *args], capture_output=True, text=True, input=stdin,
-                          env={**os.environ, "PACKTRAIN_QUIET": "1"}, cwd=ROOT)
+def packtrain(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    """The real entry point in this process (tests/inprocess_cli.py): a subprocess per command only added
+    the import of torch, transformers and peft (5 commands: ~40 CPU s)."""
+    from inprocess_cli import cli
+
+    return cli(*args, stdin=stdin)
 
 
 def test_generate_and_chat_answer_with_the_adapter(memorized):
