@@ -225,8 +225,11 @@ def previous_manifest(cache_dir, expert: str) -> Manifest | None:
 
 
 def remove_leftovers(root: Path, log) -> None:
-    """Temporary files and directories of builds that died (we hold the lock, so none is alive)."""
-    for path in sorted([*root.glob(f"{TMP_PREFIX}*"), *(root / SOURCES).glob(f"{TMP_PREFIX}*")]):
+    """Temporary files and directories of builds that died (we hold the lock, so none is alive), and the
+    temporary tokenizer-facts notes of dead processes (planning writes them before the lock)."""
+    facts = (root / SOURCES / tokenizer_facts.FACTS_DIR).glob(f"{TMP_PREFIX}*")
+    for path in sorted([*root.glob(f"{TMP_PREFIX}*"), *(root / SOURCES).glob(f"{TMP_PREFIX}*"),
+                        *(note for note in facts if not writer_alive(note))]):
         log(f"removing leftover {path.name} of an interrupted build")
         try:
             remove_path(path)  # a link is removed itself, never followed
@@ -234,6 +237,21 @@ def remove_leftovers(root: Path, log) -> None:
             raise BuildError(f"cannot remove the leftover {path} in the cache ({type(e).__name__}: {e}); remove it "
                              "by hand (nothing else may be named .tmp-* there), then build again") from None
         crash_point("mid_cleanup")
+
+
+def writer_alive(tmp: Path) -> bool:
+    """Whether the process named by a temporary file's ``-<pid>`` suffix (core/files.write_atomic) still
+    runs on this machine, other than this one."""
+    pid = tmp.name.rpartition("-")[2]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive: another user's
+        pass
+    return True
 
 
 def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manifest | None, log, progress: bool) -> dict:
