@@ -47,9 +47,10 @@ from packtrain.core.errors import ContractError
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.system_prompt import default_system_prompt
-from packtrain.pipeline.encode.source_caches import TokenizeJob, refused_shortcut_sources, tokenize_sources
+from packtrain.pipeline.encode.source_caches import (FAST_ENCODER_NOTES, TokenizeJob, refused_shortcut_sources,
+                                                      tokenize_sources)
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
-from packtrain.pipeline.encode.exactness import encoder_identity
+from packtrain.pipeline.encode.exactness import LINE_CACHE_NOTES, RENDER_ONCE_NOTES, encoder_identity
 from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
@@ -224,12 +225,17 @@ def previous_manifest(cache_dir, expert: str) -> Manifest | None:
         return None
 
 
+NOTE_DIRS = (SOURCES + "/" + tokenizer_facts.FACTS_DIR, f"../{FAST_ENCODER_NOTES}", f"../{LINE_CACHE_NOTES}",
+             f"../{RENDER_ONCE_NOTES}")  # the notes builds remember, relative to the expert's directory
+
+
 def remove_leftovers(root: Path, log) -> None:
     """Temporary files and directories of builds that died (we hold the lock, so none is alive), and the
-    temporary tokenizer-facts notes of dead processes (planning writes them before the lock)."""
-    facts = (root / SOURCES / tokenizer_facts.FACTS_DIR).glob(f"{TMP_PREFIX}*")
-    for path in sorted([*root.glob(f"{TMP_PREFIX}*"), *(root / SOURCES).glob(f"{TMP_PREFIX}*"),
-                        *(note for note in facts if not writer_alive(note))]):
+    temporary notes of dead processes (written outside the expert's lock: the tokenizer facts while
+    planning, the cache's notes shared by every expert)."""
+    notes = [note for directory in NOTE_DIRS for note in (root / directory).glob(f"{TMP_PREFIX}*")
+             if not writer_alive(note)]
+    for path in sorted([*root.glob(f"{TMP_PREFIX}*"), *(root / SOURCES).glob(f"{TMP_PREFIX}*"), *notes]):
         log(f"removing leftover {path.name} of an interrupted build")
         try:
             remove_path(path)  # a link is removed itself, never followed

@@ -313,15 +313,16 @@ def test_the_spelling_of_a_local_path_does_not_change_the_build_id(project, monk
 
 
 def test_a_dead_writers_temporary_facts_note_is_removed_a_live_ones_kept(project):
-    """Planning writes the tokenizer-facts note before the build's lock: a build killed while writing it
-    leaves its temporary file, which the next build removes; one of a process still running is its own."""
+    """Notes are written outside the expert's lock (the tokenizer facts while planning, the cache's
+    shared notes): a build killed while writing one leaves its temporary file, which the next build
+    removes; one of a process still running is its own."""
     run_build(project)
-    facts = project["cache"] / "sql" / ".sources" / ".tokenizer-facts"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    left = facts / f".tmp-{'0' * 16}.json-{dead.pid}"
-    live = facts / f".tmp-{'1' * 16}.json-{os.getppid()}"
-    left.write_text("{")
-    live.write_text("{")
+    notes = [project["cache"] / "sql" / ".sources" / ".tokenizer-facts", project["cache"] / ".fast-encoder"]
+    left = [directory / f".tmp-{'0' * 16}.json-{dead.pid}" for directory in notes]
+    live = [directory / f".tmp-{'1' * 16}.json-{os.getppid()}" for directory in notes]
+    for path in left + live:
+        path.write_text("{")
     run_build(project, **{"pack.val_fraction": 0.2})
-    assert not left.exists() and live.exists()
+    assert [path.exists() for path in left + live] == [False, False, True, True]
