@@ -7,7 +7,7 @@ merge runs here, where the command started.
 Part ``i`` of ``n`` is ``pretokenize_part(config, cache_dir, (i, n))`` run by a Ray task that asks
 for one CPU and tokenizes in its own process (``build.num_proc`` 1 there: the cluster's CPUs are the
 parallelism). Ray retries a task whose worker died (killed, out of memory, its node lost) and one
-that raised an ``OSError`` (a shared file system's hiccup), up to ``retries`` times; a refusal (a
+that raised an ``OSError`` (a shared file system's hiccup), up to :data:`RETRIES` times; a refusal (a
 :class:`PacktrainError`: a bad row under ``on_bad_rows: error``, a missing source) is not retried.
 The expert's build lock is held from before Ray starts to the publish, so the same build started
 twice runs once. A part that still fails, or Ctrl-C, stops the command (its error in one line), the
@@ -113,7 +113,7 @@ class RayCluster:
 
 
 def build_on_ray(config: ExpertConfig, cache_dir, cluster: RayCluster, parts: int | None = None, log=print,
-                 progress: bool = False, prepare=None, retries: int = RETRIES, planned=None) -> BuildResult:
+                 progress: bool = False, prepare=None, planned=None) -> BuildResult:
     """Build ``config.expert`` with its sources tokenized in ``parts`` Ray tasks (default: one per CPU
     of the cluster), then merged and published here. ``prepare(config)``: run in each task first (the
     CLI converts the embedded model there, as on any machine that builds). ``planned``: :func:`plan`'s
@@ -133,7 +133,7 @@ def build_on_ray(config: ExpertConfig, cache_dir, cluster: RayCluster, parts: in
         probe = root / f"{PROBE_PREFIX}{secrets.token_hex(8)}"
         probe.write_text(probe.name)
         try:
-            run_parts(config, Path(cache_dir).absolute(), count, probe, log, progress, prepare, retries)
+            run_parts(config, Path(cache_dir).absolute(), count, probe, log, progress, prepare)
         except BaseException:  # failed or interrupted (Ctrl-C): the tasks are stopped, their temporaries removed
             remove_part_temporaries([part_dir(root, source_key(planned.inputs, i), 0, count).parent for i in todo],
                                     count)
@@ -166,9 +166,10 @@ def decide_encoder_while(config: ExpertConfig, planned, root: Path, starting):
     return started
 
 
-def run_parts(config: ExpertConfig, cache_dir: Path, count: int, probe: Path, log, progress: bool, prepare,
-              retries: int) -> None:
-    """Every part as a Ray task; returns when all are done, raises on the first that keeps failing."""
+def run_parts(config: ExpertConfig, cache_dir: Path, count: int, probe: Path, log, progress: bool, prepare) -> None:
+    """Every part as a Ray task, retried up to :data:`RETRIES` times; returns when all are done, raises on
+    the first that keeps failing."""
+    retries = RETRIES
     env = {name: os.environ[name] for name in CRASH_VARIABLES if name in os.environ}  # the tests' fault hooks
     options = {"max_retries": retries, "retry_exceptions": [OSError]} | ({"runtime_env": {"env_vars": env}} if env else {})
     task = ray.remote(num_cpus=1)(tokenize_part).options(**options)

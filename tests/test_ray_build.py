@@ -22,6 +22,7 @@ from packtrain.core.contract import read_current
 from packtrain.pipeline.build import SOURCES, build
 from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.partition import PARTS
+from packtrain.pipeline import ray_build
 from packtrain.pipeline.ray_build import RayCluster, build_on_ray, check_reachable
 
 
@@ -87,10 +88,11 @@ def test_a_task_killed_mid_part_is_retried(project, tmp_path, cluster, monkeypat
 
 def test_a_part_that_keeps_failing_fails_the_build_in_one_line(project, tmp_path, cluster, monkeypatch):
     monkeypatch.setenv("PACKTRAIN_CRASH_AT", "mid_tokenize")  # every try dies
+    monkeypatch.setattr(ray_build, "RETRIES", 1)
     config, cache = load_config("sql", project["configs"]), tmp_path / "cache"
     with pytest.raises(BuildError, match=r"^part 0/1 of 'sql' failed on Ray \(tried 2 time\(s\) at most\): the "
                                          r"worker process running it died each time \(killed, or out of memory\)$"):
-        build_on_ray(config, cache, cluster, parts=1, log=lambda *_: None, retries=1)
+        build_on_ray(config, cache, cluster, parts=1, log=lambda *_: None)
     assert read_current(cache, "sql") is None
     assert [p.name for p in (cache / "sql").iterdir() if not p.name.startswith(".")] == []
     assert temporaries(cache) == []  # the killed tries' directories too
