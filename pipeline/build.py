@@ -225,16 +225,13 @@ def previous_manifest(cache_dir, expert: str) -> Manifest | None:
         return None
 
 
-NOTE_DIRS = (SOURCES + "/" + tokenizer_facts.FACTS_DIR, f"../{FAST_ENCODER_NOTES}", f"../{LINE_CACHE_NOTES}",
-             f"../{RENDER_ONCE_NOTES}")  # the notes builds remember, relative to the expert's directory
-
-
 def remove_leftovers(root: Path, log) -> None:
     """Temporary files and directories of builds that died (we hold the lock, so none is alive), and the
     temporary notes of dead processes (written outside the expert's lock: the tokenizer facts while
-    planning, the cache's notes shared by every expert)."""
-    notes = [note for directory in NOTE_DIRS for note in (root / directory).glob(f"{TMP_PREFIX}*")
-             if not writer_alive(note)]
+    planning, and the notes of the cache, ``root``'s parent, shared by every expert)."""
+    note_dirs = [root / SOURCES / tokenizer_facts.FACTS_DIR,
+                 *(root.parent / name for name in (FAST_ENCODER_NOTES, LINE_CACHE_NOTES, RENDER_ONCE_NOTES))]
+    notes = [note for directory in note_dirs for note in directory.glob(f"{TMP_PREFIX}*") if not writer_alive(note)]
     for path in sorted([*root.glob(f"{TMP_PREFIX}*"), *(root / SOURCES).glob(f"{TMP_PREFIX}*"), *notes]):
         log(f"removing leftover {path.name} of an interrupted build")
         try:
