@@ -40,7 +40,7 @@ from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
                                      REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
                                      resolve_build, token_dtype, verify_checksums, write_current)
-from packtrain.core.files import TMP_PREFIX, fsync_dir, publish_dir, remove_path
+from packtrain.core.files import TMP_PREFIX, fsync_dir, process_alive, publish_dir, remove_path
 from packtrain.core.hashing import canonical_json, sha256_json
 from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError
@@ -246,15 +246,7 @@ def writer_alive(tmp: Path) -> bool:
     """Whether the process named by a temporary file's ``-<pid>`` suffix (core/files.write_atomic) still
     runs on this machine, other than this one."""
     pid = tmp.name.rpartition("-")[2]
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive: another user's
-        pass
-    return True
+    return pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid))
 
 
 def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manifest | None, log, progress: bool) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from packtrain.core.contract import LOCK
+from packtrain.core.files import process_alive
 
 HOLDER = LOCK + ".holder"
 
@@ -52,12 +53,4 @@ def holder_pid(path: Path) -> int | None:
         pid = int(path.read_text().strip())
     except (OSError, ValueError):  # no file, or a torn one
         return None
-    if pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:  # its writer is gone
-        return None
-    except PermissionError:  # alive, another user's
-        pass
-    return pid
+    return pid if pid > 0 and process_alive(pid) else None  # else its writer is gone

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from packtrain.core.diskfull import written
-from packtrain.core.files import TMP_PREFIX, publish_dir
+from packtrain.core.files import TMP_PREFIX, process_alive, publish_dir
 from packtrain.core.resolve import (CONVERTED_MARK, EMBEDDED_MODELS, converted_model_dir, embedded_gguf, gguf_sha256,
                                     missing_converted_files, models_cache_dir)
 from packtrain.trainer.model import ModelError
@@ -71,16 +71,6 @@ def remove_abandoned(target: Path, log) -> None:
         if pid.isdigit() and not process_alive(int(pid)):
             log(f"model {target.name}: removing {tmp}, left by a conversion that was stopped")
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def check_models_dir(directory: Path) -> None:

@@ -148,6 +148,17 @@ def fsync_tree(directory: str | os.PathLike) -> None:
         fsync_dir(parent)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (the writer a temporary name or a holder file names)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive: another user's
+        pass
+    return True
+
+
 def remove_path(path: str | os.PathLike) -> None:
     """Remove a directory tree, a file or a link (a damaged cache may be any of them; a link is removed
     itself, never followed)."""
