@@ -34,6 +34,17 @@ def test_facts_are_remembered_and_planning_then_skips_the_hf_tokenizer(tmp_path,
     assert (second.vocab_size, second.eos_id, second.pad_id, second.prefix_ids) == (400, 0, 1, ())
 
 
+def test_another_cache_of_the_same_process_gets_the_facts_without_loading_the_tokenizer(tmp_path, monkeypatch):
+    """``packtrain rebuild --all``: each expert has its own cache; a process loads the HF tokenizer for
+    the facts of one tokenizer content once, and writes them into each cache."""
+    model = make_tokenizer(tmp_path / "model")
+    first = load_tokenizer_info(model, facts_dir=tmp_path / "facts-a")
+    no_hf_load(monkeypatch)
+    assert load_tokenizer_info(model, facts_dir=tmp_path / "facts-b") == first
+    (written,) = (tmp_path / "facts-b").iterdir()
+    assert json.loads(written.read_text())["answer"] == FACTS
+
+
 @pytest.mark.parametrize("damage", ["{", '{"vocab_size": "400", "ids": {}, "prefix": []}', "[]"])
 def test_a_damaged_facts_file_is_computed_again(tmp_path, damage):
     model = make_tokenizer(tmp_path / "model")

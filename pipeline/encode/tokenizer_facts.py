@@ -8,11 +8,13 @@ per tokenizer, ``cache/<expert>/.sources/.tokenizer-facts/<key>.json``, about th
 content hash (tokenizer.json, tokenizer_config.json, ...), the ``tokenizers`` version,
 :data:`FACTS_VERSION` and the special tokens asked about. A missing, damaged or edited file (its seal,
 pipeline/encode/notes.py) is computed again and written atomically; a changed tokenizer file changes
-the key.
+the key. A process keeps the facts it computed (:data:`COMPUTED`, by the same key), so another cache of
+the same tokenizer content (``packtrain rebuild --all``: one per expert) does not load it again.
 """
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import version
 from pathlib import Path
 
@@ -41,13 +43,23 @@ def facts_of(tokenizer, tokens: list[str]) -> dict:
             "ids": {token: tokenizer.token_to_id(token) for token in tokens}, "prefix": wrapped[:at]}
 
 
+# about -> the facts this process computed: another cache of this process with the same tokenizer
+# content (``packtrain rebuild --all``: each expert has its cache) writes them without loading it again
+COMPUTED: dict[str, dict] = {}
+
+
 def remembered(tokenizer_file: Path, content_hash: str, tokens: list[str], fix: str, cache_dir: Path | None) -> dict:
     """:func:`compute`, read from ``cache_dir`` when it holds this tokenizer's facts (None: no cache)."""
     if cache_dir is None:
         return compute(tokenizer_file, tokens, fix)
     about = f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION} {' '.join(tokens)}"
-    return remembered_note(note_file(cache_dir, about), about, lambda facts: valid(facts, tokens),
-                           lambda: compute(tokenizer_file, tokens, fix))
+
+    def computed() -> dict:
+        if about not in COMPUTED:
+            COMPUTED[about] = compute(tokenizer_file, tokens, fix)
+        return json.loads(json.dumps(COMPUTED[about]))  # a copy: the caller's to change
+
+    return remembered_note(note_file(cache_dir, about), about, lambda facts: valid(facts, tokens), computed)
 
 
 def valid(facts, tokens: list[str]) -> bool:
