@@ -5,7 +5,11 @@ tokens and merges) and the Rust library allocates its own scratch; freed, most o
 C allocator's heap, counted in the process's RSS (a tokenizing worker: 289 MiB after loading
 fastokens and the HF tokenizer, 172 MiB once trimmed; measured 2026-11-25, docs/BENCHMARKS.md).
 glibc's ``malloc_trim`` hands the free pages back; elsewhere (another C library) nothing is done,
-which changes only the memory, never a byte of the build.
+which changes only the memory, never a byte of the build. No garbage collection first: a parse has no
+reference cycles, so it is freed the moment it is dropped (loading Qwen3's tokenizer.json, fastokens
+and the HF tokenizer, then ``gc.collect()``: 0 objects collected, RSS 148 MiB after the trim without it,
+146 MiB with it; 2026-11-26), while a collection walks every live object (0.15 s in a process
+holding many, such as a test worker).
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import gc
 
 
 @functools.cache
@@ -26,8 +29,7 @@ def _malloc_trim():
 
 
 def release_freed() -> None:
-    """Collect garbage and hand the allocator's free memory back to the system (glibc)."""
-    gc.collect()
+    """Hand the allocator's free memory back to the system (glibc)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
