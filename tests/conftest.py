@@ -29,9 +29,9 @@ os.environ["OMP_NUM_THREADS"] = "1"
 
 def pytest_collection_finish(session):
     """Every test module is imported, and torch and transformers with them: freeze
-    what is alive now, so that a full garbage collection stops walking those ~450k long-lived objects
-    (0.26 s each with torch loaded, and pipeline/encode/memory.release_freed runs one for each tokenizer
-    an in-process build loads). What the tests create later is collected as before."""
+    what is alive now, so that the automatic full garbage collections stop walking those ~450k
+    long-lived objects (0.26 s each with torch loaded). What the tests create later is collected as
+    before."""
     gc.collect()
     gc.freeze()
 
