@@ -13,6 +13,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
+from run_shared import made_once
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,15 +129,21 @@ def seed_decision(cache: Path, tokenizer_dir: Path, fast_encoder: bool | str = T
     """Put in ``cache`` the fast-encoder decision a first build with the tokenizer in ``tokenizer_dir``
     (and ``build.fast_encoder``) leaves there, so builds into that cache read it instead of proving the
     encoder again: seconds of CPU per build, most of what a small build costs. The decision is made
-    once per test process and tokenizer content (:func:`decision_notes`); the tests of the decision
-    itself start from an empty cache."""
+    once per test run and tokenizer content (:func:`decision_notes`, shared by the run's worker
+    processes: tests/run_shared.py); the tests of the decision itself start from an empty cache."""
     notes = Path(cache) / FAST_ENCODER_NOTES
     notes.mkdir(parents=True, exist_ok=True)
-    files = tokenizer_files(tokenizer_dir)
-    if (files, fast_encoder) not in _DECISIONS:  # by content: each test's tokenizer is in its own directory
-        _DECISIONS[files, fast_encoder] = decision_notes(Path(tokenizer_dir), fast_encoder)
-    for name, data in _DECISIONS[files, fast_encoder].items():
-        (notes / name).write_bytes(data)
+    key = (tokenizer_files(tokenizer_dir), fast_encoder)
+    if key not in _DECISIONS:  # by content: each test's tokenizer is in its own directory
+        made = made_once(f"decision-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}",
+                         lambda directory: write_files(directory, decision_notes(Path(tokenizer_dir), fast_encoder)))
+        _DECISIONS[key] = {note.name: note.read_bytes() for note in sorted(made.iterdir())}
+    write_files(notes, _DECISIONS[key])
+
+
+def write_files(directory: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
 
 
 def bundled_cache(cache: Path) -> Path:
@@ -154,7 +161,7 @@ def tokenizer_files(directory: Path) -> tuple:
                         if p.is_file()))
 
 
-_DECISIONS: dict[tuple, dict[str, bytes]] = {}  # (tokenizer_files, fast_encoder) -> decision_notes
+_DECISIONS: dict[tuple, dict[str, bytes]] = {}  # (tokenizer_files, fast_encoder) -> decision_notes, read
 
 
 def decision_notes(directory: Path, fast_encoder: bool | str) -> dict[str, bytes]:

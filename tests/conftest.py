@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import run_shared
+
 SQL_ROWS = [
     {"question": f"q{i}", "context": f"CREATE TABLE t{i} (x INT)", "answer": f"SELECT x FROM t{i}"}
     for i in range(5)
@@ -162,17 +164,19 @@ def saved_datasets(tmp_path) -> SimpleNamespace:
     return SimpleNamespace(dataset=tmp_path / "saved_ds", dataset_dict=tmp_path / "saved_dd")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _run_shared(tmp_path_factory):
+    """Where the test processes of this run share what they make once (tests/run_shared.py)."""
+    run_shared.set_root(tmp_path_factory.getbasetemp())
+
+
 @pytest.fixture(scope="session")
-def real_tokenizer(tmp_path_factory):
+def real_tokenizer():
     """``real_tokenizer(name)``: the directory of a real tokenizer (tests/real_tokenizers.py), made once
-    per session."""
+    per run, whichever worker asks first (read it, never write it: every test of the run shares it)."""
     from real_tokenizers import make_real_tokenizer
 
-    made: dict[str, Path] = {}
-
     def get(name: str) -> Path:
-        if name not in made:
-            made[name] = make_real_tokenizer(name, tmp_path_factory.mktemp(f"tokenizer-{name}"))
-        return made[name]
+        return run_shared.made_once(f"tokenizer-{name}", lambda directory: make_real_tokenizer(name, directory))
 
     return get
