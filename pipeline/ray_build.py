@@ -156,9 +156,9 @@ def decide_encoder_while(config: ExpertConfig, planned, root: Path, starting):
     tokenizer made meanwhile, once, and remembered in the cache: otherwise every part would prove it
     (seconds each, on CPUs the parts need). Nothing to do where the cache remembers it already."""
     tokenizer = planned.tokenizer
-    with EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                         tokenizer.fingerprint["hash"], root.parent / FAST_ENCODER_NOTES,
-                         tokenizer.fingerprint["files"]["tokenizer.json"]) as decision:
+    tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
+    with EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
+                         root.parent / FAST_ENCODER_NOTES, tokenizer_json) as decision:
         started = starting()
         decision.result()
         check_inputs_unchanged(config.expert, planned.files)  # the answer is about the content the hash names

@@ -172,8 +172,9 @@ def decision_notes(directory: Path, fast_encoder: bool | str) -> dict[str, bytes
 
     info = load_tokenizer_info(directory)
     with tempfile.TemporaryDirectory() as tmp:
-        with EncoderDecision(fast_encoder, Path(directory) / "tokenizer.json", info.fingerprint["hash"], Path(tmp),
-                             info.fingerprint["files"]["tokenizer.json"]) as decision:
+        tokenizer_json = info.fingerprint["files"]["tokenizer.json"]
+        with EncoderDecision(fast_encoder, Path(directory) / "tokenizer.json", tokenizer_json, Path(tmp),
+                             tokenizer_json) as decision:
             decision.result()
             decision.remember()
         notes = sorted(Path(tmp).glob("*.json"))

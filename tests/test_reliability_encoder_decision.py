@@ -23,7 +23,6 @@ import packtrain.pipeline.encode.source_caches
 import build_fixtures
 from build_fixtures import ROOT, ctrl_c_as_in_a_terminal, rows, swap_two_merged_ids, write_jsonl
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.encode import tiktoken_encoder
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision, note_path
 from packtrain.pipeline.encode.notes import write_note
@@ -214,6 +213,23 @@ def test_tokenizer_json_swapped_and_restored_while_the_child_reads_it(tmp_path, 
         assert json.loads(note.read_text())["answer"]["encoder"] is None
 
 
+# 4b. tokenizer_config.json edited: the encoders read tokenizer.json alone
+def test_another_eos_in_tokenizer_config_is_a_new_build_not_a_new_proof(tmp_path):
+    project = make_project(tmp_path, n_rows=40)
+    first = build(load_config("sql", project["configs"]), project["cache"], log=lambda *_: None, progress=False)
+    (decided,) = notes(project["cache"])
+    tokenizer_config = project["model"] / "tokenizer_config.json"
+    tokenizer_config.write_text(json.dumps({**json.loads(tokenizer_config.read_text()), "eos_token": "<|im_end|>"}))
+    lines = []
+    second = build(load_config("sql", project["configs"]), project["cache"], log=lines.append, progress=False)
+    assert second.build_id != first.build_id
+    assert notes(project["cache"]) == [decided]
+    (said,) = [line for line in lines if line.startswith("fast encoder:")]
+    # the remembered answer, not "proving it exact for this tokenizer meanwhile"
+    assert said == ("fast encoder: on (tiktoken) (tiktoken: rank BPE equals its merges (GPT-2 byte-level), "
+                    "probe text identical)")
+
+
 # 5. the child raises after the checks passed
 def test_the_proof_raising_means_hf_and_one_line(tmp_path):
     project = make_project(tmp_path, n_rows=60)
@@ -337,8 +353,8 @@ def test_a_note_copied_from_another_tokenizer_does_not_apply(tmp_path):
     lowercasing(project)
     config = load_config("sql", project["configs"])
     other = build(config, tmp_path / "other-cache", log=lambda *_: None, progress=False)
-    content_hash = json.loads((other.path / "manifest.json").read_text())["inputs"]["tokenizer"]["hash"]
-    lowered = note_path(project["cache"] / ".fast-encoder", content_hash, ("tiktoken",))
+    tokenizer_json = json.loads((other.path / "manifest.json").read_text())["inputs"]["tokenizer"]["files"]["tokenizer.json"]
+    lowered = note_path(project["cache"] / ".fast-encoder", tokenizer_json, ("tiktoken",))
     shutil.copy(plain, lowered)  # the plain tokenizer's answer under the lowercasing one's name
     result = build(config, project["cache"], log=lambda *_: None, progress=False)
     assert shard_bytes(result) == reference(project, tmp_path)

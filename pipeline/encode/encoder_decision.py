@@ -41,8 +41,11 @@ class EncoderDecision:
 
     def __init__(self, wanted: bool | str, tokenizer_file: str | Path, content_hash: str, cache_dir: Path,
                  file_hash: str | None = None):
-        """``file_hash``: the sha256 of tokenizer.json that ``content_hash`` was computed from; the child
-        refuses to decide about other content (the file edited, then put back, while the build ran).
+        """``content_hash``: what the answer is remembered by, the sha256 of tokenizer.json (the one file
+        the encoders read: an edit of tokenizer_config.json, its eos, pad or chat template, does not
+        prove the encoder again); ``file_hash``: the sha256 the child checks the file it reads against
+        (None: not checked); it refuses to decide about other content (the file edited, then put back,
+        while the build ran).
         ``wanted``: ``build.fast_encoder`` (true, false, or the one fast encoder to try)."""
         self.answer: tuple[str | None, str] | None = None  # (the encoder, or None for the HF tokenizer; why)
         self.checked = False  # the structural checks' answer was read

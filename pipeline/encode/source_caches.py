@@ -78,9 +78,9 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
     tmps = {i: temporary_path(job.source_dirs[i]) for i in job.todo}
     cache_dir = Path(cache_dir)
     release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
-    decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                               tokenizer.fingerprint["hash"], cache_dir / FAST_ENCODER_NOTES,
-                               tokenizer.fingerprint["files"]["tokenizer.json"])
+    tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
+    decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
+                               cache_dir / FAST_ENCODER_NOTES, tokenizer_json)
     line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
     once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
@@ -317,8 +317,8 @@ def refused_shortcut_sources(config, source_dirs: list[Path], indices: list[int]
     """Of the cached sources ``indices``, those whose documents a shortcut made that a check has since
     refused for this tokenizer (in another build, another expert, or a part made elsewhere): their
     tokens are not trusted, and the caller tokenizes them again (``log`` says so)."""
-    content = tokenizer.fingerprint["hash"]
-    fast = encoder_decision.refused(Path(cache_dir) / FAST_ENCODER_NOTES, content, config.build.fast_encoder)
+    content, tokenizer_json = tokenizer.fingerprint["hash"], tokenizer.fingerprint["files"]["tokenizer.json"]
+    fast = encoder_decision.refused(Path(cache_dir) / FAST_ENCODER_NOTES, tokenizer_json, config.build.fast_encoder)
     line = line_cache_refusals(Path(cache_dir), content).refused() is not None
     once = render_once_refusals(Path(cache_dir), tokenizer.chat_template).refused() is not None
     if not (fast or line or once):
