@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from build_fixtures import write_jsonl
+from build_fixtures import seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
@@ -147,6 +147,7 @@ def test_arrow_unified_messages_keep_the_rows_without_the_field(chat_project):
     counts = {}
     for name, template in (("ignores", CHATML), ("renders", TOOL_CHATML)):
         set_template(chat_project, template)
+        seed_decision(chat_project["cache"] / name, chat_project["model"])
         report = build(config, chat_project["cache"] / name, log=quiet, progress=False).report
         counts[name] = (report["bad_rows"], report["train"]["documents"],
                         [row["reason"] for row in report["sources"][0]["first_bad_rows"]])

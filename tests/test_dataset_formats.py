@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from build_fixtures import make_tokenizer, packed_documents as documents, write_jsonl
+from build_fixtures import make_tokenizer, packed_documents as documents, seed_decision, write_jsonl
 from build_fixtures import rows as sql_rows
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
@@ -51,6 +51,7 @@ class Builder:
 
     def __init__(self, root: Path, tokenizer: Path):
         self.root, self.tokenizer, self.n = root, tokenizer, 0
+        seed_decision(root / "cache", tokenizer)
 
     def config(self, rows: list[dict] | Path, fmt: dict, source: dict | None = None, **build_settings):
         self.n += 1
@@ -344,6 +345,8 @@ def test_a_partitioned_build_with_where_merges_into_the_one_machine_build(tiny):
                                                               for i, row in enumerate(sql_rows(20))])
     config = tiny.config(data, {"prompt": "{question}\n", "answer": "{answer}"},
                          {"where": [{"column": "keep", "equals": True}]}, batch_rows=4)
+    for cache in ("one", "machine0", "machine1"):
+        seed_decision(tiny.root / cache, tiny.tokenizer)
     single = build(config, tiny.root / "one", log=quiet, progress=False)
     for i in range(2):
         pretokenize_part(config, tiny.root / f"machine{i}", (i, 2), log=quiet)
