@@ -34,7 +34,7 @@ from functools import lru_cache
 from packtrain.pipeline.format import BadRow, Formatted, compile_chat_template, render_turns
 
 OPEN, CLOSE = "\U000f0000", "\U000f0001"
-VERSION = 2  # raise when what is rendered once changes (part of the remembered refusals' key)
+VERSION = 3  # raise when what is rendered once changes (part of the remembered refusals' key)
 
 PROBES = (
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
@@ -46,6 +46,8 @@ PROBES = (
     # edges a template may look at: empty content, trailing punctuation (markers hide both from it)
     [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}, {"role": "user", "content": "y."},
      {"role": "assistant", "content": "done..."}],
+    # a long conversation, for templates that render turns by their index
+    [m for i in range(8) for m in ({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"})],
 )
 
 # content templates are known to treat specially (earlier turns' reasoning dropped, content trimmed,
@@ -60,6 +62,10 @@ CONTENT_PROBES = (
      {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "It is sunny."}],
     [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "system", "content": "s"},
      {"role": "assistant", "content": "c"}],
+    # whitespace at both edges of every turn, first, middle and last (a template that strips some turns only)
+    [{"role": role, "content": content} for role, content in (
+        ("system", "\n s \n"), ("user", "\n u \n"), ("assistant", "\n a \n"), ("user", "\tu\t"),
+        ("assistant", " a\n\n"), ("user", " u "), ("assistant", "\n\na \t"))],
 )
 
 
@@ -104,14 +110,16 @@ def spans_once(template: str, messages: list[dict], end: str, bos_token: str | N
     if wrapped is None:
         return None
     turns = sum(m["role"] == "assistant" for m in messages)
+    render = compile_chat_template(template).render
+    tokens = {"bos_token": bos_token or "", "eos_token": eos_token or "", "add_generation_prompt": False}
     try:
-        rendered = compile_chat_template(template).render(messages=wrapped, add_generation_prompt=False,
-                                                          bos_token=bos_token or "", eos_token=eos_token or "")
+        rendered = render(messages=wrapped, **tokens)
+        plain = render(messages=messages, **tokens)
     except Exception:  # the markers upset the template (or the row does): the exact way says what it makes of it
         return None
     found = unmark(rendered, turns)
-    if found is None:
-        return None
+    if found is None or found[0] != plain:  # the markers changed what the template does with the content
+        return None  # (it strips or splits an earlier turn's, or the last one's, in a way no probe showed)
     text, positions = found
     if any(text[close : close + len(end)] != end for _, close in positions):
         return None

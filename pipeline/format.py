@@ -267,7 +267,11 @@ def render_turns(template: str, messages: list[dict], column: str, bos_token: st
     for k, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        head, through = render(messages[:k], True), render(messages[: k + 1], False)
+        through = render(messages[: k + 1], False)
+        head = turn_head(render, messages, k, through)
+        if eos_token and through.endswith(eos_token) and not full.startswith(through) and full.endswith(eos_token) \
+                and full.startswith(through[: -len(eos_token)]):
+            through = through[: -len(eos_token)]  # the EOS closing the conversation (Phi-3's), not this turn's end
         if not (full.startswith(head) and full.startswith(through) and len(through) > len(head)):
             fix = ("open the conversation with a system or user message (format.system adds one)" if k == 0 else
                    "set format.each_assistant_turn: true (docs/DATASETS.md), or use a template that renders turns the "
@@ -284,6 +288,19 @@ def render_turns(template: str, messages: list[dict], column: str, bos_token: st
     if eos_token and full.rstrip().endswith(eos_token):
         full = full.rstrip()
     return Formatted(full, tuple(spans), no_system=messages[0]["role"] != "system")
+
+
+def turn_head(render, messages: list[dict], k: int, through: str) -> str:
+    """The text before assistant turn ``k``'s span, ``through`` being the conversation rendered through
+    it: the conversation up to it with the generation prompt, where that is how the template starts
+    the turn; else, where the generation prompt is not (DeepSeek-V3's and R1's add ``<think>\n``,
+    which their turns do not have), the conversation up to it without (the generation prompt follows
+    it): the turn's header is then supervised with it, as TRL's training templates for them mark it."""
+    head = render(messages[:k], True)
+    if through.startswith(head) or k == 0:  # no history: the turn's start is the generation prompt's, or unknown
+        return head
+    bare = render(messages[:k], False)
+    return bare if head.startswith(bare) and through.startswith(bare) and len(through) > len(bare) else head
 
 
 def present(value: Any) -> bool:
