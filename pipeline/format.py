@@ -329,7 +329,8 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
     ...     print(e)
     'messages' message 0 (user) has a field 'name' that the chat template does not render, so it would be dropped silently; remove the field from the data or use a chat template that renders it
     """
-    fields = [(i, key) for i, message in enumerate(messages) for key in extra_fields(message)]
+    fields = list(dict.fromkeys((i, REASONING if key in REASONING else (key,))
+                                for i, message in enumerate(messages) for key in extra_fields(message)))
     if not fields:
         return
     compiled = compile_chat_template(template)
@@ -338,8 +339,9 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
         full = compiled.render(messages=messages, add_generation_prompt=False, **extra)
     except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
         return
-    for i, key in fields:
-        without = messages[:i] + [{k: v for k, v in messages[i].items() if k != key}] + messages[i + 1:]
+    for i, keys in fields:  # a message's reasoning goes under all its names at once (with_reasoning)
+        key = keys[0] if len(keys) == 1 else "reasoning_content"
+        without = messages[:i] + [{k: v for k, v in messages[i].items() if k not in keys}] + messages[i + 1:]
         try:
             ignored = compiled.render(messages=without, add_generation_prompt=False, **extra) == full
         except Exception:  # the template needs the field: it is rendered (or looked at)
@@ -378,4 +380,18 @@ def check_messages(messages: Any, column: str) -> list[dict]:
                          "fill in its content or drop the turn")
     # parquet/arrow give every message every key seen in the column, missing ones as null: drop
     # those, so a template's "is defined" tests see the message as it was written
-    return [{key: value for key, value in message.items() if value is not None} for message in messages]
+    return [with_reasoning({key: value for key, value in message.items() if value is not None}) for message in messages]
+
+
+REASONING = ("reasoning_content", "thinking", "reasoning")  # the names of an answer's reasoning, as transformers reads them
+
+
+def with_reasoning(message: dict) -> dict:
+    """The message with its reasoning (under any of :data:`REASONING`) also as ``reasoning_content``
+    (Qwen3's templates read it) and ``thinking`` (gpt-oss's), as ``apply_chat_template`` passes it.
+
+    >>> with_reasoning({"role": "assistant", "content": "4", "reasoning": "2+2"})
+    {'thinking': '2+2', 'role': 'assistant', 'content': '4', 'reasoning': '2+2', 'reasoning_content': '2+2'}
+    """
+    reasoning = next((message[key] for key in REASONING if message.get(key) is not None), None)
+    return message if reasoning is None else {"thinking": reasoning, **message, "reasoning_content": reasoning}

@@ -220,3 +220,13 @@ def test_a_template_that_refuses_every_row_is_one_line_naming_rows_and_fix_and_k
     assert "point model.tokenizer at a tokenizer whose chat_template renders them" in error[0]
     assert (tmp_path / "cache" / "chat" / "CURRENT").read_text() == current
 
+
+
+@pytest.mark.parametrize("key", ["reasoning", "thinking"])
+def test_an_answers_reasoning_under_any_of_its_names_is_rendered_as_apply_chat_template_renders_it(hf_tokenizer, key):
+    """transformers passes a message's ``reasoning`` or ``thinking`` to the template as
+    ``reasoning_content`` too (Qwen3 reads that one), as the build does."""
+    messages = [U("q"), {"role": "assistant", "content": "ans", key: "because"}]
+    text, spans = rendered("qwen3", messages)
+    assert text == hf_tokenizer.apply_chat_template(messages, tokenize=False, chat_template=template("qwen3"))
+    assert spans == ["<think>\nbecause\n</think>\n\nans<|im_end|>"]
