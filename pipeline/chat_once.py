@@ -12,7 +12,7 @@ once, with a marker pair (two private-use characters) around each assistant turn
 A ChatML template (SmolLM2's, Qwen2.5's) whose probes string joins render exactly is rendered
 without Jinja at all (:func:`chatml`), for conversations of roles and text alone; a row of such
 plain messages is joined straight from the row (:func:`plain_chatml`, called by ``RowFormatter``), its
-checks folded into the one pass (they are what ``format.check_messages`` would find of it).
+checks folded into the one pass (they are what ``chat_messages.check_messages`` would find of it).
 
 It is a shortcut, so it is used only where it is checked to give what the exact way gives:
 
@@ -215,14 +215,14 @@ def chatml_system(template: str, bos_token: str | None, eos_token: str | None) -
     return True, default
 
 
-HEADS = {role: f"<|im_start|>{role}\n" for role in ("system", "user", "assistant", "tool")}  # format.ROLES
+HEADS = {role: f"<|im_start|>{role}\n" for role in ("system", "user", "assistant", "tool")}  # chat_messages.ROLES
 
 
 def plain_chatml(messages, system: str | None, default_system: str | None, eos_token: str | None) -> Formatted | None:
     """A conversation of plain messages rendered by string joins straight from the row, for a template
     :func:`chatml_system` admits: the result of ``format.render_conversation(..., once=True)``, which
     would check the messages (``check_messages``, ``check_fields_rendered``), add ``system`` and render
-    by :func:`chatml`. Plain: a non-empty list of dicts of exactly a role (format.ROLES) and text
+    by :func:`chatml`. Plain: a non-empty list of dicts of exactly a role (chat_messages.ROLES) and text
     content, every assistant turn's content not blank, at least one assistant turn. None for any other
     row: render_conversation then checks it (and says why a bad one is bad) and renders it as before.
 

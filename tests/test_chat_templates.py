@@ -73,7 +73,8 @@ HOSTILE = {
 }
 # what the build makes of each HOSTILE conversation (in order): = the text apply_chat_template renders,
 # R a bad row where the template raises (so does apply_chat_template), P a bad row naming
-# format.each_assistant_turn where an earlier turn renders otherwise once another follows it
+# format.each_assistant_turn where an earlier turn renders otherwise once another follows it, S a bad
+# row where the history renders otherwise once the turn follows it (Mistral drops the system message)
 EXPECTED = {
     "llama3_1": "===========",
     "llama3_2": "===========",
@@ -81,7 +82,7 @@ EXPECTED = {
     "gemma": "=R===RR====",
     "qwen2_5": "===========",
     "qwen3": "=P===PPP=P=",
-    "mistral_v0_3": "=P===RR====",
+    "mistral_v0_3": "=S===RR====",
     "mixtral_v0_1": "=R===RR====",
     "zephyr": "===========",
     "deepseekv3": "=====P=====",
@@ -102,9 +103,10 @@ def test_real_templates_render_hostile_conversations_as_apply_chat_template(hf_t
             assert "\n" not in str(e)
             with pytest.raises(BadRow):
                 rendered(name, messages, once=True)
-            if reference is not None:
-                assert "each_assistant_turn" in str(e) or "open the conversation" in str(e), str(e)
-            outcomes += "R" if reference is None else "P"
+            start = "so its start cannot be found, turn by turn or with format.each_assistant_turn" in str(e)
+            if reference is not None and not start:
+                assert "set format.each_assistant_turn" in str(e) or "open the conversation" in str(e), str(e)
+            outcomes += "R" if reference is None else "S" if start else "P"
             continue
         assert rendered(name, messages, once=True) == (text, spans)  # the one-render shortcut, where taken
         assert text == reference or text == reference.rstrip() and text.endswith(EOS)  # no newline after EOS
@@ -230,3 +232,20 @@ def test_an_answers_reasoning_under_any_of_its_names_is_rendered_as_apply_chat_t
     text, spans = rendered("qwen3", messages)
     assert text == hf_tokenizer.apply_chat_template(messages, tokenize=False, chat_template=template("qwen3"))
     assert spans == ["<think>\nbecause\n</think>\n\nans<|im_end|>"]
+
+
+def test_mistral_drops_the_system_message_before_an_answer_so_no_turn_start_is_found_either_way():
+    """Mistral v0.3's template renders the system message only before a final user turn: the history
+    renders otherwise once the answer follows it, turn by turn or one document per turn."""
+    from packtrain.pipeline.format_messages import render_each_turn
+
+    messages = [S("Be brief."), U("Hi"), A("Hello")]
+    for render in (lambda: rendered("mistral_v0_3", messages), lambda: render_each_turn(
+            template("mistral_v0_3"), None, messages, "messages", BOS, EOS)):
+        with pytest.raises(BadRow) as e:
+            render()
+        assert str(e.value) == (
+            "the chat template renders the conversation through assistant turn 2 of 'messages' with other text before "
+            "the turn than its generation prompt, so its start cannot be found, turn by turn or with "
+            "format.each_assistant_turn; change the rows (Mistral v0.3's template renders a system message only "
+            "before a final user turn: put its text in the first user message), or use another chat template")
