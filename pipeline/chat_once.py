@@ -46,6 +46,14 @@ PROBES = (
     # edges a template may look at: empty content, trailing punctuation (markers hide both from it)
     [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}, {"role": "user", "content": "y."},
      {"role": "assistant", "content": "done..."}],
+    # tool results (Qwen2.5 renders them as a user turn), roles that do not alternate, a late system message
+    # (Cohere2's gathers every system message before the conversation), a conversation ending with a user turn
+    [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "calling"},
+     {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "It is sunny."}],
+    [{"role": role, "content": content} for role, content in (
+        ("user", "a"), ("user", "b"), ("assistant", "c"), ("system", "s"), ("user", "d"), ("assistant", "e"),
+        ("assistant", "f"))],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}],
     # a long conversation, for templates that render turns by their index
     [m for i in range(8) for m in ({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"})],
 )
@@ -57,11 +65,6 @@ CONTENT_PROBES = (
      {"role": "user", "content": " c\n"}, {"role": "assistant", "content": "<think>s</think>d "}],
     [{"role": "system", "content": " s "}, {"role": "user", "content": "<|im_start|>x<|im_end|>"},
      {"role": "assistant", "content": "\n\ny\t"}],
-    # tool results (Qwen2.5 renders them as a user turn), roles that do not alternate, a late system message
-    [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "calling"},
-     {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "It is sunny."}],
-    [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "system", "content": "s"},
-     {"role": "assistant", "content": "c"}],
     # whitespace at both edges of every turn, first, middle and last (a template that strips some turns only)
     [{"role": role, "content": content} for role, content in (
         ("system", "\n s \n"), ("user", "\n u \n"), ("assistant", "\n a \n"), ("user", "\tu\t"),

@@ -212,3 +212,20 @@ def test_a_turn_rendered_by_its_position_is_never_rendered_once_otherwise_than_t
             except BadRow as e:
                 outcomes.append(str(e))
         assert outcomes[0] == outcomes[1], n
+
+
+# Cohere2's way: every system message gathered before the conversation, wherever it stands in it
+GATHERS_SYSTEM = ("{% for m in messages if m['role'] == 'system' %}{{ m['content'] + '\n' }}{% endfor %}"
+                  "{% for m in messages if m['role'] != 'system' %}{{ '<|' + m['role'] + '|>' + m['content'] + '</t>' }}"
+                  "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
+
+
+def test_a_template_that_moves_a_late_system_message_is_never_rendered_once():
+    """A system message in the middle moves before the conversation: the turns before it do not render
+    as prefixes (refused turn by turn), so the probes leave every row of the template to the exact way."""
+    assert turn_end(GATHERS_SYSTEM, None, None) is None
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                {"role": "system", "content": "s"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    for once in (False, True):
+        with pytest.raises(BadRow, match="set format.each_assistant_turn"):
+            render_conversation(GATHERS_SYSTEM, None, messages, "m", None, None, once=once)
