@@ -1,7 +1,11 @@
 """Real models' chat templates (tests/chat_templates/, as the models ship them) rendered by the build
 as transformers' ``apply_chat_template`` renders them, on hostile conversations: the same text, one
 render or turn by turn; refused (a one-line bad row) where the template raises or renders a turn
-differently once it is followed by another."""
+differently once it is followed by another.
+
+tests/chat_templates/: llama3_1, llama3_2, phi3, gemma, qwen2_5, qwen3 and deepseekv3 as TRL 1.16 stores
+the models' own (trl/chat_templates/, compared weekly with the Hub's); mistral_v0_3 (with its tools
+block), mixtral_v0_1 and zephyr (TinyLlama's too) written out from the models' tokenizer_config.json."""
 
 from __future__ import annotations
 
