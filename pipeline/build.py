@@ -51,6 +51,7 @@ from packtrain.pipeline.encode.source_caches import (FAST_ENCODER_NOTES, Tokeniz
                                                       tokenize_sources)
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.encode.exactness import LINE_CACHE_NOTES, RENDER_ONCE_NOTES, encoder_identity
+from packtrain.pipeline.chat_template import strftime_now, uses_the_date
 from packtrain.pipeline.format import compile_chat_template
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
@@ -98,6 +99,8 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         "pack": dataclasses.asdict(config.pack),
         "on_bad_rows": config.build.on_bad_rows,
     }
+    if config.format.style == "chat" and uses_the_date(tokenizer.chat_template):
+        inputs["chat_date"] = strftime_now("%Y-%m-%d")  # the template renders today's date: a new day, a new build
     return sources, tokenizer, inputs
 
 

@@ -12,7 +12,7 @@ once, with a marker pair (two private-use characters) around each assistant turn
 A ChatML template (SmolLM2's, Qwen2.5's) whose probes string joins render exactly is rendered
 without Jinja at all (:func:`chatml`), for conversations of roles and text alone; a row of such
 plain messages is joined straight from the row (:func:`plain_chatml`, called by ``RowFormatter``), its
-checks folded into the one pass (they are what ``format.check_messages`` would find of it).
+checks folded into the one pass (they are what ``chat_messages.check_messages`` would find of it).
 
 It is a shortcut, so it is used only where it is checked to give what the exact way gives:
 
@@ -34,7 +34,7 @@ from functools import lru_cache
 from packtrain.pipeline.format import BadRow, Formatted, compile_chat_template, render_turns
 
 OPEN, CLOSE = "\U000f0000", "\U000f0001"
-VERSION = 2  # raise when what is rendered once changes (part of the remembered refusals' key)
+VERSION = 3  # raise when what is rendered once changes (part of the remembered refusals' key)
 
 PROBES = (
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
@@ -46,6 +46,16 @@ PROBES = (
     # edges a template may look at: empty content, trailing punctuation (markers hide both from it)
     [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}, {"role": "user", "content": "y."},
      {"role": "assistant", "content": "done..."}],
+    # tool results (Qwen2.5 renders them as a user turn), roles that do not alternate, a late system message
+    # (Cohere2's gathers every system message before the conversation), a conversation ending with a user turn
+    [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "calling"},
+     {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "It is sunny."}],
+    [{"role": role, "content": content} for role, content in (
+        ("user", "a"), ("user", "b"), ("assistant", "c"), ("system", "s"), ("user", "d"), ("assistant", "e"),
+        ("assistant", "f"))],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}],
+    # a long conversation, for templates that render turns by their index
+    [m for i in range(8) for m in ({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"})],
 )
 
 # content templates are known to treat specially (earlier turns' reasoning dropped, content trimmed,
@@ -55,11 +65,10 @@ CONTENT_PROBES = (
      {"role": "user", "content": " c\n"}, {"role": "assistant", "content": "<think>s</think>d "}],
     [{"role": "system", "content": " s "}, {"role": "user", "content": "<|im_start|>x<|im_end|>"},
      {"role": "assistant", "content": "\n\ny\t"}],
-    # tool results (Qwen2.5 renders them as a user turn), roles that do not alternate, a late system message
-    [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "calling"},
-     {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "It is sunny."}],
-    [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "system", "content": "s"},
-     {"role": "assistant", "content": "c"}],
+    # whitespace at both edges of every turn, first, middle and last (a template that strips some turns only)
+    [{"role": role, "content": content} for role, content in (
+        ("system", "\n s \n"), ("user", "\n u \n"), ("assistant", "\n a \n"), ("user", "\tu\t"),
+        ("assistant", " a\n\n"), ("user", " u "), ("assistant", "\n\na \t"))],
 )
 
 
@@ -104,14 +113,16 @@ def spans_once(template: str, messages: list[dict], end: str, bos_token: str | N
     if wrapped is None:
         return None
     turns = sum(m["role"] == "assistant" for m in messages)
+    render = compile_chat_template(template).render
+    tokens = {"bos_token": bos_token or "", "eos_token": eos_token or "", "add_generation_prompt": False}
     try:
-        rendered = compile_chat_template(template).render(messages=wrapped, add_generation_prompt=False,
-                                                          bos_token=bos_token or "", eos_token=eos_token or "")
+        rendered = render(messages=wrapped, **tokens)
+        plain = render(messages=messages, **tokens)
     except Exception:  # the markers upset the template (or the row does): the exact way says what it makes of it
         return None
     found = unmark(rendered, turns)
-    if found is None:
-        return None
+    if found is None or found[0] != plain:  # the markers changed what the template does with the content
+        return None  # (it strips or splits an earlier turn's, or the last one's, in a way no probe showed)
     text, positions = found
     if any(text[close : close + len(end)] != end for _, close in positions):
         return None
@@ -207,14 +218,14 @@ def chatml_system(template: str, bos_token: str | None, eos_token: str | None) -
     return True, default
 
 
-HEADS = {role: f"<|im_start|>{role}\n" for role in ("system", "user", "assistant", "tool")}  # format.ROLES
+HEADS = {role: f"<|im_start|>{role}\n" for role in ("system", "user", "assistant", "tool")}  # chat_messages.ROLES
 
 
 def plain_chatml(messages, system: str | None, default_system: str | None, eos_token: str | None) -> Formatted | None:
     """A conversation of plain messages rendered by string joins straight from the row, for a template
     :func:`chatml_system` admits: the result of ``format.render_conversation(..., once=True)``, which
     would check the messages (``check_messages``, ``check_fields_rendered``), add ``system`` and render
-    by :func:`chatml`. Plain: a non-empty list of dicts of exactly a role (format.ROLES) and text
+    by :func:`chatml`. Plain: a non-empty list of dicts of exactly a role (chat_messages.ROLES) and text
     content, every assistant turn's content not blank, at least one assistant turn. None for any other
     row: render_conversation then checks it (and says why a bad one is bad) and renders it as before.
 

@@ -1,14 +1,31 @@
 """Chat templates compiled the way transformers compiles them, and the error a row that cannot
-become a training document raises (:class:`BadRow`, also what a template's ``raise_exception`` raises)."""
+become a training document raises (:class:`BadRow`, also what a template's ``raise_exception`` raises).
+
+The template sees what ``apply_chat_template`` gives it (transformers' ``_compile_jinja_template`` and
+``render_jinja_template``): ``raise_exception``, ``strftime_now`` (Llama 3.2's and gpt-oss's "Today
+Date"), a ``tojson`` that does not escape HTML and takes ``indent``/``separators``/``sort_keys``, and
+``tools`` and ``documents`` defined as none (Mistral's ``tools is not none``)."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from functools import lru_cache
 
 
 class BadRow(ValueError):
     """A row that cannot become a training document; the message says why."""
+
+
+def strftime_now(format: str) -> str:
+    """Today's date as the template formats it, as transformers renders it: a template that calls this
+    makes documents of the day they are built (pipeline/build.py puts the day in the build id)."""
+    return datetime.now().strftime(format)
+
+
+def uses_the_date(template: str | None) -> bool:
+    """Whether the template may render today's date (calls ``strftime_now``)."""
+    return bool(template) and "strftime_now" in template
 
 
 @lru_cache(maxsize=4)
@@ -28,13 +45,14 @@ def compile_chat_template(template: str):
             return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
     def raise_exception(message: str):
-        raise BadRow(f"chat template: {message}")
+        raise BadRow(f"the chat template refuses this conversation ({message}); change the rows to what it accepts, or "
+                     "point model.tokenizer at a tokenizer whose chat_template renders them")
 
-    def tojson(value, indent=None, ensure_ascii=False):
-        return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[loopcontrols, GenerationMarkers])
     env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, tools=None, documents=None)
     return env.from_string(template)

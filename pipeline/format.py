@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any, Iterator
 
-from packtrain.core.config_build import MESSAGE_ROLES, FormatConfig
+from packtrain.core.config_build import FormatConfig
+from packtrain.pipeline.chat_messages import check_fields_rendered, check_messages
 from packtrain.pipeline.chat_template import BadRow, compile_chat_template
 
 
@@ -267,7 +268,13 @@ def render_turns(template: str, messages: list[dict], column: str, bos_token: st
     for k, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        head, through = render(messages[:k], True), render(messages[: k + 1], False)
+        through = render(messages[: k + 1], False)
+        head = turn_head(render, messages, k, through)
+        if eos_token and through.endswith(eos_token) and not full.startswith(through) and full.endswith(eos_token) \
+                and full.startswith(through[: -len(eos_token)]):
+            through = through[: -len(eos_token)]  # the EOS closing the conversation (Phi-3's), not this turn's end
+        if k and not through.startswith(head):
+            raise BadRow(no_turn_start(k, column))
         if not (full.startswith(head) and full.startswith(through) and len(through) > len(head)):
             fix = ("open the conversation with a system or user message (format.system adds one)" if k == 0 else
                    "set format.each_assistant_turn: true (docs/DATASETS.md), or use a template that renders turns the "
@@ -286,79 +293,23 @@ def render_turns(template: str, messages: list[dict], column: str, bos_token: st
     return Formatted(full, tuple(spans), no_system=messages[0]["role"] != "system")
 
 
-def present(value: Any) -> bool:
-    """Whether a message field holds something: None, "", [] and {} are absent (Arrow and `datasets` give
-    every message every key seen in the column, the missing ones as null)."""
-    return value is not None and not (isinstance(value, (str, list, dict)) and not value)
+def no_turn_start(k: int, column: str) -> str:
+    """Why assistant turn ``k`` has no span where the conversation through it does not start with the
+    conversation before it and its generation prompt (nor without the prompt: :func:`turn_head`)."""
+    return (f"the chat template renders the conversation through assistant turn {k} of {column!r} with other text "
+            "before the turn than its generation prompt, so its start cannot be found, turn by turn or with "
+            "format.each_assistant_turn; change the rows (Mistral v0.3's template renders a system message only "
+            "before a final user turn: put its text in the first user message), or use another chat template")
 
 
-def extra_fields(message: dict) -> list[str]:
-    """The keys of ``message`` besides role and content that hold something."""
-    return [key for key, value in message.items() if key not in ("role", "content") and present(value)]
-
-
-def check_fields_rendered(template: str, messages: list[dict], column: str, bos_token: str | None = None,
-                          eos_token: str | None = None) -> None:
-    """Refuse (:class:`BadRow`) a conversation with a message field the chat template does not render:
-    a field is rendered when the conversation renders differently without it. Training on such a row
-    would silently drop the field (SmolLM2's template ignores ``tool_calls``: the assistant's tool call
-    would become an empty answer). Only rows with fields besides role and content are rendered here.
-
-    >>> ignores = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\\n{% endfor %}"
-    >>> try:
-    ...     check_fields_rendered(ignores, [{"role": "user", "content": "hi", "name": "ann"},
-    ...                                     {"role": "assistant", "content": "ok", "tool_calls": []}], "messages")
-    ... except BadRow as e:
-    ...     print(e)
-    'messages' message 0 (user) has a field 'name' that the chat template does not render, so it would be dropped silently; remove the field from the data or use a chat template that renders it
-    """
-    fields = [(i, key) for i, message in enumerate(messages) for key in extra_fields(message)]
-    if not fields:
-        return
-    compiled = compile_chat_template(template)
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
-    try:
-        full = compiled.render(messages=messages, add_generation_prompt=False, **extra)
-    except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
-        return
-    for i, key in fields:
-        without = messages[:i] + [{k: v for k, v in messages[i].items() if k != key}] + messages[i + 1:]
-        try:
-            ignored = compiled.render(messages=without, add_generation_prompt=False, **extra) == full
-        except Exception:  # the template needs the field: it is rendered (or looked at)
-            ignored = False
-        if ignored:
-            raise BadRow(f"{column!r} message {i} ({messages[i]['role']}) has a field {key!r} that the chat template "
-                         "does not render, so it would be dropped silently; remove the field from the data or use "
-                         "a chat template that renders it")
-
-
-ROLES = MESSAGE_ROLES
-
-
-def check_messages(messages: Any, column: str) -> list[dict]:
-    """A list of ``{"role", "content"}`` dicts with known roles (null keys dropped); a JSON string of one is parsed."""
-    if isinstance(messages, str):
-        try:
-            messages = json.loads(messages)
-        except json.JSONDecodeError:
-            raise BadRow(f"{column!r} is text but not JSON; expected a list of {{\"role\", \"content\"}} messages") from None
-    if not isinstance(messages, list) or not messages:
-        raise BadRow(f"{column!r} is {type(messages).__name__ if messages else 'empty'}, expected a non-empty list of "
-                     "{\"role\", \"content\"} messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise BadRow(f"{column!r} message {i} has no role among {', '.join(ROLES)} (got {message!r:.80}); map the "
-                         "data's keys and roles with format.message_property_mappings and format.roles (ShareGPT's: "
-                         "format.preset: sharegpt)")
-        content = message.get("content")
-        if content is not None and not isinstance(content, str):
-            raise BadRow(f"{column!r} message {i}: content is {type(content).__name__}, expected text")
-        if content is None and not message.get("tool_calls"):
-            raise BadRow(f"{column!r} message {i} ({message['role']}) has neither content nor tool_calls")
-        if message["role"] == "assistant" and not (content or "").strip() and not extra_fields(message):
-            raise BadRow(f"{column!r} message {i} (assistant) is empty, and an empty answer would be trained on; "
-                         "fill in its content or drop the turn")
-    # parquet/arrow give every message every key seen in the column, missing ones as null: drop
-    # those, so a template's "is defined" tests see the message as it was written
-    return [{key: value for key, value in message.items() if value is not None} for message in messages]
+def turn_head(render, messages: list[dict], k: int, through: str) -> str:
+    """The text before assistant turn ``k``'s span, ``through`` being the conversation rendered through
+    it: the conversation up to it with the generation prompt, where that is how the template starts
+    the turn; else, where the generation prompt is not (DeepSeek-V3's and R1's add ``<think>\n``,
+    which their turns do not have), the conversation up to it without (the generation prompt follows
+    it): the turn's header is then supervised with it, as TRL's training templates for them mark it."""
+    head = render(messages[:k], True)
+    if through.startswith(head) or k == 0:  # no history: the turn's start is the generation prompt's, or unknown
+        return head
+    bare = render(messages[:k], False)
+    return bare if head.startswith(bare) and through.startswith(bare) and len(through) > len(bare) else head

@@ -24,8 +24,9 @@ import dataclasses
 import json
 from typing import Any
 
-from packtrain.pipeline.format import (BadRow, Formatted, check_fields_rendered, check_messages,
-                                       compile_chat_template, template_errors_are_bad_rows)
+from packtrain.pipeline.chat_messages import check_fields_rendered, check_messages
+from packtrain.pipeline.format import (BadRow, Formatted, compile_chat_template, no_turn_start,
+                                       template_errors_are_bad_rows, turn_head)
 
 
 def parsed(messages: Any, column: str) -> Any:
@@ -141,9 +142,12 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
         for k in range(train_from, len(messages)):
             if messages[k]["role"] != "assistant":
                 continue
-            head = compiled.render(messages=messages[:k], add_generation_prompt=True, **extra)
             through = compiled.render(messages=messages[: k + 1], add_generation_prompt=False, **extra)
+            render = lambda turns, prompt: compiled.render(messages=turns, add_generation_prompt=prompt, **extra)
+            head = turn_head(render, messages, k, through)
             stop = len(through.rstrip())  # the end-of-turn token is supervised, the newline after it is not
+            if k and not through.startswith(head):
+                raise BadRow(no_turn_start(k, column))
             if not through.startswith(head):
                 raise BadRow(f"the chat template does not render assistant turn {k} of {column!r} after its generation "
                              "prompt, so its span cannot be found" + ("; open the conversation with a system or user "

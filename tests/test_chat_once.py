@@ -64,7 +64,7 @@ def test_the_turn_end_is_learned_where_rendering_once_is_exact(real_tokenizer):
     assert turn_end(CHATML, None, "<|im_end|>") == "<|im_end|>"
     assert turn_end(smollm2_template(real_tokenizer), None, "<|im_end|>") == "<|im_end|>"
     assert turn_end(TRIMS, None, "<|im_end|>") is None  # trimming moves the spans off the content's edges
-    needs_tools = CHATML.replace("{% for message in messages %}", "{{ tools[0] }}{% for message in messages %}")
+    needs_tools = CHATML.replace("{% for message in messages %}", "{{ tools[0]['name'] }}{% for message in messages %}")
     assert turn_end(needs_tools, None, "<|im_end|>") is None  # it fails on the probes: rendered the exact way
     # dropping earlier reasoning: right on the probes, and a row with reasoning loses its marker, so it is
     # left to the exact way (which refuses it: the turn does not render as a prefix)
@@ -182,3 +182,50 @@ def test_plain_rows_are_joined_straight_from_the_row_as_the_exact_way_renders_th
             assert (got.text, got.spans) == (want.text, want.spans) and got.rendered_once, messages
             joined += once.plain_chatml(messages) is not None
         assert (joined, refused) == (150 - 16, 16 + 9)  # 16 hostile rows with a blank answer; 9 edge rows refused
+
+
+# a turn rendered otherwise where it is followed by another (earlier answers' trailing newlines
+# stripped), and a turn end that changes with the turn's index: no probe of before showed either
+EARLIER_STRIPPED = CHATML.replace("message['content']", "(message['content'] if loop.last or message['role'] != "
+                                  "'assistant' else message['content'].rstrip('\\n'))")
+HEADED_EARLIER_STRIPPED = EARLIER_STRIPPED.replace("<|im_start|>", "### ").replace("<|im_end|>", "</turn>")
+LATE_TURNS_MARKED = CHATML.replace("'<|im_end|>", "('!' if loop.index0 > 10 else '') + '<|im_end|>")
+
+
+@pytest.mark.parametrize("template", [EARLIER_STRIPPED, HEADED_EARLIER_STRIPPED, LATE_TURNS_MARKED])
+def test_a_turn_rendered_by_its_position_is_never_rendered_once_otherwise_than_turn_by_turn(template):
+    """A template that renders a turn by where it stands (last or not, its index) renders once, from the
+    row or from the markers, exactly what it renders turn by turn, or is left to the exact way: the
+    markers hide the content's edges from the template's strip, and a probe must see the index."""
+    rows = [[{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}" + "\n" * (i % 2)}]
+            for i in range(6)]
+    for n in (2, 6):
+        messages = [m for row in rows[:n] for m in row]
+        formatter = RowFormatter(FormatConfig(style="chat", messages="messages"), (), template, None, "<|im_end|>",
+                                 render_once=True)
+        outcomes = []
+        for once in (False, True):
+            try:
+                doc = formatter({"messages": messages}) if once else render_conversation(
+                    template, None, messages, "messages", None, "<|im_end|>")
+                outcomes.append((doc.text, doc.spans))
+            except BadRow as e:
+                outcomes.append(str(e))
+        assert outcomes[0] == outcomes[1], n
+
+
+# Cohere2's way: every system message gathered before the conversation, wherever it stands in it
+GATHERS_SYSTEM = ("{% for m in messages if m['role'] == 'system' %}{{ m['content'] + '\n' }}{% endfor %}"
+                  "{% for m in messages if m['role'] != 'system' %}{{ '<|' + m['role'] + '|>' + m['content'] + '</t>' }}"
+                  "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
+
+
+def test_a_template_that_moves_a_late_system_message_is_never_rendered_once():
+    """A system message in the middle moves before the conversation: the turns before it do not render
+    as prefixes (refused turn by turn), so the probes leave every row of the template to the exact way."""
+    assert turn_end(GATHERS_SYSTEM, None, None) is None
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                {"role": "system", "content": "s"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    for once in (False, True):
+        with pytest.raises(BadRow, match="set format.each_assistant_turn"):
+            render_conversation(GATHERS_SYSTEM, None, messages, "m", None, None, once=once)

@@ -18,7 +18,7 @@ import pytest
                                               ("packtrain.pipeline.chat_once", 4),
                                               ("packtrain.pipeline.encode.exactness", 10),
                                               ("packtrain.pipeline.source_stats", 1),
-                                              ("packtrain.pipeline.format", 2), ("packtrain.pipeline.format_columns", 3),
+                                              ("packtrain.pipeline.chat_messages", 3), ("packtrain.pipeline.format_columns", 3),
                                               ("packtrain.pipeline.generation_prompt", 2),
                                               ("packtrain.pipeline.format_messages", 2),
                                               ("packtrain.core.config_build", 2),
