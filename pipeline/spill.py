@@ -188,6 +188,8 @@ def source_key(inputs: dict, index: int, encoder: bool = True) -> str:
         **({"encoder": inputs["encoder"]} if encoder and "encoder" in inputs else {}),
         "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
         "on_bad_rows": inputs["on_bad_rows"],
+        # a template that renders today's date (pipeline/build.py): another day's documents are others
+        **({"chat_date": inputs["chat_date"]} if "chat_date" in inputs else {}),
     })[:16]
 
 

@@ -207,6 +207,22 @@ def test_llama_3_2_documents_are_apply_chat_template_ids_with_one_bos_whatever_t
     assert sorted(packed_documents(result)) == sorted(expected)
 
 
+def test_the_next_day_renders_the_sources_again_with_its_date(tmp_path, monkeypatch):
+    """The date is part of each source's tokens' identity, not only the build id's: a build on the next
+    day renders its date, never the day before's tokens cached under a new build id."""
+    import packtrain.pipeline.chat_template as chat_template
+
+    configs = llama_project(tmp_path, [{"messages": HOSTILE["one exchange"]}])
+    seed_decision(tmp_path / "cache", tmp_path / "tok")
+    texts = []
+    for day in (datetime(2026, 11, 26, 23, 59), datetime(2026, 11, 27, 0, 1)):
+        monkeypatch.setattr(chat_template, "datetime", type("Clock", (), {"now": staticmethod(lambda day=day: day)}))
+        result = build(load_config("chat", configs), tmp_path / "cache", log=lambda *_: None, progress=False)
+        texts.append(Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json")).decode(
+            packed_documents(result)[0][0], skip_special_tokens=False))
+    assert "Today Date: 26 Nov 2026" in texts[0] and "Today Date: 27 Nov 2026" in texts[1]
+
+
 def test_a_template_that_refuses_every_row_is_one_line_naming_rows_and_fix_and_keeps_the_last_build(tmp_path):
     """Gemma's template raises on a system message: ``packtrain pretokenize`` says so in one line naming
     the rows and the fix, and the build published before stays the current one."""
