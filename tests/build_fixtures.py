@@ -199,6 +199,19 @@ def packed_documents(result) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+def chat_configs(tmp: Path, rows: list[dict], tokenizer_dir: Path, block_size: int) -> Path:
+    """A configs directory whose expert ``chat`` builds ``rows`` (``messages`` conversations, written to
+    ``tmp/chat.jsonl``) with the chat template of the tokenizer in ``tokenizer_dir``; returns it."""
+    data = write_jsonl(tmp / "chat.jsonl", rows)
+    configs = tmp / "configs"
+    configs.mkdir()
+    (configs / "chat.yaml").write_text(
+        f"sources: [{{name: {data}}}]\nformat: {{style: chat, messages: messages}}\n"
+        f"pack: {{block_size: {block_size}, val_fraction: 0.0}}\nbuild: {{num_proc: 1, dedup: none}}\n"
+        f"model: {{name: {tokenizer_dir}}}\n")
+    return configs
+
+
 def make_relative_project(tmp: Path, n_rows: int = 60, block_size: int = 128, val_fraction: float = 0.1) -> dict:
     """Like make_project, but configs/sql.yaml names its source and tokenizer by paths relative to
     ``tmp`` (``data/sql.jsonl``, ``model``): build from ``tmp`` as the working directory, and the

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from build_fixtures import make_tokenizer, packed_documents, seed_decision, write_jsonl
+from build_fixtures import chat_configs, make_tokenizer, packed_documents, seed_decision, write_jsonl
 from inprocess_cli import cli
 from tokenizers import Tokenizer, processors
 
@@ -165,13 +165,7 @@ def llama_project(tmp_path: Path, rows: list[dict]) -> Path:
     config = json.loads((directory / "tokenizer_config.json").read_text())
     (directory / "tokenizer_config.json").write_text(json.dumps(
         {**config, "bos_token": BOS, "eos_token": "<|eot_id|>", "chat_template": template("llama3_2")}))
-    data = write_jsonl(tmp_path / "chat.jsonl", rows)
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "chat.yaml").write_text(
-        f"sources: [{{name: {data}}}]\nformat: {{style: chat, messages: messages}}\npack: {{block_size: 4096, "
-        f"val_fraction: 0.0}}\nbuild: {{num_proc: 1, dedup: none}}\nmodel: {{name: {directory}}}\n")
-    return configs
+    return chat_configs(tmp_path, rows, directory, block_size=4096)
 
 
 def test_llama_3_2_documents_are_apply_chat_template_ids_with_one_bos_whatever_the_shortcuts(tmp_path):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from build_fixtures import make_project, packed_documents as documents, seed_decision, write_jsonl
+from build_fixtures import chat_configs, make_project, packed_documents as documents, seed_decision, write_jsonl
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
@@ -327,12 +327,7 @@ def test_conversations_are_what_apply_chat_template_makes(real_tokenizer, tmp_pa
         config = json.loads((directory / "tokenizer_config.json").read_text())
         (directory / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": MARKED_SMOLLM2}))
         (directory / "chat_template.jinja").unlink(missing_ok=True)
-    data = write_jsonl(tmp_path / "chat.jsonl", rows)
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "chat.yaml").write_text(
-        f"sources: [{{name: {data}}}]\nformat: {{style: chat, messages: messages}}\n"
-        f"pack: {{block_size: 2048, val_fraction: 0.0}}\nbuild: {{num_proc: 1, dedup: none}}\nmodel: {{name: {directory}}}\n")
+    configs = chat_configs(tmp_path, rows, directory, block_size=2048)
     result = build(load_config("chat", configs), tmp_path / "cache", log=quiet, progress=False)
     built = sorted(documents(result))
     expected = []
