@@ -44,7 +44,8 @@ install: $(VENV)/.installed
 # bytecode compiled, where pip took 85 s); pip installs uv and torch's CPU build, which lies on this
 # machine's disk where only pip looks. Bytecode is compiled at install, as pip does: where
 # PYTHONDONTWRITEBYTECODE is set, Python would otherwise compile torch again in every process.
-UV := $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
+# --native-tls: the system's certificates, as pip uses them (a proxy's own CA, where there is one).
+UV := $(BIN)/uv pip install -q --native-tls --compile-bytecode --python $(BIN)/python
 
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
