@@ -133,10 +133,11 @@ def seed_decision(cache: Path, tokenizer_dir: Path, fast_encoder: bool | str = T
     processes: tests/run_shared.py); the tests of the decision itself start from an empty cache."""
     notes = Path(cache) / FAST_ENCODER_NOTES
     notes.mkdir(parents=True, exist_ok=True)
-    key = (tokenizer_files(tokenizer_dir), fast_encoder)
+    tokenizer_json = tokenizer_json_sha256(tokenizer_dir)
+    key = (tokenizer_json, fast_encoder)
     if key not in _DECISIONS:  # by content: each test's tokenizer is in its own directory
-        made = made_once(f"decision-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}",
-                         lambda directory: write_files(directory, decision_notes(Path(tokenizer_dir), fast_encoder)))
+        made = made_once(f"decision-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}", lambda directory: write_files(
+            directory, decision_notes(Path(tokenizer_dir), tokenizer_json, fast_encoder)))
         _DECISIONS[key] = {note.name: note.read_bytes() for note in sorted(made.iterdir())}
     write_files(notes, _DECISIONS[key])
 
@@ -155,24 +156,22 @@ def bundled_cache(cache: Path) -> Path:
     return cache
 
 
-def tokenizer_files(directory: Path) -> str:
+def tokenizer_json_sha256(directory: Path) -> str:
     """The sha256 of the directory's tokenizer.json: what :func:`decision_notes` is cached by (what the
     build remembers the decision by: the encoders read no other file)."""
     return hashlib.sha256((Path(directory) / "tokenizer.json").read_bytes()).hexdigest()
 
 
-_DECISIONS: dict[tuple, dict[str, bytes]] = {}  # (tokenizer_files, fast_encoder) -> decision_notes, read
+_DECISIONS: dict[tuple, dict[str, bytes]] = {}  # (tokenizer_json_sha256, fast_encoder) -> decision_notes, read
 
 
-def decision_notes(directory: Path, fast_encoder: bool | str) -> dict[str, bytes]:
-    """The decision notes (file name -> bytes) for the tokenizer in ``directory``, made by the build's
-    own :class:`EncoderDecision` (its child proves the encoder, as on a first build)."""
+def decision_notes(directory: Path, tokenizer_json: str, fast_encoder: bool | str) -> dict[str, bytes]:
+    """The decision notes (file name -> bytes) for the tokenizer in ``directory`` (``tokenizer_json``: its
+    tokenizer.json's sha256), made by the build's own :class:`EncoderDecision` (its child proves the
+    encoder, as on a first build)."""
     from packtrain.pipeline.encode.encoder_decision import EncoderDecision
-    from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 
-    info = load_tokenizer_info(directory)
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer_json = info.fingerprint["files"]["tokenizer.json"]
         with EncoderDecision(fast_encoder, Path(directory) / "tokenizer.json", tokenizer_json, Path(tmp),
                              tokenizer_json) as decision:
             decision.result()
