@@ -207,7 +207,8 @@ def run_packtrain(args, config, device) -> dict:
     run_dir = run(config, cache)
     s = json.loads((run_dir / "summary.json").read_text())
     info = json.loads((run_dir / "run.json").read_text())
-    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    first = next(r for r in records if "step_s" in r)  # the first training step (step 0's eval comes before it)
     return {"tok_s": s["mean_tok_s"], "sup_tok_s": s["mean_sup_tok_s"], "mfu": s["mean_mfu"],
             "data_wait": s["mean_data_wait"], "peak_gib": peak_gib(device), "steps_timed": s["steps"] - 1,
             "setup_s": started - T0, "first_step_s": first.get("step_s"), "micro": info["per_device_train_batch_size"],
