@@ -23,8 +23,26 @@ def extra_fields(message: dict) -> list[str]:
     return [key for key, value in message.items() if key not in ("role", "content") and present(value)]
 
 
+def check_tools(value: Any, column: str) -> list | None:
+    """A row's tool definitions (``format.tools``) as the template gets them: a list of JSON-schema specs
+    (dicts), or that list as JSON text, as TRL reads its ``tools`` column; None for null or empty."""
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise BadRow(f"{column!r} is text but not JSON; expected a list of tool definitions (JSON schemas)") from None
+    if not present(value):
+        return None
+    if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
+        raise BadRow(f"{column!r} is {type(value).__name__}, expected a list of tool definitions (JSON schemas, "
+                     "{\"type\": \"function\", \"function\": {...}})")
+    return value
+
+
 def check_fields_rendered(template: str, messages: list[dict], column: str, bos_token: str | None = None,
-                          eos_token: str | None = None) -> None:
+                          eos_token: str | None = None, tools: list | None = None) -> None:
     """Refuse (:class:`BadRow`) a conversation with a message field the chat template does not render:
     a field is rendered when the conversation renders differently without it. Training on such a row
     would silently drop the field (SmolLM2's template ignores ``tool_calls``: the assistant's tool call
@@ -43,7 +61,7 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
     if not fields:
         return
     compiled = compile_chat_template(template)
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", "tools": tools}
     try:
         full = compiled.render(messages=messages, add_generation_prompt=False, **extra)
     except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
@@ -59,6 +77,21 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
             raise BadRow(f"{column!r} message {i} ({messages[i]['role']}) has a field {key!r} that the chat template "
                          "does not render, so it would be dropped silently; remove the field from the data or use "
                          "a chat template that renders it")
+
+
+def check_tools_rendered(template: str, messages: list[dict], tools: list, bos_token: str | None = None,
+                         eos_token: str | None = None) -> None:
+    """Refuse (:class:`BadRow`) a row whose tools the chat template does not render (it renders the
+    conversation the same without them): training on it would drop them silently."""
+    compiled = compile_chat_template(template)
+    extra = {"messages": messages, "add_generation_prompt": False, "bos_token": bos_token or "", "eos_token": eos_token or ""}
+    try:
+        ignored = compiled.render(**extra, tools=tools) == compiled.render(**extra)
+    except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
+        return
+    if ignored:
+        raise BadRow("the chat template does not render the row's tools (format.tools), so they would be dropped "
+                     "silently; use a chat template that renders tools, or remove format.tools")
 
 
 ROLES = MESSAGE_ROLES

@@ -35,7 +35,7 @@ from functools import cached_property, partial
 from typing import Any, Iterator
 
 from packtrain.core.config_build import FormatConfig
-from packtrain.pipeline.chat_messages import check_fields_rendered, check_messages
+from packtrain.pipeline.chat_messages import check_fields_rendered, check_messages, check_tools, check_tools_rendered
 from packtrain.pipeline.chat_template import BadRow, compile_chat_template
 
 
@@ -90,6 +90,15 @@ class RowFormatter:
         return None if self.fmt.messages is None else dict(self.columns).get(self.fmt.messages, self.fmt.messages)
 
     @cached_property
+    def tools_column(self) -> str | None:
+        """The dataset column of ``format.tools``, through ``columns``."""
+        return None if self.fmt.tools is None else dict(self.columns).get(self.fmt.tools, self.fmt.tools)
+
+    def tools(self, row: dict[str, Any]) -> list | None:
+        """The row's tool definitions (``format.tools``; None: none)."""
+        return None if self.tools_column is None else check_tools(row.get(self.tools_column), self.tools_column)
+
+    @cached_property
     def plain_chatml(self):
         """Where conversations render once and the template is ChatML by string joins
         (pipeline/chat_once.py ``chatml_system``): the function that renders a row of plain messages
@@ -119,15 +128,16 @@ class RowFormatter:
 
         messages, train_from = self.conversation(row)
         return render_each_turn(self.chat_template, self.fmt.system, messages, self.messages_column, self.bos_token,
-                                self.eos_token, train_from)
+                                self.eos_token, train_from, tools=self.tools(row))
 
     def __call__(self, row: dict[str, Any]) -> "Formatted":
         if self.fmt.messages is not None:
             messages, train_from = self.conversation(row)
-            doc = self.plain_chatml(messages) if self.plain_chatml is not None else None
+            tools = self.tools(row)
+            doc = self.plain_chatml(messages) if self.plain_chatml is not None and tools is None else None
             if doc is None:
                 doc = render_conversation(self.chat_template, self.fmt.system, messages, self.messages_column,
-                                          self.bos_token, self.eos_token, once=self.render_once)
+                                          self.bos_token, self.eos_token, once=self.render_once, tools=tools)
             if train_from:
                 from packtrain.pipeline.format_messages import completion_spans
 
@@ -218,9 +228,11 @@ def render_chat(
 
 
 def render_conversation(template: str | None, system: str | None, messages: Any, column: str,
-                        bos_token: str | None = None, eos_token: str | None = None, once: bool = False) -> Formatted:
+                        bos_token: str | None = None, eos_token: str | None = None, once: bool = False,
+                        tools: list | None = None) -> Formatted:
     """The whole conversation and the character span of every assistant turn (see the module doc);
-    ``once``: from one render where pipeline/chat_once.py can (the same result, checked). A row whose
+    ``once``: from one render where pipeline/chat_once.py can (the same result, checked; a row with
+    ``tools``, the template's ``tools``, is rendered turn by turn, the way proven for any). A row whose
     messages hold a field the template does not render, or an empty assistant turn, is a :class:`BadRow`
     (:func:`check_messages`, :func:`check_fields_rendered`), whichever way it is then rendered."""
     if not template:
@@ -229,14 +241,16 @@ def render_conversation(template: str | None, system: str | None, messages: Any,
     if system and messages[0]["role"] != "system":
         messages = [{"role": "system", "content": system}] + messages
     with template_errors_are_bad_rows():
-        check_fields_rendered(template, messages, column, bos_token, eos_token)
-        if once:
+        check_fields_rendered(template, messages, column, bos_token, eos_token, tools)
+        if tools is not None:
+            check_tools_rendered(template, messages, tools, bos_token, eos_token)
+        if once and tools is None:
             from packtrain.pipeline.chat_once import render_once
 
             doc = render_once(template, messages, bos_token, eos_token)
             if doc is not None:
                 return doc
-        return render_turns(template, messages, column, bos_token, eos_token)
+        return render_turns(template, messages, column, bos_token, eos_token, tools)
 
 
 @contextmanager
@@ -254,11 +268,12 @@ def template_errors_are_bad_rows() -> Iterator[None]:
 
 
 def render_turns(template: str, messages: list[dict], column: str, bos_token: str | None = None,
-                 eos_token: str | None = None) -> Formatted:
+                 eos_token: str | None = None, tools: list | None = None) -> Formatted:
     """The exact way: the whole conversation rendered, and each assistant turn's span found by
-    rendering the conversation up to it and through it (``messages`` already checked)."""
+    rendering the conversation up to it and through it (``messages`` already checked); every render
+    gets the row's ``tools``."""
     compiled = compile_chat_template(template)
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", "tools": tools}
 
     def render(turns: list[dict], generation_prompt: bool) -> str:
         return compiled.render(messages=turns, add_generation_prompt=generation_prompt, **extra)

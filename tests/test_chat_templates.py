@@ -263,3 +263,66 @@ def test_mistral_drops_the_system_message_before_an_answer_so_no_turn_start_is_f
             "the turn than its generation prompt, so its start cannot be found, turn by turn or with "
             "format.each_assistant_turn; change the rows (Mistral v0.3's template renders a system message only "
             "before a final user turn: put its text in the first user message), or use another chat template")
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
+                   "required": ["city"]}}}
+TOOL_CONVERSATIONS = {
+    "one exchange": [U("Weather in Paris?"), A("Sunny, 21 degrees.")],
+    "system, one exchange": [S("Be brief."), U("Weather in Paris?"), A("Sunny.")],
+    "a call and its result": [U("Weather in Paris?"), {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "{\"sky\": \"sunny\"}"}, A("Sunny.")],
+}
+# what the build makes of each TOOL_CONVERSATIONS conversation, with the tools: = apply_chat_template's text
+# (tools=[WEATHER]), T a bad row saying the template does not render tools, F one saying it does not
+# render the tool call, or the bad row the conversation is without tools too (R, P, S as in EXPECTED)
+TOOLS_EXPECTED = {
+    "llama3_1": "===",
+    "llama3_2": "===",
+    "qwen2_5": "===",
+    "qwen3": "==P",
+    "mistral_v0_3": "=SR",
+    "phi3": "TTF",
+    "gemma": "TRR",
+    "zephyr": "TTF",
+    "deepseekv3": "TTR",
+    "mixtral_v0_1": "TRR",
+}
+
+
+@pytest.mark.parametrize("name", TOOLS_EXPECTED)
+def test_a_rows_tools_reach_the_template_as_apply_chat_template_passes_them(hf_tokenizer, name):
+    """``format.tools``: every render of the row gets its tools (the spans are found with them), the text
+    is apply_chat_template's with ``tools=``; a template that renders no tools refuses the row in one
+    line instead of dropping them."""
+    outcomes = ""
+    for messages in TOOL_CONVERSATIONS.values():
+        try:
+            reference = hf_tokenizer.apply_chat_template(messages, tools=[WEATHER], tokenize=False,
+                                                         chat_template=template(name))
+        except Exception:
+            reference = None
+        try:
+            doc = render_conversation(template(name), None, messages, "messages", BOS, EOS, once=True, tools=[WEATHER])
+        except BadRow as e:
+            assert "\n" not in str(e)
+            if "does not render the row's tools" in str(e):
+                assert str(e) == ("the chat template does not render the row's tools (format.tools), so they would be "
+                                  "dropped silently; use a chat template that renders tools, or remove format.tools")
+                outcomes += "T"
+            elif "that the chat template does not render" in str(e):
+                outcomes += "F"  # a message field it does not render (the tool call), said first
+            else:
+                outcomes += "R" if reference is None else "S" if "its start cannot be found" in str(e) else "P"
+            continue
+        assert doc.text == reference or doc.text == reference.rstrip() and doc.text.endswith(EOS)
+        assert "get_weather" in doc.text.split("Weather in Paris?")[0] or name.startswith("llama3")
+        assert "get_weather" in doc.text
+        answers = [m["content"] for m in messages if m["role"] == "assistant" and m["content"]]
+        assert answers[-1] in doc.text[doc.spans[-1][0]:doc.spans[-1][1]]
+        assert "The weather in a city" not in "".join(doc.text[a:b] for a, b in doc.spans)  # tools: never trained on
+        outcomes += "="
+    assert outcomes == TOOLS_EXPECTED[name]

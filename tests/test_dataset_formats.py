@@ -268,6 +268,7 @@ def test_each_new_field_is_part_of_the_build_id_and_configs_without_them_hash_as
         (chat, None), ({**chat, "message_property_mappings": {"role": "from"}}, None),
         ({**chat, "roles": {"user": ["human"]}}, None), ({**chat, "completion": "completion"}, None),
         ({**chat, "each_assistant_turn": True}, None), ({**chat, "preset": "sharegpt"}, None),
+        ({**chat, "tools": "tools"}, None),
         (template, None), ({**template, "prompt_no_input": "{q}\n"}, None), ({"preset": "alpaca"}, None),
         (template, {"where": [{"column": "q", "not_empty": True}]}),
     ]
@@ -356,3 +357,106 @@ def test_a_partitioned_build_with_where_merges_into_the_one_machine_build(tiny):
     assert merged.build_id == single.build_id and shards(merged) == shards(single)
     assert [(s["rows"], s["filtered_rows"], s["documents"]) for s in (report(merged)["sources"][0],
                                                                      report(single)["sources"][0])] == [(20, 7, 13)] * 2
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def tool_rows() -> list[dict]:
+    """Rows as TRL reads them: ``tools`` a list of JSON schemas, the same as JSON text, or null."""
+    ask = lambda i: [{"role": "user", "content": f"Weather in city {i}?"}, {"role": "assistant", "content": f"Sunny {i}."}]
+    return ([{"messages": ask(i), "tools": [WEATHER]} for i in range(3)] + [{"messages": ask(3), "tools": json.dumps([WEATHER])}]
+            + [{"messages": ask(4), "tools": None}, {"messages": ask(5), "tools": "[]"}])
+
+
+def expected_turns(tokenizer, chat: list[dict], tools, turns) -> list[tuple[list[int], list[int]]]:
+    """apply_chat_template's ids of the conversation through each of ``turns`` (with ``tools``), the mask
+    from the end of its generation prompt through the turn's end-of-turn token."""
+    out = []
+    for k in turns:
+        ids = list(tokenizer.apply_chat_template(chat[: k + 1], tools=tools, tokenize=True, return_dict=True)["input_ids"])
+        while tokenizer.decode(ids[-1:]).isspace():  # the newline after <|im_end|>, not trained on
+            ids.pop()
+        head = len(tokenizer.apply_chat_template(chat[:k], tools=tools, tokenize=True, add_generation_prompt=True,
+                                                 return_dict=True)["input_ids"])
+        out.append((ids, [0] * head + [1] * (len(ids) - head)))
+    return out
+
+
+def test_a_tools_column_reaches_qwen3s_template_as_trl_passes_it(real_builder):
+    """``format.tools``: each row's tools (a list, JSON text, or none) go to the chat template as TRL's
+    ``apply_chat_template(messages, tools=...)``; the documents are its ids, the loss on the answer only
+    (the tools' text is in the system turn), the same bytes with every shortcut on and off."""
+    from transformers import AutoTokenizer
+
+    builder = real_builder("qwen3")
+    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
+    rows = tool_rows()
+    data = builder.root / "tools.jsonl"  # keys in their order (tojson keeps it): not write_jsonl's sorted ones
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    fmt = {**CHAT, "tools": "tools"}
+    result = builder.build(data, fmt)
+    off = builder.build(data, fmt, fast_encoder=False, line_cache=False, render_once=False)
+    assert shards(result) == shards(off)
+    expected = [doc for row in rows for doc in expected_turns(
+        tokenizer, row["messages"], [WEATHER] if row["tools"] not in (None, "[]") else None, [1])]
+    assert sorted(documents(result)) == sorted(expected)
+    assert sum("get_weather" in tokenizer.decode(ids) for ids, _ in documents(result)) == 4
+    without = builder.build(data, CHAT)  # the column not named: the conversations alone, as before
+    assert sorted(documents(without)) == sorted(doc for row in rows for doc in expected_turns(
+        tokenizer, row["messages"], None, [1]))
+
+
+def test_tool_calls_with_tools_one_document_per_turn_under_qwen3(real_builder):
+    """A call, its result and the answer, with the tools: Qwen3 renders the call's turn otherwise once
+    the answer follows, so each assistant turn is its own document (format.each_assistant_turn), each
+    apply_chat_template's ids with the tools."""
+    from transformers import AutoTokenizer
+
+    builder = real_builder("qwen3")
+    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
+    chat = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "content": "{\"sky\": \"sunny\"}"}, {"role": "assistant", "content": "Sunny."}]
+    data = builder.root / "calls.jsonl"
+    data.write_text(json.dumps({"messages": chat, "tools": [WEATHER]}) + "\n")
+    with pytest.raises(BuildError, match="set format.each_assistant_turn"):
+        builder.build(data, {**CHAT, "tools": "tools"})
+    result = builder.build(data, {**CHAT, "tools": "tools", "each_assistant_turn": True})
+    assert sorted(documents(result)) == sorted(expected_turns(tokenizer, chat, [WEATHER], [1, 3]))
+
+
+def test_tools_a_template_does_not_render_are_refused_not_dropped(real_builder):
+    """SmolLM2's real template renders no tools: a row with tools is a bad row saying so (TRL would
+    train on the conversation without them); rows without tools build."""
+    builder = real_builder("smollm2")
+    rows = tool_rows()
+    result = builder.build(rows, {**CHAT, "tools": "tools"}, on_bad_rows="skip")
+    assert report(result)["sources"][0]["bad_rows"] == 4 and report(result)["train"]["documents"] == 2
+    with pytest.raises(BuildError) as e:
+        builder.build(rows[:4], {**CHAT, "tools": "tools"})
+    assert "\n" not in str(e.value) and "the chat template does not render the row's tools (format.tools)" in str(e.value)
+
+
+@pytest.mark.parametrize("value, why", [
+    ("{not json", "'tools' is text but not JSON; expected a list of tool definitions"),
+    ({"type": "function"}, "'tools' is dict, expected a list of tool definitions"),
+    (["get_weather"], "'tools' is list, expected a list of tool definitions"),
+])
+def test_a_tools_value_that_is_not_a_list_of_schemas_is_a_bad_row_naming_the_column(value, why):
+    from packtrain.pipeline.format import BadRow
+
+    formatter = RowFormatter(config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": {**CHAT, "tools": "tools"},
+                                               "model": {"name": "m"}}).format, chat_template="{{ messages }}")
+    with pytest.raises(BadRow, match=why):
+        formatter({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "tools": value})
+
+
+def test_format_tools_needs_a_conversation_column_and_a_file_with_that_column(tiny):
+    with pytest.raises(ConfigError, match="format.tools: only used with format.messages"):
+        config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": {"tools": "tools"}, "model": {"name": "m"}})
+    with pytest.raises(SourceError, match="no column 'tools'"):
+        tiny.build([{"messages": conversations(False)[0]}], {**CHAT, "tools": "tools"})

@@ -131,7 +131,8 @@ def preset_fields(preset: str | None, style: str) -> dict[str, Any]:
 
 # fields added after builds existed: the build id hashes them only where set, so a config that sets
 # none keeps its build id (FormatConfig.identity)
-ADDED_FIELDS = ("preset", "message_property_mappings", "roles", "completion", "prompt_no_input", "each_assistant_turn")
+ADDED_FIELDS = ("preset", "message_property_mappings", "roles", "completion", "prompt_no_input", "each_assistant_turn",
+                "tools")
 
 
 @dataclass
@@ -171,6 +172,11 @@ class FormatConfig:
     """With ``messages`` (the prompt's messages): the column holding the completion's messages, appended
     to the prompt's as one conversation; the loss is on the completion's assistant turns only (TRL's
     conversational prompt/completion)."""
+    tools: str | None = None
+    """With ``messages``: the column holding each row's tool definitions (a list of JSON-schema
+    function specs, or that list as JSON text; null or empty: none), passed to the chat template as
+    ``apply_chat_template(tools=...)`` passes them (TRL's ``tools`` column). A row with tools whose
+    template does not render them is a bad row (they would be dropped silently)."""
     each_assistant_turn: bool = False
     """With ``messages``: each assistant turn its own document, its history rendered as the chat template
     renders it at that turn, the loss on that turn only. For templates that render earlier turns
@@ -198,6 +204,8 @@ class FormatConfig:
                 errors.append(f"{where}.messages: a conversation column needs style: chat")
             if not self.messages:
                 errors.append(f"{where}.messages: name the column holding the conversations, e.g. messages")
+            if self.tools == "":
+                errors.append(f"{where}.tools: name the column holding each row's tool definitions, e.g. tools")
             if {"prompt", "answer"} & set(preset_fields(self.preset, self.style)):
                 errors.append(f"{where}.preset: {self.preset} reads prompt/answer columns, not a conversation column; "
                               "remove format.messages or the preset")
@@ -205,7 +213,7 @@ class FormatConfig:
                 errors.append(f"{where}.prompt/answer: not used with messages (the conversation holds the turns); "
                               "remove them")
         else:
-            for name in ("message_property_mappings", "roles", "completion", "each_assistant_turn"):
+            for name in ("message_property_mappings", "roles", "completion", "each_assistant_turn", "tools"):
                 if getattr(self, name) not in (None, False, {}):
                     errors.append(f"{where}.{name}: only used with format.messages (a conversation column)")
         unknown = sorted(set(self.message_property_mappings) - {"role", "content"})
@@ -256,7 +264,7 @@ class FormatConfig:
 
     def fields(self) -> list[str]:
         if self.messages is not None:
-            return [self.messages] + ([self.completion] if self.completion else [])
+            return [self.messages] + [name for name in (self.completion, self.tools) if name]
         return sorted(set(template_fields(self.prompt)) | set(template_fields(self.answer)))
 
 
