@@ -42,7 +42,7 @@ def check_tools(value: Any, column: str) -> list | None:
 
 
 def check_fields_rendered(template: str, messages: list[dict], column: str, bos_token: str | None = None,
-                          eos_token: str | None = None, tools: list | None = None) -> None:
+                          eos_token: str | None = None, variables: dict | None = None) -> None:
     """Refuse (:class:`BadRow`) a conversation with a message field the chat template does not render:
     a field is rendered when the conversation renders differently without it. Training on such a row
     would silently drop the field (SmolLM2's template ignores ``tool_calls``: the assistant's tool call
@@ -61,7 +61,7 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
     if not fields:
         return
     compiled = compile_chat_template(template)
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", "tools": tools}
+    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
     try:
         full = compiled.render(messages=messages, add_generation_prompt=False, **extra)
     except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
@@ -79,14 +79,18 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
                          "a chat template that renders it")
 
 
-def check_tools_rendered(template: str, messages: list[dict], tools: list, bos_token: str | None = None,
+def check_tools_rendered(template: str, messages: list[dict], variables: dict, bos_token: str | None = None,
                          eos_token: str | None = None) -> None:
-    """Refuse (:class:`BadRow`) a row whose tools the chat template does not render (it renders the
-    conversation the same without them): training on it would drop them silently."""
+    """Refuse (:class:`BadRow`) a row whose tools (``variables["tools"]``, where set) the chat template
+    does not render (it renders the conversation the same without them): training on it would drop
+    them silently."""
+    if variables.get("tools") is None:
+        return
     compiled = compile_chat_template(template)
-    extra = {"messages": messages, "add_generation_prompt": False, "bos_token": bos_token or "", "eos_token": eos_token or ""}
+    extra = {"messages": messages, "add_generation_prompt": False, "bos_token": bos_token or "",
+             "eos_token": eos_token or "", **variables}
     try:
-        ignored = compiled.render(**extra, tools=tools) == compiled.render(**extra)
+        ignored = compiled.render(**extra) == compiled.render(**{**extra, "tools": None})
     except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
         return
     if ignored:

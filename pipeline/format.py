@@ -94,9 +94,11 @@ class RowFormatter:
         """The dataset column of ``format.tools``, through ``columns``."""
         return None if self.fmt.tools is None else dict(self.columns).get(self.fmt.tools, self.fmt.tools)
 
-    def tools(self, row: dict[str, Any]) -> list | None:
-        """The row's tool definitions (``format.tools``; None: none)."""
-        return None if self.tools_column is None else check_tools(row.get(self.tools_column), self.tools_column)
+    def variables(self, row: dict[str, Any]) -> dict | None:
+        """What the chat template gets for this row besides the messages and the special tokens:
+        ``format.chat_template_kwargs`` and the row's tool definitions (``format.tools``); None: nothing."""
+        tools = None if self.tools_column is None else check_tools(row.get(self.tools_column), self.tools_column)
+        return {**self.fmt.chat_template_kwargs, **({"tools": tools} if tools is not None else {})} or None
 
     @cached_property
     def plain_chatml(self):
@@ -128,16 +130,16 @@ class RowFormatter:
 
         messages, train_from = self.conversation(row)
         return render_each_turn(self.chat_template, self.fmt.system, messages, self.messages_column, self.bos_token,
-                                self.eos_token, train_from, tools=self.tools(row))
+                                self.eos_token, train_from, variables=self.variables(row))
 
     def __call__(self, row: dict[str, Any]) -> "Formatted":
         if self.fmt.messages is not None:
             messages, train_from = self.conversation(row)
-            tools = self.tools(row)
-            doc = self.plain_chatml(messages) if self.plain_chatml is not None and tools is None else None
+            variables = self.variables(row)
+            doc = self.plain_chatml(messages) if self.plain_chatml is not None and variables is None else None
             if doc is None:
                 doc = render_conversation(self.chat_template, self.fmt.system, messages, self.messages_column,
-                                          self.bos_token, self.eos_token, once=self.render_once, tools=tools)
+                                          self.bos_token, self.eos_token, once=self.render_once, variables=variables)
             if train_from:
                 from packtrain.pipeline.format_messages import completion_spans
 
@@ -151,7 +153,8 @@ class RowFormatter:
             raise BadRow("the answer is empty")
         if self.fmt.style == "template":
             return Formatted(prompt + answer, ((len(prompt), len(prompt) + len(answer)),))
-        head, full = render_chat(self.chat_template, self.fmt.system, prompt, answer, self.bos_token, self.eos_token)
+        head, full = render_chat(self.chat_template, self.fmt.system, prompt, answer, self.bos_token, self.eos_token,
+                                 self.fmt.chat_template_kwargs)
         return Formatted(full, ((len(head), len(full)),), no_system=not self.fmt.system)
 
 
@@ -205,6 +208,7 @@ def render_chat(
     answer: str,
     bos_token: str | None = None,
     eos_token: str | None = None,
+    variables: dict | None = None,
 ) -> tuple[str, str]:
     if not template:
         raise BadRow("format.style is chat but the tokenizer has no chat_template; use style: template")
@@ -215,7 +219,7 @@ def render_chat(
     except jinja2.TemplateError as e:
         raise BadRow(f"the chat template does not compile: {e}") from None
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
     with template_errors_are_bad_rows():
         head = compiled.render(messages=messages, add_generation_prompt=True, **extra)
         full = compiled.render(messages=messages + [{"role": "assistant", "content": answer}],
@@ -229,10 +233,11 @@ def render_chat(
 
 def render_conversation(template: str | None, system: str | None, messages: Any, column: str,
                         bos_token: str | None = None, eos_token: str | None = None, once: bool = False,
-                        tools: list | None = None) -> Formatted:
+                        variables: dict | None = None) -> Formatted:
     """The whole conversation and the character span of every assistant turn (see the module doc);
     ``once``: from one render where pipeline/chat_once.py can (the same result, checked; a row with
-    ``tools``, the template's ``tools``, is rendered turn by turn, the way proven for any). A row whose
+    ``variables`` for the template, its tools or format.chat_template_kwargs, is rendered turn by turn,
+    the way proven for any). A row whose
     messages hold a field the template does not render, or an empty assistant turn, is a :class:`BadRow`
     (:func:`check_messages`, :func:`check_fields_rendered`), whichever way it is then rendered."""
     if not template:
@@ -241,16 +246,16 @@ def render_conversation(template: str | None, system: str | None, messages: Any,
     if system and messages[0]["role"] != "system":
         messages = [{"role": "system", "content": system}] + messages
     with template_errors_are_bad_rows():
-        check_fields_rendered(template, messages, column, bos_token, eos_token, tools)
-        if tools is not None:
-            check_tools_rendered(template, messages, tools, bos_token, eos_token)
-        if once and tools is None:
+        check_fields_rendered(template, messages, column, bos_token, eos_token, variables)
+        if variables:
+            check_tools_rendered(template, messages, variables, bos_token, eos_token)
+        if once and not variables:
             from packtrain.pipeline.chat_once import render_once
 
             doc = render_once(template, messages, bos_token, eos_token)
             if doc is not None:
                 return doc
-        return render_turns(template, messages, column, bos_token, eos_token, tools)
+        return render_turns(template, messages, column, bos_token, eos_token, variables)
 
 
 @contextmanager
@@ -268,12 +273,12 @@ def template_errors_are_bad_rows() -> Iterator[None]:
 
 
 def render_turns(template: str, messages: list[dict], column: str, bos_token: str | None = None,
-                 eos_token: str | None = None, tools: list | None = None) -> Formatted:
+                 eos_token: str | None = None, variables: dict | None = None) -> Formatted:
     """The exact way: the whole conversation rendered, and each assistant turn's span found by
     rendering the conversation up to it and through it (``messages`` already checked); every render
-    gets the row's ``tools``."""
+    gets the row's ``variables``."""
     compiled = compile_chat_template(template)
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", "tools": tools}
+    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
 
     def render(turns: list[dict], generation_prompt: bool) -> str:
         return compiled.render(messages=turns, add_generation_prompt=generation_prompt, **extra)

@@ -124,7 +124,7 @@ def prompt_and_completion(row: dict, prompt_column: str, completion_column: str)
 
 def render_each_turn(template: str | None, system: str | None, messages: Any, column: str,
                      bos_token: str | None = None, eos_token: str | None = None, train_from: int = 0,
-                     tools: list | None = None) -> list[Formatted]:
+                     variables: dict | None = None) -> list[Formatted]:
     """One document per assistant turn (from message ``train_from`` on): the conversation up to it
     rendered with the generation prompt, then through it; the loss on the turn and its end-of-turn
     token. Every document of the conversation goes to the split of its last one (``split_text``), so
@@ -135,12 +135,12 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
     messages = check_messages(messages, column)
     if system and messages[0]["role"] != "system":
         messages, train_from = [{"role": "system", "content": system}] + messages, train_from + 1
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", "tools": tools}
+    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
     docs = []
     with template_errors_are_bad_rows():
-        check_fields_rendered(template, messages, column, bos_token, eos_token, tools)
-        if tools is not None:
-            check_tools_rendered(template, messages, tools, bos_token, eos_token)
+        check_fields_rendered(template, messages, column, bos_token, eos_token, variables)
+        if variables:
+            check_tools_rendered(template, messages, variables, bos_token, eos_token)
         compiled = compile_chat_template(template)
         for k in range(train_from, len(messages)):
             if messages[k]["role"] != "assistant":

@@ -75,22 +75,25 @@ def generation_prompt(fmt: FormatConfig, turns: Sequence[dict], fields: Mapping[
     text = turns[-1]["content"]
     try:
         if is_conversation(fmt):
-            return GenerationPrompt(render_generation(chat_template, fmt.system, turns, bos_token, eos_token), ())
+            return GenerationPrompt(render_generation(chat_template, fmt.system, turns, bos_token, eos_token,
+                                                      fmt.chat_template_kwargs), ())
         prompt = prompt_template(fmt, fields).format_map(template_values(fmt, text, fields))
         if fmt.style == "template":
             return GenerationPrompt(prompt, tuple(prefix_ids))
-        head, _ = render_chat(chat_template, fmt.system, prompt, "x", bos_token, eos_token)
+        head, _ = render_chat(chat_template, fmt.system, prompt, "x", bos_token, eos_token, fmt.chat_template_kwargs)
         return GenerationPrompt(head, ())
     except BadRow as e:
         raise PromptError(str(e)) from None
 
 
 def render_generation(template: str | None, system: str | None, turns: Sequence[dict], bos_token: str | None,
-                      eos_token: str | None) -> str:
-    """The chat template's rendering of ``system`` and ``turns`` with the generation prompt."""
+                      eos_token: str | None, variables: dict | None = None) -> str:
+    """The chat template's rendering of ``system`` and ``turns`` with the generation prompt (and
+    ``variables``: format.chat_template_kwargs, as the build rendered with them)."""
     if not template:
         raise BadRow("this expert trains on conversations but the tokenizer has no chat_template")
     messages = ([{"role": "system", "content": system}] if system else []) + list(turns)
     with template_errors_are_bad_rows():
         return compile_chat_template(template).render(messages=messages, add_generation_prompt=True,
-                                                      bos_token=bos_token or "", eos_token=eos_token or "")
+                                                      bos_token=bos_token or "", eos_token=eos_token or "",
+                                                      **(variables or {}))

@@ -306,7 +306,8 @@ def test_a_rows_tools_reach_the_template_as_apply_chat_template_passes_them(hf_t
         except Exception:
             reference = None
         try:
-            doc = render_conversation(template(name), None, messages, "messages", BOS, EOS, once=True, tools=[WEATHER])
+            doc = render_conversation(template(name), None, messages, "messages", BOS, EOS, once=True,
+                                      variables={"tools": [WEATHER]})
         except BadRow as e:
             assert "\n" not in str(e)
             if "does not render the row's tools" in str(e):
@@ -326,3 +327,18 @@ def test_a_rows_tools_reach_the_template_as_apply_chat_template_passes_them(hf_t
         assert "The weather in a city" not in "".join(doc.text[a:b] for a, b in doc.spans)  # tools: never trained on
         outcomes += "="
     assert outcomes == TOOLS_EXPECTED[name]
+
+
+def test_generate_prompts_with_the_chat_template_kwargs_the_build_rendered_with(hf_tokenizer):
+    """``packtrain generate``/``chat`` make the prompt with format.chat_template_kwargs, as the documents
+    were made: Qwen3 with enable_thinking false ends the prompt with the empty <think> block."""
+    from packtrain.core.config_build import FormatConfig
+    from packtrain.pipeline.generation_prompt import generation_prompt
+
+    kwargs = {"enable_thinking": False}
+    for fmt in (FormatConfig(style="chat", messages="messages", chat_template_kwargs=kwargs),
+                FormatConfig(style="chat", prompt="{q}", answer="{a}", chat_template_kwargs=kwargs)):
+        prompt = generation_prompt(fmt, [U("Hi")], {}, template("qwen3"), BOS, EOS, ())
+        assert prompt.text == hf_tokenizer.apply_chat_template([U("Hi")], tokenize=False, add_generation_prompt=True,
+                                                               chat_template=template("qwen3"), **kwargs)
+        assert prompt.text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")

@@ -268,7 +268,7 @@ def test_each_new_field_is_part_of_the_build_id_and_configs_without_them_hash_as
         (chat, None), ({**chat, "message_property_mappings": {"role": "from"}}, None),
         ({**chat, "roles": {"user": ["human"]}}, None), ({**chat, "completion": "completion"}, None),
         ({**chat, "each_assistant_turn": True}, None), ({**chat, "preset": "sharegpt"}, None),
-        ({**chat, "tools": "tools"}, None),
+        ({**chat, "tools": "tools"}, None), ({**chat, "chat_template_kwargs": {"enable_thinking": False}}, None),
         (template, None), ({**template, "prompt_no_input": "{q}\n"}, None), ({"preset": "alpaca"}, None),
         (template, {"where": [{"column": "q", "not_empty": True}]}),
     ]
@@ -371,16 +371,17 @@ def tool_rows() -> list[dict]:
             + [{"messages": ask(4), "tools": None}, {"messages": ask(5), "tools": "[]"}])
 
 
-def expected_turns(tokenizer, chat: list[dict], tools, turns) -> list[tuple[list[int], list[int]]]:
-    """apply_chat_template's ids of the conversation through each of ``turns`` (with ``tools``), the mask
-    from the end of its generation prompt through the turn's end-of-turn token."""
+def expected_turns(tokenizer, chat: list[dict], tools, turns, **kwargs) -> list[tuple[list[int], list[int]]]:
+    """apply_chat_template's ids of the conversation through each of ``turns`` (with ``tools`` and
+    ``kwargs``), the mask from the end of its generation prompt through the turn's end-of-turn token."""
     out = []
     for k in turns:
-        ids = list(tokenizer.apply_chat_template(chat[: k + 1], tools=tools, tokenize=True, return_dict=True)["input_ids"])
+        ids = list(tokenizer.apply_chat_template(chat[: k + 1], tools=tools, tokenize=True, return_dict=True,
+                                                 **kwargs)["input_ids"])
         while tokenizer.decode(ids[-1:]).isspace():  # the newline after <|im_end|>, not trained on
             ids.pop()
         head = len(tokenizer.apply_chat_template(chat[:k], tools=tools, tokenize=True, add_generation_prompt=True,
-                                                 return_dict=True)["input_ids"])
+                                                 return_dict=True, **kwargs)["input_ids"])
         out.append((ids, [0] * head + [1] * (len(ids) - head)))
     return out
 
@@ -460,3 +461,41 @@ def test_format_tools_needs_a_conversation_column_and_a_file_with_that_column(ti
         config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": {"tools": "tools"}, "model": {"name": "m"}})
     with pytest.raises(SourceError, match="no column 'tools'"):
         tiny.build([{"messages": conversations(False)[0]}], {**CHAT, "tools": "tools"})
+
+
+def test_chat_template_kwargs_reach_every_render_as_apply_chat_template_passes_them(real_builder):
+    """``format.chat_template_kwargs: {enable_thinking: false}`` under Qwen3: its generation prompt ends
+    with an empty <think> block, so the answer alone is trained on (without it, the empty block is part
+    of the answer); the ids are apply_chat_template's with the same kwargs, shortcuts on or off, the
+    tools beside them."""
+    from transformers import AutoTokenizer
+
+    builder = real_builder("qwen3")
+    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
+    rows = tool_rows()[3:]  # tools as JSON text, none, and "[]"
+    data = builder.root / "kwargs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    fmt = {**CHAT, "tools": "tools", "chat_template_kwargs": {"enable_thinking": False}}
+    result = builder.build(data, fmt)
+    assert shards(result) == shards(builder.build(data, fmt, fast_encoder=False, line_cache=False, render_once=False))
+    expected = [doc for row in rows for doc in expected_turns(
+        tokenizer, row["messages"], [WEATHER] if row["tools"] not in (None, "[]") else None, [1], enable_thinking=False)]
+    assert sorted(documents(result)) == sorted(expected)
+    trained = [tokenizer.decode([t for t, m in zip(ids, mask) if m]) for ids, mask in documents(result)]
+    assert sorted(trained) == ["Sunny 3.<|im_end|>", "Sunny 4.<|im_end|>", "Sunny 5.<|im_end|>"]
+    thinking = [tokenizer.decode([t for t, m in zip(ids, mask) if m]) for ids, mask in documents(builder.build(
+        data, {**CHAT, "tools": "tools"}))]
+    assert sorted(thinking)[0] == "<think>\n\n</think>\n\nSunny 3.<|im_end|>"
+
+
+def test_chat_template_kwargs_are_checked_when_the_config_loads():
+    def load(fmt):
+        return config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": fmt, "model": {"name": "m"}})
+
+    with pytest.raises(ConfigError, match=r"format.chat_template_kwargs: only used with style: chat"):
+        load({"chat_template_kwargs": {"enable_thinking": False}})
+    with pytest.raises(ConfigError, match=r"format.chat_template_kwargs: 'tools' is each row's, from the column "
+                                          "format.tools names; remove it"):
+        load({**CHAT, "chat_template_kwargs": {"tools": []}})
+    assert load({**CHAT, "chat_template_kwargs": {"enable_thinking": False}}).format.chat_template_kwargs == {
+        "enable_thinking": False}

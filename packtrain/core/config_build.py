@@ -129,10 +129,17 @@ def preset_fields(preset: str | None, style: str) -> dict[str, Any]:
     return {}
 
 
+# what the build passes the chat template itself (format.chat_template_kwargs may not set them)
+RESERVED_TEMPLATE_VARIABLES = {
+    "messages": "the conversation", "add_generation_prompt": "set by the build for each render",
+    "continue_final_message": "not how the build renders", "bos_token": "the tokenizer's", "eos_token": "the tokenizer's",
+    "tools": "each row's, from the column format.tools names", "documents": "not supported",
+}
+
 # fields added after builds existed: the build id hashes them only where set, so a config that sets
 # none keeps its build id (FormatConfig.identity)
 ADDED_FIELDS = ("preset", "message_property_mappings", "roles", "completion", "prompt_no_input", "each_assistant_turn",
-                "tools")
+                "tools", "chat_template_kwargs")
 
 
 @dataclass
@@ -177,6 +184,10 @@ class FormatConfig:
     function specs, or that list as JSON text; null or empty: none), passed to the chat template as
     ``apply_chat_template(tools=...)`` passes them (TRL's ``tools`` column). A row with tools whose
     template does not render them is a bad row (they would be dropped silently)."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """style chat: more variables for the chat template, as ``apply_chat_template(**kwargs)`` passes them
+    (TRL's ``chat_template_kwargs``), e.g. ``{enable_thinking: false}`` for Qwen3; every row's every
+    render gets them (the one-render shortcut is then not used)."""
     each_assistant_turn: bool = False
     """With ``messages``: each assistant turn its own document, its history rendered as the chat template
     renders it at that turn, the loss on that turn only. For templates that render earlier turns
@@ -238,6 +249,10 @@ class FormatConfig:
                 errors.append(f"{where}.{name}: not a valid format string ({e})")
         if self.system is not None and self.style != "chat":
             errors.append(f"{where}.system: only used with style: chat")
+        if self.chat_template_kwargs and self.style != "chat":
+            errors.append(f"{where}.chat_template_kwargs: only used with style: chat (they go to the chat template)")
+        for name in sorted(set(self.chat_template_kwargs) & set(RESERVED_TEMPLATE_VARIABLES)):
+            errors.append(f"{where}.chat_template_kwargs: {name!r} is {RESERVED_TEMPLATE_VARIABLES[name]}; remove it")
         try:
             names = template_fields(self.prompt, positional=True) + template_fields(self.answer, positional=True)
             optional = self.optional_fields()
