@@ -37,6 +37,7 @@ from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
+from packtrain.core.config_build import RESERVED_TEMPLATE_VARIABLES
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
                                      REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
                                      resolve_build, token_dtype, verify_checksums, write_current)
@@ -310,7 +311,7 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
         if i not in todo:
             log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
     if config.format.style == "chat":
-        check_chat_template(tokenizer)
+        check_chat_template(tokenizer, config.format.chat_template_kwargs)
     if todo:
         tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, todo, source_dirs, dtype, planned.files),
                          progress, log=log, cache_dir=root.parent)
@@ -345,14 +346,24 @@ def manifest_exactness(made: list[Exactness]) -> dict:
     return {"encoders": both.pop("encoder").split("+"), **both}
 
 
-def check_chat_template(tokenizer: TokenizerInfo) -> None:
-    """format.style chat needs a chat template that compiles; say so before tokenizing anything."""
+def check_chat_template(tokenizer: TokenizerInfo, kwargs: dict) -> None:
+    """format.style chat needs a chat template that compiles, and reads every variable of
+    ``format.chat_template_kwargs`` (one it never reads changes nothing: a misspelt name, or another
+    model's); say so before tokenizing anything."""
     import jinja2
+    from jinja2 import meta
 
     if not tokenizer.chat_template:
         raise BuildError(f"format.style is chat but {tokenizer.directory} has no chat_template "
                          "(tokenizer_config.json or chat_template.jinja); use format.style: template")
     try:
-        compile_chat_template(tokenizer.chat_template)
+        compiled = compile_chat_template(tokenizer.chat_template)
     except jinja2.TemplateError as e:
         raise BuildError(f"the chat template of {tokenizer.directory} does not compile: {e}") from None
+    read = meta.find_undeclared_variables(compiled.environment.parse(tokenizer.chat_template))
+    unread = sorted(set(kwargs) - read)
+    if unread:
+        others = sorted(read - set(RESERVED_TEMPLATE_VARIABLES) - {"raise_exception", "strftime_now"})
+        raise BuildError(f"format.chat_template_kwargs: the chat template of {tokenizer.directory} never reads "
+                         f"{unread[0]!r}, so it would change nothing; remove it or correct its name (the template "
+                         f"reads: {', '.join(others) or 'no other variable'})")

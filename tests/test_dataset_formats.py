@@ -499,3 +499,13 @@ def test_chat_template_kwargs_are_checked_when_the_config_loads():
         load({**CHAT, "chat_template_kwargs": {"tools": []}})
     assert load({**CHAT, "chat_template_kwargs": {"enable_thinking": False}}).format.chat_template_kwargs == {
         "enable_thinking": False}
+
+
+def test_a_chat_template_kwarg_the_template_never_reads_is_refused_before_tokenizing(tiny):
+    """A misspelt name, or another model's variable (``enable_thinking`` under a template without it),
+    would change nothing: one line naming it and what the template reads, nothing built."""
+    with pytest.raises(BuildError) as e:
+        tiny.build([{"messages": conversations(False)[0]}], {**CHAT, "chat_template_kwargs": {"enable_thinkng": False}})
+    assert "\n" not in str(e.value) and str(e.value).startswith(
+        f"format.chat_template_kwargs: the chat template of {tiny.tokenizer} never reads 'enable_thinkng', so it "
+        "would change nothing; remove it or correct its name (the template reads: ")
