@@ -8,7 +8,8 @@ on, so the model sees the tokens it learned from.
 - ``format.style: chat``: the chat template's rendering of ``format.system`` and the user turn made
   from ``format.prompt``, up to where the assistant's answer starts (``add_generation_prompt``).
 - ``format.messages``: the chat template's rendering of the conversation so far (``format.system``,
-  then the user and assistant turns, the last one the user's), ending where the next answer starts.
+  then the user and assistant turns, the last one the user's), ending where the next answer starts;
+  with ``format.chat_template_kwargs`` and, for experts trained with ``format.tools``, the tools given.
 """
 
 from __future__ import annotations
@@ -69,14 +70,20 @@ def template_values(fmt: FormatConfig, text: str, fields: Mapping[str, str]) -> 
 
 
 def generation_prompt(fmt: FormatConfig, turns: Sequence[dict], fields: Mapping[str, str], chat_template: str | None,
-                      bos_token: str | None, eos_token: str | None, prefix_ids: Sequence[int]) -> GenerationPrompt:
+                      bos_token: str | None, eos_token: str | None, prefix_ids: Sequence[int],
+                      tools: list | None = None) -> GenerationPrompt:
     """The prompt for the next answer. ``turns``: the conversation so far as ``{"role", "content"}``
-    messages ending with the user's; experts that are not conversations read only the last one."""
+    messages ending with the user's; experts that are not conversations read only the last one.
+    ``tools``: the tool definitions to prompt with (experts trained with ``format.tools``)."""
     text = turns[-1]["content"]
+    if tools is not None and fmt.tools is None:
+        raise PromptError("--tools: this expert was not trained with tools (its format.tools is not set); leave "
+                          "--tools out")
     try:
         if is_conversation(fmt):
+            variables = {**fmt.chat_template_kwargs, **({"tools": tools} if tools else {})}
             return GenerationPrompt(render_generation(chat_template, fmt.system, turns, bos_token, eos_token,
-                                                      fmt.chat_template_kwargs), ())
+                                                      variables), ())
         prompt = prompt_template(fmt, fields).format_map(template_values(fmt, text, fields))
         if fmt.style == "template":
             return GenerationPrompt(prompt, tuple(prefix_ids))

@@ -64,6 +64,21 @@ def test_prompts_by_style():
         generation_prompt(FormatConfig(style="chat", messages="messages"), turns, {}, None, None, None, ())
 
 
+def test_an_expert_trained_with_tools_is_prompted_with_the_tools_given():
+    """``--tools FILE``: the tools reach the chat template as each row's did in the build; an expert
+    trained without format.tools refuses them."""
+    lists_tools = CHATML.replace("{% for", "{% if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}{% for", 1)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    turns = [{"role": "user", "content": "hi"}]
+    fmt = FormatConfig(style="chat", messages="messages", tools="tools")
+    assert generation_prompt(fmt, turns, {}, lists_tools, None, "<|im_end|>", (), tools).text == (
+        '<tools>[{"type": "function", "function": {"name": "f", "parameters": {}}}]</tools>\n'
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert generation_prompt(fmt, turns, {}, lists_tools, None, "<|im_end|>", ()).text.startswith("<|im_start|>user")
+    with pytest.raises(PromptError, match=r"--tools: this expert was not trained with tools"):
+        generation_prompt(FormatConfig(style="chat", messages="messages"), turns, {}, lists_tools, None, None, (), tools)
+
+
 @pytest.mark.parametrize("style", ["template", "chat"])
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)
 def test_the_prompt_is_the_one_the_build_wrote_for_every_validation_row(real_tokenizer, tmp_path, name, style):
@@ -153,3 +168,17 @@ def test_a_prompt_the_format_cannot_make_fails_before_the_model_loads(memorized)
     assert done.stderr.startswith("error: --field table: format.prompt has no {table} (its fields: prompt)")
     wrong = packtrain("generate", "sql", "w5", "--run", str(run_dir))
     assert wrong.returncode == 2 and "is a run of expert 'neo4j', not 'sql'" in wrong.stderr
+
+
+def test_tools_given_to_an_expert_trained_without_them_or_unreadable_fail_before_the_model_loads(memorized, tmp_path):
+    run_dir, _ = memorized
+    good, bad = tmp_path / "tools.json", tmp_path / "bad.json"
+    good.write_text('[{"type": "function", "function": {"name": "f"}}]')
+    bad.write_text('{"type": "function"}')
+    done = packtrain("generate", "neo4j", "w5", "--run", str(run_dir), "--tools", str(good))
+    assert done.returncode == 2 and "loading" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"error: --tools: {run_dir} was not trained with tools (its format.tools is not set); leave --tools out")
+    done = packtrain("generate", "neo4j", "w5", "--run", str(run_dir), "--tools", str(bad))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{bad}: '--tools' is dict, expected a list of tool definitions" in done.stderr

@@ -32,6 +32,9 @@ def talk_options(function):
         click.option("--seed", type=int, default=0, show_default=True, help="For sampling."),
         click.option("--field", "fields", multiple=True, metavar="NAME=VALUE",
                      help="A field of the expert's prompt template (repeatable); the text fills the one left."),
+        click.option("--tools", "tools_file", default=None, type=click.Path(dir_okay=False),
+                     help="A JSON file of tool definitions (a list of JSON schemas) to prompt an expert trained "
+                          "with format.tools with, as its rows gave them."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -46,14 +49,21 @@ class Prompter:
     expert_config: object
     tokenizer: object  # packtrain.pipeline.encode.tokenizer_info.TokenizerInfo
     fields: dict
+    tools: list | None = None
 
     @classmethod
-    def of(cls, expert: str, run_dir: str | None, runs_dir: str, fields: tuple[str, ...]) -> "Prompter":
+    def of(cls, expert: str, run_dir: str | None, runs_dir: str, fields: tuple[str, ...],
+           tools_file: str | None = None) -> "Prompter":
         from packtrain.core.resolve import resolve_tokenizer_dir
         from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 
+        tools = read_tools(tools_file) if tools_file else None
         run_path, config = finished_run(expert, run_dir, runs_dir)
-        return cls(run_path, config, load_tokenizer_info(resolve_tokenizer_dir(config.model)), parse_fields(fields))
+        if tools is not None and config.format.tools is None:
+            raise click.UsageError(f"--tools: {run_path} was not trained with tools (its format.tools is not set); "
+                                   "leave --tools out")
+        return cls(run_path, config, load_tokenizer_info(resolve_tokenizer_dir(config.model)), parse_fields(fields),
+                   tools)
 
     @property
     def remembers(self) -> bool:
@@ -67,7 +77,7 @@ class Prompter:
         tok = self.tokenizer
         try:
             return generation_prompt(self.expert_config.format, turns, self.fields, tok.chat_template, tok.bos_token,
-                                     tok.eos_token, tok.prefix_ids)
+                                     tok.eos_token, tok.prefix_ids, self.tools)
         except PromptError as e:
             raise click.UsageError(str(e)) from None
 
@@ -89,6 +99,24 @@ def finished_run(expert: str, run_dir: str | None, runs_dir: str):
                        f"{expert} with --run, or use {config.expert} instead")
     ensure_converted(config)
     return run_path, config
+
+
+def read_tools(path: str) -> list:
+    """``--tools FILE``: a JSON list of tool definitions, checked as the build checks a row's."""
+    from packtrain.pipeline.chat_messages import check_tools
+    from packtrain.pipeline.format import BadRow
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        tools = check_tools(text, "--tools")
+    except (OSError, UnicodeDecodeError) as e:
+        raise click.BadParameter(f"{path}: cannot be read ({e})", param_hint="--tools") from None
+    except BadRow as e:
+        raise click.BadParameter(f"{path}: {e}", param_hint="--tools") from None
+    if tools is None:
+        raise click.BadParameter(f"{path}: holds no tool definitions (an empty list); leave --tools out",
+                                 param_hint="--tools")
+    return tools
 
 
 def parse_fields(fields: tuple[str, ...]) -> dict[str, str]:
@@ -132,9 +160,9 @@ def answer(talker, prompter: Prompter, turns: list[dict]) -> str:
 @click.argument("expert")
 @click.argument("prompt")
 @talk_options
-def generate(expert, prompt, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields):
+def generate(expert, prompt, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields, tools_file):
     """Answer PROMPT with EXPERT's trained adapter (its newest finished run, or --run), streamed to stdout."""
-    prompter = Prompter.of(expert, run_dir, runs_dir, fields)
+    prompter = Prompter.of(expert, run_dir, runs_dir, fields, tools_file)
     prompter.prompt([{"role": "user", "content": prompt}])  # a prompt the format cannot make fails before torch
     talker = open_talker(prompter, base, max_new_tokens, temperature, top_p, seed)
     answer(talker, prompter, [{"role": "user", "content": prompt}])
@@ -143,10 +171,10 @@ def generate(expert, prompt, run_dir, runs_dir, base, max_new_tokens, temperatur
 @click.command()
 @click.argument("expert")
 @talk_options
-def chat(expert, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields):
+def chat(expert, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields, tools_file):
     """Talk to EXPERT's trained adapter: a loop on a terminal (Ctrl-D or an empty line ends it), one
     answer per line of stdin otherwise. Experts trained on conversations remember the chat."""
-    prompter = Prompter.of(expert, run_dir, runs_dir, fields)
+    prompter = Prompter.of(expert, run_dir, runs_dir, fields, tools_file)
     talker = open_talker(prompter, base, max_new_tokens, temperature, top_p, seed)
     interactive = sys.stdin.isatty()
     turns: list[dict] = []
