@@ -158,7 +158,7 @@ def decide_encoder_while(config: ExpertConfig, planned, root: Path, starting):
     tokenizer = planned.tokenizer
     tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
     with EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
-                         root.parent / FAST_ENCODER_NOTES, tokenizer_json) as decision:
+                         root.parent / FAST_ENCODER_NOTES) as decision:
         started = starting()
         decision.result()
         check_inputs_unchanged(config.expert, planned.files)  # the answer is about the content the hash names

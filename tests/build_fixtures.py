@@ -172,8 +172,7 @@ def decision_notes(directory: Path, tokenizer_json: str, fast_encoder: bool | st
     from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 
     with tempfile.TemporaryDirectory() as tmp:
-        with EncoderDecision(fast_encoder, Path(directory) / "tokenizer.json", tokenizer_json, Path(tmp),
-                             tokenizer_json) as decision:
+        with EncoderDecision(fast_encoder, Path(directory) / "tokenizer.json", tokenizer_json, Path(tmp)) as decision:
             decision.result()
             decision.remember()
         notes = sorted(Path(tmp).glob("*.json"))

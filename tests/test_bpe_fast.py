@@ -4,6 +4,7 @@ with ``true`` fastokens is tried first, tests/test_fastokens.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import random
@@ -122,6 +123,10 @@ PROVING = ("fast encoder: on (tiktoken) (proving it exact for this tokenizer mea
            "kept unless it is)")
 
 
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def decision(tokenizer_json: Path, content_hash: str, notes: Path, wanted: bool | str = "tiktoken") -> tuple[str | None, str]:
     with EncoderDecision(wanted, tokenizer_json, content_hash, notes) as made:
         answer = made.result()
@@ -132,29 +137,34 @@ def decision(tokenizer_json: Path, content_hash: str, notes: Path, wanted: bool 
 def test_the_decision_is_remembered_per_tokenizer_content(tmp_path, monkeypatch):
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
     notes = tmp_path / "notes"
-    first = decision(tokenizer_json, "abc", notes)
+    first_hash = sha256(tokenizer_json)
+    first = decision(tokenizer_json, first_hash, notes)
     assert first == ("tiktoken", "tiktoken: rank BPE equals its merges (GPT-2 byte-level), probe text identical")
     tokenizer_json.write_text("{}")  # deciding again would now say "the model is None, not BPE"
-    assert decision(tokenizer_json, "abc", notes) == first
-    assert decision(tokenizer_json, "other content", notes) == (None, "tiktoken: the model is None, not BPE")
-    assert decision(tokenizer_json, "abc", notes, wanted=False) == (None, "build.fast_encoder is false")
+    assert decision(tokenizer_json, first_hash, notes) == first  # remembered: nothing read
+    assert decision(tokenizer_json, sha256(tokenizer_json), notes) == (None, "tiktoken: the model is None, not BPE")
+    assert decision(tokenizer_json, first_hash, notes, wanted=False) == (None, "build.fast_encoder is false")
+    # the child decides only about the content the hash names (the file changed after it was hashed)
+    with EncoderDecision("tiktoken", tokenizer_json, "0" * 64, notes) as made:
+        on, why = made.result()
+    assert on is None and why.endswith(f"{tokenizer_json} is not the content the build hashed (changed while it ran)")
 
 
 def test_the_structural_checks_answer_first_and_the_proof_after(tmp_path):
     tokenizer_json = edit(tmp_path, swap_two_merged_ids)  # structurally fine; its merges disagree with its ids
-    with EncoderDecision("tiktoken", tokenizer_json, "abc", tmp_path / "notes") as made:
+    with EncoderDecision("tiktoken", tokenizer_json, sha256(tokenizer_json), tmp_path / "notes") as made:
         assert made.guess() == ("tiktoken", None)  # tokenize with tiktoken meanwhile
         on, why = made.result()
         assert not list((tmp_path / "notes").glob("*.json"))  # kept only once the build says the tokenizer held
         made.remember()
     assert on is None and "not above the previous merge's" in why
-    with EncoderDecision("tiktoken", tokenizer_json, "abc", tmp_path / "notes") as made:
+    with EncoderDecision("tiktoken", tokenizer_json, sha256(tokenizer_json), tmp_path / "notes") as made:
         assert made.guess() == (None, why)  # remembered: no guessing the next time
 
 
 def test_a_decision_process_that_dies_means_the_hf_tokenizer_and_is_not_remembered(tmp_path):
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
-    with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
+    with EncoderDecision(True, tokenizer_json, sha256(tokenizer_json), tmp_path / "notes") as made:
         made.child.kill()
         assert made.guess() == (None, "the encoder decision process failed, so the HF tokenizer: it ended "
                                        "without an answer (exit code -9)")
@@ -165,7 +175,7 @@ def test_a_decision_process_that_dies_means_the_hf_tokenizer_and_is_not_remember
 def test_a_decision_process_that_fails_means_the_hf_tokenizer_and_is_not_remembered(tmp_path):
     tokenizer_json = tmp_path / "tokenizer.json"
     tokenizer_json.write_text("{not json")
-    with EncoderDecision(True, tokenizer_json, "abc", tmp_path / "notes") as made:
+    with EncoderDecision(True, tokenizer_json, sha256(tokenizer_json), tmp_path / "notes") as made:
         on, why = made.result()
         made.remember()
     assert on is None and why.startswith("the encoder decision process failed, so the HF tokenizer: JSONDecodeError: ")

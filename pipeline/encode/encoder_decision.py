@@ -39,13 +39,11 @@ from packtrain.pipeline.encode.pool import children_ignore_ctrl_c
 class EncoderDecision:
     """The fast-encoder decision of one build; use as a context manager (the child is stopped on exit)."""
 
-    def __init__(self, wanted: bool | str, tokenizer_file: str | Path, content_hash: str, cache_dir: Path,
-                 file_hash: str | None = None):
-        """``content_hash``: what the answer is remembered by, the sha256 of tokenizer.json (the one file
-        the encoders read: an edit of tokenizer_config.json, its eos, pad or chat template, does not
-        prove the encoder again); ``file_hash``: the sha256 the child checks the file it reads against
-        (None: not checked); it refuses to decide about other content (the file edited, then put back,
-        while the build ran).
+    def __init__(self, wanted: bool | str, tokenizer_file: str | Path, content_hash: str, cache_dir: Path):
+        """``content_hash``: the sha256 of ``tokenizer_file`` (tokenizer.json, the one file the encoders
+        read: an edit of tokenizer_config.json, its eos, pad or chat template, does not prove the
+        encoder again), what the answer is remembered by; the child decides only about the bytes it names
+        (the file edited, then put back, while the build ran: it refuses to decide).
         ``wanted``: ``build.fast_encoder`` (true, false, or the one fast encoder to try)."""
         self.answer: tuple[str | None, str] | None = None  # (the encoder, or None for the HF tokenizer; why)
         self.checked = False  # the structural checks' answer was read
@@ -70,7 +68,8 @@ class EncoderDecision:
 
         context = multiprocessing.get_context("spawn")
         self.receive, send = context.Pipe(duplex=False)
-        self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send, file_hash, self.candidates), daemon=True)
+        self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send, content_hash,
+                                                                    self.candidates), daemon=True)
         with children_ignore_ctrl_c():
             self.child.start()
         send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
@@ -220,7 +219,7 @@ def refused(cache_dir: str | Path, content_hash: str, setting: bool | str) -> bo
     return note is not None and note["encoder"] is None
 
 
-def _decide_and_send(tokenizer_file: str, send, file_hash: str | None, candidates: tuple[str, ...]) -> None:
+def _decide_and_send(tokenizer_file: str, send, file_hash: str, candidates: tuple[str, ...]) -> None:
     """In the child: the structural checks' answer (encoder to try, or None and why), then the answer
     (encoder or None, why); about the bytes read once here, and only where they are the ones
     ``file_hash`` names."""
@@ -230,7 +229,7 @@ def _decide_and_send(tokenizer_file: str, send, file_hash: str | None, candidate
     try:
         try:
             raw = Path(tokenizer_file).read_bytes()
-            if file_hash is not None and hashlib.sha256(raw).hexdigest() != file_hash:
+            if hashlib.sha256(raw).hexdigest() != file_hash:
                 raise RuntimeError(f"{tokenizer_file} is not the content the build hashed (changed while it ran)")
             answer = choose(raw.decode("utf-8"), candidates, on_checks=send.send)
         except Exception as e:  # the build's process says so and uses the HF tokenizer

@@ -80,7 +80,7 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
     release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
     tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
     decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
-                               cache_dir / FAST_ENCODER_NOTES, tokenizer_json)
+                               cache_dir / FAST_ENCODER_NOTES)
     line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
     once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
