@@ -313,13 +313,15 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
     if config.format.style == "chat":
         check_chat_template(tokenizer, config.format.chat_template_kwargs)
     if todo:
-        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, todo, source_dirs, dtype, planned.files),
+        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, todo, source_dirs, dtype, planned.files,
+                                     chat_date=planned.inputs.get("chat_date")),
                          progress, log=log, cache_dir=root.parent)
     # a shortcut this build's check refused: the sources it reused with it are tokenized again too
     again = refused_shortcut_sources(config, source_dirs, [i for i in cached if i not in todo], root.parent,
                                      tokenizer, log)
     if again:
-        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, again, source_dirs, dtype, planned.files),
+        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, again, source_dirs, dtype, planned.files,
+                                     chat_date=planned.inputs.get("chat_date")),
                          progress, log=log, cache_dir=root.parent)
         todo = sorted(todo + again)
     return todo

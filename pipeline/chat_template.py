@@ -9,18 +9,38 @@ Date"), a ``tojson`` that does not escape HTML and takes ``indent``/``separators
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from contextlib import contextmanager
+from datetime import date, datetime
 from functools import lru_cache
+from typing import Iterator
 
 
 class BadRow(ValueError):
     """A row that cannot become a training document; the message says why."""
 
 
+_DAY: date | None = None  # the build's day while it renders (rendered_on), else today
+
+
 def strftime_now(format: str) -> str:
-    """Today's date as the template formats it, as transformers renders it: a template that calls this
-    makes documents of the day they are built (pipeline/build.py puts the day in the build id)."""
-    return datetime.now().strftime(format)
+    """Now as the template formats it, as transformers renders it: a template that calls this makes
+    documents of the day they are built (pipeline/build.py puts the day in the build id), the day
+    :func:`rendered_on` pins while a build renders."""
+    now = datetime.now()
+    return (now.replace(year=_DAY.year, month=_DAY.month, day=_DAY.day) if _DAY else now).strftime(format)
+
+
+@contextmanager
+def rendered_on(day: str | None) -> Iterator[None]:
+    """Render ``strftime_now`` as of ``day`` (YYYY-MM-DD: the day the build planned, its id's
+    ``chat_date``) in this block, so a build that runs past midnight renders every row with the day its
+    id names (None: today, as it comes)."""
+    global _DAY
+    previous, _DAY = _DAY, (date.fromisoformat(day) if day else None)
+    try:
+        yield
+    finally:
+        _DAY = previous
 
 
 def uses_the_date(template: str | None) -> bool:

@@ -70,7 +70,8 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
     if todo:  # its temporary directories are removed when it fails
         with written(root, f"part {part[0]}/{part[1]} of {config.expert!r}", "free space or set CACHE_DIR "
                      "(--cache-dir) to a larger disk, then run the part again"):
-            job = TokenizeJob(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), files, part)
+            job = TokenizeJob(config, sources, tokenizer, todo, outs, token_dtype(tokenizer.vocab_size), files, part,
+                              inputs.get("chat_date"))
             tokenize_sources(job, progress, log=log, cache_dir=root.parent)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
         f"`packtrain merge-parts {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")

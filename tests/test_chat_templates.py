@@ -217,6 +217,26 @@ def test_the_next_day_renders_the_sources_again_with_its_date(tmp_path, monkeypa
     assert "Today Date: 26 Nov 2026" in texts[0] and "Today Date: 27 Nov 2026" in texts[1]
 
 
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_a_build_running_past_midnight_renders_every_row_with_the_day_its_id_names(tmp_path, monkeypatch, num_proc):
+    """The clock says 23:59 on 1 Jan 2020 when the build plans (its id's chat_date), the next day from then
+    on in this process (num_proc 2: the spawned workers read the real clock, years later): every row is
+    rendered with the planned day, in the main process and in the workers."""
+    import packtrain.pipeline.chat_template as chat_template
+
+    times = iter([datetime(2020, 1, 1, 23, 59)])
+    clock = staticmethod(lambda: next(times, datetime(2020, 1, 2, 0, 1)))
+    monkeypatch.setattr(chat_template, "datetime", type("Clock", (), {"now": clock}))
+    configs = llama_project(tmp_path, [{"messages": [U(f"question {i}"), A(f"answer {i}")]} for i in range(8)])
+    seed_decision(tmp_path / "cache", tmp_path / "tok")
+    config = load_config("chat", configs, {"build.num_proc": num_proc, "build.batch_rows": 2})
+    result = build(config, tmp_path / "cache", log=lambda *_: None, progress=False)
+    decode = Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json")).decode
+    texts = [decode(ids, skip_special_tokens=False) for ids, _ in packed_documents(result)]
+    assert len(texts) == 8 and all("Today Date: 01 Jan 2020" in text for text in texts), texts
+    assert plan_inputs(config)[2]["chat_date"] == "2020-01-02"  # the clock had moved on
+
+
 def test_a_template_that_refuses_every_row_is_one_line_naming_rows_and_fix_and_keeps_the_last_build(tmp_path):
     """Gemma's template raises on a system message: ``packtrain pretokenize`` says so in one line naming
     the rows and the fix, and the build published before stays the current one."""

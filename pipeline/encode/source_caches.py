@@ -57,6 +57,9 @@ class TokenizeJob:
     dtype: np.dtype
     files: StatCache | None = None
     part: tuple[int, int] | None = None
+    chat_date: str | None = None
+    """The day the build's chat template renders (its inputs' ``chat_date``), whatever the clock says
+    when a row is rendered."""
 
 
 def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) -> None:
@@ -196,7 +199,7 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
                           tokenizer.prefix_ids if config.format.style == "template" else (),
                           config.pack.val_fraction, job.dtype.name, line_cache=line_cache, fast_encoder=fast,
                           facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
-                          where=tuple(spec.where))
+                          where=tuple(spec.where), chat_date=job.chat_date)
         sampled = dataclasses.replace(task, check_all=False)
         filtered = [c.column for c in spec.where]
         batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,

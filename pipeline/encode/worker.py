@@ -31,6 +31,7 @@ import numpy as np
 
 from packtrain.core.config_build import RowCondition
 from packtrain.pipeline import mix
+from packtrain.pipeline.chat_template import rendered_on
 from packtrain.pipeline.encode import exactness, fastokens_encoder, tokenizer_facts
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
@@ -71,6 +72,8 @@ class EncodeTask:
     """Check ``facts`` (set on each source's first batch): a remembered note cannot change a byte."""
     where: tuple[RowCondition, ...] = ()
     """The source's row filter (``sources[].where``): only the rows where every condition holds are formatted."""
+    chat_date: str | None = None
+    """The day the chat template renders (the build's planned ``chat_date``; None: it renders no date)."""
 
 
 @dataclass
@@ -142,6 +145,12 @@ def token_spans(encoding, doc: Formatted) -> list[tuple[int, int]]:
 def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize one batch of rows given column-wise (as read from Arrow): those the source's
     ``where`` keeps; bad rows and mismatches name the rows as read."""
+    with rendered_on(task.chat_date):
+        return encode_filtered_rows(task, columns)
+
+
+def encode_filtered_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
+    """:func:`encode_rows` on the build's day."""
     rows = len(next(iter(columns.values()))) if columns else 0
     if not task.where:
         return dataclasses.replace(encode_kept_rows(task, columns), rows=rows)
