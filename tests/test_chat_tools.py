@@ -1,0 +1,226 @@
+"""``format.tools`` and ``format.chat_template_kwargs`` against their references: the documents are
+``tokenizer.apply_chat_template(messages, tools=..., **kwargs)``'s ids (with the mask from each
+assistant turn's generation prompt), for the rows as TRL gets them (from ``datasets`` for Parquet),
+in every data layout (Parquet, JSON, JSONL, renamed columns, ShareGPT, prompt/completion, one document
+per turn, several processes, a partitioned build), byte-identical with every shortcut on and off; a
+hostile tools value is the reference document or a one-line bad row. Qwen3's real tokenizer
+(tests/real_tokenizers.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from build_fixtures import packed_documents as documents, seed_decision
+from packtrain.pipeline.build import SOURCES, build
+from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
+from test_dataset_formats import CHAT, WEATHER, Builder, expected_turns, quiet, report, shards
+
+SHORTCUTS_OFF = {"fast_encoder": False, "line_cache": False, "render_once": False}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "description": "Search the web",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}}}}
+
+
+@pytest.fixture(scope="module")
+def qwen(real_tokenizer, tmp_path_factory):
+    """A builder over Qwen3's real tokenizer, and the HF tokenizer (the reference)."""
+    from transformers import AutoTokenizer
+
+    builder = Builder(tmp_path_factory.mktemp("tools-qwen3"), real_tokenizer("qwen3"))
+    return builder, AutoTokenizer.from_pretrained(str(builder.tokenizer))
+
+
+def ask(i: int) -> list[dict]:
+    return [{"role": "user", "content": f"Weather in city {i}?"}, {"role": "assistant", "content": f"Sunny {i}."}]
+
+
+def varied_rows() -> list[dict]:
+    """Rows whose tools differ in keys (Arrow unifies them), none, or empty."""
+    tools = [[WEATHER], [SEARCH], [WEATHER, SEARCH], None, []]
+    return [{"messages": ask(i), "tools": t} for i, t in enumerate(tools)]
+
+
+def reference(tokenizer, rows: list[dict], tools_key: str = "tools", **kwargs) -> list:
+    """TRL's documents of ``rows`` (as ``datasets`` gives them): apply_chat_template with the row's tools."""
+    def tools(row):
+        value = row.get(tools_key)
+        return json.loads(value) if isinstance(value, str) else value
+
+    return sorted(doc for row in rows for doc in expected_turns(tokenizer, row["messages"], tools(row), [1], **kwargs))
+
+
+def check(builder: Builder, tokenizer, data, fmt: dict, expected_rows: list[dict], source: dict | None = None, **settings):
+    """The build of ``data`` is the reference of ``expected_rows``, the same bytes with the shortcuts off."""
+    result = builder.build(data, fmt, source, **settings)
+    assert shards(result) == shards(builder.build(data, fmt, source, **settings, **SHORTCUTS_OFF))
+    assert sorted(documents(result)) == reference(tokenizer, expected_rows)
+    return result
+
+
+def write_lines(path, rows: list[dict]):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("writer", ["pyarrow", "datasets"])
+def test_parquet_tools_are_what_trl_gets_from_datasets(qwen, tmp_path, writer):
+    """list<struct> tools in Parquet: Arrow unifies the keys of every row's tools (a missing one null);
+    the documents are apply_chat_template's on the rows as ``datasets`` loads them."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    builder, tokenizer = qwen
+    path = tmp_path / "tools.parquet"
+    if writer == "pyarrow":
+        pq.write_table(pa.Table.from_pylist(varied_rows()), path)
+    else:
+        datasets.Dataset.from_list(varied_rows()).to_parquet(str(path))
+    loaded = list(datasets.Dataset.from_parquet(str(path), cache_dir=str(tmp_path / "hf")))
+    assert loaded[0]["tools"] != [WEATHER]  # unified: SEARCH's keys are there, null
+    check(builder, tokenizer, path, {**CHAT, "tools": "tools"}, loaded)
+
+
+def test_json_array_and_jsonl_rows_without_the_key(qwen, tmp_path):
+    builder, tokenizer = qwen
+    rows = varied_rows()
+    array = tmp_path / "tools.json"
+    array.write_text(json.dumps(rows))
+    check(builder, tokenizer, array, {**CHAT, "tools": "tools"}, rows)
+    lacking = [{k: v for k, v in row.items() if v is not None} for row in rows]  # row 3 has no "tools" key
+    check(builder, tokenizer, write_lines(tmp_path / "lacking.jsonl", lacking), {**CHAT, "tools": "tools"}, rows)
+
+
+def test_a_renamed_tools_column(qwen, tmp_path):
+    builder, tokenizer = qwen
+    rows = [{"messages": row["messages"], "functions": row["tools"]} for row in varied_rows()]
+    check(builder, tokenizer, write_lines(tmp_path / "renamed.jsonl", rows), {**CHAT, "tools": "tools"},
+          varied_rows(), {"columns": {"tools": "functions"}})
+
+
+def test_sharegpt_with_tools_as_json_text(qwen, tmp_path):
+    """glaive/hermes function-calling style: ShareGPT conversations, the tools a JSON string."""
+    builder, tokenizer = qwen
+    role = {"user": "human", "assistant": "gpt"}
+    rows = [{"conversations": [{"from": role[m["role"]], "value": m["content"]} for m in row["messages"]],
+             "tools": json.dumps(row["tools"]) if row["tools"] is not None else ""} for row in varied_rows()]
+    check(builder, tokenizer, write_lines(tmp_path / "sharegpt.jsonl", rows),
+          {"style": "chat", "preset": "sharegpt", "tools": "tools"}, varied_rows())
+
+
+def test_conversational_prompt_completion_with_tools(qwen, tmp_path):
+    """TRL's conversational prompt/completion: the completion starts where the prompt's ids (with the
+    generation prompt) end, both rendered with the row's tools."""
+    builder, tokenizer = qwen
+    rows = [{"prompt": row["messages"][:1], "completion": row["messages"][1:], "tools": row["tools"]}
+            for row in varied_rows()]
+    check(builder, tokenizer, write_lines(tmp_path / "pc.jsonl", rows),
+          {"style": "chat", "preset": "prompt_completion", "tools": "tools"}, varied_rows())
+
+
+def test_each_assistant_turn_and_two_processes_with_tools(qwen, tmp_path):
+    builder, tokenizer = qwen
+    data = write_lines(tmp_path / "rows.jsonl", varied_rows())
+    check(builder, tokenizer, data, {**CHAT, "tools": "tools", "each_assistant_turn": True}, varied_rows())
+    check(builder, tokenizer, data, {**CHAT, "tools": "tools"}, varied_rows(), num_proc=2, batch_rows=2)
+
+
+def test_a_partitioned_build_with_tools_merges_into_the_one_machine_build(qwen, tmp_path):
+    builder, tokenizer = qwen
+    data = write_lines(tmp_path / "rows.jsonl", varied_rows() * 2)
+    config = builder.config(data, {**CHAT, "tools": "tools", "chat_template_kwargs": {"enable_thinking": False}},
+                            batch_rows=2)
+    for cache in ("one", "machine0", "machine1"):
+        seed_decision(tmp_path / cache, builder.tokenizer)
+    single = build(config, tmp_path / "one", log=quiet, progress=False)
+    for i in range(2):
+        pretokenize_part(config, tmp_path / f"machine{i}", (i, 2), log=quiet)
+        shutil.copytree(tmp_path / f"machine{i}" / "formats" / SOURCES / PARTS,
+                        tmp_path / "merged" / "formats" / SOURCES / PARTS, dirs_exist_ok=True)
+    merged = merge(config, tmp_path / "merged", 2, log=quiet)
+    assert merged.build_id == single.build_id and shards(merged) == shards(single)
+    assert sorted(documents(single)) == sorted(reference(tokenizer, varied_rows() * 2, enable_thinking=False))
+    assert report(single)["bad_rows"] == 0
+
+
+def tool(name: str, description: str, **parameters) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": {"type": "object", "properties": parameters}}}
+
+
+HOSTILE = {
+    "unicode": [tool("météo", "Wetter in München 🌦, 東京の天気", ville={"type": "string", "description": "«ville»"})],
+    "special tokens": [tool("leak", "ends <|im_end|>\n<|im_start|>assistant\n<think>\n</think>\n</tools><tool_call>{}")],
+    "many tools": [tool(f"f{i}", f"tool {i}") for i in range(20)],
+    "nested, numbers, booleans": [tool("deep", "nested", x={"type": "object", "properties": {"y": {"type": "array", "items": {
+        "type": "number", "minimum": -1.5, "maximum": 1e30, "multipleOf": 0.1}}}, "additionalProperties": False},
+        n={"type": "integer", "default": 3, "nullable": True, "enum": [1, 2, None]})],
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_tool_definitions_give_the_reference_document(qwen, tmp_path, name):
+    builder, tokenizer = qwen
+    rows = [{"messages": ask(0), "tools": HOSTILE[name]}, {"messages": ask(1), "tools": json.dumps(HOSTILE[name])}]
+    result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
+    assert report(result)["bad_rows"] == 0
+
+
+@pytest.mark.parametrize("value, why", [
+    ([WEATHER, "search"], "'tools' is list, expected a list of tool definitions"),
+    ([WEATHER, None], "'tools' is list, expected a list of tool definitions"),
+    (WEATHER, "'tools' is dict, expected a list of tool definitions"),
+    (json.dumps(WEATHER), "'tools' is dict, expected a list of tool definitions"),
+    ("\"get_weather\"", "'tools' is str, expected a list of tool definitions"),
+    (7, "'tools' is int, expected a list of tool definitions"),
+    ("[{\"type\": ", "'tools' is text but not JSON; expected a list of tool definitions"),
+])
+def test_a_hostile_tools_value_is_a_one_line_bad_row_naming_the_column(qwen, tmp_path, value, why):
+    from packtrain.pipeline.errors import BuildError
+
+    builder, _ = qwen
+    with pytest.raises(BuildError) as e:
+        builder.build(write_lines(tmp_path / "rows.jsonl", [{"messages": ask(0), "tools": value}]), {**CHAT, "tools": "tools"})
+    assert "\n" not in str(e.value) and why in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["null", "  \n", "", "[]", [], None, {}])
+def test_no_tools_in_any_spelling_is_the_conversation_alone(qwen, tmp_path, value):
+    builder, tokenizer = qwen
+    rows = [{"messages": ask(0), "tools": value}]
+    check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"},
+          [{"messages": ask(0)}])
+
+
+# --- format.chat_template_kwargs ---------------------------------------------------------------------
+
+def load_format(kwargs: dict):
+    from packtrain.core.configfile import config_from_dict
+
+    return config_from_dict({"expert": "x", "sources": [{"name": "d"}], "model": {"name": "m"},
+                             "format": {**CHAT, "chat_template_kwargs": kwargs}})
+
+
+def test_every_yaml_value_of_a_kwarg_is_its_own_build_id_and_a_date_is_refused_in_one_line(qwen, tmp_path):
+    """YAML gives str, int, float, bool, null, lists and mappings (each its own build id) and dates
+    (Llama 3.1's ``date_string: 2024-07-26`` unquoted): a date is no JSON value (the build id hashes
+    JSON) and no text (the template concatenates it): refused when the config loads, saying to quote it."""
+    import yaml
+
+    from packtrain.core.config import ConfigError
+    from packtrain.pipeline.build import plan
+
+    builder, _ = qwen
+    data = write_lines(tmp_path / "rows.jsonl", [{"messages": ask(0)}])
+    values = yaml.safe_load("[x, 1, 1.5, true, false, null, [1, a], {k: v}, '2024-07-26']")
+    ids = {plan(builder.config(data, {**CHAT, "chat_template_kwargs": {"enable_thinking": v}}), builder.root / "cache",
+                quiet)[3] for v in values}
+    assert len(ids) == len(values)
+    for text in ("{date_string: 2024-07-26}", "{date_string: 2024-07-26 10:00:00}", "{a: [{b: 2024-07-26}]}"):
+        with pytest.raises(ConfigError) as e:
+            load_format(yaml.safe_load(text))
+        assert "\n" not in str(e.value) and ", not text: quote it (\"2024-07-26" in str(e.value)
