@@ -177,6 +177,7 @@ def test_hostile_tool_definitions_give_the_reference_document(qwen, tmp_path, na
     (json.dumps(WEATHER), "'tools' is dict, expected a list of tool definitions"),
     ("\"get_weather\"", "'tools' is str, expected a list of tool definitions"),
     (7, "'tools' is int, expected a list of tool definitions"),
+    ({}, "'tools' is dict, expected a list of tool definitions"),
     ("[{\"type\": ", "'tools' is text but not JSON; expected a list of tool definitions"),
 ])
 def test_a_hostile_tools_value_is_a_one_line_bad_row_naming_the_column(qwen, tmp_path, value, why):
@@ -188,7 +189,7 @@ def test_a_hostile_tools_value_is_a_one_line_bad_row_naming_the_column(qwen, tmp
     assert "\n" not in str(e.value) and why in str(e.value)
 
 
-@pytest.mark.parametrize("value", ["null", "  \n", "", "[]", [], None, {}])
+@pytest.mark.parametrize("value", ["null", "  \n", "", "[]", [], None])
 def test_no_tools_in_any_spelling_is_the_conversation_alone(qwen, tmp_path, value):
     builder, tokenizer = qwen
     rows = [{"messages": ask(0), "tools": value}]
@@ -224,3 +225,42 @@ def test_every_yaml_value_of_a_kwarg_is_its_own_build_id_and_a_date_is_refused_i
         with pytest.raises(ConfigError) as e:
             load_format(yaml.safe_load(text))
         assert "\n" not in str(e.value) and ", not text: quote it (\"2024-07-26" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def templated(real_tokenizer, tmp_path_factory):
+    """``templated(name)``: a builder over Qwen3's tokenizer with the chat template of
+    tests/chat_templates/<name>.jinja (or ``chat_template`` as given), its turns ending with Qwen's
+    end-of-turn token (the build appends the EOS to a document that ends otherwise), and the HF tokenizer."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    made = {}
+
+    def get(name: str, chat_template=None):
+        if name not in made:
+            directory = tmp_path_factory.mktemp(f"tools-{name}") / "tokenizer"
+            shutil.copytree(real_tokenizer("qwen3"), directory)
+            config = json.loads((directory / "tokenizer_config.json").read_text())
+            config["chat_template"] = chat_template or (Path(__file__).parent / "chat_templates" / f"{name}.jinja"
+                                                        ).read_text().replace("<|eot_id|>", "<|im_end|>")
+            (directory / "tokenizer_config.json").write_text(json.dumps(config))
+            builder = Builder(directory.parent, directory)
+            made[name] = builder, AutoTokenizer.from_pretrained(str(directory))
+        return made[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", ["llama3_1", "mistral_v0_3"])
+def test_an_empty_tool_list_is_passed_as_apply_chat_template_gets_it(templated, tmp_path, name):
+    """Llama 3.1 and Mistral v0.3 render ``tools=[]`` (an empty tool block) unlike ``tools=None``: a
+    row whose tools are [] (or "[]") is TRL's document with the empty list, one with null the
+    conversation alone; [] under a template that renders no tools is no dropped tool."""
+    builder, tokenizer = templated(name)
+    chat = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Sunny."}]
+    rows = [{"messages": chat, "tools": []}, {"messages": chat, "tools": "[]"}, {"messages": chat, "tools": None},
+            {"messages": chat, "tools": [WEATHER]}]
+    result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
+    assert len(set(map(str, documents(result)))) == 3

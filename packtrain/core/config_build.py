@@ -196,8 +196,8 @@ class FormatConfig:
     conversational prompt/completion)."""
     tools: str | None = None
     """With ``messages``: the column holding each row's tool definitions (a list of JSON-schema
-    function specs, or that list as JSON text; null or empty: none), passed to the chat template as
-    ``apply_chat_template(tools=...)`` passes them (TRL's ``tools`` column). A row with tools whose
+    function specs, or that list as JSON text; null or "": none, an empty list passed as one), passed
+    to the chat template as ``apply_chat_template(tools=...)`` passes them (TRL's ``tools`` column). A row with tools whose
     template does not render them is a bad row (they would be dropped silently)."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """style chat: more variables for the chat template, as ``apply_chat_template(**kwargs)`` passes them
