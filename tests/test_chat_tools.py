@@ -264,3 +264,95 @@ def test_an_empty_tool_list_is_passed_as_apply_chat_template_gets_it(templated, 
             {"messages": chat, "tools": [WEATHER]}]
     result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
     assert len(set(map(str, documents(result)))) == 3
+
+
+@pytest.mark.parametrize("layout", ["tokenizer_config.json", "save_pretrained"])
+def test_a_row_with_tools_is_rendered_by_the_tokenizers_tool_use_template(templated, tmp_path, layout):
+    """A tokenizer with named templates (Hermes, Command-R): apply_chat_template renders a call with
+    tools by the one named ``tool_use``, one without by ``default`` (transformers' get_chat_template),
+    whether tokenizer_config.json lists them or save_pretrained wrote additional_chat_templates/."""
+    from pathlib import Path
+
+    from real_tokenizers import CHATML
+    from transformers import AutoTokenizer
+
+    tool_use = (Path(__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    builder, tokenizer = templated("named", [{"name": "default", "template": CHATML},
+                                             {"name": "tool_use", "template": tool_use}])
+    if layout == "save_pretrained":
+        tokenizer.save_pretrained(tmp_path / "saved")
+        assert (tmp_path / "saved" / "additional_chat_templates" / "tool_use.jinja").is_file()
+        builder = Builder(tmp_path, tmp_path / "saved")
+        tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "saved"))
+    rows = [{"messages": ask(0), "tools": [WEATHER]}, {"messages": ask(1), "tools": None}]
+    result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
+    assert report(result)["bad_rows"] == 0
+
+
+def test_generates_prompt_is_the_prompt_the_build_wrote_with_the_kwargs(qwen, tmp_path):
+    """``packtrain generate``/``chat`` render the prompt with format.chat_template_kwargs, as the build
+    did: a validation row's prompt ids (up to its first trained token) are generation_prompt's."""
+    from tokenizers import Tokenizer
+
+    from packtrain.core.configfile import config_from_dict
+    from packtrain.core.contract import Manifest
+    from packtrain.core.shardfile import open_shard
+    from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
+    from packtrain.pipeline.generation_prompt import generation_prompt
+
+    builder, _ = qwen
+    for fmt in ({**CHAT, "chat_template_kwargs": {"enable_thinking": False}},
+                {"style": "chat", "prompt": "{q}", "answer": "{a}", "chat_template_kwargs": {"enable_thinking": False}}):
+        rows = [{"messages": ask(i), "q": ask(i)[0]["content"], "a": ask(i)[1]["content"]} for i in range(12)]
+        data = write_lines(tmp_path / "rows.jsonl", rows)
+        config = config_from_dict({"expert": "talk", "sources": [{"name": str(data)}], "format": fmt,
+                                   "pack": {"block_size": 256, "val_fraction": 0.5},
+                                   "build": {"num_proc": 1, "dedup": "none"}, "model": {"name": str(builder.tokenizer)}})
+        result = build(config, builder.root / "cache", log=quiet, progress=False)
+        manifest = Manifest.load(result.path)
+        info = load_tokenizer_info(builder.tokenizer)
+        tokenizer = Tokenizer.from_file(str(builder.tokenizer / "tokenizer.json"))
+        prompts = []
+        for shard in sorted(result.path.glob("val-*.arrow")):
+            ids, masks, doc_lens = open_shard(shard, manifest.block_size).arrays()
+            for row, mask, lens in zip(ids, masks, doc_lens):
+                at = 0
+                for n in lens:
+                    prompts.append(row[at: at + list(mask[at: at + n]).index(1)].tolist())
+                    at += n
+        assert prompts
+        for prompt in prompts:
+            question = tokenizer.decode(prompt).split("user\n")[1].split("\n")[0].split("<|im_end|>")[0].strip()
+            made = generation_prompt(config.format, [{"role": "user", "content": question}], {},
+                                     info.chat_template, info.bos_token, info.eos_token, info.prefix_ids)
+            assert tokenizer.decode(prompt).endswith("<think>\n\n</think>\n\n")
+            assert tokenizer.encode(made.text, add_special_tokens=False).ids == prompt
+
+
+def test_tool_call_conversations_from_parquet_one_document_per_turn(qwen, tmp_path):
+    """Calls, results and answers written by ``datasets`` (every message every key, the missing ones
+    null; each call's arguments with every argument name any call has): one document per assistant
+    turn, each apply_chat_template's on the rows as ``datasets`` loads them, with the tools and kwargs."""
+    import datasets
+
+    builder, tokenizer = qwen
+    call = lambda name, arguments: {"type": "function", "function": {"name": name, "arguments": arguments}}
+    rows = [{"messages": [{"role": "user", "content": "Weather in Paris?"},
+                          {"role": "assistant", "content": "", "tool_calls": [call("get_weather", {"city": "Paris"})]},
+                          {"role": "tool", "content": "{\"sky\": \"sunny\"}"}, {"role": "assistant", "content": "Sunny."}],
+             "tools": [WEATHER, SEARCH]},
+            {"messages": [{"role": "user", "content": "Find cats"},
+                          {"role": "assistant", "content": "", "tool_calls": [call("search", {"query": "cats", "limit": 2})]},
+                          {"role": "tool", "content": "[\"a\", \"b\"]"}, {"role": "assistant", "content": "Two."}],
+             "tools": [SEARCH]},
+            {"messages": ask(7), "tools": None}]
+    path = tmp_path / "calls.parquet"
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
+    loaded = list(datasets.Dataset.from_parquet(str(path), cache_dir=str(tmp_path / "hf")))
+    fmt = {**CHAT, "tools": "tools", "each_assistant_turn": True, "chat_template_kwargs": {"enable_thinking": False}}
+    result = builder.build(path, fmt)
+    assert shards(result) == shards(builder.build(path, fmt, **SHORTCUTS_OFF))
+    expected = [doc for row in loaded for doc in expected_turns(
+        tokenizer, row["messages"], row["tools"], [k for k, m in enumerate(row["messages"]) if m["role"] == "assistant"],
+        enable_thinking=False)]
+    assert sorted(documents(result)) == sorted(expected) and len(expected) == 5

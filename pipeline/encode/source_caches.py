@@ -190,7 +190,8 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
     for i in job.todo:
         spec, source = config.sources[i], job.sources[i]
         formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
-                                 tokenizer.bos_token, tokenizer.eos_token, render_once=once)
+                                 tokenizer.bos_token, tokenizer.eos_token, render_once=once,
+                                 tool_chat_template=tokenizer.tool_chat_template)
         task = EncodeTask(str(tokenizer.directory / "tokenizer.json"),
                           tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
                           tokenizer.prefix_ids if config.format.style == "template" else (),
