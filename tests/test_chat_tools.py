@@ -356,3 +356,39 @@ def test_tool_call_conversations_from_parquet_one_document_per_turn(qwen, tmp_pa
         tokenizer, row["messages"], row["tools"], [k for k, m in enumerate(row["messages"]) if m["role"] == "assistant"],
         enable_thinking=False)]
     assert sorted(documents(result)) == sorted(expected) and len(expected) == 5
+
+
+@pytest.mark.parametrize("name", ["llama3_1", "mistral_v0_3", "qwen2_5"])
+def test_multi_turn_with_tools_is_apply_chat_templates_ids_or_a_bad_row(templated, tmp_path, name):
+    """Two exchanges with tools: Mistral v0.3 renders the tools before the last user message only, so
+    the first answer's history differs once the second exists: a one-line bad row saying to set
+    each_assistant_turn (then each turn is its own reference document); where the history stays put,
+    the whole conversation's ids are apply_chat_template's, both answers trained on."""
+    from packtrain.pipeline.errors import BuildError
+
+    builder, tokenizer = templated(name)
+    chat = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Sunny."},
+            {"role": "user", "content": "Tomorrow?"}, {"role": "assistant", "content": "Rain."}]
+    data = write_lines(tmp_path / "rows.jsonl", [{"messages": chat, "tools": [WEATHER]}])
+    fmt = {**CHAT, "tools": "tools"}
+    try:
+        result = builder.build(data, fmt)
+    except BuildError as e:
+        assert name == "mistral_v0_3" and "\n" not in str(e) and "each_assistant_turn" in str(e)
+        result = builder.build(data, {**fmt, "each_assistant_turn": True})
+        assert sorted(documents(result)) == sorted(expected_turns(tokenizer, chat, [WEATHER], [1, 3]))
+        return
+    [(ids, mask)] = documents(result)
+    full = list(tokenizer.apply_chat_template(chat, tools=[WEATHER], tokenize=True, return_dict=True)["input_ids"])
+    assert ids == full[: len(ids)] and all(tokenizer.decode(full[len(ids):]).isspace() for _ in [0] if full[len(ids):])
+    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert trained.replace("<|im_end|>", "|").replace("\n", "") == "Sunny.|Rain.|"
+
+
+def test_jsonl_whose_first_megabyte_of_rows_lacks_the_tools_key(qwen, tmp_path):
+    """Conversations without tools first (over pyarrow's first 1 MB block), then rows with them: the
+    column exists (the file's later rows hold it), the rows before are rows without tools."""
+    builder, tokenizer = qwen
+    rows = [{"messages": ask(i), "pad": "x" * 300_000} for i in range(4)] + [{"messages": ask(9), "tools": [WEATHER]}]
+    result = check(builder, tokenizer, write_lines(tmp_path / "late.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
+    assert report(result)["bad_rows"] == 0
