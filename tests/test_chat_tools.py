@@ -392,3 +392,15 @@ def test_jsonl_whose_first_megabyte_of_rows_lacks_the_tools_key(qwen, tmp_path):
     rows = [{"messages": ask(i), "pad": "x" * 300_000} for i in range(4)] + [{"messages": ask(9), "tools": [WEATHER]}]
     result = check(builder, tokenizer, write_lines(tmp_path / "late.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
     assert report(result)["bad_rows"] == 0
+
+
+def test_a_file_without_the_tools_column_says_to_fix_format_tools(qwen, tmp_path):
+    from packtrain.pipeline.discover import SourceError
+
+    builder, _ = qwen
+    with pytest.raises(SourceError) as e:
+        builder.build(write_lines(tmp_path / "rows.jsonl", [{"messages": ask(0), "functions": []}]), {**CHAT, "tools": "tools"})
+    assert "\n" not in str(e.value) and str(e.value).endswith(
+        "no column 'tools' (it has: 'messages', 'functions'); format.tools names the column 'tools', which this "
+        "source does not have: name the column holding each row's tool definitions (map it with "
+        "sources[].columns: {tools: <column>}), or remove format.tools")

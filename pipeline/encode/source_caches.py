@@ -223,6 +223,10 @@ def where_fix(spec, i: int, formatter: RowFormatter):
             return (f"sources[{i}].where names the column {named[0]!r}, which source {spec.name} does not have; "
                     "name one of its columns in the condition" +
                     (" (a condition reads a column itself, not a field inside one)" if "." in named[0] else ""))
+        if formatter.tools_column in missing:
+            return (f"format.tools names the column {formatter.tools_column!r}, which this source does not have: name the "
+                    f"column holding each row's tool definitions (map it with sources[].columns: {{{formatter.fmt.tools}: <column>}}), "
+                    "or remove format.tools")
         return formatter.column_fix
 
     return fix
