@@ -49,7 +49,9 @@ def reference(tokenizer, rows: list[dict], tools_key: str = "tools", **kwargs) -
         value = row.get(tools_key)
         return json.loads(value) if isinstance(value, str) else value
 
-    return sorted(doc for row in rows for doc in expected_turns(tokenizer, row["messages"], tools(row), [1], **kwargs))
+    return sorted(doc for row in rows for doc in expected_turns(
+        tokenizer, row["messages"], tools(row), [k for k, m in enumerate(row["messages"]) if m["role"] == "assistant"],
+        **kwargs))
 
 
 def check(builder: Builder, tokenizer, data, fmt: dict, expected_rows: list[dict], source: dict | None = None, **settings):
@@ -404,3 +406,17 @@ def test_a_file_without_the_tools_column_says_to_fix_format_tools(qwen, tmp_path
         "no column 'tools' (it has: 'messages', 'functions'); format.tools names the column 'tools', which this "
         "source does not have: name the column holding each row's tool definitions (map it with "
         "sources[].columns: {tools: <column>}), or remove format.tools")
+
+
+@pytest.mark.parametrize("name", ["llama3_1", "llama3_2", "mistral_v0_3", "qwen2_5", "qwen3"])
+def test_every_real_template_that_renders_tools_gives_the_reference(templated, tmp_path, name):
+    """Rows with and without a system message, with tools as a list, JSON text, none and []: the
+    reference documents under each real template that renders tools. (Mistral v0.3 renders the system
+    message in the last user turn only when it is the last message: a prompt that is no prefix of
+    the conversation, refused with or without tools, so none there.)"""
+    builder, tokenizer = templated(name)
+    system = [{"role": "system", "content": "You are terse."}] if name != "mistral_v0_3" else []
+    rows = [{"messages": (system if i % 2 else []) + ask(i), "tools": tools}
+            for i, tools in enumerate([[WEATHER, SEARCH], json.dumps([SEARCH]), None, [], [WEATHER]])]
+    result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
+    assert report(result)["bad_rows"] == 0
