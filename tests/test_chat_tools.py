@@ -420,3 +420,16 @@ def test_every_real_template_that_renders_tools_gives_the_reference(templated, t
             for i, tools in enumerate([[WEATHER, SEARCH], json.dumps([SEARCH]), None, [], [WEATHER]])]
     result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
     assert report(result)["bad_rows"] == 0
+
+
+def test_csv_with_messages_and_tools_as_json_text(qwen, tmp_path):
+    import csv
+
+    builder, tokenizer = qwen
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["messages", "tools"])
+        for row in varied_rows():
+            writer.writerow([json.dumps(row["messages"]), "" if row["tools"] is None else json.dumps(row["tools"])])
+    check(builder, tokenizer, path, {**CHAT, "tools": "tools"}, varied_rows())
