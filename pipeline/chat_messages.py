@@ -33,7 +33,7 @@ def check_tools(value: Any, column: str) -> list | None:
             return None
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
             raise BadRow(f"{column!r} is text but not JSON; expected a list of tool definitions (JSON schemas)") from None
     if value is None:
         return None
@@ -108,7 +108,7 @@ def check_messages(messages: Any, column: str) -> list[dict]:
     if isinstance(messages, str):
         try:
             messages = json.loads(messages)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
             raise BadRow(f"{column!r} is text but not JSON; expected a list of {{\"role\", \"content\"}} messages") from None
     if not isinstance(messages, list) or not messages:
         raise BadRow(f"{column!r} is {type(messages).__name__ if messages else 'empty'}, expected a non-empty list of "

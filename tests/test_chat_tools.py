@@ -181,6 +181,7 @@ def test_hostile_tool_definitions_give_the_reference_document(qwen, tmp_path, na
     (7, "'tools' is int, expected a list of tool definitions"),
     ({}, "'tools' is dict, expected a list of tool definitions"),
     ("[{\"type\": ", "'tools' is text but not JSON; expected a list of tool definitions"),
+    ("[" * 100_000, "'tools' is text but not JSON; expected a list of tool definitions"),
 ])
 def test_a_hostile_tools_value_is_a_one_line_bad_row_naming_the_column(qwen, tmp_path, value, why):
     from packtrain.pipeline.errors import BuildError
@@ -433,3 +434,16 @@ def test_csv_with_messages_and_tools_as_json_text(qwen, tmp_path):
         for row in varied_rows():
             writer.writerow([json.dumps(row["messages"]), "" if row["tools"] is None else json.dumps(row["tools"])])
     check(builder, tokenizer, path, {**CHAT, "tools": "tools"}, varied_rows())
+
+
+@pytest.mark.parametrize("fmt", [CHAT, {"style": "chat", "preset": "sharegpt"}])
+def test_messages_nested_past_the_json_parsers_depth_are_a_bad_row(qwen, tmp_path, fmt):
+    """JSON text nested deeper than json.loads goes: a one-line bad row, not a RecursionError."""
+    from packtrain.pipeline.errors import BuildError
+
+    builder, _ = qwen
+    column = fmt.get("messages", "conversations")
+    rows = [{column: "[" * 100_000}]
+    with pytest.raises(BuildError) as e:
+        builder.build(write_lines(tmp_path / "rows.jsonl", rows), fmt)
+    assert "\n" not in str(e.value) and f"{column!r} is text but not JSON" in str(e.value)
