@@ -447,3 +447,20 @@ def test_messages_nested_past_the_json_parsers_depth_are_a_bad_row(qwen, tmp_pat
     with pytest.raises(BuildError) as e:
         builder.build(write_lines(tmp_path / "rows.jsonl", rows), fmt)
     assert "\n" not in str(e.value) and f"{column!r} is text but not JSON" in str(e.value)
+
+
+def test_adapter_and_merged_model_directories_keep_the_tool_use_template(tmp_path):
+    """The tokenizer files saved beside an adapter or merged weights include the tool_use template
+    (part of the tokenizer's hash): the saved model renders a call with tools as the build did."""
+    from packtrain.core.contract import tokenizer_fingerprint
+    from packtrain.trainer.adapters import save_adapter_extras
+
+    source = tmp_path / "tokenizer"
+    (source / "additional_chat_templates").mkdir(parents=True)
+    (source / "tokenizer.json").write_text("{}")
+    (source / "additional_chat_templates" / "tool_use.jinja").write_text("{{ tools }}")
+    (tmp_path / "adapter").mkdir()  # where save_pretrained wrote the weights
+    save_adapter_extras(tmp_path / "adapter", {}, source)
+    assert (tmp_path / "adapter" / "additional_chat_templates" / "tool_use.jinja").read_text() == "{{ tools }}"
+    assert tokenizer_fingerprint(tmp_path / "adapter") == tokenizer_fingerprint(source)
+    assert "additional_chat_templates/tool_use.jinja" in tokenizer_fingerprint(source)["files"]
