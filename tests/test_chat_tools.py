@@ -464,3 +464,16 @@ def test_adapter_and_merged_model_directories_keep_the_tool_use_template(tmp_pat
     assert (tmp_path / "adapter" / "additional_chat_templates" / "tool_use.jinja").read_text() == "{{ tools }}"
     assert tokenizer_fingerprint(tmp_path / "adapter") == tokenizer_fingerprint(source)
     assert "additional_chat_templates/tool_use.jinja" in tokenizer_fingerprint(source)["files"]
+
+
+def test_prompt_completion_one_document_per_turn_with_tools_and_kwargs(qwen, tmp_path):
+    """A two-exchange prompt and its completion, with tools and enable_thinking: false, one document
+    per assistant turn: the completion's turn alone, apply_chat_template's with both."""
+    builder, tokenizer = qwen
+    chat = ask(0) + [{"role": "user", "content": "And tomorrow?"}, {"role": "assistant", "content": "Rain."}]
+    data = write_lines(tmp_path / "rows.jsonl", [{"prompt": chat[:3], "completion": chat[3:], "tools": [WEATHER]}])
+    fmt = {"style": "chat", "preset": "prompt_completion", "tools": "tools", "each_assistant_turn": True,
+           "chat_template_kwargs": {"enable_thinking": False}}
+    result = builder.build(data, fmt)
+    assert shards(result) == shards(builder.build(data, fmt, **SHORTCUTS_OFF))
+    assert documents(result) == expected_turns(tokenizer, chat, [WEATHER], [3], enable_thinking=False)
