@@ -358,11 +358,13 @@ def check_chat_template(tokenizer: TokenizerInfo, kwargs: dict) -> None:
     if not tokenizer.chat_template:
         raise BuildError(f"format.style is chat but {tokenizer.directory} has no chat_template "
                          "(tokenizer_config.json or chat_template.jinja); use format.style: template")
-    try:
-        compiled = compile_chat_template(tokenizer.chat_template)
-    except jinja2.TemplateError as e:
-        raise BuildError(f"the chat template of {tokenizer.directory} does not compile: {e}") from None
-    read = meta.find_undeclared_variables(compiled.environment.parse(tokenizer.chat_template))
+    read: set[str] = set()
+    for template in filter(None, (tokenizer.chat_template, tokenizer.tool_chat_template)):
+        try:
+            compiled = compile_chat_template(template)
+        except jinja2.TemplateError as e:
+            raise BuildError(f"the chat template of {tokenizer.directory} does not compile: {e}") from None
+        read |= meta.find_undeclared_variables(compiled.environment.parse(template))
     unread = sorted(set(kwargs) - read)
     if unread:
         others = sorted(read - set(RESERVED_TEMPLATE_VARIABLES) - {"raise_exception", "strftime_now"})

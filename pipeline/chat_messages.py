@@ -25,15 +25,17 @@ def extra_fields(message: dict) -> list[str]:
 
 def check_tools(value: Any, column: str) -> list | None:
     """A row's tool definitions (``format.tools``) as the template gets them: a list of JSON-schema specs
-    (dicts), or that list as JSON text, as TRL reads its ``tools`` column; None for null or empty."""
+    (dicts), or that list as JSON text, as TRL reads its ``tools`` column; None for null or blank text.
+    An empty list stays one: ``apply_chat_template(tools=[])`` is not ``tools=None`` (Llama 3.1's and
+    Mistral's templates render an empty tool block)."""
     if isinstance(value, str):
         if not value.strip():
             return None
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
             raise BadRow(f"{column!r} is text but not JSON; expected a list of tool definitions (JSON schemas)") from None
-    if not present(value):
+    if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
         raise BadRow(f"{column!r} is {type(value).__name__}, expected a list of tool definitions (JSON schemas, "
@@ -84,7 +86,7 @@ def check_tools_rendered(template: str, messages: list[dict], variables: dict, b
     """Refuse (:class:`BadRow`) a row whose tools (``variables["tools"]``, where set) the chat template
     does not render (it renders the conversation the same without them): training on it would drop
     them silently."""
-    if variables.get("tools") is None:
+    if not variables.get("tools"):  # none, or an empty list: no tool to drop
         return
     compiled = compile_chat_template(template)
     extra = {"messages": messages, "add_generation_prompt": False, "bos_token": bos_token or "",
@@ -106,7 +108,7 @@ def check_messages(messages: Any, column: str) -> list[dict]:
     if isinstance(messages, str):
         try:
             messages = json.loads(messages)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
             raise BadRow(f"{column!r} is text but not JSON; expected a list of {{\"role\", \"content\"}} messages") from None
     if not isinstance(messages, list) or not messages:
         raise BadRow(f"{column!r} is {type(messages).__name__ if messages else 'empty'}, expected a non-empty list of "

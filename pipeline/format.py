@@ -56,6 +56,9 @@ class RowFormatter:
     render_once: bool = False
     """Conversations from one render of the chat template where that is checked to be what the exact
     way gives (pipeline/chat_once.py); the exact way otherwise."""
+    tool_chat_template: str | None = None
+    """The tokenizer's template named ``tool_use``, where it has one: a row with tools is rendered by it,
+    as ``apply_chat_template`` renders a call with tools (transformers' ``get_chat_template``)."""
 
     def needed_columns(self) -> list[str]:
         return [column for _, column in self.field_columns]
@@ -100,6 +103,12 @@ class RowFormatter:
         tools = None if self.tools_column is None else check_tools(row.get(self.tools_column), self.tools_column)
         return {**self.fmt.chat_template_kwargs, **({"tools": tools} if tools is not None else {})} or None
 
+    def template(self, variables: dict | None) -> str | None:
+        """The chat template a row with these ``variables`` is rendered by."""
+        if self.tool_chat_template and variables and variables.get("tools") is not None:
+            return self.tool_chat_template
+        return self.chat_template
+
     @cached_property
     def plain_chatml(self):
         """Where conversations render once and the template is ChatML by string joins
@@ -129,8 +138,9 @@ class RowFormatter:
         from packtrain.pipeline.format_messages import render_each_turn
 
         messages, train_from = self.conversation(row)
-        return render_each_turn(self.chat_template, self.fmt.system, messages, self.messages_column, self.bos_token,
-                                self.eos_token, train_from, variables=self.variables(row))
+        variables = self.variables(row)
+        return render_each_turn(self.template(variables), self.fmt.system, messages, self.messages_column, self.bos_token,
+                                self.eos_token, train_from, variables=variables)
 
     def __call__(self, row: dict[str, Any]) -> "Formatted":
         if self.fmt.messages is not None:
@@ -138,7 +148,7 @@ class RowFormatter:
             variables = self.variables(row)
             doc = self.plain_chatml(messages) if self.plain_chatml is not None and variables is None else None
             if doc is None:
-                doc = render_conversation(self.chat_template, self.fmt.system, messages, self.messages_column,
+                doc = render_conversation(self.template(variables), self.fmt.system, messages, self.messages_column,
                                           self.bos_token, self.eos_token, once=self.render_once, variables=variables)
             if train_from:
                 from packtrain.pipeline.format_messages import completion_spans

@@ -34,7 +34,7 @@ def parsed(messages: Any, column: str) -> Any:
     if isinstance(messages, str):
         try:
             return json.loads(messages)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
             raise BadRow(f"{column!r} is text but not JSON; expected a list of messages") from None
     return messages
 

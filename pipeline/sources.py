@@ -191,12 +191,13 @@ class _Fallback(Exception):
 
 def _jsonl(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
     """JSON lines through pyarrow's streaming reader; where it cannot give exactly what ``json.loads``
-    would (types that change between rows, strings it would parse as timestamps), line by line."""
+    would (types that change between rows, strings it would parse as timestamps, a column its first
+    block lacks, which later rows may hold), line by line."""
     done = 0
     try:
         reader = pjson.open_json(path)
-        _check_columns(path, columns, reader.schema.names)
-        if not all(_json_native(reader.schema.field(c).type) for c in columns):
+        names = reader.schema.names
+        if not all(c in names and _json_native(reader.schema.field(c).type) for c in columns):
             raise _Fallback
         for batch in reader:
             for piece in _pieces(batch.select(columns), batch_rows):

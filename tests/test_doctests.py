@@ -21,7 +21,7 @@ import pytest
                                               ("packtrain.pipeline.chat_messages", 3), ("packtrain.pipeline.format_columns", 3),
                                               ("packtrain.pipeline.generation_prompt", 2),
                                               ("packtrain.pipeline.format_messages", 2),
-                                              ("packtrain.core.config_build", 2),
+                                              ("packtrain.core.config_build", 4),
                                               ("packtrain.trainer.sink_mlflow", 1), ("packtrain.core.config_names", 1)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))

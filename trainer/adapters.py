@@ -190,4 +190,5 @@ def save_adapter_extras(directory: Path, config: dict, tokenizer_dir: Path | Non
     if tokenizer_dir is not None:
         for name in TOKENIZER_FILES:
             if (tokenizer_dir / name).is_file():
+                (directory / name).parent.mkdir(exist_ok=True)
                 shutil.copy2(tokenizer_dir / name, directory / name)

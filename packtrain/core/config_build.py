@@ -136,6 +136,21 @@ RESERVED_TEMPLATE_VARIABLES = {
     "tools": "each row's, from the column format.tools names", "documents": "not supported",
 }
 
+def not_json(value: Any, where: str) -> list[tuple[str, Any]]:
+    """(dotted path, value) of each value under ``value`` that JSON has no type for (YAML reads an
+    unquoted 2024-07-26 as a date): the build id hashes the chat template's variables as JSON.
+
+    >>> import datetime
+    >>> not_json({"a": [1, {"b": datetime.date(2024, 7, 26)}], "c": None}, "kw")
+    [('kw.a[1].b', datetime.date(2024, 7, 26))]
+    """
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in not_json(item, f"{where}.{key}")]
+    if isinstance(value, list):
+        return [found for i, item in enumerate(value) for found in not_json(item, f"{where}[{i}]")]
+    return [] if value is None or isinstance(value, (str, int, float, bool)) else [(where, value)]
+
+
 # fields added after builds existed: the build id hashes them only where set, so a config that sets
 # none keeps its build id (FormatConfig.identity)
 ADDED_FIELDS = ("preset", "message_property_mappings", "roles", "completion", "prompt_no_input", "each_assistant_turn",
@@ -181,8 +196,8 @@ class FormatConfig:
     conversational prompt/completion)."""
     tools: str | None = None
     """With ``messages``: the column holding each row's tool definitions (a list of JSON-schema
-    function specs, or that list as JSON text; null or empty: none), passed to the chat template as
-    ``apply_chat_template(tools=...)`` passes them (TRL's ``tools`` column). A row with tools whose
+    function specs, or that list as JSON text; null or "": none, an empty list passed as one), passed
+    to the chat template as ``apply_chat_template(tools=...)`` passes them (TRL's ``tools`` column). A row with tools whose
     template does not render them is a bad row (they would be dropped silently)."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """style chat: more variables for the chat template, as ``apply_chat_template(**kwargs)`` passes them
@@ -253,6 +268,8 @@ class FormatConfig:
             errors.append(f"{where}.chat_template_kwargs: only used with style: chat (they go to the chat template)")
         for name in sorted(set(self.chat_template_kwargs) & set(RESERVED_TEMPLATE_VARIABLES)):
             errors.append(f"{where}.chat_template_kwargs: {name!r} is {RESERVED_TEMPLATE_VARIABLES[name]}; remove it")
+        for path, value in not_json(self.chat_template_kwargs, f"{where}.chat_template_kwargs"):
+            errors.append(f"{path}: {value} is a {type(value).__name__}, not text: quote it (\"{value}\") to pass it as text")
         try:
             names = template_fields(self.prompt, positional=True) + template_fields(self.answer, positional=True)
             optional = self.optional_fields()

@@ -42,6 +42,8 @@ LOCK = ".lock"
 BUILD_DISK_FULL_FIX = "free space or set CACHE_DIR (--cache-dir) to a larger disk, then build again"
 
 # Files that define a tokenizer's behaviour. Whatever of these exists is hashed, by content.
+# the named chat template transformers renders a call with tools by, where save_pretrained writes it
+TOOL_CHAT_TEMPLATE = "additional_chat_templates/tool_use.jinja"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -49,6 +51,7 @@ TOKENIZER_FILES = (
     "added_tokens.json",
     "chat_template.jinja",
     "chat_template.json",
+    TOOL_CHAT_TEMPLATE,
     "vocab.json",
     "merges.txt",
     "tokenizer.model",

@@ -193,7 +193,8 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
     for i in job.todo:
         spec, source = config.sources[i], job.sources[i]
         formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
-                                 tokenizer.bos_token, tokenizer.eos_token, render_once=once)
+                                 tokenizer.bos_token, tokenizer.eos_token, render_once=once,
+                                 tool_chat_template=tokenizer.tool_chat_template)
         task = EncodeTask(str(tokenizer.directory / "tokenizer.json"),
                           tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
                           tokenizer.prefix_ids if config.format.style == "template" else (),
@@ -225,6 +226,10 @@ def where_fix(spec, i: int, formatter: RowFormatter):
             return (f"sources[{i}].where names the column {named[0]!r}, which source {spec.name} does not have; "
                     "name one of its columns in the condition" +
                     (" (a condition reads a column itself, not a field inside one)" if "." in named[0] else ""))
+        if formatter.tools_column in missing:
+            return (f"format.tools names the column {formatter.tools_column!r}, which this source does not have: name the "
+                    f"column holding each row's tool definitions (map it with sources[].columns: {{{formatter.fmt.tools}: <column>}}), "
+                    "or remove format.tools")
         return formatter.column_fix
 
     return fix

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from packtrain.core.contract import tokenizer_fingerprint
+from packtrain.core.contract import TOOL_CHAT_TEMPLATE, tokenizer_fingerprint
 from packtrain.core.inputs import check_input, read_input, read_json
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.encode.line_cache import line_cut
@@ -35,6 +35,10 @@ class TokenizerInfo:
     facts: dict | None = dataclasses.field(default=None, compare=False, repr=False)
     """The facts only the loaded HF tokenizer knows, as planning used them (remembered in the cache:
     pipeline/encode/tokenizer_facts.py); a tokenizing worker checks them against the tokenizer."""
+
+    tool_chat_template: str | None = None
+    """The named template ``tool_use`` where the tokenizer has one: ``apply_chat_template`` renders a
+    call with tools by it (transformers' ``get_chat_template``), one without by ``chat_template``."""
 
     def line_split(self) -> tuple[bool, str]:
         """Whether repeated lines can be memoized (packtrain.pipeline.encode.line_cache), and why; read from
@@ -71,10 +75,14 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
         template = read_input(directory / "chat_template.jinja", lambda p: p.read_text(encoding="utf-8"), fix, "text")
     check_input(template is None or isinstance(template, (str, list)), config_path,
                 f"chat_template is {type(template).__name__}, expected text", fix)
-    if isinstance(template, list):  # named templates: take the default one
+    tool_template = None
+    if isinstance(template, list):  # named templates: the default one, and the one for calls with tools
         check_input(all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in template), config_path,
                     "chat_template is a list but not of {\"name\": ..., \"template\": ...}", fix)
-        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        named = {t.get("name"): t["template"] for t in template}
+        template, tool_template = named.get("default"), named.get("tool_use")
+    if (directory / TOOL_CHAT_TEMPLATE).is_file():  # where save_pretrained writes the named ones
+        tool_template = read_input(directory / TOOL_CHAT_TEMPLATE, lambda p: p.read_text(encoding="utf-8"), fix, "text")
 
     def special_text(key: str) -> str | None:
         token = config.get(key)
@@ -120,6 +128,7 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
         bos_token=bos_token,
         prefix_ids=prefix,
         chat_template=template,
+        tool_chat_template=tool_template,
         fingerprint=fingerprint,
         facts=facts,
     )
