@@ -43,6 +43,13 @@ def rendered_on(day: str | None) -> Iterator[None]:
         _DAY = previous
 
 
+def template_for(chat_template: str | None, tool_chat_template: str | None, tools: list | None) -> str | None:
+    """The template a conversation is rendered by: the tokenizer's ``tool_use`` one where it has one and
+    the conversation has tools (an empty list included), else its default one, as ``apply_chat_template``
+    picks them (transformers' ``get_chat_template``)."""
+    return tool_chat_template if tool_chat_template and tools is not None else chat_template
+
+
 def uses_the_date(template: str | None) -> bool:
     """Whether the template may render today's date (calls ``strftime_now``)."""
     return bool(template) and "strftime_now" in template

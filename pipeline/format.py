@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 from packtrain.core.config_build import FormatConfig
 from packtrain.pipeline.chat_messages import check_fields_rendered, check_messages, check_tools, check_tools_rendered
-from packtrain.pipeline.chat_template import BadRow, compile_chat_template
+from packtrain.pipeline.chat_template import BadRow, compile_chat_template, template_for
 
 
 TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
@@ -104,10 +104,8 @@ class RowFormatter:
         return {**self.fmt.chat_template_kwargs, **({"tools": tools} if tools is not None else {})} or None
 
     def template(self, variables: dict | None) -> str | None:
-        """The chat template a row with these ``variables`` is rendered by."""
-        if self.tool_chat_template and variables and variables.get("tools") is not None:
-            return self.tool_chat_template
-        return self.chat_template
+        """The chat template a row with these ``variables`` is rendered by (:func:`template_for`)."""
+        return template_for(self.chat_template, self.tool_chat_template, (variables or {}).get("tools"))
 
     @cached_property
     def plain_chatml(self):

@@ -74,14 +74,15 @@ def generation_prompt(fmt: FormatConfig, turns: Sequence[dict], fields: Mapping[
                       tools: list | None = None) -> GenerationPrompt:
     """The prompt for the next answer. ``turns``: the conversation so far as ``{"role", "content"}``
     messages ending with the user's; experts that are not conversations read only the last one.
-    ``tools``: the tool definitions to prompt with (experts trained with ``format.tools``)."""
+    ``tools``: the tool definitions to prompt with (experts trained with ``format.tools``), with
+    ``chat_template`` the one for them (:func:`packtrain.pipeline.chat_template.template_for`)."""
     text = turns[-1]["content"]
     if tools is not None and fmt.tools is None:
         raise PromptError("--tools: this expert was not trained with tools (its format.tools is not set); leave "
                           "--tools out")
     try:
         if is_conversation(fmt):
-            variables = {**fmt.chat_template_kwargs, **({"tools": tools} if tools else {})}
+            variables = {**fmt.chat_template_kwargs, **({"tools": tools} if tools is not None else {})}
             return GenerationPrompt(render_generation(chat_template, fmt.system, turns, bos_token, eos_token,
                                                       variables), ())
         prompt = prompt_template(fmt, fields).format_map(template_values(fmt, text, fields))

@@ -67,7 +67,8 @@ def test_prompts_by_style():
 def test_an_expert_trained_with_tools_is_prompted_with_the_tools_given():
     """``--tools FILE``: the tools reach the chat template as each row's did in the build; an expert
     trained without format.tools refuses them."""
-    lists_tools = CHATML.replace("{% for", "{% if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}{% for", 1)
+    lists_tools = CHATML.replace("{% for", "{% if tools is not none %}<tools>{{ tools | tojson }}</tools>\n{% endif %}"
+                                           "{% for", 1)
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     turns = [{"role": "user", "content": "hi"}]
     fmt = FormatConfig(style="chat", messages="messages", tools="tools")
@@ -77,6 +78,12 @@ def test_an_expert_trained_with_tools_is_prompted_with_the_tools_given():
     assert generation_prompt(fmt, turns, {}, lists_tools, None, "<|im_end|>", ()).text.startswith("<|im_start|>user")
     with pytest.raises(PromptError, match=r"--tools: this expert was not trained with tools"):
         generation_prompt(FormatConfig(style="chat", messages="messages"), turns, {}, lists_tools, None, None, (), tools)
+    assert generation_prompt(fmt, turns, {}, lists_tools, None, "<|im_end|>", (), []).text.startswith(
+        "<tools>[]</tools>\n<|im_start|>user")  # [] reaches the template as [], as a row's does
+    # the template for a prompt with tools: the tokenizer's tool_use one where it has one, as for a row
+    from packtrain.pipeline.chat_template import template_for
+    assert template_for("default", "tool_use", tools) == template_for("default", "tool_use", []) == "tool_use"
+    assert template_for("default", "tool_use", None) == template_for("default", None, tools) == "default"
 
 
 @pytest.mark.parametrize("style", ["template", "chat"])

@@ -74,9 +74,12 @@ class Prompter:
     def prompt(self, turns: list[dict]):
         from packtrain.pipeline.generation_prompt import PromptError, generation_prompt
 
+        from packtrain.pipeline.chat_template import template_for
+
         tok = self.tokenizer
+        template = template_for(tok.chat_template, tok.tool_chat_template, self.tools)
         try:
-            return generation_prompt(self.expert_config.format, turns, self.fields, tok.chat_template, tok.bos_token,
+            return generation_prompt(self.expert_config.format, turns, self.fields, template, tok.bos_token,
                                      tok.eos_token, tok.prefix_ids, self.tools)
         except PromptError as e:
             raise click.UsageError(str(e)) from None
@@ -114,8 +117,8 @@ def read_tools(path: str) -> list:
     except BadRow as e:
         raise click.BadParameter(f"{path}: {e}", param_hint="--tools") from None
     if tools is None:
-        raise click.BadParameter(f"{path}: holds no tool definitions (an empty list); leave --tools out",
-                                 param_hint="--tools")
+        raise click.BadParameter(f"{path}: holds no tool definitions (null or nothing); write a JSON list of them, "
+                                 "or leave --tools out", param_hint="--tools")
     return tools
 
 
