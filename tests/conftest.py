@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import run_shared
+from build_fixtures import make_tokenizer
+from format_fixtures import Builder
 
 SQL_ROWS = [
     {"question": f"q{i}", "context": f"CREATE TABLE t{i} (x INT)", "answer": f"SELECT x FROM t{i}"}
@@ -178,5 +181,61 @@ def real_tokenizer():
 
     def get(name: str) -> Path:
         return run_shared.made_once(f"tokenizer-{name}", lambda directory: make_real_tokenizer(name, directory))
+
+    return get
+
+
+# --- builders for the format tests (test_dataset_formats, test_chat_tools, test_chat_tool_templates) ---
+
+
+@pytest.fixture(scope="module")
+def real_builder(real_tokenizer, tmp_path_factory):
+    made = {}
+
+    def get(name: str) -> Builder:
+        if name not in made:
+            made[name] = Builder(tmp_path_factory.mktemp(f"formats-{name}"), real_tokenizer(name))
+        return made[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Builder:
+    root = tmp_path_factory.mktemp("formats-tiny")
+    return Builder(root, make_tokenizer(root / "model"))
+
+
+@pytest.fixture(scope="module")
+def qwen(real_tokenizer, tmp_path_factory):
+    """A builder over Qwen3's real tokenizer, and the HF tokenizer (the reference)."""
+    from transformers import AutoTokenizer
+
+    builder = Builder(tmp_path_factory.mktemp("tools-qwen3"), real_tokenizer("qwen3"))
+    return builder, AutoTokenizer.from_pretrained(str(builder.tokenizer))
+
+
+@pytest.fixture(scope="module")
+def templated(real_tokenizer, tmp_path_factory):
+    """``templated(name)``: a builder over Qwen3's tokenizer with the chat template of
+    tests/chat_templates/<name>.jinja (or ``chat_template`` as given), its turns ending with Qwen's
+    end-of-turn token (the build appends the EOS to a document that ends otherwise), and the HF tokenizer."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    made = {}
+
+    def get(name: str, chat_template=None):
+        if name not in made:
+            directory = tmp_path_factory.mktemp(f"tools-{name}") / "tokenizer"
+            shutil.copytree(real_tokenizer("qwen3"), directory)
+            config = json.loads((directory / "tokenizer_config.json").read_text())
+            config["chat_template"] = chat_template or (Path(__file__).parent / "chat_templates" / f"{name}.jinja"
+                                                        ).read_text().replace("<|eot_id|>", "<|im_end|>")
+            (directory / "tokenizer_config.json").write_text(json.dumps(config))
+            builder = Builder(directory.parent, directory)
+            made[name] = builder, AutoTokenizer.from_pretrained(str(directory))
+        return made[name]
 
     return get

@@ -14,58 +14,15 @@ import shutil
 import pytest
 
 from build_fixtures import packed_documents as documents, seed_decision
+from format_fixtures import (CHAT, SEARCH, SHORTCUTS_OFF, WEATHER, ask, check, conversations, expected_turns, quiet,
+                             reference, report, shards, tool_rows, varied_rows, write_lines)
+from packtrain.core.config import ConfigError
+from packtrain.core.configfile import config_from_dict
 from packtrain.pipeline.build import SOURCES, build
+from packtrain.pipeline.discover import SourceError
+from packtrain.pipeline.errors import BuildError
+from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
-from test_dataset_formats import CHAT, WEATHER, Builder, expected_turns, quiet, report, shards
-
-SHORTCUTS_OFF = {"fast_encoder": False, "line_cache": False, "render_once": False}
-SEARCH = {"type": "function", "function": {
-    "name": "search", "description": "Search the web",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}}}}
-
-
-@pytest.fixture(scope="module")
-def qwen(real_tokenizer, tmp_path_factory):
-    """A builder over Qwen3's real tokenizer, and the HF tokenizer (the reference)."""
-    from transformers import AutoTokenizer
-
-    builder = Builder(tmp_path_factory.mktemp("tools-qwen3"), real_tokenizer("qwen3"))
-    return builder, AutoTokenizer.from_pretrained(str(builder.tokenizer))
-
-
-def ask(i: int) -> list[dict]:
-    return [{"role": "user", "content": f"Weather in city {i}?"}, {"role": "assistant", "content": f"Sunny {i}."}]
-
-
-def varied_rows() -> list[dict]:
-    """Rows whose tools differ in keys (Arrow unifies them), none, or empty."""
-    tools = [[WEATHER], [SEARCH], [WEATHER, SEARCH], None, []]
-    return [{"messages": ask(i), "tools": t} for i, t in enumerate(tools)]
-
-
-def reference(tokenizer, rows: list[dict], tools_key: str = "tools", **kwargs) -> list:
-    """TRL's documents of ``rows`` (as ``datasets`` gives them): apply_chat_template with the row's tools."""
-    def tools(row):
-        value = row.get(tools_key)
-        return json.loads(value) if isinstance(value, str) else value
-
-    return sorted(doc for row in rows for doc in expected_turns(
-        tokenizer, row["messages"], tools(row), [k for k, m in enumerate(row["messages"]) if m["role"] == "assistant"],
-        **kwargs))
-
-
-def check(builder: Builder, tokenizer, data, fmt: dict, expected_rows: list[dict], source: dict | None = None, **settings):
-    """The build of ``data`` is the reference of ``expected_rows``, the same bytes with the shortcuts off."""
-    result = builder.build(data, fmt, source, **settings)
-    assert shards(result) == shards(builder.build(data, fmt, source, **settings, **SHORTCUTS_OFF))
-    assert sorted(documents(result)) == reference(tokenizer, expected_rows)
-    return result
-
-
-def write_lines(path, rows: list[dict]):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
 
 
 @pytest.mark.parametrize("writer", ["pyarrow", "datasets"])
@@ -200,138 +157,6 @@ def test_no_tools_in_any_spelling_is_the_conversation_alone(qwen, tmp_path, valu
           [{"messages": ask(0)}])
 
 
-# --- format.chat_template_kwargs ---------------------------------------------------------------------
-
-def load_format(kwargs: dict):
-    from packtrain.core.configfile import config_from_dict
-
-    return config_from_dict({"expert": "x", "sources": [{"name": "d"}], "model": {"name": "m"},
-                             "format": {**CHAT, "chat_template_kwargs": kwargs}})
-
-
-def test_every_yaml_value_of_a_kwarg_is_its_own_build_id_and_a_date_is_refused_in_one_line(qwen, tmp_path):
-    """YAML gives str, int, float, bool, null, lists and mappings (each its own build id) and dates
-    (Llama 3.1's ``date_string: 2024-07-26`` unquoted): a date is no JSON value (the build id hashes
-    JSON) and no text (the template concatenates it): refused when the config loads, saying to quote it."""
-    import yaml
-
-    from packtrain.core.config import ConfigError
-    from packtrain.pipeline.build import plan
-
-    builder, _ = qwen
-    data = write_lines(tmp_path / "rows.jsonl", [{"messages": ask(0)}])
-    values = yaml.safe_load("[x, 1, 1.5, true, false, null, [1, a], {k: v}, '2024-07-26']")
-    ids = {plan(builder.config(data, {**CHAT, "chat_template_kwargs": {"enable_thinking": v}}), builder.root / "cache",
-                quiet)[3] for v in values}
-    assert len(ids) == len(values)
-    for text in ("{date_string: 2024-07-26}", "{date_string: 2024-07-26 10:00:00}", "{a: [{b: 2024-07-26}]}"):
-        with pytest.raises(ConfigError) as e:
-            load_format(yaml.safe_load(text))
-        assert "\n" not in str(e.value) and ", not text: quote it (\"2024-07-26" in str(e.value)
-
-
-@pytest.fixture(scope="module")
-def templated(real_tokenizer, tmp_path_factory):
-    """``templated(name)``: a builder over Qwen3's tokenizer with the chat template of
-    tests/chat_templates/<name>.jinja (or ``chat_template`` as given), its turns ending with Qwen's
-    end-of-turn token (the build appends the EOS to a document that ends otherwise), and the HF tokenizer."""
-    from pathlib import Path
-
-    from transformers import AutoTokenizer
-
-    made = {}
-
-    def get(name: str, chat_template=None):
-        if name not in made:
-            directory = tmp_path_factory.mktemp(f"tools-{name}") / "tokenizer"
-            shutil.copytree(real_tokenizer("qwen3"), directory)
-            config = json.loads((directory / "tokenizer_config.json").read_text())
-            config["chat_template"] = chat_template or (Path(__file__).parent / "chat_templates" / f"{name}.jinja"
-                                                        ).read_text().replace("<|eot_id|>", "<|im_end|>")
-            (directory / "tokenizer_config.json").write_text(json.dumps(config))
-            builder = Builder(directory.parent, directory)
-            made[name] = builder, AutoTokenizer.from_pretrained(str(directory))
-        return made[name]
-
-    return get
-
-
-@pytest.mark.parametrize("name", ["llama3_1", "mistral_v0_3"])
-def test_an_empty_tool_list_is_passed_as_apply_chat_template_gets_it(templated, tmp_path, name):
-    """Llama 3.1 and Mistral v0.3 render ``tools=[]`` (an empty tool block) unlike ``tools=None``: a
-    row whose tools are [] (or "[]") is TRL's document with the empty list, one with null the
-    conversation alone; [] under a template that renders no tools is no dropped tool."""
-    builder, tokenizer = templated(name)
-    chat = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Sunny."}]
-    rows = [{"messages": chat, "tools": []}, {"messages": chat, "tools": "[]"}, {"messages": chat, "tools": None},
-            {"messages": chat, "tools": [WEATHER]}]
-    result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
-    assert len(set(map(str, documents(result)))) == 3
-
-
-@pytest.mark.parametrize("layout", ["tokenizer_config.json", "save_pretrained"])
-def test_a_row_with_tools_is_rendered_by_the_tokenizers_tool_use_template(templated, tmp_path, layout):
-    """A tokenizer with named templates (Hermes, Command-R): apply_chat_template renders a call with
-    tools by the one named ``tool_use``, one without by ``default`` (transformers' get_chat_template),
-    whether tokenizer_config.json lists them or save_pretrained wrote additional_chat_templates/."""
-    from pathlib import Path
-
-    from real_tokenizers import CHATML
-    from transformers import AutoTokenizer
-
-    tool_use = (Path(__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
-    builder, tokenizer = templated("named", [{"name": "default", "template": CHATML},
-                                             {"name": "tool_use", "template": tool_use}])
-    if layout == "save_pretrained":
-        tokenizer.save_pretrained(tmp_path / "saved")
-        assert (tmp_path / "saved" / "additional_chat_templates" / "tool_use.jinja").is_file()
-        builder = Builder(tmp_path, tmp_path / "saved")
-        tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "saved"))
-    rows = [{"messages": ask(0), "tools": [WEATHER]}, {"messages": ask(1), "tools": None}]
-    result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
-    assert report(result)["bad_rows"] == 0
-
-
-def test_generates_prompt_is_the_prompt_the_build_wrote_with_the_kwargs(qwen, tmp_path):
-    """``packtrain generate``/``chat`` render the prompt with format.chat_template_kwargs, as the build
-    did: a validation row's prompt ids (up to its first trained token) are generation_prompt's."""
-    from tokenizers import Tokenizer
-
-    from packtrain.core.configfile import config_from_dict
-    from packtrain.core.contract import Manifest
-    from packtrain.core.shardfile import open_shard
-    from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
-    from packtrain.pipeline.generation_prompt import generation_prompt
-
-    builder, _ = qwen
-    for fmt in ({**CHAT, "chat_template_kwargs": {"enable_thinking": False}},
-                {"style": "chat", "prompt": "{q}", "answer": "{a}", "chat_template_kwargs": {"enable_thinking": False}}):
-        rows = [{"messages": ask(i), "q": ask(i)[0]["content"], "a": ask(i)[1]["content"]} for i in range(12)]
-        data = write_lines(tmp_path / "rows.jsonl", rows)
-        config = config_from_dict({"expert": "talk", "sources": [{"name": str(data)}], "format": fmt,
-                                   "pack": {"block_size": 256, "val_fraction": 0.5},
-                                   "build": {"num_proc": 1, "dedup": "none"}, "model": {"name": str(builder.tokenizer)}})
-        result = build(config, builder.root / "cache", log=quiet, progress=False)
-        manifest = Manifest.load(result.path)
-        info = load_tokenizer_info(builder.tokenizer)
-        tokenizer = Tokenizer.from_file(str(builder.tokenizer / "tokenizer.json"))
-        prompts = []
-        for shard in sorted(result.path.glob("val-*.arrow")):
-            ids, masks, doc_lens = open_shard(shard, manifest.block_size).arrays()
-            for row, mask, lens in zip(ids, masks, doc_lens):
-                at = 0
-                for n in lens:
-                    prompts.append(row[at: at + list(mask[at: at + n]).index(1)].tolist())
-                    at += n
-        assert prompts
-        for prompt in prompts:
-            question = tokenizer.decode(prompt).split("user\n")[1].split("\n")[0].split("<|im_end|>")[0].strip()
-            made = generation_prompt(config.format, [{"role": "user", "content": question}], {},
-                                     info.chat_template, info.bos_token, info.eos_token, info.prefix_ids)
-            assert tokenizer.decode(prompt).endswith("<think>\n\n</think>\n\n")
-            assert tokenizer.encode(made.text, add_special_tokens=False).ids == prompt
-
-
 def test_tool_call_conversations_from_parquet_one_document_per_turn(qwen, tmp_path):
     """Calls, results and answers written by ``datasets`` (every message every key, the missing ones
     null; each call's arguments with every argument name any call has): one document per assistant
@@ -361,33 +186,6 @@ def test_tool_call_conversations_from_parquet_one_document_per_turn(qwen, tmp_pa
     assert sorted(documents(result)) == sorted(expected) and len(expected) == 5
 
 
-@pytest.mark.parametrize("name", ["llama3_1", "mistral_v0_3", "qwen2_5"])
-def test_multi_turn_with_tools_is_apply_chat_templates_ids_or_a_bad_row(templated, tmp_path, name):
-    """Two exchanges with tools: Mistral v0.3 renders the tools before the last user message only, so
-    the first answer's history differs once the second exists: a one-line bad row saying to set
-    each_assistant_turn (then each turn is its own reference document); where the history stays put,
-    the whole conversation's ids are apply_chat_template's, both answers trained on."""
-    from packtrain.pipeline.errors import BuildError
-
-    builder, tokenizer = templated(name)
-    chat = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Sunny."},
-            {"role": "user", "content": "Tomorrow?"}, {"role": "assistant", "content": "Rain."}]
-    data = write_lines(tmp_path / "rows.jsonl", [{"messages": chat, "tools": [WEATHER]}])
-    fmt = {**CHAT, "tools": "tools"}
-    try:
-        result = builder.build(data, fmt)
-    except BuildError as e:
-        assert name == "mistral_v0_3" and "\n" not in str(e) and "each_assistant_turn" in str(e)
-        result = builder.build(data, {**fmt, "each_assistant_turn": True})
-        assert sorted(documents(result)) == sorted(expected_turns(tokenizer, chat, [WEATHER], [1, 3]))
-        return
-    [(ids, mask)] = documents(result)
-    full = list(tokenizer.apply_chat_template(chat, tools=[WEATHER], tokenize=True, return_dict=True)["input_ids"])
-    assert ids == full[: len(ids)] and all(tokenizer.decode(full[len(ids):]).isspace() for _ in [0] if full[len(ids):])
-    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
-    assert trained.replace("<|im_end|>", "|").replace("\n", "") == "Sunny.|Rain.|"
-
-
 def test_jsonl_whose_first_megabyte_of_rows_lacks_the_tools_key(qwen, tmp_path):
     """Conversations without tools first (over pyarrow's first 1 MB block), then rows with them: the
     column exists (the file's later rows hold it), the rows before are rows without tools."""
@@ -407,20 +205,6 @@ def test_a_file_without_the_tools_column_says_to_fix_format_tools(qwen, tmp_path
         "no column 'tools' (it has: 'messages', 'functions'); format.tools names the column 'tools', which this "
         "source does not have: name the column holding each row's tool definitions (map it with "
         "sources[].columns: {tools: <column>}), or remove format.tools")
-
-
-@pytest.mark.parametrize("name", ["llama3_1", "llama3_2", "mistral_v0_3", "qwen2_5", "qwen3"])
-def test_every_real_template_that_renders_tools_gives_the_reference(templated, tmp_path, name):
-    """Rows with and without a system message, with tools as a list, JSON text, none and []: the
-    reference documents under each real template that renders tools. (Mistral v0.3 renders the system
-    message in the last user turn only when it is the last message: a prompt that is no prefix of
-    the conversation, refused with or without tools, so none there.)"""
-    builder, tokenizer = templated(name)
-    system = [{"role": "system", "content": "You are terse."}] if name != "mistral_v0_3" else []
-    rows = [{"messages": (system if i % 2 else []) + ask(i), "tools": tools}
-            for i, tools in enumerate([[WEATHER, SEARCH], json.dumps([SEARCH]), None, [], [WEATHER]])]
-    result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
-    assert report(result)["bad_rows"] == 0
 
 
 def test_csv_with_messages_and_tools_as_json_text(qwen, tmp_path):
@@ -449,31 +233,78 @@ def test_messages_nested_past_the_json_parsers_depth_are_a_bad_row(qwen, tmp_pat
     assert "\n" not in str(e.value) and f"{column!r} is text but not JSON" in str(e.value)
 
 
-def test_adapter_and_merged_model_directories_keep_the_tool_use_template(tmp_path):
-    """The tokenizer files saved beside an adapter or merged weights include the tool_use template
-    (part of the tokenizer's hash): the saved model renders a call with tools as the build did."""
-    from packtrain.core.contract import tokenizer_fingerprint
-    from packtrain.trainer.adapters import save_adapter_extras
+def test_a_tools_column_reaches_qwen3s_template_as_trl_passes_it(real_builder):
+    """``format.tools``: each row's tools (a list, JSON text, or none) go to the chat template as TRL's
+    ``apply_chat_template(messages, tools=...)``; the documents are its ids, the loss on the answer only
+    (the tools' text is in the system turn), the same bytes with every shortcut on and off."""
+    from transformers import AutoTokenizer
 
-    source = tmp_path / "tokenizer"
-    (source / "additional_chat_templates").mkdir(parents=True)
-    (source / "tokenizer.json").write_text("{}")
-    (source / "additional_chat_templates" / "tool_use.jinja").write_text("{{ tools }}")
-    (tmp_path / "adapter").mkdir()  # where save_pretrained wrote the weights
-    save_adapter_extras(tmp_path / "adapter", {}, source)
-    assert (tmp_path / "adapter" / "additional_chat_templates" / "tool_use.jinja").read_text() == "{{ tools }}"
-    assert tokenizer_fingerprint(tmp_path / "adapter") == tokenizer_fingerprint(source)
-    assert "additional_chat_templates/tool_use.jinja" in tokenizer_fingerprint(source)["files"]
-
-
-def test_prompt_completion_one_document_per_turn_with_tools_and_kwargs(qwen, tmp_path):
-    """A two-exchange prompt and its completion, with tools and enable_thinking: false, one document
-    per assistant turn: the completion's turn alone, apply_chat_template's with both."""
-    builder, tokenizer = qwen
-    chat = ask(0) + [{"role": "user", "content": "And tomorrow?"}, {"role": "assistant", "content": "Rain."}]
-    data = write_lines(tmp_path / "rows.jsonl", [{"prompt": chat[:3], "completion": chat[3:], "tools": [WEATHER]}])
-    fmt = {"style": "chat", "preset": "prompt_completion", "tools": "tools", "each_assistant_turn": True,
-           "chat_template_kwargs": {"enable_thinking": False}}
+    builder = real_builder("qwen3")
+    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
+    rows = tool_rows()
+    data = builder.root / "tools.jsonl"  # keys in their order (tojson keeps it): not write_jsonl's sorted ones
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    fmt = {**CHAT, "tools": "tools"}
     result = builder.build(data, fmt)
-    assert shards(result) == shards(builder.build(data, fmt, **SHORTCUTS_OFF))
-    assert documents(result) == expected_turns(tokenizer, chat, [WEATHER], [3], enable_thinking=False)
+    off = builder.build(data, fmt, fast_encoder=False, line_cache=False, render_once=False)
+    assert shards(result) == shards(off)
+    expected = [doc for row in rows for doc in expected_turns(
+        tokenizer, row["messages"], [WEATHER] if row["tools"] not in (None, "[]") else None, [1])]
+    assert sorted(documents(result)) == sorted(expected)
+    assert sum("get_weather" in tokenizer.decode(ids) for ids, _ in documents(result)) == 4
+    without = builder.build(data, CHAT)  # the column not named: the conversations alone, as before
+    assert sorted(documents(without)) == sorted(doc for row in rows for doc in expected_turns(
+        tokenizer, row["messages"], None, [1]))
+
+
+def test_tool_calls_with_tools_one_document_per_turn_under_qwen3(real_builder):
+    """A call, its result and the answer, with the tools: Qwen3 renders the call's turn otherwise once
+    the answer follows, so each assistant turn is its own document (format.each_assistant_turn), each
+    apply_chat_template's ids with the tools."""
+    from transformers import AutoTokenizer
+
+    builder = real_builder("qwen3")
+    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
+    chat = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "content": "{\"sky\": \"sunny\"}"}, {"role": "assistant", "content": "Sunny."}]
+    data = builder.root / "calls.jsonl"
+    data.write_text(json.dumps({"messages": chat, "tools": [WEATHER]}) + "\n")
+    with pytest.raises(BuildError, match="set format.each_assistant_turn"):
+        builder.build(data, {**CHAT, "tools": "tools"})
+    result = builder.build(data, {**CHAT, "tools": "tools", "each_assistant_turn": True})
+    assert sorted(documents(result)) == sorted(expected_turns(tokenizer, chat, [WEATHER], [1, 3]))
+
+
+def test_tools_a_template_does_not_render_are_refused_not_dropped(real_builder):
+    """SmolLM2's real template renders no tools: a row with tools is a bad row saying so (TRL would
+    train on the conversation without them); rows without tools build."""
+    builder = real_builder("smollm2")
+    rows = tool_rows()
+    result = builder.build(rows, {**CHAT, "tools": "tools"}, on_bad_rows="skip")
+    assert report(result)["sources"][0]["bad_rows"] == 4 and report(result)["train"]["documents"] == 2
+    with pytest.raises(BuildError) as e:
+        builder.build(rows[:4], {**CHAT, "tools": "tools"})
+    assert "\n" not in str(e.value) and "the chat template does not render the row's tools (format.tools)" in str(e.value)
+
+
+@pytest.mark.parametrize("value, why", [
+    ("{not json", "'tools' is text but not JSON; expected a list of tool definitions"),
+    ({"type": "function"}, "'tools' is dict, expected a list of tool definitions"),
+    (["get_weather"], "'tools' is list, expected a list of tool definitions"),
+])
+def test_a_tools_value_that_is_not_a_list_of_schemas_is_a_bad_row_naming_the_column(value, why):
+    from packtrain.pipeline.format import BadRow
+
+    formatter = RowFormatter(config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": {**CHAT, "tools": "tools"},
+                                               "model": {"name": "m"}}).format, chat_template="{{ messages }}")
+    with pytest.raises(BadRow, match=why):
+        formatter({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "tools": value})
+
+
+def test_format_tools_needs_a_conversation_column_and_a_file_with_that_column(tiny):
+    with pytest.raises(ConfigError, match="format.tools: only used with format.messages"):
+        config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": {"tools": "tools"}, "model": {"name": "m"}})
+    with pytest.raises(SourceError, match="no column 'tools'"):
+        tiny.build([{"messages": conversations(False)[0]}], {**CHAT, "tools": "tools"})

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
-from build_fixtures import make_tokenizer, packed_documents as documents, seed_decision, write_jsonl
+from build_fixtures import packed_documents as documents, seed_decision, write_jsonl
 from build_fixtures import rows as sql_rows
+from format_fixtures import CHAT, conversations, quiet, report, shards
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
 from packtrain.pipeline.build import SOURCES, build, plan
@@ -25,73 +25,8 @@ from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
 SHAREGPT_ROLE = {"system": "system", "user": "human", "assistant": "gpt"}
 
 
-def conversations(multi_turn: bool) -> list[list[dict]]:
-    """Eight conversations, a system message in some; two exchanges each where ``multi_turn``."""
-    out = []
-    for i in range(8):
-        turns = [{"role": "user", "content": f"How many rows in t{i}?"},
-                 {"role": "assistant", "content": f"SELECT COUNT(*) FROM t{i}"}]
-        if multi_turn:
-            turns += [{"role": "user", "content": f"And with c > {i}?"},
-                      {"role": "assistant", "content": f"SELECT COUNT(*) FROM t{i} WHERE c > {i}"}]
-        out.append(([{"role": "system", "content": "You write SQL."}] if i % 3 == 0 else []) + turns)
-    return out
-
-
 def sharegpt(messages: list[dict]) -> list[dict]:
     return [{"from": SHAREGPT_ROLE[m["role"]], "value": m["content"]} for m in messages]
-
-
-def quiet(*_):
-    pass
-
-
-class Builder:
-    """Builds configs over one tokenizer, in one cache (the encoder decision is made once)."""
-
-    def __init__(self, root: Path, tokenizer: Path):
-        self.root, self.tokenizer, self.n = root, tokenizer, 0
-        seed_decision(root / "cache", tokenizer)
-
-    def config(self, rows: list[dict] | Path, fmt: dict, source: dict | None = None, **build_settings):
-        self.n += 1
-        data = rows if isinstance(rows, Path) else write_jsonl(self.root / f"data-{self.n}" / "rows.jsonl", rows)
-        return config_from_dict({
-            "expert": "formats", "sources": [{"name": str(data), **(source or {})}], "format": fmt,
-            "pack": {"block_size": 1024, "val_fraction": 0.0},
-            "build": {"num_proc": 1, "dedup": "none", **build_settings}, "model": {"name": str(self.tokenizer)}})
-
-    def build(self, rows, fmt: dict, source: dict | None = None, **build_settings):
-        return build(self.config(rows, fmt, source, **build_settings), self.root / "cache", log=quiet, progress=False)
-
-
-def shards(result) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))}
-
-
-def report(result) -> dict:
-    return json.loads((result.path / "report.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def real_builder(real_tokenizer, tmp_path_factory):
-    made = {}
-
-    def get(name: str) -> Builder:
-        if name not in made:
-            made[name] = Builder(tmp_path_factory.mktemp(f"formats-{name}"), real_tokenizer(name))
-        return made[name]
-
-    return get
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Builder:
-    root = tmp_path_factory.mktemp("formats-tiny")
-    return Builder(root, make_tokenizer(root / "model"))
-
-
-CHAT = {"style": "chat", "messages": "messages"}
 
 
 @pytest.mark.parametrize("name", ["smollm2", "qwen3", "qwen2"])
@@ -357,155 +292,3 @@ def test_a_partitioned_build_with_where_merges_into_the_one_machine_build(tiny):
     assert merged.build_id == single.build_id and shards(merged) == shards(single)
     assert [(s["rows"], s["filtered_rows"], s["documents"]) for s in (report(merged)["sources"][0],
                                                                      report(single)["sources"][0])] == [(20, 7, 13)] * 2
-
-
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-
-
-def tool_rows() -> list[dict]:
-    """Rows as TRL reads them: ``tools`` a list of JSON schemas, the same as JSON text, or null."""
-    ask = lambda i: [{"role": "user", "content": f"Weather in city {i}?"}, {"role": "assistant", "content": f"Sunny {i}."}]
-    return ([{"messages": ask(i), "tools": [WEATHER]} for i in range(3)] + [{"messages": ask(3), "tools": json.dumps([WEATHER])}]
-            + [{"messages": ask(4), "tools": None}, {"messages": ask(5), "tools": "[]"}])
-
-
-def expected_turns(tokenizer, chat: list[dict], tools, turns, **kwargs) -> list[tuple[list[int], list[int]]]:
-    """apply_chat_template's ids of the conversation through each of ``turns`` (with ``tools`` and
-    ``kwargs``), the mask from the end of its generation prompt through the turn's end-of-turn token."""
-    out = []
-    for k in turns:
-        ids = list(tokenizer.apply_chat_template(chat[: k + 1], tools=tools, tokenize=True, return_dict=True,
-                                                 **kwargs)["input_ids"])
-        while tokenizer.decode(ids[-1:]).isspace():  # the newline after <|im_end|>, not trained on
-            ids.pop()
-        head = len(tokenizer.apply_chat_template(chat[:k], tools=tools, tokenize=True, add_generation_prompt=True,
-                                                 return_dict=True, **kwargs)["input_ids"])
-        out.append((ids, [0] * head + [1] * (len(ids) - head)))
-    return out
-
-
-def test_a_tools_column_reaches_qwen3s_template_as_trl_passes_it(real_builder):
-    """``format.tools``: each row's tools (a list, JSON text, or none) go to the chat template as TRL's
-    ``apply_chat_template(messages, tools=...)``; the documents are its ids, the loss on the answer only
-    (the tools' text is in the system turn), the same bytes with every shortcut on and off."""
-    from transformers import AutoTokenizer
-
-    builder = real_builder("qwen3")
-    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
-    rows = tool_rows()
-    data = builder.root / "tools.jsonl"  # keys in their order (tojson keeps it): not write_jsonl's sorted ones
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    fmt = {**CHAT, "tools": "tools"}
-    result = builder.build(data, fmt)
-    off = builder.build(data, fmt, fast_encoder=False, line_cache=False, render_once=False)
-    assert shards(result) == shards(off)
-    expected = [doc for row in rows for doc in expected_turns(
-        tokenizer, row["messages"], [WEATHER] if row["tools"] not in (None, "[]") else None, [1])]
-    assert sorted(documents(result)) == sorted(expected)
-    assert sum("get_weather" in tokenizer.decode(ids) for ids, _ in documents(result)) == 4
-    without = builder.build(data, CHAT)  # the column not named: the conversations alone, as before
-    assert sorted(documents(without)) == sorted(doc for row in rows for doc in expected_turns(
-        tokenizer, row["messages"], None, [1]))
-
-
-def test_tool_calls_with_tools_one_document_per_turn_under_qwen3(real_builder):
-    """A call, its result and the answer, with the tools: Qwen3 renders the call's turn otherwise once
-    the answer follows, so each assistant turn is its own document (format.each_assistant_turn), each
-    apply_chat_template's ids with the tools."""
-    from transformers import AutoTokenizer
-
-    builder = real_builder("qwen3")
-    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
-    chat = [{"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-            {"role": "tool", "content": "{\"sky\": \"sunny\"}"}, {"role": "assistant", "content": "Sunny."}]
-    data = builder.root / "calls.jsonl"
-    data.write_text(json.dumps({"messages": chat, "tools": [WEATHER]}) + "\n")
-    with pytest.raises(BuildError, match="set format.each_assistant_turn"):
-        builder.build(data, {**CHAT, "tools": "tools"})
-    result = builder.build(data, {**CHAT, "tools": "tools", "each_assistant_turn": True})
-    assert sorted(documents(result)) == sorted(expected_turns(tokenizer, chat, [WEATHER], [1, 3]))
-
-
-def test_tools_a_template_does_not_render_are_refused_not_dropped(real_builder):
-    """SmolLM2's real template renders no tools: a row with tools is a bad row saying so (TRL would
-    train on the conversation without them); rows without tools build."""
-    builder = real_builder("smollm2")
-    rows = tool_rows()
-    result = builder.build(rows, {**CHAT, "tools": "tools"}, on_bad_rows="skip")
-    assert report(result)["sources"][0]["bad_rows"] == 4 and report(result)["train"]["documents"] == 2
-    with pytest.raises(BuildError) as e:
-        builder.build(rows[:4], {**CHAT, "tools": "tools"})
-    assert "\n" not in str(e.value) and "the chat template does not render the row's tools (format.tools)" in str(e.value)
-
-
-@pytest.mark.parametrize("value, why", [
-    ("{not json", "'tools' is text but not JSON; expected a list of tool definitions"),
-    ({"type": "function"}, "'tools' is dict, expected a list of tool definitions"),
-    (["get_weather"], "'tools' is list, expected a list of tool definitions"),
-])
-def test_a_tools_value_that_is_not_a_list_of_schemas_is_a_bad_row_naming_the_column(value, why):
-    from packtrain.pipeline.format import BadRow
-
-    formatter = RowFormatter(config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": {**CHAT, "tools": "tools"},
-                                               "model": {"name": "m"}}).format, chat_template="{{ messages }}")
-    with pytest.raises(BadRow, match=why):
-        formatter({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "tools": value})
-
-
-def test_format_tools_needs_a_conversation_column_and_a_file_with_that_column(tiny):
-    with pytest.raises(ConfigError, match="format.tools: only used with format.messages"):
-        config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": {"tools": "tools"}, "model": {"name": "m"}})
-    with pytest.raises(SourceError, match="no column 'tools'"):
-        tiny.build([{"messages": conversations(False)[0]}], {**CHAT, "tools": "tools"})
-
-
-def test_chat_template_kwargs_reach_every_render_as_apply_chat_template_passes_them(real_builder):
-    """``format.chat_template_kwargs: {enable_thinking: false}`` under Qwen3: its generation prompt ends
-    with an empty <think> block, so the answer alone is trained on (without it, the empty block is part
-    of the answer); the ids are apply_chat_template's with the same kwargs, shortcuts on or off, the
-    tools beside them."""
-    from transformers import AutoTokenizer
-
-    builder = real_builder("qwen3")
-    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
-    rows = tool_rows()[3:]  # tools as JSON text, none, and "[]"
-    data = builder.root / "kwargs.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    fmt = {**CHAT, "tools": "tools", "chat_template_kwargs": {"enable_thinking": False}}
-    result = builder.build(data, fmt)
-    assert shards(result) == shards(builder.build(data, fmt, fast_encoder=False, line_cache=False, render_once=False))
-    expected = [doc for row in rows for doc in expected_turns(
-        tokenizer, row["messages"], [WEATHER] if row["tools"] not in (None, "[]") else None, [1], enable_thinking=False)]
-    assert sorted(documents(result)) == sorted(expected)
-    trained = [tokenizer.decode([t for t, m in zip(ids, mask) if m]) for ids, mask in documents(result)]
-    assert sorted(trained) == ["Sunny 3.<|im_end|>", "Sunny 4.<|im_end|>", "Sunny 5.<|im_end|>"]
-    thinking = [tokenizer.decode([t for t, m in zip(ids, mask) if m]) for ids, mask in documents(builder.build(
-        data, {**CHAT, "tools": "tools"}))]
-    assert sorted(thinking)[0] == "<think>\n\n</think>\n\nSunny 3.<|im_end|>"
-
-
-def test_chat_template_kwargs_are_checked_when_the_config_loads():
-    def load(fmt):
-        return config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": fmt, "model": {"name": "m"}})
-
-    with pytest.raises(ConfigError, match=r"format.chat_template_kwargs: only used with style: chat"):
-        load({"chat_template_kwargs": {"enable_thinking": False}})
-    with pytest.raises(ConfigError, match=r"format.chat_template_kwargs: 'tools' is each row's, from the column "
-                                          "format.tools names; remove it"):
-        load({**CHAT, "chat_template_kwargs": {"tools": []}})
-    assert load({**CHAT, "chat_template_kwargs": {"enable_thinking": False}}).format.chat_template_kwargs == {
-        "enable_thinking": False}
-
-
-def test_a_chat_template_kwarg_the_template_never_reads_is_refused_before_tokenizing(tiny):
-    """A misspelt name, or another model's variable (``enable_thinking`` under a template without it),
-    would change nothing: one line naming it and what the template reads, nothing built."""
-    with pytest.raises(BuildError) as e:
-        tiny.build([{"messages": conversations(False)[0]}], {**CHAT, "chat_template_kwargs": {"enable_thinkng": False}})
-    assert "\n" not in str(e.value) and str(e.value).startswith(
-        f"format.chat_template_kwargs: the chat template of {tiny.tokenizer} never reads 'enable_thinkng', so it "
-        "would change nothing; remove it or correct its name (the template reads: ")
