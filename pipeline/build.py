@@ -52,8 +52,7 @@ from packtrain.pipeline.encode.source_caches import (FAST_ENCODER_NOTES, Tokeniz
                                                       tokenize_sources)
 from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.encode.exactness import LINE_CACHE_NOTES, RENDER_ONCE_NOTES, encoder_identity
-from packtrain.pipeline.chat_template import strftime_now, uses_the_date
-from packtrain.pipeline.format import compile_chat_template
+from packtrain.pipeline.chat_template import strftime_now, uses_the_date, variables_read
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.shards import pack_split, packed_lengths
@@ -353,7 +352,6 @@ def check_chat_template(tokenizer: TokenizerInfo, kwargs: dict) -> None:
     ``format.chat_template_kwargs`` (one it never reads changes nothing: a misspelt name, or another
     model's); say so before tokenizing anything."""
     import jinja2
-    from jinja2 import meta
 
     if not tokenizer.chat_template:
         raise BuildError(f"format.style is chat but {tokenizer.directory} has no chat_template "
@@ -361,10 +359,9 @@ def check_chat_template(tokenizer: TokenizerInfo, kwargs: dict) -> None:
     read: set[str] = set()
     for template in filter(None, (tokenizer.chat_template, tokenizer.tool_chat_template)):
         try:
-            compiled = compile_chat_template(template)
+            read |= variables_read(template)
         except jinja2.TemplateError as e:
             raise BuildError(f"the chat template of {tokenizer.directory} does not compile: {e}") from None
-        read |= meta.find_undeclared_variables(compiled.environment.parse(template))
     unread = sorted(set(kwargs) - read)
     if unread:
         others = sorted(read - set(RESERVED_TEMPLATE_VARIABLES) - {"raise_exception", "strftime_now"})

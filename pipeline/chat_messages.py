@@ -43,6 +43,32 @@ def check_tools(value: Any, column: str) -> list | None:
     return value
 
 
+def check_row_kwargs(value: Any, column: str, read: frozenset[str]) -> dict:
+    """A row's own chat-template variables (``format.chat_template_kwargs_column``): a mapping, or its JSON
+    text, of variables the template ``read``s, none of those the build sets itself; {} for null or blank."""
+    from packtrain.core.config_build import RESERVED_TEMPLATE_VARIABLES
+
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            raise BadRow(f"{column!r} is text but not JSON; expected a mapping of chat template variables") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRow(f"{column!r} is {type(value).__name__}, expected a mapping of chat template variables "
+                     "(e.g. {\"enable_thinking\": false})")
+    for name in value:
+        if name in RESERVED_TEMPLATE_VARIABLES:
+            raise BadRow(f"{column!r} sets {name!r}, which is {RESERVED_TEMPLATE_VARIABLES[name]}; remove it from the rows")
+        if name not in read:
+            raise BadRow(f"{column!r} sets {name!r}, which the chat template never reads, so it would change nothing; "
+                         "remove it from the rows, or use the chat template it was written for")
+    return value
+
+
 def check_fields_rendered(template: str, messages: list[dict], column: str, bos_token: str | None = None,
                           eos_token: str | None = None, variables: dict | None = None) -> None:
     """Refuse (:class:`BadRow`) a conversation with a message field the chat template does not render:

@@ -50,6 +50,16 @@ def template_for(chat_template: str | None, tool_chat_template: str | None, tool
     return tool_chat_template if tool_chat_template and tools is not None else chat_template
 
 
+@lru_cache(maxsize=8)
+def variables_read(template: str) -> frozenset[str]:
+    """The variables ``template`` reads that it does not set itself (a variable it never reads changes
+    nothing it renders)."""
+    from jinja2 import meta
+
+    compiled = compile_chat_template(template)
+    return frozenset(meta.find_undeclared_variables(compiled.environment.parse(template)))
+
+
 def uses_the_date(template: str | None) -> bool:
     """Whether the template may render today's date (calls ``strftime_now``)."""
     return bool(template) and "strftime_now" in template

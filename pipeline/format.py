@@ -35,8 +35,9 @@ from functools import cached_property, partial
 from typing import Any, Iterator
 
 from packtrain.core.config_build import FormatConfig
-from packtrain.pipeline.chat_messages import check_fields_rendered, check_messages, check_tools, check_tools_rendered
-from packtrain.pipeline.chat_template import BadRow, compile_chat_template, template_for
+from packtrain.pipeline.chat_messages import (check_fields_rendered, check_messages, check_row_kwargs, check_tools,
+                                              check_tools_rendered)
+from packtrain.pipeline.chat_template import BadRow, compile_chat_template, template_for, variables_read
 
 
 TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
@@ -97,11 +98,22 @@ class RowFormatter:
         """The dataset column of ``format.tools``, through ``columns``."""
         return None if self.fmt.tools is None else dict(self.columns).get(self.fmt.tools, self.fmt.tools)
 
+    @cached_property
+    def kwargs_column(self) -> str | None:
+        """The dataset column of ``format.chat_template_kwargs_column``, through ``columns``."""
+        column = self.fmt.chat_template_kwargs_column
+        return None if column is None else dict(self.columns).get(column, column)
+
     def variables(self, row: dict[str, Any]) -> dict | None:
         """What the chat template gets for this row besides the messages and the special tokens:
-        ``format.chat_template_kwargs`` and the row's tool definitions (``format.tools``); None: nothing."""
+        ``format.chat_template_kwargs``, the row's own (``format.chat_template_kwargs_column``, over
+        those) and its tool definitions (``format.tools``); None: nothing."""
         tools = None if self.tools_column is None else check_tools(row.get(self.tools_column), self.tools_column)
-        return {**self.fmt.chat_template_kwargs, **({"tools": tools} if tools is not None else {})} or None
+        own = {}
+        if self.kwargs_column is not None and self.chat_template:
+            read = variables_read(template_for(self.chat_template, self.tool_chat_template, tools))
+            own = check_row_kwargs(row.get(self.kwargs_column), self.kwargs_column, read)
+        return {**self.fmt.chat_template_kwargs, **own, **({"tools": tools} if tools is not None else {})} or None
 
     def template(self, variables: dict | None) -> str | None:
         """The chat template a row with these ``variables`` is rendered by (:func:`template_for`)."""

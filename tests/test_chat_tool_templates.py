@@ -239,3 +239,46 @@ def test_a_chat_template_kwarg_the_template_never_reads_is_refused_before_tokeni
         f"format.chat_template_kwargs: the chat template of {tiny.tokenizer} never reads 'enable_thinkng', so it "
         "would change nothing; remove it or correct its name (the template reads: ")
 
+
+
+def test_each_rows_own_kwargs_reach_its_renders_as_trl_passes_its_column(real_builder):
+    """``format.chat_template_kwargs_column``: each row's own variables (a mapping, its JSON text, or none)
+    over format.chat_template_kwargs, as TRL passes a row's ``chat_template_kwargs``: under Qwen3 the
+    rows with ``enable_thinking: false`` train on the answer alone, the others on the empty <think>
+    block too; a row setting a variable the build sets, one the template never reads, or no mapping is
+    a one-line bad row naming the column."""
+    from transformers import AutoTokenizer
+
+    builder = real_builder("qwen3")
+    tokenizer = AutoTokenizer.from_pretrained(str(builder.tokenizer))
+    ask = lambda i: [{"role": "user", "content": f"Rows in t{i}?"}, {"role": "assistant", "content": f"SELECT {i}"}]  # noqa: E731
+    own = [{"enable_thinking": False}, json.dumps({"enable_thinking": False}), None, "", {"enable_thinking": True}]
+    rows = [{"messages": ask(i), "kw": value} for i, value in enumerate(own)]
+    data = builder.root / "row-kwargs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    fmt = {**CHAT, "chat_template_kwargs_column": "kw"}
+    result = builder.build(data, fmt)
+    assert shards(result) == shards(builder.build(data, fmt, fast_encoder=False, line_cache=False, render_once=False))
+    expected = [doc for row, value in zip(rows, own) for doc in expected_turns(
+        tokenizer, row["messages"], None, [1], **(json.loads(value) if isinstance(value, str) and value else value or {}))]
+    assert sorted(documents(result)) == sorted(expected)
+    trained = sorted(tokenizer.decode([t for t, m in zip(ids, mask) if m]) for ids, mask in documents(result))
+    assert trained == ["<think>\n\n</think>\n\nSELECT 2<|im_end|>", "<think>\n\n</think>\n\nSELECT 3<|im_end|>",
+                       "<think>\n\n</think>\n\nSELECT 4<|im_end|>", "SELECT 0<|im_end|>", "SELECT 1<|im_end|>"]
+    bad = [{"messages": ask(0), "kw": {"tools": []}}, {"messages": ask(1), "kw": {"xml_tools": "x"}},
+           {"messages": ask(2), "kw": ["enable_thinking"]}, {"messages": ask(3), "kw": "{not json"}]
+    whys = ("'kw' sets 'tools', which is each row's, from the column format.tools names; remove it from the rows",
+            "'kw' sets 'xml_tools', which the chat template never reads, so it would change nothing; remove it",
+            "'kw' is list, expected a mapping of chat template variables",
+            "'kw' is text but not JSON; expected a mapping of chat template variables")
+    for row, why in zip(bad, whys):  # the build's error names the first rows only: one row per build
+        data.write_text(json.dumps(row) + "\n")
+        with pytest.raises(BuildError) as e:
+            builder.build(data, fmt)
+        assert "\n" not in str(e.value) and why in str(e.value), why
+
+
+def test_the_kwargs_column_needs_a_conversation_column():
+    with pytest.raises(ConfigError, match="format.chat_template_kwargs_column: only used with format.messages"):
+        config_from_dict({"expert": "x", "sources": [{"name": "d"}], "model": {"name": "m"},
+                          "format": {"style": "chat", "chat_template_kwargs_column": "kw"}})

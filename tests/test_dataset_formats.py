@@ -204,6 +204,7 @@ def test_each_new_field_is_part_of_the_build_id_and_configs_without_them_hash_as
         ({**chat, "roles": {"user": ["human"]}}, None), ({**chat, "completion": "completion"}, None),
         ({**chat, "each_assistant_turn": True}, None), ({**chat, "preset": "sharegpt"}, None),
         ({**chat, "tools": "tools"}, None), ({**chat, "chat_template_kwargs": {"enable_thinking": False}}, None),
+        ({**chat, "chat_template_kwargs_column": "kw"}, None),
         (template, None), ({**template, "prompt_no_input": "{q}\n"}, None), ({"preset": "alpaca"}, None),
         (template, {"where": [{"column": "q", "not_empty": True}]}),
     ]

@@ -154,7 +154,7 @@ def not_json(value: Any, where: str) -> list[tuple[str, Any]]:
 # fields added after builds existed: the build id hashes them only where set, so a config that sets
 # none keeps its build id (FormatConfig.identity)
 ADDED_FIELDS = ("preset", "message_property_mappings", "roles", "completion", "prompt_no_input", "each_assistant_turn",
-                "tools", "chat_template_kwargs")
+                "tools", "chat_template_kwargs", "chat_template_kwargs_column")
 
 
 @dataclass
@@ -203,6 +203,10 @@ class FormatConfig:
     """style chat: more variables for the chat template, as ``apply_chat_template(**kwargs)`` passes them
     (TRL's ``chat_template_kwargs``), e.g. ``{enable_thinking: false}`` for Qwen3; every row's every
     render gets them (the one-render shortcut is then not used)."""
+    chat_template_kwargs_column: str | None = None
+    """style chat with ``messages``: the column holding each row's own template variables (a mapping, or
+    its JSON text; null: none), over ``chat_template_kwargs``, as TRL reads its ``chat_template_kwargs``
+    column (e.g. ``{enable_thinking: false}`` on the rows that answer without reasoning)."""
     each_assistant_turn: bool = False
     """With ``messages``: each assistant turn its own document, its history rendered as the chat template
     renders it at that turn, the loss on that turn only. For templates that render earlier turns
@@ -239,7 +243,8 @@ class FormatConfig:
                 errors.append(f"{where}.prompt/answer: not used with messages (the conversation holds the turns); "
                               "remove them")
         else:
-            for name in ("message_property_mappings", "roles", "completion", "each_assistant_turn", "tools"):
+            for name in ("message_property_mappings", "roles", "completion", "each_assistant_turn", "tools",
+                         "chat_template_kwargs_column"):
                 if getattr(self, name) not in (None, False, {}):
                     errors.append(f"{where}.{name}: only used with format.messages (a conversation column)")
         unknown = sorted(set(self.message_property_mappings) - {"role", "content"})
@@ -296,7 +301,8 @@ class FormatConfig:
 
     def fields(self) -> list[str]:
         if self.messages is not None:
-            return [self.messages] + [name for name in (self.completion, self.tools) if name]
+            return [self.messages] + [name for name in (self.completion, self.tools, self.chat_template_kwargs_column)
+                                      if name]
         return sorted(set(template_fields(self.prompt)) | set(template_fields(self.answer)))
 
 
