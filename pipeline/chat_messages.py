@@ -23,18 +23,25 @@ def extra_fields(message: dict) -> list[str]:
     return [key for key, value in message.items() if key not in ("role", "content") and present(value)]
 
 
+def from_json_text(value: Any, column: str, expected: str) -> Any:
+    """``value``, or what its JSON text holds (datasets keep conversations, tools and variables as JSON
+    text too); text that is not JSON is a :class:`BadRow` saying what the column should hold."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
+        raise BadRow(f"{column!r} is text but not JSON; expected {expected}") from None
+
+
 def check_tools(value: Any, column: str) -> list | None:
     """A row's tool definitions (``format.tools``) as the template gets them: a list of JSON-schema specs
     (dicts), or that list as JSON text, as TRL reads its ``tools`` column; None for null or blank text.
     An empty list stays one: ``apply_chat_template(tools=[])`` is not ``tools=None`` (Llama 3.1's and
     Mistral's templates render an empty tool block)."""
-    if isinstance(value, str):
-        if not value.strip():
-            return None
-        try:
-            value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
-            raise BadRow(f"{column!r} is text but not JSON; expected a list of tool definitions (JSON schemas)") from None
+    if isinstance(value, str) and not value.strip():
+        return None
+    value = from_json_text(value, column, "a list of tool definitions (JSON schemas)")
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
@@ -48,13 +55,9 @@ def check_row_kwargs(value: Any, column: str, read: frozenset[str]) -> dict:
     text, of variables the template ``read``s, none of those the build sets itself; {} for null or blank."""
     from packtrain.core.config_build import RESERVED_TEMPLATE_VARIABLES
 
-    if isinstance(value, str):
-        if not value.strip():
-            return {}
-        try:
-            value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
-            raise BadRow(f"{column!r} is text but not JSON; expected a mapping of chat template variables") from None
+    if isinstance(value, str) and not value.strip():
+        return {}
+    value = from_json_text(value, column, "a mapping of chat template variables")
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -131,11 +134,7 @@ ROLES = MESSAGE_ROLES
 
 def check_messages(messages: Any, column: str) -> list[dict]:
     """A list of ``{"role", "content"}`` dicts with known roles (null keys dropped); a JSON string of one is parsed."""
-    if isinstance(messages, str):
-        try:
-            messages = json.loads(messages)
-        except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
-            raise BadRow(f"{column!r} is text but not JSON; expected a list of {{\"role\", \"content\"}} messages") from None
+    messages = from_json_text(messages, column, "a list of {\"role\", \"content\"} messages")
     if not isinstance(messages, list) or not messages:
         raise BadRow(f"{column!r} is {type(messages).__name__ if messages else 'empty'}, expected a non-empty list of "
                      "{\"role\", \"content\"} messages")

@@ -21,22 +21,17 @@ messages pipeline/format.py renders:
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
-from packtrain.pipeline.chat_messages import check_fields_rendered, check_messages, check_tools_rendered
+from packtrain.pipeline.chat_messages import (check_fields_rendered, check_messages, check_tools_rendered,
+                                              from_json_text)
 from packtrain.pipeline.format import (BadRow, Formatted, compile_chat_template, no_turn_start,
                                        template_errors_are_bad_rows, turn_head)
 
 
 def parsed(messages: Any, column: str) -> Any:
     """A JSON string of messages parsed; anything else as it is (check_messages judges it)."""
-    if isinstance(messages, str):
-        try:
-            return json.loads(messages)
-        except (json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not JSON it reads
-            raise BadRow(f"{column!r} is text but not JSON; expected a list of messages") from None
-    return messages
+    return from_json_text(messages, column, "a list of messages")
 
 
 def map_messages(messages: Any, column: str, mappings: dict[str, str], roles: dict[str, list[str]]) -> Any:
