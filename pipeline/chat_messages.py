@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from packtrain.core.config_build import MESSAGE_ROLES
-from packtrain.pipeline.chat_template import BadRow, compile_chat_template
+from packtrain.pipeline.chat_template import BadRow, compile_chat_template, template_variables
 
 
 def present(value: Any) -> bool:
@@ -92,7 +92,7 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
     if not fields:
         return
     compiled = compile_chat_template(template)
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
+    extra = template_variables(bos_token, eos_token, variables)
     try:
         full = compiled.render(messages=messages, add_generation_prompt=False, **extra)
     except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
@@ -118,8 +118,8 @@ def check_tools_rendered(template: str, messages: list[dict], variables: dict, b
     if not variables.get("tools"):  # none, or an empty list: no tool to drop
         return
     compiled = compile_chat_template(template)
-    extra = {"messages": messages, "add_generation_prompt": False, "bos_token": bos_token or "",
-             "eos_token": eos_token or "", **variables}
+    extra = {"messages": messages, "add_generation_prompt": False,
+             **template_variables(bos_token, eos_token, variables)}
     try:
         ignored = compiled.render(**extra) == compiled.render(**{**extra, "tools": None})
     except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from packtrain.pipeline.chat_template import template_variables
 from packtrain.pipeline.format import BadRow, Formatted, compile_chat_template, render_turns
 
 OPEN, CLOSE = "\U000f0000", "\U000f0001"
@@ -114,7 +115,7 @@ def spans_once(template: str, messages: list[dict], end: str, bos_token: str | N
         return None
     turns = sum(m["role"] == "assistant" for m in messages)
     render = compile_chat_template(template).render
-    tokens = {"bos_token": bos_token or "", "eos_token": eos_token or "", "add_generation_prompt": False}
+    tokens = {**template_variables(bos_token, eos_token), "add_generation_prompt": False}
     try:
         rendered = render(messages=wrapped, **tokens)
         plain = render(messages=messages, **tokens)
@@ -152,7 +153,7 @@ def _turn_end(template: str, bos_token: str | None, eos_token: str | None) -> st
             return None
         wrapped = marked(probe)
         rendered = compile_chat_template(template).render(messages=wrapped, add_generation_prompt=False,
-                                                          bos_token=bos_token or "", eos_token=eos_token or "")
+                                                          **template_variables(bos_token, eos_token))
         found = unmark(rendered, len(exact.spans))
         if found is None:
             return None
@@ -202,7 +203,7 @@ def chatml_system(template: str, bos_token: str | None, eos_token: str | None) -
         return False, None
     try:
         text = compile_chat_template(template).render(messages=PROBES[0], add_generation_prompt=False,
-                                                      bos_token=bos_token or "", eos_token=eos_token or "")
+                                                      **template_variables(bos_token, eos_token))
     except Exception:
         return False, None
     default = None

@@ -43,6 +43,13 @@ def rendered_on(day: str | None) -> Iterator[None]:
         _DAY = previous
 
 
+def template_variables(bos_token: str | None, eos_token: str | None, variables: dict | None = None) -> dict:
+    """What a render gets besides the messages and ``add_generation_prompt``: the special tokens as
+    text, "" where the tokenizer has none (as transformers passes them), and the row's ``variables``
+    (its tools, format.chat_template_kwargs)."""
+    return {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
+
+
 def template_for(chat_template: str | None, tool_chat_template: str | None, tools: list | None) -> str | None:
     """The template a conversation is rendered by: the tokenizer's ``tool_use`` one where it has one and
     the conversation has tools (an empty list included), else its default one, as ``apply_chat_template``

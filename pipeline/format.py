@@ -37,7 +37,8 @@ from typing import Any, Iterator
 from packtrain.core.config_build import FormatConfig
 from packtrain.pipeline.chat_messages import (check_fields_rendered, check_messages, check_row_kwargs, check_tools,
                                               check_tools_rendered)
-from packtrain.pipeline.chat_template import BadRow, compile_chat_template, template_for, variables_read
+from packtrain.pipeline.chat_template import (BadRow, compile_chat_template, template_for, template_variables,
+                                              variables_read)
 
 
 TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
@@ -72,8 +73,7 @@ class RowFormatter:
     @cached_property
     def field_columns(self) -> tuple[tuple[str, str], ...]:
         """(template field, dataset column) of every field, parsed once (not per row)."""
-        mapping = dict(self.columns)
-        return tuple((name, mapping.get(name, name)) for name in self.fmt.fields())
+        return tuple((name, self.column(name)) for name in self.fmt.fields())
 
     def empty_fields(self, row: dict[str, Any]) -> list[str]:
         """The optional fields (``format.prompt_no_input``'s, alpaca's ``input``) this row leaves empty
@@ -88,21 +88,24 @@ class RowFormatter:
         names = set(self.fmt.optional_fields())
         return tuple((name, column) for name, column in self.field_columns if name in names)
 
+    def column(self, name: str | None) -> str | None:
+        """The dataset column a format field names, through ``columns`` (None: the field is not set)."""
+        return None if name is None else dict(self.columns).get(name, name)
+
     @cached_property
     def messages_column(self) -> str | None:
-        """The dataset column of ``format.messages``, through ``columns``."""
-        return None if self.fmt.messages is None else dict(self.columns).get(self.fmt.messages, self.fmt.messages)
+        """The dataset column of ``format.messages``."""
+        return self.column(self.fmt.messages)
 
     @cached_property
     def tools_column(self) -> str | None:
-        """The dataset column of ``format.tools``, through ``columns``."""
-        return None if self.fmt.tools is None else dict(self.columns).get(self.fmt.tools, self.fmt.tools)
+        """The dataset column of ``format.tools``."""
+        return self.column(self.fmt.tools)
 
     @cached_property
     def kwargs_column(self) -> str | None:
-        """The dataset column of ``format.chat_template_kwargs_column``, through ``columns``."""
-        column = self.fmt.chat_template_kwargs_column
-        return None if column is None else dict(self.columns).get(column, column)
+        """The dataset column of ``format.chat_template_kwargs_column``."""
+        return self.column(self.fmt.chat_template_kwargs_column)
 
     def variables(self, row: dict[str, Any]) -> dict | None:
         """What the chat template gets for this row besides the messages and the special tokens:
@@ -139,7 +142,7 @@ class RowFormatter:
             return row.get(self.messages_column), 0  # OpenAI-style messages, as they are
         from packtrain.pipeline.format_messages import conversation
 
-        return conversation(fmt, row, self.messages_column, dict(self.columns).get(fmt.completion, fmt.completion))
+        return conversation(fmt, row, self.messages_column, self.column(fmt.completion))
 
     def documents(self, row: dict[str, Any]) -> list["Formatted"]:
         """The row's documents: one, or with ``format.each_assistant_turn`` one per assistant turn."""
@@ -239,7 +242,7 @@ def render_chat(
     except jinja2.TemplateError as e:
         raise BadRow(f"the chat template does not compile: {e}") from None
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
+    extra = template_variables(bos_token, eos_token, variables)
     with template_errors_are_bad_rows():
         head = compiled.render(messages=messages, add_generation_prompt=True, **extra)
         full = compiled.render(messages=messages + [{"role": "assistant", "content": answer}],
@@ -298,7 +301,7 @@ def render_turns(template: str, messages: list[dict], column: str, bos_token: st
     rendering the conversation up to it and through it (``messages`` already checked); every render
     gets the row's ``variables``."""
     compiled = compile_chat_template(template)
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
+    extra = template_variables(bos_token, eos_token, variables)
 
     def render(turns: list[dict], generation_prompt: bool) -> str:
         return compiled.render(messages=turns, add_generation_prompt=generation_prompt, **extra)

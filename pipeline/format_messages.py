@@ -25,6 +25,7 @@ from typing import Any
 
 from packtrain.pipeline.chat_messages import (check_fields_rendered, check_messages, check_tools_rendered,
                                               from_json_text)
+from packtrain.pipeline.chat_template import template_variables
 from packtrain.pipeline.format import (BadRow, Formatted, compile_chat_template, no_turn_start,
                                        template_errors_are_bad_rows, turn_head)
 
@@ -130,26 +131,28 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
     messages = check_messages(messages, column)
     if system and messages[0]["role"] != "system":
         messages, train_from = [{"role": "system", "content": system}] + messages, train_from + 1
-    extra = {"bos_token": bos_token or "", "eos_token": eos_token or "", **(variables or {})}
+    extra = template_variables(bos_token, eos_token, variables)
     docs = []
     with template_errors_are_bad_rows():
         check_fields_rendered(template, messages, column, bos_token, eos_token, variables)
         if variables:
             check_tools_rendered(template, messages, variables, bos_token, eos_token)
         compiled = compile_chat_template(template)
+
+        def render(turns: list[dict], generation_prompt: bool) -> str:
+            return compiled.render(messages=turns, add_generation_prompt=generation_prompt, **extra)
+
         for k in range(train_from, len(messages)):
             if messages[k]["role"] != "assistant":
                 continue
-            through = compiled.render(messages=messages[: k + 1], add_generation_prompt=False, **extra)
-            render = lambda turns, prompt: compiled.render(messages=turns, add_generation_prompt=prompt, **extra)
+            through = render(messages[: k + 1], False)
             head = turn_head(render, messages, k, through)
             stop = len(through.rstrip())  # the end-of-turn token is supervised, the newline after it is not
-            if k and not through.startswith(head):
-                raise BadRow(no_turn_start(k, column))
             if not through.startswith(head):
-                raise BadRow(f"the chat template does not render assistant turn {k} of {column!r} after its generation "
-                             "prompt, so its span cannot be found" + ("; open the conversation with a system or user "
-                                                                       "message (format.system adds one)" if k == 0 else ""))
+                raise BadRow(no_turn_start(k, column) if k else
+                             f"the chat template does not render assistant turn 0 of {column!r} after its generation "
+                             "prompt, so its span cannot be found; open the conversation with a system or user "
+                             "message (format.system adds one)")
             if stop <= len(head) or not through[len(head):stop].strip():
                 raise BadRow(f"the chat template renders no text for assistant turn {k} of {column!r}")
             text = through.rstrip() if eos_token and through.rstrip().endswith(eos_token) else through

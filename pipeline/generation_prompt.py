@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from packtrain.core.config_build import FormatConfig, template_fields
+from packtrain.pipeline.chat_template import template_variables
 from packtrain.pipeline.format import BadRow, compile_chat_template, render_chat, template_errors_are_bad_rows
 
 
@@ -103,5 +104,4 @@ def render_generation(template: str | None, system: str | None, turns: Sequence[
     messages = ([{"role": "system", "content": system}] if system else []) + list(turns)
     with template_errors_are_bad_rows():
         return compile_chat_template(template).render(messages=messages, add_generation_prompt=True,
-                                                      bos_token=bos_token or "", eos_token=eos_token or "",
-                                                      **(variables or {}))
+                                                      **template_variables(bos_token, eos_token, variables))

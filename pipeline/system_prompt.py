@@ -10,6 +10,7 @@ template puts the marker in the first, the second holds the default (if anything
 
 from __future__ import annotations
 
+from packtrain.pipeline.chat_template import template_variables
 from packtrain.pipeline.format import compile_chat_template
 
 MARK, USER = "\x00system-mark\x00", "\x00user-mark\x00"
@@ -21,7 +22,7 @@ def default_system_prompt(template: str | None, bos_token: str | None, eos_token
     if not template:
         return None
     render = compile_chat_template(template).render
-    tokens = {"bos_token": bos_token or "", "eos_token": eos_token or "", "add_generation_prompt": False}
+    tokens = {**template_variables(bos_token, eos_token), "add_generation_prompt": False}
     try:
         marked = render(messages=[{"role": "system", "content": MARK}, {"role": "user", "content": USER}], **tokens)
         plain = render(messages=[{"role": "user", "content": USER}], **tokens)
