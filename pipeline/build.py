@@ -99,8 +99,8 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         "pack": dataclasses.asdict(config.pack),
         "on_bad_rows": config.build.on_bad_rows,
     }
-    if config.format.style == "chat" and uses_the_date(tokenizer.chat_template):
-        inputs["chat_date"] = strftime_now("%Y-%m-%d")  # the template renders today's date: a new day, a new build
+    if config.format.style == "chat" and any(map(uses_the_date, tokenizer.chat_templates)):
+        inputs["chat_date"] = strftime_now("%Y-%m-%d")  # a template renders today's date: a new day, a new build
     return sources, tokenizer, inputs
 
 
@@ -357,7 +357,7 @@ def check_chat_template(tokenizer: TokenizerInfo, kwargs: dict) -> None:
         raise BuildError(f"format.style is chat but {tokenizer.directory} has no chat_template "
                          "(tokenizer_config.json or chat_template.jinja); use format.style: template")
     read: set[str] = set()
-    for template in filter(None, (tokenizer.chat_template, tokenizer.tool_chat_template)):
+    for template in tokenizer.chat_templates:
         try:
             read |= variables_read(template)
         except jinja2.TemplateError as e:

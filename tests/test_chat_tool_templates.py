@@ -282,3 +282,19 @@ def test_the_kwargs_column_needs_a_conversation_column():
     with pytest.raises(ConfigError, match="format.chat_template_kwargs_column: only used with format.messages"):
         config_from_dict({"expert": "x", "sources": [{"name": "d"}], "model": {"name": "m"},
                           "format": {"style": "chat", "chat_template_kwargs_column": "kw"}})
+
+
+def test_a_tool_use_template_that_renders_the_date_puts_the_day_in_the_build(templated):
+    """The date is part of a build whose rows with tools are rendered by a ``tool_use`` template that
+    renders today's date (Llama 3.2's does), even where the default template renders none."""
+    from pathlib import Path
+
+    from real_tokenizers import CHATML
+
+    from packtrain.pipeline.build import plan_inputs
+
+    llama = (Path(__file__).parent / "chat_templates" / "llama3_2.jinja").read_text()
+    builder, _ = templated("dated-tool-use", [{"name": "default", "template": CHATML},
+                                              {"name": "tool_use", "template": llama}])
+    data = write_lines(builder.root / "rows.jsonl", [{"messages": ask(0), "tools": [WEATHER]}])
+    assert "chat_date" in plan_inputs(builder.config(data, {**CHAT, "tools": "tools"}))[2]

@@ -40,6 +40,11 @@ class TokenizerInfo:
     """The named template ``tool_use`` where the tokenizer has one: ``apply_chat_template`` renders a
     call with tools by it (transformers' ``get_chat_template``), one without by ``chat_template``."""
 
+    @property
+    def chat_templates(self) -> tuple[str, ...]:
+        """Every chat template a build may render rows by: the default one and the ``tool_use`` one."""
+        return tuple(filter(None, (self.chat_template, self.tool_chat_template)))
+
     def line_split(self) -> tuple[bool, str]:
         """Whether repeated lines can be memoized (packtrain.pipeline.encode.line_cache), and why; read from
         tokenizer.json when asked (only a build that tokenizes with HF tokenizers asks)."""
