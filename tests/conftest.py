@@ -207,11 +207,11 @@ def tiny(tmp_path_factory) -> Builder:
 
 
 @pytest.fixture(scope="module")
-def qwen(real_tokenizer, tmp_path_factory):
-    """A builder over Qwen3's real tokenizer, and the HF tokenizer (the reference)."""
+def qwen(real_builder):
+    """The builder over Qwen3's real tokenizer, and the HF tokenizer (the reference)."""
     from transformers import AutoTokenizer
 
-    builder = Builder(tmp_path_factory.mktemp("tools-qwen3"), real_tokenizer("qwen3"))
+    builder = real_builder("qwen3")
     return builder, AutoTokenizer.from_pretrained(str(builder.tokenizer))
 
 
@@ -220,8 +220,6 @@ def templated(real_tokenizer, tmp_path_factory):
     """``templated(name)``: a builder over Qwen3's tokenizer with the chat template of
     tests/chat_templates/<name>.jinja (or ``chat_template`` as given), its turns ending with Qwen's
     end-of-turn token (the build appends the EOS to a document that ends otherwise), and the HF tokenizer."""
-    from pathlib import Path
-
     from transformers import AutoTokenizer
 
     made = {}

@@ -1,5 +1,5 @@
 """Shared by the format tests (test_dataset_formats, test_chat_tools, test_chat_tool_templates): a
-builder over one tokenizer and cache, the real-tokenizer builders, and the tool definitions and
+builder over one tokenizer and cache (its fixtures are in conftest.py), and the tool definitions and
 references (``apply_chat_template`` with tools and kwargs) the tools tests compare with."""
 
 from __future__ import annotations

@@ -41,9 +41,9 @@ LOCK = ".lock"
 # what to do when a write into the cache finds the disk full (core/diskfull.py)
 BUILD_DISK_FULL_FIX = "free space or set CACHE_DIR (--cache-dir) to a larger disk, then build again"
 
-# Files that define a tokenizer's behaviour. Whatever of these exists is hashed, by content.
 # the named chat template transformers renders a call with tools by, where save_pretrained writes it
 TOOL_CHAT_TEMPLATE = "additional_chat_templates/tool_use.jinja"
+# Files that define a tokenizer's behaviour. Whatever of these exists is hashed, by content.
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
