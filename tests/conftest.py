@@ -18,6 +18,7 @@ import pytest
 import run_shared
 from build_fixtures import make_tokenizer
 from format_fixtures import Builder
+from packtrain.pipeline.encode import encoders
 
 SQL_ROWS = [
     {"question": f"q{i}", "context": f"CREATE TABLE t{i} (x INT)", "answer": f"SELECT x FROM t{i}"}
@@ -30,6 +31,11 @@ MODEL_COMMIT = "c" * 40
 # One torch thread in every command a test runs (train.cpu_threads: auto honours it): the count auto
 # would choose follows the load average, and two runs a test compares must add in the same order.
 os.environ["OMP_NUM_THREADS"] = "1"
+
+
+# Each test process keeps the encoders of four tokenizers (a build process keeps one): test after test
+# it builds with the three real ones and tiny ones, and loading Qwen's for fastokens takes 1-2 s.
+encoders.KEPT = 4
 
 
 def pytest_collection_finish(session):

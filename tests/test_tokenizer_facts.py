@@ -45,6 +45,20 @@ def test_another_cache_of_the_same_process_gets_the_facts_without_loading_the_to
     assert json.loads(written.read_text())["answer"] == FACTS
 
 
+def test_a_copy_of_the_tokenizer_file_beside_another_config_is_not_loaded_again(tmp_path, monkeypatch):
+    """The facts are tokenizer.json's alone: a copy of it under another chat template (another tokenizer
+    content, its own facts file) gets them from the process without loading it again."""
+    model = make_tokenizer(tmp_path / "model")
+    first = load_tokenizer_info(model, facts_dir=tmp_path / "facts")
+    copy = make_tokenizer(tmp_path / "copy")
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "{{ messages }}"}))
+    no_hf_load(monkeypatch)
+    second = load_tokenizer_info(copy, facts_dir=tmp_path / "facts")
+    assert second.fingerprint["hash"] != first.fingerprint["hash"] and second.facts == first.facts
+    assert len(list((tmp_path / "facts").iterdir())) == 2
+
+
 @pytest.mark.parametrize("damage", ["{", '{"vocab_size": "400", "ids": {}, "prefix": []}', "[]"])
 def test_a_damaged_facts_file_is_computed_again(tmp_path, damage):
     model = make_tokenizer(tmp_path / "model")

@@ -1,8 +1,10 @@
 """Data-parallel training: 2 CPU processes (gloo) compute what 1 process with a 2x batch computes.
 
-The two ranks are started with torch.multiprocessing (spawn), with the environment torchrun would
-set (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT), and run the real
-``packtrain.trainer.train.run``. Tolerances (fp32; the ranks sum the same token losses in another order):
+The two ranks are started with torch.multiprocessing, with the environment torchrun would set (RANK,
+LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT) over the test's own, and run the
+real ``packtrain.trainer.train.run``. They are forked from a fork server that imported this module (and
+torch, transformers and peft with it) once per test process, so that each rank does not import them
+again (5-6 s of CPU each, 8 ranks in this file and test_trainer_fsdp.py); nothing else runs in it. Tolerances (fp32; the ranks sum the same token losses in another order):
 losses, eval losses and gradient norms to 1e-5 relative (measured: <= 2e-7, gradient norms equal);
 adapter weights to 1e-4 absolute (measured: <= 1e-5, on weights of magnitude ~0.1). The weights get
 the looser bound because AdamW divides each element's update by its own gradient magnitude: where a
@@ -42,9 +44,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, port: int, model_dir, cache, out, run_name, settings, resume, calls_dir):
+def _rank_main(rank: int, environ: dict, port: int, model_dir, cache, out, run_name, settings, resume, calls_dir):
     """One rank, as torchrun would start it; records every file-writing call it makes."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
+    os.environ.clear()  # the fork server's environment is the first test's: the test's own, as torchrun passes it
+    os.environ.update(environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
     import packtrain.trainer.loop
@@ -73,8 +76,9 @@ def _rank_main(rank: int, port: int, model_dir, cache, out, run_name, settings, 
 def run_two_ranks(tmp_path, model_dir, run_name, settings=SETTINGS, resume=None):
     calls = tmp_path / f"calls-{run_name}-{resume is not None}"
     calls.mkdir()
-    mp.start_processes(_rank_main, nprocs=WORLD, start_method="spawn", join=True,
-                       args=(free_port(), model_dir, tmp_path / "cache", tmp_path / "runs", run_name, settings,
+    mp.set_forkserver_preload([__name__])
+    mp.start_processes(_rank_main, nprocs=WORLD, start_method="forkserver", join=True,
+                       args=(dict(os.environ), free_port(), model_dir, tmp_path / "cache", tmp_path / "runs", run_name, settings,
                              resume, str(calls)))
     return tmp_path / "runs" / "sql" / run_name, {p.stem: p.read_text().split("\n")[:-1] for p in calls.iterdir()}
 

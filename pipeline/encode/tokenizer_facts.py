@@ -8,8 +8,9 @@ per tokenizer, ``cache/<expert>/.sources/.tokenizer-facts/<key>.json``, about th
 content hash (tokenizer.json, tokenizer_config.json, ...), the ``tokenizers`` version,
 :data:`FACTS_VERSION` and the special tokens asked about. A missing, damaged or edited file (its seal,
 pipeline/encode/notes.py) is computed again and written atomically; a changed tokenizer file changes
-the key. A process keeps the facts it computed (:data:`COMPUTED`, by the same key), so another cache of
-the same tokenizer content (``packtrain rebuild --all``: one per expert) does not load it again.
+the key. A process keeps the facts it computed (:data:`COMPUTED`, by tokenizer.json's content), so
+another cache of the same tokenizer file (``packtrain rebuild --all``: one per expert) does not load it
+again.
 """
 
 from __future__ import annotations
@@ -43,21 +44,25 @@ def facts_of(tokenizer, tokens: list[str]) -> dict:
             "ids": {token: tokenizer.token_to_id(token) for token in tokens}, "prefix": wrapped[:at]}
 
 
-# about -> the facts this process computed: another cache of this process with the same tokenizer
-# content (``packtrain rebuild --all``: each expert has its cache) writes them without loading it again
-COMPUTED: dict[str, dict] = {}
+# (tokenizer.json's sha256, the tokens) -> the facts this process computed: another cache of this
+# process with the same tokenizer file (``packtrain rebuild --all``: each expert has its cache; another
+# directory with a copy of it) writes them without loading it again. The facts are the file's alone.
+COMPUTED: dict[tuple[str, tuple[str, ...]], dict] = {}
 
 
-def remembered(tokenizer_file: Path, content_hash: str, tokens: list[str], fix: str, cache_dir: Path | None) -> dict:
-    """:func:`compute`, read from ``cache_dir`` when it holds this tokenizer's facts (None: no cache)."""
+def remembered(tokenizer_file: Path, file_hash: str, content_hash: str, tokens: list[str], fix: str,
+               cache_dir: Path | None) -> dict:
+    """:func:`compute`, read from ``cache_dir`` when it holds this tokenizer's facts (None: no cache).
+    ``file_hash``: tokenizer.json's sha256; ``content_hash``: the tokenizer's (every file's)."""
     if cache_dir is None:
         return compute(tokenizer_file, tokens, fix)
     about = f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION} {' '.join(tokens)}"
 
     def computed() -> dict:
-        if about not in COMPUTED:
-            COMPUTED[about] = compute(tokenizer_file, tokens, fix)
-        return json.loads(json.dumps(COMPUTED[about]))  # a copy: the caller's to change
+        key = (file_hash, tuple(tokens))
+        if key not in COMPUTED:
+            COMPUTED[key] = compute(tokenizer_file, tokens, fix)
+        return json.loads(json.dumps(COMPUTED[key]))  # a copy: the caller's to change
 
     return remembered_note(note_file(cache_dir, about), about, lambda facts: valid(facts, tokens), computed)
 
