@@ -2,7 +2,7 @@
 
 The two ranks are started with torch.multiprocessing, with the environment torchrun would set (RANK,
 LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT) over the test's own, and run the
-real ``packtrain.trainer.train.run``. They are forked from a fork server that imported this module (and
+real ``packtrain.trainer.train.run``. They are forked from a fork server that imported the trainer (and
 torch, transformers and peft with it) once per test process, so that each rank does not import them
 again (5-6 s of CPU each, 8 ranks in this file and test_trainer_fsdp.py); nothing else runs in it. Tolerances (fp32; the ranks sum the same token losses in another order):
 losses, eval losses and gradient norms to 1e-5 relative (measured: <= 2e-7, gradient norms equal);
@@ -76,7 +76,7 @@ def _rank_main(rank: int, environ: dict, port: int, model_dir, cache, out, run_n
 def run_two_ranks(tmp_path, model_dir, run_name, settings=SETTINGS, resume=None):
     calls = tmp_path / f"calls-{run_name}-{resume is not None}"
     calls.mkdir()
-    mp.set_forkserver_preload([__name__])
+    mp.set_forkserver_preload(["packtrain.trainer.train"])  # not this module: the fork server lacks tests/ on its path
     mp.start_processes(_rank_main, nprocs=WORLD, start_method="forkserver", join=True,
                        args=(dict(os.environ), free_port(), model_dir, tmp_path / "cache", tmp_path / "runs", run_name, settings,
                              resume, str(calls)))
