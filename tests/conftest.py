@@ -33,9 +33,9 @@ MODEL_COMMIT = "c" * 40
 os.environ["OMP_NUM_THREADS"] = "1"
 
 
-# Each test process keeps the encoders of four tokenizers (a build process keeps one): test after test
-# it builds with the three real ones and tiny ones, and loading Qwen's for fastokens takes 1-2 s.
-encoders.KEPT = 4
+# A test process keeps the encoders of 16 tokenizers (a build process keeps one): test after test it
+# builds with the three real ones (loading Qwen's for fastokens takes 1-2 s) and tiny ones in between.
+encoders.KEPT = 16
 
 
 def pytest_collection_finish(session):

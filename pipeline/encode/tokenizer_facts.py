@@ -52,18 +52,18 @@ COMPUTED: dict[tuple[str, tuple[str, ...]], dict] = {}
 
 def remembered(tokenizer_file: Path, file_hash: str, content_hash: str, tokens: list[str], fix: str,
                cache_dir: Path | None) -> dict:
-    """:func:`compute`, read from ``cache_dir`` when it holds this tokenizer's facts (None: no cache).
-    ``file_hash``: tokenizer.json's sha256; ``content_hash``: the tokenizer's (every file's)."""
-    if cache_dir is None:
-        return compute(tokenizer_file, tokens, fix)
-    about = f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION} {' '.join(tokens)}"
-
+    """:func:`compute`, read from ``cache_dir`` when it holds this tokenizer's facts (None: no cache; the
+    process's own :data:`COMPUTED` still answers). ``file_hash``: tokenizer.json's sha256;
+    ``content_hash``: the tokenizer's (every file's)."""
     def computed() -> dict:
         key = (file_hash, tuple(tokens))
         if key not in COMPUTED:
             COMPUTED[key] = compute(tokenizer_file, tokens, fix)
         return json.loads(json.dumps(COMPUTED[key]))  # a copy: the caller's to change
 
+    if cache_dir is None:
+        return computed()
+    about = f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION} {' '.join(tokens)}"
     return remembered_note(note_file(cache_dir, about), about, lambda facts: valid(facts, tokens), computed)
 
 
