@@ -12,6 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from build_fixtures import bundled_cache
+from inprocess_cli import cli
 from packtrain.cli.commands import main
 from packtrain.core.contract import read_current
 
@@ -156,8 +157,8 @@ def test_train_refuses_a_build_made_with_another_tokenizer(hf_home, tmp_path):
     assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
     other = make_tokenizer(tmp_path / "other-model")
     (other / "config.json").write_text((ROOT / "packtrain/core/assets/demo-model/config.json").read_text())
-    refused = run_cli("train", "sql", "--cache-dir", cache, "--model", other, "--max-steps", 1,
-                        "--set", f"train.output_dir={tmp_path / 'runs'}")
+    refused = cli("train", "sql", "--cache-dir", cache, "--model", other, "--max-steps", 1,
+                  "--set", f"train.output_dir={tmp_path / 'runs'}")  # in this process: no torch import
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "tokenizer.json" in refused.stderr and "make pretokenize EXPERT=sql" in refused.stderr
     assert "Traceback" not in refused.stderr
