@@ -20,9 +20,7 @@ def key_of(directory) -> tuple[str, str]:
 @pytest.fixture
 def empty(monkeypatch):
     """This process's encoders, none loaded, one tokenizer kept (the build's setting)."""
-    for cache in ("TOKENIZER_CACHE", "LINE_CACHES", "FAST_ENCODERS"):
-        monkeypatch.setattr(encoders, cache, {})
-    monkeypatch.setattr(encoders, "USED", [])
+    monkeypatch.setattr(encoders, "LOADED", {})
     monkeypatch.setattr(encoders, "KEPT", 1)
 
 
@@ -33,10 +31,10 @@ def test_a_process_holds_one_tokenizers_encoders_at_a_time(tmp_path, empty):
     fast = encoders.fast_encoder(first, "fastokens")
     assert encoders.hf_tokenizer(first) is hf and encoders.fast_encoder(first, "fastokens") is fast  # once
     encoders.hf_tokenizer(second)  # another tokenizer: the first one's encoders are dropped
-    assert list(encoders.TOKENIZER_CACHE) == [second[1]] and encoders.FAST_ENCODERS == {}
+    assert {sha: list(loaded) for sha, loaded in encoders.LOADED.items()} == {second[1]: ["hf"]}
     encoders.fast_encoder(second, "fastokens")
-    assert list(encoders.FAST_ENCODERS) == [(second[1], "fastokens")]
-    assert encoders.hf_tokenizer(first) is not hf and list(encoders.TOKENIZER_CACHE) == [first[1]]
+    assert {sha: list(loaded) for sha, loaded in encoders.LOADED.items()} == {second[1]: ["hf", "fastokens"]}
+    assert encoders.hf_tokenizer(first) is not hf and list(encoders.LOADED) == [first[1]]
 
 
 def test_the_same_content_in_another_directory_is_loaded_once(tmp_path, empty):
@@ -56,5 +54,4 @@ def test_kept_tokenizers_are_the_most_recently_used(tmp_path, empty, monkeypatch
     encoders.hf_tokenizer(b)
     assert encoders.hf_tokenizer(a) is hf_a  # a used again: b is now the least recently used
     encoders.fast_encoder(c, "fastokens")
-    assert set(encoders.TOKENIZER_CACHE) == {a[1]} and set(encoders.FAST_ENCODERS) == {(c[1], "fastokens")}
-    assert encoders.USED == [a[1], c[1]]
+    assert {sha: list(loaded) for sha, loaded in encoders.LOADED.items()} == {a[1]: ["hf"], c[1]: ["fastokens"]}

@@ -186,7 +186,7 @@ def test_a_wrong_line_cache_is_caught_never_published_dropped_and_remembered(rea
                       progress=False)
     real_cut = line_cut
     monkeypatch.setattr("packtrain.pipeline.encode.encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
-    monkeypatch.setattr("packtrain.pipeline.encode.encoders.LINE_CACHES", {})  # this process's caches (num_proc 1)
+    monkeypatch.setattr("packtrain.pipeline.encode.encoders.LOADED", {})  # this process's encoders (num_proc 1)
     lines: list[str] = []
     config = load_config("sql", project["configs"], {"build.fast_encoder": False})
     result = build(config, project["cache"], log=lines.append, progress=False)
@@ -223,7 +223,7 @@ def test_sources_cached_with_a_shortcut_refused_later_are_tokenized_again(real_t
     a_only = {"build.fast_encoder": False, "build.check_documents": 0}
     monkeypatch.setattr(exactness, "sampled", lambda text: False)  # nothing of a falls in the sample
     monkeypatch.setattr("packtrain.pipeline.encode.encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
-    monkeypatch.setattr("packtrain.pipeline.encode.encoders.LINE_CACHES", {})
+    monkeypatch.setattr("packtrain.pipeline.encode.encoders.LOADED", {})
     lines: list[str] = []
     build(load_config("sql", project["configs"], a_only), project["cache"], log=lines.append, progress=False)
     assert "exactness check: none of the 40 documents a shortcut made fell in the sample (build.check_documents is " \
