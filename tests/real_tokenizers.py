@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import shutil
@@ -40,6 +41,15 @@ def package_dir(module: str) -> Path:
     if spec is None:
         pytest.skip(f"{module} is not installed (make install installs it)")
     return Path(spec.submodule_search_locations[0])
+
+
+@functools.cache
+def hf_tokenizer(directory: Path):
+    """The HF tokenizer of a real tokenizer's directory, loaded once per test process (Qwen's: ~0.5 s);
+    the tests only encode with it."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(directory / "tokenizer.json"))
 
 
 def make_real_tokenizer(name: str, directory: Path) -> Path:

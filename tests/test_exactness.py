@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
 
 from build_fixtures import chat_configs, make_project, packed_documents as documents, seed_decision, write_jsonl
 from hostile_text import hostile_pairs, hostile_texts
@@ -27,7 +26,7 @@ from packtrain.pipeline.encode import exactness, tiktoken_encoder
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.line_cache import NEWLINE_RUN_CUT, LineCache, line_cut
 from packtrain.pipeline.encode.notes import write_note
-from real_tokenizers import MARKED_SMOLLM2, REAL_TOKENIZERS
+from real_tokenizers import MARKED_SMOLLM2, REAL_TOKENIZERS, hf_tokenizer as hf
 
 SAMPLES = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
 SHORTCUTS_OFF = {"build.line_cache": False, "build.fast_encoder": False}
@@ -37,10 +36,6 @@ SHORTCUTS = {
     "tiktoken": ({"build.fast_encoder": "tiktoken", "build.line_cache": False}, ("qwen3",)),
     "line_cache": ({"build.fast_encoder": False, "build.line_cache": True}, REAL_TOKENIZERS),
 }
-
-
-def hf(directory: Path) -> Tokenizer:
-    return Tokenizer.from_file(str(directory / "tokenizer.json"))
 
 
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)

@@ -10,13 +10,11 @@ and the adapter answers.
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer
 
 from packtrain.core.config_build import FormatConfig
 from packtrain.core.configfile import load_config
@@ -27,7 +25,7 @@ from packtrain.pipeline.generation_prompt import PromptError, generation_prompt,
 from packtrain.trainer.eval.talk import TextStream, prompt_ids
 from packtrain.trainer.eval.task_eval import val_examples
 from build_fixtures import seed_decision
-from real_tokenizers import CHATML, REAL_TOKENIZERS
+from real_tokenizers import CHATML, REAL_TOKENIZERS, hf_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL_PROMPT = "### Schema\n{context}\n\n### Question\n{question}\n\n### SQL\n"
@@ -87,12 +85,6 @@ def test_an_expert_trained_with_tools_is_prompted_with_the_tools_given():
     assert template_for("default", "tool_use", None) == template_for("default", None, tools) == "default"
 
 
-@functools.cache
-def hf(directory: Path) -> Tokenizer:
-    """The HF tokenizer of a real tokenizer's directory, loaded once per test process (Qwen's: ~0.5 s)."""
-    return Tokenizer.from_file(str(directory / "tokenizer.json"))
-
-
 @pytest.mark.parametrize("style", ["template", "chat"])
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)
 def test_the_prompt_is_the_one_the_build_wrote_for_every_validation_row(real_tokenizer, tmp_path, name, style):
@@ -104,7 +96,7 @@ def test_the_prompt_is_the_one_the_build_wrote_for_every_validation_row(real_tok
     manifest = Manifest.load(result.path)
     examples = val_examples(result.path, manifest, 10 ** 6)
     info = load_tokenizer_info(directory)
-    tokenizer = hf(directory)
+    tokenizer = hf_tokenizer(directory)
     rows = [json.loads(line) for line in (ROOT / "pipeline/assets/samples/sql.jsonl").read_text().splitlines()]
     by_prompt = {(row["context"], row["question"]): row for row in rows}  # a question can come with two schemas
     assert len(examples) >= 40  # the validation documents the build holds whole

@@ -4,9 +4,10 @@ The two ranks are started with torch.multiprocessing, with the environment torch
 LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT) over the test's own, and run the
 real ``packtrain.trainer.train.run``. They are forked from a fork server that imported the trainer (and
 torch, transformers and peft with it) once per test process, so that each rank does not import them
-again (5-6 s of CPU each, 8 ranks in this file and test_trainer_fsdp.py); nothing else runs in it. Tolerances (fp32; the ranks sum the same token losses in another order):
-losses, eval losses and gradient norms to 1e-5 relative (measured: <= 2e-7, gradient norms equal);
-adapter weights to 1e-4 absolute (measured: <= 1e-5, on weights of magnitude ~0.1). The weights get
+again (5-6 s of CPU each, 8 ranks in this file and test_trainer_fsdp.py); nothing else runs in it.
+
+Tolerances (fp32; the ranks sum the same token losses in another order): losses, eval losses and
+gradient norms to 1e-5 relative (measured: <= 2e-7, gradient norms equal); adapter weights to 1e-4 absolute (measured: <= 1e-5, on weights of magnitude ~0.1). The weights get
 the looser bound because AdamW divides each element's update by its own gradient magnitude: where a
 gradient element is nearly zero, a 1e-7 rounding difference becomes an update difference of a sizable
 fraction of the learning rate (1e-3). The gradient norm is the check with teeth for the loss
