@@ -133,13 +133,29 @@ def seed_decision(cache: Path, tokenizer_dir: Path, fast_encoder: bool | str = T
     processes: tests/run_shared.py); the tests of the decision itself start from an empty cache."""
     notes = Path(cache) / FAST_ENCODER_NOTES
     notes.mkdir(parents=True, exist_ok=True)
+    write_files(notes, shared_decision(tokenizer_dir, fast_encoder))
+
+
+def shared_decision(tokenizer_dir: Path, fast_encoder: bool | str) -> dict[str, bytes]:
+    """:func:`decision_notes` for the tokenizer in ``tokenizer_dir``, made once per test run and
+    tokenizer content (by content: each test's tokenizer is in its own directory)."""
     tokenizer_json = tokenizer_json_sha256(tokenizer_dir)
     key = (tokenizer_json, fast_encoder)
-    if key not in _DECISIONS:  # by content: each test's tokenizer is in its own directory
+    if key not in _DECISIONS:
         made = made_once(f"decision-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}", lambda directory: write_files(
             directory, decision_notes(Path(tokenizer_dir), tokenizer_json, fast_encoder)))
         _DECISIONS[key] = {note.name: note.read_bytes() for note in sorted(made.iterdir())}
-    write_files(notes, _DECISIONS[key])
+    return _DECISIONS[key]
+
+
+def decided(tokenizer_dir: Path, fast_encoder: bool | str = True) -> tuple[str | None, str]:
+    """The fast encoder the build's own decision chose for the tokenizer in ``tokenizer_dir`` (None: the
+    HF tokenizer) and why, as remembered in the note :func:`seed_decision` puts in a cache: a test
+    asking what was decided shares the proof (seconds of CPU on a real tokenizer) with every build
+    seeded from it."""
+    (note,) = shared_decision(tokenizer_dir, fast_encoder).values()
+    answer = json.loads(note)["answer"]
+    return answer["encoder"], answer["why"]
 
 
 def write_files(directory: Path, files: dict[str, bytes]) -> None:

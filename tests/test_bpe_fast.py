@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from build_fixtures import make_project, make_tokenizer, swap_two_merged_ids
+from build_fixtures import decided, make_project, make_tokenizer, swap_two_merged_ids
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 from packtrain.pipeline.encode import tiktoken_encoder
@@ -75,8 +75,9 @@ def test_gpt2_style_tokenizer_gives_hf_ids_on_hostile_text(tmp_path, seed):
 
 def test_real_qwen_tokenizer_gives_hf_ids_on_hostile_text_and_real_rows():
     tokenizer_json = qwen_tokenizer_json()
-    assert tiktoken_encoder.decide(tokenizer_json) == (
-        True, "rank BPE equals its merges (GPT-4 / Llama-3 / Qwen split regex + byte-level), probe text identical")
+    # the decision a build makes (its proof shared with the builds that use it: build_fixtures.decided)
+    assert decided(tokenizer_json.parent, "tiktoken") == (
+        "tiktoken", "tiktoken: rank BPE equals its merges (GPT-4 / Llama-3 / Qwen split regex + byte-level), probe text identical")
     encoder, hf = fast_and_hf(tokenizer_json)
     rng = random.Random(0)
     texts = [random_text(rng, rng.randint(0, 80)) for _ in range(1000)]

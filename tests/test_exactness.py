@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from build_fixtures import chat_configs, make_project, packed_documents as documents, seed_decision, write_jsonl
+from build_fixtures import chat_configs, decided, make_project, packed_documents as documents, seed_decision, write_jsonl
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
@@ -70,10 +70,10 @@ def test_the_hostile_corpus_catches_the_old_line_cut_on_smollm2(real_tokenizer):
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)
 def test_the_fast_encoder_is_admitted_only_where_it_equals_the_hf_tokenizer_on_hostile_text(real_tokenizer, name):
     directory = real_tokenizer(name)
-    on, why = tiktoken_encoder.decide(directory / "tokenizer.json")
+    encoder, why = decided(directory, "tiktoken")  # the build's decision, its proof shared with the builds
     # SmolLM2's vocabulary lacks byte tokens; the converted Qwen2 lists several merges per token
-    assert on == (name == "qwen3"), why
-    if on:
+    assert (encoder == "tiktoken") == (name == "qwen3"), why
+    if encoder:
         tokenizer = hf(directory)
         encoder = tiktoken_encoder.FastEncoder(json.loads((directory / "tokenizer.json").read_text()), lambda: tokenizer)
         texts = hostile_texts(seed=1, count=4000)

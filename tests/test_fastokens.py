@@ -11,9 +11,8 @@ import shutil
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
 
-from build_fixtures import make_project, make_tokenizer
+from build_fixtures import decided, make_project, make_tokenizer
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
@@ -22,7 +21,7 @@ from packtrain.pipeline.encode import fastokens_encoder
 from packtrain.pipeline.encode.encoder_decision import choose
 from packtrain.pipeline.encode.worker import token_spans
 from packtrain.pipeline.format import BadRow, Formatted
-from real_tokenizers import REAL_TOKENIZERS
+from real_tokenizers import REAL_TOKENIZERS, hf_tokenizer
 
 
 def encoders(directory):
@@ -30,7 +29,7 @@ def encoders(directory):
 
     text = (directory / "tokenizer.json").read_text()
     return (fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_json_str(text), json.loads(text)),
-            Tokenizer.from_str(text))
+            hf_tokenizer(directory))
 
 
 def conversation_like(rng: random.Random, pairs: list[tuple[str, str]]) -> Formatted:
@@ -46,8 +45,8 @@ def conversation_like(rng: random.Random, pairs: list[tuple[str, str]]) -> Forma
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)
 def test_fastokens_gives_the_hf_ids_and_spans_on_hostile_text(real_tokenizer, name):
     directory = real_tokenizer(name)
-    assert fastokens_encoder.decide((directory / "tokenizer.json").read_text()) == (
-        True, "the HF tokenizer's ids on the probe text")
+    # the decision a build makes (its proof shared with the builds that use it: build_fixtures.decided)
+    assert decided(directory) == ("fastokens", "fastokens: the HF tokenizer's ids on the probe text")
     fast, hf = encoders(directory)
     texts = hostile_texts(seed=11, count=3000)
     assert fast.encode_ids(texts, hf) == [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
@@ -92,7 +91,7 @@ def test_the_structural_checks_hand_the_encoder_the_token_byte_lengths_they_comp
     # a worker computes them once (0.1-0.4 CPU s on Qwen3's vocabulary), not again for the encoder
     monkeypatch.setattr(fastokens_encoder, "token_byte_lengths", lambda spec: pytest.fail("computed twice"))
     fast = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_json_str(text), spec, lengths)
-    assert fast.encode_ids(["SELECT 1"]) == [Tokenizer.from_str(text).encode("SELECT 1", add_special_tokens=False).ids]
+    assert fast.encode_ids(["SELECT 1"]) == [hf_tokenizer(real_tokenizer("qwen3")).encode("SELECT 1", add_special_tokens=False).ids]
 
 
 @pytest.mark.parametrize("change, why", [
