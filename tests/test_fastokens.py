@@ -129,6 +129,22 @@ def test_without_fastokens_the_decision_tries_tiktoken(tmp_path, monkeypatch):
     assert told == [(None, "fastokens: not installed (pip install fastokens)")]
 
 
+def test_the_setting_fastokens_proves_it_and_builds_the_hf_bytes_with_it(tmp_path):
+    """``build.fast_encoder: fastokens`` (fastokens alone; the default, true, tries it first: the real
+    tokenizers' builds in test_exactness.py): a first build proves it, then every document is its."""
+    project = make_project(tmp_path, decided=False)
+    reference = build(load_config("sql", project["configs"], {"build.fast_encoder": False, "build.line_cache": False}),
+                      tmp_path / "ref", log=lambda *_: None, progress=False)
+    lines: list[str] = []
+    result = build(load_config("sql", project["configs"], {"build.fast_encoder": "fastokens", "build.line_cache": False}),
+                   project["cache"], log=lines.append, progress=False)
+    assert "fast encoder: proven exact (fastokens: the HF tokenizer's ids on the probe text)" in lines
+    assert Manifest.load(result.path, full=True).outputs["exactness"] == {
+        "by_shortcut": 60, "checked": 60, "encoders": ["fastokens"], "line_cache": False, "render_once": False}
+    assert {p.name: p.read_bytes() for p in result.path.glob("*.arrow")} == \
+        {p.name: p.read_bytes() for p in reference.path.glob("*.arrow")}
+
+
 def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered(tmp_path, monkeypatch):
     """fastokens made to change one id of every tenth document (in this process: one batch, num_proc
     1): the build's check finds the first, publishes the HF tokenizer's bytes and remembers the refusal."""
