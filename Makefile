@@ -120,14 +120,16 @@ discover: install
 # The layering contract first (pyproject.toml [tool.importlinter]: an import the wrong way fails),
 # then the suite on one worker per CPU (pytest-xdist; TEST_WORKERS=0: in this process, one test after
 # another). --dist loadfile keeps each test file on one worker, so a module's fixtures (tiny models,
-# builds, finished runs) are made once.
+# builds, finished runs) are made once; --no-loadscope-reorder hands the files out in the order
+# tests/conftest.py collects them, the longest first (xdist's own order, most tests first, left the
+# run waiting on a long file of few tests at its end).
 TEST_WORKERS ?= auto
 test: install
 	$(BIN)/lint-imports --no-cache
 	# packtrain's own bytecode, once: each process a test starts imports it (where PYTHONDONTWRITEBYTECODE
 	# is set, as on this machine, every one of them would compile those modules again)
 	$(BIN)/python -m compileall -q pipeline trainer packtrain tests > /dev/null
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The CUDA tier (tests marked cuda; skipped on CPU). On the GPU machine, which has torch and no
 # registry, it runs with the Python found there: `make test-gpu PY=python3`, with packtrain itself
