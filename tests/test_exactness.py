@@ -71,10 +71,10 @@ def test_the_hostile_corpus_catches_the_old_line_cut_on_smollm2(real_tokenizer):
 @pytest.mark.parametrize("name", REAL_TOKENIZERS)
 def test_the_fast_encoder_is_admitted_only_where_it_equals_the_hf_tokenizer_on_hostile_text(real_tokenizer, name):
     directory = real_tokenizer(name)
-    encoder, why = decided(directory, "tiktoken")  # the build's decision, its proof shared with the builds
+    chosen, why = decided(directory, "tiktoken")  # the build's decision, its proof shared with the builds
     # SmolLM2's vocabulary lacks byte tokens; the converted Qwen2 lists several merges per token
-    assert (encoder == "tiktoken") == (name == "qwen3"), why
-    if encoder:
+    assert (chosen == "tiktoken") == (name == "qwen3"), why
+    if chosen:
         tokenizer = hf(directory)
         encoder = tiktoken_encoder.FastEncoder(json.loads((directory / "tokenizer.json").read_text()), lambda: tokenizer)
         texts = hostile_texts(seed=1, count=4000)
