@@ -45,10 +45,11 @@ install: $(VENV)/.installed
 # installed by pip first; pip alone took 85 s); pip installs uv. Bytecode is compiled at install, as
 # pip does: where PYTHONDONTWRITEBYTECODE is set, Python would otherwise compile torch again in every
 # process. --native-tls: the system's certificates, as pip uses them (a proxy's own CA, where there
-# is one). uv reads no pip setting: a wheel folder pip is told of in PIP_FIND_LINKS (this machine's
-# torch CPU build lies in one) is passed on.
-UV := $(BIN)/uv pip install -q --native-tls --compile-bytecode --python $(BIN)/python \
-	$(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
+# is one). uv reads no pip setting: the wheel folders pip is told of (PIP_FIND_LINKS, else pip's
+# configured find-links; this machine's torch CPU build lies in one) are passed on.
+PIP_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV = $(BIN)/uv pip install -q --native-tls --compile-bytecode --python $(BIN)/python \
+	$(foreach links,$(PIP_LINKS),--find-links $(links))
 
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
