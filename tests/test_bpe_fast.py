@@ -120,6 +120,18 @@ def test_a_tokenizer_where_equality_is_not_proven_is_refused(tmp_path, change, w
     assert not on and why in reason
 
 
+def test_a_tiktoken_that_differs_on_one_piece_of_the_probe_text_is_refused(tmp_path, monkeypatch):
+    from packtrain.pipeline.encode.probe import probe_pieces
+
+    tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
+    piece = probe_pieces(nfc=False)[5]
+    real = tiktoken_encoder.FastEncoder.tiktoken_ids
+    monkeypatch.setattr(tiktoken_encoder.FastEncoder, "tiktoken_ids",
+                        lambda self, text: [9, *real(self, text)] if text == piece else real(self, text))
+    assert tiktoken_encoder.decide(tokenizer_json) == (
+        False, f"tiktoken: it differs from the HF tokenizer on the probe text near {piece[:40]!r}")
+
+
 PROVING = ("fast encoder: on (tiktoken) (proving it exact for this tokenizer meanwhile, once: nothing it makes is "
            "kept unless it is)")
 

@@ -28,7 +28,8 @@ def encoders(directory):
     import fastokens
 
     text = (directory / "tokenizer.json").read_text()
-    return (fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_json_str(text), json.loads(text)),
+    return (fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_json_str(text),
+                                               fastokens_encoder.Layout(json.loads(text))),
             hf_tokenizer(directory))
 
 
@@ -90,7 +91,7 @@ def test_the_structural_checks_hand_the_encoder_the_token_byte_lengths_they_comp
         "the normalizer Lowercase is neither none nor NFC", None)
     # a worker computes them once (0.1-0.4 CPU s on Qwen3's vocabulary), not again for the encoder
     monkeypatch.setattr(fastokens_encoder, "token_byte_lengths", lambda spec: pytest.fail("computed twice"))
-    fast = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_json_str(text), spec, lengths)
+    fast = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_json_str(text), fastokens_encoder.Layout(spec, lengths))
     assert fast.encode_ids(["SELECT 1"]) == [hf_tokenizer(real_tokenizer("qwen3")).encode("SELECT 1", add_special_tokens=False).ids]
 
 
@@ -114,6 +115,24 @@ def test_a_tokenizer_fastokens_cannot_place_spans_for_is_refused(tmp_path, chang
     change(spec)
     on, reason = fastokens_encoder.decide(json.dumps(spec))
     assert not on and why in reason
+
+
+def test_a_fastokens_that_differs_on_the_last_piece_of_the_probe_text_is_refused(tmp_path, monkeypatch):
+    """Every piece is compared, the last too (the HF tokenizer's ids made and compared 32 pieces at a time)."""
+    from packtrain.pipeline.encode.probe import probe_pieces
+
+    text = (make_tokenizer(tmp_path / "model") / "tokenizer.json").read_text()
+    real = fastokens_encoder.FastokensEncoder.encode_flat
+
+    def wrong(self, texts):
+        ids, offsets = real(self, texts)
+        ids = ids.copy()
+        ids[offsets[-2]] += 1  # the first id of the last text
+        return ids, offsets
+
+    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_flat", wrong)
+    assert fastokens_encoder.decide(text) == (
+        False, f"fastokens: it differs from the HF tokenizer on the probe text near {probe_pieces(nfc=False)[-1][:40]!r}")
 
 
 def test_without_fastokens_the_decision_tries_tiktoken(tmp_path, monkeypatch):

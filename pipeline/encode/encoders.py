@@ -82,7 +82,9 @@ def fast_encoder(key: tuple[str, str], name: str):
 
             problem, lengths = fastokens_encoder.checked(spec)
             if problem is None:
-                encoder = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_file(key[0]), spec, lengths)
+                layout, spec = fastokens_encoder.Layout(spec, lengths), None
+                release_freed()  # the parse, freed before fastokens loads (fastokens_encoder.Layout)
+                encoder = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_file(key[0]), layout)
         elif name == tiktoken_encoder.NAME:
             problem, ranks, _ = tiktoken_encoder.structure(spec)
             if problem is None:
@@ -93,5 +95,5 @@ def fast_encoder(key: tuple[str, str], name: str):
             raise NotExact(f"its structural checks refuse this tokenizer ({problem})")
         loaded[name] = encoder
         del spec
-        release_freed()  # the parsed tokenizer.json, freed (about 90 MiB for Qwen's vocabulary)
+        release_freed()  # the parsed tokenizer.json and the load's scratch, freed (about 90 MiB for Qwen's vocabulary)
     return loaded[name]

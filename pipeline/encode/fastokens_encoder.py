@@ -99,31 +99,37 @@ def decide(text: str, on_checks=None, spec: dict | None = None) -> tuple[bool, s
 
     # one tokenizer at a time, each freed before the next loads (the decision process's memory beside
     # the workers': docs/BENCHMARKS.md): fastokens' ids first, then the HF tokenizer's
-    encoder = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), spec, lengths)
+    layout, spec = Layout(spec, lengths), None
+    release_freed()  # the parse, freed before fastokens loads (memory: the decision runs beside the workers)
+    encoder = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), layout)
     nfc = encoder.placer.nfc
-    del spec
-    fast = encoder.encode_ids(probe_pieces(nfc))  # None: a piece it cannot encode
-    del encoder
+    pieces = probe_pieces(nfc)
+    encodable = [k for k, piece in enumerate(pieces) if encoder.encodable(piece)]
+    ids, offsets = encoder.encode_flat([pieces[k] for k in encodable])  # one uint32 buffer, not lists (memory)
+    where = {k: (a, b) for k, a, b in zip(encodable, offsets[:-1].tolist(), offsets[1:].tolist())}
+    del encoder, pieces
     release_freed()
     hf = Tokenizer.from_str(text)
-    # a piece fastokens cannot encode is the HF tokenizer's in a build too: compared with itself
-    problem = probe_difference(lambda pieces: [ids if ids is not None else hf.encode(piece, add_special_tokens=False).ids
-                                               for piece, ids in zip(pieces, fast)], hf, nfc)
+    release_freed()  # the HF tokenizer's load scratch
+
+    def fast(k: int, piece: str) -> list[int]:
+        if k not in where:  # a piece fastokens cannot encode is the HF tokenizer's in a build too
+            return hf.encode(piece, add_special_tokens=False).ids
+        return ids[where[k][0] : where[k][1]].tolist()
+
+    problem = probe_difference(fast, hf, nfc)
     if problem is not None:
         return False, f"fastokens: {problem}"
     return True, "the HF tokenizer's ids on the probe text"
 
 
-class FastokensEncoder:
-    """fastokens for the documents whose spans it can place (the HF tokenizer makes the rest). Build
-    it only where :func:`decide` said yes. ``tokenizer``: the ``fastokens.Tokenizer`` of the
-    tokenizer.json ``spec`` parses."""
+class Layout:
+    """What :class:`FastokensEncoder` needs of a parsed tokenizer.json besides fastokens itself. Taken
+    before fastokens loads, so the parse (about 60 MiB for Qwen's vocabulary) is freed first instead
+    of held beside the load's own ~90 MiB of scratch."""
 
-    name = NAME
-
-    def __init__(self, tokenizer, spec: dict, lengths: np.ndarray | None = None):
+    def __init__(self, spec: dict, lengths: np.ndarray | None = None):
         """``lengths``: ``token_byte_lengths(spec)``, where the caller has them (:func:`checked`)."""
-        self.tokenizer = tokenizer
         # the bytes the vocabulary has a token for: fastokens fails on a text with any other (SmolLM2's
         # vocabulary lacks some, e.g. 0xF1, a lead byte of U+40000..U+7FFFF), which the HF tokenizer encodes
         have = single_bytes(spec)
@@ -131,6 +137,18 @@ class FastokensEncoder:
         self.ascii = all(b in have for b in range(128))  # every ASCII text is encodable
         lengths = token_byte_lengths(spec) if lengths is None else lengths
         self.placer = SpanPlacer(lengths, nfc=spec.get("normalizer") == {"type": "NFC"}, trims=trims_offsets(spec))
+
+
+class FastokensEncoder:
+    """fastokens for the documents whose spans it can place (the HF tokenizer makes the rest). Build
+    it only where :func:`decide` said yes. ``tokenizer``: the ``fastokens.Tokenizer`` of a
+    tokenizer.json, ``layout``: the :class:`Layout` of its parse."""
+
+    name = NAME
+
+    def __init__(self, tokenizer, layout: Layout):
+        self.tokenizer = tokenizer
+        self.present, self.ascii, self.placer = layout.present, layout.ascii, layout.placer
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Every text's ids concatenated (uint32) and where each starts (``len(texts) + 1`` offsets)."""

@@ -144,7 +144,7 @@ def decide(tokenizer_file: str | Path, on_checks=None, text: str | None = None,
 
     hf = Tokenizer.from_str(text)
     encoder = FastEncoder(spec, lambda: hf, ranks)
-    problem = probe_difference(lambda pieces: [encoder.tiktoken_ids(p) for p in pieces], hf, encoder.nfc)
+    problem = probe_difference(lambda _, piece: encoder.tiktoken_ids(piece), hf, encoder.nfc)
     if problem is not None:
         return False, f"tiktoken: {problem}"
     return True, f"rank BPE equals its merges ({split_regex(spec.get('pre_tokenizer'))[1]}), probe text identical"
