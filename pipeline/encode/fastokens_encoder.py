@@ -102,6 +102,7 @@ def decide(text: str, on_checks=None, spec: dict | None = None) -> tuple[bool, s
     layout, spec = Layout(spec, lengths), None
     release_freed()  # the parse, freed before fastokens loads (memory: the decision runs beside the workers)
     encoder = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), layout)
+    release_freed()  # the load's scratch, before the probe is encoded
     nfc = encoder.placer.nfc
     pieces = probe_pieces(nfc)
     encodable = [k for k, piece in enumerate(pieces) if encoder.encodable(piece)]
