@@ -104,11 +104,9 @@ def decide(text: str, on_checks=None, spec: dict | None = None) -> tuple[bool, s
     encoder = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), layout)
     release_freed()  # the load's scratch, before the probe is encoded
     nfc = encoder.placer.nfc
-    pieces = probe_pieces(nfc)
-    encodable = [k for k, piece in enumerate(pieces) if encoder.encodable(piece)]
-    ids, offsets = encoder.encode_flat([pieces[k] for k in encodable])  # one uint32 buffer, not lists (memory)
+    encodable, ids, offsets = encoder.encode_encodable(probe_pieces(nfc))  # one uint32 buffer, not lists (memory)
     where = {k: (a, b) for k, a, b in zip(encodable, offsets[:-1].tolist(), offsets[1:].tolist())}
-    del encoder, pieces
+    del encoder
     release_freed()
     hf = Tokenizer.from_str(text)
     release_freed()  # the HF tokenizer's load scratch
@@ -161,10 +159,14 @@ class FastokensEncoder:
         return self.present is None or (self.ascii and text.isascii()) or \
             not text.encode("utf-8", "surrogatepass").translate(None, self.present)
 
+    def encode_encodable(self, texts: list[str]) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """Which of the texts it can encode (their indices), and those texts' ids as :meth:`encode_flat` gives them."""
+        todo = [k for k, text in enumerate(texts) if self.encodable(text)]
+        return (todo, *self.encode_flat([texts[k] for k in todo]))
+
     def encode_ids(self, texts: list[str], hf=None) -> list[list[int] | None]:
         """Each text's ids; None for a text it cannot encode (or the HF tokenizer ``hf``'s ids, given one)."""
-        todo = [k for k, text in enumerate(texts) if self.encodable(text)]
-        ids, offsets = self.encode_flat([texts[k] for k in todo])
+        todo, ids, offsets = self.encode_encodable(texts)
         out: list = [None] * len(texts)
         for k, a, b in zip(todo, offsets[:-1], offsets[1:]):
             out[k] = ids[a:b].tolist()
