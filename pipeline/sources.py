@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import csv
 import json
+import mmap
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,7 +223,10 @@ def _json_native(t: pa.DataType) -> bool:
 
 def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) -> Iterator[Columns]:
     """One JSON object per non-blank line; the first ``skip`` rows were already read. A column some
-    rows lack is null there (a bad row, counted); one that no row has is an error, said at the end."""
+    rows lack is null there (a bad row, counted); one that no row has is an error: said before any row
+    is read where the file's bytes hold its key nowhere (:func:`_keys_nowhere`), else at the end."""
+    if skip == 0:
+        _keys_nowhere(path, columns)
     buf: Columns = {c: [] for c in columns}
     row = 0
     seen: dict[str, None] = {}  # every key of the rows read, while a column is still unseen
@@ -253,6 +258,43 @@ def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) 
         yield buf
     if unseen and row:  # a file with no rows lacks nothing
         _check_columns(path, columns, list(seen))
+
+
+def _keys_nowhere(path: Path, columns: list[str]) -> None:
+    """Raise :class:`MissingColumns` (naming the first row's keys) for the columns whose key is written
+    nowhere in a JSON lines file, in any of the ways JSON can write it (:func:`_json_key`): a misspelt
+    column is then said at once, not after every line of a large file was parsed. A file whose first
+    row is not a JSON object, or that has none, is left to the line-by-line read (it says why)."""
+    with open(path, "rb") as f:
+        first = next((line for line in f if line.strip()), None)
+        try:
+            row = json.loads(first.decode("utf-8-sig")) if first is not None else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return
+        if not isinstance(row, dict):
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            # the key as itself first (a plain find), the escaped ways only where that is not found
+            absent = [c for c in columns if data.find(json.dumps(c, ensure_ascii=False).encode()) < 0
+                      and _json_key(c).search(data) is None]
+    _check_columns(path, absent, list(row))
+
+
+def _json_key(key: str) -> re.Pattern[bytes]:
+    """Every way JSON writes ``key`` as an object's key: each character as itself (UTF-8) where JSON
+    allows it, as ``\\uXXXX`` (hex digits in either case; a surrogate pair above U+FFFF) or as its
+    short escape (``\\"``, ``\\n``, ...), in quotes, then JSON's whitespace and the colon."""
+    short = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+    parts = []
+    for ch in key:
+        ways = [] if ch in '"\\' or ord(ch) < 0x20 else [re.escape(ch.encode("utf-8"))]
+        if ch in short:
+            ways.append(re.escape(("\\" + short[ch]).encode()))
+        units = [ord(ch)] if ord(ch) < 0x10000 else [0xD800 + ((ord(ch) - 0x10000) >> 10), 0xDC00 + ((ord(ch) - 0x10000) & 0x3FF)]
+        ways.append(b"".join(b"\\\\u" + b"".join(b"[%s%s]" % (d.encode(), d.upper().encode()) if d.isalpha()
+                                                 else d.encode() for d in f"{u:04x}") for u in units))
+        parts.append(b"(?:" + b"|".join(ways) + b")")
+    return re.compile(b'"' + b"".join(parts) + b'"[ \\t\\n\\r]*:')
 
 
 def _json(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:

@@ -134,7 +134,7 @@ def test_missing_column_names_the_file_the_field_and_the_columns_it_has(tmp_path
 
 @pytest.mark.parametrize("name, content", [
     ("rows.jsonl", '{"q": "a"}\n{"q": "b"}\n{"q": "c"}\n'),
-    ("mixed.jsonl", '{"q": "a"}\n{"q": 1}\n{"q": "c"}\n'),  # read line by line: the column found missing at the end
+    ("mixed.jsonl", '{"q": "a"}\n{"q": 1}\n{"q": "c"}\n'),  # read line by line, the column found in no line first
     ("rows.json", '[{"q": "a"}, {"q": "b"}, {"q": "c"}]'),
     ("rows.csv", "q\na\nb\nc\n"),
 ])
@@ -193,3 +193,48 @@ def test_jsonl_objects_and_mixed_numbers_read_exactly_as_json_loads(tmp_path, an
     (batch,) = iter_batches(source, ["q", "answer"], batch_rows=10)
     assert batch.columns["answer"] == answers
     assert [json.dumps(a) for a in batch.columns["answer"]] == [json.dumps(a) for a in answers]
+
+
+def test_a_column_no_line_holds_is_said_before_any_line_is_read(tmp_path):
+    """A misspelt column in a JSON lines file pyarrow cannot read (here: a bad line) is said at once,
+    not after every line was parsed: the bad line 3 is never reached."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"question": "q", "answr": "a"}\n{"question": "q2", "answr": "b"}\n{not json\n')
+    source = resolve_source(SourceConfig(name=str(path)))
+    with pytest.raises(SourceError, match=r"rows\.jsonl: no column 'answer' \(it has: 'question', 'answr'\); "):
+        list(iter_batches(source, ["question", "answer"], 2))
+
+
+@pytest.mark.parametrize("written", [
+    '"\\u0061nswer"', '"answ\\u0065r"', '"\\u0061\\u006E\\u0073\\u0077\\u0065\\u0072"', '"answer" \t :',
+])
+def test_a_column_written_escaped_in_a_later_line_is_found(tmp_path, written):
+    """The quick look for a column's key finds each way JSON writes it (escaped in either case, space
+    before the colon): the line-by-line read then gives its value."""
+    key = written if written.endswith(":") else written + ":"
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"question": "q"}\n{"question": 1}\n' + '{"question": "q3", ' + key + ' "a3"}\n')
+    source = resolve_source(SourceConfig(name=str(path)))
+    (batch,) = list(iter_batches(source, ["question", "answer"], 3))
+    assert batch.columns == {"question": ["q", 1, "q3"], "answer": [None, None, "a3"]}
+
+
+@pytest.mark.parametrize("key", ["answer", "a\"b", "back\\slash", "tab\there", "é", "\u2028", "q😀", "/x", "\x7f"])
+def test_every_json_spelling_of_a_key_is_found_and_a_near_miss_is_not(key):
+    from packtrain.pipeline.sources import _json_key
+
+    units = [u for ch in key for u in _utf16_units(ch)]
+    spellings = {json.dumps(key), json.dumps(key, ensure_ascii=False), json.dumps(key).replace("/", "\\/"),
+                 '"' + "".join(f"\\u{u:04X}" for u in units) + '"', '"' + "".join(f"\\u{u:04x}" for u in units) + '"'}
+    for spelled in spellings:
+        line = ("{" + spelled + " :1}").encode()
+        assert json.loads(line) == {key: 1}, spelled  # a spelling json reads as this key
+        assert _json_key(key).search(line), spelled
+    near = key[:-1] + chr(ord(key[-1]) + 1)
+    assert not _json_key(key).search(("{" + json.dumps(near) + ":1}").encode())
+    assert not _json_key(key).search(("[" + json.dumps(key) + "]").encode())  # a value, not a key
+
+
+def _utf16_units(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
