@@ -52,7 +52,7 @@ from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.ray_address import check_reachable
-from packtrain.pipeline.partition import merge_locked, part_dir, pretokenize_part
+from packtrain.pipeline.partition import PART_IDENTITY, merge_locked, part_dir, pretokenize_part
 from packtrain.pipeline.spill import source_key, uncached_sources
 
 RETRIES = 3  # Ray's max_retries for each part's task
@@ -144,11 +144,14 @@ def build_on_ray(config: ExpertConfig, cache_dir, cluster: RayCluster, parts: in
 
 
 def remove_part_temporaries(directories: list[Path], count: int) -> None:
-    """The temporary directories (``.tmp-<i>-of-<count>-<pid>``) that this build's tasks left in
-    ``directories`` (``.parts/<key>/``): a task killed (a retry's, a cancelled one's) removes nothing."""
+    """What this build's tasks, all stopped by now, left in ``directories`` (``.parts/<key>/``): their
+    temporary directories (``.tmp-<i>-of-<count>-<pid>``) and temporary identity notes (a task killed
+    while writing its ``identity.json``). A task killed (a retry's, a cancelled one's) removes nothing."""
     for directory in directories:
         for tmp in directory.glob(f"{TMP_PREFIX}*-of-{count}-*"):
             shutil.rmtree(tmp, ignore_errors=True)
+        for tmp in directory.glob(f"{TMP_PREFIX}{PART_IDENTITY}-*"):
+            tmp.unlink(missing_ok=True)
 
 
 def decide_encoder_while(config: ExpertConfig, planned, root: Path, starting):

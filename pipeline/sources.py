@@ -275,7 +275,7 @@ def _keys_nowhere(path: Path, columns: list[str]) -> None:
             return
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             # the key as itself first (a plain find), the escaped ways only where that is not found
-            absent = [c for c in columns if data.find(json.dumps(c, ensure_ascii=False).encode()) < 0
+            absent = [c for c in columns if data.find(json.dumps(c, ensure_ascii=False).encode("utf-8", "surrogatepass")) < 0
                       and _json_key(c).search(data) is None]
     _check_columns(path, absent, list(row))
 
@@ -287,7 +287,9 @@ def _json_key(key: str) -> re.Pattern[bytes]:
     short = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
     parts = []
     for ch in key:
-        ways = [] if ch in '"\\' or ord(ch) < 0x20 else [re.escape(ch.encode("utf-8"))]
+        # as itself: not a quote, backslash or control character (JSON escapes them), nor a lone surrogate
+        # (UTF-8 has none: only escaped)
+        ways = [] if ch in '"\\' or ord(ch) < 0x20 or 0xD800 <= ord(ch) < 0xE000 else [re.escape(ch.encode("utf-8"))]
         if ch in short:
             ways.append(re.escape(("\\" + short[ch]).encode()))
         units = [ord(ch)] if ord(ch) < 0x10000 else [0xD800 + ((ord(ch) - 0x10000) >> 10), 0xDC00 + ((ord(ch) - 0x10000) & 0x3FF)]

@@ -122,6 +122,18 @@ def test_ctrl_c_mid_build_leaves_no_temporary_and_keeps_the_finished_parts(proje
     assert finished and all((part / "stats.json").is_file() for part in finished)
 
 
+def test_what_stopped_tasks_leave_in_a_part_directory_is_removed_and_nothing_else(tmp_path):
+    """A task killed while writing its identity note leaves the note's temporary file (seen once in a
+    Ctrl-C run of the test above); the parts and the notes made stay."""
+    directory = tmp_path / "key"
+    for name in ("0-of-3", ".tmp-1-of-3-4242", ".tmp-1-of-4-4242"):
+        (directory / name).mkdir(parents=True)
+    for name in ("identity.json", ".tmp-identity.json-4243"):
+        (directory / name).write_text("{}")
+    ray_build.remove_part_temporaries([directory], 3)
+    assert sorted(p.name for p in directory.iterdir()) == [".tmp-1-of-4-4242", "0-of-3", "identity.json"]
+
+
 def test_a_second_build_waits_for_the_lock_before_ray_then_has_nothing_to_do(project, tmp_path, cluster):
     """The same build started twice: the second waits for the first's lock before it starts any Ray
     task, then finds the build made and does no work."""
