@@ -57,8 +57,8 @@ from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.shards import pack_split, packed_lengths
 from packtrain.pipeline.source_stats import Exactness, SourceStats
-from packtrain.pipeline.spill import (SOURCES, SPLITS, SourceSpill, read_source_stats, source_key, uncached_sources,
-                                      write_json)
+from packtrain.pipeline.spill import (PART_IDENTITY, PARTS, SOURCES, SPLITS, SourceSpill, read_source_stats, source_key,
+                                      uncached_sources, write_json)
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
 
 
@@ -231,10 +231,13 @@ def previous_manifest(cache_dir, expert: str) -> Manifest | None:
 def remove_leftovers(root: Path, log) -> None:
     """Temporary files and directories of builds that died (we hold the lock, so none is alive), and the
     temporary notes of dead processes (written outside the expert's lock: the tokenizer facts while
-    planning, and the notes of the cache, ``root``'s parent, shared by every expert)."""
+    planning, the notes of the cache, ``root``'s parent, shared by every expert, and the identity note
+    of each part of a partitioned build)."""
     note_dirs = [root / SOURCES / tokenizer_facts.FACTS_DIR,
                  *(root.parent / name for name in (FAST_ENCODER_NOTES, LINE_CACHE_NOTES, RENDER_ONCE_NOTES))]
-    notes = [note for directory in note_dirs for note in directory.glob(f"{TMP_PREFIX}*") if not writer_alive(note)]
+    notes = [*(note for directory in note_dirs for note in directory.glob(f"{TMP_PREFIX}*")),
+             *(root / SOURCES / PARTS).glob(f"*/{TMP_PREFIX}{PART_IDENTITY}-*")]
+    notes = [note for note in notes if not writer_alive(note)]
     for path in sorted([*root.glob(f"{TMP_PREFIX}*"), *(root / SOURCES).glob(f"{TMP_PREFIX}*"), *notes]):
         log(f"removing leftover {path.name} of an interrupted build")
         try:

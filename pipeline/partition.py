@@ -31,11 +31,8 @@ from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.encode.exactness import describe_identity
 from packtrain.pipeline.encode.notes import read_note, write_note
 from packtrain.pipeline.source_stats import SourceStats
-from packtrain.pipeline.spill import (SOURCE_STATS, SOURCES, merge_spills, read_source_stats, source_cache_problem,
-                                      source_key, uncached_sources)
-
-PARTS = ".parts"
-PART_IDENTITY = "identity.json"  # in .parts/<key>/: the source without the encoder, and the encoder (see merge)
+from packtrain.pipeline.spill import (PART_IDENTITY, PARTS, SOURCE_STATS, SOURCES, merge_spills, read_source_stats,
+                                      source_cache_problem, source_key, uncached_sources)
 
 
 def parse_part(text: str) -> tuple[int, int]:

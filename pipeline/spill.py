@@ -35,6 +35,8 @@ from packtrain.pipeline import mix
 from packtrain.pipeline.source_stats import SourceStats
 
 SOURCES = ".sources"
+PARTS = ".parts"  # in .sources/: a partitioned build's parts, .parts/<key>/<i>-of-<n> (pipeline/partition.py)
+PART_IDENTITY = "identity.json"  # in .parts/<key>/: the source without the encoder, and the encoder (see merge)
 SOURCE_STATS = "stats.json"
 SPLITS = ("train", "val")
 # A source cache directory: these files, then stats.json (written last) with their sha256 and its own.

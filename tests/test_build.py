@@ -314,15 +314,19 @@ def test_the_spelling_of_a_local_path_does_not_change_the_build_id(project, monk
 
 def test_a_dead_writers_temporary_facts_note_is_removed_a_live_ones_kept(project):
     """Notes are written outside the expert's lock (the tokenizer facts while planning, the cache's
-    shared notes): a build killed while writing one leaves its temporary file, which the next build
-    removes; one of a process still running is its own."""
+    shared notes, a part's identity): a build killed while writing one leaves its temporary file, which
+    the next build removes; one of a process still running is its own."""
     run_build(project)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     notes = [project["cache"] / "sql" / ".sources" / ".tokenizer-facts", project["cache"] / ".fast-encoder"]
     left = [directory / f".tmp-{'0' * 16}.json-{dead.pid}" for directory in notes]
     live = [directory / f".tmp-{'1' * 16}.json-{os.getppid()}" for directory in notes]
+    part = project["cache"] / "sql" / ".sources" / ".parts" / ("2" * 16)  # a part's identity note (`--part i/N`)
+    part.mkdir(parents=True)
+    left.append(part / f".tmp-identity.json-{dead.pid}")
+    live.append(part / f".tmp-identity.json-{os.getppid()}")
     for path in left + live:
         path.write_text("{")
     run_build(project, **{"pack.val_fraction": 0.2})
-    assert [path.exists() for path in left + live] == [False, False, True, True]
+    assert [path.exists() for path in left + live] == [False, False, False, True, True, True]
