@@ -275,7 +275,8 @@ def _keys_nowhere(path: Path, columns: list[str]) -> None:
             return
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             # the key as itself first (a plain find), the escaped ways only where that is not found
-            absent = [c for c in columns if data.find(json.dumps(c, ensure_ascii=False).encode("utf-8", "surrogatepass")) < 0
+            absent = [c for c in columns
+                      if data.find(json.dumps(c, ensure_ascii=False).encode("utf-8", "surrogatepass")) < 0
                       and _json_key(c).search(data) is None]
     _check_columns(path, absent, list(row))
 
@@ -292,7 +293,8 @@ def _json_key(key: str) -> re.Pattern[bytes]:
         ways = [] if ch in '"\\' or ord(ch) < 0x20 or 0xD800 <= ord(ch) < 0xE000 else [re.escape(ch.encode("utf-8"))]
         if ch in short:
             ways.append(re.escape(("\\" + short[ch]).encode()))
-        units = [ord(ch)] if ord(ch) < 0x10000 else [0xD800 + ((ord(ch) - 0x10000) >> 10), 0xDC00 + ((ord(ch) - 0x10000) & 0x3FF)]
+        above = ord(ch) - 0x10000  # above the BMP: escaped as a surrogate pair
+        units = [ord(ch)] if above < 0 else [0xD800 + (above >> 10), 0xDC00 + (above & 0x3FF)]
         ways.append(b"".join(b"\\\\u" + b"".join(b"[%s%s]" % (d.encode(), d.upper().encode()) if d.isalpha()
                                                  else d.encode() for d in f"{u:04x}") for u in units))
         parts.append(b"(?:" + b"|".join(ways) + b")")
