@@ -12,7 +12,9 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 
+from packtrain.pipeline.encode.fork_server import workers_context
 from packtrain.pipeline.encode.worker import EncodedBatch, EncodeTask, encode_rows
+
 
 def _init_worker() -> None:
     # one process per core: keep the Rust tokenizer from starting its own thread pool in each
@@ -41,7 +43,8 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
                   log=print) -> Iterator[EncodedBatch]:
     """Encode (task, batch) pairs in order with ``num_proc`` processes, at most ``2 * num_proc``
     batches in flight, so memory stays bounded whatever the corpus size. Never more processes than
-    batches: each costs a tokenizer's memory, so a small source gets fewer (and it is said)."""
+    batches: each costs a tokenizer's memory, so a small source gets fewer (and it is said). The
+    workers are forked from a server that loaded the first task's encoders (pipeline/encode/fork_server.py)."""
     tasks = iter(tasks)
     first = list(itertools.islice(tasks, num_proc))
     if len(first) < num_proc:
@@ -54,14 +57,15 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
         for task, columns in tasks:
             yield encode_rows(task, columns)
         return
-    context = multiprocessing.get_context("spawn")
-    with children_ignore_ctrl_c():
-        pool = context.Pool(num_proc, initializer=_init_worker)
-    with pool:
-        pending: deque = deque()
-        for task, columns in tasks:
-            pending.append(pool.apply_async(encode_rows, (task, columns)))
-            if len(pending) >= 2 * num_proc:
+    task = first[0][0]
+    with workers_context(task.tokenizer_file, task.tokenizer_sha256, task.fast_encoder, task.line_cache) as context:
+        with children_ignore_ctrl_c():
+            pool = context.Pool(num_proc, initializer=_init_worker)
+        with pool:
+            pending: deque = deque()
+            for task, columns in tasks:
+                pending.append(pool.apply_async(encode_rows, (task, columns)))
+                if len(pending) >= 2 * num_proc:
+                    yield pending.popleft().get()
+            while pending:
                 yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
