@@ -8,12 +8,16 @@ tokenizer, same cores, in one run. Prints a table with the ratios.
 Corpora and tokenizers: bench/build_corpora.py. Contenders: bench/build_contenders.py (packtrain,
 packtrain on a local Ray cluster in 4 parts, packtrain with its shortcuts off, run_clm for prompt/answer rows or TRL for conversations, and the
 raw fast encoder alone: the limit). Each contender runs in its own process; peak RSS is the largest
-sum of RSS over the process and all its children, sampled every 20 ms.
+sum of RSS over the process and all its children, sampled every 20 ms, and peak PSS (every 100 ms) the same with
+each process's proportional set size (a page shared by n processes counted 1/n in each: what the
+machine holds; RSS counts a forked child's shared pages again in the child, so where packtrain's
+workers are forked from its fork server the RSS sum counts the loaded tokenizer in every one).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -40,16 +44,20 @@ def measure(name: str, args: argparse.Namespace, corpus: Path, tokenizer: Path) 
            "--work", str(work)]
     env = dict(os.environ, HF_DATASETS_CACHE=str(work / "hf"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, text=True)
-    peak = 0
+    peak = peak_pss = 0
     stop = threading.Event()
 
     def sample():
-        nonlocal peak
+        nonlocal peak, peak_pss
         parent = psutil.Process(proc.pid)
-        while not stop.is_set():
+        for k in itertools.count():
+            if stop.is_set():
+                break
             try:
-                rss = sum(p.memory_info().rss for p in [parent, *parent.children(recursive=True)])
-                peak = max(peak, rss)
+                processes = [parent, *parent.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in processes))
+                if k % 5 == 0:  # every 100 ms: reading a process's PSS walks its page tables (slow)
+                    peak_pss = max(peak_pss, sum(p.memory_full_info().pss for p in processes))
             except psutil.Error:
                 pass
             time.sleep(0.02)
@@ -65,7 +73,8 @@ def measure(name: str, args: argparse.Namespace, corpus: Path, tokenizer: Path) 
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed (exit {proc.returncode})")
     result = json.loads(out.strip().splitlines()[-1])
-    result.update(name=name, peak_rss_gib=peak / 2**30, tokens_per_s=result["tokens"] / result["seconds"])
+    result.update(name=name, peak_rss_gib=peak / 2**30, peak_pss_gib=peak_pss / 2**30,
+                  tokens_per_s=result["tokens"] / result["seconds"])
     return result
 
 
@@ -101,11 +110,12 @@ def main() -> None:
     load = os.getloadavg()
     print(f"\nload average after the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores "
           "(wall seconds stretch with load; CPU seconds much less)")
-    print("\n| contender | tokens | seconds | tokens/s | CPU s (user+sys, all processes) | tokens/CPU-s | peak RSS |"
-          "\n|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| contender | tokens | seconds | tokens/s | CPU s (user+sys, all processes) | tokens/CPU-s | peak RSS "
+          "| peak PSS |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['name']} | {r['tokens']:,} | {r['seconds']:.1f} | {r['tokens_per_s'] / 1e6:.2f}M | "
-              f"{r['cpu_seconds']:.1f} | {r['tokens'] / r['cpu_seconds'] / 1e6:.2f}M | {r['peak_rss_gib']:.2f} GiB |")
+              f"{r['cpu_seconds']:.1f} | {r['tokens'] / r['cpu_seconds'] / 1e6:.2f}M | {r['peak_rss_gib']:.2f} GiB | "
+              f"{r['peak_pss_gib']:.2f} GiB |")
     by_name = {r["name"]: r for r in results}
     ours, off = by_name.get("packtrain"), by_name.get("packtrain (shortcuts off)")
     if ours:

@@ -3,7 +3,6 @@ a cache inside a dataset directory, ignored files, Ctrl-C during a multi-process
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -255,14 +254,12 @@ class FakePool:
 ])
 def test_num_proc_is_capped_at_the_number_of_batches(monkeypatch, tasks, num_proc, pool, said):
     FakePool.sizes = []
-    monkeypatch.setattr(tokenize_module, "workers_context",
-                        lambda *_: contextlib.nullcontext(type("Context", (), {"Pool": FakePool})()))
+    server = type("Server", (), {"context": lambda *_: type("Context", (), {"Pool": FakePool})()})()
     monkeypatch.setattr(tokenize_module, "encode_rows", lambda task, columns: (task, columns))
     lines = []
-    task = typing.NamedTuple("Task", [("tokenizer_file", str), ("tokenizer_sha256", str), ("fast_encoder", None),
-                                      ("line_cache", bool), ("i", int)])
-    out = list(tokenize_module.encode_stream(((task("t", "s", None, False, i), {"i": i}) for i in range(tasks)),
-                                             num_proc, lines.append))
+    task = typing.NamedTuple("Task", [("fast_encoder", None), ("line_cache", bool), ("i", int)])
+    out = list(tokenize_module.encode_stream(((task(None, False, i), {"i": i}) for i in range(tasks)),
+                                             num_proc, server, lines.append))
     assert [(t.i, columns) for t, columns in out] == [(i, {"i": i}) for i in range(tasks)]
     assert FakePool.sizes == pool
     assert lines == ([said] if said else [])

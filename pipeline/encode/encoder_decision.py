@@ -33,7 +33,7 @@ from pathlib import Path
 from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
 from packtrain.pipeline.encode.exactness import fast_encoder_candidates
 from packtrain.pipeline.encode.notes import note_file, read_note, write_note
-from packtrain.pipeline.encode.pool import children_ignore_ctrl_c
+from packtrain.pipeline.encode.fork_server import children_ignore_ctrl_c
 
 
 class EncoderDecision:

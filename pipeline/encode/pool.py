@@ -3,16 +3,13 @@ back in submission order, so the output never depends on ``num_proc``."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import multiprocessing
 import os
 import signal
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from packtrain.pipeline.encode.fork_server import workers_context
+from packtrain.pipeline.encode.fork_server import ForkServer, children_ignore_ctrl_c
 from packtrain.pipeline.encode.worker import EncodedBatch, EncodeTask, encode_rows
 
 
@@ -23,23 +20,7 @@ def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
 
 
-@contextlib.contextmanager
-def children_ignore_ctrl_c():
-    """Start child processes (the workers, the encoder decision) with SIGINT ignored from their first
-    instruction (an ignored signal stays ignored across exec), so a Ctrl-C, which the terminal sends
-    to every process of the group, interrupts only the main process: it stops the children and
-    cleans up, and no child prints a traceback."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc: int,
+def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc: int, server: ForkServer,
                   log=print) -> Iterator[EncodedBatch]:
     """Encode (task, batch) pairs in order with ``num_proc`` processes, at most ``2 * num_proc``
     batches in flight, so memory stays bounded whatever the corpus size. Never more processes than
@@ -58,14 +39,14 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
             yield encode_rows(task, columns)
         return
     task = first[0][0]
-    with workers_context(task.tokenizer_file, task.tokenizer_sha256, task.fast_encoder, task.line_cache) as context:
-        with children_ignore_ctrl_c():
-            pool = context.Pool(num_proc, initializer=_init_worker)
-        with pool:
-            pending: deque = deque()
-            for task, columns in tasks:
-                pending.append(pool.apply_async(encode_rows, (task, columns)))
-                if len(pending) >= 2 * num_proc:
-                    yield pending.popleft().get()
-            while pending:
+    context = server.context((task.fast_encoder,) if task.fast_encoder else (), task.line_cache)
+    with children_ignore_ctrl_c():
+        pool = context.Pool(num_proc, initializer=_init_worker)
+    with pool:
+        pending: deque = deque()
+        for task, columns in tasks:
+            pending.append(pool.apply_async(encode_rows, (task, columns)))
+            if len(pending) >= 2 * num_proc:
                 yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()

@@ -34,6 +34,7 @@ from packtrain.pipeline.row_filter import check_kinds
 from packtrain.pipeline.sources import iter_batches
 from packtrain.pipeline.source_stats import BadRow, Exactness, SourceStats
 from packtrain.pipeline.spill import SpillWriter, read_source_stats
+from packtrain.pipeline.encode.fork_server import ForkServer
 from packtrain.pipeline.encode.pool import encode_stream
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
 from packtrain.pipeline.encode.worker import EncodeTask
@@ -82,10 +83,11 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
     cache_dir = Path(cache_dir)
     release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
     tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
-    decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
-                               cache_dir / FAST_ENCODER_NOTES)
     line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
     once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
+    decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
+                               cache_dir / FAST_ENCODER_NOTES)
+    server = ForkServer(tokenizer.directory / "tokenizer.json", tokenizer_json)  # the workers' (fork_server.py)
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
     refused_once: str | None = None  # why the one-render shortcut was
     try:
@@ -104,7 +106,7 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
             log(f"line cache: {'on' if line_cache and not fast else 'off'} "
                 f"({'not needed with the fast encoder' if config.build.line_cache and fast else line_why})")
             try:
-                stats = tokenize_pass(job, tmps, progress, log, (fast, bool(line_cache) and not fast, once))
+                stats = tokenize_pass(job, tmps, progress, log, (fast, bool(line_cache) and not fast, once), server)
             except ShortcutMismatch as e:
                 discard(tmps)
                 if e.mismatch.shortcut == exactness.LINE_CACHE:
@@ -139,6 +141,7 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
         publish_sources(job, tmps)
     finally:
         decision.close()
+        server.close()
         discard(tmps)
 
 
@@ -148,7 +151,7 @@ def discard(tmps: dict[int, Path]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortcuts: tuple
+def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortcuts: tuple, server: ForkServer
                   ) -> dict[int, SourceStats]:
     """Every source of ``job.todo`` into its ``tmps`` directory with the ``shortcuts`` (fast encoder,
     line cache, render once), complete with its stats.json (returned per source); raises
@@ -165,7 +168,7 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
         for i in todo:
             writers[i] = SpillWriter(tmps[i], job.dtype)
         tasks = batch_tasks(job, stats, headers, shortcuts)
-        with contextlib.closing(encode_stream(tasks, config.build.num_proc, log)) as stream:
+        with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream:
             for encoded in stream:
                 i, file, start, number = headers.popleft()
                 rows = count_batch(config, i, stats[i], (file, start, number), encoded)
