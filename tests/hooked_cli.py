@@ -8,7 +8,8 @@ import time
 
 from packtrain.pipeline.encode import encoder_decision, probe, tiktoken_encoder
 
-if os.environ.get("ATK_SLOW_CHECKS"):  # in the child: the structural checks take this long
+if os.environ.get("ATK_SLOW_CHECKS"):  # the structural checks take this long (in the child, and in the build's
+    # process, which makes them itself while its decision's child waits for the workers: EncoderDecision.guess)
     _structure = tiktoken_encoder.structure
     tiktoken_encoder.structure = lambda spec: (time.sleep(float(os.environ["ATK_SLOW_CHECKS"])), _structure(spec))[1]
 if os.environ.get("ATK_SLOW_PROOF"):  # in the child: the proof takes this long
@@ -27,7 +28,7 @@ if __name__ == "__main__":
         fired = []
 
         def hooked(self):
-            if self.child is not None and not fired:
+            if (self.child is not None or where == "guess") and not fired:
                 fired.append(1)
                 (open(os.environ["ATK_PIDFILE"], "w").write(str(self.child.pid)) if os.environ.get("ATK_PIDFILE") else None)
                 threading.Timer(0.5, lambda: os.killpg(os.getpgrp(), signal.SIGINT)).start()

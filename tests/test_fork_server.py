@@ -1,5 +1,5 @@
-"""The build's fork server (pipeline/encode/fork_server.py): the workers start with the encoders the
-server loaded, and the server is gone once the build ends."""
+"""The build's fork server (pipeline/encode/fork_server.py): the workers and the encoder decision's
+child start with the encoders the server loaded, and the server is gone once the build ends."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from multiprocessing import forkserver
 import pytest
 
 from build_fixtures import make_tokenizer
-from packtrain.pipeline.encode import encoders
+from packtrain.pipeline.encode import encoders, fastokens_encoder
+from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 from packtrain.pipeline.encode.fork_server import ENCODERS, ForkServer
 
 
@@ -63,3 +64,69 @@ def test_a_second_build_at_once_spawns_its_children(tiny_tokenizer):
             "forkserver", "spawn")
         with second.context((), False).Pool(1) as pool:
             assert pool.map(loaded_here, range(1)) == [{}]
+
+
+def test_the_decision_guesses_here_and_proves_in_a_child_of_the_server(tiny_tokenizer, tmp_path):
+    path, sha = tiny_tokenizer
+    with ForkServer(path, sha) as server, EncoderDecision("fastokens", path, sha, tmp_path / "notes", server) as decision:
+        assert decision.guess() == ("fastokens", None)  # the structural checks, made here
+        decision.starting.join()
+        assert type(decision.child._popen).__module__ == "multiprocessing.popen_forkserver"
+        assert decision.result() == ("fastokens", "fastokens: the HF tokenizer's ids on the probe text")
+        assert server.context((), False).get_start_method() == "forkserver"  # the workers' too
+
+
+def test_a_decision_that_no_encoder_passes_here_asks_its_child(tiny_tokenizer, tmp_path):
+    path, sha = tiny_tokenizer
+    with ForkServer(path, "0" * 64) as server, EncoderDecision("fastokens", path, "0" * 64, tmp_path / "notes",
+                                                               server) as decision:
+        assert decision.guess() == (None, f"the encoder decision process failed, so the HF tokenizer: "
+                                          f"RuntimeError: {path} is not the content the build hashed (changed while it ran)")
+
+
+def test_a_decision_whose_child_cannot_start_is_the_hf_tokenizer(tiny_tokenizer, tmp_path):
+    path, sha = tiny_tokenizer
+    broken = type("Server", (), {"context": lambda *_: type("Context", (), {
+        "Pipe": staticmethod(__import__("multiprocessing").Pipe),
+        "Process": lambda *a, **k: type("Child", (), {"start": lambda _: 1 / 0, "is_alive": lambda _: False})()})()})()
+    with EncoderDecision("fastokens", path, sha, tmp_path / "notes", broken) as decision:
+        assert decision.result() == (None, "the encoder decision process failed, so the HF tokenizer: "
+                                           "it could not start (ZeroDivisionError: division by zero)")
+
+
+def test_the_proof_uses_the_encoders_it_is_handed(tiny_tokenizer, tmp_path):
+    """fastokens' encoder of another vocabulary, handed to the proof as this tokenizer's, is what it
+    proves (and refuses): it does not load its own."""
+    from tokenizers import Tokenizer
+
+    path, sha = tiny_tokenizer
+    other = make_tokenizer(tmp_path, vocab_size=300) / "tokenizer.json"
+    wrong = encoders.fast_encoder((str(other), hashlib.sha256(other.read_bytes()).hexdigest()), "fastokens")
+    text = open(path, encoding="utf-8").read()
+    assert fastokens_encoder.decide(text, loaded={"fastokens": wrong, "hf": Tokenizer.from_str(text)})[0] is False
+    assert fastokens_encoder.decide(text, loaded={"hf": Tokenizer.from_str(text)}) == (
+        True, "the HF tokenizer's ids on the probe text")
+
+
+def test_the_decisions_child_proves_with_the_encoders_loaded_before_it(tiny_tokenizer, tmp_path, monkeypatch):
+    """What a child forked from the server finds loaded (here: fastokens of another vocabulary under this
+    tokenizer's hash) is what it proves: so it loads nothing of its own."""
+    import signal
+
+    from tokenizers import Tokenizer
+
+    from packtrain.pipeline.encode.encoder_decision import _decide_and_send
+
+    path, sha = tiny_tokenizer
+    other = make_tokenizer(tmp_path, vocab_size=300) / "tokenizer.json"
+    wrong = encoders.fast_encoder((str(other), hashlib.sha256(other.read_bytes()).hexdigest()), "fastokens")
+    monkeypatch.setitem(encoders.LOADED, sha, {"fastokens": wrong, "hf": Tokenizer.from_file(path)})
+    sent = []
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        _decide_and_send(path, type("Send", (), {"send": lambda _, m: sent.append(m), "close": lambda _: None})(),
+                         sha, ("fastokens",))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert sent[0] == ("fastokens", None)
+    assert sent[1][0] is None and sent[1][1].startswith("fastokens: it differs from the HF tokenizer on the probe text")

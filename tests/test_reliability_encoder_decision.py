@@ -161,9 +161,9 @@ def test_tokenizer_json_edited_while_tokenizing_leaves_no_note_for_the_old_hash(
     seen = []
     real_init = EncoderDecision.__init__
 
-    def init(self, wanted, tokenizer_file, content_hash, *rest):
+    def init(self, wanted, tokenizer_file, content_hash, *rest, **options):
         seen.append(content_hash)
-        real_init(self, wanted, tokenizer_file, content_hash, *rest)
+        real_init(self, wanted, tokenizer_file, content_hash, *rest, **options)
     monkeypatch.setattr(EncoderDecision, "__init__", init)
     real = packtrain.pipeline.encode.source_caches.iter_batches
     edits = []
@@ -192,9 +192,9 @@ def test_tokenizer_json_swapped_and_restored_while_the_child_reads_it(tmp_path, 
     path = project["model"] / "tokenizer.json"
     real_init, real_guess = EncoderDecision.__init__, EncoderDecision.guess
 
-    def init(self, *a):
+    def init(self, *a, **options):
         path.write_bytes(good)  # the child reads the one tiktoken is exact for...
-        real_init(self, *a)
+        real_init(self, *a, **options)
 
     def guess(self):
         answer = real_guess(self)

@@ -4,7 +4,7 @@
   ``tokenizer_facts.py`` remembers the facts only the loaded tokenizer knows.
 - ``worker.py``: one batch of rows -> formatted documents -> ids and masks (in a worker process).
 - ``pool.py``: ``num_proc`` worker processes, results taken back in order; ``fork_server.py``: the
-  server that loads the build's encoders once and forks the workers.
+  server that loads the build's encoders once and forks the workers and the encoder decision's child.
 - ``encoders.py``: a worker's encoders, built once per process: the HF tokenizer (the reference) and the
   shortcuts, ``fastokens_encoder.py`` and ``tiktoken_encoder.py`` (fast exact encoders) and
   ``line_cache.py`` (repeated lines once); ``byte_spans.py`` places supervised spans on the tokens of

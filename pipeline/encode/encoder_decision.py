@@ -8,17 +8,21 @@ libraries' versions. The first build with a tokenizer does not wait for it:
 
 1. a child process runs :func:`choose`; the quick structural checks answer first (a fraction of a
    second) with the encoder to try: where none passes, the build tokenizes with the HF tokenizer
-   and that is the decision;
+   and that is the decision. In a build the child is forked from the build's fork server
+   (pipeline/encode/fork_server.py) once the server has loaded the HF tokenizer and the first fast
+   encoder the structural checks admit (it loads nothing itself; a thread of the build's process
+   waits for the fork), and the build's process makes the structural checks itself meanwhile
+   (:func:`structural_guess`); where none passes there, it waits for the child to say why;
 2. where one passes, the build tokenizes with it while the child finishes the proof;
 3. before any token is cached, the build waits for the proof (:meth:`EncoderDecision.result`).
    Where it names another encoder (or none), everything the guessed one made is deleted and the
    sources are tokenized again with the proven one, so a build's bytes never depend on the encoder.
 
 The answer is remembered (:meth:`EncoderDecision.remember`) only once the build has checked that
-the tokenizer files still hold the content its hash names. The child loads one tokenizer at a
+the tokenizer files still hold the content its hash names. A spawned child loads one tokenizer at a
 time (fastokens' ids on the probe, then the HF tokenizer's), handing the parse and the first back
 to the system before the next (pipeline/encode/memory.py): about 0.3 GiB for Qwen's vocabulary,
-beside the workers' memory on a first build (0.5 GiB before), given back when it exits. It is stopped when the build ends, fails or
+given back when it exits. It is stopped when the build ends, fails or
 is interrupted; a build killed with SIGKILL leaves it running until its answer finds the pipe
 closed (seconds). A child that dies or fails without an answer means the HF tokenizer (always
 exact), said in the log and not remembered.
@@ -28,28 +32,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from pathlib import Path
 
 from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
 from packtrain.pipeline.encode.exactness import fast_encoder_candidates
 from packtrain.pipeline.encode.notes import note_file, read_note, write_note
 from packtrain.pipeline.encode.fork_server import children_ignore_ctrl_c
+from packtrain.pipeline.encode.memory import release_freed
 
 
 class EncoderDecision:
     """The fast-encoder decision of one build; use as a context manager (the child is stopped on exit)."""
 
-    def __init__(self, wanted: bool | str, tokenizer_file: str | Path, content_hash: str, cache_dir: Path):
+    def __init__(self, wanted: bool | str, tokenizer_file: str | Path, content_hash: str, cache_dir: Path,
+                 server=None):
         """``content_hash``: the sha256 of ``tokenizer_file`` (tokenizer.json, the one file the encoders
         read: an edit of tokenizer_config.json, its eos, pad or chat template, does not prove the
         encoder again), what the answer is remembered by; the child decides only about the bytes it names
         (the file edited, then put back, while the build ran: it refuses to decide).
-        ``wanted``: ``build.fast_encoder`` (true, false, or the one fast encoder to try)."""
+        ``wanted``: ``build.fast_encoder`` (true, false, or the one fast encoder to try).
+        ``server``: the build's fork server (pipeline/encode/fork_server.py): the child is forked from
+        it, with the encoders it loads, as soon as it has loaded them (started meanwhile by a thread
+        of this process, whose :meth:`guess` makes the structural checks itself); None: spawned now."""
         self.answer: tuple[str | None, str] | None = None  # (the encoder, or None for the HF tokenizer; why)
         self.checked = False  # the structural checks' answer was read
         self.guessed: str | None = None  # the encoder the structural checks passed, while the proof runs
+        self.unread_checks = False  # the child's structural checks, made in this process already, are unread
         self.settled = False  # the child answered: remember() writes the answer
-        self.child = self.receive = None
+        self.child = self.receive = self.starting = self.failed_start = None
+        self.tokenizer_file, self.content_hash = str(tokenizer_file), content_hash
+        self.checks_here = server is not None  # guess() makes the structural checks in this process
         self.candidates = fast_encoder_candidates(wanted)
         if not self.candidates:
             self.answer = (None, "build.fast_encoder is false")
@@ -66,13 +79,24 @@ class EncoderDecision:
             return
         import multiprocessing
 
-        context = multiprocessing.get_context("spawn")
+        context = server.context(self.candidates, False) if server is not None else multiprocessing.get_context("spawn")
         self.receive, send = context.Pipe(duplex=False)
-        self.child = context.Process(target=_decide_and_send, args=(str(tokenizer_file), send, content_hash,
+        self.child = context.Process(target=_decide_and_send, args=(self.tokenizer_file, send, self.content_hash,
                                                                     self.candidates), daemon=True)
-        with children_ignore_ctrl_c():
-            self.child.start()
-        send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
+        if server is None:
+            self._start(send)
+        else:  # the fork server forks it once it has loaded (seconds): this process goes on meanwhile
+            self.starting = threading.Thread(target=self._start, args=(send,), daemon=True)
+            self.starting.start()
+
+    def _start(self, send) -> None:
+        try:
+            with children_ignore_ctrl_c():
+                self.child.start()
+        except Exception as e:  # recv() then ends (EOF): the HF tokenizer, said (_next)
+            self.failed_start = e
+        finally:
+            send.close()  # the child holds the only writer: its exit, answered or not, ends recv()
 
     def __enter__(self) -> "EncoderDecision":
         return self
@@ -85,20 +109,28 @@ class EncoderDecision:
         are done; ``why`` is None while the proof is still running (:meth:`result` has the answer)."""
         if self.answer is None and not self.checked:
             self.checked = True
-            checked = self._next()
-            if self.answer is None:
-                self.guessed, problem = checked
-                if self.guessed is None:
-                    self._settle(None, problem)
+            early = structural_guess(self.tokenizer_file, self.content_hash, self.candidates) if self.checks_here else None
+            if early is not None:  # the child's first answer, made here: it is not read (result)
+                self.guessed, self.unread_checks = early, True
+            else:  # none passes here (or the file is not the content hashed): the child says why
+                checked = self._next()
+                if self.answer is None:
+                    self.guessed, problem = checked
+                    if self.guessed is None:
+                        self._settle(None, problem)
         return self.answer if self.answer is not None else (self.guessed, None)
 
     def result(self) -> tuple[str | None, str]:
         """The proven answer, waiting for the child if it is still deciding."""
         self.guess()
         if self.answer is None:
-            answer = self._next()
+            if self.unread_checks:
+                self.unread_checks = False
+                self._next()  # its structural checks (made by guess() already), or its failure
             if self.answer is None:
-                self._settle(*answer)
+                answer = self._next()
+                if self.answer is None:
+                    self._settle(*answer)
         return self.answer
 
     def refute(self, why: str) -> None:
@@ -114,10 +146,14 @@ class EncoderDecision:
             self.settled = False
 
     def close(self) -> None:
+        if self.starting is not None:
+            self.starting.join()  # the fork server forks it once it has loaded
+            self.starting = None
         if self.child is not None:
             if self.child.is_alive():
                 self.child.terminate()
-            self.child.join()
+            if self.failed_start is None:
+                self.child.join()
             self.receive.close()
             self.child = None
 
@@ -127,8 +163,13 @@ class EncoderDecision:
         try:
             value = self.receive.recv()
         except EOFError:
-            self.child.join()
-            value = RuntimeError(f"it ended without an answer (exit code {self.child.exitcode})")
+            if self.starting is not None:
+                self.starting.join()
+            if self.failed_start is not None:
+                value = RuntimeError(f"it could not start ({type(self.failed_start).__name__}: {self.failed_start})")
+            else:
+                self.child.join()
+                value = RuntimeError(f"it ended without an answer (exit code {self.child.exitcode})")
         if isinstance(value, BaseException):
             self.answer = (None, f"the encoder decision process failed, so the HF tokenizer: {value}")
             self.close()
@@ -145,10 +186,13 @@ ENCODERS = {module.NAME: module for module in (fastokens_encoder, tiktoken_encod
 DECISION_VERSION = 2  # raise when choose() changes, so remembered decisions are made again
 
 
-def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str | None, str]:
+def choose(text: str, candidates: tuple[str, ...], on_checks=None, loaded: dict | None = None
+           ) -> tuple[str | None, str]:
     """The first of the fast encoders ``candidates`` that gives exactly the HF tokenizer's ids for the tokenizer.json
     ``text`` (None: none does), and why. ``on_checks((encoder, problem))`` is called once, as soon as
-    an encoder passed its structural checks (``problem`` None), or with (None, why) when none did."""
+    an encoder passed its structural checks (``problem`` None), or with (None, why) when none did.
+    ``loaded``: this tokenizer's encoders already loaded from ``text`` (by kind, as
+    pipeline/encode/encoders.py keeps them), used instead of loading them again."""
     specs = [json.loads(text)]  # not JSON: the decision fails (the HF tokenizer, not remembered)
     told, reasons = [], []
     for module in (ENCODERS[name] for name in candidates):
@@ -160,7 +204,7 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str 
 
         try:
             # the parse goes to the first encoder tried, whose decide frees it once used (memory)
-            on, why = (module.decide(text, checked, specs.pop() if specs else None) if module is fastokens_encoder
+            on, why = (module.decide(text, checked, specs.pop() if specs else None, loaded) if module is fastokens_encoder
                        else module.decide(None, checked, text=text, spec=specs.pop() if specs else None))
         except MemoryError:
             raise  # the process, not the encoder: the decision fails (the HF tokenizer, not remembered)
@@ -172,6 +216,26 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None) -> tuple[str 
     if not told and on_checks is not None:
         on_checks((None, "; ".join(reasons)))
     return None, "; ".join(reasons)
+
+
+def structural_guess(tokenizer_file: str, content_hash: str, candidates: tuple[str, ...]) -> str | None:
+    """The first of ``candidates`` whose quick structural checks pass for the tokenizer.json that
+    ``content_hash`` names: what :func:`choose` tells first, made in the build's process while the
+    child cannot start yet. None where none passes, the file is not that content, or a check fails
+    (the child then says why)."""
+    def first_admitted(spec: dict) -> str | None:
+        return next((name for name in candidates if ENCODERS[name].checked(spec)[0] is None), None)
+
+    try:
+        raw = Path(tokenizer_file).read_bytes()
+        if hashlib.sha256(raw).hexdigest() != content_hash:
+            return None
+        return first_admitted(json.loads(raw))
+    except Exception:  # the child meets it too, and says what it is
+        return None
+    finally:
+        raw = None
+        release_freed()  # the file and its parse (about 60 MiB for Qwen's vocabulary), freed
 
 
 def versions(candidates: tuple[str, ...]) -> str | None:
@@ -225,13 +289,17 @@ def _decide_and_send(tokenizer_file: str, send, file_hash: str, candidates: tupl
     ``file_hash`` names."""
     import signal
 
+    from packtrain.pipeline.encode import encoders
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the build's main process's business
     try:
         try:
             raw = Path(tokenizer_file).read_bytes()
             if hashlib.sha256(raw).hexdigest() != file_hash:
                 raise RuntimeError(f"{tokenizer_file} is not the content the build hashed (changed while it ran)")
-            answer = choose(raw.decode("utf-8"), candidates, on_checks=send.send)
+            # forked from the build's fork server: the encoders it loaded from the content the hash names
+            loaded = encoders.LOADED.get(file_hash)
+            answer = choose(raw.decode("utf-8"), candidates, on_checks=send.send, loaded=loaded)
         except Exception as e:  # the build's process says so and uses the HF tokenizer
             answer = RuntimeError(f"{type(e).__name__}: {e}")
         send.send(answer)

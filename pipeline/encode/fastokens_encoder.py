@@ -83,10 +83,12 @@ def _problem(spec: dict) -> str | None:
     return None
 
 
-def decide(text: str, on_checks=None, spec: dict | None = None) -> tuple[bool, str]:
+def decide(text: str, on_checks=None, spec: dict | None = None, loaded: dict | None = None) -> tuple[bool, str]:
     """Whether fastokens gives this tokenizer's ids (``text``: tokenizer.json's content; ``spec``: it
     parsed, where the caller has it), and why. ``on_checks(problem)`` is called once :func:`structure`
-    has answered, before the probe."""
+    has answered, before the probe. ``loaded``: fastokens' encoder and the HF tokenizer already
+    loaded from ``text`` (by kind, as pipeline/encode/encoders.py keeps them: the build's fork
+    server's), used instead of loading them here."""
     spec = json.loads(text) if spec is None else spec
     problem, lengths = checked(spec)
     if on_checks is not None:
@@ -97,18 +99,19 @@ def decide(text: str, on_checks=None, spec: dict | None = None) -> tuple[bool, s
 
     import fastokens
 
+    loaded = loaded or {}
     # one tokenizer at a time, each freed before the next loads (the decision process's memory beside
     # the workers': docs/BENCHMARKS.md): fastokens' ids first, then the HF tokenizer's
-    layout, spec = Layout(spec, lengths), None
+    layout, spec = (None if NAME in loaded else Layout(spec, lengths)), None
     release_freed()  # the parse, freed before fastokens loads (memory: the decision runs beside the workers)
-    encoder = FastokensEncoder(fastokens.Tokenizer.from_json_str(text), layout)
+    encoder = loaded[NAME] if layout is None else FastokensEncoder(fastokens.Tokenizer.from_json_str(text), layout)
     release_freed()  # the load's scratch, before the probe is encoded
     nfc = encoder.placer.nfc
     encodable, ids, offsets = encoder.encode_encodable(probe_pieces(nfc))  # one uint32 buffer, not lists (memory)
     where = {k: (a, b) for k, a, b in zip(encodable, offsets[:-1].tolist(), offsets[1:].tolist())}
     del encoder
     release_freed()
-    hf = Tokenizer.from_str(text)
+    hf = loaded.get("hf") or Tokenizer.from_str(text)
     release_freed()  # the HF tokenizer's load scratch
 
     def fast(k: int, piece: str) -> list[int]:

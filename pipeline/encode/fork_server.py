@@ -1,5 +1,6 @@
 """The build's fork server: one clean process that loads the build's encoders once, from which the
-``num_proc`` workers are forked, so none of them loads a tokenizer of its own.
+``num_proc`` workers and the encoder decision's child are forked, so none of them loads a tokenizer
+of its own.
 
 Loading is most of a child's start-up: fastokens 1.3-2.1 CPU s on Qwen3's vocabulary, the HF
 tokenizer 0.45, imports 0.3, per process, against about 2 CPU s of encoding per worker on 200k rows
@@ -17,10 +18,9 @@ them itself and meets the error where it would without a fork server, with the s
 the platform has no ``forkserver`` (not POSIX) or another build of this process holds it, the
 workers are spawned and load their own.
 
-The encoder decision's child (pipeline/encode/encoder_decision.py) is not forked from it: the server
-answers only once it has loaded (about 2 s for Qwen3's vocabulary), and the decision's structural
-checks must answer before the first row is tokenized (in half a second), which a build too small for
-a pool then waits for; tried, a 500-row first build took 5.0-5.5 s instead of 4.3-4.4 (2026-11-26).
+The first build's encoder decision (pipeline/encode/encoder_decision.py) starts the server and forks
+its child from it as soon as it has loaded: the child proves the encoder with the ones the server
+loaded, and the workers are forked from the same server.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
     """Encode (task, batch) pairs in order with ``num_proc`` processes, at most ``2 * num_proc``
     batches in flight, so memory stays bounded whatever the corpus size. Never more processes than
     batches: each costs a tokenizer's memory, so a small source gets fewer (and it is said). The
-    workers are forked from a server that loaded the first task's encoders (pipeline/encode/fork_server.py)."""
+    workers are forked from the build's ``server`` (pipeline/encode/fork_server.py), started here with
+    the first task's encoders where the encoder decision did not start it."""
     tasks = iter(tasks)
     first = list(itertools.islice(tasks, num_proc))
     if len(first) < num_proc:

@@ -85,9 +85,13 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
     tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
     line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
     once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
-    decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
-                               cache_dir / FAST_ENCODER_NOTES)
-    server = ForkServer(tokenizer.directory / "tokenizer.json", tokenizer_json)  # the workers' (fork_server.py)
+    server = ForkServer(tokenizer.directory / "tokenizer.json", tokenizer_json)  # the children's (fork_server.py)
+    try:
+        decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
+                                   cache_dir / FAST_ENCODER_NOTES, server)
+    except BaseException:
+        server.close()
+        raise
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
     refused_once: str | None = None  # why the one-render shortcut was
     try:
@@ -155,7 +159,8 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
                   ) -> dict[int, SourceStats]:
     """Every source of ``job.todo`` into its ``tmps`` directory with the ``shortcuts`` (fast encoder,
     line cache, render once), complete with its stats.json (returned per source); raises
-    :class:`ShortcutMismatch` at the first checked document a shortcut made differently."""
+    :class:`ShortcutMismatch` at the first checked document a shortcut made differently. ``server``:
+    the build's fork server, the workers' (pipeline/encode/fork_server.py)."""
     config, todo = job.config, job.todo
     fast, line_cache, once = shortcuts
     stats = {i: SourceStats(config.build.batch_rows, Exactness(fast or "tokenizers", line_cache, once),

@@ -128,12 +128,7 @@ def decide(tokenizer_file: str | Path, on_checks=None, text: str | None = None,
     if text is None:
         text = Path(tokenizer_file).read_text(encoding="utf-8")
     spec = json.loads(text) if spec is None else spec
-    problem, ranks, merges = structure(spec)
-    if problem is None:
-        try:
-            import tiktoken  # noqa: F401
-        except ImportError:
-            problem = "tiktoken is not installed (pip install tiktoken)"
+    problem, ranks, merges = checked(spec)
     if on_checks is not None:
         on_checks(problem)
     if problem is None:
@@ -148,6 +143,17 @@ def decide(tokenizer_file: str | Path, on_checks=None, text: str | None = None,
     if problem is not None:
         return False, f"tiktoken: {problem}"
     return True, f"rank BPE equals its merges ({split_regex(spec.get('pre_tokenizer'))[1]}), probe text identical"
+
+
+def checked(spec: dict) -> tuple[str | None, dict[bytes, int] | None, list[tuple[bytes, bytes]] | None]:
+    """:func:`decide`'s quick structural checks: :func:`structure`, and tiktoken installed."""
+    problem, ranks, merges = structure(spec)
+    if problem is None:
+        try:
+            import tiktoken  # noqa: F401
+        except ImportError:
+            problem = "tiktoken is not installed (pip install tiktoken)"
+    return problem, ranks, merges
 
 
 def structure(spec: dict) -> tuple[str | None, dict[bytes, int] | None, list[tuple[bytes, bytes]] | None]:
