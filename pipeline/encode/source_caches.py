@@ -85,13 +85,8 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
     tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
     line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
     once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
-    server = ForkServer(tokenizer.directory / "tokenizer.json", tokenizer_json)  # the children's (fork_server.py)
-    try:
-        decision = EncoderDecision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json", tokenizer_json,
-                                   cache_dir / FAST_ENCODER_NOTES, server)
-    except BaseException:
-        server.close()
-        raise
+    server, decision = start_decision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
+                                      tokenizer_json, cache_dir / FAST_ENCODER_NOTES)
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
     refused_once: str | None = None  # why the one-render shortcut was
     try:
@@ -147,6 +142,17 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
         decision.close()
         server.close()
         discard(tmps)
+
+
+def start_decision(wanted, tokenizer_file: Path, tokenizer_json: str, notes: Path) -> tuple[ForkServer, EncoderDecision]:
+    """The build's fork server (pipeline/encode/fork_server.py) and its encoder decision, whose child
+    the server forks; the server is stopped where the decision cannot start."""
+    server = ForkServer(tokenizer_file, tokenizer_json)
+    try:
+        return server, EncoderDecision(wanted, tokenizer_file, tokenizer_json, notes, server)
+    except BaseException:
+        server.close()
+        raise
 
 
 def discard(tmps: dict[int, Path]) -> None:
