@@ -4,6 +4,7 @@ child start with the encoders the server loaded, and the server is gone once the
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 from multiprocessing import forkserver
 
@@ -18,6 +19,14 @@ from packtrain.pipeline.encode.fork_server import ENCODERS, ForkServer
 def loaded_here(_) -> dict[str, list[str]]:
     """In a child: the encoders it holds before it tokenizes anything."""
     return {sha[:8]: sorted(kinds) for sha, kinds in encoders.LOADED.items()}
+
+
+@pytest.fixture(autouse=True)
+def no_fork_server_running():
+    """A test of this process may have left the stdlib's fork server running (its own, which a build
+    leaves alone: test_a_fork_server_of_the_program_is_left_alone)."""
+    forkserver._forkserver._stop()
+    forkserver._forkserver.set_forkserver_preload(["__main__"])
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +139,80 @@ def test_the_decisions_child_proves_with_the_encoders_loaded_before_it(tiny_toke
         signal.signal(signal.SIGINT, handler)
     assert sent[0] == ("fastokens", None)
     assert sent[1][0] is None and sent[1][1].startswith("fastokens: it differs from the HF tokenizer on the probe text")
+
+
+def test_a_fork_server_of_the_program_is_left_alone(tiny_tokenizer):
+    """The program calling the build has its own pool on the stdlib's fork server: the build spawns its
+    children and neither stops that server (which would wait for the pool) nor changes its preload."""
+    path, sha = tiny_tokenizer
+    theirs = multiprocessing.get_context("forkserver")
+    theirs.set_forkserver_preload(["json"])
+    try:
+        with theirs.Pool(1) as pool:
+            pid = forkserver._forkserver._forkserver_pid
+            with ForkServer(path, sha) as server:
+                assert server.context(("fastokens",), False).get_start_method() == "spawn"
+            assert (forkserver._forkserver._forkserver_pid, forkserver._forkserver._preload_modules) == (pid, ["json"])
+            assert pool.map(abs, [-3]) == [3]
+    finally:
+        forkserver._forkserver._stop()
+        forkserver._forkserver.set_forkserver_preload(["__main__"])
+
+
+def test_the_preload_set_before_the_build_is_set_again_after(tiny_tokenizer):
+    path, sha = tiny_tokenizer
+    multiprocessing.set_forkserver_preload(["json"])
+    with ForkServer(path, sha) as server:
+        server.context((), False)
+        assert forkserver._forkserver._preload_modules == ["packtrain.pipeline.encode.fork_server"]
+    assert forkserver._forkserver._preload_modules == ["json"] and forkserver._forkserver._forkserver_pid is None
+
+
+@pytest.mark.parametrize("method, ignored", [("forkserver", False), ("spawn", True)])
+def test_the_pool_starts_with_ctrl_c_reaching_the_build_unless_its_workers_are_spawned(monkeypatch, method, ignored):
+    """Spawned workers inherit SIGINT ignored from the build; forked ones from their server, whose
+    loads the Pool waits for: a Ctrl-C meanwhile must reach the build, not be lost."""
+    import signal
+
+    from packtrain.pipeline.encode import pool as pool_module
+
+    seen = []
+
+    class Pool:
+        def __init__(self, *_, **__):
+            seen.append(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            return False
+
+        def apply_async(self, fn, args):
+            return type("Done", (), {"get": lambda _: args[1]})()
+
+    context = type("Context", (), {"Pool": Pool, "get_start_method": lambda _: method})()
+    server = type("Server", (), {"context": lambda *_: context})()
+    task = type("Task", (), {"fast_encoder": None, "line_cache": False})()
+    assert list(pool_module.encode_stream([(task, {"b": 1}), (task, {"b": 2})], 2, server, lambda *_: None)) == [
+        {"b": 1}, {"b": 2}]
+    assert seen == [ignored]
+
+
+def test_a_server_that_does_not_exit_is_killed(tiny_tokenizer, monkeypatch):
+    """A process forked from the server that outlives the build (a worker whose start a Ctrl-C cut
+    short) would keep stopping the server waiting: it is killed after STOP_SECONDS."""
+    import time
+
+    from packtrain.pipeline.encode import fork_server
+
+    monkeypatch.setattr(fork_server, "STOP_SECONDS", 0.5)
+    path, sha = tiny_tokenizer
+    server = ForkServer(path, sha)
+    child = server.context((), False).Process(target=time.sleep, args=(60,))
+    child.start()
+    started = time.monotonic()
+    server.close()
+    assert time.monotonic() - started < 5 and forkserver._forkserver._forkserver_pid is None
+    child.terminate()
+    child.join()

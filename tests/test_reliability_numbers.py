@@ -254,7 +254,8 @@ class FakePool:
 ])
 def test_num_proc_is_capped_at_the_number_of_batches(monkeypatch, tasks, num_proc, pool, said):
     FakePool.sizes = []
-    server = type("Server", (), {"context": lambda *_: type("Context", (), {"Pool": FakePool})()})()
+    server = type("Server", (), {"context": lambda *_: type("Context", (), {
+        "Pool": FakePool, "get_start_method": lambda _: "spawn"})()})()
     monkeypatch.setattr(tokenize_module, "encode_rows", lambda task, columns: (task, columns))
     lines = []
     task = typing.NamedTuple("Task", [("fast_encoder", None), ("line_cache", bool), ("i", int)])

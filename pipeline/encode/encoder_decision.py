@@ -145,8 +145,12 @@ class EncoderDecision:
             write_note(self.path, self.about, {"encoder": self.answer[0], "why": self.answer[1], "versions": self.versions})
             self.settled = False
 
-    def close(self) -> None:
+    def close(self, stop_forking=None) -> None:
+        """Stop the child. ``stop_forking()``: called where the fork server has not forked it yet (it
+        is still loading), so it never is, instead of waiting for the server's loads."""
         if self.starting is not None:
+            if stop_forking is not None and self.starting.is_alive():
+                stop_forking()
             self.starting.join()  # the fork server forks it once it has loaded
             self.starting = None
         if self.child is not None:

@@ -15,8 +15,10 @@ read-only once built).
 A preload that fails (a tokenizer the structural checks refuse, a file that cannot be read, or one
 that is no longer the content the build hashed) leaves the encoders unloaded: each worker then loads
 them itself and meets the error where it would without a fork server, with the same message. Where
-the platform has no ``forkserver`` (not POSIX) or another build of this process holds it, the
-workers are spawned and load their own.
+the platform has no ``forkserver`` (not POSIX), another build of this process holds it, or the
+program that calls the build runs a fork server of its own (Python's default start method from
+3.14 on Linux; stopping it would wait for its pool's processes), the children are spawned and load
+their own.
 
 The first build's encoder decision (pipeline/encode/encoder_decision.py) starts the server and forks
 its child from it as soon as it has loaded: the child proves the encoder with the ones the server
@@ -89,22 +91,25 @@ class ForkServer:
     def context(self, fast_encoders: tuple[str, ...], line_cache: bool):
         """The multiprocessing context to start children from. The first call starts the fork server
         with these encoders to load (:func:`preload`; it loads while the build goes on); later calls
-        get the same server, whatever they ask. Spawn where there is none for this build."""
+        get the same server, whatever they ask. Spawn where there is none for this build: no
+        ``forkserver`` on this platform, another build of this process holds it, or this process
+        runs a fork server of its own (its program's pool: it is left alone, preload and all)."""
         if self.started is None:
             if "forkserver" in multiprocessing.get_all_start_methods() and _HELD.acquire(blocking=False):
-                self.held = True
-                self._start({"tokenizer_file": self.key[0], "tokenizer_sha256": self.key[1],
-                             "fast_encoders": list(fast_encoders), "line_cache": line_cache})
-                self.started = multiprocessing.get_context("forkserver")
-            else:
+                if _stdlib_server()._forkserver_pid is None:
+                    self.held = True
+                    self._start({"tokenizer_file": self.key[0], "tokenizer_sha256": self.key[1],
+                                 "fast_encoders": list(fast_encoders), "line_cache": line_cache})
+                    self.started = multiprocessing.get_context("forkserver")
+                else:
+                    _HELD.release()
+            if self.started is None:
                 self.started = multiprocessing.get_context("spawn")
         return self.started
 
     def _start(self, spec: dict) -> None:
-        from multiprocessing import forkserver
-
-        server = forkserver._forkserver  # the process's one fork server (stdlib)
-        server._stop()  # one started earlier in this process loaded another build's encoders, or none
+        server = _stdlib_server()
+        self.preload_before = server._preload_modules
         before = os.environ.get(ENCODERS)
         os.environ[ENCODERS] = json.dumps(spec)
         try:
@@ -118,20 +123,57 @@ class ForkServer:
                 os.environ[ENCODERS] = before
 
     def close(self) -> None:
-        """Stop the server (it exits once every process it forked has) and hand it back."""
+        """Stop the server (it exits once every process it forked has) and hand it back, with the
+        preload the process had set before."""
         if self.held:
-            from multiprocessing import forkserver
-
-            forkserver._forkserver._stop()
-            forkserver._forkserver.set_forkserver_preload([])
             self.held = False
-            _HELD.release()
+            try:
+                server = _stdlib_server()
+                _stop(server)
+                server.set_forkserver_preload(self.preload_before)
+            finally:
+                _HELD.release()
+
+    def kill(self) -> None:
+        """Kill the server now, where the build stops early (a Ctrl-C, a failure): what it was asked
+        to fork while it was still loading is never forked, and stopping it waits for nothing."""
+        if self.held and _stdlib_server()._forkserver_pid is not None:
+            os.kill(_stdlib_server()._forkserver_pid, signal.SIGKILL)
 
     def __enter__(self) -> "ForkServer":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _stdlib_server():
+    """The process's one fork server (multiprocessing.forkserver's; its ``_forkserver_pid`` is None
+    while none runs, ``_stop()`` stops it, both private to the stdlib, 3.8 to 3.14)."""
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver
+
+
+STOP_SECONDS = 10
+"""How long stopping the server waits for it to exit before killing it (:func:`_stop`)."""
+
+
+def _stop(server) -> None:
+    """The stdlib's ``_stop()``: the server exits once every process it forked has. One may still
+    run where a Ctrl-C interrupted the pool's start after the server had been asked to fork a worker
+    (it then waits on the pool's queue for as long as this process holds it): after
+    :data:`STOP_SECONDS` the server is killed instead of waited for (the orphan exits with its pipes)."""
+    pid = server._forkserver_pid
+    if pid is None:
+        return
+    # the server is this process's child, unreaped until _stop() returns: the pid is not reused meanwhile
+    killer = threading.Timer(STOP_SECONDS, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    try:
+        server._stop()
+    finally:
+        killer.cancel()
 
 
 def _preload_from_environment() -> None:

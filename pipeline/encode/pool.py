@@ -3,6 +3,7 @@ back in submission order, so the output never depends on ``num_proc``."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -41,7 +42,9 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
         return
     task = first[0][0]
     context = server.context((task.fast_encoder,) if task.fast_encoder else (), task.line_cache)
-    with children_ignore_ctrl_c():
+    # forked workers ignore Ctrl-C as their server does; the Pool waits for the server's loads, and a
+    # Ctrl-C then must reach this process (it would be lost while ignored here)
+    with children_ignore_ctrl_c() if context.get_start_method() == "spawn" else contextlib.nullcontext():
         pool = context.Pool(num_proc, initializer=_init_worker)
     with pool:
         pending: deque = deque()

@@ -82,11 +82,9 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
     tmps = {i: temporary_path(job.source_dirs[i]) for i in job.todo}
     cache_dir = Path(cache_dir)
     release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
-    tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
     line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
     once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
-    server, decision = start_decision(config.build.fast_encoder, tokenizer.directory / "tokenizer.json",
-                                      tokenizer_json, cache_dir / FAST_ENCODER_NOTES)
+    server, decision = start_decision(config.build.fast_encoder, tokenizer, cache_dir / FAST_ENCODER_NOTES)
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
     refused_once: str | None = None  # why the one-render shortcut was
     try:
@@ -138,21 +136,35 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
                           ("line cache", lambda: refused_line_cache and line_refusals.remember(refused_line_cache)),
                           ("chat render once", lambda: refused_once and once_refusals.remember(refused_once))), log)
         publish_sources(job, tmps)
+    except BaseException:
+        stop_children(decision, server, early=True)
+        raise
     finally:
-        decision.close()
-        server.close()
+        stop_children(decision, server)
         discard(tmps)
 
 
-def start_decision(wanted, tokenizer_file: Path, tokenizer_json: str, notes: Path) -> tuple[ForkServer, EncoderDecision]:
+def start_decision(wanted, tokenizer: TokenizerInfo, notes: Path) -> tuple[ForkServer, EncoderDecision]:
     """The build's fork server (pipeline/encode/fork_server.py) and its encoder decision, whose child
     the server forks; the server is stopped where the decision cannot start."""
+    tokenizer_file = tokenizer.directory / "tokenizer.json"
+    tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
     server = ForkServer(tokenizer_file, tokenizer_json)
     try:
         return server, EncoderDecision(wanted, tokenizer_file, tokenizer_json, notes, server)
     except BaseException:
         server.close()
         raise
+
+
+def stop_children(decision: EncoderDecision, server: ForkServer, early: bool = False) -> None:
+    """Stop the decision's child, then the fork server. ``early``: the build stopped early (a Ctrl-C, a
+    failure): the server is killed, and where it is still loading, nothing it was asked to fork is
+    forked, and nothing waits for its loads."""
+    decision.close(stop_forking=server.kill if early else None)
+    if early:
+        server.kill()
+    server.close()
 
 
 def discard(tmps: dict[int, Path]) -> None:
