@@ -220,3 +220,98 @@ def test_a_server_that_does_not_exit_is_killed(tiny_tokenizer, monkeypatch):
     assert time.monotonic() - started < 5 and forkserver._forkserver._forkserver_pid is None
     child.terminate()
     child.join()
+
+
+def fastokens_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name.startswith("packtrain-fastokens")]
+
+
+def test_fastokens_loads_in_a_thread_while_meanwhile_runs(tmp_path):
+    """The fork server's HF tokenizer loads while fastokens' native load runs in a thread (which
+    releases the GIL); the thread has ended when the encoder is returned, before the server forks."""
+    path = make_tokenizer(tmp_path, vocab_size=320) / "tokenizer.json"
+    seen = []
+    encoder = encoders.fast_encoder((str(path), hashlib.sha256(path.read_bytes()).hexdigest()), "fastokens",
+                                    meanwhile=lambda: seen.append(fastokens_threads()))
+    assert seen == [["packtrain-fastokens_0"]] and fastokens_threads() == []
+    assert type(encoder) is fastokens_encoder.FastokensEncoder
+
+
+def test_a_refused_fastokens_ends_its_load_and_runs_nothing_meanwhile(tmp_path, monkeypatch):
+    path = make_tokenizer(tmp_path, vocab_size=330) / "tokenizer.json"
+    monkeypatch.setattr(fastokens_encoder, "checked", lambda spec: ("a refusal", None))
+    seen = []
+    with pytest.raises(encoders.NotExact, match=r"its structural checks refuse this tokenizer \(a refusal\)"):
+        encoders.fast_encoder((str(path), hashlib.sha256(path.read_bytes()).hexdigest()), "fastokens",
+                              meanwhile=lambda: seen.append(1))
+    assert seen == [] and fastokens_threads() == []
+
+
+def first_build(tmp_path, **overrides):
+    from build_fixtures import make_project
+    from packtrain.core.configfile import load_config
+
+    project = make_project(tmp_path, decided=False)
+    return project, load_config("sql", project["configs"], overrides)
+
+
+def test_a_first_build_that_proves_its_encoder_starts_the_server_before_planning(tmp_path):
+    from build_fixtures import seed_decision
+    from packtrain.pipeline.build import first_build_server
+
+    project, config = first_build(tmp_path)
+    tokenizer = project["model"] / "tokenizer.json"
+    server = first_build_server(config, project["cache"])
+    try:
+        assert server.running_for(tokenizer, hashlib.sha256(tokenizer.read_bytes()).hexdigest())
+        assert forkserver._forkserver._forkserver_pid is not None
+    finally:
+        server.close()
+    assert not server.running_for(tokenizer, hashlib.sha256(tokenizer.read_bytes()).hexdigest())
+    _, off = first_build(tmp_path / "off", **{"build.fast_encoder": False})
+    assert first_build_server(off, tmp_path / "off" / "cache") is None  # nothing to prove: no server before planning
+    seed_decision(project["cache"], project["model"])  # remembered: the build proves nothing
+    assert first_build_server(config, project["cache"]) is None
+    assert forkserver._forkserver._forkserver_pid is None
+
+
+def test_the_build_takes_the_server_it_started_before_planning_and_stops_it(tmp_path, monkeypatch):
+    import packtrain.pipeline.build as build_module
+    import packtrain.pipeline.encode.source_caches as source_caches
+    from packtrain.pipeline.build import build, first_build_server
+
+    made, events = [], []
+
+    class Counted(ForkServer):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+            events.append("server")
+
+    def plan(*args, **kwargs):
+        events.append("plan")
+        return planned(*args, **kwargs)
+
+    planned = build_module.plan
+    monkeypatch.setattr(build_module, "plan", plan)
+    monkeypatch.setattr(build_module, "ForkServer", Counted)
+    monkeypatch.setattr(source_caches, "ForkServer", Counted)
+    project, config = first_build(tmp_path)
+    build(config, project["cache"], log=lambda *_: None, progress=False)
+    assert events == ["server", "plan"]  # one server, started before planning: the decision's child was forked from it
+    assert not made[0].held  # stopped with the build
+    assert forkserver._forkserver._forkserver_pid is None
+    assert first_build_server(config, project["cache"]) is None  # a build is published: none before planning
+
+
+def test_a_build_that_fails_while_planning_stops_the_server_it_started(tmp_path):
+    from packtrain.core.errors import PacktrainError
+    from packtrain.pipeline.build import build
+
+    project, config = first_build(tmp_path)
+    project["data"].unlink()
+    with pytest.raises(PacktrainError, match="sql.jsonl"):
+        build(config, project["cache"], log=lambda *_: None, progress=False)
+    assert forkserver._forkserver._forkserver_pid is None

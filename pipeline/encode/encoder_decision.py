@@ -279,12 +279,26 @@ def valid_note(note, candidates: tuple[str, ...]) -> bool:
 def refused(cache_dir: str | Path, content_hash: str, setting: bool | str) -> bool:
     """Whether a build decided (or its exactness check found) that none of the fast encoders
     ``build.fast_encoder`` allows is exact for this tokenizer."""
+    decides, note = _remembered(cache_dir, content_hash, setting)
+    return decides and note is not None and note["encoder"] is None
+
+
+def to_prove(cache_dir: str | Path, content_hash: str, setting: bool | str) -> bool:
+    """Whether a build with this tokenizer proves a fast encoder: ``build.fast_encoder`` allows one,
+    one is installed, and no decision is remembered. Its decision's child is then forked from the
+    build's fork server (pipeline/build.py starts that server before planning)."""
+    decides, note = _remembered(cache_dir, content_hash, setting)
+    return decides and note is None
+
+
+def _remembered(cache_dir: str | Path, content_hash: str, setting: bool | str) -> tuple[bool, dict | None]:
+    """(whether there is a decision to make: a fast encoder ``setting`` allows is installed; the
+    decision remembered, or None)."""
     candidates = fast_encoder_candidates(setting)
     if not candidates or versions(candidates) is None:
-        return False
+        return False, None
     about = note_about(content_hash, candidates)
-    note = read_note(note_file(cache_dir, about), about, lambda n: valid_note(n, candidates))
-    return note is not None and note["encoder"] is None
+    return True, read_note(note_file(cache_dir, about), about, lambda n: valid_note(n, candidates))
 
 
 def _decide_and_send(tokenizer_file: str, send, file_hash: str, candidates: tuple[str, ...]) -> None:

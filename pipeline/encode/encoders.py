@@ -14,6 +14,8 @@ so a long-lived process (a Ray worker, ``packtrain rebuild`` of experts with oth
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packtrain.core.inputs import read_json
@@ -69,31 +71,47 @@ class NotExact(Exception):
     """The fast encoder's structural checks refuse this tokenizer (a remembered decision said otherwise)."""
 
 
-def fast_encoder(key: tuple[str, str], name: str):
+def fast_encoder(key: tuple[str, str], name: str, meanwhile: Callable[[], object] | None = None):
     """The worker's fast encoder ``name`` (fastokens or tiktoken), built once per process (the build
     decided it is exact): ``encode_documents(docs)`` gives each document's ids and supervised token
     ranges, or None where the HF tokenizer must make it. Its structural checks run again here, so a
-    decision remembered in the cache cannot apply it where they refuse it (:class:`NotExact`)."""
+    decision remembered in the cache cannot apply it where they refuse it (:class:`NotExact`).
+
+    ``meanwhile``: called while fastokens' tokenizer loads (:func:`_fastokens`), once the checks
+    passed; the fork server loads the HF tokenizer there (pipeline/encode/fork_server.py)."""
     loaded = _loaded(key)
     if name not in loaded:
-        spec = read_json(Path(key[0]), "build again", "a tokenizers file")
         if name == fastokens_encoder.NAME:
-            import fastokens
-
-            problem, lengths = fastokens_encoder.checked(spec)
-            if problem is None:
-                layout, spec = fastokens_encoder.Layout(spec, lengths), None
-                release_freed()  # the parse, freed before fastokens loads (fastokens_encoder.Layout)
-                encoder = fastokens_encoder.FastokensEncoder(fastokens.Tokenizer.from_file(key[0]), layout)
+            loaded[name] = _fastokens(key, meanwhile)
         elif name == tiktoken_encoder.NAME:
+            spec = read_json(Path(key[0]), "build again", "a tokenizers file")
             problem, ranks, _ = tiktoken_encoder.structure(spec)
-            if problem is None:
-                encoder = tiktoken_encoder.FastEncoder(spec, lambda: hf_tokenizer(key), ranks)
+            if problem is not None:
+                raise NotExact(f"its structural checks refuse this tokenizer ({problem})")
+            loaded[name] = tiktoken_encoder.FastEncoder(spec, lambda: hf_tokenizer(key), ranks)
+            del spec
         else:
             raise ValueError(f"no fast encoder named {name!r}")
-        if problem is not None:
-            raise NotExact(f"its structural checks refuse this tokenizer ({problem})")
-        loaded[name] = encoder
-        del spec
         release_freed()  # the parsed tokenizer.json and the load's scratch, freed (about 90 MiB for Qwen's vocabulary)
     return loaded[name]
+
+
+def _fastokens(key: tuple[str, str], meanwhile: Callable[[], object] | None):
+    """fastokens' encoder of ``key``. Its tokenizer loads in a thread from the start (a native load
+    that releases the GIL: about 1 s of Qwen3's 1.5) while tokenizer.json is parsed and checked here
+    and ``meanwhile()`` runs (the HF tokenizer's load holds the GIL); the thread has ended on return,
+    also on a refusal (:class:`NotExact`, the load then dropped)."""
+    import fastokens
+
+    with ThreadPoolExecutor(1, thread_name_prefix="packtrain-fastokens") as pool:
+        native = pool.submit(fastokens.Tokenizer.from_file, key[0])
+        spec = read_json(Path(key[0]), "build again", "a tokenizers file")
+        problem, lengths = fastokens_encoder.checked(spec)
+        if problem is not None:
+            raise NotExact(f"its structural checks refuse this tokenizer ({problem})")
+        layout = fastokens_encoder.Layout(spec, lengths)
+        del spec
+        release_freed()  # the parse, freed before the load's scratch peaks (fastokens_encoder.Layout)
+        if meanwhile is not None:
+            meanwhile()
+        return fastokens_encoder.FastokensEncoder(native.result(), layout)

@@ -61,6 +61,9 @@ class TokenizeJob:
     chat_date: str | None = None
     """The day the build's chat template renders (its inputs' ``chat_date``), whatever the clock says
     when a row is rendered."""
+    server: ForkServer | None = None
+    """A fork server the build started before planning (pipeline/build.py ``first_build_server``),
+    taken by :func:`start_decision` where it is running and loaded this tokenizer's file."""
 
 
 def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) -> None:
@@ -84,7 +87,7 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
     release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
     line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
     once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
-    server, decision = start_decision(config.build.fast_encoder, tokenizer, cache_dir / FAST_ENCODER_NOTES)
+    server, decision = start_decision(config.build.fast_encoder, tokenizer, cache_dir / FAST_ENCODER_NOTES, job.server)
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
     refused_once: str | None = None  # why the one-render shortcut was
     try:
@@ -144,12 +147,19 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
         discard(tmps)
 
 
-def start_decision(wanted, tokenizer: TokenizerInfo, notes: Path) -> tuple[ForkServer, EncoderDecision]:
+def start_decision(wanted, tokenizer: TokenizerInfo, notes: Path, started: ForkServer | None = None
+                   ) -> tuple[ForkServer, EncoderDecision]:
     """The build's fork server (pipeline/encode/fork_server.py) and its encoder decision, whose child
-    the server forks; the server is stopped where the decision cannot start."""
+    the server forks; the server is stopped where the decision cannot start. ``started``: a server
+    started before planning, taken where it runs for this tokenizer file and content, else stopped."""
     tokenizer_file = tokenizer.directory / "tokenizer.json"
     tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
-    server = ForkServer(tokenizer_file, tokenizer_json)
+    if started is not None and started.running_for(tokenizer_file, tokenizer_json):
+        server = started
+    else:
+        if started is not None:
+            started.close()
+        server = ForkServer(tokenizer_file, tokenizer_json)
     try:
         return server, EncoderDecision(wanted, tokenizer_file, tokenizer_json, notes, server)
     except BaseException:
