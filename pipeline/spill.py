@@ -119,6 +119,12 @@ class SpillWriter:
                 f.close()
 
 
+SUM_TOKENS = 1 << 22
+"""Tokens per reduceat of :meth:`SourceSpill.supervised`: its int32 sums (a document is far below
+2**31 tokens) cast the mask to int32 first, and a 34M-token spill's at once is a 136 MB temporary
+whose page faults cost 0.24 s (int64 sums: 0.5 s); 4M tokens at a time: 0.016 s (docs/BENCHMARKS.md)."""
+
+
 class SourceSpill:
     """One source's documents of one split: tokens and loss mask memory-mapped, lengths in memory."""
 
@@ -133,12 +139,16 @@ class SourceSpill:
         np.cumsum(self.lengths, out=self.offsets[1:])
 
     def supervised(self) -> np.ndarray:
-        """Supervised tokens per document (every document has at least its EOS token)."""
-        if not len(self.lengths):
-            return np.zeros(0, np.int64)
-        # int32 sums (a document is far below 2**31 tokens): numpy's int64 reduceat of uint8 spends
-        # 0.5 s on its first call over a 34M-token spill, int32 0.03 s (docs/BENCHMARKS.md)
-        return np.add.reduceat(self.masks, self.offsets[:-1], dtype=np.int32).astype(np.int64)
+        """Supervised tokens per document (every document has at least its EOS token), summed
+        :data:`SUM_TOKENS` tokens of whole documents at a time."""
+        starts, out = self.offsets[:-1], np.zeros(len(self.lengths), np.int64)
+        first = 0
+        while first < len(starts):
+            last = max(first + 1, int(np.searchsorted(starts, starts[first] + SUM_TOKENS, "right")))
+            a, b = int(starts[first]), int(self.offsets[last])
+            out[first:last] = np.add.reduceat(self.masks[a:b], starts[first:last] - a, dtype=np.int32)
+            first = last
+        return out
 
     def keys(self) -> list[bytes]:
         """Each document's key (mix.document_keys), as the workers computed it."""

@@ -78,6 +78,19 @@ def write_spill(directory, batches):
         writer.abort()
 
 
+@pytest.mark.parametrize("sum_tokens", [1, 2, 4, 1 << 22])
+def test_supervised_tokens_are_summed_in_pieces_of_whole_documents(tmp_path, monkeypatch, sum_tokens):
+    """Each piece covers whole documents, however small SUM_TOKENS is (a document longer than it is a
+    piece of its own); an empty split has none."""
+    from packtrain.pipeline import spill
+
+    monkeypatch.setattr(spill, "SUM_TOKENS", sum_tokens)
+    write_spill(tmp_path / "s", [(0, [1] * 13, [0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 0, 1, 1], [3, 4, 1, 5], [1, 2, 0, 1],
+                                  [False] * 4)])
+    assert SourceSpill(tmp_path / "s", "train", np.uint16).supervised().tolist() == [2, 2, 1, 3]
+    assert SourceSpill(tmp_path / "s", "val", np.uint16).supervised().tolist() == []
+
+
 def test_a_spill_reads_back_what_was_written_split_by_is_val(tmp_path):
     write_spill(tmp_path / "s", [(0, [7, 8, 9, 4, 5], [0, 1, 1, 0, 1], [3, 2], [1, 1], [False, True]),
                                  (1, [6, 6, 6, 6], [0, 0, 1, 1], [4], [2], [False])])
