@@ -306,24 +306,18 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
     started = time.perf_counter()
     root = tmp.parent
     source_dirs = [root / SOURCES / source_key(planned.inputs, i) for i in range(len(planned.sources))]
-    todo = tokenize_changed(config, planned, root, source_dirs, log, progress, server)
-    crash_point("after_tokenize")
-    tokenize_seconds = time.perf_counter() - started
-    source_stats = [read_source_stats(d) for d in source_dirs]
+    tokenized: list[float] = []  # when the tokens were made, where they were packed while the proof finished
 
-    dtype = token_dtype(planned.tokenizer.vocab_size)
-    spills = {split: [SourceSpill(d, split, dtype) for d in source_dirs] for split in SPLITS}
-    selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
-                                        [spec.weight for spec in config.sources], config.build.dedup == "exact")
-    outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
-               "exactness": manifest_exactness([s.exactness for s in source_stats]),
-               "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
-                            for split in SPLITS} for i in range(len(source_dirs))]}
-    for split in SPLITS:
-        shards, totals = pack_split(config, spills[split], selections[split], split, dtype, planned.tokenizer.pad_id,
-                                    tmp)
-        outputs["shards"][split] = shards
-        outputs["totals"][split] = totals
+    def pack_meanwhile(dirs: list[Path]) -> Packed:
+        tokenized.append(time.perf_counter())
+        return pack_sources(config, planned, dirs, tmp)
+
+    todo, packed = tokenize_changed(config, planned, root, source_dirs, log, progress, server, pack_meanwhile)
+    crash_point("after_tokenize")
+    tokenize_seconds = (tokenized[0] if tokenized else time.perf_counter()) - started
+    if packed is None:
+        packed = pack_sources(config, planned, source_dirs, tmp)
+    source_stats, spills, selections, outputs = packed
     crash_point("after_shards")
     if outputs["totals"]["train"]["blocks"] == 0:
         raise no_training_blocks(config.expert, source_stats)
@@ -346,11 +340,43 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
     return report
 
 
+class Packed(NamedTuple):
+    """Both splits packed into a build's directory (:func:`pack_sources`)."""
+    source_stats: list
+    spills: dict[str, list[SourceSpill]]
+    selections: dict[str, list]
+    outputs: dict
+    """The manifest's ``outputs``: token dtype, shards, totals, exactness, per-source counts."""
+
+
+def pack_sources(config: ExpertConfig, planned: Plan, dirs: list[Path], tmp: Path) -> Packed:
+    """Mix the tokens of the sources in ``dirs`` (pipeline/mix.py) and pack each split into shards
+    in ``tmp``, replacing any an earlier packing left there (one from tokens the proof refuted)."""
+    for shard in tmp.glob("*.arrow"):
+        shard.unlink()
+    source_stats = [read_source_stats(d) for d in dirs]
+    dtype = token_dtype(planned.tokenizer.vocab_size)
+    spills = {split: [SourceSpill(d, split, dtype) for d in dirs] for split in SPLITS}
+    selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
+                                        [spec.weight for spec in config.sources], config.build.dedup == "exact")
+    outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
+               "exactness": manifest_exactness([s.exactness for s in source_stats]),
+               "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
+                            for split in SPLITS} for i in range(len(dirs))]}
+    for split in SPLITS:
+        shards, totals = pack_split(config, spills[split], selections[split], split, dtype, planned.tokenizer.pad_id,
+                                    tmp)
+        outputs["shards"][split] = shards
+        outputs["totals"][split] = totals
+    return Packed(source_stats, spills, selections, outputs)
+
+
 def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dirs: list[Path], log, progress: bool,
-                     server: ForkServer | None = None) -> list[int]:
+                     server: ForkServer | None = None, pack=None) -> tuple[list[int], Packed | None]:
     """Tokenize the sources whose tokens are not cached (or were cached with a shortcut this build's
-    check refuses) into ``source_dirs``; returns their indices. ``server``: a fork server started
-    before planning, which the first tokenize pass takes where it loaded this tokenizer."""
+    check refuses) into ``source_dirs``; returns their indices, and what ``pack(dirs)`` made where the
+    first tokenize pass packed while its proof finished (None: pack now). ``server``: a fork server
+    started before planning, which the first tokenize pass takes where it loaded this tokenizer."""
     tokenizer = planned.tokenizer
     dtype = token_dtype(tokenizer.vocab_size)
     todo = uncached_sources(root, planned.inputs, log)
@@ -361,10 +387,11 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
             log(f"source {config.sources[i].name}: unchanged, reusing its tokens ({d.name})")
     if config.format.style == "chat":
         check_chat_template(tokenizer, config.format.chat_template_kwargs)
+    packed = None
     if todo:
-        tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, todo, source_dirs, dtype, planned.files,
-                                     chat_date=planned.inputs.get("chat_date"), server=server),
-                         progress, log=log, cache_dir=root.parent)
+        packed = tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, todo, source_dirs, dtype,
+                                              planned.files, chat_date=planned.inputs.get("chat_date"), server=server),
+                                  progress, log=log, cache_dir=root.parent, meanwhile=pack)
     # a shortcut this build's check refused: the sources it reused with it are tokenized again too
     again = refused_shortcut_sources(config, source_dirs, [i for i in cached if i not in todo], root.parent,
                                      tokenizer, log)
@@ -372,8 +399,8 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
         tokenize_sources(TokenizeJob(config, planned.sources, tokenizer, again, source_dirs, dtype, planned.files,
                                      chat_date=planned.inputs.get("chat_date")),
                          progress, log=log, cache_dir=root.parent)
-        todo = sorted(todo + again)
-    return todo
+        todo, packed = sorted(todo + again), None  # packed without these sources' new tokens
+    return todo, packed
 
 
 def no_training_blocks(expert: str, source_stats: list[SourceStats]) -> BuildError:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from build_fixtures import decided, make_project, make_tokenizer, swap_two_merged_ids
+from build_fixtures import decided, make_project, make_tokenizer, seed_decision, swap_two_merged_ids
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 from packtrain.pipeline.encode import tiktoken_encoder
@@ -263,3 +263,47 @@ def test_the_decision_is_made_once_per_cache_directory_for_every_expert(tmp_path
                            "fast encoder: proven exact (fastokens: the HF tokenizer's ids on the probe text)"]
     assert said["other"] == ["fast encoder: on (fastokens) (fastokens: the HF tokenizer's ids on the probe text)"]
     assert len(list((project["cache"] / ".fast-encoder").glob("*.json"))) == 1
+
+
+def test_a_first_build_packs_while_its_proof_finishes_and_packs_again_where_it_fails(tmp_path, monkeypatch):
+    """The first build with a tokenizer packs from its unpublished source caches before the proof
+    answers: kept where the proof holds (the bytes of a build that packed after tokenizing), packed
+    again from the sources tokenized again where it fails, with nothing of the first packing left."""
+    import packtrain.pipeline.build as build_module
+
+    real, packed, stale = build_module.pack_sources, [], []
+
+    def pack_sources(config, planned, dirs, tmp):
+        result = real(config, planned, dirs, tmp)
+        packed.append([d.name.startswith(".tmp-") for d in dirs])
+        if stale and packed[-1] == [True]:
+            (tmp / "train-00009.arrow").write_bytes(b"a shard of the packing the proof refutes")
+        return result
+
+    def shards(path):
+        return {p.name: p.read_bytes() for p in sorted(path.glob("*"))}
+
+    monkeypatch.setattr(build_module, "pack_sources", pack_sources)
+    project = make_project(tmp_path, decided=False)
+    proven = build(load_config("sql", project["configs"]), project["cache"], log=lambda *_: None, progress=False)
+    assert packed == [[True]]  # once, from the unpublished tokens
+    shutil.rmtree(project["cache"])
+    seed_decision(project["cache"], project["model"])  # decided: nothing to prove, packed after tokenizing
+    decided = build(load_config("sql", project["configs"]), project["cache"], log=lambda *_: None, progress=False)
+    assert packed == [[True], [False]]
+    assert proven.build_id == decided.build_id
+    assert shards(proven.path) == shards(decided.path)
+
+    tokenizer_json = project["model"] / "tokenizer.json"
+    spec = json.loads(tokenizer_json.read_text())
+    swap_two_merged_ids(spec)  # tiktoken's structural checks pass, its proof fails
+    tokenizer_json.write_text(json.dumps(spec))
+    packed.clear()
+    stale.append(True)
+    lines: list[str] = []
+    shutil.rmtree(project["cache"])
+    refuted = build(load_config("sql", project["configs"], {"build.fast_encoder": "tiktoken"}), project["cache"],
+                    log=lines.append, progress=False)
+    assert any(line.startswith("fast encoder: tiktoken not proven exact") for line in lines)
+    assert packed == [[True], [False]]  # packed from tiktoken's tokens, then again from the HF tokenizer's
+    assert sorted(p.name for p in refuted.path.glob("*.arrow")) == ["train-00000.arrow", "val-00000.arrow"]  # none left

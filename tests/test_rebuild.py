@@ -61,7 +61,7 @@ def test_only_the_changed_source_is_tokenized_again(two_sources, monkeypatch):
     tokenized = []
     real = packtrain.pipeline.build.tokenize_sources
     monkeypatch.setattr(packtrain.pipeline.build, "tokenize_sources",
-                        lambda job, *rest, **kw: (tokenized.extend(job.todo), real(job, *rest, **kw)))
+                        lambda job, *rest, **kw: (tokenized.extend(job.todo), real(job, *rest, **kw))[1])
     second = run_build(two_sources)
     assert tokenized == [1]
     report = second.report

@@ -66,20 +66,20 @@ class TokenizeJob:
     taken by :func:`start_decision` where it is running and loaded this tokenizer's file."""
 
 
-def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) -> None:
+def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path, meanwhile=None):
     """Tokenize the sources of ``job`` with one pool; each lands in its source directory atomically,
     once every input file is checked to be what ``job.files`` hashed.
 
     Every source directory records which batches it holds and how many documents of each split each
     batch gave (pipeline/spill.py). ``cache_dir``: where the encoder decision is remembered.
 
-    The encoder is fastokens, else tiktoken, where it is proven exact for the tokenizer
-    (pipeline/encode/encoder_decision.py).
-    The first build with a tokenizer tokenizes while the proof runs and waits for it before anything
+    The encoder is fastokens, else tiktoken, where proven exact (pipeline/encode/encoder_decision.py):
+    a first build with a tokenizer tokenizes while the proof runs and waits for it before anything
     is renamed into place; where it fails, the sources are tokenized again with the HF tokenizer.
-    Where a checked document a shortcut (a fast encoder, the line cache) made differs from the HF
-    tokenizer's, the shortcut is dropped for this tokenizer (remembered) and the sources are
-    tokenized again without it (pipeline/encode/exactness.py); nothing it made is kept.
+    ``meanwhile(dirs)`` (each source's directory: this job's unpublished ones, the others' own) is
+    called before that wait (the build packs meanwhile); its result is returned where the proof
+    holds, else None. A shortcut that makes a checked document differently from the HF tokenizer is
+    dropped (remembered), and the sources tokenized again (pipeline/encode/exactness.py).
     """
     config, tokenizer = job.config, job.tokenizer
     tmps = {i: temporary_path(job.source_dirs[i]) for i in job.todo}
@@ -120,8 +120,10 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
                 about = "chat template" if e.mismatch.shortcut == exactness.RENDER_ONCE else "tokenizer"
                 log(f"exactness check: {e}; not using it for this {about} again, tokenizing again without it")
                 continue
+            early = None
             if proving:  # the proof ran beside tokenizing: the tokens are kept only where it holds
                 proving = False
+                early = meanwhile([tmps.get(i, d) for i, d in enumerate(job.source_dirs)]) if meanwhile else None
                 guessed, (fast, why) = fast, decision.result()
                 if fast == guessed:
                     log(f"fast encoder: proven exact ({why})")
@@ -133,12 +135,11 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path) 
             break
         log_exactness(stats, log)
         check_inputs_unchanged(config.expert, job.files)  # all read: were they what the source keys describe?
-        # the tokenizer is the content its hash names: the answers are about it. They are shortcuts for
-        # later builds, not part of this one: one that cannot be written is said, and the build goes on
         remember_answers((("fast encoder", decision.remember),
                           ("line cache", lambda: refused_line_cache and line_refusals.remember(refused_line_cache)),
                           ("chat render once", lambda: refused_once and once_refusals.remember(refused_once))), log)
         publish_sources(job, tmps)
+        return early
     except BaseException:
         stop_children(decision, server, early=True)
         raise
@@ -311,7 +312,9 @@ def log_exactness(stats: dict[int, SourceStats], log) -> None:
 
 
 def remember_answers(answers, log) -> None:
-    """Call each ``(what, remember)``; one that cannot write its note is said, and the build goes on."""
+    """Call each ``(what, remember)``; one that cannot write its note is said, and the build goes on.
+    Called once the tokenizer is checked to be the content its hash names (the answers are about
+    it); they are shortcuts for later builds, not part of this one."""
     for what, remember in answers:
         try:
             remember()
