@@ -130,8 +130,6 @@ def test_the_decisions_child_proves_with_the_encoders_loaded_before_it(tiny_toke
     other = make_tokenizer(tmp_path, vocab_size=300) / "tokenizer.json"
     wrong = encoders.fast_encoder((str(other), hashlib.sha256(other.read_bytes()).hexdigest()), "fastokens")
     monkeypatch.setitem(encoders.LOADED, sha, {"fastokens": wrong, "hf": Tokenizer.from_file(path)})
-    niced = []
-    monkeypatch.setattr(os, "nice", niced.append)  # this test process is not the child: it stays as it is
     sent = []
     handler = signal.getsignal(signal.SIGINT)
     try:
@@ -141,7 +139,6 @@ def test_the_decisions_child_proves_with_the_encoders_loaded_before_it(tiny_toke
         signal.signal(signal.SIGINT, handler)
     assert sent[0] == ("fastokens", None)
     assert sent[1][0] is None and sent[1][1].startswith("fastokens: it differs from the HF tokenizer on the probe text")
-    assert niced == [10]  # the child gives way to the workers and the packing (encoder_decision.PROOF_NICENESS)
 
 
 def test_a_fork_server_of_the_program_is_left_alone(tiny_tokenizer):

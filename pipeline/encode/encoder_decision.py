@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from pathlib import Path
 
@@ -302,13 +301,6 @@ def _remembered(cache_dir: str | Path, content_hash: str, setting: bool | str) -
     return True, read_note(note_file(cache_dir, about), about, lambda n: valid_note(n, candidates))
 
 
-PROOF_NICENESS = 10
-"""The decision child's niceness (added to the build's): where the cores are busy, the workers and
-the build's process (its reading, then its packing, which starts before the proof has answered:
-pipeline/build.py ``write_build``) come first, and the proof takes the time they leave. On 2 cores
-the proof then ends while the build packs, instead of slowing the workers (docs/BENCHMARKS.md)."""
-
-
 def _decide_and_send(tokenizer_file: str, send, file_hash: str, candidates: tuple[str, ...]) -> None:
     """In the child: the structural checks' answer (encoder to try, or None and why), then the answer
     (encoder or None, why); about the bytes read once here, and only where they are the ones
@@ -318,7 +310,6 @@ def _decide_and_send(tokenizer_file: str, send, file_hash: str, candidates: tupl
     from packtrain.pipeline.encode import encoders
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the build's main process's business
-    os.nice(PROOF_NICENESS)
     try:
         try:
             raw = Path(tokenizer_file).read_bytes()
