@@ -14,9 +14,10 @@ libraries' versions. The first build with a tokenizer does not wait for it:
    waits for the fork), and the build's process makes the structural checks itself meanwhile
    (:func:`structural_guess`); where none passes there, it waits for the child to say why;
 2. where one passes, the build tokenizes with it while the child finishes the proof;
-3. before any token is cached, the build waits for the proof (:meth:`EncoderDecision.result`).
-   Where it names another encoder (or none), everything the guessed one made is deleted and the
-   sources are tokenized again with the proven one, so a build's bytes never depend on the encoder.
+3. before any token is cached or a shard published, the build waits for the proof
+   (:meth:`EncoderDecision.result`; it packs meanwhile, pipeline/build.py ``write_build``). Where it
+   names another encoder (or none), everything the guessed one made is deleted and the sources are
+   tokenized and packed again with the proven one, so a build's bytes never depend on the encoder.
 
 The answer is remembered (:meth:`EncoderDecision.remember`) only once the build has checked that
 the tokenizer files still hold the content its hash names. A spawned child loads one tokenizer at a
