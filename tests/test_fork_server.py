@@ -315,3 +315,31 @@ def test_a_build_that_fails_while_planning_stops_the_server_it_started(tmp_path)
     with pytest.raises(PacktrainError, match="sql.jsonl"):
         build(config, project["cache"], log=lambda *_: None, progress=False)
     assert forkserver._forkserver._forkserver_pid is None
+
+
+def test_a_server_started_for_other_content_is_stopped_and_not_taken(tiny_tokenizer, tmp_path):
+    """tokenizer.json changed between the server's start (before planning) and the plan: the tokenize
+    pass stops that server and starts its own for the content it planned."""
+    from packtrain.pipeline.encode.source_caches import start_decision
+
+    path, sha = tiny_tokenizer
+    tokenizer = type("Info", (), {"directory": __import__("pathlib").Path(path).parent,
+                                  "fingerprint": {"files": {"tokenizer.json": sha}}})()
+    early = ForkServer(path, "0" * 64)
+    early.context(("fastokens",), False)
+    assert early.running_for(path, "0" * 64)
+    server, decision = start_decision(False, tokenizer, tmp_path / "notes", early)
+    try:
+        assert server is not early and not early.held and server.key == (path, sha)
+    finally:
+        decision.close()
+        server.close()
+    taken = ForkServer(path, sha)
+    taken.context(("fastokens",), False)
+    server, decision = start_decision(False, tokenizer, tmp_path / "notes", taken)
+    try:
+        assert server is taken and taken.held
+    finally:
+        decision.close()
+        server.close()
+    assert forkserver._forkserver._forkserver_pid is None
