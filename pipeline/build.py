@@ -31,13 +31,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 
-from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
 from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
-from packtrain.core.config_build import RESERVED_TEMPLATE_VARIABLES
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
                                      REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
                                      resolve_build, token_dtype, verify_checksums, write_current)
@@ -55,13 +53,12 @@ from packtrain.pipeline.encode.exactness import (LINE_CACHE_NOTES, RENDER_ONCE_N
                                                  fast_encoder_candidates)
 from packtrain.pipeline.encode.encoder_decision import to_prove
 from packtrain.pipeline.encode.fork_server import ForkServer
-from packtrain.pipeline.chat_template import strftime_now, uses_the_date, variables_read
+from packtrain.pipeline.chat_template import check_chat_template, strftime_now, uses_the_date
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
-from packtrain.pipeline.shards import pack_split, packed_lengths
-from packtrain.pipeline.source_stats import Exactness, SourceStats
-from packtrain.pipeline.spill import (PART_IDENTITY, PARTS, SOURCES, SPLITS, SourceSpill, read_source_stats, source_key,
-                                      uncached_sources, write_json)
+from packtrain.pipeline.shards import Packed, pack_sources, packed_lengths
+from packtrain.pipeline.source_stats import SourceStats
+from packtrain.pipeline.spill import PART_IDENTITY, PARTS, SOURCES, SPLITS, source_key, uncached_sources, write_json
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
 
 
@@ -310,13 +307,13 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
 
     def pack_meanwhile(dirs: list[Path]) -> Packed:
         tokenized.append(time.perf_counter())
-        return pack_sources(config, planned, dirs, tmp)
+        return pack_sources(config, planned.tokenizer, dirs, tmp)
 
     todo, packed = tokenize_changed(config, planned, root, source_dirs, log, progress, server, pack_meanwhile)
     crash_point("after_tokenize")
     tokenize_seconds = (tokenized[0] if tokenized else time.perf_counter()) - started
     if packed is None:
-        packed = pack_sources(config, planned, source_dirs, tmp)
+        packed = pack_sources(config, planned.tokenizer, source_dirs, tmp)
     source_stats, spills, selections, outputs = packed
     crash_point("after_shards")
     if outputs["totals"]["train"]["blocks"] == 0:
@@ -338,37 +335,6 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
     fsync_dir(tmp)
     log(reporting.summary(report))
     return report
-
-
-class Packed(NamedTuple):
-    """Both splits packed into a build's directory (:func:`pack_sources`)."""
-    source_stats: list
-    spills: dict[str, list[SourceSpill]]
-    selections: dict[str, list]
-    outputs: dict
-    """The manifest's ``outputs``: token dtype, shards, totals, exactness, per-source counts."""
-
-
-def pack_sources(config: ExpertConfig, planned: Plan, dirs: list[Path], tmp: Path) -> Packed:
-    """Mix the tokens of the sources in ``dirs`` (pipeline/mix.py) and pack each split into shards
-    in ``tmp``, replacing any an earlier packing left there (one from tokens the proof refuted)."""
-    for shard in tmp.glob("*.arrow"):
-        shard.unlink()
-    source_stats = [read_source_stats(d) for d in dirs]
-    dtype = token_dtype(planned.tokenizer.vocab_size)
-    spills = {split: [SourceSpill(d, split, dtype) for d in dirs] for split in SPLITS}
-    selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
-                                        [spec.weight for spec in config.sources], config.build.dedup == "exact")
-    outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
-               "exactness": manifest_exactness([s.exactness for s in source_stats]),
-               "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
-                            for split in SPLITS} for i in range(len(dirs))]}
-    for split in SPLITS:
-        shards, totals = pack_split(config, spills[split], selections[split], split, dtype, planned.tokenizer.pad_id,
-                                    tmp)
-        outputs["shards"][split] = shards
-        outputs["totals"][split] = totals
-    return Packed(source_stats, spills, selections, outputs)
 
 
 def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dirs: list[Path], log, progress: bool,
@@ -416,32 +382,3 @@ def no_training_blocks(expert: str, source_stats: list[SourceStats]) -> BuildErr
                       f"{sum(s.bad_rows for s in source_stats)} of {sum(s.rows for s in source_stats)} "
                       f"rows were bad{f', {filtered} filtered out by sources[].where' if filtered else ''} ({why}); "
                       f"{fix}")
-
-
-def manifest_exactness(made: list[Exactness]) -> dict:
-    """The manifest's ``outputs.exactness``: the sources' entries combined, the encoders as a list."""
-    both = Exactness.combined(made).to_dict()
-    return {"encoders": both.pop("encoder").split("+"), **both}
-
-
-def check_chat_template(tokenizer: TokenizerInfo, kwargs: dict) -> None:
-    """format.style chat needs a chat template that compiles, and reads every variable of
-    ``format.chat_template_kwargs`` (one it never reads changes nothing: a misspelt name, or another
-    model's); say so before tokenizing anything."""
-    import jinja2
-
-    if not tokenizer.chat_template:
-        raise BuildError(f"format.style is chat but {tokenizer.directory} has no chat_template "
-                         "(tokenizer_config.json or chat_template.jinja); use format.style: template")
-    read: set[str] = set()
-    for template in tokenizer.chat_templates:
-        try:
-            read |= variables_read(template)
-        except jinja2.TemplateError as e:
-            raise BuildError(f"the chat template of {tokenizer.directory} does not compile: {e}") from None
-    unread = sorted(set(kwargs) - read)
-    if unread:
-        others = sorted(read - set(RESERVED_TEMPLATE_VARIABLES) - {"raise_exception", "strftime_now"})
-        raise BuildError(f"format.chat_template_kwargs: the chat template of {tokenizer.directory} never reads "
-                         f"{unread[0]!r}, so it would change nothing; remove it or correct its name (the template "
-                         f"reads: {', '.join(others) or 'no other variable'})")

@@ -12,7 +12,13 @@ import json
 from contextlib import contextmanager
 from datetime import date, datetime
 from functools import lru_cache
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+from packtrain.core.config_build import RESERVED_TEMPLATE_VARIABLES
+from packtrain.pipeline.errors import BuildError
+
+if TYPE_CHECKING:
+    from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
 
 
 class BadRow(ValueError):
@@ -100,3 +106,26 @@ def compile_chat_template(template: str):
     env.filters["tojson"] = tojson
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, tools=None, documents=None)
     return env.from_string(template)
+
+
+def check_chat_template(tokenizer: TokenizerInfo, kwargs: dict) -> None:
+    """format.style chat needs a chat template that compiles, and reads every variable of
+    ``format.chat_template_kwargs`` (one it never reads changes nothing: a misspelt name, or another
+    model's); say so before tokenizing anything."""
+    import jinja2
+
+    if not tokenizer.chat_template:
+        raise BuildError(f"format.style is chat but {tokenizer.directory} has no chat_template "
+                         "(tokenizer_config.json or chat_template.jinja); use format.style: template")
+    read: set[str] = set()
+    for template in tokenizer.chat_templates:
+        try:
+            read |= variables_read(template)
+        except jinja2.TemplateError as e:
+            raise BuildError(f"the chat template of {tokenizer.directory} does not compile: {e}") from None
+    unread = sorted(set(kwargs) - read)
+    if unread:
+        others = sorted(read - set(RESERVED_TEMPLATE_VARIABLES) - {"raise_exception", "strftime_now"})
+        raise BuildError(f"format.chat_template_kwargs: the chat template of {tokenizer.directory} never reads "
+                         f"{unread[0]!r}, so it would change nothing; remove it or correct its name (the template "
+                         f"reads: {', '.join(others) or 'no other variable'})")

@@ -1,7 +1,8 @@
 """Shards: tokenized documents -> packed blocks -> Arrow IPC stream files, uncompressed,
 memory-mappable.
 
-``pack_split`` reads one split's documents from every source's token spill (pipeline/spill.py; those mixing chose,
+``pack_sources`` packs a build: the sources' documents mixed (pipeline/mix.py), each split by
+``pack_split``, which reads one split's documents from every source's token spill (pipeline/spill.py; those mixing chose,
 pipeline/mix.py, as many times as it chose them), plans the blocks
 (pipeline/pack.py) and writes them with the core's ``ShardWriter`` (packtrain/core/shardfile.py). Rows per shard and rows per record batch
 are fixed by the block size and ``shard_size_mb``, so the same blocks always give the same bytes.
@@ -13,14 +14,57 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import islice
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
+from packtrain.pipeline import mix
 from packtrain.pipeline import report as reporting
+from packtrain.core.contract import token_dtype
 from packtrain.core.shardfile import ShardWriter
 from packtrain.core.faults import crash_point
+from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
 from packtrain.pipeline.pack import pack_flat
-from packtrain.pipeline.spill import SourceSpill, concat
+from packtrain.pipeline.source_stats import Exactness
+from packtrain.pipeline.spill import SPLITS, SourceSpill, concat, read_source_stats
+
+
+class Packed(NamedTuple):
+    """Both splits packed into a build's directory (:func:`pack_sources`)."""
+    source_stats: list
+    spills: dict[str, list[SourceSpill]]
+    selections: dict[str, list]
+    outputs: dict
+    """The manifest's ``outputs``: token dtype, shards, totals, exactness, per-source counts."""
+
+
+def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) -> Packed:
+    """Mix the tokens of the sources in ``dirs`` (pipeline/mix.py) and pack each split into shards
+    in ``tmp``, replacing any an earlier packing left there (one from tokens the proof refuted);
+    ``config``: the expert's (its sources' weights, build.dedup, pack)."""
+    for shard in tmp.glob("*.arrow"):
+        shard.unlink()
+    source_stats = [read_source_stats(d) for d in dirs]
+    dtype = token_dtype(tokenizer.vocab_size)
+    spills = {split: [SourceSpill(d, split, dtype) for d in dirs] for split in SPLITS}
+    selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
+                                        [spec.weight for spec in config.sources], config.build.dedup == "exact")
+    outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
+               "exactness": manifest_exactness([s.exactness for s in source_stats]),
+               "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
+                            for split in SPLITS} for i in range(len(dirs))]}
+    for split in SPLITS:
+        shards, totals = pack_split(config, spills[split], selections[split], split, dtype, tokenizer.pad_id,
+                                    tmp)
+        outputs["shards"][split] = shards
+        outputs["totals"][split] = totals
+    return Packed(source_stats, spills, selections, outputs)
+
+
+def manifest_exactness(made: list[Exactness]) -> dict:
+    """The manifest's ``outputs.exactness``: the sources' entries combined, the encoders as a list."""
+    both = Exactness.combined(made).to_dict()
+    return {"encoders": both.pop("encoder").split("+"), **both}
 
 
 def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], split: str, dtype, pad_id: int,

@@ -273,8 +273,8 @@ def test_a_first_build_packs_while_its_proof_finishes_and_packs_again_where_it_f
 
     real, packed, stale = build_module.pack_sources, [], []
 
-    def pack_sources(config, planned, dirs, tmp):
-        result = real(config, planned, dirs, tmp)
+    def pack_sources(config, tokenizer, dirs, tmp):
+        result = real(config, tokenizer, dirs, tmp)
         packed.append([d.name.startswith(".tmp-") for d in dirs])
         if stale and packed[-1] == [True]:
             (tmp / "train-00009.arrow").write_bytes(b"a shard of the packing the proof refutes")
