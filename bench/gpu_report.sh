@@ -2,9 +2,8 @@
 # The GPU report in parts that each fit one device call (under 9.5 minutes on an H100, start-up not
 # counted), most important first; every step has its own time limit, so a part always ends and
 # returns what it measured. Usage: bench/gpu_report.sh PART OUT_DIR PYTHON  (`make gpu-report PART=1`)
-#   1: the CUDA tier (tests/test_gpu.py) alone: on 2026-11-26 its first 18 tests took 240 s and the
-#      last three more than 270 s (the 0.5B peak-memory test, with the auto micro-batch, did not finish;
-#      nor in 210 s alone on 2026-11-27, with the eager search)
+#   1: the CUDA tier (tests/test_gpu.py) alone: on 2026-11-26 its first 18 tests took 240 s; the
+#      0.5B peak-memory test alone took 136 s on 2026-11-27 (without its samples and task eval)
 #   2: 0.5B packtrain vs HF Trainer + torch_compile, side by side, same micro-batch (16 x 1)
 #   3: 7B LoRA, then 7B QLoRA (packtrain, micro-batch 1 x 8, gradient checkpointing)
 #   4: the 0.5B peers: HF Trainer eager, the padded 'before' setup, TRL SFTTrainer packing
@@ -23,7 +22,7 @@ small=(--arch qwen2.5-0.5b --batch-size 16 --grad-accum 1)
 large=(--arch qwen2.5-7b --batch-size 1 --grad-accum 8 --gradient-checkpointing)
 case $part in
 1) # log_cli: each test's training log streams to test-gpu.log, so a test the limit ends shows where
-   # it was (the 0.5B peak-memory test has never finished and printed nothing: 2026-11-26/27)
+   # it was (the 0.5B peak-memory test printed nothing when a limit ended it: 2026-11-26/27)
    timeout -k 5 550 "$py" -m pytest -v -m cuda tests/test_gpu.py -p no:cacheprovider --durations=0 \
        -o log_cli=true --log-cli-level=INFO 2>&1 \
        | tee "$out/test-gpu.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|s call|micro-batch auto"

@@ -34,6 +34,7 @@ or supervised; attention pairs = sum of position + 1 over real tokens), read onc
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import resource
@@ -130,7 +131,7 @@ def run_hf(args, contender: str, config, build_dir: Path, device) -> dict:
 
     manifest = Manifest.load(build_dir)
     model, precision = load_model(args, config, device)
-    counter = DeviceCounter(manifest.raw["inputs"]["tokenizer"]["pad_id"], device)
+    counter = DeviceCounter(manifest.pad_id, device)
     model.register_forward_pre_hook(counter.hook, with_kwargs=True)
     waits: list = []
     ends: list[float] = []
@@ -313,6 +314,19 @@ def fmt(value, spec) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def run_streamed(cmd: list[str], env: dict, contender: str) -> tuple[int, list[str]]:
+    """Run one contender's process with its output streamed line by line, prefixed with its name (a
+    time limit that ends the bench still shows where the contender was: on 2026-11-27 a 7B run ended
+    by its limit printed nothing); returns the exit status and the last three lines."""
+    tail: collections.deque[str] = collections.deque(maxlen=3)
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            print(f"[{contender}] {line}", end="", flush=True)
+            if line.strip():
+                tail.append(line.strip())
+    return proc.returncode, list(tail)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", choices=["tiny", *ARCHS], default="tiny")
@@ -366,10 +380,9 @@ def main() -> None:
                    PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         cmd = [sys.executable, __file__, "--run-one", contender, *sys.argv[1:]]
         started = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0 or not result_file.is_file():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            results[contender] = {"skipped": f"failed (exit {proc.returncode}): {' | '.join(tail)[-300:]}"}
+        returncode, tail = run_streamed(cmd, env, contender)
+        if returncode != 0 or not result_file.is_file():
+            results[contender] = {"skipped": f"failed (exit {returncode}): {' | '.join(tail)[-300:]}"}
         else:
             results[contender] = json.loads(result_file.read_text())
             results[contender]["wall_s"] = time.perf_counter() - started

@@ -61,10 +61,10 @@ def expert_config(args, model: Path, cache: Path, output: Path, contender: str =
         "lora.r": 16, "lora.alpha": 32, "lora.dropout": 0.0,
         "train.max_steps": args.steps,
         "train.per_device_train_batch_size": args.batch_size,
-        "train.gradient_accumulation_steps": args.grad_accum,
         "train.gradient_checkpointing": args.gradient_checkpointing,
+        # auto sets the accumulation itself (a value beside it is a config error)
         **({"train.per_device_train_batch_size": "auto", "train.global_batch_size": args.batch_size * args.grad_accum}
-           if contender == "packtrain-auto" else {}),
+           if contender == "packtrain-auto" else {"train.gradient_accumulation_steps": args.grad_accum}),
         "train.dataloader_num_workers": workers(),
         "train.optim": "adamw_torch_fused",
         "train.warmup_ratio": 0.0,

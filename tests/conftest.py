@@ -41,7 +41,7 @@ encoders.KEPT = 16
 # The test files that take longest (10 s and more on 2 workers, measured 2026-11-26), longest first:
 # `make test` hands files to its workers in collection order (--no-loadscope-reorder), so these start
 # first and the run ends on short files instead of one worker waiting for the other's long one.
-LONGEST_FIRST = ("test_exactness.py", "test_reliability_encoder_decision.py", "test_reliability_build.py",
+LONGEST_FIRST = ("test_exactness.py", "test_bench_contenders.py", "test_reliability_encoder_decision.py", "test_reliability_build.py",
                  "test_ray_build.py", "test_chat_tools.py", "test_console.py", "test_chat_tool_templates.py",
                  "test_bpe_fast.py", "test_reliability_runs_inputs.py", "test_trainer_fsdp.py",
                  "test_experiments.py", "test_fastokens.py")

@@ -155,6 +155,10 @@ def auto_micro_batch(model: torch.nn.Module, dataset, per_device: int, path: Los
             p.grad = None
         torch.set_rng_state(rng[0])
         torch.cuda.set_rng_state_all(rng[1])
+        # each trial's peak is its own measurement (logged above); the run's mem/peak_gib measures the
+        # run: left as it was, it read the last (largest) eager trial's peak (0.5B, 16 blocks, H100:
+        # 44.47 GiB in the search, 36.0 GiB training compiled; 2026-11-27)
+        torch.cuda.reset_peak_memory_stats(path.device)
     note = (f"micro-batch auto: {chosen.micro} block(s) per forward x {per_device // chosen.micro} accumulation "
             f"(peak {chosen.peak_gib:.2f} of {total / 2**30:.1f} GiB, {chosen.micro / chosen.seconds:.2f} blocks/s"
             f"{', activation checkpointing on' if chosen.checkpointing else ''})")
