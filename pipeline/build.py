@@ -39,7 +39,7 @@ from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
                                      REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
                                      resolve_build, token_dtype, verify_checksums, write_current)
-from packtrain.core.files import TMP_PREFIX, fsync_dir, process_alive, publish_dir, remove_path
+from packtrain.core.files import TMP_PREFIX, fsync_dir, process_alive, publish_dir, remove_path, writer_pid
 from packtrain.core.hashing import canonical_json, sha256_file, sha256_json
 from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError, PacktrainError
@@ -291,10 +291,11 @@ def remove_leftovers(root: Path, log) -> None:
 
 
 def writer_alive(tmp: Path) -> bool:
-    """Whether the process named by a temporary file's ``-<pid>`` suffix (core/files.write_atomic) still
-    runs on this machine, other than this one."""
-    pid = tmp.name.rpartition("-")[2]
-    return pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid))
+    """Whether the process named in a temporary file's name (core/files.writer_pid) still runs on this
+    machine: this one included, whose other threads may be writing their notes right now (two builds
+    of one expert in one process; a note this process left is removed by the next one)."""
+    pid = writer_pid(tmp)
+    return pid is not None and (pid == os.getpid() or process_alive(pid))
 
 
 def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manifest | None, log, progress: bool,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 
 import pytest
 
 from packtrain.core.diskfull import DiskFullError
-from packtrain.core.files import publish_dir, replacing, write_atomic, write_new
+from packtrain.core.files import publish_dir, replacing, write_atomic, write_new, writer_pid
 
 
 def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path):
@@ -26,7 +27,8 @@ def test_a_failure_keeps_the_old_file_and_removes_the_temporary(tmp_path):
     path.write_bytes(b"an older plot")
     with pytest.raises(ValueError, match="library failed"):
         with replacing(path) as tmp:
-            assert tmp == tmp_path / f".tmp-plot.png-{os.getpid()}"
+            assert tmp.parent == tmp_path and tmp.name.startswith(f".tmp-plot.png-{os.getpid()}-")
+            assert writer_pid(tmp) == os.getpid()
             tmp.write_bytes(b"half")
             raise ValueError("library failed")
     assert os.listdir(tmp_path) == ["plot.png"] and path.read_bytes() == b"an older plot"
@@ -133,3 +135,29 @@ def test_write_new_never_writes_through_a_temporary_left_linked_to_the_published
     with pytest.raises(FileExistsError):
         write_new(path, "second\n")
     assert path.read_text() == "first\n"
+
+
+def test_two_threads_replacing_one_file_at_once_each_write_their_own_temporary(tmp_path):
+    """Two builds of one expert in one process (a notebook, a service) write the same tokenizer-facts
+    note while planning: with the temporary named by the pid alone, both wrote one file and the
+    second rename failed (FileNotFoundError). Both inside ``replacing`` at once, deterministically."""
+    path = tmp_path / "facts.json"
+    both_inside = threading.Barrier(2, timeout=30)
+    errors, names = [], []
+
+    def write(data: bytes) -> None:
+        try:
+            with replacing(path) as tmp:
+                tmp.write_bytes(data)
+                names.append(tmp.name)
+                both_inside.wait()
+        except Exception as e:  # noqa: BLE001: the test reports it
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=write, args=(bytes([65 + k]) * 1000,)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(set(names)) == 2
+    assert path.read_bytes() in (b"A" * 1000, b"B" * 1000) and os.listdir(tmp_path) == ["facts.json"]

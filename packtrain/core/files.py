@@ -1,9 +1,10 @@
 """The one way packtrain replaces a file: never half written, whatever happens.
 
-:func:`write_atomic` writes a temporary file in the same directory (``.tmp-<name>-<pid>``: the
+:func:`write_atomic` writes a temporary file in the same directory (``.tmp-<name>-<pid>-<random>``: the
 build's leftover cleaning removes the ones a killed process left in the cache), fsyncs it, renames
 it over the target and fsyncs the directory, so that a crash leaves the old file or the new one,
-never part of either. A failure removes the temporary file; a full disk becomes one
+never part of either (the name also carries a random part: two threads of one process writing the
+same file each write their own). A failure removes the temporary file; a full disk becomes one
 :class:`~packtrain.core.diskfull.DiskFullError` line naming the file and the fix (core/diskfull.py).
 
 Directories (a build, a checkpoint, a source's tokens, a run's final adapter, a converted model) are
@@ -44,7 +45,7 @@ def replacing(path: str | os.PathLike, what: str | None = None, fix: str = "") -
     that wants a path: ``fig.savefig(tmp)``); then it is fsynced and renamed over ``path``, and the
     directory fsynced. A failure removes ``tmp``; ``what``/``fix``: as for :func:`write_atomic`."""
     path = Path(path)
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+    tmp = temporary_path(path)  # unique per write: two threads of one process may replace one file
     with written(path, what, fix, partial=[tmp]) if what is not None else _removed_on_failure(tmp):
         yield tmp
         with open(tmp, "rb+") as f:
@@ -95,6 +96,21 @@ def temporary_path(path: str | os.PathLike) -> Path:
     pids repeat (a pod restarted after its part was killed is pid 1 again; two nodes on shared storage)."""
     path = Path(path)
     return path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def writer_pid(tmp: str | os.PathLike) -> int | None:
+    """The pid in a temporary name (``.tmp-<name>-<pid>``, or :func:`temporary_path`'s
+    ``.tmp-<name>-<pid>-<random>``), None where there is none.
+
+    >>> writer_pid(".tmp-facts.json-4242-0a1b2c3d"), writer_pid(".tmp-build-17"), writer_pid(".tmp-x-y")
+    (4242, 17, None)
+    """
+    parts = Path(tmp).name.split("-")
+    if len(parts) >= 3 and parts[-1].isdigit():
+        return int(parts[-1])
+    if len(parts) >= 4 and parts[-2].isdigit() and len(parts[-1]) == 8:
+        return int(parts[-2])
+    return None
 
 
 def publish_dir(tmp: str | os.PathLike, path: str | os.PathLike, replace: bool = False) -> None:
