@@ -160,8 +160,9 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
             f"its builds by an older packtrain (kept as they are; delete them when no run needs them, unless they "
             f"are the expert {former}'s)")
     root.mkdir(parents=True, exist_ok=True)
-    server = first_build_server(config, cache_dir) if planned is None else None
+    server = None
     try:
+        server = first_build_server(config, cache_dir) if planned is None else None
         return plan_and_publish(config, cache_dir, log, progress, planned, server)
     except BaseException:
         if server is not None:

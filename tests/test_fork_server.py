@@ -343,3 +343,24 @@ def test_a_server_started_for_other_content_is_stopped_and_not_taken(tiny_tokeni
         decision.close()
         server.close()
     assert forkserver._forkserver._forkserver_pid is None
+
+
+def test_a_server_whose_start_is_interrupted_is_handed_back(tmp_path, monkeypatch):
+    """A Ctrl-C (or an OSError) while the first build's server starts, before planning: the build
+    stops, and the process's fork server is free for the next build, not held by a build that is gone."""
+    from packtrain.pipeline.build import build
+    from packtrain.pipeline.encode import fork_server
+
+    project, config = first_build(tmp_path)
+
+    def interrupted(self, spec):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(fork_server.ForkServer, "_start", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            build(config, project["cache"], log=lambda *_: None, progress=False)
+    assert fork_server._HELD.acquire(blocking=False)  # free: the next build may start its own
+    fork_server._HELD.release()
+    result = build(config, project["cache"], log=lambda *_: None, progress=False)
+    assert result.build_id and forkserver._forkserver._forkserver_pid is None

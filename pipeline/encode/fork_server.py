@@ -100,9 +100,15 @@ class ForkServer:
         if self.started is None:
             if "forkserver" in multiprocessing.get_all_start_methods() and _HELD.acquire(blocking=False):
                 if _stdlib_server()._forkserver_pid is None:
+                    self.preload_before = _stdlib_server()._preload_modules  # set again by close()
                     self.held = True
-                    self._start({"tokenizer_file": self.key[0], "tokenizer_sha256": self.key[1],
-                                 "fast_encoders": list(fast_encoders), "line_cache": line_cache})
+                    try:
+                        self._start({"tokenizer_file": self.key[0], "tokenizer_sha256": self.key[1],
+                                     "fast_encoders": list(fast_encoders), "line_cache": line_cache})
+                    except BaseException:  # a Ctrl-C or an OSError while starting: handed back, never held
+                        self.kill()
+                        self.close()
+                        raise
                     self.started = multiprocessing.get_context("forkserver")
                 else:
                     _HELD.release()
@@ -116,7 +122,6 @@ class ForkServer:
 
     def _start(self, spec: dict) -> None:
         server = _stdlib_server()
-        self.preload_before = server._preload_modules
         before = os.environ.get(ENCODERS)
         os.environ[ENCODERS] = json.dumps(spec)
         try:
