@@ -198,7 +198,10 @@ def choose(text: str, candidates: tuple[str, ...], on_checks=None, loaded: dict 
     an encoder passed its structural checks (``problem`` None), or with (None, why) when none did.
     ``loaded``: this tokenizer's encoders already loaded from ``text`` (by kind, as
     pipeline/encode/encoders.py keeps them), used instead of loading them again."""
-    specs = [json.loads(text)]  # not JSON: the decision fails (the HF tokenizer, not remembered)
+    # not JSON: the decision fails (the HF tokenizer, not remembered); not parsed where fastokens,
+    # tried first, is loaded already (the fork server's, from this content: it parsed and checked it)
+    first_loaded = bool(candidates) and candidates[0] == fastokens_encoder.NAME and fastokens_encoder.NAME in (loaded or {})
+    specs = [] if first_loaded else [json.loads(text)]
     told, reasons = [], []
     for module in (ENCODERS[name] for name in candidates):
         def checked(problem, name=module.NAME):

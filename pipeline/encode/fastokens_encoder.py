@@ -89,8 +89,12 @@ def decide(text: str, on_checks=None, spec: dict | None = None, loaded: dict | N
     has answered, before the probe. ``loaded``: fastokens' encoder and the HF tokenizer already
     loaded from ``text`` (by kind, as pipeline/encode/encoders.py keeps them: the build's fork
     server's), used instead of loading them here."""
-    spec = json.loads(text) if spec is None else spec
-    problem, lengths = checked(spec)
+    loaded = loaded or {}
+    if NAME in loaded:  # made only where these checks passed on this very content (encoders._fastokens):
+        problem, lengths = None, None  # no second parse (~60 MiB and 0.2 CPU s on Qwen3's, beside the workers)
+    else:
+        spec = json.loads(text) if spec is None else spec
+        problem, lengths = checked(spec)
     if on_checks is not None:
         on_checks(problem)
     if problem is not None:
@@ -99,7 +103,6 @@ def decide(text: str, on_checks=None, spec: dict | None = None, loaded: dict | N
 
     import fastokens
 
-    loaded = loaded or {}
     # one tokenizer at a time, each freed before the next loads (the decision process's memory beside
     # the workers': docs/BENCHMARKS.md): fastokens' ids first, then the HF tokenizer's
     layout, spec = (None if NAME in loaded else Layout(spec, lengths)), None
