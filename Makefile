@@ -139,9 +139,9 @@ test: install
 test-gpu:
 	$(PY) -m pytest -q -m cuda tests/test_gpu.py
 
-# The GPU report in four parts, each one device call under 10 minutes on an H100 (a session has 15
-# device minutes: run PART=1 first, then 2, 3, 4 in later sessions): 1 the CUDA tier, 2 0.5B
-# packtrain vs hf-compile, 3 7B LoRA + QLoRA, 4 the 0.5B peers. Every step has its own time limit
+# The GPU report in five parts, each one device call under 10 minutes on an H100 (a session has 15
+# device minutes: run PART=1 first, then the others in later sessions): 1 the CUDA tier, 2 0.5B
+# packtrain vs hf-compile, 3 7B LoRA + QLoRA, 4 the 0.5B peers, 5 7B with the auto micro-batch. Every step has its own time limit
 # (bench/gpu_report.sh); every table lands in $(GPU_OUT)/ (docs/BENCHMARKS.md). PART is the build's
 # variable too (defined above, empty by default), hence the `or`: a plain `make gpu-report` is part 1.
 GPU_OUT    ?= gpu-report

@@ -7,8 +7,10 @@
 #   2: 0.5B packtrain vs HF Trainer + torch_compile, side by side, same micro-batch (16 x 1)
 #   3: 7B LoRA, then 7B QLoRA (packtrain, micro-batch 1 x 8, gradient checkpointing)
 #   4: the 0.5B peers: HF Trainer eager, the padded 'before' setup, TRL SFTTrainer packing
+#   5: 7B LoRA with per_device_train_batch_size: auto for 8 blocks (checkpointing as auto decides):
+#      what micro-batch 1 x 8 (part 3) leaves on an 80 GiB card (2026-11-27: ended by a 265 s limit)
 set -uo pipefail
-part=${1:?PART: 1, 2, 3 or 4}; out=${2:-gpu-report}; py=${3:-python3}
+part=${1:?PART: 1, 2, 3, 4 or 5}; out=${2:-gpu-report}; py=${3:-python3}
 mkdir -p "$out"
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
@@ -31,6 +33,7 @@ case $part in
 3) bench 270 bench-7b "${large[@]}" --contenders packtrain
    bench 270 bench-7b-qlora "${large[@]}" --method qlora --contenders packtrain ;;
 4) bench 550 bench-0.5b-peers "${small[@]}" --contenders hf,before,trl ;;
-*) echo "PART must be 1, 2, 3 or 4" >&2; exit 2 ;;
+5) bench 550 bench-7b-auto --arch qwen2.5-7b --batch-size 1 --grad-accum 8 --contenders packtrain-auto ;;
+*) echo "PART must be 1, 2, 3, 4 or 5" >&2; exit 2 ;;
 esac
 say "part $part done"
