@@ -3,7 +3,9 @@ config and one override, one process per variant. Usage, on the GPU machine:
 
     python3 bench/gpu_levers.py build [ARCH]; STEPS=6 MB=2 GA=8 python3 bench/gpu_levers.py nocompile-ref [ARCH]
 
-Variant names combine: nocompile, ref (reference attention + chunked loss), auto (auto micro-batch), qlora."""
+Variant names combine: nocompile, ref (reference attention + chunked loss), auto (auto micro-batch), qlora.
+WORK: the folder for the model, the build and the runs (default /tmp/w-ARCH; a variant's run is never
+overwritten: a second run of one variant there is refused)."""
 import argparse, json, os, sys, time
 from pathlib import Path
 sys.path.insert(0, os.getcwd())
@@ -16,7 +18,7 @@ def main():
                               grad_accum=int(os.environ.get("GA", 8)), gradient_checkpointing=bool(os.environ.get("CKPT")))
     if variant.startswith("qlora"):
         args.method = "qlora"
-    work = Path(f"/tmp/w-{arch}")
+    work = Path(os.environ.get("WORK", f"/tmp/w-{arch}"))
     model, _ = tb.model_dir(arch, work)
     if variant == "build":
         tb.build_blocks(args, model, work); return
@@ -26,7 +28,8 @@ def main():
     t = config.train
     if "nocompile" in variant: t.torch_compile = False
     if "ref" in variant: config.model.varlen_attention = False; t.fused_loss = False
-    if "auto" in variant: t.per_device_train_batch_size = "auto"; t.global_batch_size = args.batch_size * args.grad_accum
+    if "auto" in variant:  # auto sets the accumulation (any other value beside it is a config error)
+        t.per_device_train_batch_size = "auto"; t.global_batch_size = args.batch_size * args.grad_accum; t.gradient_accumulation_steps = 1
     from packtrain.trainer.train import run
     if torch.cuda.is_available(): torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -34,7 +37,7 @@ def main():
     s = json.loads((run_dir / "summary.json").read_text())
     info = json.loads((run_dir / "run.json").read_text())
     recs = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if '"tok_s"' in l]
-    print(f"RESULT {variant}: tok/s {s['mean_tok_s']:,.0f} sup {s['mean_sup_tok_s']:,.0f} mfu {s['mean_mfu']:.3f} "
+    print(f"RESULT {variant}: tok/s {s['mean_tok_s']:,.0f} sup {s['mean_sup_tok_s']:,.0f} mfu {'n/a' if s['mean_mfu'] is None else format(s['mean_mfu'], '.3f')} "
           f"wait {s['mean_data_wait']:.4f} peak {(torch.cuda.max_memory_allocated()/2**30 if torch.cuda.is_available() else 0):.2f} GiB micro {info['per_device_train_batch_size']} "
           f"ckpt {info['gradient_checkpointing']} attn {info['attention']} compile {info['torch_compile']} fused {info['fused_loss']} "
           f"step_s {[round(r['step_s'],3) for r in recs]} wall {time.perf_counter()-start:.0f}s", flush=True)
