@@ -20,6 +20,7 @@ from build_fixtures import empty_cache, make_project, make_tokenizer, rows, writ
 from packtrain.pipeline.build import build
 from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
+from packtrain.core.files import replacing
 from packtrain.core.shardfile import open_shard
 from packtrain.core.contract import (
     Manifest,
@@ -323,14 +324,20 @@ def test_a_dead_writers_temporary_facts_note_is_removed_a_live_ones_kept(project
     # the names as core/files.temporary_path makes them (-<pid>-<random>), and the older -<pid>
     left = [directory / f".tmp-{'0' * 16}.json-{dead.pid}-0a1b2c3d" for directory in notes]
     live = [directory / f".tmp-{'1' * 16}.json-{os.getppid()}-0a1b2c3d" for directory in notes]
-    # this very process's: another thread of it may be writing that note now (two builds in one process)
-    live += [directory / f".tmp-{'3' * 16}.json-{os.getpid()}-0a1b2c3d" for directory in notes]
+    # a random part of digits only (2.3% of them) is not a pid: the writer is the parent, alive
+    live += [directory / f".tmp-{'4' * 16}.json-{os.getppid()}-20251127" for directory in notes]
+    # this very process's pid, nobody here writing it: a killed process's whose pid came again (pid 1)
+    left += [directory / f".tmp-{'3' * 16}.json-{os.getpid()}-0a1b2c3d" for directory in notes]
     part = project["cache"] / "sql" / ".sources" / ".parts" / ("2" * 16)  # a part's identity note (`--part i/N`)
     part.mkdir(parents=True)
     left.append(part / f".tmp-identity.json-{dead.pid}")
     live.append(part / f".tmp-identity.json-{os.getppid()}")
     for path in left + live:
         path.write_text("{")
-    run_build(project, **{"pack.val_fraction": 0.2})
-    assert [path.exists() for path in left] == [False, False, False]
+    # one this process is writing now (another thread's, in a program that builds two experts at once)
+    with replacing(notes[0] / f"{'5' * 16}.json") as writing:
+        writing.write_text("{")
+        run_build(project, **{"pack.val_fraction": 0.2})
+        assert writing.exists()
+    assert [path.exists() for path in left] == [False] * 5
     assert [path.exists() for path in live] == [True] * 5

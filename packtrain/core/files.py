@@ -46,11 +46,15 @@ def replacing(path: str | os.PathLike, what: str | None = None, fix: str = "") -
     directory fsynced. A failure removes ``tmp``; ``what``/``fix``: as for :func:`write_atomic`."""
     path = Path(path)
     tmp = temporary_path(path)  # unique per write: two threads of one process may replace one file
-    with written(path, what, fix, partial=[tmp]) if what is not None else _removed_on_failure(tmp):
-        yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+    _WRITING.add(os.path.realpath(tmp))
+    try:
+        with written(path, what, fix, partial=[tmp]) if what is not None else _removed_on_failure(tmp):
+            yield tmp
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    finally:
+        _WRITING.discard(os.path.realpath(tmp))
     fsync_dir(path.parent)
 
 
@@ -99,18 +103,34 @@ def temporary_path(path: str | os.PathLike) -> Path:
 
 
 def writer_pid(tmp: str | os.PathLike) -> int | None:
-    """The pid in a temporary name (``.tmp-<name>-<pid>``, or :func:`temporary_path`'s
-    ``.tmp-<name>-<pid>-<random>``), None where there is none.
+    """The pid in a temporary name (:func:`temporary_path`'s ``.tmp-<name>-<pid>-<8 hex>``, or
+    ``.tmp-<name>-<pid>``), None where there is none. The random part is read first: it may be all
+    digits (2.3% of them are), and a pid never has 8 (Linux's pid_max is at most 4,194,304).
 
-    >>> writer_pid(".tmp-facts.json-4242-0a1b2c3d"), writer_pid(".tmp-build-17"), writer_pid(".tmp-x-y")
-    (4242, 17, None)
+    >>> writer_pid(".tmp-facts.json-4242-0a1b2c3d"), writer_pid(".tmp-facts.json-4242-20251127")
+    (4242, 4242)
+    >>> writer_pid(".tmp-build-17"), writer_pid(".tmp-x-y"), writer_pid(".tmp-x-12-0a1b2c3g")
+    (17, None, None)
     """
     parts = Path(tmp).name.split("-")
-    if len(parts) >= 3 and parts[-1].isdigit():
-        return int(parts[-1])
-    if len(parts) >= 4 and parts[-2].isdigit() and len(parts[-1]) == 8:
+    if len(parts) >= 4 and parts[-2].isdigit() and len(parts[-1]) == 8 and all(c in HEX for c in parts[-1]):
         return int(parts[-2])
+    if len(parts) >= 3 and parts[-1].isdigit() and len(parts[-1]) < 8:
+        return int(parts[-1])
     return None
+
+
+HEX = frozenset("0123456789abcdef")
+
+_WRITING: set[str] = set()
+"""The temporary files this process is writing now (:func:`replacing`), whichever thread writes them."""
+
+
+def being_written(tmp: str | os.PathLike) -> bool:
+    """Whether this process is writing the temporary file ``tmp`` now: a name with this process's pid
+    is another thread's write in progress, or a leftover (a write killed with the process whose pid
+    this one has again: a container's command is pid 1 each time)."""
+    return os.path.realpath(tmp) in _WRITING
 
 
 def publish_dir(tmp: str | os.PathLike, path: str | os.PathLike, replace: bool = False) -> None:
