@@ -39,7 +39,8 @@ from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
                                      REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
                                      resolve_build, token_dtype, verify_checksums, write_current)
-from packtrain.core.files import TMP_PREFIX, fsync_dir, process_alive, publish_dir, remove_path, writer_pid
+from packtrain.core.files import (TMP_PREFIX, being_written, fsync_dir, process_alive, publish_dir, remove_path,
+                                  writer_pid)
 from packtrain.core.hashing import canonical_json, sha256_file, sha256_json
 from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError, PacktrainError
@@ -48,7 +49,7 @@ from packtrain.pipeline.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.system_prompt import default_system_prompt
 from packtrain.pipeline.encode.source_caches import (FAST_ENCODER_NOTES, TokenizeJob, refused_shortcut_sources,
                                                       tokenize_sources)
-from packtrain.pipeline.errors import BuildError, InputsChanged, check_inputs_unchanged
+from packtrain.pipeline.errors import BuildError, ContentChanged, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.encode.exactness import (LINE_CACHE_NOTES, RENDER_ONCE_NOTES, encoder_identity,
                                                  fast_encoder_candidates)
 from packtrain.pipeline.encode.encoder_decision import to_prove
@@ -253,9 +254,12 @@ def publish_locked(config: ExpertConfig, cache_dir, planned: Plan, log, progress
     tmp = root / f"{TMP_PREFIX}{build_id}-{os.getpid()}"
     tmp.mkdir()
     # a failed build leaves nothing behind (the source caches remove their own temporary directories)
-    with written(root, f"build {build_id} of {config.expert!r}", f"nothing was published and CURRENT is "
-                 f"unchanged; {BUILD_DISK_FULL_FIX}", partial=[tmp]):
-        report = write_build(config, planned, tmp, previous, log, progress, server)
+    try:
+        with written(root, f"build {build_id} of {config.expert!r}", f"nothing was published and CURRENT is "
+                     f"unchanged; {BUILD_DISK_FULL_FIX}", partial=[tmp]):
+            report = write_build(config, planned, tmp, previous, log, progress, server)
+    except ContentChanged as e:  # an encoder was to be built from other content than the planned: plan again
+        raise InputsChanged(str(e), [e.path]) from None
     crash_point("before_rename")
     publish_dir(tmp, final)
     crash_point("after_rename")
@@ -292,11 +296,14 @@ def remove_leftovers(root: Path, log) -> None:
 
 
 def writer_alive(tmp: Path) -> bool:
-    """Whether the process named in a temporary file's name (core/files.writer_pid) still runs on this
-    machine: this one included, whose other threads may be writing their notes right now (two builds
-    of one expert in one process; a note this process left is removed by the next one)."""
+    """Whether the process named in a temporary file's name (core/files.writer_pid) still writes it:
+    another process that runs on this machine, or this one where one of its threads is writing that
+    file now (two builds of one expert in one process); a file with this pid that nobody here writes
+    is a leftover of a killed process whose pid this one has again (a container's pid 1)."""
     pid = writer_pid(tmp)
-    return pid is not None and (pid == os.getpid() or process_alive(pid))
+    if pid is None:
+        return False
+    return being_written(tmp) if pid == os.getpid() else process_alive(pid)
 
 
 def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manifest | None, log, progress: bool,
