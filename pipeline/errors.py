@@ -14,6 +14,19 @@ class TokenizerError(PacktrainError, ValueError):
     """The tokenizer's files cannot be used as they are; the message says how to fix them."""
 
 
+class ContentChanged(TokenizerError):
+    """tokenizer.json (``path``) is no longer the content the build hashed when an encoder was to be
+    built from it (pipeline/encode/encoders.py): the build plans again (:class:`InputsChanged`)."""
+
+    def __init__(self, path: str):
+        super().__init__(f"{path} changed while the build read it (its sha256 is no longer the one the build "
+                         "planned with): build again once it is no longer being written")
+        self.path = path
+
+    def __reduce__(self):  # through a process pool: rebuilt from the path
+        return ContentChanged, (self.path,)
+
+
 class InputsChanged(BuildError):
     """Input files (``files``) changed after the build id was computed from their hashes."""
 

@@ -260,7 +260,7 @@ def test_fastokens_loads_in_a_thread_while_meanwhile_runs(tmp_path):
     path = make_tokenizer(tmp_path, vocab_size=320) / "tokenizer.json"
     seen = []
     encoder = encoders.fast_encoder((str(path), hashlib.sha256(path.read_bytes()).hexdigest()), "fastokens",
-                                    meanwhile=lambda: seen.append(fastokens_threads()))
+                                    meanwhile=lambda _: seen.append(fastokens_threads()))
     assert seen == [["packtrain-fastokens_0"]] and fastokens_threads() == []
     assert type(encoder) is fastokens_encoder.FastokensEncoder
 
@@ -271,7 +271,7 @@ def test_a_refused_fastokens_ends_its_load_and_runs_nothing_meanwhile(tmp_path, 
     seen = []
     with pytest.raises(encoders.NotExact, match=r"its structural checks refuse this tokenizer \(a refusal\)"):
         encoders.fast_encoder((str(path), hashlib.sha256(path.read_bytes()).hexdigest()), "fastokens",
-                              meanwhile=lambda: seen.append(1))
+                              meanwhile=lambda _: seen.append(1))
     assert seen == [] and fastokens_threads() == []
 
 

@@ -2,11 +2,14 @@
 line cache (pipeline/encode/line_cache.py) and the fast encoders, fastokens
 (pipeline/encode/fastokens_encoder.py) and tiktoken (pipeline/encode/tiktoken_encoder.py).
 
-A key is (tokenizer.json path, its sha256): the file is read from the path, and the encoders are
-kept by the content hash alone. So a process that builds again after the file changed (a long-lived
-one, or ``num_proc`` 1, where the build's own process tokenizes) never encodes with the old content,
-and one that meets the same file in another directory (two experts' copies of one base model's
-tokenizer) loads it once. A process holds the encoders of :data:`KEPT` tokenizers at most, the most
+A key is (tokenizer.json path, its sha256): the file is read from the path once per load, its sha256
+checked against the key's, and every encoder is built from those very bytes (:func:`tokenizer_text`),
+never from the path again: a file replaced between the check and a load (and put back before the
+build hashes its inputs once more) would otherwise give encoders of other content under this key,
+which the workers and the proof trust. The encoders are kept by the content hash alone. So a
+process that builds again after the file changed (a long-lived one, or ``num_proc`` 1, where the
+build's own process tokenizes) never encodes with the old content, and one that meets the same file
+in another directory (two experts' copies of one base model's tokenizer) loads it once. A process holds the encoders of :data:`KEPT` tokenizers at most, the most
 recently used (a build has one tokenizer): using another's drops the oldest (:func:`_loaded`),
 so a long-lived process (a Ray worker, ``packtrain rebuild`` of experts with other models at
 ``num_proc`` 1) does not keep every tokenizer it ever loaded (Qwen3's: about 0.3 GiB with fastokens).
@@ -14,14 +17,15 @@ so a long-lived process (a Ray worker, ``packtrain rebuild`` of experts with oth
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from packtrain.core.inputs import read_json
 from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
 from packtrain.pipeline.encode.memory import release_freed
-from packtrain.pipeline.errors import TokenizerError
+from packtrain.pipeline.errors import ContentChanged, TokenizerError
 from packtrain.pipeline.encode.line_cache import LineCache, line_cut
 
 KEPT = 1
@@ -43,13 +47,40 @@ def _loaded(key: tuple[str, str]) -> dict[str, object]:
     return loaded
 
 
-def hf_tokenizer(key: tuple[str, str]):
-    """The worker's HF tokenizer of ``key`` (tokenizer.json path, sha256), loaded once per process."""
+def tokenizer_text(key: tuple[str, str]) -> str:
+    """tokenizer.json's content at ``key[0]``, read once, where its sha256 is ``key[1]`` (else
+    :class:`ContentChanged`): what every encoder of ``key`` is built from."""
+    try:
+        raw = Path(key[0]).read_bytes()
+    except OSError as e:
+        raise TokenizerError(f"{key[0]} cannot be read ({e.strerror or e}): build again") from None
+    if hashlib.sha256(raw).hexdigest() != key[1]:
+        raise ContentChanged(key[0])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"{key[0]} cannot be read as a tokenizers file (not UTF-8: {e.reason}): build again") from None
+
+
+def _spec(text: str, key: tuple[str, str]) -> dict:
+    """tokenizer.json's parse, from its checked content."""
+    try:
+        spec = json.loads(text)
+    except ValueError as e:
+        raise TokenizerError(f"{key[0]} cannot be read as a tokenizers file ({e}): build again") from None
+    if not isinstance(spec, dict):
+        raise TokenizerError(f"{key[0]} cannot be read as a tokenizers file (the top level is not an object): build again")
+    return spec
+
+
+def hf_tokenizer(key: tuple[str, str], text: str | None = None):
+    """The worker's HF tokenizer of ``key`` (tokenizer.json path, sha256), loaded once per process from
+    the content :func:`tokenizer_text` checked (``text``: that content, where the caller read it)."""
     loaded = _loaded(key)
     if "hf" not in loaded:
         from tokenizers import Tokenizer
 
-        loaded["hf"] = Tokenizer.from_file(key[0])
+        loaded["hf"] = Tokenizer.from_str(tokenizer_text(key) if text is None else text)
         release_freed()  # the file's parse, freed: a worker holds each tokenizer for the whole build
     return loaded["hf"]
 
@@ -58,7 +89,7 @@ def line_cache(key: tuple[str, str]) -> LineCache:
     """The worker's line cache, cut where this tokenizer allows (the build checked it has a cut)."""
     loaded = _loaded(key)
     if "line_cache" not in loaded:
-        cut, why = line_cut(read_json(Path(key[0]), "build again", "a tokenizers file"))
+        cut, why = line_cut(_spec(tokenizer_text(key), key))
         if cut is None:
             raise TokenizerError(f"{key[0]}: the line cache cannot cut this tokenizer's texts ({why})")
         hf = hf_tokenizer(key)
@@ -71,20 +102,23 @@ class NotExact(Exception):
     """The fast encoder's structural checks refuse this tokenizer (a remembered decision said otherwise)."""
 
 
-def fast_encoder(key: tuple[str, str], name: str, meanwhile: Callable[[], object] | None = None):
+def fast_encoder(key: tuple[str, str], name: str, meanwhile: Callable[[str], object] | None = None,
+                 text: str | None = None):
     """The worker's fast encoder ``name`` (fastokens or tiktoken), built once per process (the build
     decided it is exact): ``encode_documents(docs)`` gives each document's ids and supervised token
     ranges, or None where the HF tokenizer must make it. Its structural checks run again here, so a
     decision remembered in the cache cannot apply it where they refuse it (:class:`NotExact`).
 
-    ``meanwhile``: called while fastokens' tokenizer loads (:func:`_fastokens`), once the checks
-    passed; the fork server loads the HF tokenizer there (pipeline/encode/fork_server.py)."""
+    ``meanwhile(text)``: called with the checked content while fastokens' tokenizer loads
+    (:func:`_fastokens`), once the checks passed; the fork server loads the HF tokenizer there
+    (pipeline/encode/fork_server.py). ``text``: the content :func:`tokenizer_text` checked, where the
+    caller read it."""
     loaded = _loaded(key)
     if name not in loaded:
         if name == fastokens_encoder.NAME:
-            loaded[name] = _fastokens(key, meanwhile)
+            loaded[name] = _fastokens(key, meanwhile, tokenizer_text(key) if text is None else text)
         elif name == tiktoken_encoder.NAME:
-            spec = read_json(Path(key[0]), "build again", "a tokenizers file")
+            spec = _spec(tokenizer_text(key) if text is None else text, key)
             problem, ranks, _ = tiktoken_encoder.structure(spec)
             if problem is not None:
                 raise NotExact(f"its structural checks refuse this tokenizer ({problem})")
@@ -96,16 +130,17 @@ def fast_encoder(key: tuple[str, str], name: str, meanwhile: Callable[[], object
     return loaded[name]
 
 
-def _fastokens(key: tuple[str, str], meanwhile: Callable[[], object] | None):
+def _fastokens(key: tuple[str, str], meanwhile: Callable[[str], object] | None, text: str):
     """fastokens' encoder of ``key``. Its tokenizer loads in a thread from the start (a native load
     that releases the GIL: about 1 s of Qwen3's 1.5) while tokenizer.json is parsed and checked here
-    and ``meanwhile()`` runs (the HF tokenizer's load holds the GIL); the thread has ended on return,
-    also on a refusal (:class:`NotExact`, the load then dropped)."""
+    and ``meanwhile(text)`` runs (the HF tokenizer's load holds the GIL), all from ``text``, the one
+    content :func:`tokenizer_text` checked; the thread has ended on return, also on a refusal
+    (:class:`NotExact`, the load then dropped)."""
     import fastokens
 
     with ThreadPoolExecutor(1, thread_name_prefix="packtrain-fastokens") as pool:
-        native = pool.submit(fastokens.Tokenizer.from_file, key[0])
-        spec = read_json(Path(key[0]), "build again", "a tokenizers file")
+        native = pool.submit(fastokens.Tokenizer.from_json_str, text)
+        spec = _spec(text, key)
         problem, lengths = fastokens_encoder.checked(spec)
         if problem is not None:
             raise NotExact(f"its structural checks refuse this tokenizer ({problem})")
@@ -113,5 +148,5 @@ def _fastokens(key: tuple[str, str], meanwhile: Callable[[], object] | None):
         del spec
         release_freed()  # the parse, freed before the load's scratch peaks (fastokens_encoder.Layout)
         if meanwhile is not None:
-            meanwhile()
+            meanwhile(text)
         return fastokens_encoder.FastokensEncoder(native.result(), layout)

@@ -28,13 +28,11 @@ loaded, and the workers are forked from the same server.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import multiprocessing
 import os
 import signal
 import threading
-from pathlib import Path
 
 ENCODERS = "PACKTRAIN_WORKER_ENCODERS"
 """The environment variable that names the encoders the fork server loads (JSON; set only while the
@@ -65,14 +63,17 @@ def preload(spec: dict) -> None:
     admit, else the line cache where asked, and the HF tokenizer; nothing where the file is not the
     content the build hashed. The loads' threads have ended when this returns: the server forks."""
     from packtrain.pipeline.encode import encoders
+    from packtrain.pipeline.errors import TokenizerError
 
     key = (spec["tokenizer_file"], spec["tokenizer_sha256"])
-    if hashlib.sha256(Path(key[0]).read_bytes()).hexdigest() != key[1]:
-        return
+    try:  # read once, its sha256 checked: every encoder here is built from this content
+        text = encoders.tokenizer_text(key)
+    except TokenizerError:
+        return  # unreadable, or not the content the build hashed: the children load their own and say so
     try:
         for name in spec["fast_encoders"]:
             try:  # fastokens loads natively in a thread while the HF tokenizer loads here (0.3-0.5 s less on Qwen3's)
-                encoders.fast_encoder(key, name, meanwhile=lambda: encoders.hf_tokenizer(key))
+                encoders.fast_encoder(key, name, meanwhile=lambda text: encoders.hf_tokenizer(key, text), text=text)
                 break
             except encoders.NotExact:
                 continue
@@ -80,7 +81,7 @@ def preload(spec: dict) -> None:
             if spec["line_cache"]:
                 encoders.line_cache(key)
     finally:
-        encoders.hf_tokenizer(key)  # where no fast encoder loaded it meanwhile, also where one failed
+        encoders.hf_tokenizer(key, text)  # where no fast encoder loaded it meanwhile, also where one failed
 
 
 class ForkServer:
@@ -105,11 +106,11 @@ class ForkServer:
                     try:
                         self._start({"tokenizer_file": self.key[0], "tokenizer_sha256": self.key[1],
                                      "fast_encoders": list(fast_encoders), "line_cache": line_cache})
+                        self.started = multiprocessing.get_context("forkserver")
                     except BaseException:  # a Ctrl-C or an OSError while starting: handed back, never held
                         self.kill()
                         self.close()
                         raise
-                    self.started = multiprocessing.get_context("forkserver")
                 else:
                     _HELD.release()
             if self.started is None:
