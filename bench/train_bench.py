@@ -319,7 +319,8 @@ def run_streamed(cmd: list[str], env: dict, contender: str) -> tuple[int, list[s
     time limit that ends the bench still shows where the contender was: on 2026-11-27 a 7B run ended
     by its limit printed nothing); returns the exit status and the last three lines."""
     tail: collections.deque[str] = collections.deque(maxlen=3)
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:  # a library's stray bytes end no bench
         for line in proc.stdout:
             print(f"[{contender}] {line}", end="", flush=True)
             if line.strip():
