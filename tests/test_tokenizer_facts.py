@@ -130,3 +130,20 @@ def test_forged_facts_are_refused_before_a_byte_is_written(tmp_path):
         build(config, project["cache"], log=lambda *a: None, progress=False)
     assert sorted(p.name for p in (project["cache"] / "sql").iterdir() if not p.name.startswith(".")) == sorted([
         "CURRENT", first.build_id])
+
+
+def test_facts_are_never_of_other_content_than_the_hash_they_are_kept_under(tmp_path):
+    """tokenizer.json replaced between the planning's hash and the facts' load: the facts would be
+    remembered under the hash of content they are not of (its pad and eos ids in the build)."""
+    import hashlib
+
+    from build_fixtures import make_tokenizer
+    from packtrain.pipeline.encode import tokenizer_facts
+    from packtrain.pipeline.errors import ContentChanged
+
+    path = make_tokenizer(tmp_path / "a") / "tokenizer.json"
+    planned = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert tokenizer_facts.compute(path, ["<pad>"], "fix it", planned)["vocab_size"] > 0
+    path.write_bytes((make_tokenizer(tmp_path / "b", vocab_size=300) / "tokenizer.json").read_bytes())
+    with pytest.raises(ContentChanged, match="changed while the build read it"):
+        tokenizer_facts.compute(path, ["<pad>"], "fix it", planned)

@@ -15,24 +15,31 @@ again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from importlib.metadata import version
 from pathlib import Path
 
 from packtrain.core.inputs import read_input
+from packtrain.pipeline.errors import ContentChanged
 from packtrain.pipeline.encode.notes import note_file, remembered_note
 
 FACTS_VERSION = 1  # raise when compute() changes, so remembered facts are computed again
 FACTS_DIR = ".tokenizer-facts"  # inside SOURCES
 
 
-def compute(tokenizer_file: Path, tokens: list[str], fix: str) -> dict:
+def compute(tokenizer_file: Path, tokens: list[str], fix: str, file_hash: str) -> dict:
     """The facts, from the HF tokenizer: ``vocab_size``, ``ids`` (token -> id, None when not in the
-    vocabulary) for ``tokens``, and ``prefix`` (what encoding with special tokens adds before a text)."""
+    vocabulary) for ``tokens``, and ``prefix`` (what encoding with special tokens adds before a text).
+    Built from one read of the file whose sha256 is ``file_hash`` (else :class:`ContentChanged`): the
+    facts are remembered under that hash, so never of other content."""
     from tokenizers import Tokenizer
 
-    return facts_of(read_input(tokenizer_file, lambda p: Tokenizer.from_file(str(p)), fix, "a tokenizers file"),
-                    tokens)
+    raw = read_input(tokenizer_file, Path.read_bytes, fix, "a tokenizers file")
+    if hashlib.sha256(raw).hexdigest() != file_hash:
+        raise ContentChanged(str(tokenizer_file))
+    return facts_of(read_input(tokenizer_file, lambda _: Tokenizer.from_str(raw.decode("utf-8")), fix,
+                               "a tokenizers file"), tokens)
 
 
 def facts_of(tokenizer, tokens: list[str]) -> dict:
@@ -58,7 +65,7 @@ def remembered(tokenizer_file: Path, file_hash: str, content_hash: str, tokens: 
     def computed() -> dict:
         key = (file_hash, tuple(tokens))
         if key not in COMPUTED:
-            COMPUTED[key] = compute(tokenizer_file, tokens, fix)
+            COMPUTED[key] = compute(tokenizer_file, tokens, fix, file_hash)
         return json.loads(json.dumps(COMPUTED[key]))  # a copy: the caller's to change
 
     if cache_dir is None:
