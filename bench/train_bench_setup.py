@@ -1,10 +1,12 @@
 """What every contender of bench/train_bench.py shares: the model (the bundled demo model, or the
 real Qwen2.5 architecture, random init), the expert config, and the packed build of the bundled sql
-sample they all train on.
+sample they all train on; and what the HF contenders read: the build's blocks (``PackedBlocks``) or,
+for the 'before' setup, the raw rows tokenized and padded as they are read (``RawRows``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -87,3 +89,63 @@ def build_blocks(args, model: Path, work: Path) -> Path:
     config = expert_config(args, model, cache, work / "runs")
     result = build(config, cache, log=lambda *a: None, progress=False)
     return Path(result.path)
+
+
+class PackedBlocks:
+    """The build's blocks for transformers.Trainer: only the keys the model's forward takes."""
+
+    def __init__(self, build_dir: Path):
+        from packtrain.core.contract import Manifest
+        from packtrain.trainer.data import BlockDataset
+
+        self.blocks = BlockDataset(build_dir, Manifest.load(build_dir), "train")
+
+    def __len__(self):
+        return len(self.blocks)
+
+    def __getitem__(self, i):
+        item = self.blocks[i]
+        return {k: item[k] for k in ("input_ids", "labels", "position_ids")}
+
+
+def raw_rows(config) -> list[tuple[str, str]]:
+    """(prompt, full text) of every bundled sample row, formatted as the build formats them."""
+    from packtrain.pipeline.format import RowFormatter
+
+    fmt = RowFormatter(config.format)
+    path = ROOT / "pipeline/assets/samples/sql.jsonl"
+    docs = [fmt(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [(doc.text[: doc.prompt_chars], doc.text) for doc in docs]
+
+
+def load_tokenizer(config):
+    from transformers import AutoTokenizer
+
+    from packtrain.trainer.model import model_source
+
+    tokenizer = AutoTokenizer.from_pretrained(model_source(config.model).directory)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+class RawRows:
+    """The 'before' setup: tokenize each raw row when it is read, pad to 2048, mask prompt and padding."""
+
+    def __init__(self, rows, tokenizer):
+        self.rows, self.tok = rows, tokenizer
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        import torch
+
+        prompt, full = self.rows[i]
+        n_prompt = len(self.tok(prompt, add_special_tokens=False)["input_ids"])
+        ids = (self.tok(full, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])[:BLOCK]
+        labels = [-100] * min(n_prompt, len(ids)) + ids[n_prompt:]
+        pad = BLOCK - len(ids)
+        return {"input_ids": torch.tensor(ids + [self.tok.pad_token_id] * pad),
+                "attention_mask": torch.tensor([1] * len(ids) + [0] * pad),
+                "labels": torch.tensor(labels + [-100] * pad)}
