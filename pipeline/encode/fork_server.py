@@ -73,7 +73,8 @@ def preload(spec: dict) -> None:
     try:
         for name in spec["fast_encoders"]:
             try:  # fastokens loads natively in a thread while the HF tokenizer loads here (0.3-0.5 s less on Qwen3's)
-                encoders.fast_encoder(key, name, meanwhile=lambda text: encoders.hf_tokenizer(key, text), text=text)
+                encoders.fast_encoder(key, name, meanwhile=lambda content: encoders.hf_tokenizer(key, content),
+                                      text=text)
                 break
             except encoders.NotExact:
                 continue
