@@ -11,8 +11,9 @@ process that builds again after the file changed (a long-lived one, or ``num_pro
 build's own process tokenizes) never encodes with the old content, and one that meets the same file
 in another directory (two experts' copies of one base model's tokenizer) loads it once. A process
 holds the encoders of :data:`KEPT` tokenizers at most, the most recently used (a build has one
-tokenizer): using another's drops the oldest (:func:`_loaded`), so a long-lived process (a Ray worker, ``packtrain rebuild`` of experts with other models at
-``num_proc`` 1) does not keep every tokenizer it ever loaded (Qwen3's: about 0.3 GiB with fastokens).
+tokenizer): using another's drops the oldest (:func:`_loaded`), so a long-lived process (a Ray
+worker, ``packtrain rebuild`` of experts with other models at ``num_proc`` 1) does not keep every
+tokenizer it ever loaded (Qwen3's: about 0.3 GiB with fastokens).
 """
 
 from __future__ import annotations
