@@ -147,3 +147,37 @@ def test_facts_are_never_of_other_content_than_the_hash_they_are_kept_under(tmp_
     path.write_bytes((make_tokenizer(tmp_path / "b", vocab_size=300) / "tokenizer.json").read_bytes())
     with pytest.raises(ContentChanged, match="changed while the build read it"):
         tokenizer_facts.compute(path, ["<pad>"], "fix it", planned)
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "chat_template.jinja", "tokenizer.json"])
+def test_every_tokenizer_file_is_read_as_the_bytes_its_hash_describes(tmp_path, name, monkeypatch):
+    """Each tokenizer file is hashed (the build id), then read: a file replaced in between and put back
+    before the build checks its inputs again was read as other content under the id (found 2026-11-27:
+    tokenizer_config.json with another eos_token gave a build whose manifest held the real file's hash
+    beside the other file's eos id; tokenizer.json's line-cache answer, remembered per process). Each
+    read is now checked against the hash it is described by."""
+    import hashlib
+    import json
+
+    from build_fixtures import make_tokenizer
+    from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
+    from packtrain.pipeline.errors import ContentChanged
+
+    directory = make_tokenizer(tmp_path / "tok")
+    (directory / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    hashed = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.iterdir() if p.is_file()}
+    by_name = lambda path: hashed[path.name]  # noqa: E731: the hashes taken before the edit, as planning's
+    info = load_tokenizer_info(directory, by_name)
+    assert info.line_split()[0] in (True, False)
+    path = directory / name
+    if name == "tokenizer_config.json":
+        config = json.loads(path.read_text())
+        path.write_text(json.dumps({**config, "eos_token": "<pad>"}))
+    else:
+        path.write_bytes(path.read_bytes() + b" ")
+    from packtrain.pipeline.encode import tokenizer_facts, tokenizer_info
+
+    monkeypatch.setattr(tokenizer_facts, "COMPUTED", {})  # what this process knows of the hashed content:
+    monkeypatch.setattr(tokenizer_info, "LINE_SPLITS", {})  # made from checked reads, so the files are read again
+    with pytest.raises(ContentChanged, match="changed while the build read it"):
+        load_tokenizer_info(directory, by_name).line_split()

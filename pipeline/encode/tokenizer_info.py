@@ -5,15 +5,17 @@ build id and every source-cache key hash)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from packtrain.core.contract import TOOL_CHAT_TEMPLATE, tokenizer_fingerprint
-from packtrain.core.inputs import check_input, read_input, read_json
+from packtrain.core.inputs import check_input, read_input
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.encode.line_cache import line_cut
-from packtrain.pipeline.errors import TokenizerError
+from packtrain.pipeline.errors import ContentChanged, TokenizerError
 
 LINE_SPLITS: dict[str, tuple[bool, str]] = {}
 """tokenizer.json's sha256 -> :meth:`TokenizerInfo.line_split` (parsing Qwen's file takes ~0.3 s)."""
@@ -55,7 +57,9 @@ class TokenizerInfo:
         and file content (:data:`LINE_SPLITS`)."""
         file_hash = self.fingerprint["files"]["tokenizer.json"]
         if file_hash not in LINE_SPLITS:
-            cut, why = line_cut(read_json(self.directory / "tokenizer.json", "build again", "a tokenizers file"))
+            raw = read_hashed(self.directory, "tokenizer.json", self.fingerprint, "build again", "a tokenizers file")
+            cut, why = line_cut(read_input(self.directory / "tokenizer.json", lambda _: json_object(raw), "build again",
+                                           "a tokenizers file"))
             LINE_SPLITS[file_hash] = cut is not None, why
         return LINE_SPLITS[file_hash]
 
@@ -72,6 +76,25 @@ class TokenizerInfo:
         }
 
 
+def read_hashed(directory: Path, name: str, fingerprint: dict, fix: str, what: str) -> bytes:
+    """The bytes of the tokenizer file ``name`` in ``directory``, read once, where their sha256 is the one
+    ``fingerprint`` holds for it (what the build id describes), else :class:`ContentChanged`: a file
+    replaced after it was hashed and put back before the build checks its inputs again would
+    otherwise be read as other content under the id."""
+    raw = read_input(directory / name, Path.read_bytes, fix, what)
+    if hashlib.sha256(raw).hexdigest() != fingerprint["files"].get(name):
+        raise ContentChanged(str(directory / name))
+    return raw
+
+
+def json_object(raw: bytes) -> dict:
+    """A JSON file's object, from its bytes (as core/inputs.read_json parses one)."""
+    value = json.loads(raw.decode("utf-8"))
+    if not isinstance(value, dict):
+        raise ValueError(f"the top level is {type(value).__name__}, expected dict")
+    return value
+
+
 def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Path | None = None) -> TokenizerInfo:
     """``sha256``: a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256). The files are hashed before
     they are read, so a change in between shows when the build checks them again. ``facts_dir``: where
@@ -81,10 +104,15 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
     fix = (f"the tokenizer in {directory} is damaged: copy it again (or save it with "
            "`AutoTokenizer.from_pretrained(...).save_pretrained(dir)`), or set model.tokenizer to another directory")
     config_path = directory / "tokenizer_config.json"
-    config = read_json(config_path, fix, "a tokenizer config") if config_path.is_file() else {}
+
+    def read(name: str, parse, what: str):  # the bytes the fingerprint hashed, never another read's
+        raw = read_hashed(directory, name, fingerprint, fix, what)
+        return read_input(directory / name, lambda _: parse(raw), fix, what)
+
+    config = read("tokenizer_config.json", json_object, "a tokenizer config") if config_path.is_file() else {}
     template = config.get("chat_template")
     if (directory / "chat_template.jinja").is_file():
-        template = read_input(directory / "chat_template.jinja", lambda p: p.read_text(encoding="utf-8"), fix, "text")
+        template = read("chat_template.jinja", lambda raw: raw.decode("utf-8"), "text")
     check_input(template is None or isinstance(template, (str, list)), config_path,
                 f"chat_template is {type(template).__name__}, expected text", fix)
     tool_template = None
@@ -94,7 +122,7 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
         named = {t.get("name"): t["template"] for t in template}
         template, tool_template = named.get("default"), named.get("tool_use")
     if (directory / TOOL_CHAT_TEMPLATE).is_file():  # where save_pretrained writes the named ones
-        tool_template = read_input(directory / TOOL_CHAT_TEMPLATE, lambda p: p.read_text(encoding="utf-8"), fix, "text")
+        tool_template = read(TOOL_CHAT_TEMPLATE, lambda raw: raw.decode("utf-8"), "text")
 
     def special_text(key: str) -> str | None:
         token = config.get(key)
