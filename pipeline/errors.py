@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from packtrain.core.errors import PacktrainError
+from packtrain.core.inputs import read_input
 from packtrain.pipeline.hashcache import StatCache
 
 
@@ -25,6 +29,17 @@ class ContentChanged(TokenizerError):
 
     def __reduce__(self):  # through a process pool: rebuilt from the path
         return ContentChanged, (self.path,)
+
+
+def read_as_hashed(path: Path, sha256: str | None, fix: str, what: str) -> bytes:
+    """``path``'s bytes, read once, where their sha256 is ``sha256`` (what the build id describes; None:
+    the file was not there when it was hashed), else :class:`ContentChanged`: a file replaced after it
+    was hashed and put back before the build checks its inputs again would otherwise be read as other
+    content under the id. Unreadable: the InputError of core/inputs.read_input."""
+    raw = read_input(path, Path.read_bytes, fix, what)
+    if hashlib.sha256(raw).hexdigest() != sha256:
+        raise ContentChanged(str(path))
+    return raw
 
 
 class InputsChanged(BuildError):

@@ -45,6 +45,16 @@ def read_input(path: str | os.PathLike, parse: Callable[[Path], Any], fix: str, 
         raise InputError(f"{path} cannot be read{kind} ({one_line(e)}): {fix}") from None
 
 
+def parse_json(raw: bytes | str, shape: type = dict) -> Any:
+    """The JSON document ``raw`` (UTF-8 bytes, or their text), whose top level must be a ``shape``; a
+    ValueError otherwise (:func:`read_input` makes it the file's one line). For content already read:
+    a file checked against its hash is parsed as those bytes, never read again."""
+    value = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    if not isinstance(value, shape):
+        raise ValueError(f"the top level is {type(value).__name__}, expected {shape.__name__}")
+    return value
+
+
 def read_json(path: str | os.PathLike, fix: str, what: str = "JSON", shape: type = dict, schema: Any = None) -> Any:
     """A JSON file whose top level must be a ``shape`` (dict by default).
 
@@ -53,13 +63,7 @@ def read_json(path: str | os.PathLike, fix: str, what: str = "JSON", shape: type
     ``shape`` unused): ``<path> is missing; <fix>``, or ``<path> is damaged (<problem>); <fix>`` where
     the problem is the file's (unreadable, not UTF-8, not JSON) or the first field that differs."""
     if schema is None:
-        def parse(p: Path) -> Any:
-            value = json.loads(p.read_text(encoding="utf-8"))
-            if not isinstance(value, shape):
-                raise ValueError(f"the top level is {type(value).__name__}, expected {shape.__name__}")
-            return value
-
-        return read_input(path, parse, fix, what)
+        return read_input(path, lambda p: parse_json(p.read_bytes(), shape), fix, what)
     path = Path(path)
     try:
         value = json.loads(path.read_bytes().decode("utf-8"))

@@ -18,15 +18,14 @@ tokenizer it ever loaded (Qwen3's: about 0.3 GiB with fastokens).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
 from packtrain.pipeline.encode.memory import release_freed
-from packtrain.pipeline.errors import ContentChanged, TokenizerError
+from packtrain.core.inputs import parse_json, read_input
+from packtrain.pipeline.errors import TokenizerError, read_as_hashed
 from packtrain.pipeline.encode.line_cache import LineCache, line_cut
 
 KEPT = 1
@@ -51,27 +50,14 @@ def _loaded(key: tuple[str, str]) -> dict[str, object]:
 def tokenizer_text(key: tuple[str, str]) -> str:
     """tokenizer.json's content at ``key[0]``, read once, where its sha256 is ``key[1]`` (else
     :class:`ContentChanged`): what every encoder of ``key`` is built from."""
-    try:
-        raw = Path(key[0]).read_bytes()
-    except OSError as e:
-        raise TokenizerError(f"{key[0]} cannot be read ({e.strerror or e}): build again") from None
-    if hashlib.sha256(raw).hexdigest() != key[1]:
-        raise ContentChanged(key[0])
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TokenizerError(f"{key[0]} cannot be read as a tokenizers file (not UTF-8: {e.reason}): build again") from None
+    path = Path(key[0])
+    raw = read_as_hashed(path, key[1], "build again", "a tokenizers file")
+    return read_input(path, lambda _: raw.decode("utf-8"), "build again", "a tokenizers file")
 
 
 def _spec(text: str, key: tuple[str, str]) -> dict:
     """tokenizer.json's parse, from its checked content."""
-    try:
-        spec = json.loads(text)
-    except ValueError as e:
-        raise TokenizerError(f"{key[0]} cannot be read as a tokenizers file ({e}): build again") from None
-    if not isinstance(spec, dict):
-        raise TokenizerError(f"{key[0]} cannot be read as a tokenizers file (the top level is not an object): build again")
-    return spec
+    return read_input(Path(key[0]), lambda _: parse_json(text), "build again", "a tokenizers file")
 
 
 def hf_tokenizer(key: tuple[str, str], text: str | None = None):

@@ -63,12 +63,12 @@ def preload(spec: dict) -> None:
     admit, else the line cache where asked, and the HF tokenizer; nothing where the file is not the
     content the build hashed. The loads' threads have ended when this returns: the server forks."""
     from packtrain.pipeline.encode import encoders
-    from packtrain.pipeline.errors import TokenizerError
+    from packtrain.core.errors import PacktrainError
 
     key = (spec["tokenizer_file"], spec["tokenizer_sha256"])
     try:  # read once, its sha256 checked: every encoder here is built from this content
         text = encoders.tokenizer_text(key)
-    except TokenizerError:
+    except PacktrainError:
         return  # unreadable, or not the content the build hashed: the children load their own and say so
     try:
         for name in spec["fast_encoders"]:

@@ -15,13 +15,12 @@ again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from importlib.metadata import version
 from pathlib import Path
 
 from packtrain.core.inputs import read_input
-from packtrain.pipeline.errors import ContentChanged
+from packtrain.pipeline.errors import read_as_hashed
 from packtrain.pipeline.encode.notes import note_file, remembered_note
 
 FACTS_VERSION = 1  # raise when compute() changes, so remembered facts are computed again
@@ -35,9 +34,7 @@ def compute(tokenizer_file: Path, tokens: list[str], fix: str, file_hash: str) -
     facts are remembered under that hash, so never of other content."""
     from tokenizers import Tokenizer
 
-    raw = read_input(tokenizer_file, Path.read_bytes, fix, "a tokenizers file")
-    if hashlib.sha256(raw).hexdigest() != file_hash:
-        raise ContentChanged(str(tokenizer_file))
+    raw = read_as_hashed(tokenizer_file, file_hash, fix, "a tokenizers file")
     return facts_of(read_input(tokenizer_file, lambda _: Tokenizer.from_str(raw.decode("utf-8")), fix,
                                "a tokenizers file"), tokens)
 

@@ -5,17 +5,15 @@ build id and every source-cache key hash)."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from packtrain.core.contract import TOOL_CHAT_TEMPLATE, tokenizer_fingerprint
-from packtrain.core.inputs import check_input, read_input
+from packtrain.core.inputs import check_input, parse_json, read_input
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.encode.line_cache import line_cut
-from packtrain.pipeline.errors import ContentChanged, TokenizerError
+from packtrain.pipeline.errors import TokenizerError, read_as_hashed
 
 LINE_SPLITS: dict[str, tuple[bool, str]] = {}
 """tokenizer.json's sha256 -> :meth:`TokenizerInfo.line_split` (parsing Qwen's file takes ~0.3 s)."""
@@ -57,9 +55,9 @@ class TokenizerInfo:
         and file content (:data:`LINE_SPLITS`)."""
         file_hash = self.fingerprint["files"]["tokenizer.json"]
         if file_hash not in LINE_SPLITS:
-            raw = read_hashed(self.directory, "tokenizer.json", self.fingerprint, "build again", "a tokenizers file")
-            cut, why = line_cut(read_input(self.directory / "tokenizer.json", lambda _: json_object(raw), "build again",
-                                           "a tokenizers file"))
+            path = self.directory / "tokenizer.json"
+            raw = read_as_hashed(path, file_hash, "build again", "a tokenizers file")
+            cut, why = line_cut(read_input(path, lambda _: parse_json(raw), "build again", "a tokenizers file"))
             LINE_SPLITS[file_hash] = cut is not None, why
         return LINE_SPLITS[file_hash]
 
@@ -76,25 +74,6 @@ class TokenizerInfo:
         }
 
 
-def read_hashed(directory: Path, name: str, fingerprint: dict, fix: str, what: str) -> bytes:
-    """The bytes of the tokenizer file ``name`` in ``directory``, read once, where their sha256 is the one
-    ``fingerprint`` holds for it (what the build id describes), else :class:`ContentChanged`: a file
-    replaced after it was hashed and put back before the build checks its inputs again would
-    otherwise be read as other content under the id."""
-    raw = read_input(directory / name, Path.read_bytes, fix, what)
-    if hashlib.sha256(raw).hexdigest() != fingerprint["files"].get(name):
-        raise ContentChanged(str(directory / name))
-    return raw
-
-
-def json_object(raw: bytes) -> dict:
-    """A JSON file's object, from its bytes (as core/inputs.read_json parses one)."""
-    value = json.loads(raw.decode("utf-8"))
-    if not isinstance(value, dict):
-        raise ValueError(f"the top level is {type(value).__name__}, expected dict")
-    return value
-
-
 def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Path | None = None) -> TokenizerInfo:
     """``sha256``: a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256). The files are hashed before
     they are read, so a change in between shows when the build checks them again. ``facts_dir``: where
@@ -106,10 +85,10 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
     config_path = directory / "tokenizer_config.json"
 
     def read(name: str, parse, what: str):  # the bytes the fingerprint hashed, never another read's
-        raw = read_hashed(directory, name, fingerprint, fix, what)
+        raw = read_as_hashed(directory / name, fingerprint["files"].get(name), fix, what)
         return read_input(directory / name, lambda _: parse(raw), fix, what)
 
-    config = read("tokenizer_config.json", json_object, "a tokenizer config") if config_path.is_file() else {}
+    config = read("tokenizer_config.json", parse_json, "a tokenizer config") if config_path.is_file() else {}
     template = config.get("chat_template")
     if (directory / "chat_template.jinja").is_file():
         template = read("chat_template.jinja", lambda raw: raw.decode("utf-8"), "text")
