@@ -4,7 +4,8 @@
 # returns what it measured. Usage: bench/gpu_report.sh PART OUT_DIR PYTHON  (`make gpu-report PART=1`)
 #   1: the CUDA tier (tests/test_gpu.py) alone: on 2026-11-26 its first 18 tests took 240 s; the
 #      0.5B peak-memory test alone took 136 s on 2026-11-27 (without its samples and task eval)
-#   2: 0.5B packtrain vs HF Trainer + torch_compile, side by side, same micro-batch (16 x 1)
+#   2: 0.5B packtrain vs HF Trainer + torch_compile, side by side, same micro-batch (16 x 1): 445 s
+#      for parts 2 and 4 together on 2026-11-27 (packtrain 1.27x; docs/BENCHMARKS.md)
 #   3: 7B LoRA, then 7B QLoRA (packtrain, micro-batch 1 x 8, gradient checkpointing)
 #   4: the 0.5B peers: HF Trainer eager, the padded 'before' setup, TRL SFTTrainer packing
 #   5: 7B LoRA with per_device_train_batch_size: auto for 8 blocks (checkpointing as auto decides):

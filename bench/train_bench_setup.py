@@ -72,6 +72,9 @@ def expert_config(args, model: Path, cache: Path, output: Path, contender: str =
         "train.warmup_ratio": 0.0,
         "train.logging_steps": 1,
         "train.eval_steps": 10**6, "train.save_steps": 10**6, "train.max_eval_batches": 1,
+        # generation after training is not what the bench measures (a random model generating to its
+        # limit: ~70 s of a 0.5B contender on an H100, 2026-11-27)
+        "train.sample_prompts": 0, "train.task_eval": False,
         "train.output_dir": str(output),
         "train.run_name": contender,
     })
