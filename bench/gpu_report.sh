@@ -7,7 +7,9 @@
 #   2: 0.5B packtrain vs HF Trainer + torch_compile, side by side, same micro-batch (16 x 1): 445 s
 #      for parts 2 and 4 together on 2026-11-27 (packtrain 1.27x; docs/BENCHMARKS.md)
 #   3: 7B LoRA, then 7B QLoRA (packtrain, micro-batch 1 x 8, gradient checkpointing)
-#   4: the 0.5B peers: HF Trainer eager, the padded 'before' setup, TRL SFTTrainer packing
+#   4: the 0.5B peers: HF Trainer eager, the padded 'before' setup, TRL SFTTrainer packing, with
+#      packtrain in the same command, at 4 x 4 (at 16 x 1 HF eager and 'before' ran out of memory on
+#      an 80 GiB H100, 2026-11-27; 239 s for hf, before and packtrain at 4 x 4)
 #   5: 7B LoRA with per_device_train_batch_size: auto for 8 blocks (checkpointing as auto decides):
 #      what micro-batch 1 x 8 (part 3) leaves on an 80 GiB card (2026-11-27: ended by a 265 s limit)
 set -uo pipefail
@@ -33,7 +35,7 @@ case $part in
 2) bench 550 bench-0.5b "${small[@]}" --contenders packtrain,hf-compile ;;
 3) bench 270 bench-7b "${large[@]}" --contenders packtrain
    bench 270 bench-7b-qlora "${large[@]}" --method qlora --contenders packtrain ;;
-4) bench 550 bench-0.5b-peers "${small[@]}" --contenders hf,before,trl ;;
+4) bench 550 bench-0.5b-peers --arch qwen2.5-0.5b --batch-size 4 --grad-accum 4 --contenders hf,before,trl,packtrain ;;
 5) bench 550 bench-7b-auto --arch qwen2.5-7b --batch-size 1 --grad-accum 8 --contenders packtrain-auto ;;
 *) echo "PART must be 1, 2, 3, 4 or 5" >&2; exit 2 ;;
 esac
