@@ -15,8 +15,9 @@ only those are tokenized again before everything is re-packed.
 The id must describe the bytes the build read, but the files are hashed before the lock is taken
 and read after it: every input file (source data, tokenizer files) is checked again under the
 lock, before anything is built, and after the sources are read, before their tokens are cached
-(same stat, or same sha256). A file that changed in between is never published or cached under
-the id of its old content: the build plans again once, then refuses (:class:`InputsChanged`).
+(same stat, or same sha256); planning reads each tokenizer file as the bytes it hashed. A file that
+changed in between (or while planning read it) is never published or cached under the id of its old
+content: the build plans again once, then refuses (:class:`InputsChanged`).
 """
 
 from __future__ import annotations
@@ -202,9 +203,19 @@ def plan_and_publish(config: ExpertConfig, cache_dir: str | os.PathLike, log, pr
     """Plan (unless ``planned``) and publish under the expert's lock, planning once more where an
     input changed meanwhile. ``server``: :func:`first_build_server`'s, or None."""
     root = expert_dir(cache_dir, config.expert)
+    told = False  # the sources were logged (once, whatever is planned again)
     for attempt in (1, 2):
-        planned = planned or plan(config, cache_dir, log)
-        if attempt == 1:
+        if planned is None:
+            try:
+                planned = plan(config, cache_dir, log)
+            except ContentChanged as e:  # a tokenizer file read as other bytes than it was hashed as
+                if attempt == 2:
+                    raise InputsChanged(str(e), [e.path]) from None
+                log(f"{e.path} changed while the build of {config.expert!r} planned: hashing the inputs again and "
+                    "planning once more")
+                continue
+        if not told:
+            told = True
             for source in planned.sources:
                 log(f"source: {source.describe()}")
                 if source.kind == BUNDLED:
