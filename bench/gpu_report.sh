@@ -32,10 +32,10 @@ case $part in
        -o log_cli=true --log-cli-level=INFO 2>&1 \
        | tee "$out/test-gpu.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|s call|micro-batch auto"
    say "CUDA tier: exit ${PIPESTATUS[0]} (124: its 550 s limit ended it)" ;;
-2) bench 550 bench-0.5b "${small[@]}" --contenders packtrain,hf-compile ;;
+2) bench 550 bench-0.5b "${small[@]}" --contenders packtrain,hf-compile --contender-limit 300 ;;
 3) bench 270 bench-7b "${large[@]}" --contenders packtrain
    bench 270 bench-7b-qlora "${large[@]}" --method qlora --contenders packtrain ;;
-4) bench 550 bench-0.5b-peers --arch qwen2.5-0.5b --batch-size 4 --grad-accum 4 --contenders hf,before,trl,packtrain ;;
+4) bench 550 bench-0.5b-peers --arch qwen2.5-0.5b --batch-size 4 --grad-accum 4 --contenders hf,before,trl,packtrain --contender-limit 300 ;;
 5) bench 550 bench-7b-auto --arch qwen2.5-7b --batch-size 1 --grad-accum 8 --contenders packtrain-auto ;;
 *) echo "PART must be 1, 2, 3, 4 or 5" >&2; exit 2 ;;
 esac

@@ -35,13 +35,16 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -255,18 +258,34 @@ def fmt(value, spec) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def run_streamed(cmd: list[str], env: dict, contender: str) -> tuple[int, list[str]]:
+def run_streamed(cmd: list[str], env: dict, contender: str, limit: float | None = None) -> tuple[int | None, list[str]]:
     """Run one contender's process with its output streamed line by line, prefixed with its name (a
     time limit that ends the bench still shows where the contender was: on 2026-11-27 a 7B run ended
-    by its limit printed nothing); returns the exit status and the last three lines."""
+    by its limit printed nothing); returns the exit status (None: ``limit`` seconds ran out and the
+    contender was killed, so the next one still runs) and the last three lines."""
     tail: collections.deque[str] = collections.deque(maxlen=3)
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace") as proc:  # a library's stray bytes end no bench
-        for line in proc.stdout:
-            print(f"[{contender}] {line}", end="", flush=True)
-            if line.strip():
-                tail.append(line.strip())
-    return proc.returncode, list(tail)
+                          errors="replace", start_new_session=True) as proc:  # a library's stray bytes end no bench
+        ran_out = threading.Event()
+
+        def stop() -> None:
+            ran_out.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # its loader workers and compile workers too
+
+        timer = threading.Timer(limit, stop) if limit else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            for line in proc.stdout:
+                print(f"[{contender}] {line}", end="", flush=True)
+                if line.strip():
+                    tail.append(line.strip())
+        finally:
+            if timer is not None:
+                timer.cancel()
+    return (None if ran_out.is_set() else proc.returncode), list(tail)
 
 
 def main() -> None:
@@ -284,6 +303,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     parser.add_argument("--work-dir", default=None, help="keep the build and runs here (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--contender-limit", type=float, default=None,
+                        help="seconds each contender may run; one that runs out is killed and reported, the next runs")
     parser.add_argument("--run-one", choices=CONTENDERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_one:
@@ -322,8 +343,10 @@ def main() -> None:
                    PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         cmd = [sys.executable, __file__, "--run-one", contender, *sys.argv[1:]]
         started = time.perf_counter()
-        returncode, tail = run_streamed(cmd, env, contender)
-        if returncode != 0 or not result_file.is_file():
+        returncode, tail = run_streamed(cmd, env, contender, args.contender_limit)
+        if returncode is None:
+            results[contender] = {"skipped": f"not finished in its {args.contender_limit:.0f} s limit (--contender-limit)"}
+        elif returncode != 0 or not result_file.is_file():
             results[contender] = {"skipped": f"failed (exit {returncode}): {' | '.join(tail)[-300:]}"}
         else:
             results[contender] = json.loads(result_file.read_text())

@@ -40,3 +40,26 @@ def test_every_contender_runs_to_a_result_on_cpu(tmp_path):
     assert levers.returncode == 0, levers.stdout[-2000:] + levers.stderr[-2000:]
     assert "RESULT nocompile-auto: tok/s " in levers.stdout and " micro 2 " in levers.stdout, levers.stdout[-2000:]
 
+
+
+def test_a_contender_that_runs_out_of_its_limit_is_killed_and_the_bench_goes_on(tmp_path):
+    """A hanging contender hung the whole bench (no per-contender limit; only gpu_report's outer
+    `timeout` ended it, losing the contenders after it): --contender-limit kills its process group
+    (its loader and compile workers too) and reports it."""
+    sys.path.insert(0, str(ROOT))
+    from bench.train_bench import run_streamed
+
+    marker = tmp_path / "child-alive"
+    grandchild = tmp_path / "grandchild.py"
+    grandchild.write_text(f"import pathlib, time\ntime.sleep(3)\npathlib.Path({str(marker)!r}).touch()\n")
+    script = tmp_path / "contender.py"
+    script.write_text(f"import subprocess, sys, time\nprint('started', flush=True)\n"
+                      f"subprocess.Popen([sys.executable, {str(grandchild)!r}])\ntime.sleep(60)\n")
+    code, tail = run_streamed([sys.executable, str(script)], dict(os.environ), "slow", limit=1.5)
+    assert code is None and tail == ["started"]
+    code, tail = run_streamed([sys.executable, "-c", "print('done')"], dict(os.environ), "quick", limit=30)
+    assert code == 0 and tail == ["done"]
+    import time
+
+    time.sleep(3)
+    assert not marker.exists()  # the contender's own child was killed with it
