@@ -119,7 +119,22 @@ def plan(config: ExpertConfig, cache_dir: str | os.PathLike, log=None, write: bo
     """Inputs and build id, hashing only the files whose stat changed since the last time (``log``
     says when the stat cache was damaged and is rebuilt). ``write=False``: nothing is written to the
     cache (the stat cache is read, not saved; the tokenizer's facts are computed, not remembered), for
-    commands that only look, which then work on a read-only cache too."""
+    commands that only look, which then work on a read-only cache too. A tokenizer file that is not
+    the bytes it was hashed as when planning reads it (:class:`ContentChanged`: written meanwhile) is
+    hashed and planned once more, then refused (:class:`InputsChanged`), for every caller."""
+    try:
+        return plan_once(config, cache_dir, log, write)
+    except ContentChanged as e:
+        if log is not None:
+            log(f"{e.path} changed while {config.expert!r} was planned: hashing the inputs again and planning once more")
+    try:
+        return plan_once(config, cache_dir, log, write)
+    except ContentChanged as e:
+        raise InputsChanged(str(e), [e.path]) from None
+
+
+def plan_once(config: ExpertConfig, cache_dir: str | os.PathLike, log=None, write: bool = True) -> Plan:
+    """:func:`plan`, one attempt."""
     root = expert_dir(cache_dir, config.expert)
     check_cache_outside_sources(config, cache_dir)
     cache = StatCache(root / STAT_CACHE)
@@ -203,19 +218,9 @@ def plan_and_publish(config: ExpertConfig, cache_dir: str | os.PathLike, log, pr
     """Plan (unless ``planned``) and publish under the expert's lock, planning once more where an
     input changed meanwhile. ``server``: :func:`first_build_server`'s, or None."""
     root = expert_dir(cache_dir, config.expert)
-    told = False  # the sources were logged (once, whatever is planned again)
     for attempt in (1, 2):
-        if planned is None:
-            try:
-                planned = plan(config, cache_dir, log)
-            except ContentChanged as e:  # a tokenizer file read as other bytes than it was hashed as
-                if attempt == 2:
-                    raise InputsChanged(str(e), [e.path]) from None
-                log(f"{e.path} changed while the build of {config.expert!r} planned: hashing the inputs again and "
-                    "planning once more")
-                continue
-        if not told:
-            told = True
+        planned = planned or plan(config, cache_dir, log)
+        if attempt == 1:
             for source in planned.sources:
                 log(f"source: {source.describe()}")
                 if source.kind == BUNDLED:

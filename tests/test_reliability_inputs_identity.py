@@ -216,7 +216,7 @@ def test_tokenizer_file_edited_while_planning_is_planned_again(project, monkeypa
     hashed = edit_after_hashing(monkeypatch, "tokenizer_config.json", edit, times=1)
     logs: list[str] = []
     result = build(config_of(project), project["cache"], log=logs.append, progress=False)
-    said = [line for line in logs if "changed while the build of 'sql' planned" in line]
+    said = [line for line in logs if "changed while 'sql' was planned" in line]
     assert len(said) == 1 and str(config_path) in said[0]
     assert sum(line.startswith("source: ") for line in logs) == 1  # the sources are said once
     assert len(hashed) >= 2 and hashed[0] != hashed[1]
@@ -235,6 +235,14 @@ def test_tokenizer_file_edited_while_planning_is_planned_again(project, monkeypa
     assert "\n" not in str(e.value) and "tokenizer_config.json changed while the build read it" in str(e.value)
     assert builds(project["cache"]) == [result.build_id]  # the earlier build is untouched
     assert read_current(project["cache"], "sql") is None
+
+    # planning is where every caller meets it: rebuild (cron) plans before it builds
+    from packtrain.pipeline.rebuild import rebuild_expert
+
+    edit_after_hashing(monkeypatch, "tokenizer_config.json", edit, times=1)
+    outcome = rebuild_expert(config_of(project), project["cache"], keep=3, log=quiet)
+    assert outcome.error is None and outcome.action == "rebuilt", outcome
+    assert read_current(project["cache"], "sql") == outcome.new_build == plan(config_of(project), project["cache"]).build_id
 
 
 def test_file_of_a_local_directory_edited_while_read(tmp_path, monkeypatch):
