@@ -262,18 +262,25 @@ def run_streamed(cmd: list[str], env: dict, contender: str, limit: float | None 
     """Run one contender's process with its output streamed line by line, prefixed with its name (a
     time limit that ends the bench still shows where the contender was: on 2026-11-27 a 7B run ended
     by its limit printed nothing); returns the exit status (None: ``limit`` seconds ran out and the
-    contender was killed, so the next one still runs) and the last three lines."""
+    contender was killed, so the next one still runs) and the last three lines. The contender runs
+    in its own process group, killed whole (its loader and compile workers too) when the limit runs
+    out and whenever the bench itself ends early (Ctrl-C; SIGTERM, as ``timeout`` sends it, which
+    :func:`main` turns into an exit): it never outlives the bench to hold the GPU."""
     tail: collections.deque[str] = collections.deque(maxlen=3)
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace", start_new_session=True) as proc:  # a library's stray bytes end no bench
         ran_out = threading.Event()
 
-        def stop() -> None:
-            ran_out.set()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # its loader workers and compile workers too
+        def kill_group() -> None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
-        timer = threading.Timer(limit, stop) if limit else None
+        def stop() -> None:
+            if proc.poll() is None:
+                ran_out.set()
+                kill_group()
+
+        timer = threading.Timer(limit, stop) if limit is not None else None
         if timer is not None:
             timer.daemon = True
             timer.start()
@@ -282,10 +289,20 @@ def run_streamed(cmd: list[str], env: dict, contender: str, limit: float | None 
                 print(f"[{contender}] {line}", end="", flush=True)
                 if line.strip():
                     tail.append(line.strip())
+        except BaseException:
+            kill_group()  # the bench is ending: its contender with it
+            raise
         finally:
             if timer is not None:
                 timer.cancel()
     return (None if ran_out.is_set() else proc.returncode), list(tail)
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
+    return value
 
 
 def main() -> None:
@@ -303,7 +320,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     parser.add_argument("--work-dir", default=None, help="keep the build and runs here (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the results here")
-    parser.add_argument("--contender-limit", type=float, default=None,
+    parser.add_argument("--contender-limit", type=positive_seconds, default=None,
                         help="seconds each contender may run; one that runs out is killed and reported, the next runs")
     parser.add_argument("--run-one", choices=CONTENDERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -311,6 +328,8 @@ def main() -> None:
         return run_one(args)
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step is start-up and is not timed)")
+    # `timeout` (bench/gpu_report.sh) ends the bench with SIGTERM: an exit, so run_streamed stops the contender
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     chosen = [c.strip() for c in args.contenders.split(",") if c.strip()]
     unknown = sorted(set(chosen) - set(CONTENDERS))
     if unknown:

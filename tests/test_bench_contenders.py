@@ -63,3 +63,41 @@ def test_a_contender_that_runs_out_of_its_limit_is_killed_and_the_bench_goes_on(
 
     time.sleep(3)
     assert not marker.exists()  # the contender's own child was killed with it
+
+
+def test_a_contender_never_outlives_the_bench(tmp_path):
+    """The contender runs in its own process group (so a limit can kill it whole), which SIGTERM from
+    `timeout` (gpu_report.sh) and the terminal's Ctrl-C no longer reach: the bench kills it when it
+    ends (found by an attack on 2026-11-27: a killed bench left its contender holding the GPU)."""
+    import signal
+    import time
+
+    pidfile = tmp_path / "contender.pid"
+    script = tmp_path / "contender.py"
+    script.write_text(f"import os, pathlib, time\npathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\n"
+                      "print('started', flush=True)\ntime.sleep(60)\n")
+    driver = tmp_path / "driver.py"
+    driver.write_text(f"import signal, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom bench.train_bench import run_streamed\n"
+                      "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
+                      f"run_streamed([sys.executable, {str(script)!r}], {{}}, 'slow')\n")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        pidfile.unlink(missing_ok=True)
+        bench = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
+        assert bench.stdout.readline().strip() == "[slow] started"
+        bench.send_signal(sig)
+        bench.wait(timeout=30)
+        pid = int(pidfile.read_text())
+        for _ in range(50):  # killed at once; reaped by init
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the contender outlived the bench ({sig.name})")
+
+
+def test_a_contender_limit_must_be_positive():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "train_bench.py"), "--contender-limit", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "must be a number of seconds above 0, got 0" in proc.stderr
