@@ -40,8 +40,7 @@ from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
                                      REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
                                      resolve_build, token_dtype, verify_checksums, write_current)
-from packtrain.core.files import (TMP_PREFIX, being_written, fsync_dir, process_alive, publish_dir, remove_path,
-                                  writer_pid)
+from packtrain.core.files import TMP_PREFIX, fsync_dir, publish_dir, remove_path, writer_alive
 from packtrain.core.hashing import canonical_json, sha256_file, sha256_json
 from packtrain.core.diskfull import written
 from packtrain.core.errors import ContractError, PacktrainError
@@ -309,17 +308,6 @@ def remove_leftovers(root: Path, log) -> None:
             raise BuildError(f"cannot remove the leftover {path} in the cache ({type(e).__name__}: {e}); remove it "
                              "by hand (nothing else may be named .tmp-* there), then build again") from None
         crash_point("mid_cleanup")
-
-
-def writer_alive(tmp: Path) -> bool:
-    """Whether the process named in a temporary file's name (core/files.writer_pid) still writes it:
-    another process that runs on this machine, or this one where one of its threads is writing that
-    file now (two builds of one expert in one process); a file with this pid that nobody here writes
-    is a leftover of a killed process whose pid this one has again (a container's pid 1)."""
-    pid = writer_pid(tmp)
-    if pid is None:
-        return False
-    return being_written(tmp) if pid == os.getpid() else process_alive(pid)
 
 
 def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manifest | None, log, progress: bool,

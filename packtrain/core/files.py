@@ -195,6 +195,17 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def writer_alive(tmp: str | os.PathLike) -> bool:
+    """Whether the process named in a temporary file's name (:func:`writer_pid`) still writes it:
+    another process that runs on this machine, or this one where one of its threads is writing that
+    file now (two builds of one expert in one process); a file with this pid that nobody here writes
+    is a leftover of a killed process whose pid this one has again (a container's pid 1)."""
+    pid = writer_pid(tmp)
+    if pid is None:
+        return False
+    return being_written(tmp) if pid == os.getpid() else process_alive(pid)
+
+
 def remove_path(path: str | os.PathLike) -> None:
     """Remove a directory tree, a file or a link (a damaged cache may be any of them; a link is removed
     itself, never followed)."""
