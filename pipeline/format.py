@@ -207,6 +207,36 @@ class Formatted:
         return len(self.spans) == 1 and self.spans[0][1] == len(self.text)
 
 
+def not_unicode(texts: list[str]) -> list[tuple[int, str]]:
+    r"""(index, why) of each text that is not Unicode text: one holding a lone surrogate (JSON's
+    ``"\ud800"`` escape without the other half of its UTF-16 pair, which ``json.loads`` keeps), which
+    no tokenizer encodes (UTF-8 has no bytes for it: fastokens and the HF tokenizer both fail on it).
+    A bad row, like an empty answer. Only the texts that are not ASCII (CPython knows that of a string
+    without looking at it) are encoded, all at once where none has one.
+
+    >>> [k for k, _ in not_unicode(["ok", "a\ud800b", "\U0001f600", "\ud83d\ude00"])]
+    [1, 3]
+    >>> not_unicode(["a\udfffb"])[0][1][:73]
+    "the formatted text holds a lone surrogate '\\udfff' at character 1 (a JSON"
+    """
+    wide = [k for k, text in enumerate(texts) if not text.isascii()]
+    try:
+        "".join([texts[k] for k in wide]).encode("utf-8")
+        return []
+    except UnicodeEncodeError:
+        pass
+    out = []
+    for k in wide:
+        text = texts[k]
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            out.append((k, f"the formatted text holds a lone surrogate {text[e.start]!r} at character {e.start} (a JSON "
+                           "\\u escape of half a UTF-16 pair), which is not Unicode text and no tokenizer encodes; "
+                           "fix that value in the data"))
+    return out
+
+
 def text_value(value: Any, name: str) -> str:
     """A field's text: strings as they are, numbers printed, lists/objects as compact JSON (but not a
     conversation: a list of messages with roles needs style chat)."""

@@ -34,6 +34,15 @@ class SuffixBatch:
     kept: list[int]  # the row index (within the batch) of each text
     bad: list[tuple[int, str]]  # (row index, reason), in row order
 
+    def without(self, refused: list[tuple[int, str]]) -> "SuffixBatch":
+        """The batch without the texts ``refused`` ((index into ``texts``, why)), their rows bad."""
+        if not refused:
+            return self
+        drop = {k for k, _ in refused}
+        keep = [k for k in range(len(self.texts)) if k not in drop]
+        return SuffixBatch([self.texts[k] for k in keep], self.prompt_chars[keep], [self.kept[k] for k in keep],
+                           sorted(self.bad + [(self.kept[k], why) for k, why in refused]))
+
 
 @lru_cache(maxsize=16)
 def positional(template: str, fields: tuple[str, ...]) -> str | None:

@@ -36,7 +36,7 @@ from packtrain.pipeline.encode import exactness, fastokens_encoder, tokenizer_fa
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
 from packtrain.pipeline.errors import TokenizerError
-from packtrain.pipeline.format import BadRow, Formatted, RowFormatter
+from packtrain.pipeline.format import BadRow, Formatted, RowFormatter, not_unicode
 from packtrain.pipeline.format_columns import SuffixBatch, format_columns
 from packtrain.pipeline.row_filter import kept_rows
 
@@ -177,6 +177,8 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
     else:
         fast = None
     columnar = format_columns(task.formatter, columns)
+    if columnar is not None:
+        columnar = columnar.without(not_unicode(columnar.texts))
     if columnar is not None and fast is not None and fast.name == fastokens_encoder.NAME:
         return encode_suffix_rows(task, fast, columnar)
     if columnar is not None:
@@ -184,6 +186,10 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
         kept, bad = columnar.kept, list(columnar.bad)
     else:
         docs, kept, bad = format_rows(task.formatter, columns)
+        if refused := not_unicode([doc.text for doc in docs]):  # their rows are bad (a row gives none then)
+            bad += [(kept[k], why) for k, why in refused]
+            drop = {k for k, _ in refused}
+            docs, kept = [d for k, d in enumerate(docs) if k not in drop], [r for k, r in enumerate(kept) if k not in drop]
     encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
     made_by: list[str | None] = [None] * len(docs)  # the shortcut that made each document, if one did
     if fast:  # every document, conversations too (the HF tokenizer makes those it leaves: None)

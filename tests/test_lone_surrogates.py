@@ -1,0 +1,75 @@
+"""A lone surrogate in the data: a bad row with its reason, never a traceback.
+
+JSON may escape half of a UTF-16 pair (``"\\ud800"``) and ``json.loads`` keeps it as a code point
+UTF-8 has no bytes for, so no tokenizer encodes it: before 2026-11-27 such a row stopped the whole
+build with a traceback (fastokens' UnicodeEncodeError, the HF tokenizer's TypeError), shortcuts on or
+off, in template and chat style (found by a hostile-text sweep). A whole pair (``"\\ud83d\\ude00"``,
+one emoji) is text like any other.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from build_fixtures import make_project, rows
+from packtrain.core.configfile import load_config
+from packtrain.pipeline.build import build
+
+CHAT = """\
+sources:
+  - name: {data}
+format:
+  style: chat
+  messages: messages
+pack:
+  block_size: 128
+  val_fraction: 0.0
+build:
+  num_proc: {num_proc}
+  batch_rows: 8
+model:
+  name: {model}
+"""
+REASON = "the formatted text holds a lone surrogate '\\ud800' at character "
+
+
+def write_lines(path, lines: list[str]) -> None:
+    path.write_text("".join(line + "\n" for line in lines))  # escapes as written: json.dumps would pair-check nothing
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["shortcuts on", "shortcuts off"])
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_template_rows(tmp_path, fast, num_proc):
+    project = make_project(tmp_path, n_rows=20)
+    good = [json.dumps(r) for r in rows(20)]
+    lone = json.dumps({**rows(1, 100)[0], "answer": "SELECT 1 -- "}).replace('-- "', '-- \\ud800"')
+    pair = json.dumps({**rows(1, 200)[0], "answer": "SELECT 2 -- "}).replace('-- "', '-- \\ud83d\\ude00"')
+    write_lines(project["data"], good[:5] + [lone] + good[5:] + [pair])
+    config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.line_cache": fast,
+                                                     "build.num_proc": num_proc})
+    result = build(config, project["cache"], log=lambda *_: None, progress=False)
+    report = json.loads((result.path / "report.json").read_text())
+    bad = report["sources"][0]["first_bad_rows"]
+    assert len(bad) == 1 and bad[0]["reason"].startswith(REASON) and bad[0]["at"] == 5, bad
+    assert report["train"]["documents"] + report["val"]["documents"] == 21  # the pair is an emoji, kept
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["shortcuts on", "shortcuts off"])
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_chat_rows(tmp_path, fast, num_proc):
+    project = make_project(tmp_path, n_rows=4)
+    (project["configs"] / "sql.yaml").write_text(CHAT.format(data=project["data"], model=project["model"],
+                                                             num_proc=num_proc))
+    chat = lambda answer: json.dumps({"messages": [{"role": "user", "content": "q"},  # noqa: E731
+                                                   {"role": "assistant", "content": answer}]})
+    lines = [chat(f"SELECT {i}") for i in range(12)]
+    lines[3] = chat("SELECT x").replace('x"', 'x\\ud800"')
+    write_lines(project["data"], lines)
+    config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.render_once": fast})
+    result = build(config, project["cache"], log=lambda *_: None, progress=False)
+    report = json.loads((result.path / "report.json").read_text())
+    bad = report["sources"][0]["first_bad_rows"]
+    assert len(bad) == 1 and bad[0]["reason"].startswith(REASON) and bad[0]["at"] == 3, bad
+    assert report["train"]["documents"] == 11
