@@ -228,7 +228,7 @@ class TokenCheck:
     chosen: dict[str, int]  # documents re-tokenized per split
     checked: int = 0
     differing: int = 0
-    undecodable: int = 0  # checked, but their ids stand for bytes that are not UTF-8 text (:data:`UNDECODABLE`)
+    restored: int = 0  # matched once the lead bytes their vocabulary lacks were put back (:func:`restored_text`)
     first: Difference | None = None
 
 
@@ -292,8 +292,8 @@ def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, docum
             result.checked += 1
             if difference is None:
                 continue
-            if difference is UNDECODABLE:
-                result.undecodable += 1
+            if difference is RESTORED:
+                result.restored += 1
                 continue
             result.differing += 1
             if result.first is None:
@@ -306,12 +306,13 @@ def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, docum
     return result
 
 
-UNDECODABLE = ("its ids stand for bytes that are not UTF-8 text",)
-"""What :func:`compare` says of a document whose text cannot be had back from its ids to re-tokenize:
-a byte-level vocabulary without a token for some byte (:func:`missing_bytes`; SmolLM2's lacks 21, 0xF1 and 0xF2 among them,
-the first bytes of U+40000..U+BFFFF) drops it when it encodes, keeping the character's other bytes,
-which then decode to U+FFFD: the ids are the tokenizer's own (the build made them so), yet the
-decoded text encodes to other ids. Counted apart, not as a difference (found 2026-11-27)."""
+RESTORED = ("matched with the lead bytes its vocabulary lacks put back",)
+"""What :func:`compare` says of a document that matches once its text is had back with the bytes
+the tokenizer dropped (:func:`restored_text`): a byte-level vocabulary without a token for some byte
+(:func:`missing_bytes`; SmolLM2's lacks 21, 0xF1 and 0xF2 among them, the first byte of
+U+40000..U+BFFFF) drops it when it encodes and keeps the character's other bytes, which decode to
+U+FFFD, so the decoded text encodes to other ids although the build holds the tokenizer's own (until
+2026-11-27 `verify --tokens` said such a document differed; found by a hostile-text sweep)."""
 
 
 def missing_bytes(tokenizer) -> frozenset[int]:
@@ -322,19 +323,19 @@ def missing_bytes(tokenizer) -> frozenset[int]:
     return missing if len(missing) < 256 else frozenset()
 
 
-def dropped_bytes_explain(data: bytes, missing: frozenset[int]) -> bool:
-    r"""Whether ``data`` is not UTF-8 only where a lead byte of ``missing`` was dropped: each place it
-    stops decoding holds continuation bytes that one such lead byte makes a character of. Anything
-    else (a stray lead byte, a byte the vocabulary has) is not what the tokenizer makes of text.
+def restore_leads(data: bytes, missing: frozenset[int]) -> bytes | None:
+    r"""``data`` as UTF-8 with a lead byte of ``missing`` put back before each run of continuation
+    bytes that has none (what the tokenizer dropped), or None where that does not make it UTF-8 (a
+    stray byte the vocabulary has, a lead byte without its continuation bytes).
 
-    >>> dropped_bytes_explain(b"a\x80\x80\x80b", frozenset({0xF1})), dropped_bytes_explain(b"a\xc3b", frozenset({0xF1}))
-    (True, False)
+    >>> restore_leads(b"a\x80\x80\x80b", frozenset({0xF1})), restore_leads(b"a\xc3b", frozenset({0xF1}))
+    (b'a\xf1\x80\x80\x80b', None)
     """
     leads = [m for m in sorted(missing) if 0xC2 <= m <= 0xF4]
     while True:
         try:
             data.decode("utf-8")
-            return True
+            return data
         except UnicodeDecodeError as e:
             at = e.start
         for lead in leads:
@@ -343,32 +344,32 @@ def dropped_bytes_explain(data: bytes, missing: frozenset[int]) -> bool:
                 bytes([lead, *data[at:at + size - 1]]).decode("utf-8")
             except UnicodeDecodeError:
                 continue
-            data = data[:at] + "\ufffd".encode("utf-8") + data[at + size - 1:]  # explained: on to the next
+            data = data[:at] + bytes([lead]) + data[at:]
             break
         else:
-            return False
+            return None
 
 
-def undecodable(tokenizer, body: list[int], missing: frozenset[int]) -> bool:
-    """Whether the bytes the ids ``body`` stand for (a byte-level token's bytes, another token's UTF-8
-    text) are not UTF-8 only because the tokenizer dropped lead bytes its vocabulary lacks."""
+def restored_text(tokenizer, body: list[int], missing: frozenset[int]) -> str | None:
+    """The text the ids ``body`` stand for with the lead bytes the vocabulary lacks put back (a
+    byte-level token's bytes, another token's UTF-8 text), or None where an id is unknown or the
+    bytes are not UTF-8 even so."""
     from packtrain.pipeline.encode.byte_level import token_bytes
 
-    def piece(token: str) -> bytes:
+    pieces = []
+    for i in body:
+        token = tokenizer.id_to_token(i)
+        if token is None:
+            return None
         as_bytes = token_bytes(token)
-        return as_bytes if as_bytes is not None else token.encode("utf-8")
-
-    data = b"".join(piece(tokenizer.id_to_token(i) or "") for i in body)
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return dropped_bytes_explain(data, missing)
-    return False
+        pieces.append(as_bytes if as_bytes is not None else token.encode("utf-8"))
+    data = restore_leads(b"".join(pieces), missing)
+    return None if data is None else data.decode("utf-8")
 
 
 def compare(tokenizer, documents: list[np.ndarray], head: tuple[int, ...]) -> list[tuple | None]:
-    """Per document: None when it is ``head`` + the ids its decoded text encodes to, :data:`UNDECODABLE`
-    where its ids do not stand for UTF-8 text, else (position in the document, the build's id there,
+    """Per document: None when it is ``head`` + the ids its decoded text encodes to, :data:`RESTORED`
+    where it is once the bytes its vocabulary lacks are put back (:func:`restored_text`), else (position in the document, the build's id there,
     the expected id, a snippet of the text around it)."""
     out: list[tuple | None] = [None] * len(documents)
     bodies = []
@@ -383,9 +384,11 @@ def compare(tokenizer, documents: list[np.ndarray], head: tuple[int, ...]) -> li
     for k, (body, text, encoding) in enumerate(zip(bodies, texts, encodings)):
         if out[k] is not None or encoding.ids == body:
             continue
-        if "\ufffd" in text and undecodable(tokenizer, body, missing_bytes(tokenizer)):
-            out[k] = UNDECODABLE
-            continue
+        if "\ufffd" in text and (missing := missing_bytes(tokenizer)):
+            again = restored_text(tokenizer, body, missing)
+            if again is not None and tokenizer.encode(again, add_special_tokens=False).ids == body:
+                out[k] = RESTORED
+                continue
         reference = encoding.ids
         i = next((i for i, (a, b) in enumerate(zip(body, reference)) if a != b), min(len(body), len(reference)))
         offsets = encoding.offsets
@@ -412,14 +415,11 @@ def format_check(result: TokenCheck, requested: int | None) -> list[str]:
     if not result.checked:
         lines.append("tokens: no whole document to check")
         return lines
-    if result.undecodable:
-        lines.append(f"  not re-tokenized: {result.undecodable:,} document{'s' * (result.undecodable != 1)} whose ids "
-                     "stand for bytes that are not UTF-8 text (the vocabulary has no token for a byte of their text, "
-                     "which the tokenizer drops), so their text cannot be had back from the ids")
+    if result.restored:
+        lines.append(f"  {result.restored:,} of them hold characters whose first byte the vocabulary has no token for "
+                     "(the tokenizer drops it): re-tokenized with that byte put back")
     if result.first is None:
-        n = result.checked - result.undecodable
-        lines.append(f"tokens: all {n:,} documents match" if not result.undecodable else
-                     f"tokens: the other {n:,} documents match" if n else "tokens: no other document to re-tokenize")
+        lines.append(f"tokens: all {result.checked:,} documents match")
         return lines
     d = result.first
     lines += [

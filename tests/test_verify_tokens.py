@@ -312,12 +312,16 @@ def test_the_real_smollm2_tokenizer_gives_back_every_document_of_a_correct_build
     assert result.output.splitlines()[-1] == "tokens: all 400 documents match"
 
 
-def test_smollm2_documents_with_a_byte_its_vocabulary_lacks_are_counted_apart(tmp_path, hf_home, real_tokenizer):
+def test_smollm2_documents_with_a_byte_its_vocabulary_lacks_are_re_tokenized_with_it_put_back(
+        tmp_path, hf_home, real_tokenizer):
     """SmolLM2's vocabulary has no token for 21 byte values (0xF1 and 0xF2 among them: the first byte
     of U+40000..U+BFFFF). Its tokenizer drops such a byte and keeps the character's others, which
     decode to U+FFFD: the build is the tokenizer's own ids, yet `verify --tokens` said the document
-    differed and exited 1 (found by a hostile-text sweep, 2026-11-27). Such documents are now counted
-    apart; a token changed in another document is still found."""
+    differed and exited 1 (found by a hostile-text sweep, 2026-11-27). Such a document is now
+    re-tokenized with the dropped byte put back; damage in it is still found (a stray byte, an id
+    the vocabulary does not have: an attack on the first fix, which only counted such documents apart)."""
+    from tokenizers import Tokenizer
+
     project = make_project(tmp_path)
     tokenizer = real_tokenizer("smollm2")
     seed_decision(project["cache"], tokenizer)
@@ -331,17 +335,19 @@ def test_smollm2_documents_with_a_byte_its_vocabulary_lacks_are_counted_apart(tm
     result = verify(project, "--tokens")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-2:] == [
-        "  not re-tokenized: 1 document whose ids stand for bytes that are not UTF-8 text (the vocabulary has no "
-        "token for a byte of their text, which the tokenizer drops), so their text cannot be had back from the ids",
-        "tokens: the other 5 documents match"]
-    from tokenizers import Tokenizer
+        "  1 of them hold characters whose first byte the vocabulary has no token for (the tokenizer drops it): "
+        "re-tokenized with that byte put back",
+        "tokens: all 6 documents match"]
 
     vocabulary = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
     ids, _, doc_lens = open_shard(build_dir / "train-00000.arrow", 2048).arrays()  # the default block size
     starts = np.cumsum([0] + list(doc_lens[0]))
-    clean = next(k for k in range(len(doc_lens[0]))
-                 if "\ufffd" not in vocabulary.decode(ids[0, starts[k]:starts[k + 1]].tolist()))
-    stray = vocabulary.token_to_id("Ã")  # the byte 0xC3 alone, written over a token of a clean document
-    rewrite_token(build_dir, "train-00000.arrow", 0, int(starts[clean]) + 2, stray)
-    result = verify(project, "--tokens")
-    assert result.exit_code == 1 and "tokens: 1 of 6 documents differ" in result.output, result.output
+    lossy = next(k for k in range(len(doc_lens[0]))
+                 if "\ufffd" in vocabulary.decode(ids[0, starts[k]:starts[k + 1]].tolist()))
+    at = int(starts[lossy]) + 2
+    for damage in (vocabulary.token_to_id("Ã"), 60000):  # a stray byte it has; an id past its 49,152
+        rewrite_token(build_dir, "train-00000.arrow", 0, at, damage)
+        result = verify(project, "--tokens")
+        assert result.exit_code == 1 and "tokens: 1 of 6 documents differ" in result.output, (damage, result.output)
+        rewrite_token(build_dir, "train-00000.arrow", 0, at, int(ids[0, at]))
+    assert verify(project, "--tokens").exit_code == 0
