@@ -73,3 +73,22 @@ def test_chat_rows(tmp_path, fast, num_proc):
     bad = report["sources"][0]["first_bad_rows"]
     assert len(bad) == 1 and bad[0]["reason"].startswith(REASON) and bad[0]["at"] == 3, bad
     assert report["train"]["documents"] == 11
+
+
+def test_a_lone_surrogate_in_the_config_is_one_line(tmp_path):
+    """In a config value (YAML's "\\ud800" escape) or an override (an undecodable byte of a command-line
+    argument reaches Python as one): the build id's hash failed with a traceback (found 2026-11-27)."""
+    from packtrain.core.config import ConfigError
+
+    project = make_project(tmp_path, n_rows=4)
+    path = project["configs"] / "sql.yaml"
+    original = path.read_text()
+    assert "format:\n" in original
+    path.write_text(original.replace("format:\n", 'format:\n  system: "You are \\ud800 helpful"\n'))
+    with pytest.raises(ConfigError) as e:
+        load_config("sql", project["configs"])
+    assert str(e.value) == (f"{path}: format.system holds a lone surrogate ('\\ud800' at character 8), which is not "
+                            "Unicode text: write the character itself, or both halves of its UTF-16 pair")
+    path.write_text(original)
+    with pytest.raises(ConfigError, match=r"^--set format.system=x: format.system holds a lone surrogate"):
+        load_config("sql", project["configs"], {"format.system": "x\udcff"}, {"format.system": "--set format.system=x"})

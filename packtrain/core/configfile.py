@@ -62,6 +62,7 @@ def load_config(
         data = _merge(data, {"model": {"name": os.environ["PACKTRAIN_MODEL"]}})
     data = _merge(data, _read_yaml(path))
     for key, value in (overrides or {}).items():
+        check_unicode(_dotted(key, value), (labels or {}).get(key, "overrides"))
         data = _merge(data, _dotted(key, value))
     data["expert"] = expert
     origins = {key: (labels or {}).get(key, "overrides") for key in overrides or {}}
@@ -86,6 +87,7 @@ def explicit_keys(expert: str, configs_dir: str | Path = "configs",
     defaults.yaml's, which are the shared defaults the cpu profile may replace."""
     data = _read_yaml(Path(configs_dir) / f"{expert}.yaml")
     for key, value in (overrides or {}).items():
+        check_unicode(_dotted(key, value), (labels or {}).get(key, "overrides"))
         data = _merge(data, _dotted(key, value))
     return frozenset(_flatten(data))
 
@@ -155,7 +157,34 @@ def _read_yaml(path: Path) -> dict:
         raise ConfigError(str(e)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    check_unicode(data, str(path))
     return data
+
+
+def check_unicode(value: Any, where: str, key: str = "") -> None:
+    r"""Refuse a string holding a lone surrogate (YAML's ``"\ud800"`` escape without the other half of
+    its UTF-16 pair; an undecodable byte of a command-line argument): not Unicode text, it would fail
+    the build id's hash (found 2026-11-27: a traceback). ``where``: the file or the option.
+
+    >>> check_unicode({"format": {"system": "a\ud800"}}, "configs/sql.yaml")
+    Traceback (most recent call last):
+    ...
+    packtrain.core.config.ConfigError: configs/sql.yaml: format.system holds a lone surrogate ('\ud800' at character 1), which is not Unicode text: write the character itself, or both halves of its UTF-16 pair
+    """
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            check_unicode(name, where, key)
+            check_unicode(inner, where, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            check_unicode(inner, where, f"{key}[{i}]")
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ConfigError(f"{where}: {key or 'a key'} holds a lone surrogate ({value[e.start]!r} at character "
+                              f"{e.start}), which is not Unicode text: write the character itself, or both halves "
+                              "of its UTF-16 pair") from None
 
 
 def _dotted(key: str, value: Any) -> dict:
