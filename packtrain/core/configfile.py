@@ -87,7 +87,6 @@ def explicit_keys(expert: str, configs_dir: str | Path = "configs",
     defaults.yaml's, which are the shared defaults the cpu profile may replace."""
     data = _read_yaml(Path(configs_dir) / f"{expert}.yaml")
     for key, value in (overrides or {}).items():
-        check_unicode(_dotted(key, value), (labels or {}).get(key, "overrides"))
         data = _merge(data, _dotted(key, value))
     return frozenset(_flatten(data))
 
