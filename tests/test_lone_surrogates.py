@@ -16,23 +16,17 @@ import pytest
 from build_fixtures import make_project, rows
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.build import build
+from test_conversations import CONFIG as CHAT
 
-CHAT = """\
-sources:
-  - name: {data}
-format:
-  style: chat
-  messages: messages
-pack:
-  block_size: 128
-  val_fraction: 0.0
-build:
-  num_proc: {num_proc}
-  batch_rows: 8
-model:
-  name: {model}
-"""
 REASON = "the formatted text holds a lone surrogate '\\ud800' at character "
+
+
+def build_and_bad_rows(project, overrides: dict) -> tuple[dict, list[dict]]:
+    """Build the project's sql expert with ``overrides``: (its report, the first bad rows of its source)."""
+    config = load_config("sql", project["configs"], overrides)
+    result = build(config, project["cache"], log=lambda *_: None, progress=False)
+    report = json.loads((result.path / "report.json").read_text())
+    return report, report["sources"][0]["first_bad_rows"]
 
 
 def write_lines(path, lines: list[str]) -> None:
@@ -47,11 +41,8 @@ def test_template_rows(tmp_path, fast, num_proc):
     lone = json.dumps({**rows(1, 100)[0], "answer": "SELECT 1 -- "}).replace('-- "', '-- \\ud800"')
     pair = json.dumps({**rows(1, 200)[0], "answer": "SELECT 2 -- "}).replace('-- "', '-- \\ud83d\\ude00"')
     write_lines(project["data"], good[:5] + [lone] + good[5:] + [pair])
-    config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.line_cache": fast,
-                                                     "build.num_proc": num_proc})
-    result = build(config, project["cache"], log=lambda *_: None, progress=False)
-    report = json.loads((result.path / "report.json").read_text())
-    bad = report["sources"][0]["first_bad_rows"]
+    report, bad = build_and_bad_rows(project, {"build.fast_encoder": fast, "build.line_cache": fast,
+                                               "build.num_proc": num_proc})
     assert len(bad) == 1 and bad[0]["reason"].startswith(REASON) and bad[0]["at"] == 5, bad
     assert report["train"]["documents"] + report["val"]["documents"] == 21  # the pair is an emoji, kept
 
@@ -60,17 +51,14 @@ def test_template_rows(tmp_path, fast, num_proc):
 @pytest.mark.parametrize("num_proc", [1, 2])
 def test_chat_rows(tmp_path, fast, num_proc):
     project = make_project(tmp_path, n_rows=4)
-    (project["configs"] / "sql.yaml").write_text(CHAT.format(data=project["data"], model=project["model"],
-                                                             num_proc=num_proc))
+    (project["configs"] / "sql.yaml").write_text(CHAT.format(data=project["data"], model=project["model"]))
     chat = lambda answer: json.dumps({"messages": [{"role": "user", "content": "q"},  # noqa: E731
                                                    {"role": "assistant", "content": answer}]})
     lines = [chat(f"SELECT {i}") for i in range(12)]
     lines[3] = chat("SELECT x").replace('x"', 'x\\ud800"')
     write_lines(project["data"], lines)
-    config = load_config("sql", project["configs"], {"build.fast_encoder": fast, "build.render_once": fast})
-    result = build(config, project["cache"], log=lambda *_: None, progress=False)
-    report = json.loads((result.path / "report.json").read_text())
-    bad = report["sources"][0]["first_bad_rows"]
+    report, bad = build_and_bad_rows(project, {"build.fast_encoder": fast, "build.render_once": fast,
+                                               "build.num_proc": num_proc})
     assert len(bad) == 1 and bad[0]["reason"].startswith(REASON) and bad[0]["at"] == 3, bad
     assert report["train"]["documents"] == 11
 
