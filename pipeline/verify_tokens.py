@@ -309,9 +309,10 @@ def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, docum
 
 def compare(tokenizer, documents: list[np.ndarray], head: tuple[int, ...]) -> list[tuple | None]:
     """Per document: None when it is ``head`` + the ids its decoded text encodes to, :data:`RESTORED`
-    where it is once the bytes its vocabulary lacks are put back (:func:`restored_text`), else (position in the document, the build's id there,
-    the expected id, a snippet of the text around it)."""
+    where it is once the bytes its vocabulary lacks are put back (:func:`restored_text`), else
+    (position in the document, the build's id there, the expected id, a snippet of the text around it)."""
     out: list[tuple | None] = [None] * len(documents)
+    missing = None  # the bytes the vocabulary lacks: looked up once, where a document needs them
     bodies = []
     for k, doc in enumerate(documents):
         got = doc[:len(head)].tolist()
@@ -324,7 +325,7 @@ def compare(tokenizer, documents: list[np.ndarray], head: tuple[int, ...]) -> li
     for k, (body, text, encoding) in enumerate(zip(bodies, texts, encodings)):
         if out[k] is not None or encoding.ids == body:
             continue
-        if "\ufffd" in text and (missing := missing_bytes(tokenizer)):
+        if "\ufffd" in text and (missing := missing_bytes(tokenizer) if missing is None else missing):
             again = restored_text(tokenizer, body, missing)
             if again is not None and tokenizer.encode(again, add_special_tokens=False).ids == body:
                 out[k] = RESTORED

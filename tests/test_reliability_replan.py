@@ -14,30 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from build_fixtures import make_project
-from packtrain.core.configfile import load_config
-from packtrain.core.contract import BUILD_ID, read_current
+from packtrain.core.contract import read_current
 from packtrain.pipeline.build import build, plan
 from packtrain.pipeline.errors import InputsChanged
 from packtrain.pipeline.rebuild import rebuild_expert
-
-
-def quiet(*_):
-    pass
-
-
-def builds(cache: Path, expert: str = "sql") -> list[str]:
-    root = cache / expert
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and BUILD_ID.match(p.name)) if root.is_dir() else []
-
-
-@pytest.fixture
-def project(tmp_path):
-    return make_project(tmp_path, n_rows=40)
-
-
-def config_of(project):
-    return load_config("sql", project["configs"])
+from test_reliability_inputs_identity import builds, config_of, project, quiet  # noqa: F401 (project: its fixture)
 
 
 def edit_after_hashing(monkeypatch, name: str, edit, times: int) -> list:
