@@ -103,7 +103,8 @@ def test_the_bundled_samples_build_the_same_bytes_with_each_shortcut_on_and_off(
     settings, makes_for = SHORTCUTS[shortcut]
     seeded(tmp_path / "on", directory, settings)
     for expert in ("sql", "neo4j"):
-        on = build(expert_config(tmp_path, expert, directory, settings), tmp_path / "on", log=quiet, progress=False)
+        on = build(expert_config(tmp_path, expert, directory, {**settings, "build.check_documents": 3000}),
+                   tmp_path / "on", log=quiet, progress=False)
         assert shards(on) == reference(tmp_path, expert, directory), (name, expert)
         checked = Manifest.load(on.path, full=True).outputs["exactness"]
         documents = json.loads((on.path / "report.json").read_text())["sources"][0]["documents"]
@@ -280,12 +281,33 @@ def test_a_sample_past_check_documents_is_seeded_by_the_text(tmp_path):
                    project["cache"], log=quiet, progress=False)
     exact = Manifest.load(result.path, full=True).outputs["exactness"]
     assert exact["by_shortcut"] == 3000
-    # the first batch (rows 0-999: check_documents is rounded up to whole batches), then the documents
-    # whose keyed hash falls in one of 512
+    # the first 32 rows (not their whole batch of 1,000), then the documents whose keyed hash falls in one of 512
     texts = [f"### Schema\n{r['context']}\n### Question\n{r['question']}\n### SQL\n{r['answer']}"
              for r in map(json.loads, project["data"].read_text().splitlines())]
-    sampled = sum(exactness.sampled(t) for t in texts[1000:])
-    assert 0 < sampled < 20 and exact["checked"] == 1000 + sampled
+    sampled = sum(exactness.sampled(t) for t in texts[32:])
+    assert 0 < sampled < 20 and exact["checked"] == 32 + sampled
+
+
+def test_check_documents_counts_the_sources_rows_across_batches_and_files_and_filters(tmp_path):
+    """The first ``check_documents`` rows of a source as read (in every batch and file, before its
+    ``where``): the kept ones among them are checked whole, the rest sampled."""
+    project = make_project(tmp_path, n_rows=10)
+    records = [json.loads(line) for line in project["data"].read_text().splitlines()]
+    data = tmp_path / "data" / "two"
+    for part, numbers in (("a", range(0, 7)), ("b", range(7, 40))):
+        write_jsonl(data / f"{part}.jsonl", [dict(records[0], question=f"Question {i}?", keep=i % 3 != 1)
+                                            for i in numbers])
+    overrides = {"build.check_documents": 18, "build.batch_rows": 4,
+                 "sources": [{"name": str(data), "where": [{"column": "keep", "equals": True}]}]}
+    result = build(load_config("sql", project["configs"], overrides), project["cache"], log=quiet, progress=False)
+    exact = Manifest.load(result.path, full=True).outputs["exactness"]
+    kept = [i for i in range(40) if i % 3 != 1]
+    texts = {i: f"### Schema\n{records[0]['context']}\n### Question\nQuestion {i}?\n### SQL\n{records[0]['answer']}"
+             for i in kept}
+    assert exact["by_shortcut"] == len(kept) == 27
+    # 12 whole (rows 0-17 kept; not the whole batch of rows 15-18, nor counted as if every batch held 4
+    # rows, nor as the batch's 18th kept row), then the sample
+    assert exact["checked"] == sum(i < 18 or exactness.sampled(texts[i]) for i in kept)
 
 
 def conversations(n: int) -> list[dict]:

@@ -56,9 +56,10 @@ def test_the_worker_makes_the_same_documents_and_bad_rows_column_wise(tmp_path, 
                "context": ["CREATE TABLE t (a INT)", "y", "é", "z", "w"],
                "answer": ["SELECT count(*) FROM t", "  ", "SELECT 1", "ECT 2", "SELECT 3"]}
     glued = RowFormatter(FormatConfig(prompt="{question}", answer="{answer}"))  # "SEL" + "ECT 1": inside a token
-    for formatter, check_all, val_fraction in ((FORMATTER, True, 0.0), (FORMATTER, False, 0.5), (glued, True, 0.5)):
+    for formatter, check_rows, val_fraction in ((FORMATTER, 5, 0.0), (FORMATTER, 0, 0.5), (FORMATTER, 2, 0.5),
+                                                (glued, 5, 0.5)):
         task = worker.EncodeTask(str(tokenizer), sha, formatter, 2, (1,), val_fraction, "uint16",
-                                 fast_encoder="fastokens", check_all=check_all)
+                                 fast_encoder="fastokens", check_rows=check_rows)
         column_wise = worker.encode_rows(task, columns)
         with monkeypatch.context() as m:
             m.setattr(worker, "format_columns", lambda *_: None)

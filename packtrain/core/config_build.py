@@ -373,9 +373,9 @@ class BuildConfig:
     checked like line_cache (the checked documents rendered the exact way too and compared); part of
     the build id, same bytes either way."""
     check_documents: int = num(2048, "[0, 1000000000]")
-    """Every document a shortcut (fast_encoder, line_cache, render_once) makes in the first check_documents rows of
-    each source (rounded up to whole batches of batch_rows) is encoded again with the HF tokenizer and compared (ids and loss mask), and one in 512
-    of the rest (seeded by the document's text). A difference is never published: the shortcut is
+    """Every document a shortcut (fast_encoder, line_cache, render_once) makes in the first check_documents
+    rows of each source (as read, counted before sources[].where) is encoded again with the HF tokenizer
+    and compared (ids and loss mask), and one in 512 of the rest (seeded by the document's text). A difference is never published: the shortcut is
     dropped for that tokenizer, remembered, and the sources tokenized again without it
     (docs/BUILD.md, "Exactness"). Not part of the build id: it changes what is checked, not the bytes."""
 

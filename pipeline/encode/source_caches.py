@@ -238,20 +238,22 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
                           config.pack.val_fraction, job.dtype.name, line_cache=line_cache, fast_encoder=fast,
                           facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
                           where=tuple(spec.where), chat_date=job.chat_date)
-        sampled = dataclasses.replace(task, check_all=False)
         filtered = [c.column for c in spec.where]
         batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
                                where_fix(spec, i, formatter),
                                optional=[c for _, c in formatter.optional_columns if c not in filtered])
         facts_checked = False
+        before = 0  # the source's rows in the batches before this one (in every file)
         for number, batch in enumerate(batches):
             stats[i].batches = number + 1  # every batch of the source, tokenized here or not
             if part is None or number % part[1] == part[0]:
                 check_kinds(spec.where, batch.columns, f"sources[{i}]")
                 headers.append((i, batch.file, batch.start, number))
-                checked = task if number * config.build.batch_rows < config.build.check_documents else sampled
-                first, facts_checked = not facts_checked, True  # the first batch tokenized here checks them
-                yield dataclasses.replace(checked, check_facts=True) if first else checked, batch.columns
+                checked = dataclasses.replace(task, check_rows=max(0, config.build.check_documents - before),
+                                              check_facts=not facts_checked)
+                facts_checked = True  # the first batch tokenized here checks them
+                yield checked, batch.columns
+            before += batch.num_rows
 
 
 def where_fix(spec, i: int, formatter: RowFormatter):

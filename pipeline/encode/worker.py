@@ -21,6 +21,7 @@ where it does not is rejected.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import json
@@ -62,9 +63,10 @@ class EncodeTask:
     fast_encoder: str | None = None
     """The fast encoder to encode with, fastokens or tiktoken (only set where the build's decision,
     pipeline/encode/encoder_decision.py, found it exact); None: the HF tokenizer."""
-    check_all: bool = True
-    """Check every document a shortcut makes against the reference (the first ``build.check_documents``
-    rows of a source), else a seeded sample (pipeline/encode/exactness.py)."""
+    check_rows: int = 1 << 62
+    """Check every document a shortcut makes from the batch's first ``check_rows`` rows against the
+    reference (the rows among the first ``build.check_documents`` of a source), and a seeded sample of
+    the rest (pipeline/encode/exactness.py)."""
     facts: str | None = None
     """The tokenizer facts planning used (TokenizerInfo.facts as JSON: eos/pad/bos ids, the prefix, the
     vocabulary size), remembered in the cache; checked against the HF tokenizer where ``check_facts``."""
@@ -157,7 +159,8 @@ def encode_filtered_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedB
     keep = kept_rows(task.where, columns)
     if not keep:
         return dataclasses.replace(refused_batch(None), rows=rows, filtered=rows)
-    batch = encode_kept_rows(task, {name: [values[i] for i in keep] for name, values in columns.items()}
+    checked = dataclasses.replace(task, check_rows=bisect.bisect_left(keep, task.check_rows))  # of the kept rows
+    batch = encode_kept_rows(checked, {name: [values[i] for i in keep] for name, values in columns.items()}
                              if len(keep) < rows else columns)
     return dataclasses.replace(batch, rows=rows, filtered=rows - len(keep),
                                bad_rows=[(keep[i], why) for i, why in batch.bad_rows],
@@ -211,7 +214,7 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
         except BadRow as e:
             bad.append((kept[k], str(e)))
     by_shortcut = [k for k, m in enumerate(made_by) if m is not None or docs[k].rendered_once]
-    checks = [k for k in by_shortcut if task.check_all or exactness.sampled(docs[k].text)]
+    checks = [k for k in by_shortcut if kept[k] < task.check_rows or exactness.sampled(docs[k].text)]
     mismatches = check_renders(task.formatter, columns, docs, kept, [k for k in checks if docs[k].rendered_once])
     encoded_checks = [k for k in checks if made_by[k] is not None and encoded[k] is not None]
     mismatches += check_documents(hf_tokenizer(key) if encoded_checks else None, docs, encoded, made_by, kept,
@@ -257,8 +260,9 @@ def encode_suffix_rows(task: EncodeTask, fast, batch: SuffixBatch) -> EncodedBat
         except BadRow as e:
             bad.append((batch.kept[k], str(e)))
     encoded_texts = [text.encode("utf-8") for text in batch.texts]
-    checks = made.tolist() if task.check_all else \
-        np.flatnonzero((firsts >= 0) & exactness.sampled_mask(encoded_texts)).tolist()
+    whole = np.asarray(batch.kept, np.int64) < task.check_rows
+    checks = made.tolist() if whole.all() else \
+        np.flatnonzero((firsts >= 0) & (whole | exactness.sampled_mask(encoded_texts))).tolist()
     def made_by_fast(k: int):  # (ids, supervised token range) of a document fastokens made
         return ids[offsets[k]:offsets[k + 1]], [(int(firsts[k]), int(offsets[k + 1] - offsets[k]))]
 
