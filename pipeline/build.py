@@ -73,9 +73,10 @@ class BuildResult:
 
 # Bump when the build's logic changes its output for the same inputs (it is part of the build id,
 # so old builds are never reused by a pipeline that would write them differently).
-PIPELINE_VERSION = 5  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights;
+PIPELINE_VERSION = 6  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights;
 # 4: the line cache cuts GPT-2-regex texts only at lone newlines, and shortcuts are checked per build;
-# 5: a conversation with a message field the chat template does not render, or an empty assistant turn, is a bad row
+# 5: a conversation with a message field the chat template does not render, or an empty assistant turn, is a bad row;
+# 6: bfd breaks a tie between blocks with the same free space as TRL does (the one that has had it longest)
 
 
 def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None

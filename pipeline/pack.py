@@ -37,7 +37,7 @@ A piece with no supervised token left teaches nothing and is dropped, and counte
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from heapq import heappop, heappush
+from collections import deque
 from itertools import islice
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,7 +194,7 @@ def _example(counts: PieceCounts, kind: str, doc: int, keep: int = 20) -> None:
 def pack_bfd(pieces: Sequence[Piece], block_size: int) -> list[list[Piece]]:
     """Best-fit decreasing: place pieces longest first, each into the block with the least free
     space that still holds it (a new block when none does). Ties keep input order, so the result
-    is deterministic (:func:`bfd_order` places them).
+    is deterministic (:func:`bfd_order` places them, as TRL's bfd packing does).
 
     >>> pack_bfd([(0, 0, 5), (1, 0, 3), (2, 0, 4), (3, 0, 2)], 8)
     [[(0, 0, 5), (1, 0, 3)], [(2, 0, 4), (3, 0, 2)]]
@@ -207,8 +207,9 @@ def bfd_order(sizes: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarra
     """Best-fit decreasing of pieces of ``sizes`` tokens: (the pieces' indices, block after block,
     each block's in the order they were placed; the number of pieces in each block). Each piece,
     longest first (ties in input order), goes into the block with the least free space that still
-    holds it, the oldest of those; a new block when none does. O(n log n) plus O(block_size) per
-    new free-space value.
+    holds it, of those the one that has had that free space longest; a new block when none does.
+    These are the blocks TRL's ``pack_dataset(strategy="bfd")`` makes of the same lengths
+    (tests/test_pack.py checks them against it). O(n log n) plus O(block_size) per new free-space value.
 
     >>> order, per_block = bfd_order(np.array([5, 3, 4, 2]), 8)
     >>> order.tolist(), per_block.tolist()
@@ -219,14 +220,14 @@ def bfd_order(sizes: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarra
     order = np.argsort(-sizes, kind="stable")  # longest first, ties in input order
     placed: list[int] = []  # the block of each piece, in placing order
     free_values: list[int] = []  # sorted free-space values that some open block has
-    by_free: list[list[int] | None] = [None] * (block_size + 1)  # free space -> its open blocks (a heap)
+    by_free: list[deque[int] | None] = [None] * (block_size + 1)  # free space -> its open blocks, first come first
     blocks = 0
     for size in sizes[order].tolist():
         i = bisect_left(free_values, size)
         if i < len(free_values):
             free = free_values[i]
             bucket = by_free[free]
-            block = heappop(bucket)  # the oldest such block: deterministic, fills early blocks first
+            block = bucket.popleft()  # the block that has had this free space longest (TRL's choice)
             if not bucket:
                 by_free[free] = None
                 del free_values[i]
@@ -238,10 +239,10 @@ def bfd_order(sizes: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarra
         if left > 0:
             bucket = by_free[left]
             if bucket is None:
-                by_free[left] = [block]
+                by_free[left] = deque([block])
                 insort(free_values, left)
             else:
-                heappush(bucket, block)
+                bucket.append(block)
     placed_a = np.asarray(placed, np.int64)
     return order[np.argsort(placed_a, kind="stable")], np.bincount(placed_a, minlength=blocks)
 

@@ -30,11 +30,33 @@ def test_bfd_places_each_piece_in_the_fullest_block_that_fits():
     ]
 
 
-def test_bfd_ties_go_to_the_oldest_block():
+def test_bfd_ties_go_to_the_block_that_has_had_the_free_space_longest():
     assert pack_bfd(whole([4, 4, 4, 4, 2, 2]), 10) == [
         [(0, 0, 4), (1, 0, 4), (4, 0, 2)],
         [(2, 0, 4), (3, 0, 4), (5, 0, 2)],
     ]
+    # 6 -> block 0 (3 free), 4 -> block 1 (5 free), 4 -> block 1 (1 free), 2 -> block 0 (1 free, after
+    # block 1): the 1 goes into block 1, as TRL's bfd puts it (not into block 0, the older block)
+    assert pack_bfd(whole([4, 6, 1, 4, 2]), 9) == [[(1, 0, 6), (4, 0, 2)], [(0, 0, 4), (3, 0, 4), (2, 0, 1)]]
+
+
+def test_bfd_makes_the_blocks_trl_pack_dataset_makes():
+    """TRL's ``pack_dataset(strategy="bfd")`` (the reference packer) of the same lengths, all in one
+    map batch (TRL packs each batch of ``map_kwargs["batch_size"]`` rows, 1,000 by default, on its own;
+    packtrain packs a split whole): the same documents in the same blocks, in the same order (pieces
+    are whole documents here; packtrain's ``pack.overlong`` cuts longer ones before packing)."""
+    import datasets
+    from trl import pack_dataset
+
+    rng = random.Random(3)
+    for block_size, top, n in ((9, 9, 40), (16, 16, 300), (64, 40, 600), (2048, 2048, 400), (2048, 300, 2000)):
+        lengths = [rng.randint(1, top) for _ in range(n)]
+        rows = datasets.Dataset.from_dict({"input_ids": [[k] * size for k, size in enumerate(lengths)]})
+        packed = pack_dataset(rows, block_size, strategy="bfd", map_kwargs={"batch_size": n})
+        theirs = [[ids[at] for at in np.cumsum([0] + sizes[:-1])]  # each document's first token: its index
+                  for ids, sizes in zip(packed["input_ids"], packed["seq_lengths"])]
+        ours = [[doc for doc, _, _ in block] for block in pack_bfd(whole(lengths), block_size)]
+        assert ours == theirs, (block_size, top, n)
 
 
 def test_bfd_invariants_on_random_lengths():
@@ -51,18 +73,20 @@ def test_bfd_invariants_on_random_lengths():
 
 def best_fit_by_scanning(pieces, block_size):
     """Best-fit decreasing written the plain way: every open block scanned for each piece."""
-    blocks, free = [], []
-    for piece in sorted(pieces, key=lambda p: -(p[2] - p[1])):  # stable: ties in input order
+    blocks, free, since = [], [], []  # since: when (which placing) the block got its free space
+    for placing, piece in enumerate(sorted(pieces, key=lambda p: -(p[2] - p[1]))):  # stable: ties in input order
         size = piece[2] - piece[1]
         fits = [b for b in range(len(blocks)) if free[b] >= size]
         if fits:
-            b = min(fits, key=lambda b: (free[b], b))  # least free space, then the oldest block
+            b = min(fits, key=lambda b: (free[b], since[b]))  # least free space, then had it longest
         else:
             b = len(blocks)
             blocks.append([])
             free.append(block_size)
+            since.append(placing)
         blocks[b].append(piece)
         free[b] -= size
+        since[b] = placing
     return blocks
 
 
