@@ -60,6 +60,7 @@ class ResolvedSource:
     root: Path  # directory the files are relative to
     files: tuple[Path, ...]  # absolute data files, sorted
     note: str = field(default="", compare=False)  # a choice worth telling the user (describe() shows it)
+    config: str | None = None  # the README config (subset) read, where the source names one
 
     def describe(self) -> str:
         rev = f"@{self.revision[:8]}" if self.revision else ""
@@ -75,6 +76,8 @@ class ResolvedSource:
         # a local source is identified by its content, not by how its path was spelled
         name = Path(self.name).name if self.kind in ("local", "save_to_disk") else self.name
         body = {"kind": self.kind, "name": name, "split": self.split, "revision": self.revision, "files": files}
+        if self.config is not None:  # only where set: a source without one keeps its identity
+            body["config"] = self.config
         return {**body, "hash": sha256_json(body)}
 
 
@@ -105,10 +108,10 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
     if repo is not None:
         rev = pick_revision(repo, spec.revision, f"dataset {spec.name}")
         seen = sorted(f.file_path for f in rev.files)
-        files, note, _ = _select_split(rev.snapshot_path, seen, spec.split)
+        files, note, _ = _select_split(rev.snapshot_path, seen, spec.split, spec.config)
         if files:
-            return ResolvedSource(spec.name, "hub", spec.split, rev.commit_hash, rev.snapshot_path, files, note)
-        searched[-1] = (f"hub cache snapshot {rev.snapshot_path}: {_no_split(rev.snapshot_path, seen, spec.split)} "
+            return ResolvedSource(spec.name, "hub", spec.split, rev.commit_hash, rev.snapshot_path, files, note, spec.config)
+        searched[-1] = (f"hub cache snapshot {rev.snapshot_path}: {_no_split(rev.snapshot_path, seen, spec)} "
                         "(set split: under the source to one of them)")
     found, ds_note = _datasets_cache_source(spec)
     if found is not None:
@@ -147,12 +150,12 @@ def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
     if (path / "state.json").is_file():
         return _resolve_saved(spec, path, path)
     seen = sorted(p for p in path.rglob("*") if p.is_file())
-    files, note, other_format = _select_split(path, seen, spec.split)
+    files, note, other_format = _select_split(path, seen, spec.split, spec.config)
     if not files:
-        raise SourceNotFound(f"{path}: {_no_split(path, seen, spec.split)}; set split: under the source to one of "
+        raise SourceNotFound(f"{path}: {_no_split(path, seen, spec)}; set split: under the source to one of "
                              "them, name files after their split (train.jsonl, test.jsonl) or point sources: at one file")
     return ResolvedSource(spec.name, "local", spec.split, None, path, files,
-                          _ignored_note(path, seen, files, other_format) or note)
+                          _ignored_note(path, seen, files, other_format) or note, spec.config)
 
 
 def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], other_format: set[str],
@@ -197,24 +200,36 @@ def _resolve_saved(spec: SourceConfig, root: Path, split_dir: Path) -> ResolvedS
     return ResolvedSource(spec.name, "save_to_disk", spec.split, None, root, files)
 
 
-def _select_split(root: Path, paths: list[Path], split: str) -> tuple[tuple[Path, ...], str, set[str]]:
-    """The data files under ``root`` that ``datasets.load_dataset(root, split=split)`` reads, in its
-    order (pipeline/data_files.py); a note naming the files of the split left out for their format, and those."""
-    files, other_format = data_files.read_format(_splits(root, paths).get(split, []))
+def _select_split(root: Path, paths: list[Path], split: str,
+                  config: str | None = None) -> tuple[tuple[Path, ...], str, set[str]]:
+    """The data files under ``root`` that ``datasets.load_dataset(root, config, split=split)`` reads, in
+    its order (pipeline/data_files.py); a note naming the files of the split left out for their format, and those."""
+    files, other_format = data_files.read_format(_splits(root, paths, config).get(split, []))
     note = ""
     if other_format:  # the same split in several formats (e.g. parquet next to jsonl): read one, as datasets does
         note = f"read the {Path(files[0]).suffix.lower()} files, ignored {', '.join(other_format)}"
     return tuple(root / f for f in files), note, set(other_format)
 
 
-def _splits(root: Path, paths: list[Path]) -> dict[str, list[str]]:
-    return data_files.splits([p.relative_to(root).as_posix() for p in paths if _is_data_file(p.relative_to(root))])
+def _splits(root: Path, paths: list[Path], config: str | None) -> dict[str, list[str]]:
+    """Split -> files: as the README's ``configs:`` name them (the config ``config``, else its default), else
+    as ``datasets`` infers them from the file names."""
+    rels = [p.relative_to(root).as_posix() for p in paths if _is_data_file(p.relative_to(root))]
+    try:
+        if configs := data_files.readme_configs(root / "README.md"):
+            return data_files.config_splits(data_files.pick_config(configs, config), rels)
+    except data_files.ConfigsError as e:
+        raise SourceError(f"{root / 'README.md'}: {e}") from None
+    if config is not None:
+        raise SourceError(f"{root}: config {config!r} is set, but the dataset's README.md lists no configs (a YAML "
+                          "header with configs:); remove config: from the source, or point sources: at the config's files")
+    return data_files.splits(rels)
 
 
-def _no_split(root: Path, paths: list[Path], split: str) -> str:
-    """Why ``split`` has no file under ``root``, naming the splits there are, as ``datasets`` finds them."""
-    names = list(_splits(root, paths))
-    return (f"no data file for split {split!r} among {_listing(root, paths)}"
+def _no_split(root: Path, paths: list[Path], spec: SourceConfig) -> str:
+    """Why ``spec.split`` has no file under ``root``, naming the splits there are, as ``datasets`` finds them."""
+    names = list(_splits(root, paths, spec.config))
+    return (f"no data file for split {spec.split!r} among {_listing(root, paths)}"
             + (f" (its splits: {', '.join(names)})" if names else ""))
 
 
@@ -243,17 +258,19 @@ def _datasets_cache_source(spec: SourceConfig) -> tuple[ResolvedSource | None, s
     builders = [d for d in sorted(cache.iterdir()) if d.is_dir() and d.name.lower() in wanted]
     if not builders:
         return None, f"no {' or '.join(sorted(wanted))}"
-    prepared = [(d, files) for b in builders for d in _prepared_dirs(b) if (files := _split_files(d, spec.split))]
+    prepared = [(d, files) for b in builders for d in _prepared_dirs(b) if (files := _split_files(d, spec.split))
+                and spec.config in (None, d.relative_to(b).parts[0])]  # <config>/<version>/<hash>
     if not prepared:
         dirs = [d.relative_to(cache).as_posix() for b in builders for d in _prepared_dirs(b)]
-        return None, f"no prepared split {spec.split!r} in {dirs or [b.name for b in builders]}"
+        config = f" of config {spec.config!r}" if spec.config else ""
+        return None, f"no prepared split {spec.split!r}{config} in {dirs or [b.name for b in builders]}"
     prepared.sort(key=lambda item: (max(p.stat().st_mtime for p in item[1]), item[0].as_posix()))
     root, files = prepared[-1]
     note = ""
     if len(prepared) > 1:
         note = (f"newest of {len(prepared)} prepared versions: {root.relative_to(cache).as_posix()} "
                 "(delete the others, or point sources: at one directory, to choose)")
-    return ResolvedSource(spec.name, "datasets_cache", spec.split, None, root, tuple(files), note), ""
+    return ResolvedSource(spec.name, "datasets_cache", spec.split, None, root, tuple(files), note, spec.config), ""
 
 
 def _prepared_dirs(builder_dir: Path) -> list[Path]:
