@@ -12,7 +12,8 @@ Where a source name is looked for, in order (``resolve_source``)::
 
 Cache directories come from ``os.environ`` at call time (HF_HOME, HF_HUB_CACHE, HF_DATASETS_CACHE).
 ``datasets.load_dataset`` is never called: offline, it fails on a hub snapshot that was downloaded
-but never prepared, so ``pipeline/sources.py`` reads the snapshot's own data files.
+but never prepared, so ``pipeline/sources.py`` reads the snapshot's own data files; which of them form
+a split is decided as ``load_dataset`` decides it (``pipeline/data_files.py``).
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core.inputs import check_input, read_json
 from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, looks_like_path,
                                     missing_path, models_cache_dir, pick_revision)
+from packtrain.pipeline import data_files
 from packtrain.pipeline.local_models import converted_models, local_model
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
 METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json"}
-SPLIT_ALIASES = {"validation": {"validation", "valid", "val", "dev"}, "test": {"test", "testing"}}
-KNOWN_SPLITS = {"train", "training", "test", "testing", "validation", "valid", "val", "dev", "eval"}
 DOWNLOAD_FIX = ("download it on a connected machine with `huggingface-cli download --repo-type dataset {name}` (or "
                 "`datasets.load_dataset({name!r})`), copy the HF cache (HF_HOME) here, or point sources: in "
                 "configs/<expert>.yaml / DATASET= at a local file")
@@ -60,6 +60,7 @@ class ResolvedSource:
     root: Path  # directory the files are relative to
     files: tuple[Path, ...]  # absolute data files, sorted
     note: str = field(default="", compare=False)  # a choice worth telling the user (describe() shows it)
+    config: str | None = None  # the README config (subset) read, where the source names one
 
     def describe(self) -> str:
         rev = f"@{self.revision[:8]}" if self.revision else ""
@@ -75,6 +76,8 @@ class ResolvedSource:
         # a local source is identified by its content, not by how its path was spelled
         name = Path(self.name).name if self.kind in ("local", "save_to_disk") else self.name
         body = {"kind": self.kind, "name": name, "split": self.split, "revision": self.revision, "files": files}
+        if self.config is not None:  # only where set: a source without one keeps its identity
+            body["config"] = self.config
         return {**body, "hash": sha256_json(body)}
 
 
@@ -105,11 +108,11 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
     if repo is not None:
         rev = pick_revision(repo, spec.revision, f"dataset {spec.name}")
         seen = sorted(f.file_path for f in rev.files)
-        files, note = _select_split(rev.snapshot_path, seen, spec.split)
+        files, note, _ = _select_split(rev.snapshot_path, seen, spec.split, spec.config)
         if files:
-            return ResolvedSource(spec.name, "hub", spec.split, rev.commit_hash, rev.snapshot_path, files, note)
-        searched[-1] = (f"hub cache snapshot {rev.snapshot_path}: no data file for split {spec.split!r} among "
-                        f"{_listing(rev.snapshot_path, seen)} (set split: under the source to one of them)")
+            return ResolvedSource(spec.name, "hub", spec.split, rev.commit_hash, rev.snapshot_path, files, note, spec.config)
+        searched[-1] = (f"hub cache snapshot {rev.snapshot_path}: {_no_split(rev.snapshot_path, seen, spec)} "
+                        "(set split: under the source to one of them)")
     found, ds_note = _datasets_cache_source(spec)
     if found is not None:
         return found
@@ -147,19 +150,19 @@ def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
     if (path / "state.json").is_file():
         return _resolve_saved(spec, path, path)
     seen = sorted(p for p in path.rglob("*") if p.is_file())
-    files, note = _select_split(path, seen, spec.split)
+    files, note, other_format = _select_split(path, seen, spec.split, spec.config)
     if not files:
-        raise SourceNotFound(f"{path}: no {'/'.join(DATA_SUFFIXES)} file for split {spec.split!r} among "
-                             f"{_listing(path, seen)}; name files after their split (train.jsonl, test.jsonl) "
-                             "or point sources: at one file")
-    return ResolvedSource(spec.name, "local", spec.split, None, path, files, _ignored_note(path, seen, files, spec.split) or note)
+        raise SourceNotFound(f"{path}: {_no_split(path, seen, spec)}; set split: under the source to one of "
+                             "them, name files after their split (train.jsonl, test.jsonl) or point sources: at one file")
+    return ResolvedSource(spec.name, "local", spec.split, None, path, files,
+                          _ignored_note(path, seen, files, other_format) or note, spec.config)
 
 
-def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], split: str, limit: int = 10) -> str:
+def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], other_format: set[str],
+                  limit: int = 10) -> str:
     """Every file of a dataset directory that is not read, named with the reason (a file is never
     dropped silently): ``ignored 2 files: notes.txt (not a data file), test.jsonl (another split)``."""
     chosen = set(files)
-    wanted = SPLIT_ALIASES.get(split, set()) | {split.lower()}
     read_suffix = files[0].suffix.lower() if files else None
     ignored = []
     for p in seen:
@@ -172,7 +175,7 @@ def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], split: 
             why = "dataset metadata"
         elif rel.suffix.lower() not in DATA_SUFFIXES:
             why = f"not a {'/'.join(DATA_SUFFIXES)} file"
-        elif rel.suffix.lower() != read_suffix and (_tokens(rel) & wanted or not _tokens(rel) & KNOWN_SPLITS):
+        elif rel.as_posix() in other_format:
             why = f"the {read_suffix} files are read"
         else:
             why = "another split"
@@ -197,22 +200,37 @@ def _resolve_saved(spec: SourceConfig, root: Path, split_dir: Path) -> ResolvedS
     return ResolvedSource(spec.name, "save_to_disk", spec.split, None, root, files)
 
 
-def _select_split(root: Path, paths: list[Path], split: str) -> tuple[tuple[Path, ...], str]:
-    """The data files under ``root`` that belong to ``split``: those whose path has the split as a
-    component or a name token (``data/train-00000-of-00001.parquet``, ``sql_train.json``). When no
-    file mentions any split, they all form the train split (a single-file dataset)."""
-    data = [p for p in paths if _is_data_file(p.relative_to(root))]
-    wanted = SPLIT_ALIASES.get(split, set()) | {split.lower()}
-    chosen = [p for p in data if _tokens(p.relative_to(root)) & wanted]
-    if not chosen and split == "train" and not any(_tokens(p.relative_to(root)) & KNOWN_SPLITS for p in data):
-        chosen = data
-    suffixes = sorted({p.suffix.lower() for p in chosen}, key=DATA_SUFFIXES.index)
+def _select_split(root: Path, paths: list[Path], split: str,
+                  config: str | None = None) -> tuple[tuple[Path, ...], str, set[str]]:
+    """The data files under ``root`` that ``datasets.load_dataset(root, config, split=split)`` reads, in
+    its order (pipeline/data_files.py); a note naming the files of the split left out for their format, and those."""
+    files, other_format = data_files.read_format(_splits(root, paths, config).get(split, []))
     note = ""
-    if len(suffixes) > 1:  # the same split in several formats (e.g. parquet next to jsonl): read one
-        dropped = [p.relative_to(root).as_posix() for p in chosen if p.suffix.lower() != suffixes[0]]
-        chosen = [p for p in chosen if p.suffix.lower() == suffixes[0]]
-        note = f"read the {suffixes[0]} files, ignored {', '.join(dropped)}"
-    return tuple(sorted(chosen, key=lambda p: p.relative_to(root).as_posix())), note
+    if other_format:  # the same split in several formats (e.g. parquet next to jsonl): read one, as datasets does
+        note = f"read the {Path(files[0]).suffix.lower()} files, ignored {', '.join(other_format)}"
+    return tuple(root / f for f in files), note, set(other_format)
+
+
+def _splits(root: Path, paths: list[Path], config: str | None) -> dict[str, list[str]]:
+    """Split -> files: as the README's ``configs:`` name them (the config ``config``, else its default), else
+    as ``datasets`` infers them from the file names."""
+    rels = [p.relative_to(root).as_posix() for p in paths if _is_data_file(p.relative_to(root))]
+    try:
+        if configs := data_files.readme_configs(root / "README.md"):
+            return data_files.config_splits(data_files.pick_config(configs, config), rels)
+    except data_files.ConfigsError as e:
+        raise SourceError(f"{root / 'README.md'}: {e}") from None
+    if config is not None:
+        raise SourceError(f"{root}: config {config!r} is set, but the dataset's README.md lists no configs (a YAML "
+                          "header with configs:); remove config: from the source, or point sources: at the config's files")
+    return data_files.splits(rels)
+
+
+def _no_split(root: Path, paths: list[Path], spec: SourceConfig) -> str:
+    """Why ``spec.split`` has no file under ``root``, naming the splits there are, as ``datasets`` finds them."""
+    names = list(_splits(root, paths, spec.config))
+    return (f"no data file for split {spec.split!r} among {_listing(root, paths)}"
+            + (f" (its splits: {', '.join(names)})" if names else ""))
 
 
 def _listing(root: Path, paths: list[Path], limit: int = 20) -> str:
@@ -228,11 +246,6 @@ def _is_data_file(rel: Path) -> bool:
             and not any(part.startswith(".") for part in rel.parts))
 
 
-def _tokens(rel: Path) -> set[str]:
-    parts = [part.lower() for part in rel.with_suffix("").parts]
-    return set(parts) | {tok for part in parts for tok in re.split(r"[-_.\s]+", part) if tok}
-
-
 # --- Datasets cache (arrow files prepared by `datasets.load_dataset`) ----------------------------
 
 
@@ -245,17 +258,19 @@ def _datasets_cache_source(spec: SourceConfig) -> tuple[ResolvedSource | None, s
     builders = [d for d in sorted(cache.iterdir()) if d.is_dir() and d.name.lower() in wanted]
     if not builders:
         return None, f"no {' or '.join(sorted(wanted))}"
-    prepared = [(d, files) for b in builders for d in _prepared_dirs(b) if (files := _split_files(d, spec.split))]
+    prepared = [(d, files) for b in builders for d in _prepared_dirs(b) if (files := _split_files(d, spec.split))
+                and spec.config in (None, d.relative_to(b).parts[0])]  # <config>/<version>/<hash>
     if not prepared:
         dirs = [d.relative_to(cache).as_posix() for b in builders for d in _prepared_dirs(b)]
-        return None, f"no prepared split {spec.split!r} in {dirs or [b.name for b in builders]}"
+        config = f" of config {spec.config!r}" if spec.config else ""
+        return None, f"no prepared split {spec.split!r}{config} in {dirs or [b.name for b in builders]}"
     prepared.sort(key=lambda item: (max(p.stat().st_mtime for p in item[1]), item[0].as_posix()))
     root, files = prepared[-1]
     note = ""
     if len(prepared) > 1:
         note = (f"newest of {len(prepared)} prepared versions: {root.relative_to(cache).as_posix()} "
                 "(delete the others, or point sources: at one directory, to choose)")
-    return ResolvedSource(spec.name, "datasets_cache", spec.split, None, root, tuple(files), note), ""
+    return ResolvedSource(spec.name, "datasets_cache", spec.split, None, root, tuple(files), note, spec.config), ""
 
 
 def _prepared_dirs(builder_dir: Path) -> list[Path]:

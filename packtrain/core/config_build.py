@@ -26,6 +26,10 @@ class SourceConfig:
     want are in another split."""
     revision: str | None = None
     """Hub cache only: a branch/tag name or a commit hash; default: the ``main`` ref, or the only snapshot."""
+    config: str | None = None
+    """The subset of a dataset whose README.md lists several in its YAML header (``configs:``), as in
+    ``load_dataset(name, config)``: its ``data_files`` are read. Unset: the config marked ``default: true``
+    (or named ``default``, or the only one); a README with several and no default is an error naming them."""
     columns: dict[str, str] = field(default_factory=dict)
     """Template field -> dataset column, for datasets whose column names differ from the template's."""
     max_rows: int | None = num(None, "[1, 1000000000000]", "or unset for every row")

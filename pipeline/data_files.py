@@ -1,0 +1,199 @@
+"""Which data files of a dataset directory (a hub snapshot or a local folder) form a split: what
+``datasets.load_dataset(directory, split=...)`` reads, decided as ``datasets.data_files`` decides it
+(``get_data_patterns``, then the most common file format), without importing ``datasets``.
+
+The first of these layouts that matches any file gives the splits (paths relative to the directory)::
+
+    1. data/<split>-00000-of-00002.parquet      any split name (push_to_hub: train_sft, test_gen, ...)
+    2. a directory named after a split           train/a.jsonl, my-test/b.jsonl      (train, validation, test)
+    3. a file name with a split keyword          sql_train.json, test1.csv, eval.jsonl
+    4. nothing of the above                      every file is the train split
+
+A keyword is a whole word of the name: between ``-._``, a space or a digit (``train1`` is train,
+``mytrain`` is not); ``training`` is train, ``valid``/``dev``/``val`` validation, ``testing``/``eval``/
+``evaluation`` test. Case counts, as in ``datasets``' glob (``TRAIN.csv`` names no split). Within a
+split the files are in ``datasets``' order: pattern by pattern, each sorted. Of the split's files only
+those of its most common format are read (JSON lines and JSON arrays are one format, as in
+``datasets``; a tie goes to parquet, arrow, jsonl, json, csv, in that order).
+
+Where the directory's README.md lists ``configs:`` in its YAML header, the chosen config's
+``data_files`` (glob patterns per split) or ``data_dir`` name the files instead (``pick_config``,
+``config_splits``).
+
+    >>> splits(["data/train_sft-00000-of-00001.parquet", "data/test_sft-00000-of-00001.parquet"])
+    {'test_sft': ['data/test_sft-00000-of-00001.parquet'], 'train_sft': ['data/train_sft-00000-of-00001.parquet']}
+    >>> splits(["train1.jsonl", "test1.jsonl", "other/eval.jsonl"])
+    {'train': ['train1.jsonl'], 'test': ['test1.jsonl', 'other/eval.jsonl']}
+    >>> splits(["train/a.jsonl", "test_b.jsonl"])
+    {'train': ['train/a.jsonl']}
+    >>> read_format(["train.jsonl", "train.csv", "more_train.csv"])
+    (['train.csv', 'more_train.csv'], ['train.jsonl'])
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
+                  "test": ("test", "testing", "eval", "evaluation")}
+FORMATS = {".parquet": "parquet", ".arrow": "arrow", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+TIE_ORDER = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # datasets' preference on a draw
+_SEP = "[-._ 0-9]"
+_SHARDED = re.compile(r"data/(?P<split>[^/]+)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*")
+
+
+def _dir_patterns(keyword: str) -> list[re.Pattern]:
+    """``**/{kw}/**``, ``**/{kw}[sep]*/**``, ``**/*[sep]{kw}/**``, ``**/*[sep]{kw}[sep]*/**`` on a directory name."""
+    k = re.escape(keyword)
+    return [re.compile(p) for p in (k, f"{k}{_SEP}.*", f".*{_SEP}{k}", f".*{_SEP}{k}{_SEP}.*")]
+
+
+def _name_patterns(keyword: str) -> list[re.Pattern]:
+    """``**/{kw}[sep]*`` and ``**/*[sep]{kw}[sep]*`` on a file name."""
+    k = re.escape(keyword)
+    return [re.compile(f"{k}{_SEP}.*"), re.compile(f".*{_SEP}{k}{_SEP}.*")]
+
+
+def _in_dir(rel: str, pattern: re.Pattern) -> bool:
+    return any(pattern.fullmatch(part) for part in PurePosixPath(rel).parts[:-1])
+
+
+def _in_name(rel: str, pattern: re.Pattern) -> bool:
+    return pattern.fullmatch(PurePosixPath(rel).name) is not None
+
+
+def splits(rels: list[str]) -> dict[str, list[str]]:
+    """Split name -> its files (posix paths relative to the dataset directory), in ``datasets``' order;
+    the splits in ``datasets``' order too (train, validation, test, then the others sorted)."""
+    rels = sorted(rels)
+    sharded: dict[str, list[str]] = {}
+    for rel in rels:
+        if m := _SHARDED.fullmatch(rel):
+            sharded.setdefault(m["split"], []).append(rel)
+    if sharded:
+        known = [s for s in SPLIT_KEYWORDS if s in sharded]
+        return {s: sharded[s] for s in known + sorted(set(sharded) - set(known))}
+    for patterns, matches in ((_dir_patterns, _in_dir), (_name_patterns, _in_name)):
+        found: dict[str, list[str]] = {}
+        for split, keywords in SPLIT_KEYWORDS.items():
+            files = [rel for keyword in keywords for pattern in patterns(keyword) for rel in rels if matches(rel, pattern)]
+            if files:
+                found[split] = list(dict.fromkeys(files))
+        if found:
+            return found
+    return {"train": rels} if rels else {}
+
+
+def read_format(files: list[str]) -> tuple[list[str], list[str]]:
+    """(the files of the split's most common format, the others), each in the given order."""
+    counts = Counter(PurePosixPath(f).suffix.lower() for f in files)
+    if not counts:
+        return [], []
+    best = max(counts, key=lambda s: (counts[s], -TIE_ORDER.index(s)))
+    keep = [f for f in files if FORMATS[PurePosixPath(f).suffix.lower()] == FORMATS[best]]
+    return keep, [f for f in files if f not in keep]
+
+
+# --- A README's `configs:` (the dataset card's YAML header): subsets and their data files -------------
+
+
+class ConfigsError(ValueError):
+    """The README's configs cannot be used as written, or name no config to read; the message says why."""
+
+
+def readme_configs(readme: Path) -> list[dict]:
+    """The ``configs:`` list of a dataset card's YAML header (``---`` ... ``---`` at the top of
+    README.md), as ``datasets`` reads it; [] where there is none."""
+    if not readme.is_file():
+        return []
+    text = readme.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return []
+    end = text.find("\n---", 3)
+    if end < 0:
+        return []
+    try:
+        meta = yaml.safe_load(text[3:end]) or {}
+    except yaml.YAMLError as e:
+        raise ConfigsError(f"its YAML header does not parse ({' '.join(str(e).split())})") from None
+    configs = meta.get("configs") if isinstance(meta, dict) else None
+    if not configs:
+        return []
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        raise ConfigsError(f"'configs' is {configs!r}, not a list of {{config_name, data_files}}")
+    return [{**c, "config_name": str(c.get("config_name", "default"))} for c in configs]
+
+
+def pick_config(configs: list[dict], name: str | None) -> dict:
+    """The config ``load_dataset(directory, name)`` reads: ``name``, else the one marked ``default: true``,
+    one named ``default``, or the only one."""
+    names = [c["config_name"] for c in configs]
+    if name is not None:
+        if name not in names:
+            raise ConfigsError(f"it has no config {name!r} (its configs: {', '.join(names)}); set config: under the "
+                               "source to one of them")
+        return configs[names.index(name)]
+    chosen = [c for c in configs if c.get("default") is True] or [c for c in configs if c["config_name"] == "default"]
+    if len(configs) == 1 or len(chosen) == 1:
+        return configs[0] if len(configs) == 1 else chosen[0]
+    raise ConfigsError(f"it has {len(configs)} configs and none is the default ({', '.join(names)}); set config: under "
+                       "the source to the one to read, as load_dataset(name, config) names it")
+
+
+def config_splits(config: dict, rels: list[str]) -> dict[str, list[str]]:
+    """Split name -> its files (of ``rels``, sorted posix paths) as the config's ``data_files`` (a pattern,
+    a list of them, or a list of ``{split, path}``) or ``data_dir`` name them, in ``datasets``' order."""
+    where = f"config {config['config_name']!r}"
+    data_dir = str(config.get("data_dir") or "").strip("/")
+    under = [r[len(data_dir) + 1:] for r in sorted(rels) if r.startswith(data_dir + "/")] if data_dir else sorted(rels)
+    data_files = config.get("data_files")
+    if data_files is None:
+        return {split: [f"{data_dir}/{f}" if data_dir else f for f in files] for split, files in splits(under).items()}
+    if isinstance(data_files, (str, dict)):
+        data_files = [data_files]
+    if not isinstance(data_files, list):
+        raise ConfigsError(f"{where}: data_files is {data_files!r}, not a pattern or a list")
+    if all(isinstance(d, str) for d in data_files):
+        data_files = [{"split": "train", "path": data_files}]
+    out: dict[str, list[str]] = {}
+    for entry in data_files:
+        if not (isinstance(entry, dict) and isinstance(entry.get("split"), str) and entry.get("path")):
+            raise ConfigsError(f"{where}: data_files entry {entry!r} is not {{split: ..., path: ...}}")
+        paths = entry["path"] if isinstance(entry["path"], list) else [entry["path"]]
+        files = out.setdefault(entry["split"], [])
+        for pattern in map(str, paths):
+            regex = _glob(pattern)
+            files += [f"{data_dir}/{r}" if data_dir else r for r in under if regex.fullmatch(r)]
+        out[entry["split"]] = list(dict.fromkeys(files))
+    return out
+
+
+def _glob(pattern: str) -> re.Pattern:
+    """fsspec's glob as ``datasets`` resolves a data_files pattern: ``*`` within a name, ``**`` across them."""
+    out, i = [], 0
+    pattern = pattern.lstrip("./") if pattern.startswith("./") else pattern
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and (close := pattern.find("]", i + 2)) > 0:
+            body = pattern[i + 1:close]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = close + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))

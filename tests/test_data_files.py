@@ -1,0 +1,127 @@
+"""Which files of a dataset directory form a split: the ones ``datasets.load_dataset(directory, split=...)``
+reads, in its order (pipeline/data_files.py). Before, a split was any file with the split's name as a
+word of its path, case-insensitive: push_to_hub's ``data/train_sft-00000-of-00001.parquet`` was not
+``train_sft`` but part of ``train`` (with ``train_gen``), ``train1.jsonl`` and ``test1.jsonl`` were
+both ``train``, and ``eval.jsonl`` (datasets' test split) and ``training_data.jsonl`` were no split."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import parquet_bytes, write_hub_repo
+from packtrain.core.config_build import SourceConfig
+from packtrain.core.resolve import SourceNotFound
+from packtrain.pipeline.discover import SourceError, resolve_source
+from packtrain.pipeline.sources import iter_batches
+
+
+def jsonl(tag: str, n: int = 2) -> bytes:
+    return "".join(json.dumps({"q": f"{tag}{i}"}) + "\n" for i in range(n)).encode()
+
+
+LAYOUTS = {
+    "push_to_hub split names": {"data/train_sft-00000-of-00001.parquet": parquet_bytes({"q": ["sft0", "sft1"]}),
+                                "data/train_gen-00000-of-00001.parquet": parquet_bytes({"q": ["gen0"]}),
+                                "data/test_sft-00000-of-00001.parquet": parquet_bytes({"q": ["tsft0"]})},
+    "a digit ends the keyword": {"train1.jsonl": jsonl("tr"), "test1.jsonl": jsonl("te")},
+    "eval and training": {"training_data.jsonl": jsonl("tr"), "eval.jsonl": jsonl("ev")},
+    "a split directory wins over file names": {"train/a.jsonl": jsonl("tr"), "test/b.jsonl": jsonl("tb"),
+                                               "other/test_x.jsonl": jsonl("tx")},
+    "files in pattern order": {"data/train.jsonl": jsonl("B"), "data/a_train.jsonl": jsonl("A"), "data/test.jsonl": jsonl("T")},
+    "the most common format": {"train.jsonl": jsonl("j"), "train_a.json": jsonl("a"), "train.parquet": parquet_bytes({"q": ["p"]})},
+    "no split named": {"TRAIN.jsonl": jsonl("u"), "Test.jsonl": jsonl("l")},
+}
+
+
+def rows(name: str, split: str) -> list:
+    source = resolve_source(SourceConfig(name=name, split=split))
+    return [q for batch in iter_batches(source, ["q"], 2) for q in batch.columns["q"]]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_split_holds_the_rows_load_dataset_gives_it_in_its_order(tmp_path, hf_home, layout):
+    import datasets
+
+    directory = tmp_path / "ds"
+    for rel, data in LAYOUTS[layout].items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_bytes(data)
+    reference = datasets.load_dataset(str(directory), cache_dir=str(tmp_path / "datasets-cache"))
+    for split in reference:
+        assert rows(str(directory), split) == reference[split]["q"], split
+    for split in {"train", "validation", "test"} - set(reference):
+        with pytest.raises(SourceNotFound, match=f"no data file for split '{split}'.*its splits: {', '.join(reference)}"):
+            rows(str(directory), split)
+
+
+def test_a_hub_snapshot_pushed_with_its_own_split_names(hub_cache):
+    write_hub_repo(hub_cache.hub, "dataset", "org/ultra", "c" * 40, LAYOUTS["push_to_hub split names"])
+    assert rows("org/ultra", "train_sft") == ["sft0", "sft1"]
+    assert rows("org/ultra", "train_gen") == ["gen0"]
+    with pytest.raises(SourceNotFound, match=r"no data file for split 'train' .*\(its splits: test_sft, train_gen, "
+                                             r"train_sft\) \(set split: under the source to one of them\)"):
+        rows("org/ultra", "train")
+
+
+GSM8K_README = """---
+configs:
+- config_name: main
+  data_files:
+  - split: train
+    path: main/train-*
+  - split: test
+    path: main/test-*
+- config_name: socratic
+  data_files:
+  - split: train
+    path: socratic/train-*
+  - split: test
+    path: socratic/test-*
+---
+# gsm8k
+"""
+GSM8K = {"README.md": GSM8K_README.encode(),
+         "main/train-00000-of-00001.parquet": parquet_bytes({"q": ["m0", "m1", "m2"]}),
+         "main/test-00000-of-00001.parquet": parquet_bytes({"q": ["mt0"]}),
+         "socratic/train-00000-of-00001.parquet": parquet_bytes({"q": ["s0", "s1"]}),
+         "socratic/test-00000-of-00001.parquet": parquet_bytes({"q": ["st0"]})}
+SUBSETS = {"README.md": b"---\nconfigs:\n- config_name: en\n  data_dir: en\n  default: true\n- config_name: fr\n"
+                        b"  data_files: \"fr/*.jsonl\"\n- config_name: all\n  data_files:\n  - split: train\n"
+                        b"    path: [\"fr/**\", \"en/tr*.jsonl\"]\n---\n",
+           "en/train.jsonl": jsonl("en"), "en/test.jsonl": jsonl("ent"), "fr/a.jsonl": jsonl("fr")}
+
+
+@pytest.mark.parametrize("layout", ["gsm8k", "subsets"])
+def test_each_readme_config_reads_what_load_dataset_reads_for_it(tmp_path, hf_home, layout):
+    """The README's configs: (subsets) name the data files; before, every config's train files were
+    read together as one train split (gsm8k's main and socratic answers mixed)."""
+    import datasets
+
+    directory = tmp_path / layout
+    for rel, data in (GSM8K if layout == "gsm8k" else SUBSETS).items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_bytes(data)
+    configs = ["main", "socratic"] if layout == "gsm8k" else [None, "en", "fr", "all"]
+    for config in configs:
+        reference = datasets.load_dataset(str(directory), config, cache_dir=str(tmp_path / "datasets-cache"))
+        for split in reference:
+            source = resolve_source(SourceConfig(name=str(directory), split=split, config=config))
+            got = [q for batch in iter_batches(source, ["q"], 2) for q in batch.columns["q"]]
+            assert got == reference[split]["q"], (config, split)
+
+
+def test_several_readme_configs_and_none_chosen_is_an_error_naming_them(hub_cache):
+    write_hub_repo(hub_cache.hub, "dataset", "openai/gsm8k", "d" * 40, GSM8K)
+    with pytest.raises(SourceError, match=r"README.md: it has 2 configs and none is the default \(main, socratic\); "
+                                          r"set config: under the source"):
+        rows("openai/gsm8k", "train")
+    with pytest.raises(SourceError, match=r"it has no config 'mian' \(its configs: main, socratic\)"):
+        resolve_source(SourceConfig(name="openai/gsm8k", config="mian"))
+    source = resolve_source(SourceConfig(name="openai/gsm8k", config="socratic"))
+    assert [p.relative_to(source.root).as_posix() for p in source.files] == ["socratic/train-00000-of-00001.parquet"]
+    assert source.fingerprint()["config"] == "socratic"
+    assert "config" not in resolve_source(SourceConfig(name="b-mc2/sql-create-context")).fingerprint()
+    with pytest.raises(SourceError, match=r"config 'main' is set, but the dataset's README.md lists no configs"):
+        resolve_source(SourceConfig(name="b-mc2/sql-create-context", config="main"))
