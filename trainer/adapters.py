@@ -178,10 +178,31 @@ def export_merged(model, directory: Path, config: dict, tokenizer_dir: Path | No
                     "is finished, `packtrain export EXPERT --run RUN_DIR --out DIR --merged` merges the adapter "
                     "into the de-quantized base")
         return
+    if untie_adapted_embeddings(model):
+        log.info("merge: the output head is tied to the input embeddings and carries an adapter: the merged model "
+                 "gets its own head (tie_word_embeddings false), so the merge changes only the adapted one")
     merged = model.merge_and_unload(safe_merge=True)
     merged.config.use_cache = True  # off while packtrain runs it (packed blocks); generation elsewhere wants it
     merged.save_pretrained(directory, safe_serialization=True)
     save_adapter_extras(directory, config, tokenizer_dir)
+
+
+def untie_adapted_embeddings(model) -> bool:
+    """Before a merge: where the base ties its output head to its input embeddings (one tensor: SmolLM2,
+    Qwen2.5-0.5B) and either carries an adapter (``target_modules`` naming ``lm_head`` or ``embed_tokens``),
+    give the head its own copy and mark the config untied; returns whether it did. Without this,
+    ``merge_and_unload`` writes the adapter's update into the one shared tensor, so the merged model also
+    reads its inputs through the adapted head (or predicts through the adapted embeddings)."""
+    lm = model.get_base_model()
+    head, embed = lm.get_output_embeddings(), lm.get_input_embeddings()
+    plain_head, plain_embed = getattr(head, "base_layer", head), getattr(embed, "base_layer", embed)
+    adapted = isinstance(head, BaseTunerLayer) or isinstance(embed, BaseTunerLayer)
+    if head is None or plain_head.weight is not plain_embed.weight or not adapted:
+        return False
+    plain_head.weight = torch.nn.Parameter(plain_embed.weight.detach().clone(), requires_grad=False)
+    for config in {id(c): c for c in (lm.config, lm.config.get_text_config(decoder=True))}.values():
+        config.tie_word_embeddings = False
+    return True
 
 
 def save_adapter_extras(directory: Path, config: dict, tokenizer_dir: Path | None) -> None:
