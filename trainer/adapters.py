@@ -21,6 +21,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
+from packtrain.core.config import ConfigError
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import LoraConfig
 from packtrain.core.contract import TOKENIZER_FILES
@@ -53,6 +54,7 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+    check_target_modules(model, lora.target_modules)
     peft_config = PeftLoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -68,6 +70,35 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
         if isinstance(module, BaseTunerLayer):
             module.cast_input_dtype_enabled = False
     return model
+
+
+def check_target_modules(model: torch.nn.Module, targets: str | list[str]) -> None:
+    """Every name in a ``target_modules`` list names a module of ``model`` (as peft matches it: the whole path
+    or its last parts); peft itself only refuses a list of which nothing matches, so a misspelt name next to
+    a good one would silently train fewer adapters."""
+    if isinstance(targets, str):
+        return
+    from transformers.pytorch_utils import Conv1D
+
+    layers = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, Conv1D,
+              torch.nn.MultiheadAttention)  # what peft's LoRA adapts
+    modules = list(model.named_modules())
+    matched = {t: [m for name, m in modules if name == t or name.endswith("." + t)] for t in targets}
+    unknown = [t for t, found in matched.items() if not found]
+    other = [f"{t!r} ({type(found[0]).__name__})" for t, found in matched.items()
+             if found and not all(isinstance(m, layers) for m in found)]
+    if unknown or other:
+        what = (f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} no module of the model" if unknown
+                else f"{', '.join(other)} {'is' if len(other) == 1 else 'are'} not a linear or embedding layer")
+        raise ConfigError(f"lora.target_modules: {what}; its linear layers are {', '.join(linear_layer_names(model))} "
+                          "(or use \"all-linear\")")
+
+
+def linear_layer_names(model: torch.nn.Module) -> list[str]:
+    """The distinct names of the model's linear layers below the output head: what ``target_modules`` lists."""
+    head = model.get_output_embeddings()
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and module is not head})
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
