@@ -108,6 +108,22 @@ def test_resume_on_another_build_is_refused_unless_allowed(tmp_path, model_dir):
     assert state["build_id"] == new and state["step"] == 6
 
 
+def test_resume_with_other_optimizer_settings_is_refused(tmp_path, model_dir):
+    """The restored optimizer and schedule keep the checkpoint's learning rate, weight decay and Adam
+    numbers: a resume with others trained with the old ones while its config.json recorded the new."""
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=2, run_name="r"), tmp_path / "cache")
+    more = make_config(model_dir, tmp_path / "runs", max_steps=4, learning_rate=0.01, weight_decay=0.1)
+    with pytest.raises(CheckpointError, match=r"^checkpoint .*checkpoint-2 was trained with other optimizer settings "
+                       r"\(the restored optimizer keeps them\): train.learning_rate 0.001 \(this run: 0.01\), "
+                       r"train.weight_decay 0.0 \(this run: 0.1\); resume with the checkpoint's \(--set "
+                       r"train.learning_rate=0.001 --set train.weight_decay=0.0\), or start a new run, from its "
+                       r"adapter with train.init_adapter$"):
+        run(more, tmp_path / "cache", resume=str(run_dir))
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["r"]
+
+
+
 def test_windows_resume_exactly_and_another_sequence_length_is_refused(tmp_path, model_dir):
     """train.max_seq_length cuts the 32-token blocks into windows of 16: the data position counts windows,
     so a resume continues bit for bit, and a resume with another length is refused, saying which."""
