@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -122,6 +123,19 @@ def test_resume_with_other_optimizer_settings_is_refused(tmp_path, model_dir):
         run(more, tmp_path / "cache", resume=str(run_dir))
     assert sorted(p.name for p in run_dir.parent.iterdir()) == ["r"]
 
+
+def test_a_resume_that_changes_the_schedule_trains_every_step_on_the_new_one(tmp_path, model_dir):
+    """The optimizer's saved state holds the rate of the checkpoint's schedule: a 2-step cosine ends at 0.
+    Continued to 4 steps, step 3 trained at that 0 (the rate is logged as the step used it)."""
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=2, run_name="r",
+                              lr_scheduler_type="cosine"), tmp_path / "cache")
+    for scheduler, expected in (("cosine", [5e-4, 0.5e-3 * (1 + math.cos(math.pi * 3 / 4))]), ("constant", [1e-3, 1e-3])):
+        more = make_config(model_dir, tmp_path / "runs", max_steps=4, lr_scheduler_type=scheduler)
+        resumed = run(more, tmp_path / "cache", resume=str(run_dir))
+        rates = [r["lr"] for r in map(json.loads, (resumed / "metrics.jsonl").read_text().splitlines())
+                 if r.get("step", 0) > 2 and "lr" in r]
+        assert rates == pytest.approx(expected, rel=1e-12, abs=0)
 
 
 def test_windows_resume_exactly_and_another_sequence_length_is_refused(tmp_path, model_dir):

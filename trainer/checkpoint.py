@@ -52,6 +52,7 @@ from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
 from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
                                  sharded)
+from packtrain.trainer.schedule import rates_at_restored_step
 
 log = logging.getLogger("packtrain.train")
 
@@ -384,6 +385,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:
         else:
             optimizer.load_state_dict(blob["optimizer"])
         scheduler.load_state_dict(blob["scheduler"])
+        rates_at_restored_step(scheduler)  # this run's schedule, which a resume may have changed
         if scaler is not None and blob["scaler"] is not None:
             scaler.load_state_dict(blob["scaler"])
         set_rng_state(blob["rng"])
