@@ -109,9 +109,10 @@ def test_resume_on_another_build_is_refused_unless_allowed(tmp_path, model_dir):
     assert state["build_id"] == new and state["step"] == 6
 
 
-def test_resume_with_other_optimizer_settings_is_refused(tmp_path, model_dir):
+def test_resume_with_other_optimizer_settings_or_seed_is_refused(tmp_path, model_dir):
     """The restored optimizer and schedule keep the checkpoint's learning rate, weight decay and Adam
-    numbers: a resume with others trained with the old ones while its config.json recorded the new."""
+    numbers: a resume with others trained with the old ones while its config.json recorded the new. Another
+    seed drew another block order, in which the saved position would skip some blocks and repeat others."""
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
     run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=2, run_name="r"), tmp_path / "cache")
     more = make_config(model_dir, tmp_path / "runs", max_steps=4, learning_rate=0.01, weight_decay=0.1)
@@ -123,6 +124,12 @@ def test_resume_with_other_optimizer_settings_is_refused(tmp_path, model_dir):
         run(more, tmp_path / "cache", resume=str(run_dir))
     assert sorted(p.name for p in run_dir.parent.iterdir()) == ["r"]
 
+    with pytest.raises(CheckpointError, match=r"^checkpoint .*checkpoint-2 was trained with other seed \(it orders every "
+                       r"epoch's blocks, so the saved data position would point into another order; and it draws a "
+                       r"random-init base's weights\): train.seed 42 \(this run: 7\); resume with the checkpoint's "
+                       r"\(--set train.seed=42\)"):
+        run(make_config(model_dir, tmp_path / "runs", max_steps=4, seed=7), tmp_path / "cache", resume=str(run_dir))
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["r"]
 
 def test_a_resume_that_changes_the_schedule_trains_every_step_on_the_new_one(tmp_path, model_dir):
     """The optimizer's saved state holds the rate of the checkpoint's schedule: a 2-step cosine ends at 0.

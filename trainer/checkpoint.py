@@ -337,10 +337,12 @@ OPTIMIZER_FIELDS = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2",
 resume restores the checkpoint's, whatever the config says."""
 
 
-def check_same_optimizer(path: Path, train: dict) -> None:
-    """Refuse to continue a checkpoint with other :data:`OPTIMIZER_FIELDS`: the restored optimizer state would
-    keep the checkpoint's values while the run's config.json recorded the new ones."""
+def check_same_training(path: Path, train: dict) -> None:
+    """Refuse to continue a checkpoint with other :data:`OPTIMIZER_FIELDS` (the restored optimizer state would
+    keep the checkpoint's values while the run's config.json recorded the new ones), or another ``seed``."""
     _check_same(path, "train", train, OPTIMIZER_FIELDS, "optimizer settings (the restored optimizer keeps them)")
+    _check_same(path, "train", train, ("seed",), "seed (it orders every epoch's blocks, so the saved data position "
+                "would point into another order; and it draws a random-init base's weights)")
 
 
 def _check_same(path: Path, section: str, ours: dict, keys, what: str) -> None:
