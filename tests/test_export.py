@@ -100,6 +100,22 @@ def test_a_qlora_run_is_merged_into_its_dequantized_base(tmp_path_factory, tmp_p
     torch.testing.assert_close(logits(merged), logits(trained), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("target", ["lm_head", "embed_tokens"])
+def test_a_merged_adapter_on_a_tied_head_or_embedding_keeps_the_other_one(tmp_path_factory, tmp_path, target):
+    """The bundled model ties its output head to its input embeddings (as SmolLM2 and Qwen2.5-0.5B do): an
+    adapter on one of them, merged, must not move the other (merge_and_unload writes the update into the one
+    shared tensor: the merged model then read its inputs through the adapted head, logits off by ~1)."""
+    run_dir = train_bundled(tmp_path_factory.mktemp(f"export-tied-{target}"), "--set",
+                            f"lora.target_modules=[q_proj,{target}]")
+    done = export(run_dir, tmp_path / "merged", "--merged")
+    assert done.returncode == 0, done.stderr[-2000:]
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert merged.get_output_embeddings().weight is not merged.get_input_embeddings().weight
+    trained = logits(PeftModel.from_pretrained(base_model(run_dir), run_dir / "adapter"))
+    assert (trained - logits(base_model(run_dir))).abs().max() > 0.05
+    torch.testing.assert_close(logits(merged), trained, atol=1e-4, rtol=1e-4)
+
+
 def test_the_adapter_loads_with_peft_from_another_directory(lora_run, tmp_path):
     done = export(lora_run, tmp_path / "adapter")
     assert done.returncode == 0, done.stderr[-2000:]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
 from packtrain.trainer.checkpoint import CheckpointError
 from packtrain.trainer.curriculum import train_expert
@@ -112,3 +113,40 @@ def test_an_init_adapter_of_another_rank_is_one_line(tmp_path, model_dir):
                        r"saved, \[4, 128\] here\)"):
         run(config, tmp_path / "cache")
     assert sorted(p.name for p in (tmp_path / "runs" / "sql").iterdir()) == ["done"]
+
+
+@pytest.mark.parametrize("targets, message", [
+    (["q_proj", "v_prj"], r"^lora.target_modules: 'v_prj' is no module of the model; its linear layers are down_proj, "
+                          r"gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj \(or use \"all-linear\"\)$"),
+    (["nothing", "else"], r"^lora.target_modules: 'nothing', 'else' are no module of the model; its linear layers"),
+    (["q_proj", "mlp"], r"^lora.target_modules: 'mlp' \(Qwen2MLP\) is not a linear or embedding layer; its linear"),
+])
+def test_target_modules_that_name_no_layer_are_one_line(tmp_path, model_dir, targets, message):
+    """peft refuses a list only when nothing in it matches (with a traceback), and adapts what it can
+    of the rest: a misspelt name beside a good one trained fewer adapters without a word."""
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
+    with pytest.raises(ConfigError, match=message):
+        run(make_config(model_dir, tmp_path / "runs", lora={"target_modules": targets}), tmp_path / "cache")
+    assert not (tmp_path / "runs" / "sql").exists()
+
+
+def test_target_modules_as_a_bare_name_is_refused_when_the_config_loads(tmp_path, model_dir):
+    with pytest.raises(ConfigError, match=r"lora.target_modules: 'q_proj' is neither \"all-linear\" nor a list \(peft "
+                       r"would read it as a regular expression over whole module paths\); write \[q_proj\]"):
+        make_config(model_dir, tmp_path / "runs", lora={"target_modules": "q_proj"})
+
+
+def test_a_model_without_sdpa_attention_is_told_to_use_eager(tmp_path, model_dir):
+    """Gemma 2 has no SDPA path in transformers 5: the refusal names model.use_sdpa, not a damaged model."""
+    from transformers import Gemma2Config
+
+    gemma = tmp_path / "gemma2"
+    Gemma2Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16).save_pretrained(gemma)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy2(model_dir / name, gemma / name)
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, gemma)
+    with pytest.raises(ModelError, match=r"^model .*gemma2 \(Gemma2ForCausalLM\) has no SDPA attention in transformers "
+                       r"[0-9.]+: set model.use_sdpa: false \(eager attention"):
+        run(make_config(gemma, tmp_path / "runs"), tmp_path / "cache")
+    assert not (tmp_path / "runs" / "sql").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -106,6 +107,42 @@ def test_resume_on_another_build_is_refused_unless_allowed(tmp_path, model_dir):
     assert run(more, tmp_path / "cache", resume=str(run_dir), allow_build_change=True) == run_dir.with_name("r-from-4")
     state = json.loads((run_dir.with_name("r-from-4") / "checkpoint-6" / "state.json").read_text())
     assert state["build_id"] == new and state["step"] == 6
+
+
+def test_resume_with_other_optimizer_settings_or_seed_is_refused(tmp_path, model_dir):
+    """The restored optimizer and schedule keep the checkpoint's learning rate, weight decay and Adam
+    numbers: a resume with others trained with the old ones while its config.json recorded the new. Another
+    seed drew another block order, in which the saved position would skip some blocks and repeat others."""
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=2, run_name="r"), tmp_path / "cache")
+    more = make_config(model_dir, tmp_path / "runs", max_steps=4, learning_rate=0.01, weight_decay=0.1)
+    with pytest.raises(CheckpointError, match=r"^checkpoint .*checkpoint-2 was trained with other optimizer settings "
+                       r"\(the restored optimizer keeps them\): train.learning_rate 0.001 \(this run: 0.01\), "
+                       r"train.weight_decay 0.0 \(this run: 0.1\); resume with the checkpoint's \(--set "
+                       r"train.learning_rate=0.001 --set train.weight_decay=0.0\), or start a new run, from its "
+                       r"adapter with train.init_adapter$"):
+        run(more, tmp_path / "cache", resume=str(run_dir))
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["r"]
+
+    with pytest.raises(CheckpointError, match=r"^checkpoint .*checkpoint-2 was trained with other seed \(it orders every "
+                       r"epoch's blocks, so the saved data position would point into another order; and it draws a "
+                       r"random-init base's weights\): train.seed 42 \(this run: 7\); resume with the checkpoint's "
+                       r"\(--set train.seed=42\)"):
+        run(make_config(model_dir, tmp_path / "runs", max_steps=4, seed=7), tmp_path / "cache", resume=str(run_dir))
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["r"]
+
+def test_a_resume_that_changes_the_schedule_trains_every_step_on_the_new_one(tmp_path, model_dir):
+    """The optimizer's saved state holds the rate of the checkpoint's schedule: a 2-step cosine ends at 0.
+    Continued to 4 steps, step 3 trained at that 0 (the rate is logged as the step used it)."""
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=2, run_name="r",
+                              lr_scheduler_type="cosine"), tmp_path / "cache")
+    for scheduler, expected in (("cosine", [5e-4, 0.5e-3 * (1 + math.cos(math.pi * 3 / 4))]), ("constant", [1e-3, 1e-3])):
+        more = make_config(model_dir, tmp_path / "runs", max_steps=4, lr_scheduler_type=scheduler)
+        resumed = run(more, tmp_path / "cache", resume=str(run_dir))
+        rates = [r["lr"] for r in map(json.loads, (resumed / "metrics.jsonl").read_text().splitlines())
+                 if r.get("step", 0) > 2 and "lr" in r]
+        assert rates == pytest.approx(expected, rel=1e-12, abs=0)
 
 
 def test_windows_resume_exactly_and_another_sequence_length_is_refused(tmp_path, model_dir):

@@ -21,6 +21,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
+from packtrain.core.config import ConfigError
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import LoraConfig
 from packtrain.core.contract import TOKENIZER_FILES
@@ -53,6 +54,7 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+    check_target_modules(model, lora.target_modules)
     peft_config = PeftLoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -68,6 +70,35 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
         if isinstance(module, BaseTunerLayer):
             module.cast_input_dtype_enabled = False
     return model
+
+
+def check_target_modules(model: torch.nn.Module, targets: str | list[str]) -> None:
+    """Every name in a ``target_modules`` list names a module of ``model`` (as peft matches it: the whole path
+    or its last parts); peft itself only refuses a list of which nothing matches, so a misspelt name next to
+    a good one would silently train fewer adapters."""
+    if isinstance(targets, str):
+        return
+    from transformers.pytorch_utils import Conv1D
+
+    layers = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, Conv1D,
+              torch.nn.MultiheadAttention)  # what peft's LoRA adapts
+    modules = list(model.named_modules())
+    matched = {t: [m for name, m in modules if name == t or name.endswith("." + t)] for t in targets}
+    unknown = [t for t, found in matched.items() if not found]
+    other = [f"{t!r} ({type(found[0]).__name__})" for t, found in matched.items()
+             if found and not all(isinstance(m, layers) for m in found)]
+    if unknown or other:
+        what = (f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} no module of the model" if unknown
+                else f"{', '.join(other)} {'is' if len(other) == 1 else 'are'} not a linear or embedding layer")
+        raise ConfigError(f"lora.target_modules: {what}; its linear layers are {', '.join(linear_layer_names(model))} "
+                          "(or use \"all-linear\")")
+
+
+def linear_layer_names(model: torch.nn.Module) -> list[str]:
+    """The distinct names of the model's linear layers below the output head: what ``target_modules`` lists."""
+    head = model.get_output_embeddings()
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and module is not head})
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
@@ -178,10 +209,31 @@ def export_merged(model, directory: Path, config: dict, tokenizer_dir: Path | No
                     "is finished, `packtrain export EXPERT --run RUN_DIR --out DIR --merged` merges the adapter "
                     "into the de-quantized base")
         return
+    if untie_adapted_embeddings(model):
+        log.info("merge: the output head is tied to the input embeddings and carries an adapter: the merged model "
+                 "gets its own head (tie_word_embeddings false), so the merge changes only the adapted one")
     merged = model.merge_and_unload(safe_merge=True)
     merged.config.use_cache = True  # off while packtrain runs it (packed blocks); generation elsewhere wants it
     merged.save_pretrained(directory, safe_serialization=True)
     save_adapter_extras(directory, config, tokenizer_dir)
+
+
+def untie_adapted_embeddings(model) -> bool:
+    """Before a merge: where the base ties its output head to its input embeddings (one tensor: SmolLM2,
+    Qwen2.5-0.5B) and either carries an adapter (``target_modules`` naming ``lm_head`` or ``embed_tokens``),
+    give the head its own copy and mark the config untied; returns whether it did. Without this,
+    ``merge_and_unload`` writes the adapter's update into the one shared tensor, so the merged model also
+    reads its inputs through the adapted head (or predicts through the adapted embeddings)."""
+    lm = model.get_base_model()
+    head, embed = lm.get_output_embeddings(), lm.get_input_embeddings()
+    plain_head, plain_embed = getattr(head, "base_layer", head), getattr(embed, "base_layer", embed)
+    adapted = isinstance(head, BaseTunerLayer) or isinstance(embed, BaseTunerLayer)
+    if head is None or plain_head.weight is not plain_embed.weight or not adapted:
+        return False
+    plain_head.weight = torch.nn.Parameter(plain_embed.weight.detach().clone(), requires_grad=False)
+    for config in {id(c): c for c in (lm.config, lm.config.get_text_config(decoder=True))}.values():
+        config.tie_word_embeddings = False
+    return True
 
 
 def save_adapter_extras(directory: Path, config: dict, tokenizer_dir: Path | None) -> None:

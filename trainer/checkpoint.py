@@ -52,6 +52,7 @@ from packtrain.core.faults import crash_point
 from packtrain.trainer.adapters import check_finite_weights, load_adapter_weights, save_adapter
 from packtrain.trainer.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
                                  sharded)
+from packtrain.trainer.schedule import rates_at_restored_step
 
 log = logging.getLogger("packtrain.train")
 
@@ -328,18 +329,36 @@ def check_same_adapter(path: Path, lora: dict) -> None:
     """Refuse to continue a checkpoint with other ``lora`` settings (method, r, alpha, dropout,
     target_modules): the adapter would train on with another scale or another base (QLoRA's 4-bit vs
     LoRA's full weights) without a word; its config.json says what it was trained with."""
+    _check_same(path, "lora", lora, sorted(lora), "LoRA settings")
+
+
+OPTIMIZER_FIELDS = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon")
+"""What the optimizer's and the schedule's saved state carry (their ``param_groups`` and ``base_lrs``): a
+resume restores the checkpoint's, whatever the config says."""
+
+
+def check_same_training(path: Path, train: dict) -> None:
+    """Refuse to continue a checkpoint with other :data:`OPTIMIZER_FIELDS` (the restored optimizer state would
+    keep the checkpoint's values while the run's config.json recorded the new ones), or another ``seed``."""
+    _check_same(path, "train", train, OPTIMIZER_FIELDS, "optimizer settings (the restored optimizer keeps them)")
+    _check_same(path, "train", train, ("seed",), "seed (it orders every epoch's blocks, so the saved data position "
+                "would point into another order; and it draws a random-init base's weights)")
+
+
+def _check_same(path: Path, section: str, ours: dict, keys, what: str) -> None:
     file = path / CONFIG_SNAPSHOT
     try:
-        saved = json.loads(file.read_text())["lora"]
+        saved = json.loads(file.read_text())[section]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint file {file} is corrupt ({type(e).__name__}: {e}); resume from another "
                               "checkpoint with --resume PATH or start a new run") from None
-    differ = [key for key in sorted(lora) if key in saved and saved[key] != lora[key]]
+    differ = [key for key in keys if key in saved and saved[key] != ours[key]]
     if differ:
         raise CheckpointError(
-            f"checkpoint {path} was trained with other LoRA settings: "
-            + ", ".join(f"lora.{key} {saved[key]!r} (this run: {lora[key]!r})" for key in differ)
-            + "; resume with the checkpoint's (" + " ".join(f"--set lora.{key}={json.dumps(saved[key])}" for key in differ)
+            f"checkpoint {path} was trained with other {what}: "
+            + ", ".join(f"{section}.{key} {saved[key]!r} (this run: {ours[key]!r})" for key in differ)
+            + "; resume with the checkpoint's (" + " ".join(f"--set {section}.{key}={json.dumps(saved[key])}"
+                                                           for key in differ)
             + "), or start a new run, from its adapter with train.init_adapter")
 
 
@@ -368,6 +387,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:
         else:
             optimizer.load_state_dict(blob["optimizer"])
         scheduler.load_state_dict(blob["scheduler"])
+        rates_at_restored_step(scheduler)  # this run's schedule, which a resume may have changed
         if scaler is not None and blob["scaler"] is not None:
             scaler.load_state_dict(blob["scaler"])
         set_rng_state(blob["rng"])

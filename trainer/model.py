@@ -137,6 +137,8 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
         trust_remote_code=config.trust_remote_code,
     )
     scratch = None
+    if config.use_sdpa:
+        check_sdpa(source)
     try:
         directory = source.directory
         if not source.has_weights:
@@ -184,6 +186,23 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
     finally:
         if scratch is not None:
             scratch.cleanup()
+
+
+def check_sdpa(source: ModelSource) -> None:
+    """A model class that has no SDPA attention in this transformers (Gemma 2) is refused with the setting
+    that trains it, not as a damaged model (transformers' ValueError would be)."""
+    import transformers
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(source.directory))]
+    except (KeyError, ValueError, OSError):  # remote code or an unknown type: from_pretrained says what is wrong
+        return
+    if not getattr(model_class, "_supports_sdpa", True):
+        raise ModelError(f"model {source.label} ({model_class.__name__}) has no SDPA attention in transformers "
+                         f"{transformers.__version__}: set model.use_sdpa: false (eager attention, with the same "
+                         "block-diagonal mask between packed documents)")
 
 
 def keep_4bit_layout(model: torch.nn.Module) -> int:

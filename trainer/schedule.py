@@ -44,6 +44,18 @@ def build_scheduler(optimizer: torch.optim.Optimizer, train: TrainConfig, total_
     return LambdaLR(optimizer, lambda step: lr_multiplier(step, warmup, total_steps, kind))
 
 
+def rates_at_restored_step(scheduler: LambdaLR) -> None:
+    """After ``scheduler.load_state_dict``: give the optimizer this run's rates at the restored step. The
+    optimizer's saved state holds the rate the checkpoint's own schedule gave next, so a resume that
+    changed the schedule (more ``max_steps``, another ``lr_scheduler_type`` or warmup) trained its
+    first step with the old schedule's rate (the end of a cosine: 0). The same schedule gives the same
+    number, bit for bit (LambdaLR's own formula)."""
+    rates = [base * rate(scheduler.last_epoch) for rate, base in zip(scheduler.lr_lambdas, scheduler.base_lrs)]
+    for group, lr in zip(scheduler.optimizer.param_groups, rates):
+        group["lr"] = lr
+    scheduler._last_lr = rates
+
+
 def total_training_steps(train, batches_per_epoch: int) -> int:
     """``max_steps`` when set (as in HF TrainingArguments), else ``num_train_epochs`` passes."""
     if train.max_steps is not None:

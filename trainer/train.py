@@ -39,8 +39,8 @@ from packtrain.core.preflight import check_report_to
 from packtrain.core.rundir import RUN_JSON, finished_artifacts, record_runs_dir
 from packtrain.trainer.adapters import NonFiniteWeightsError
 from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
-                                          check_same_adapter, discard_later_checkpoints, find_checkpoint, read_state,
-                                          verify_checkpoint)
+                                          check_same_adapter, check_same_training, discard_later_checkpoints,
+                                          find_checkpoint, read_state, verify_checkpoint)
 from packtrain.trainer.context import TrainContext, prepare
 from packtrain.trainer.data import BlockDataset
 from packtrain.trainer.distributed import DistributedError, World, close_world, decide_on_rank0, init_world, wrap
@@ -189,6 +189,7 @@ def _resume_point(config: ExpertConfig, resume: str | None, expert_runs: Path, m
     check_resume(saved, checkpoint, manifest.build_id, manifest.tokenizer_hash, allow_build_change,
                  world.world_size, seq_length, manifest.block_size)
     check_same_adapter(checkpoint, config.to_dict()["lora"])
+    check_same_training(checkpoint, config.to_dict()["train"])
     state = saved
     state.seq_length = seq_length  # the same (check_resume), recorded from now on in older checkpoints too
     if saved.build_id != manifest.build_id:

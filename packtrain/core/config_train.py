@@ -57,12 +57,16 @@ class LoraConfig:
     """LoRA dropout. 0 by default: dropout > 0 keeps one more activation per adapted layer (docs/TRAINING.md)."""
     target_modules: str | list[str] = "all-linear"
     """Which modules get adapters (PEFT ``target_modules``): ``all-linear`` (every linear layer but the
-    output head) or a list of module names such as ``[q_proj, v_proj]``; fewer modules, fewer
-    trainable parameters and less memory."""
+    output head) or a list of module names such as ``[q_proj, v_proj]`` (each must name a linear or
+    embedding layer of the model: a misspelt one is an error); fewer modules, fewer trainable parameters
+    and less memory."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if isinstance(self.target_modules, list) and not self.target_modules:
             errors.append(f"{where}.target_modules: must not be empty (use \"all-linear\" for every linear layer)")
+        if isinstance(self.target_modules, str) and self.target_modules != "all-linear":
+            errors.append(f"{where}.target_modules: {self.target_modules!r} is neither \"all-linear\" nor a list (peft "
+                          f"would read it as a regular expression over whole module paths); write [{self.target_modules}]")
 
 
 CPU_SAMPLE_MAX_NEW_TOKENS = 32
