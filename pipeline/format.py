@@ -29,6 +29,7 @@ A batch of template rows over text columns is formatted column-wise instead, wit
 from __future__ import annotations
 
 import json
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -244,13 +245,20 @@ def text_value(value: Any, name: str) -> str:
         raise BadRow(f"field {name!r} is null")
     if isinstance(value, str):
         return value
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN, Infinity, 1e400: no text to train on
+        raise BadRow(f"field {name!r} is {value!r}, not a finite number (a NaN, Infinity or out-of-range number in "
+                     "the data); fix that value in the data")
     if isinstance(value, bool) or isinstance(value, (int, float)):
         return str(value)
     if isinstance(value, list) and value and all(isinstance(v, dict) and ("role" in v or "from" in v) for v in value):
         raise BadRow(f"field {name!r} holds a conversation (messages with roles), not text; conversations need "
                      "format.style: chat (with format.messages or a preset)")
     if isinstance(value, (list, dict)):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        try:
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            raise BadRow(f"field {name!r} holds a NaN or infinite number, which JSON has no text for; fix that value "
+                         "in the data") from None
     raise BadRow(f"field {name!r} has type {type(value).__name__}, expected text")
 
 

@@ -186,3 +186,26 @@ def test_a_field_prompt_no_input_leaves_out_may_be_in_the_answer(tiny_tokenizer)
     rows = formatter(fmt, tiny_tokenizer[1])
     assert [rows({"instruction": "a", "input": value, "output": "c"}).text for value in ("b", "", None)] == [
         "a | b\nc (b)", "a\nc ()", "a\nc ()"]
+
+
+def test_nan_and_infinite_numbers_in_a_field_are_bad_rows_not_the_text_nan(tiny_tokenizer):
+    """JSON lines may hold NaN, Infinity or a number past a float's range (json.loads reads them as
+    floats): the row trained on the text "nan" or "inf". Each is a bad row naming the field."""
+    root = tiny_tokenizer[0]
+    data = root / "nan" / "rows.jsonl"
+    data.parent.mkdir()
+    data.write_text('{"prompt": "Q0", "answer": 2.5}\n{"prompt": "Q1", "answer": NaN}\n'
+                    '{"prompt": "Q2", "answer": -Infinity}\n{"prompt": "Q3", "answer": 1e400}\n'
+                    '{"prompt": "Q4", "answer": [1, NaN]}\n{"prompt": "Q5", "answer": "ok"}\n')
+    config = config_from_dict({"expert": "x", "model": {"name": str(root / "model")}, "build": {"num_proc": 1},
+                               "format": {"prompt": "{prompt}\n", "answer": "{answer}"}, "sources": [{"name": str(data)}]})
+    report = json.loads((build(config, root / "cache", log=lambda *_: None, progress=False).path / "report.json").read_text())
+    assert [(bad["row"].rsplit("#", 1)[1], bad["reason"]) for bad in report["sources"][0]["first_bad_rows"]] == [
+        ("1", "field 'answer' is nan, not a finite number (a NaN, Infinity or out-of-range number in the data); fix "
+              "that value in the data"),
+        ("2", "field 'answer' is -inf, not a finite number (a NaN, Infinity or out-of-range number in the data); fix "
+              "that value in the data"),
+        ("3", "field 'answer' is inf, not a finite number (a NaN, Infinity or out-of-range number in the data); fix "
+              "that value in the data"),
+        ("4", "field 'answer' holds a NaN or infinite number, which JSON has no text for; fix that value in the data")]
+    assert report["bad_rows"] == 4 and report["sources"][0]["documents"] == 2
