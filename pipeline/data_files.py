@@ -37,6 +37,7 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 
 import yaml
+from fsspec.utils import glob_translate
 
 SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
                   "test": ("test", "testing", "eval", "evaluation")}
@@ -184,34 +185,21 @@ def config_splits(config: dict, rels: list[str]) -> dict[str, list[str]]:
         paths = entry["path"] if isinstance(entry["path"], list) else [entry["path"]]
         files = out.setdefault(entry["split"], [])
         for pattern in map(str, paths):
-            regex = _glob(pattern)
-            files += [f"{data_dir}/{r}" if data_dir else r for r in under if regex.fullmatch(r)]
+            regex = _glob(pattern, where)
+            files += [f"{data_dir}/{r}" if data_dir else r for r in under
+                      if regex.match(r) and not unrequested(r, pattern)]
         out[entry["split"]] = list(dict.fromkeys(files))
     return out
 
 
-def _glob(pattern: str) -> re.Pattern:
-    """fsspec's glob as ``datasets`` resolves a data_files pattern: ``*`` within a name, ``**`` across them."""
-    out, i = [], 0
-    pattern = pattern.lstrip("./") if pattern.startswith("./") else pattern
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and (close := pattern.find("]", i + 2)) > 0:
-            body = pattern[i + 1:close]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-            i = close + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out))
+def _glob(pattern: str, where: str) -> re.Pattern:
+    """fsspec's glob as ``datasets`` resolves a data_files pattern (``fsspec.utils.glob_translate``: ``*`` and ``?``
+    within a name, ``**`` as a whole component across them, ``[!a]`` negates and ``[^a]`` is a ``^`` or an ``a``,
+    no ``{a,b}``), on paths relative to the directory (a leading ``./`` is the directory)."""
+    while pattern.startswith("./"):
+        pattern = pattern[2:]
+    try:
+        return re.compile(glob_translate(pattern))
+    except ValueError as e:  # datasets refuses it too: "'**' can only be an entire path component"
+        raise ConfigsError(f"{where}: data_files pattern {pattern!r} is not a glob datasets reads ({e}); write "
+                           "'**' as a whole path component, as in 'data/**/*.jsonl'") from None

@@ -143,3 +143,34 @@ def test_several_readme_configs_and_none_chosen_is_an_error_naming_them(hub_cach
     assert "config" not in resolve_source(SourceConfig(name="b-mc2/sql-create-context")).fingerprint()
     with pytest.raises(SourceError, match=r"config 'main' is set, but the dataset's README.md lists no configs"):
         resolve_source(SourceConfig(name="b-mc2/sql-create-context", config="main"))
+
+
+GLOBS = {"a.jsonl": jsonl("a"), "x1.jsonl": jsonl("x1"), "xa.jsonl": jsonl("xa"), "d/c.jsonl": jsonl("c"),
+         ".hd/g.jsonl": jsonl("g"), "d/.h.jsonl": jsonl("h"), "__s/i.jsonl": jsonl("i"), "d/__s/j.jsonl": jsonl("j")}
+
+
+@pytest.mark.parametrize("pattern", ["x[^0-9].jsonl", "x[!0-9].jsonl", ".*/*.jsonl", "d/.*", "**/*.jsonl", "d/**",
+                                     "__s/*", "**/__s/*", "./a.jsonl"])
+def test_a_data_files_glob_matches_what_load_dataset_reads(tmp_path, hf_home, pattern):
+    """fsspec's glob, as datasets resolves it: before, ``[^0-9]`` negated (fsspec reads a ``^`` or a digit),
+    a hidden file a pattern names was never read, and ``__`` directories were read by ``**``."""
+    import datasets
+
+    directory = tmp_path / "ds"
+    readme = f"---\nconfigs:\n- config_name: c\n  data_files:\n  - split: train\n    path: {json.dumps(pattern)}\n---\n"
+    for rel, data in {**GLOBS, "README.md": readme.encode()}.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_bytes(data)
+    reference = datasets.load_dataset(str(directory), split="train", cache_dir=str(tmp_path / "datasets-cache"))
+    assert rows(str(directory), "train") == reference["q"]
+
+
+def test_a_double_star_inside_a_name_is_refused_as_datasets_refuses_it(tmp_path):
+    directory = tmp_path / "ds"
+    (directory / "d").mkdir(parents=True)
+    (directory / "d" / "c.jsonl").write_bytes(jsonl("c"))
+    (directory / "README.md").write_text("---\nconfigs:\n- config_name: c\n  data_files: d/**.jsonl\n---\n")
+    with pytest.raises(SourceError, match=r"README.md: config 'c': data_files pattern 'd/\*\*.jsonl' is not a glob "
+                                          r"datasets reads \(Invalid pattern: '\*\*' can only be an entire path "
+                                          r"component\); write '\*\*' as a whole path component"):
+        rows(str(directory), "train")
