@@ -32,12 +32,14 @@ Where the directory's README.md lists ``configs:`` in its YAML header, the chose
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
 import yaml
 from fsspec.utils import glob_translate
+from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
                   "test": ("test", "testing", "eval", "evaluation")}
@@ -129,14 +131,11 @@ def readme_configs(readme: Path) -> list[dict]:
     README.md), as ``datasets`` reads it; [] where there is none."""
     if not readme.is_file():
         return []
-    text = readme.read_text(encoding="utf-8", errors="replace")
-    if not text.startswith("---"):
-        return []
-    end = text.find("\n---", 3)
-    if end < 0:
+    text = readme.read_text(encoding="utf-8-sig", errors="replace")
+    if not (header := REGEX_YAML_BLOCK.search(text)):  # huggingface_hub's: blank lines and a BOM before it too
         return []
     try:
-        meta = yaml.safe_load(text[3:end]) or {}
+        meta = yaml.safe_load(header.group(2)) or {}
     except yaml.YAMLError as e:
         raise ConfigsError(f"its YAML header does not parse ({' '.join(str(e).split())})") from None
     configs = meta.get("configs") if isinstance(meta, dict) else None
@@ -156,9 +155,13 @@ def pick_config(configs: list[dict], name: str | None) -> dict:
             raise ConfigsError(f"it has no config {name!r} (its configs: {', '.join(names)}); set config: under the "
                                "source to one of them")
         return configs[names.index(name)]
-    chosen = [c for c in configs if c.get("default") is True] or [c for c in configs if c["config_name"] == "default"]
-    if len(configs) == 1 or len(chosen) == 1:
-        return configs[0] if len(configs) == 1 else chosen[0]
+    chosen = [c for c in configs if len(configs) == 1 or c["config_name"] == "default" or c.get("default")]
+    if len(chosen) == 1:  # datasets' MetadataConfigs.get_default_config_name
+        return chosen[0]
+    if chosen:
+        raise ConfigsError(f"it marks several configs as the default ({', '.join(c['config_name'] for c in chosen)}: "
+                           "named default or default: true), which load_dataset refuses; set config: under the source "
+                           "to the one to read")
     raise ConfigsError(f"it has {len(configs)} configs and none is the default ({', '.join(names)}); set config: under "
                        "the source to the one to read, as load_dataset(name, config) names it")
 
@@ -167,7 +170,8 @@ def config_splits(config: dict, rels: list[str]) -> dict[str, list[str]]:
     """Split name -> its files (of ``rels``, sorted posix paths) as the config's ``data_files`` (a pattern,
     a list of them, or a list of ``{split, path}``) or ``data_dir`` name them, in ``datasets``' order."""
     where = f"config {config['config_name']!r}"
-    data_dir = str(config.get("data_dir") or "").strip("/")
+    data_dir = posixpath.normpath(str(config.get("data_dir") or ".")).strip("/")  # ./en/ is en, as xjoin joins it
+    data_dir = "" if data_dir == "." else data_dir
     under = [r[len(data_dir) + 1:] for r in sorted(rels) if r.startswith(data_dir + "/")] if data_dir else sorted(rels)
     data_files = config.get("data_files")
     if data_files is None:

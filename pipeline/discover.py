@@ -38,7 +38,8 @@ from packtrain.pipeline.local_models import converted_models, local_model
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
-METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json"}
+METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json",
+                  "config.json"}  # the last: datasets' FILES_TO_IGNORE
 DOWNLOAD_FIX = ("download it on a connected machine with `huggingface-cli download --repo-type dataset {name}` (or "
                 "`datasets.load_dataset({name!r})`), copy the HF cache (HF_HOME) here, or point sources: in "
                 "configs/<expert>.yaml / DATASET= at a local file")

@@ -34,6 +34,7 @@ LAYOUTS = {
     "no split named": {"TRAIN.jsonl": jsonl("u"), "Test.jsonl": jsonl("l")},
     "__ directories are in no split": {"data.jsonl": jsonl("d"), "__pycache__/more.jsonl": jsonl("p"),
                                        "__x/train.jsonl": jsonl("x"), ".hidden/y.jsonl": jsonl("h")},
+    "config.json is not data": {"data.jsonl": jsonl("d"), "config.json": b'{"q": "not a row"}'},
 }
 
 
@@ -173,4 +174,40 @@ def test_a_double_star_inside_a_name_is_refused_as_datasets_refuses_it(tmp_path)
     with pytest.raises(SourceError, match=r"README.md: config 'c': data_files pattern 'd/\*\*.jsonl' is not a glob "
                                           r"datasets reads \(Invalid pattern: '\*\*' can only be an entire path "
                                           r"component\); write '\*\*' as a whole path component"):
+        rows(str(directory), "train")
+
+
+CARD = "configs:\n- config_name: a\n  data_files: a.jsonl\n- config_name: b\n  data_files: b.jsonl\n"
+CARDS = {"a BOM before the header": "\ufeff---\n" + CARD + "  default: true\n---\n",
+         "a blank line before the header": "\n---\n" + CARD + "  default: true\n---\n",
+         "---- is not a header": "----\nconfigs: [\n----\n",
+         "default: 1 is the default": "---\n" + CARD + "  default: 1\n---\n",
+         "data_dir ./sub/": "---\nconfigs:\n- config_name: s\n  data_dir: ./sub/\n---\n"}
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_a_readme_header_is_read_as_load_dataset_reads_it(tmp_path, hf_home, card):
+    """huggingface_hub's header (REGEX_YAML_BLOCK, utf-8-sig) and datasets' default config: before, a BOM
+    or a blank line before ``---`` hid the configs (both files read as train), ``----`` was a header that
+    did not parse, ``default: 1`` was no default, and ``data_dir: ./sub/`` named no file."""
+    import datasets
+
+    directory = tmp_path / "ds"
+    files = {"a.jsonl": jsonl("a"), "b.jsonl": jsonl("b"), "sub/train.jsonl": jsonl("s"),
+             "README.md": CARDS[card].encode()}
+    for rel, data in files.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_bytes(data)
+    reference = datasets.load_dataset(str(directory), split="train", cache_dir=str(tmp_path / "datasets-cache"))
+    assert rows(str(directory), "train") == reference["q"]
+
+
+def test_several_default_configs_are_refused_as_load_dataset_refuses_them(tmp_path):
+    directory = tmp_path / "ds"
+    directory.mkdir()
+    (directory / "a.jsonl").write_bytes(jsonl("a"))
+    (directory / "README.md").write_text("---\n" + CARD.replace("config_name: a", "config_name: default")
+                                         + "  default: true\n---\n")
+    with pytest.raises(SourceError, match=r"it marks several configs as the default \(default, b: named default or "
+                                          r"default: true\), which load_dataset refuses; set config: under the source"):
         rows(str(directory), "train")
