@@ -277,6 +277,11 @@ def _datasets_cache_source(spec: SourceConfig) -> tuple[ResolvedSource | None, s
         dirs = [d.relative_to(cache).as_posix() for b in builders for d in _prepared_dirs(b)]
         config = f" of config {spec.config!r}" if spec.config else ""
         return None, f"no prepared split {spec.split!r}{config} in {dirs or [b.name for b in builders]}"
+    configs = sorted({d.relative_to(cache).parts[1] for d, _ in prepared})  # <builder>/<config>/<version>/<hash>
+    if len(configs) > 1:  # not the newest one silently: load_dataset(name) without a config refuses too
+        raise SourceError(f"dataset {spec.name!r}: the datasets cache {cache} holds split {spec.split!r} of "
+                          f"{len(configs)} configs ({', '.join(configs)}); set config: under the source to the one "
+                          "to read, as load_dataset(name, config) names it")
     prepared.sort(key=lambda item: (max(p.stat().st_mtime for p in item[1]), item[0].as_posix()))
     root, files = prepared[-1]
     note = ""
