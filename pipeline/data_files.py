@@ -32,11 +32,14 @@ Where the directory's README.md lists ``configs:`` in its YAML header, the chose
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
 import yaml
+from fsspec.utils import glob_translate
+from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
                   "test": ("test", "testing", "eval", "evaluation")}
@@ -46,30 +49,34 @@ _SEP = "[-._ 0-9]"
 _SHARDED = re.compile(r"data/(?P<split>[^/]+)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*")
 
 
-def _dir_patterns(keyword: str) -> list[re.Pattern]:
-    """``**/{kw}/**``, ``**/{kw}[sep]*/**``, ``**/*[sep]{kw}/**``, ``**/*[sep]{kw}[sep]*/**`` on a directory name."""
-    k = re.escape(keyword)
-    return [re.compile(p) for p in (k, f"{k}{_SEP}.*", f".*{_SEP}{k}", f".*{_SEP}{k}{_SEP}.*")]
+def _keyword_patterns(dir_names: bool) -> dict[str, re.Pattern]:
+    """Split -> one regex over a name whose group ``_<i>`` is its ``i``-th pattern in ``datasets``' order
+    (keyword by keyword): on a directory name ``{kw}``, ``{kw}[sep]*``, ``*[sep]{kw}``, ``*[sep]{kw}[sep]*``
+    (``**/{kw}/**`` ...), on a file name ``{kw}[sep]*``, ``*[sep]{kw}[sep]*`` (``**/{kw}[sep]*`` ...).
+    Alternatives are tried in order, so a full match's group is the first pattern that matches."""
+    shapes = ("{k}", "{k}{s}.*", ".*{s}{k}", ".*{s}{k}{s}.*") if dir_names else ("{k}{s}.*", ".*{s}{k}{s}.*")
+    out = {}
+    for split, keywords in SPLIT_KEYWORDS.items():
+        alternatives = [shape.format(k=re.escape(keyword), s=_SEP) for keyword in keywords for shape in shapes]
+        out[split] = re.compile("|".join(f"(?P<_{i}>{a})" for i, a in enumerate(alternatives)), re.DOTALL)
+    return out
 
 
-def _name_patterns(keyword: str) -> list[re.Pattern]:
-    """``**/{kw}[sep]*`` and ``**/*[sep]{kw}[sep]*`` on a file name."""
-    k = re.escape(keyword)
-    return [re.compile(f"{k}{_SEP}.*"), re.compile(f".*{_SEP}{k}{_SEP}.*")]
+_IN_DIR, _IN_NAME = _keyword_patterns(True), _keyword_patterns(False)
 
 
-def _in_dir(rel: str, pattern: re.Pattern) -> bool:
-    return any(pattern.fullmatch(part) for part in PurePosixPath(rel).parts[:-1])
-
-
-def _in_name(rel: str, pattern: re.Pattern) -> bool:
-    return pattern.fullmatch(PurePosixPath(rel).name) is not None
+def _first_pattern(names: list[str], pattern: re.Pattern) -> int | None:
+    """The index of the first alternative of ``pattern`` that matches one of ``names`` whole, if any."""
+    found = [int(m.lastgroup[1:]) for name in names if (m := pattern.fullmatch(name))]
+    return min(found) if found else None
 
 
 def splits(rels: list[str]) -> dict[str, list[str]]:
     """Split name -> its files (posix paths relative to the dataset directory), in ``datasets``' order;
-    the splits in ``datasets``' order too (train, validation, test, then the others sorted)."""
-    rels = sorted(rels)
+    the splits in ``datasets``' order too (train, validation, test, then the others sorted). A file
+    under a hidden or ``__`` directory, or hidden itself, is in none (no default pattern names one).
+    One pass over the files per layout (a directory of 10,000 files plans in milliseconds)."""
+    rels = sorted(rel for rel in rels if not unrequested(rel, ""))
     sharded: dict[str, list[str]] = {}
     for rel in rels:
         if m := _SHARDED.fullmatch(rel):
@@ -77,15 +84,29 @@ def splits(rels: list[str]) -> dict[str, list[str]]:
     if sharded:
         known = [s for s in SPLIT_KEYWORDS if s in sharded]
         return {s: sharded[s] for s in known + sorted(set(sharded) - set(known))}
-    for patterns, matches in ((_dir_patterns, _in_dir), (_name_patterns, _in_name)):
-        found: dict[str, list[str]] = {}
-        for split, keywords in SPLIT_KEYWORDS.items():
-            files = [rel for keyword in keywords for pattern in patterns(keyword) for rel in rels if matches(rel, pattern)]
-            if files:
-                found[split] = list(dict.fromkeys(files))
-        if found:
-            return found
+    for by_split, in_dirs in ((_IN_DIR, True), (_IN_NAME, False)):
+        found: dict[str, list[tuple[int, str]]] = {}
+        for rel in rels:
+            parts = rel.split("/")
+            names = parts[:-1] if in_dirs else parts[-1:]
+            for split, pattern in by_split.items():
+                if (first := _first_pattern(names, pattern)) is not None:
+                    found.setdefault(split, []).append((first, rel))
+        if found:  # pattern by pattern, each pattern's files sorted
+            return {split: [rel for _, rel in sorted(found[split])] for split in SPLIT_KEYWORDS if split in found}
     return {"train": rels} if rels else {}
+
+
+def unrequested(rel: str, pattern: str) -> bool:
+    """Whether ``datasets`` leaves out ``rel`` though it matches ``pattern``: it is hidden or under a
+    hidden directory, or under a ``__`` directory, and the pattern does not name as many such parts."""
+    def counts(path: str) -> tuple[int, int]:
+        parts = [part for part in path.split("/") if part not in ("", ".")]  # PurePosixPath(path).parts
+        return (sum(part.startswith(".") and set(part) != {"."} for part in parts),
+                sum(part.startswith("__") for part in parts[:-1]))
+
+    return ("/." in "/" + rel or "/__" in "/" + rel or "/." in "/" + pattern or "/__" in "/" + pattern) and \
+        counts(rel) != counts(pattern)
 
 
 def read_format(files: list[str]) -> tuple[list[str], list[str]]:
@@ -93,9 +114,9 @@ def read_format(files: list[str]) -> tuple[list[str], list[str]]:
     counts = Counter(PurePosixPath(f).suffix.lower() for f in files)
     if not counts:
         return [], []
-    best = max(counts, key=lambda s: (counts[s], -TIE_ORDER.index(s)))
-    keep = [f for f in files if FORMATS[PurePosixPath(f).suffix.lower()] == FORMATS[best]]
-    return keep, [f for f in files if f not in keep]
+    best = FORMATS[max(counts, key=lambda s: (counts[s], -TIE_ORDER.index(s)))]
+    read = [FORMATS[PurePosixPath(f).suffix.lower()] == best for f in files]
+    return [f for f, r in zip(files, read) if r], [f for f, r in zip(files, read) if not r]
 
 
 # --- A README's `configs:` (the dataset card's YAML header): subsets and their data files -------------
@@ -110,14 +131,11 @@ def readme_configs(readme: Path) -> list[dict]:
     README.md), as ``datasets`` reads it; [] where there is none."""
     if not readme.is_file():
         return []
-    text = readme.read_text(encoding="utf-8", errors="replace")
-    if not text.startswith("---"):
-        return []
-    end = text.find("\n---", 3)
-    if end < 0:
+    text = readme.read_text(encoding="utf-8-sig", errors="replace")
+    if not (header := REGEX_YAML_BLOCK.search(text)):  # huggingface_hub's: blank lines and a BOM before it too
         return []
     try:
-        meta = yaml.safe_load(text[3:end]) or {}
+        meta = yaml.safe_load(header.group(2)) or {}
     except yaml.YAMLError as e:
         raise ConfigsError(f"its YAML header does not parse ({' '.join(str(e).split())})") from None
     configs = meta.get("configs") if isinstance(meta, dict) else None
@@ -137,9 +155,13 @@ def pick_config(configs: list[dict], name: str | None) -> dict:
             raise ConfigsError(f"it has no config {name!r} (its configs: {', '.join(names)}); set config: under the "
                                "source to one of them")
         return configs[names.index(name)]
-    chosen = [c for c in configs if c.get("default") is True] or [c for c in configs if c["config_name"] == "default"]
-    if len(configs) == 1 or len(chosen) == 1:
-        return configs[0] if len(configs) == 1 else chosen[0]
+    chosen = [c for c in configs if len(configs) == 1 or c["config_name"] == "default" or c.get("default")]
+    if len(chosen) == 1:  # datasets' MetadataConfigs.get_default_config_name
+        return chosen[0]
+    if chosen:
+        raise ConfigsError(f"it marks several configs as the default ({', '.join(c['config_name'] for c in chosen)}: "
+                           "named default or default: true), which load_dataset refuses; set config: under the source "
+                           "to the one to read")
     raise ConfigsError(f"it has {len(configs)} configs and none is the default ({', '.join(names)}); set config: under "
                        "the source to the one to read, as load_dataset(name, config) names it")
 
@@ -148,7 +170,8 @@ def config_splits(config: dict, rels: list[str]) -> dict[str, list[str]]:
     """Split name -> its files (of ``rels``, sorted posix paths) as the config's ``data_files`` (a pattern,
     a list of them, or a list of ``{split, path}``) or ``data_dir`` name them, in ``datasets``' order."""
     where = f"config {config['config_name']!r}"
-    data_dir = str(config.get("data_dir") or "").strip("/")
+    data_dir = posixpath.normpath(str(config.get("data_dir") or ".")).strip("/")  # ./en/ is en, as xjoin joins it
+    data_dir = "" if data_dir == "." else data_dir
     under = [r[len(data_dir) + 1:] for r in sorted(rels) if r.startswith(data_dir + "/")] if data_dir else sorted(rels)
     data_files = config.get("data_files")
     if data_files is None:
@@ -166,34 +189,21 @@ def config_splits(config: dict, rels: list[str]) -> dict[str, list[str]]:
         paths = entry["path"] if isinstance(entry["path"], list) else [entry["path"]]
         files = out.setdefault(entry["split"], [])
         for pattern in map(str, paths):
-            regex = _glob(pattern)
-            files += [f"{data_dir}/{r}" if data_dir else r for r in under if regex.fullmatch(r)]
+            regex = _glob(pattern, where)
+            files += [f"{data_dir}/{r}" if data_dir else r for r in under
+                      if regex.match(r) and not unrequested(r, pattern)]
         out[entry["split"]] = list(dict.fromkeys(files))
     return out
 
 
-def _glob(pattern: str) -> re.Pattern:
-    """fsspec's glob as ``datasets`` resolves a data_files pattern: ``*`` within a name, ``**`` across them."""
-    out, i = [], 0
-    pattern = pattern.lstrip("./") if pattern.startswith("./") else pattern
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and (close := pattern.find("]", i + 2)) > 0:
-            body = pattern[i + 1:close]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-            i = close + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out))
+def _glob(pattern: str, where: str) -> re.Pattern:
+    """fsspec's glob as ``datasets`` resolves a data_files pattern (``fsspec.utils.glob_translate``: ``*`` and ``?``
+    within a name, ``**`` as a whole component across them, ``[!a]`` negates and ``[^a]`` is a ``^`` or an ``a``,
+    no ``{a,b}``), on paths relative to the directory (a leading ``./`` is the directory)."""
+    while pattern.startswith("./"):
+        pattern = pattern[2:]
+    try:
+        return re.compile(glob_translate(pattern))
+    except ValueError as e:  # datasets refuses it too: "'**' can only be an entire path component"
+        raise ConfigsError(f"{where}: data_files pattern {pattern!r} is not a glob datasets reads ({e}); write "
+                           "'**' as a whole path component, as in 'data/**/*.jsonl'") from None

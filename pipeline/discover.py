@@ -38,7 +38,8 @@ from packtrain.pipeline.local_models import converted_models, local_model
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
-METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json"}
+METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json",
+                  "config.json"}  # the last: datasets' FILES_TO_IGNORE
 DOWNLOAD_FIX = ("download it on a connected machine with `huggingface-cli download --repo-type dataset {name}` (or "
                 "`datasets.load_dataset({name!r})`), copy the HF cache (HF_HOME) here, or point sources: in "
                 "configs/<expert>.yaml / DATASET= at a local file")
@@ -171,6 +172,8 @@ def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], other_f
         rel = p.relative_to(root)
         if any(part.startswith(".") for part in rel.parts):
             why = "hidden"
+        elif any(part.startswith("__") for part in rel.parts[:-1]):
+            why = "in a __ directory, as in datasets"
         elif rel.name in METADATA_FILES:
             why = "dataset metadata"
         elif rel.suffix.lower() not in DATA_SUFFIXES:
@@ -208,13 +211,13 @@ def _select_split(root: Path, paths: list[Path], split: str,
     note = ""
     if other_format:  # the same split in several formats (e.g. parquet next to jsonl): read one, as datasets does
         note = f"read the {Path(files[0]).suffix.lower()} files, ignored {', '.join(other_format)}"
-    return tuple(root / f for f in files), note, set(other_format)
+    return tuple(root.joinpath(*f.split("/")) for f in files), note, set(other_format)
 
 
 def _splits(root: Path, paths: list[Path], config: str | None) -> dict[str, list[str]]:
     """Split -> files: as the README's ``configs:`` name them (the config ``config``, else its default), else
     as ``datasets`` infers them from the file names."""
-    rels = [p.relative_to(root).as_posix() for p in paths if _is_data_file(p.relative_to(root))]
+    rels = [rel for rel in _relative(root, paths) if _is_data_file(rel)]
     try:
         if configs := data_files.readme_configs(root / "README.md"):
             return data_files.config_splits(data_files.pick_config(configs, config), rels)
@@ -235,15 +238,25 @@ def _no_split(root: Path, paths: list[Path], spec: SourceConfig) -> str:
 
 def _listing(root: Path, paths: list[Path], limit: int = 20) -> str:
     """The data files among ``paths`` (all files when there is none), at most ``limit`` of them."""
-    rels = [p.relative_to(root) for p in paths]
-    shown = [r.as_posix() for r in ([r for r in rels if _is_data_file(r)] or rels)]
+    rels = _relative(root, paths)
+    shown = [r for r in rels if _is_data_file(r) and not data_files.unrequested(r, "")] or rels
     more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
     return f"{shown[:limit]}{more}" if shown else "no files"
 
 
-def _is_data_file(rel: Path) -> bool:
-    return (rel.suffix.lower() in DATA_SUFFIXES and rel.name not in METADATA_FILES
-            and not any(part.startswith(".") for part in rel.parts))
+def _relative(root: Path, paths: list[Path]) -> list[str]:
+    """The posix paths of ``paths`` (all under ``root``) relative to it; as strings, not ``Path.relative_to``
+    (10,000 files: milliseconds, not a second)."""
+    skip = len(str(root).rstrip(os.sep)) + 1
+    return [str(p)[skip:].replace(os.sep, "/") for p in paths]
+
+
+def _is_data_file(rel: str) -> bool:
+    """A data file by its suffix, not the dataset's metadata. Hidden files and those under ``__`` directories
+    are data files too: a README's data_files may name them, as in ``datasets`` (pipeline/data_files.py)."""
+    name = rel.rpartition("/")[2]
+    return name.rpartition(".")[1] == "." and "." + name.rpartition(".")[2].lower() in DATA_SUFFIXES \
+        and name not in METADATA_FILES
 
 
 # --- Datasets cache (arrow files prepared by `datasets.load_dataset`) ----------------------------
@@ -264,6 +277,11 @@ def _datasets_cache_source(spec: SourceConfig) -> tuple[ResolvedSource | None, s
         dirs = [d.relative_to(cache).as_posix() for b in builders for d in _prepared_dirs(b)]
         config = f" of config {spec.config!r}" if spec.config else ""
         return None, f"no prepared split {spec.split!r}{config} in {dirs or [b.name for b in builders]}"
+    configs = sorted({d.relative_to(cache).parts[1] for d, _ in prepared})  # <builder>/<config>/<version>/<hash>
+    if len(configs) > 1:  # not the newest one silently: load_dataset(name) without a config refuses too
+        raise SourceError(f"dataset {spec.name!r}: the datasets cache {cache} holds split {spec.split!r} of "
+                          f"{len(configs)} configs ({', '.join(configs)}); set config: under the source to the one "
+                          "to read, as load_dataset(name, config) names it")
     prepared.sort(key=lambda item: (max(p.stat().st_mtime for p in item[1]), item[0].as_posix()))
     root, files = prepared[-1]
     note = ""

@@ -91,6 +91,18 @@ def test_datasets_cache_newest_of_several_versions_is_said(prepared_dataset):
     assert f"/0.0.0/{'f' * 64}" in source.note
 
 
+def test_datasets_cache_with_several_configs_and_none_chosen_is_an_error_naming_them(prepared_dataset):
+    """Before, the config prepared last was read (gsm8k's socratic for main, by mtime), with a note."""
+    config = prepared_dataset.parent.parent.name
+    shutil.copytree(prepared_dataset.parent.parent, prepared_dataset.parent.parent.with_name("socratic"))
+    with pytest.raises(SourceError, match=rf"dataset 'org/prepared-ds': the datasets cache .* holds split 'train' of 2 "
+                                          rf"configs \({config}, socratic\); set config: under the source"):
+        resolve_source(SourceConfig(name="org/prepared-ds"))
+    chosen = resolve_source(SourceConfig(name="org/prepared-ds", config="socratic"))
+    assert chosen.root.parent.parent.name == "socratic" and chosen.note == ""
+    assert resolve_source(SourceConfig(name="org/prepared-ds", config=config)).root == prepared_dataset
+
+
 def test_hub_snapshot_without_the_split_falls_back_to_a_prepared_one(hub_cache, prepared_dataset):
     write_hub_repo(hub_cache.hub, "dataset", "org/prepared-ds", "d" * 40, {"prepared-ds.py": b"# loading script\n"})
     source = resolve_source(SourceConfig(name="org/prepared-ds", split="test"))
