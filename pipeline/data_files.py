@@ -13,8 +13,9 @@ A keyword is a whole word of the name: between ``-._``, a space or a digit (``tr
 ``mytrain`` is not); ``training`` is train, ``valid``/``dev``/``val`` validation, ``testing``/``eval``/
 ``evaluation`` test. Case counts, as in ``datasets``' glob (``TRAIN.csv`` names no split). Within a
 split the files are in ``datasets``' order: pattern by pattern, each sorted. Of the split's files only
-those of its most common format are read (JSON lines and JSON arrays are one format, as in
-``datasets``; a tie goes to parquet, arrow, jsonl, json, csv, in that order).
+those of its most common format are read (JSON lines and JSON arrays are one format, CSV and TSV
+another, as in ``datasets``; a tie goes to parquet, arrow, jsonl, json, csv, tsv, in that order). A
+compressed file counts as the format it holds (``train.jsonl.gz`` is a JSON lines file of split train).
 
 Where the directory's README.md lists ``configs:`` in its YAML header, the chosen config's
 ``data_files`` (glob patterns per split) or ``data_dir`` name the files instead (``pick_config``,
@@ -28,6 +29,8 @@ Where the directory's README.md lists ``configs:`` in its YAML header, the chose
     {'train': ['train/a.jsonl']}
     >>> read_format(["train.jsonl", "train.csv", "more_train.csv"])
     (['train.csv', 'more_train.csv'], ['train.jsonl'])
+    >>> read_format(["a.jsonl.gz", "b.json.xz", "c.csv", "d.tsv.bz2"])
+    (['a.jsonl.gz', 'b.json.xz'], ['c.csv', 'd.tsv.bz2'])
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ import yaml
 from fsspec.utils import glob_translate
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
+from packtrain.pipeline.compression import file_format
+
 SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
                   "test": ("test", "testing", "eval", "evaluation")}
-FORMATS = {".parquet": "parquet", ".arrow": "arrow", ".jsonl": "json", ".json": "json", ".csv": "csv"}
-TIE_ORDER = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # datasets' preference on a draw
+FORMATS = {".parquet": "parquet", ".arrow": "arrow", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv"}
+TIE_ORDER = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")  # datasets' preference on a draw
 _SEP = "[-._ 0-9]"
 _SHARDED = re.compile(r"data/(?P<split>[^/]+)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*")
 
@@ -110,12 +115,13 @@ def unrequested(rel: str, pattern: str) -> bool:
 
 
 def read_format(files: list[str]) -> tuple[list[str], list[str]]:
-    """(the files of the split's most common format, the others), each in the given order."""
-    counts = Counter(PurePosixPath(f).suffix.lower() for f in files)
+    """(the files of the split's most common format, the others), each in the given order. The
+    suffixes are counted as ``datasets`` counts them: ``a.jsonl.gz`` is one ``.jsonl``."""
+    counts = Counter(file_format(f)[0] for f in files)
     if not counts:
         return [], []
     best = FORMATS[max(counts, key=lambda s: (counts[s], -TIE_ORDER.index(s)))]
-    read = [FORMATS[PurePosixPath(f).suffix.lower()] == best for f in files]
+    read = [FORMATS[file_format(f)[0]] == best for f in files]
     return [f for f, r in zip(files, read) if r], [f for f, r in zip(files, read) if not r]
 
 

@@ -4,7 +4,8 @@ Offline, always: nothing here opens a socket. Models and tokenizers: packtrain/c
 Where a source name is looked for, in order (``resolve_source``)::
 
     bundled                      pipeline/assets/samples/<expert>.jsonl
-    an existing path             a jsonl/json/csv/parquet/arrow file, a directory of them, or a
+    an existing path             a jsonl/json/csv/tsv/parquet/arrow file (the text ones also compressed:
+                                 train.jsonl.gz, .bz2, .xz), a directory of them, or a
                                  ``save_to_disk`` directory (state.json / dataset_dict.json)
     an HF id ("org/name")        1. the hub cache:       $HF_HUB_CACHE/datasets--org--name/snapshots/<commit>/...
                                  2. the datasets cache:  $HF_DATASETS_CACHE/org___name/<config>/<version>/<hash>/
@@ -34,10 +35,14 @@ from packtrain.core.inputs import check_input, read_json
 from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, looks_like_path,
                                     missing_path, models_cache_dir, pick_revision)
 from packtrain.pipeline import data_files
+from packtrain.pipeline.compression import COMPRESSIONS, TEXT_SUFFIXES, file_format
 from packtrain.pipeline.local_models import converted_models, local_model
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
-DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")  # also the preference order
+DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")  # also the preference order
+# for errors: .parquet, .arrow, .jsonl, .json, .csv, .tsv (the text ones also compressed: .gz, .bz2, .xz, as train.jsonl.gz)
+DATA_SUFFIXES_TEXT = (f"{', '.join(DATA_SUFFIXES)} (the text ones also compressed: {', '.join(COMPRESSIONS)}, "
+                      f"as train{TEXT_SUFFIXES[0]}{next(iter(COMPRESSIONS))})")
 METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json",
                   "config.json"}  # the last: datasets' FILES_TO_IGNORE
 DOWNLOAD_FIX = ("download it on a connected machine with `huggingface-cli download --repo-type dataset {name}` (or "
@@ -137,8 +142,9 @@ def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
 
 def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
     if path.is_file():
-        if path.suffix.lower() not in DATA_SUFFIXES:
-            raise SourceError(f"{path}: unsupported file type {path.suffix!r}; use one of {', '.join(DATA_SUFFIXES)}")
+        if file_format(path.name)[0] not in DATA_SUFFIXES:
+            shown = "".join(path.suffixes[-2:]) if path.suffix.lower() in COMPRESSIONS else path.suffix
+            raise SourceError(f"{path}: unsupported file type {shown!r}; use one of {DATA_SUFFIXES_TEXT}")
         return ResolvedSource(spec.name, "local", spec.split, None, path.parent, (path,))
     if (path / "dataset_dict.json").is_file():
         splits = read_json(path / "dataset_dict.json", SAVED_FIX, "a saved DatasetDict's dataset_dict.json").get("splits")
@@ -164,7 +170,7 @@ def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], other_f
     """Every file of a dataset directory that is not read, named with the reason (a file is never
     dropped silently): ``ignored 2 files: notes.txt (not a data file), test.jsonl (another split)``."""
     chosen = set(files)
-    read_suffix = files[0].suffix.lower() if files else None
+    read_suffix = "".join(file_format(files[0].name)) if files else None
     ignored = []
     for p in seen:
         if p in chosen:
@@ -176,7 +182,7 @@ def _ignored_note(root: Path, seen: list[Path], files: tuple[Path, ...], other_f
             why = "in a __ directory, as in datasets"
         elif rel.name in METADATA_FILES:
             why = "dataset metadata"
-        elif rel.suffix.lower() not in DATA_SUFFIXES:
+        elif file_format(rel.name)[0] not in DATA_SUFFIXES:
             why = f"not a {'/'.join(DATA_SUFFIXES)} file"
         elif rel.as_posix() in other_format:
             why = f"the {read_suffix} files are read"
@@ -210,7 +216,7 @@ def _select_split(root: Path, paths: list[Path], split: str,
     files, other_format = data_files.read_format(_splits(root, paths, config).get(split, []))
     note = ""
     if other_format:  # the same split in several formats (e.g. parquet next to jsonl): read one, as datasets does
-        note = f"read the {Path(files[0]).suffix.lower()} files, ignored {', '.join(other_format)}"
+        note = f"read the {''.join(file_format(files[0]))} files, ignored {', '.join(other_format)}"
     return tuple(root.joinpath(*f.split("/")) for f in files), note, set(other_format)
 
 
@@ -252,11 +258,11 @@ def _relative(root: Path, paths: list[Path]) -> list[str]:
 
 
 def _is_data_file(rel: str) -> bool:
-    """A data file by its suffix, not the dataset's metadata. Hidden files and those under ``__`` directories
-    are data files too: a README's data_files may name them, as in ``datasets`` (pipeline/data_files.py)."""
+    """A file the readers read (``train.jsonl``, ``train.jsonl.gz``), not the dataset's metadata. Hidden files
+    and those under ``__`` directories are data files too: a README's data_files may name them, as in
+    ``datasets`` (pipeline/data_files.py)."""
     name = rel.rpartition("/")[2]
-    return name.rpartition(".")[1] == "." and "." + name.rpartition(".")[2].lower() in DATA_SUFFIXES \
-        and name not in METADATA_FILES
+    return file_format(name)[0] in DATA_SUFFIXES and name not in METADATA_FILES
 
 
 # --- Datasets cache (arrow files prepared by `datasets.load_dataset`) ----------------------------

@@ -2,7 +2,9 @@
 
 Memory stays bounded by one batch plus one reader block, whatever the dataset's size (a JSON
 *array* file is the exception: it has to be parsed whole). Only the requested columns are read
-where the format allows it (parquet, arrow, csv).
+where the format allows it (parquet, arrow, csv, tsv). JSON lines, JSON, CSV and TSV files may be
+compressed (``train.jsonl.gz``, ``.bz2``, ``.xz``: pipeline/compression.py); they are decompressed
+as they are read, and give the rows the file uncompressed gives.
 
 Batches never cross a file boundary and hold exactly ``batch_rows`` rows, except the last one of
 each file; ``RowBatch.start`` is the index of its first row within its file, so a row is named by
@@ -26,7 +28,9 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from packtrain.pipeline.discover import ResolvedSource, SourceError
+from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, damaged_fix, describe, file_format,
+                                            open_binary, open_text)
+from packtrain.pipeline.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
 from packtrain.pipeline.format import TEMPLATE_COLUMNS_FIX
 from packtrain.core.inputs import one_line
 
@@ -124,15 +128,15 @@ def _file_chunks(path: Path, columns: list[str], batch_rows: int, optional: froz
 
 
 def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
-    suffix = path.suffix.lower()
-    readers = {".parquet": _parquet, ".arrow": _arrow, ".jsonl": _jsonl, ".json": _json, ".csv": _csv}
+    suffix = file_format(path.name)[0]
+    readers = {".parquet": _parquet, ".arrow": _arrow, ".jsonl": _jsonl, ".json": _json, ".csv": _csv, ".tsv": _tsv}
     if suffix not in readers:
-        raise SourceError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(readers)}")
+        raise SourceError(f"{path}: unsupported file type {suffix!r}; use one of {DATA_SUFFIXES_TEXT}")
     try:
         yield from readers[suffix](path, columns, batch_rows)
-    except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error, RecursionError) as e:
-        raise SourceError(f"{path}: cannot be read as {suffix[1:]} ({one_line(e)}); check the file (re-download or "
-                          "regenerate it) or remove it from the source") from None
+    except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error, RecursionError, *DECOMPRESSION_ERRORS) as e:
+        raise SourceError(f"{path}: cannot be read as {describe(path)} ({one_line(e) or type(e).__name__}); "
+                          f"{damaged_fix(path)}") from None
 
 
 class MissingColumns(SourceError):
@@ -175,16 +179,22 @@ def _arrow(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
         yield from _pieces(batch.select(columns), batch_rows)
 
 
-def _csv(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",") -> Iterator[Columns]:
     """Every requested column is read as text, as written (no "007" -> 7 type guessing). Quoted
     cells may span lines (code and queries often do)."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        header = next(csv.reader(f), [])
+    with open_text(path, newline="") as f:
+        header = next(csv.reader(f, delimiter=delimiter), [])
     _check_columns(path, columns, header)
     convert = pcsv.ConvertOptions(include_columns=columns, column_types={c: pa.string() for c in columns})
-    parse = pcsv.ParseOptions(newlines_in_values=True)
-    for batch in pcsv.open_csv(path, convert_options=convert, parse_options=parse):
-        yield from _pieces(batch, batch_rows)
+    parse = pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+    with arrow_input(path) as stream:
+        for batch in pcsv.open_csv(stream, convert_options=convert, parse_options=parse):
+            yield from _pieces(batch, batch_rows)
+
+
+def _tsv(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+    """Tab-separated values: the CSV rules with a tab between cells (``datasets``' ``sep="\\t"``)."""
+    yield from _csv(path, columns, batch_rows, delimiter="\t")
 
 
 class _Fallback(Exception):
@@ -197,14 +207,15 @@ def _jsonl(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
     block lacks, which later rows may hold), line by line."""
     done = 0
     try:
-        reader = pjson.open_json(path)
-        names = reader.schema.names
-        if not all(c in names and _json_native(reader.schema.field(c).type) for c in columns):
-            raise _Fallback
-        for batch in reader:
-            for piece in _pieces(batch.select(columns), batch_rows):
-                yield piece
-                done += len(piece[columns[0]])
+        with arrow_input(path) as stream:
+            reader = pjson.open_json(stream)
+            names = reader.schema.names
+            if not all(c in names and _json_native(reader.schema.field(c).type) for c in columns):
+                raise _Fallback
+            for batch in reader:
+                for piece in _pieces(batch.select(columns), batch_rows):
+                    yield piece
+                    done += len(piece[columns[0]])
         return
     except (pa.ArrowInvalid, _Fallback):
         pass
@@ -231,7 +242,7 @@ def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) 
     row = 0
     seen: dict[str, None] = {}  # every key of the rows read, while a column is still unseen
     unseen = set(columns) if skip == 0 else set()  # pyarrow's schema (every key of its rows) had them all
-    with open(path, encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -265,26 +276,44 @@ def _keys_nowhere(path: Path, columns: list[str]) -> None:
     nowhere in a JSON lines file, in any of the ways JSON can write it (:func:`_json_key`): a misspelt
     column is then said at once, not after every line of a large file was parsed. A file whose first
     row is not a JSON object, or that has none, is left to the line-by-line read (it says why)."""
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         first = next((line for line in f if line.strip()), None)
-        try:
-            row = json.loads(first.decode("utf-8-sig")) if first is not None else None
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return
-        if not isinstance(row, dict):
-            return
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+    try:
+        row = json.loads(first.decode("utf-8-sig")) if first is not None else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return
+    if not isinstance(row, dict):
+        return
+    _check_columns(path, _absent_keys(path, columns), list(row))
+
+
+def _absent_keys(path: Path, columns: list[str], chunk_bytes: int = 1 << 20) -> list[str]:
+    """The columns whose key a (non-empty) JSON lines file holds nowhere. A plain file is memory-mapped
+    and searched whole; a compressed one is decompressed a chunk at a time (memory stays bounded), each
+    searched with the end of the one before it, for the key in quotes (the colon after it may lie a
+    whitespace run away, in the next chunk: a key found without it only leaves the error to the end)."""
+    quoted = {c: json.dumps(c, ensure_ascii=False).encode("utf-8", "surrogatepass") for c in columns}
+    if not file_format(path.name)[1]:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             # the key as itself first (a plain find), the escaped ways only where that is not found
-            absent = [c for c in columns
-                      if data.find(json.dumps(c, ensure_ascii=False).encode("utf-8", "surrogatepass")) < 0
-                      and _json_key(c).search(data) is None]
-    _check_columns(path, absent, list(row))
+            return [c for c in columns if data.find(quoted[c]) < 0 and _json_key(c).search(data) is None]
+    absent = {c: _json_key(c, colon=False) for c in columns}
+    overlap = 2 + 12 * max(map(len, columns))  # the longest way to write a key: quotes, \uXXXX\uXXXX per character
+    tail = b""
+    with open_binary(path) as f:
+        while absent and (chunk := f.read(chunk_bytes)):
+            data = tail + chunk
+            for c in [c for c, key in absent.items() if data.find(quoted[c]) >= 0 or key.search(data)]:
+                del absent[c]
+            tail = data[-overlap:]
+    return [c for c in columns if c in absent]
 
 
-def _json_key(key: str) -> re.Pattern[bytes]:
+def _json_key(key: str, colon: bool = True) -> re.Pattern[bytes]:
     """Every way JSON writes ``key`` as an object's key: each character as itself (UTF-8) where JSON
     allows it, as ``\\uXXXX`` (hex digits in either case; a surrogate pair above U+FFFF) or as its
-    short escape (``\\"``, ``\\n``, ...), in quotes, then JSON's whitespace and the colon."""
+    short escape (``\\"``, ``\\n``, ...), in quotes, then JSON's whitespace and the colon (without
+    ``colon``: the quoted key alone)."""
     short = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
     parts = []
     for ch in key:
@@ -298,18 +327,18 @@ def _json_key(key: str) -> re.Pattern[bytes]:
         ways.append(b"".join(b"\\\\u" + b"".join(b"[%s%s]" % (d.encode(), d.upper().encode()) if d.isalpha()
                                                  else d.encode() for d in f"{u:04x}") for u in units))
         parts.append(b"(?:" + b"|".join(ways) + b")")
-    return re.compile(b'"' + b"".join(parts) + b'"[ \\t\\n\\r]*:')
+    return re.compile(b'"' + b"".join(parts) + (b'"[ \\t\\n\\r]*:' if colon else b'"'))
 
 
 def _json(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
     """A JSON array of objects (parsed whole: json has no streaming form), or JSON lines."""
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     if not head.startswith(b"["):
         yield from _jsonl(path, columns, batch_rows)
         return
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with open_text(path) as f:
             rows = json.load(f)
     except json.JSONDecodeError as e:
         raise SourceError(f"{path}, line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); fix the file") from None

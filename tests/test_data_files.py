@@ -6,7 +6,10 @@ both ``train``, and ``eval.jsonl`` (datasets' test split) and ``training_data.js
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 
 import pytest
 
@@ -35,6 +38,16 @@ LAYOUTS = {
     "__ directories are in no split": {"data.jsonl": jsonl("d"), "__pycache__/more.jsonl": jsonl("p"),
                                        "__x/train.jsonl": jsonl("x"), ".hidden/y.jsonl": jsonl("h")},
     "config.json is not data": {"data.jsonl": jsonl("d"), "config.json": b'{"q": "not a row"}'},
+    # compressed files: split by the whole name, counted as the format they hold (datasets counts every suffix)
+    "compressed split names": {"train.jsonl.gz": gzip.compress(jsonl("gz")), "train_b.jsonl": jsonl("pl"),
+                               "test.jsonl.bz2": bz2.compress(jsonl("bz")), "dev-1.jsonl.xz": lzma.compress(jsonl("xz"))},
+    "compressed counted as what they hold": {"train.jsonl.gz": gzip.compress(jsonl("g")),
+                                             "train_a.json.xz": lzma.compress(jsonl("x")), "train.csv": b"q\nc0\n"},
+    "compressed in split directories": {"train/a.csv.gz": gzip.compress(b"q\na0\na1\n"), "train/b.csv": b"q\nb0\n",
+                                        "test/c.csv.bz2": bz2.compress(b"q\nt0\n"), "test/d.csv.xz": lzma.compress(b"q\nt1\n"),
+                                        "test/notes.jsonl": jsonl("n", 1)},  # 2 CSV files to 1 JSON
+    "tsv, plain and compressed": {"train.tsv": b"q\tx\nt0\t1\n", "train_z.tsv.xz": lzma.compress(b"q\nz0\nz1\n"),
+                                  "validation.tsv.gz": gzip.compress(b"x\tq\n1\tv0\n")},
 }
 
 
@@ -82,6 +95,16 @@ def test_a_hub_snapshot_pushed_with_its_own_split_names(hub_cache):
     with pytest.raises(SourceNotFound, match=r"no data file for split 'train' .*\(its splits: test_sft, train_gen, "
                                              r"train_sft\) \(set split: under the source to one of them\)"):
         rows("org/ultra", "train")
+
+
+def test_a_hub_snapshot_of_compressed_json_lines(hub_cache):
+    """The snapshot's files are links to blobs without a suffix: the link's name says the compression."""
+    write_hub_repo(hub_cache.hub, "dataset", "org/dumps", "e" * 40,
+                   {"data/train-00000-of-00002.jsonl.gz": gzip.compress(jsonl("a")),
+                    "data/train-00001-of-00002.jsonl.gz": gzip.compress(jsonl("b")),
+                    "data/test-00000-of-00001.jsonl.xz": lzma.compress(jsonl("t", 1))})
+    assert rows("org/dumps", "train") == ["a0", "a1", "b0", "b1"]
+    assert rows("org/dumps", "test") == ["t0"]
 
 
 GSM8K_README = """---

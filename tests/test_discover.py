@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -134,6 +135,36 @@ def test_local_file_and_directory(tmp_path, monkeypatch, hf_home):
     (data / "notes.txt").write_text("x")
     with pytest.raises(SourceError, match=r"unsupported file type '.txt'"):
         resolve_source(SourceConfig(name="data/notes.txt"))
+
+
+def test_compressed_and_tsv_files_are_data_files(tmp_path, hf_home):
+    """Before, each of them was 'unsupported file type' (a file) or ignored as not a data file (in a
+    directory); only the text formats are read compressed, and a compressed file's fingerprint is its
+    stored bytes."""
+    import gzip
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.jsonl.gz", "more_train.json.bz2", "train.csv.xz", "rows.TSV", "x.tsv.gz"):
+        (data / name).write_bytes(b"")
+        one = resolve_source(SourceConfig(name=str(data / name)))
+        assert (one.kind, rel_files(one)) == ("local", [name])
+    (data / "train.jsonl.gz").write_bytes(gzip.compress(b'{"a": 1}\n'))
+    assert resolve_source(SourceConfig(name=str(data / "train.jsonl.gz"))).fingerprint()["files"] == [
+        {"path": "train.jsonl.gz", "size": (data / "train.jsonl.gz").stat().st_size,
+         "sha256": hashlib.sha256((data / "train.jsonl.gz").read_bytes()).hexdigest()}]
+    for name, shown in (("t.parquet.gz", "'.parquet.gz'"), ("t.gz", "'.gz'"), ("t.jsonl.zst", "'.zst'")):
+        (data / name).write_bytes(b"")
+        with pytest.raises(SourceError, match=rf"unsupported file type {shown}; use one of .parquet, .arrow, .jsonl, "
+                                              r"\.json, \.csv, \.tsv \(the text ones also compressed: \.gz, \.bz2, \.xz, "
+                                              r"as train\.jsonl\.gz\)"):
+            resolve_source(SourceConfig(name=str(data / name)))
+    directory = resolve_source(SourceConfig(name=str(data)))
+    assert rel_files(directory) == ["train.jsonl.gz", "more_train.json.bz2"]  # 2 JSON files to 1 CSV
+    assert directory.note == ("ignored 6 files: rows.TSV (another split), t.gz (not a .parquet/.arrow/.jsonl/.json/"
+                              ".csv/.tsv file), t.jsonl.zst (not a .parquet/.arrow/.jsonl/.json/.csv/.tsv file), "
+                              "t.parquet.gz (not a .parquet/.arrow/.jsonl/.json/.csv/.tsv file), train.csv.xz (the "
+                              ".jsonl.gz files are read), x.tsv.gz (another split)")
 
 
 def test_bundled_sample(tmp_path, monkeypatch):

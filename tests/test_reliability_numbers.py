@@ -277,7 +277,7 @@ def dataset_dir(tmp_path) -> Path:
     directory = tmp_path / "dataset"
     write_jsonl(directory / "train.jsonl", [{"question": "q", "context": "c", "answer": "SELECT 1"}] * 40)
     write_jsonl(directory / "test.jsonl", [{"question": "q", "context": "c", "answer": "SELECT 2"}])
-    write_jsonl(directory / "more" / "train.csv.gz", [])
+    write_jsonl(directory / "more" / "train.csv.zip", [])  # a zip archive: datasets reads it, packtrain does not
     (directory / "notes.txt").write_text("about the data\n")
     (directory / ".DS_Store").write_text("x")
     (directory / "dataset_info.json").write_text("{}")
@@ -290,8 +290,8 @@ def test_ignored_files_of_a_dataset_directory_are_named(tmp_path):
     source = resolve_source(SourceConfig(name=str(directory)))
     assert [p.name for p in source.files] == ["train.jsonl"]
     assert source.note == (
-        "ignored 6 files: .DS_Store (hidden), dataset_info.json (dataset metadata), more/train.csv.gz (not a "
-        ".parquet/.arrow/.jsonl/.json/.csv file), notes.txt (not a .parquet/.arrow/.jsonl/.json/.csv file), "
+        "ignored 6 files: .DS_Store (hidden), dataset_info.json (dataset metadata), more/train.csv.zip (not a "
+        ".parquet/.arrow/.jsonl/.json/.csv/.tsv file), notes.txt (not a .parquet/.arrow/.jsonl/.json/.csv/.tsv file), "
         "test.jsonl (another split), train.csv (the .jsonl files are read)")
     assert source.note in source.describe()
 

@@ -18,8 +18,8 @@ class SourceConfig:
 
     name: str
     """``bundled`` (the sample shipped with packtrain), an HF dataset id (``b-mc2/sql-create-context``)
-    found in the local HF caches, or a local path (jsonl/json/csv/parquet file or directory, or a
-    ``save_to_disk`` directory)."""
+    found in the local HF caches, or a local path (jsonl/json/csv/tsv/parquet/arrow file, the text ones
+    also .gz/.bz2/.xz, or a directory of them, or a ``save_to_disk`` directory)."""
     split: str = "train"
     """Which split of the dataset to read (``train``, ``validation``, ...), as in ``load_dataset(name, split=...)``;
     the build makes its own validation split from it (``pack.val_fraction``). Change it when the rows you
