@@ -10,6 +10,7 @@ import bz2
 import gzip
 import json
 import lzma
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,14 @@ LAYOUTS = {
 }
 
 
+def write_tree(directory: Path, files: dict[str, bytes]) -> Path:
+    """``files`` (relative path -> bytes) written under ``directory``."""
+    for rel, data in files.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_bytes(data)
+    return directory
+
+
 def rows(name: str, split: str) -> list:
     source = resolve_source(SourceConfig(name=name, split=split))
     return [q for batch in iter_batches(source, ["q"], 2) for q in batch.columns["q"]]
@@ -61,9 +70,7 @@ def test_every_split_holds_the_rows_load_dataset_gives_it_in_its_order(tmp_path,
     import datasets
 
     directory = tmp_path / "ds"
-    for rel, data in LAYOUTS[layout].items():
-        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-        (directory / rel).write_bytes(data)
+    write_tree(directory, LAYOUTS[layout])
     reference = datasets.load_dataset(str(directory), cache_dir=str(tmp_path / "datasets-cache"))
     for split in reference:
         assert rows(str(directory), split) == reference[split]["q"], split
@@ -142,9 +149,7 @@ def test_each_readme_config_reads_what_load_dataset_reads_for_it(tmp_path, hf_ho
     import datasets
 
     directory = tmp_path / layout
-    for rel, data in (GSM8K if layout == "gsm8k" else SUBSETS).items():
-        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-        (directory / rel).write_bytes(data)
+    write_tree(directory, GSM8K if layout == "gsm8k" else SUBSETS)
     configs = ["main", "socratic"] if layout == "gsm8k" else [None, "en", "fr", "all"]
     for config in configs:
         reference = datasets.load_dataset(str(directory), config, cache_dir=str(tmp_path / "datasets-cache"))
@@ -182,9 +187,7 @@ def test_a_data_files_glob_matches_what_load_dataset_reads(tmp_path, hf_home, pa
 
     directory = tmp_path / "ds"
     readme = f"---\nconfigs:\n- config_name: c\n  data_files:\n  - split: train\n    path: {json.dumps(pattern)}\n---\n"
-    for rel, data in {**GLOBS, "README.md": readme.encode()}.items():
-        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-        (directory / rel).write_bytes(data)
+    write_tree(directory, {**GLOBS, "README.md": readme.encode()})
     reference = datasets.load_dataset(str(directory), split="train", cache_dir=str(tmp_path / "datasets-cache"))
     assert rows(str(directory), "train") == reference["q"]
 
@@ -218,9 +221,7 @@ def test_a_readme_header_is_read_as_load_dataset_reads_it(tmp_path, hf_home, car
     directory = tmp_path / "ds"
     files = {"a.jsonl": jsonl("a"), "b.jsonl": jsonl("b"), "sub/train.jsonl": jsonl("s"),
              "README.md": CARDS[card].encode()}
-    for rel, data in files.items():
-        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-        (directory / rel).write_bytes(data)
+    write_tree(directory, files)
     reference = datasets.load_dataset(str(directory), split="train", cache_dir=str(tmp_path / "datasets-cache"))
     assert rows(str(directory), "train") == reference["q"]
 
