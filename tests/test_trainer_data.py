@@ -8,8 +8,8 @@ import torch
 from packtrain.core.config_train import TrainConfig
 from packtrain.core.contract import Manifest, expert_dir
 from packtrain.core.errors import ContractError
-from packtrain.trainer.data import (IGNORE_INDEX, BatchStream, BlockDataset, BlockSampler, make_loader,
-                                    position_ids_from_doc_lens, window_doc_lens)
+from packtrain.trainer.data import (IGNORE_INDEX, PAD, BatchStream, BlockDataset, BlockSampler, PaddedBlocks,
+                                    make_loader, position_ids_from_doc_lens, window_doc_lens)
 from trainer_fixtures import pack_docs, random_blocks, write_build, write_tokenizer
 
 BUILD = "0123456789abcdef"
@@ -143,14 +143,17 @@ def test_sampler_permutation_is_pinned_and_resumable():
     assert BlockSampler(10, 42, "fedcba9876543210").order(0).tolist() != sampler.order(0).tolist()
 
 
-def test_sampler_rank_slices_are_disjoint_and_equal():
+def test_sampler_rank_slices_are_disjoint_equal_and_cover_every_block():
+    """10 blocks over 3 ranks: every block once, the slices padded to 4 each (PAD trains nothing)."""
     slices = [BlockSampler(10, 42, BUILD, rank=r, world_size=3).order(0).tolist() for r in range(3)]
-    assert slices[1] == [6, 9, 2]
-    assert all(len(s) == 3 for s in slices)
-    assert len(set(sum(slices, []))) == 9
+    assert slices[1] == [6, 9, 2, PAD]
+    assert all(len(s) == 4 for s in slices)
+    assert sorted(sum(slices, [])) == [PAD, PAD] + list(range(10))
 
 
 def test_loader_with_two_persistent_workers_streams_epochs_and_resumes(tmp_path):
+    """7 blocks in micro-batches of 2: 4 an epoch (the last: 1 block and padding); windows of 3 micro-batches
+    stop at every epoch's end, as HF Trainer's last step of an epoch takes the leftovers."""
     tok = write_tokenizer(tmp_path / "tok")
     blocks = random_blocks(7, 16, seed=5)
     build_id = write_build(tmp_path / "cache", "sql", blocks, [], 16, tok, rows_per_shard=3)
@@ -159,24 +162,28 @@ def test_loader_with_two_persistent_workers_streams_epochs_and_resumes(tmp_path)
     first = {tuple(pack_docs(b, 16)[0].tolist()): i for i, b in enumerate(blocks)}
 
     def stream(epoch, position):
-        sampler = BlockSampler(len(ds), 1, build_id)
-        loader = make_loader(ds, sampler, 2, train, torch.device("cpu"), drop_last=True, seed=1)
+        sampler = BlockSampler(len(ds), 1, build_id, batch_size=2)
+        loader = make_loader(PaddedBlocks(ds), sampler, 2, train, torch.device("cpu"), drop_last=True, seed=1)
         assert loader.persistent_workers and loader.num_workers == 2
         return sampler, BatchStream(loader, sampler, epoch, position)
 
-    sampler, batches = stream(0, 0)
-    seen, positions = [], []
-    for _ in range(7):  # 3 batches per epoch (7 blocks, drop_last): crosses two epoch boundaries
-        batch = next(batches)
-        seen += [first[tuple(row.tolist())] for row in batch["input_ids"]]
-        positions.append((batches.epoch, batches.position))
-    expected = sampler.order(0)[:6].tolist() + sampler.order(1)[:6].tolist() + sampler.order(2)[:2].tolist()
-    assert seen == expected
-    assert positions == [(0, 2), (0, 4), (0, 6), (1, 2), (1, 4), (1, 6), (2, 2)]
+    def blocks_of(window):
+        return [first[tuple(ids.tolist())] if int(n) else PAD
+                for batch in window for ids, n in zip(batch["input_ids"], batch["n_tokens"])]
 
-    _, resumed = stream(1, 4)  # jump straight to epoch 1, block 4
-    tail = []
-    for _ in range(2):
-        tail += [first[tuple(row.tolist())] for row in next(resumed)["input_ids"]]
-    assert tail == seen[10:14]
-    assert (resumed.epoch, resumed.position) == (2, 2)
+    sampler, batches = stream(0, 0)
+    seen, sizes, positions = [], [], []
+    for _ in range(5):  # crosses two epoch boundaries
+        window = batches.window(3)
+        seen += blocks_of(window)
+        sizes.append(len(window))
+        positions.append((batches.epoch, batches.position))
+    assert sizes == [3, 1, 3, 1, 3]
+    assert seen == sampler.order(0).tolist() + sampler.order(1).tolist() + sampler.order(2)[:6].tolist()
+    assert seen[6:8] == [sampler.order(0)[6], PAD]
+    assert positions == [(0, 6), (1, 0), (1, 6), (2, 0), (2, 6)]
+
+    _, resumed = stream(1, 6)  # jump straight to epoch 1, block 6: the epoch's last micro-batch
+    assert blocks_of(resumed.window(3)) == seen[14:16]
+    assert (resumed.epoch, resumed.position) == (2, 0)
+    assert blocks_of(resumed.window(3)) == seen[16:22]

@@ -28,13 +28,14 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints
-from packtrain.trainer.data import BlockSampler
+from packtrain.trainer.data import PAD, BlockSampler
 from packtrain.trainer.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 WORLD = 2
-# 14 train blocks: a 4-block global micro-batch gives 3 per epoch (2 blocks dropped), so with ga=2
-# windows straddle epoch boundaries; dropout 0 (masks cannot match a differently shaped batch)
+# 14 train blocks: a 4-block global micro-batch gives 4 per epoch, the last 2 blocks and 2 of padding (one on
+# each rank), so with ga=2 every epoch's second step ends in padding; dropout 0 (masks cannot match a
+# differently shaped batch)
 SETTINGS = dict(max_steps=4, gradient_accumulation_steps=2, save_steps=2, eval_steps=2, save_total_limit=5,
                 per_device_eval_batch_size=2, warmup_steps=1, lr_scheduler_type="cosine", max_grad_norm=0.5)
 
@@ -108,12 +109,14 @@ def assert_same_run(got, want):
 
 
 def test_strided_slices_make_up_the_global_batches():
-    """Rank r takes positions r, r+W, ...: the k-th batches of the ranks are the k-th global batch."""
-    one = list(BlockSampler(14, 7, "b"))
-    ranks = [list(BlockSampler(14, 7, "b", rank=r, world_size=WORLD)) for r in range(WORLD)]
-    assert [len(r) for r in ranks] == [7, 7]
-    for k in range(3):  # batches of 2 per rank, 4 globally
+    """Rank r takes positions r, r+W, ...: the k-th batches of the ranks are the k-th global batch, the
+    epoch's last one included (2 blocks and 2 of padding: one each)."""
+    one = list(BlockSampler(14, 7, "b", batch_size=4))
+    ranks = [list(BlockSampler(14, 7, "b", rank=r, world_size=WORLD, batch_size=2)) for r in range(WORLD)]
+    assert [len(r) for r in ranks] == [8, 8] and len(one) == 16
+    for k in range(4):  # batches of 2 per rank, 4 globally
         assert sorted(ranks[0][2 * k:2 * k + 2] + ranks[1][2 * k:2 * k + 2]) == sorted(one[4 * k:4 * k + 4])
+    assert ranks[0][-1] == ranks[1][-1] == PAD
 
 
 def single_process_reference(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 2x batch computes, save a full PEFT adapter from rank 0 and resume exactly.
 
 The ranks are started as in tests/test_trainer_distributed.py (its helpers are reused: the same
-settings, 14 train blocks, gradient accumulation across epoch boundaries, warmup, cosine decay,
+settings, 14 train blocks, each epoch ending in a short step whose last micro-batch holds padding, warmup, cosine decay,
 clipping, evaluation of 5 val blocks, i.e. 3 on rank 0 and 2 + 1 padding block on rank 1) and held to
 the same tolerances: losses, eval losses and gradient norms to 1e-5 relative, adapter weights to 1e-4
 absolute.

@@ -9,7 +9,8 @@ filling the fields it names (nothing is written to the run directory yet):
 2. :func:`setup_model`: the base model, its attention path and adapters (``train.init_adapter``);
 3. :func:`setup_micro_batch`: the fused loss kernel, torch.compile, the train set and the micro-batch
    (``auto`` measured here, once): resolved into ``ctx.train``;
-4. :func:`setup_data`: the sampler and loaders, the number of steps;
+4. :func:`setup_data`: the sampler and loaders, the number of steps (epochs cut into steps as HF's Trainer
+   cuts them: trainer/epochs.py);
 5. :func:`setup_optimizer`: FSDP sharding (before the optimizer: it must hold the sharded parameters),
    optimizer, schedule, GradScaler;
 6. :func:`restore`: the data stream at the state's position, and the checkpoint's weights, optimizer and
@@ -33,8 +34,9 @@ from packtrain.core.contract import Manifest
 from packtrain.trainer.adapters import attach_adapters, load_adapter_weights, trainable_parameters
 from packtrain.trainer.attention import AttentionChoice, choose_attention
 from packtrain.trainer.checkpoint import RunInfo, TrainState, load_checkpoint
-from packtrain.trainer.data import BatchStream, BlockDataset, BlockSampler, eval_slice, make_loader
+from packtrain.trainer.data import BlockDataset, PaddedBlocks, eval_slice, make_loader
 from packtrain.trainer.distributed import World, device_for, shard
+from packtrain.trainer.epochs import BatchStream, BlockSampler
 from packtrain.trainer.loss import fused_kernel
 from packtrain.trainer.metrics import FlopCounter
 from packtrain.trainer.microbatch import resolve_auto_micro_batch
@@ -175,14 +177,13 @@ def setup_data(ctx: TrainContext) -> None:
     train, world, manifest, train_set = ctx.train, ctx.world, ctx.manifest, ctx.train_set
     batch_size = train.per_device_train_batch_size
     ctx.sampler = BlockSampler(len(train_set), train.seed, manifest.build_id, rank=world.rank,
-                               world_size=world.world_size)
-    ctx.train_loader = make_loader(train_set, ctx.sampler, batch_size, train, ctx.device, drop_last=True,
-                                   seed=train.seed)
-    if train.global_batch_size is not None:  # counted in whole global batches: the same whatever auto measured
-        ctx.total_steps = total_training_steps(
-            train, len(train_set) // train.global_batch_size * train.gradient_accumulation_steps)
-    else:
-        ctx.total_steps = total_training_steps(train, len(train_set) // (batch_size * world.world_size))
+                               world_size=world.world_size, batch_size=batch_size)
+    # every micro-batch full: the sampler fills an epoch's last one with padding (trainer/epochs.py)
+    ctx.train_loader = make_loader(PaddedBlocks(train_set), ctx.sampler, batch_size, train, ctx.device,
+                                   drop_last=True, seed=train.seed)
+    # HF Trainer's steps: ceil(micro-batches / accumulation) an epoch, which is ceil(sequences / global
+    # batch): the same whatever micro-batch auto measured
+    ctx.total_steps = total_training_steps(train, ctx.sampler.micro_batches)
     ctx.val_loader = None
     val_set = BlockDataset(ctx.build_dir, manifest, "val", ctx.state.seq_length)
     if len(val_set) == 0:

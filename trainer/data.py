@@ -1,4 +1,5 @@
-"""Shards -> batches: a map-style Dataset over the memory-mapped blocks, a resumable Sampler, a loader.
+"""Shards -> batches: a map-style Dataset over the memory-mapped blocks, and a loader (the sampler that
+orders them into epochs and steps: trainer/epochs.py).
 
 The trainer reads the build's Arrow shards and nothing else. One row of a shard is one packed block
 of ``B`` tokens (see ``packtrain/core/contract.py``). For every block the dataset returns::
@@ -32,11 +33,10 @@ views of the record batches (zero-copy, no token is read until it is used).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -47,6 +47,8 @@ from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import ShardBlocks, open_shard
 from packtrain.trainer.attention import attention_inputs
 from packtrain.trainer.distributed import World
+# the train loader's sampler and stream live in trainer/epochs.py; importable from here as before
+from packtrain.trainer.epochs import PAD, BatchStream, BlockSampler, permutation_seed  # noqa: F401
 
 IGNORE_INDEX = -100
 
@@ -212,57 +214,7 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device,
             batch["labels"].to(device, non_blocking=True), attention_inputs(batch, device, attention))
 
 
-def permutation_seed(seed: int, build_id: str, epoch: int) -> int:
-    digest = hashlib.sha256(f"packtrain:{seed}:{build_id}:{epoch}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
-class BlockSampler(Sampler[int]):
-    """A deterministic shuffle of the blocks per (seed, build id, epoch), resumable at any position.
-
-    Iterating yields ``order(epoch)[start:]`` where ``order`` is this rank's slice of the
-    permutation. Resuming sets ``start`` and jumps straight there (nothing is replayed).
-
-    ``rank``/``world_size`` slice the permutation for data parallel runs, strided: rank r takes
-    positions r, r+W, r+2W, ... (every rank gets ``num_blocks // W`` blocks; the remainder of an
-    epoch is left out). With W=2 and a per-rank batch of 2::
-
-        permutation   p0 p1 p2 p3 | p4 p5 p6 p7 | ...
-        rank 0        p0    p2    | p4    p6
-        rank 1           p1    p3 |    p5    p7
-
-    so the k-th micro-batches of all ranks together hold exactly the blocks of the k-th micro-batch
-    of one process with a W times larger batch, and this rank's position ``i`` in its slice is the
-    global position ``i x W`` (what a checkpoint stores).
-    """
-
-    def __init__(self, num_blocks: int, seed: int, build_id: str, shuffle: bool = True,
-                 rank: int = 0, world_size: int = 1):
-        if num_blocks < world_size:
-            raise ValueError(f"{num_blocks} blocks cannot be split over {world_size} ranks")
-        self.num_blocks, self.seed, self.build_id, self.shuffle = num_blocks, seed, build_id, shuffle
-        self.rank, self.world_size = rank, world_size
-        self.epoch, self.start = 0, 0
-
-    def set_position(self, epoch: int, start: int) -> None:
-        self.epoch, self.start = epoch, start
-
-    def order(self, epoch: int) -> np.ndarray:
-        if self.shuffle:
-            perm = np.random.default_rng(permutation_seed(self.seed, self.build_id, epoch)).permutation(self.num_blocks)
-        else:
-            perm = np.arange(self.num_blocks)
-        per_rank = self.num_blocks // self.world_size
-        return perm[self.rank:per_rank * self.world_size:self.world_size]
-
-    def __len__(self) -> int:
-        return self.num_blocks // self.world_size - self.start
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.order(self.epoch)[self.start:].tolist())
-
-
-def make_loader(dataset: BlockDataset, sampler: Sampler | None, batch_size: int, train_config,
+def make_loader(dataset: Dataset, sampler: Sampler | None, batch_size: int, train_config,
                 device: torch.device, drop_last: bool, seed: int, num_workers: int | None = None) -> DataLoader:
     """DataLoader with the configured workers, prefetching, pinning (CUDA only) and persistence.
 
@@ -287,43 +239,6 @@ def make_loader(dataset: BlockDataset, sampler: Sampler | None, batch_size: int,
         # resumed run (which creates its iterator at a different step) would diverge.
         generator=torch.Generator().manual_seed(seed),
     )
-
-
-class BatchStream:
-    """Endless batches, epoch after epoch, that know where the next one starts.
-
-    ``epoch`` and ``position`` (blocks of this epoch's permutation consumed by the trainer, not by
-    prefetching workers, counted over ALL ranks) are what a checkpoint stores; a new stream built
-    with them continues exactly there. A rank has consumed ``position / world_size`` blocks of its
-    own slice.
-    """
-
-    def __init__(self, loader: DataLoader, sampler: BlockSampler, epoch: int = 0, position: int = 0):
-        if position % sampler.world_size:
-            raise ValueError(f"global position {position} is not a multiple of the world size {sampler.world_size}")
-        self.loader, self.sampler = loader, sampler
-        self.epoch, self.local = epoch, position // sampler.world_size
-        sampler.set_position(epoch, self.local)
-        self._it = iter(loader)
-
-    @property
-    def position(self) -> int:
-        """Blocks of this epoch's permutation consumed by all ranks together."""
-        return self.local * self.sampler.world_size
-
-    def __iter__(self) -> "BatchStream":
-        return self
-
-    def __next__(self) -> dict[str, torch.Tensor]:
-        try:
-            batch = next(self._it)
-        except StopIteration:
-            self.epoch, self.local = self.epoch + 1, 0
-            self.sampler.set_position(self.epoch, 0)
-            self._it = iter(self.loader)
-            batch = next(self._it)
-        self.local += len(batch["input_ids"])
-        return batch
 
 
 def eval_slice(val_set: BlockDataset, train, world: World, pad: bool = False) -> Dataset:
@@ -355,7 +270,28 @@ class _PaddedSlice(Dataset):
     def __getitem__(self, i: int) -> dict:
         if i < len(self.indices):
             return self.data[self.indices[i]]
-        item = dict(self.data[0])
-        item["labels"] = torch.full_like(item["labels"], IGNORE_INDEX)
-        item["n_sup"] = torch.zeros_like(item["n_sup"])
-        return item
+        return padding_item(self.data)
+
+
+class PaddedBlocks(Dataset):
+    """``data`` whose index :data:`packtrain.trainer.epochs.PAD` is :func:`padding_item`: what the train
+    loader reads, the sampler filling an epoch's last micro-batch with PAD (trainer/epochs.py)."""
+
+    def __init__(self, data: Dataset):
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> dict:
+        return padding_item(self.data) if i == PAD else self.data[i]
+
+
+def padding_item(data: Dataset) -> dict[str, torch.Tensor]:
+    """A sequence that trains nothing: item 0's tokens and segments (one shape, one attention layout),
+    no supervised target and no token, attention pair counted (no loss, no gradient, no throughput)."""
+    item = dict(data[0])
+    item["labels"] = torch.full_like(item["labels"], IGNORE_INDEX)
+    for key in ("n_sup", "n_tokens", "attn_pairs"):
+        item[key] = torch.zeros_like(item[key])
+    return item

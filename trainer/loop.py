@@ -1,8 +1,9 @@
 """The training loop: one function, read top to bottom.
 
 One optimizer step =
-  1. fetch the whole gradient-accumulation window of micro-batches (their supervised-token count
-     is known on the CPU before any forward, so no host sync is needed to normalise);
+  1. fetch the whole gradient-accumulation window of micro-batches, or an epoch's leftovers at its last
+     step (trainer/epochs.py; their supervised-token count is known on the CPU before any forward, so no
+     host sync is needed to normalise);
   2. forward + backward every micro-batch, the loss being the SUM of token losses divided by the
      number of supervised tokens in the whole window (bs1 x ga8 == bs8 x ga1);
   3. unscale (fp16), clip, and check the loss and gradient norm are finite (the one host sync of
@@ -62,9 +63,9 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
     progress = TrainProgress(total_steps, state.step, f"train {ctx.run.run_dir.name}", show=world.is_main)
     meter.reset()
     while state.step < total_steps:
-        # 1. the accumulation window; its counts come from CPU tensors (no sync), summed over ranks
+        # 1. the accumulation window (an epoch's last one: its leftovers); counts from CPU tensors, summed over ranks
         wait_start = time.perf_counter()
-        window = [next(ctx.batches) for _ in range(train.gradient_accumulation_steps)]
+        window = ctx.batches.window(train.gradient_accumulation_steps)
         wait = time.perf_counter() - wait_start
         counts = WindowCounts(*all_sum_ints(astuple(WindowCounts.of(window)), world))
 
@@ -100,7 +101,7 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
 
         # log (the only other host syncs: .item() on loss and grad norm, every logging_steps)
         if is_due(state.step, train.logging_steps, total_steps):
-            record = meter.flush(state.step, state.epoch, lr, grad_norm)
+            record = meter.flush(state.step, ctx.batches.epochs_done, lr, grad_norm)
             records.append(record)
             metrics.write(record)
             progress.logged(record)  # a bar on a terminal, a line with the ETA elsewhere (trainer/progress.py)

@@ -2,12 +2,13 @@
 
 ``<run>/metrics.jsonl`` gets one flat JSON object per logged step::
 
-    {"step": 10, "epoch": 0, "loss": 2.31, "lr": 0.0002, "grad_norm": 0.41, "tok_s": 5321.0,
+    {"step": 10, "epoch": 0.4, "loss": 2.31, "lr": 0.0002, "grad_norm": 0.41, "tok_s": 5321.0,
      "sup_tok_s": 2102.0, "mfu": 0.38, "data_wait": 0.01, "mem/peak_gib": 11.2}
 
 plus one line per evaluation (``{"step": 200, "eval/loss": ..., "eval/ppl": ..., "eval/tokens": ...}``)
 and one per skipped step (``{"step": 7, "skipped": "non-finite loss", ...}``).
 
+``epoch`` is HF's: the epochs done with the fraction of the current one (trainer/epochs.py).
 ``loss`` is the token-weighted mean over the supervised tokens of the steps since the previous
 line; ``tok_s`` counts real (non-padding) tokens, ``sup_tok_s`` supervised targets; ``data_wait``
 is the share of wall time spent waiting for the loader. In a data-parallel run (torchrun) only
@@ -181,7 +182,7 @@ class Meter:
         self.pairs += counts.pairs
         self.loss_sum += loss_sum
 
-    def flush(self, step: int, epoch: int, lr: float, grad_norm: torch.Tensor | None) -> dict:
+    def flush(self, step: int, epoch: float, lr: float, grad_norm: torch.Tensor | None) -> dict:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = max(time.perf_counter() - self.start, 1e-9)

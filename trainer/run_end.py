@@ -38,7 +38,8 @@ def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start
         return run_dir
     check_not_finished(run_dir, "write its adapter/ and summary.json")
     summary = summarize(records, evals, {
-        "run_dir": str(run_dir), "build_id": ctx.manifest.build_id, "steps": state.step, "epoch": state.epoch,
+        "run_dir": str(run_dir), "build_id": ctx.manifest.build_id, "steps": state.step,
+        "epoch": ctx.batches.epochs_done,
         "tokens": state.tokens, "sup_tokens": state.sup_tokens, "wall_s": wall,
         "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
         "adapter": str(run_dir / ADAPTER_DIR),

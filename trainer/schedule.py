@@ -17,6 +17,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from packtrain.core.config_train import TrainConfig
+from packtrain.trainer.epochs import steps_per_epoch
 
 
 def warmup_steps(train: TrainConfig, total_steps: int) -> int:
@@ -57,7 +58,14 @@ def rates_at_restored_step(scheduler: LambdaLR) -> None:
 
 
 def total_training_steps(train, batches_per_epoch: int) -> int:
-    """``max_steps`` when set (as in HF TrainingArguments), else ``num_train_epochs`` passes."""
+    """``max_steps`` when set (as in HF TrainingArguments), else ``num_train_epochs`` epochs of
+    ``ceil(batches_per_epoch / gradient_accumulation_steps)`` steps (``batches_per_epoch``: micro-batches per
+    rank; an epoch's last step takes the leftovers: trainer/epochs.py), HF Trainer's count.
+
+    >>> from types import SimpleNamespace as Train
+    >>> total_training_steps(Train(max_steps=None, num_train_epochs=3, gradient_accumulation_steps=4), 6)
+    6
+    """
     if train.max_steps is not None:
         return train.max_steps
-    return math.ceil(train.num_train_epochs * batches_per_epoch / train.gradient_accumulation_steps)
+    return train.num_train_epochs * steps_per_epoch(batches_per_epoch, train.gradient_accumulation_steps)

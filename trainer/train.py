@@ -44,6 +44,7 @@ from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, 
 from packtrain.trainer.context import TrainContext, prepare
 from packtrain.trainer.data import BlockDataset
 from packtrain.trainer.distributed import DistributedError, World, close_world, decide_on_rank0, init_world, wrap
+from packtrain.trainer.epochs import epoch_shape
 from packtrain.trainer.loop import NonFiniteLossError, train_loop
 from packtrain.trainer.metrics import Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops
 from packtrain.trainer.microbatch import MicroBatchError
@@ -297,5 +298,6 @@ def log_run_shape(ctx: TrainContext) -> None:
                  f"{train_set.blocks} blocks of {block_size} tokens cut into windows, up to "
                  f"{train_set.windows} each; windows of padding only left out)")
     log.info("run %s: build %s, %s, %d steps of %d x %d x %d sequences (per device x world size x gradient "
-             "accumulation)", ctx.run.run_dir, ctx.manifest.build_id, sequences, ctx.total_steps,
-             train.per_device_train_batch_size, ctx.world.world_size, train.gradient_accumulation_steps)
+             "accumulation); an epoch: %s", ctx.run.run_dir, ctx.manifest.build_id, sequences, ctx.total_steps,
+             train.per_device_train_batch_size, ctx.world.world_size, train.gradient_accumulation_steps,
+             epoch_shape(ctx.sampler.micro_batches, train.gradient_accumulation_steps))

@@ -81,10 +81,12 @@ class TrainConfig:
     """Seed of the LoRA initialization, dropout, the block order of every epoch (mixed with the build
     id) and of a random-init base."""
     num_train_epochs: int = num(1, "[1, 1000000]")
-    """Passes over the training blocks, unless ``max_steps`` is set."""
+    """Passes over the training blocks, unless ``max_steps`` is set. As in HF's Trainer, an epoch trains
+    every block once in ``ceil(micro-batches / gradient_accumulation_steps)`` steps, its last step on the
+    micro-batches left (trainer/epochs.py)."""
     max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: num_train_epochs decides")
-    """When set, train exactly this many optimizer steps (cycling over epochs as needed), whatever
-    num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
+    """When set, train exactly this many optimizer steps (epoch after epoch as needed, each cut into steps
+    as without it), whatever num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
     max_seq_length: int | None = num(None, "[16, 1048576]", "or unset: the build's block size")
     """Tokens per training sequence (TRL ``SFTConfig.max_seq_length``); unset: the build's
     ``pack.block_size``. Shorter: the trainer cuts every block into windows of this many tokens
