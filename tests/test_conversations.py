@@ -190,3 +190,33 @@ def test_a_parquet_conversation_keeps_only_the_keys_each_message_has(chat_projec
     runs, text = supervised_and_not(chat_project, result)
     assert text == "<|im_start|>user (ann)\nhi<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n<|endoftext|>"
     assert runs == ["ok<|im_end|>"]
+
+
+def test_a_turn_opening_with_newlines_is_a_bad_row_saying_to_strip_them(real_tokenizer, tmp_path):
+    """Qwen's tokenizer makes one token of the template's ``<|im_start|>assistant\\n`` newline and a turn's
+    opening one, so the turn starts inside a token: the reason shows the token and says to strip the
+    whitespace (it said to end format.prompt with a newline, which a conversation has none of, or to use
+    another chat template)."""
+    from build_fixtures import chat_configs, seed_decision
+    from real_tokenizers import CHATML
+
+    tokenizer = tmp_path / "qwen3-chatml"  # Qwen3's vocabulary, the ChatML template of Qwen2 (no <think> blocks)
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_bytes((real_tokenizer("qwen3") / "tokenizer.json").read_bytes())
+    (tokenizer / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": CHATML}))
+    rows = [{"messages": [{"role": "user", "content": "Rows?"}, {"role": "assistant", "content": "\nSELECT 1"}]},
+            {"messages": CONVERSATION[:3] + [{"role": "user", "content": "More"},
+                                             {"role": "assistant", "content": "\n\nSELECT 2"}]},
+            {"messages": CONVERSATION}]
+    configs = chat_configs(tmp_path, rows, tokenizer, 256)
+    seed_decision(tmp_path / "cache", tokenizer)
+    result = build(load_config("chat", configs), tmp_path / "cache", log=quiet, progress=False)
+    report = json.loads((result.path / "report.json").read_text())
+    joined = ("starts inside a token: the tokenizer encodes '\\n' (the end of the chat template's text before the "
+              "turn) and {!r} (the turn's first characters) as one token, so its tokens would not be the ones the "
+              "model generates after its prompt; remove the whitespace at the start of the turn's content in the data")
+    assert [row["reason"] for row in report["sources"][0]["first_bad_rows"]] == [
+        "the assistant turn starting '\\nSELECT 1<|im_end|>' " + joined.format("\n"),
+        "the assistant turn starting '\\n\\nSELECT 2<|im_end|>' " + joined.format("\n\n"),
+    ]
+    assert report["train"]["documents"] == 1

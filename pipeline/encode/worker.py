@@ -124,17 +124,20 @@ PROMPT_BOUNDARY = ("the prompt does not end on a token boundary of prompt + answ
                    "end format.prompt with a newline")
 
 
-def token_spans(encoding, doc: Formatted) -> list[tuple[int, int]]:
+def token_spans(encoding, doc: Formatted, chat: bool = False) -> list[tuple[int, int]]:
     """The supervised character spans of ``doc`` as token ranges. A span must start on a token
-    boundary (else the prompt's tokens would not be a prefix: :class:`BadRow`); it covers every
-    token that starts before its end."""
+    boundary (else the prompt's tokens would not be a prefix: :class:`BadRow`, saying why in the terms
+    of the format: ``chat``, a chat template's assistant turn); it covers every token that starts
+    before its end."""
     out = []
     for number, (start, stop) in enumerate(doc.spans):
         first = encoding.char_to_token(start) if start < len(doc.text) else None
         if first is None or encoding.token_to_chars(first)[0] != start:
+            if chat:
+                raise BadRow(turn_inside_a_token(doc.text, start, None if first is None else encoding.token_to_chars(first)))
             raise BadRow(PROMPT_BOUNDARY if doc.is_suffix else
-                         f"assistant turn {number} does not start on a token boundary of the conversation, so its "
-                         "tokens would not be the tokens the model generates; use another chat template")
+                         f"supervised span {number} does not start on a token boundary of the text, so its tokens "
+                         "would not be the tokens the model generates")
         last = encoding.char_to_token(stop) if stop < len(doc.text) else len(encoding.ids)
         if last is None:
             raise BadRow(f"supervised span {number} ends at character {stop}, which no token covers")
@@ -142,6 +145,28 @@ def token_spans(encoding, doc: Formatted) -> list[tuple[int, int]]:
             last += 1  # the span ends inside a token: the token is supervised
         out.append((first, last))
     return out
+
+
+def turn_inside_a_token(text: str, start: int, token: tuple[int, int] | None) -> str:
+    """Why the assistant turn starting at character ``start`` of a chat document is a bad row: the
+    token whose characters are ``token`` (None: no token covers the start) holds both the end of the
+    template's text before the turn and the turn's first characters, as after ChatML's
+    ``<|im_start|>assistant\n`` a turn opening with newlines does (Qwen's tokenizers make one token of
+    ``\n\n``; SmolLM2's of ``\n\n`` before a newline, and of ``\n`` and a space before a space).
+
+    >>> print(turn_inside_a_token("<|im_start|>assistant\\n\\nSELECT 1<|im_end|>", 22, (21, 23)))
+    the assistant turn starting '\\nSELECT 1<|im_end|>' starts inside a token: the tokenizer encodes '\\n' (the end of the chat template's text before the turn) and '\\n' (the turn's first characters) as one token, so its tokens would not be the ones the model generates after its prompt; remove the whitespace at the start of the turn's content in the data
+    """
+    turn = text[start: start + 40] + ("..." if len(text) > start + 40 else "")
+    if token is None:
+        joined = "no token of the conversation covers its first character"
+    else:
+        joined = (f"the tokenizer encodes {text[token[0]:start]!r} (the end of the chat template's text before the "
+                  f"turn) and {text[start:token[1]]!r} (the turn's first characters) as one token")
+    fix = ("remove the whitespace at the start of the turn's content in the data" if text[start: start + 1].isspace()
+           else "change the start of the turn's content in the data")
+    return (f"the assistant turn starting {turn!r} starts inside a token: {joined}, so its tokens would not be "
+            f"the ones the model generates after its prompt; {fix}")
 
 
 def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
@@ -207,10 +232,11 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
                 encoded[k] = (np.asarray(m[0], np.uint32), [(m[1], len(m[0]))])
                 made_by[k] = exactness.LINE_CACHE
     whole = [k for k, m in enumerate(encoded) if m is None]
+    chat = task.formatter.fmt.style == "chat"  # a bad row says why in the terms of its format
     for k, encoding in zip(whole, hf_tokenizer(key).encode_batch(
             [docs[k].text for k in whole], add_special_tokens=False) if whole else []):
         try:
-            encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, docs[k]))
+            encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, docs[k], chat))
         except BadRow as e:
             bad.append((kept[k], str(e)))
     by_shortcut = [k for k, m in enumerate(made_by) if m is not None or docs[k].rendered_once]
