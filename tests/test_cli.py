@@ -95,7 +95,7 @@ def test_config_prints_the_resolved_config_with_overrides(tmp_path):
     assert yaml.safe_load(invoke("config", "neo4j", "--configs-dir", str(tmp_path)).output) == resolved
     assert resolved["pack"]["block_size"] == 1024 and resolved["train"]["learning_rate"] == 1e-4
     assert resolved["format"]["answer"] == "{cypher}"
-    assert resolved["sources"] == [{"name": "bundled", "split": "train", "revision": None, "columns": {},
+    assert resolved["sources"] == [{"name": "bundled", "split": "train", "revision": None, "config": None, "columns": {},
                                     "max_rows": None, "where": [], "weight": 1.0}]
 
 

@@ -138,7 +138,7 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
     )
     scratch = None
     if config.use_sdpa:
-        check_sdpa(source)
+        check_sdpa(source, config.trust_remote_code)
     try:
         directory = source.directory
         if not source.has_weights:
@@ -188,7 +188,7 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
             scratch.cleanup()
 
 
-def check_sdpa(source: ModelSource) -> None:
+def check_sdpa(source: ModelSource, trust_remote_code: bool) -> None:
     """A model class that has no SDPA attention in this transformers (Gemma 2) is refused with the setting
     that trains it, not as a damaged model (transformers' ValueError would be)."""
     import transformers
@@ -196,7 +196,8 @@ def check_sdpa(source: ModelSource) -> None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     try:
-        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(source.directory))]
+        hf_config = AutoConfig.from_pretrained(source.directory, trust_remote_code=trust_remote_code)
+        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(hf_config)]
     except (KeyError, ValueError, OSError):  # remote code or an unknown type: from_pretrained says what is wrong
         return
     if not getattr(model_class, "_supports_sdpa", True):
