@@ -155,3 +155,18 @@ def test_a_build_from_a_compressed_file_writes_the_shards_of_the_file_uncompress
         result = build(load_config("sql", configs), tmp_path / name / "cache", log=lambda *_: None, progress=False)
         shards.append({p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))})
     assert shards[0] == shards[1] and set(shards[0]) == {"train-00000.arrow", "val-00000.arrow"}
+
+
+@pytest.mark.parametrize("name", ["rows.csv", "rows.tsv.gz"])
+def test_a_csv_row_longer_than_pyarrows_block_is_read(tmp_path, name):
+    """A cell of several MB (a whole file's code in one row): pyarrow's CSV reader refuses a row longer than
+    its 1 MiB block ("straddling object straddles two block boundaries"), which stopped the build as a
+    damaged file; load_dataset reads it. Read again from that row with a larger block, twice here."""
+    rows = [{"question": f"q{i}", "answer": "x\n" * (size << 19), "n": str(i)}
+            for i, size in enumerate((0, 2, 0, 0, 5, 0))]  # 2 MB, then 5 MB: a block of 4, then 16 MiB
+    data = text("tsv" if ".tsv" in name else "csv", rows).encode()
+    (tmp_path / name).write_bytes(gzip.compress(data, compresslevel=1) if name.endswith(".gz") else data)
+    got = read(tmp_path / name, batch_rows=4)
+    assert [start for start, _ in got] == [0, 4]
+    assert [a for _, columns in got for a in columns["answer"]] == [r["answer"] for r in rows]
+    assert [q for _, columns in got for q in columns["question"]] == [r["question"] for r in rows]
