@@ -28,8 +28,8 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, damaged_fix, describe, file_format,
-                                            open_binary, open_text)
+from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, compressed_unnamed, damaged_fix,
+                                            describe, file_format, open_binary, open_text)
 from packtrain.pipeline.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
 from packtrain.pipeline.format import TEMPLATE_COLUMNS_FIX
 from packtrain.core.inputs import one_line
@@ -132,6 +132,8 @@ def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Co
     readers = {".parquet": _parquet, ".arrow": _arrow, ".jsonl": _jsonl, ".json": _json, ".csv": _csv, ".tsv": _tsv}
     if suffix not in readers:
         raise SourceError(f"{path}: unsupported file type {suffix!r}; use one of {DATA_SUFFIXES_TEXT}")
+    if mislabelled := compressed_unnamed(path):
+        raise SourceError(mislabelled)
     try:
         yield from readers[suffix](path, columns, batch_rows)
     except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error, RecursionError, *DECOMPRESSION_ERRORS) as e:

@@ -170,3 +170,19 @@ def test_a_csv_row_longer_than_pyarrows_block_is_read(tmp_path, name):
     assert [start for start, _ in got] == [0, 4]
     assert [a for _, columns in got for a in columns["answer"]] == [r["answer"] for r in rows]
     assert [q for _, columns in got for q in columns["question"]] == [r["question"] for r in rows]
+
+
+@pytest.mark.parametrize("comp", COMPRESS)
+def test_compressed_data_named_as_plain_text_is_one_line_saying_to_rename_it(tmp_path, comp):
+    """gzip's bytes named train.jsonl (load_dataset reads a file by its first bytes; packtrain by its name)
+    said 'cannot be read as jsonl (UnicodeDecodeError ...); check the file', or that line 1 is not JSON."""
+    name = {"gz": "gzip", "bz2": "bz2", "xz": "xz"}[comp]
+    for fmt in FORMATS:
+        path = tmp_path / f"rows.{fmt}"
+        path.write_bytes(COMPRESS[comp](text(fmt).encode()))
+        with pytest.raises(SourceError) as e:
+            read(path)
+        assert str(e.value) == (f"{path}: holds {name}-compressed data, not {fmt} text; rename it rows.{fmt}.{comp} (a "
+                                "compressed file is read as its name says), or decompress it")
+    path.write_text("BZh9 is text\tanswer\tn\n")  # a plain file that starts like one: read as it is
+    assert read(path, ["n"]) == []
