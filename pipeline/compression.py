@@ -17,6 +17,7 @@ import bz2
 import gzip
 import io
 import lzma
+import re
 import zlib
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -24,6 +25,7 @@ from typing import IO
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz"}  # suffix -> what the data must be
 TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")  # the formats that may be compressed
 _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+_MAGIC = {".gz": re.compile(rb"\x1f\x8b"), ".bz2": re.compile(rb"BZh[1-9]1AY&SY"), ".xz": re.compile(rb"\xfd7zXZ\x00")}
 _ARROW_CODECS = {".gz": "gzip", ".bz2": "bz2"}  # pyarrow's own streams (no GIL); xz through lzma
 # what a damaged or mislabelled compressed file raises while read (besides OSError, which gzip's and
 # bz2's own errors and pyarrow's "Truncated compressed stream" are)
@@ -57,6 +59,22 @@ def damaged_fix(path: Path) -> str:
         return "check the file (re-download or regenerate it) or remove it from the source"
     return (f"the file may be damaged, cut short, or not {COMPRESSIONS[comp]} data: re-download or regenerate it, "
             f"rename it without {comp} if it is not compressed, or remove it from the source")
+
+
+def compressed_unnamed(path: Path) -> str | None:
+    """Where a text data file named without a compression suffix holds compressed data (``train.jsonl``
+    that is gzip's bytes; ``load_dataset`` reads it by its first bytes, packtrain by its name): the
+    one-line error that says to rename it. Else None."""
+    fmt, comp = file_format(path.name)
+    if comp or fmt not in TEXT_SUFFIXES:
+        return None
+    with open(path, "rb") as f:
+        head = f.read(10)
+    found = next((suffix for suffix, magic in _MAGIC.items() if magic.match(head)), None)
+    if found is None:
+        return None
+    return (f"{path}: holds {COMPRESSIONS[found]}-compressed data, not {fmt[1:]} text; rename it {path.name}{found} "
+            f"(a compressed file is read as its name says), or decompress it")
 
 
 def open_binary(path: Path) -> IO[bytes]:

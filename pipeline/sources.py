@@ -28,8 +28,8 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, damaged_fix, describe, file_format,
-                                            open_binary, open_text)
+from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, compressed_unnamed, damaged_fix,
+                                            describe, file_format, open_binary, open_text)
 from packtrain.pipeline.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
 from packtrain.pipeline.format import TEMPLATE_COLUMNS_FIX
 from packtrain.core.inputs import one_line
@@ -132,6 +132,8 @@ def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Co
     readers = {".parquet": _parquet, ".arrow": _arrow, ".jsonl": _jsonl, ".json": _json, ".csv": _csv, ".tsv": _tsv}
     if suffix not in readers:
         raise SourceError(f"{path}: unsupported file type {suffix!r}; use one of {DATA_SUFFIXES_TEXT}")
+    if mislabelled := compressed_unnamed(path):
+        raise SourceError(mislabelled)
     try:
         yield from readers[suffix](path, columns, batch_rows)
     except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error, RecursionError, *DECOMPRESSION_ERRORS) as e:
@@ -179,17 +181,36 @@ def _arrow(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
         yield from _pieces(batch.select(columns), batch_rows)
 
 
+_CSV_MAX_BLOCK = 1 << 30  # the longest CSV row read: pyarrow's blocks are at most 2 GiB
+
+
 def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",") -> Iterator[Columns]:
     """Every requested column is read as text, as written (no "007" -> 7 type guessing). Quoted
-    cells may span lines (code and queries often do)."""
+    cells may span lines (code and queries often do). A row longer than pyarrow's block (1 MiB) is
+    read by reading the file again from that row with a block 4 times larger, as often as it takes."""
     with open_text(path, newline="") as f:
         header = next(csv.reader(f, delimiter=delimiter), [])
     _check_columns(path, columns, header)
     convert = pcsv.ConvertOptions(include_columns=columns, column_types={c: pa.string() for c in columns})
     parse = pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
-    with arrow_input(path) as stream:
-        for batch in pcsv.open_csv(stream, convert_options=convert, parse_options=parse):
-            yield from _pieces(batch, batch_rows)
+    done, block = 0, 1 << 20  # pyarrow's default block: a row must fit in one
+    while True:
+        try:
+            with arrow_input(path) as stream:
+                skip = done
+                for batch in pcsv.open_csv(stream, pcsv.ReadOptions(block_size=block), parse, convert):
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    for piece in _pieces(batch.slice(skip), batch_rows):
+                        yield piece
+                        done += len(piece[columns[0]])
+                    skip = 0
+            return
+        except pa.ArrowInvalid as e:
+            if "straddl" not in str(e) or block >= _CSV_MAX_BLOCK:
+                raise
+            block *= 4  # a row longer than the block (a 10 MB cell): read again from the row it stopped at
 
 
 def _tsv(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:

@@ -155,3 +155,34 @@ def test_a_build_from_a_compressed_file_writes_the_shards_of_the_file_uncompress
         result = build(load_config("sql", configs), tmp_path / name / "cache", log=lambda *_: None, progress=False)
         shards.append({p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))})
     assert shards[0] == shards[1] and set(shards[0]) == {"train-00000.arrow", "val-00000.arrow"}
+
+
+@pytest.mark.parametrize("name", ["rows.csv", "rows.tsv.gz"])
+def test_a_csv_row_longer_than_pyarrows_block_is_read(tmp_path, name):
+    """A cell of several MB (a whole file's code in one row): pyarrow's CSV reader refuses a row longer than
+    its 1 MiB block ("straddling object straddles two block boundaries"), which stopped the build as a
+    damaged file; load_dataset reads it. Read again from that row with a larger block, twice here."""
+    rows = [{"question": f"q{i}", "answer": "x\n" * (size << 19), "n": str(i)}
+            for i, size in enumerate((0, 2, 0, 0, 5, 0))]  # 2 MB, then 5 MB: a block of 4, then 16 MiB
+    data = text("tsv" if ".tsv" in name else "csv", rows).encode()
+    (tmp_path / name).write_bytes(gzip.compress(data, compresslevel=1) if name.endswith(".gz") else data)
+    got = read(tmp_path / name, batch_rows=4)
+    assert [start for start, _ in got] == [0, 4]
+    assert [a for _, columns in got for a in columns["answer"]] == [r["answer"] for r in rows]
+    assert [q for _, columns in got for q in columns["question"]] == [r["question"] for r in rows]
+
+
+@pytest.mark.parametrize("comp", COMPRESS)
+def test_compressed_data_named_as_plain_text_is_one_line_saying_to_rename_it(tmp_path, comp):
+    """gzip's bytes named train.jsonl (load_dataset reads a file by its first bytes; packtrain by its name)
+    said 'cannot be read as jsonl (UnicodeDecodeError ...); check the file', or that line 1 is not JSON."""
+    name = {"gz": "gzip", "bz2": "bz2", "xz": "xz"}[comp]
+    for fmt in FORMATS:
+        path = tmp_path / f"rows.{fmt}"
+        path.write_bytes(COMPRESS[comp](text(fmt).encode()))
+        with pytest.raises(SourceError) as e:
+            read(path)
+        assert str(e.value) == (f"{path}: holds {name}-compressed data, not {fmt} text; rename it rows.{fmt}.{comp} (a "
+                                "compressed file is read as its name says), or decompress it")
+    path.write_text("BZh9 is text\tanswer\tn\n")  # a plain file that starts like one: read as it is
+    assert read(path, ["n"]) == []
