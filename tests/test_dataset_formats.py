@@ -188,11 +188,14 @@ def test_where_keeps_the_rows_whose_columns_match_and_counts_the_rest(tiny, caps
 def test_a_where_condition_needs_exactly_one_test():
     with pytest.raises(ConfigError) as e:
         config_from_dict({"expert": "x", "sources": [{"name": "bundled", "where": [
-            {"column": "a"}, {"column": "b", "equals": 1, "not_empty": True}, {"column": "c", "equals": [1]}]}]})
+            {"column": "a"}, {"column": "b", "equals": 1, "not_empty": True}, {"column": "c", "equals": [1]},
+            {"column": "d", "one_of": [1.5, float("nan")]}]}]})
     assert str(e.value).splitlines()[1:] == [
         "  - sources[0].where[0]: give exactly one of equals, one_of, not_empty: true (got none)",
         "  - sources[0].where[1]: give exactly one of equals, one_of, not_empty: true (got equals, not_empty)",
-        "  - sources[0].where[2]: compare with strings, numbers or booleans (got [[1]]); use not_empty for null"]
+        "  - sources[0].where[2]: compare with strings, numbers or booleans (got [[1]]); use not_empty for null",
+        "  - sources[0].where[3]: .nan equals no value, not even a NaN in the data, so the condition would keep no row; "
+        "use not_empty, or compare with the values the column holds"]
 
 
 def test_each_new_field_is_part_of_the_build_id_and_configs_without_them_hash_as_before(tiny):

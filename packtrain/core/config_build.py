@@ -82,6 +82,9 @@ class RowCondition:
         if any(not isinstance(v, SCALARS) for v in values):
             errors.append(f"{where}: compare with strings, numbers or booleans (got {values!r:.80}); use not_empty "
                           "for null")
+        elif any(isinstance(v, float) and v != v for v in values):  # YAML's .nan: equal to nothing, itself included
+            errors.append(f"{where}: .nan equals no value, not even a NaN in the data, so the condition would keep "
+                          "no row; use not_empty, or compare with the values the column holds")
         if self.one_of is not None and not self.one_of:
             errors.append(f"{where}.one_of: list at least one value")
 
