@@ -238,6 +238,30 @@ def not_unicode(texts: list[str]) -> list[tuple[int, str]]:
     return out
 
 
+class NumberText(str):
+    """A number's text (:func:`text_value`) that a format spec strings cannot take formats as the number:
+    ``{price:.2f}``, ``{n:,}`` or ``{share:.0%}`` in a template, as ``str.format`` does with the value
+    itself. Every spec a string takes (``{n:>6}``) gives what it gave before.
+
+    >>> "{p:.2f} {n:,} {n:>6}".format(p=NumberText(3.14159, "3.14159"), n=NumberText(1234567, "1234567"))
+    '3.14 1,234,567 1234567'
+    """
+
+    def __new__(cls, number: int | float, text: str):
+        made = super().__new__(cls, text)
+        made.number = number
+        return made
+
+    def __reduce__(self):
+        return NumberText, (self.number, str(self))
+
+    def __format__(self, spec: str) -> str:
+        try:
+            return str.__format__(self, spec)
+        except ValueError:  # a number's spec ("Unknown format code 'f' for object of type 'str'")
+            return format(self.number, spec)
+
+
 def text_value(value: Any, name: str) -> str:
     """A field's text: strings as they are, numbers printed, lists/objects as compact JSON (but not a
     conversation: a list of messages with roles needs style chat)."""
@@ -248,8 +272,10 @@ def text_value(value: Any, name: str) -> str:
     if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN, Infinity, 1e400: no text to train on
         raise BadRow(f"field {name!r} is {value!r}, not a finite number (a NaN, Infinity or out-of-range number in "
                      "the data); fix that value in the data")
-    if isinstance(value, bool) or isinstance(value, (int, float)):
+    if isinstance(value, bool):
         return str(value)
+    if isinstance(value, (int, float)):
+        return NumberText(value, str(value))
     if isinstance(value, list) and value and all(isinstance(v, dict) and ("role" in v or "from" in v) for v in value):
         raise BadRow(f"field {name!r} holds a conversation (messages with roles), not text; conversations need "
                      "format.style: chat (with format.messages or a preset)")

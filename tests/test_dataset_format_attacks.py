@@ -209,3 +209,14 @@ def test_nan_and_infinite_numbers_in_a_field_are_bad_rows_not_the_text_nan(tiny_
               "that value in the data"),
         ("4", "field 'answer' holds a NaN or infinite number, which JSON has no text for; fix that value in the data")]
     assert report["bad_rows"] == 4 and report["sources"][0]["documents"] == 2
+
+
+def test_a_format_spec_for_numbers_formats_a_number_column(tiny_tokenizer):
+    """``{price:.2f}`` made every row bad ("Unknown format code 'f' for object of type 'str'"): the
+    values were text before the spec was applied. A spec a string takes gives what it gave."""
+    rows = formatter({"prompt": "{item} at {price:.2f} x{n:,} [{n:>8}] {price!r}\n", "answer": "{total:.0%}"},
+                     tiny_tokenizer[1])
+    assert rows({"item": "tea", "price": 3.14159, "n": 12345, "total": 0.875}).text == \
+        "tea at 3.14 x12,345 [   12345] '3.14159'\n88%"
+    with pytest.raises(ValueError, match="Unknown format code 'f'"):  # text under a number's spec: the worker's
+        rows({"item": "tea", "price": "cheap", "n": 1, "total": 0.5})  # "template error: ..." bad row, as before
