@@ -231,3 +231,27 @@ def test_resume_mid_epoch_and_after_the_short_step_is_exact(tmp_path, model_dir,
     assert step_losses(part) == step_losses(full) and len(step_losses(full)) == 6
     a, b = (load_file(d / "adapter" / "adapter_model.safetensors") for d in (full, part))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_resume_with_another_global_batch_trains_the_rest_of_the_epoch(tmp_path, model_dir, monkeypatch):
+    """A checkpoint taken after 2 of 12 blocks (micro-batch 2), resumed with micro-batch 4: the epoch's 10
+    blocks left are 2 micro-batches of 4 and one of 2 blocks and 2 PAD, then the next epoch. Before: the
+    epoch's end was counted in micro-batches of 4 from the start, so the 2 blocks left made no micro-batch,
+    and every later step was empty (loss 0, nothing trained) until max_steps."""
+    blocks = random_blocks(12, 32, 0)
+    build_id = write_build(tmp_path / "cache", "sql", blocks, [], 32, model_dir)
+    settings = dict(max_steps=5, save_steps=1, gradient_accumulation_steps=1)
+    crash_after_checkpoint(monkeypatch, 1)
+    with pytest.raises(Crash):
+        run(make_config(model_dir, tmp_path / "runs", run_name="r", per_device_train_batch_size=2, **settings),
+            tmp_path / "cache")
+    monkeypatch.undo()
+    fed, windows = record_feed(monkeypatch)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", run_name="r", per_device_train_batch_size=4, **settings),
+                  tmp_path / "cache", resume="auto")
+    assert windows == [1, 1, 1, 1]
+    sampler = BlockSampler(12, 42, build_id)
+    assert blocks_fed(fed, blocks) == sampler.order(0)[2:].tolist() + [None, None] + sampler.order(1)[:4].tolist()
+    assert [r["loss"] > 0 for r in metrics(run_dir)] == [True] * 5
+    state = json.loads((run_dir / "checkpoint-4" / "state.json").read_text())
+    assert (state["epoch"], state["position"]) == (1, 0)

@@ -77,10 +77,11 @@ def permutation_seed(seed: int, build_id: str, epoch: int) -> int:
 class BlockSampler(Sampler[int]):
     """A deterministic shuffle of the blocks per (seed, build id, epoch), resumable at any position.
 
-    Iterating yields ``order(epoch)[start:]`` where ``order`` is this rank's slice of the
+    Iterating yields ``order(epoch)[start:end(start)]`` where ``order`` is this rank's slice of the
     permutation, padded with :data:`PAD` to whole micro-batches of ``batch_size`` on every rank
     (M x batch_size entries per rank: the module docstring). Resuming sets ``start`` and jumps straight
-    there (nothing is replayed).
+    there (nothing is replayed); a start that is no multiple of the micro-batch (a checkpoint taken with
+    another global batch) ends in a micro-batch filled with PAD all the same (:meth:`end`).
 
     ``rank``/``world_size`` slice the padded permutation for data parallel runs, strided: rank r takes
     positions r, r+W, r+2W, ... With W=2 and a per-rank batch of 2::
@@ -116,11 +117,24 @@ class BlockSampler(Sampler[int]):
         padded[:self.num_blocks] = perm
         return padded[self.rank::self.world_size]
 
+    def end(self, start: int) -> int:
+        """Where this rank's epoch ends when read from entry ``start`` of its slice: after the whole micro-batches
+        that hold the blocks left (``per_rank`` from a multiple of the micro-batch; from another start, past the
+        slice, filled with PAD; ``start`` itself when only padding is left).
+
+        >>> sampler = BlockSampler(12, 0, "b", batch_size=4)
+        >>> sampler.end(0), sampler.end(4), sampler.end(2), sampler.end(12)
+        (12, 12, 14, 12)
+        """
+        left = max(self.num_blocks - start * self.world_size, 0)
+        return start + micro_batches_per_epoch(left, self.batch_size, self.world_size) * self.batch_size
+
     def __len__(self) -> int:
-        return self.per_rank - self.start
+        return self.end(self.start) - self.start
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.order(self.epoch)[self.start:].tolist())
+        entries = self.order(self.epoch)[self.start:self.end(self.start)].tolist()
+        return iter(entries + [PAD] * (len(self) - len(entries)))
 
 
 class BatchStream:
@@ -138,12 +152,13 @@ class BatchStream:
             raise ValueError(f"global position {position} is not a multiple of the world size {sampler.world_size}")
         self.loader, self.sampler = loader, sampler
         self.epoch, self.local = epoch, position // sampler.world_size
-        if self.local >= sampler.per_rank:  # the end of an epoch (as checkpoints before 2026-11-27 stored it)
-            self.epoch, self.local = epoch + 1, 0
+        if sampler.end(self.local) == self.local:  # no block left: the end of an epoch (as checkpoints before
+            self.epoch, self.local = epoch + 1, 0  # 2026-11-27 stored it)
         self._it = self._start()
 
     def _start(self):
         self.sampler.set_position(self.epoch, self.local)
+        self.stop = self.sampler.end(self.local)  # this rank's entry where the epoch ends
         return iter(self.loader)
 
     @property
@@ -162,10 +177,10 @@ class BatchStream:
         fewer are left."""
         if self._it is None:
             self._it = self._start()
-        left = (self.sampler.per_rank - self.local) // self.loader.batch_size
+        left = (self.stop - self.local) // self.loader.batch_size
         batches = [next(self._it) for _ in range(min(accumulation, left))]
         self.local += sum(len(batch["input_ids"]) for batch in batches)
-        if self.local == self.sampler.per_rank:
+        if self.local == self.stop:
             if next(self._it, None) is not None:  # ends the iterator (and its workers, when not persistent)
                 raise RuntimeError(f"the loader gave more than the epoch's {self.sampler.micro_batches} micro-batches")
             self.epoch, self.local, self._it = self.epoch + 1, 0, None  # the next epoch's starts when needed
