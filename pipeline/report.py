@@ -164,13 +164,13 @@ def diff_builds(previous: Manifest | None, manifest: Manifest) -> dict | None:
     """What changed since the build CURRENT named before this one."""
     if previous is None:
         return None
-    def source_hashes(m: Manifest) -> dict[str, str]:
-        return {s["source"]["name"]: s["source"]["hash"] for s in m.inputs["sources"]}
+    def source_entries(m: Manifest) -> dict[str, dict]:  # a source's files and how it is read (columns, where, ...)
+        return {s["source"]["name"]: s for s in m.inputs["sources"]}
 
-    old, new = source_hashes(previous), source_hashes(manifest)
-    changed_inputs = sorted(key for key in ("tokenizer", "encoder", "format", "pack", "on_bad_rows", "format_version",
-                                                "dedup")
-                            if previous.inputs.get(key) != manifest.inputs.get(key))
+    old, new = source_entries(previous), source_entries(manifest)
+    # every other input the build id hashes (the pipeline's version and the chat template's date too)
+    changed_inputs = sorted(key for key in set(previous.inputs) | set(manifest.inputs)
+                            if key != "sources" and previous.inputs.get(key) != manifest.inputs.get(key))
     delta = {}
     for split in ("train", "val"):
         before, after = dataclasses.asdict(previous.totals[split]), dataclasses.asdict(manifest.totals[split])

@@ -77,6 +77,24 @@ def test_only_the_changed_source_is_tokenized_again(two_sources, monkeypatch):
     assert shard_bytes(run_build(two_sources).path) == incremental
 
 
+def test_the_summary_says_which_input_made_a_new_build(two_sources, monkeypatch):
+    """A source read another way (its weight, columns, where) and the pipeline's own version are named:
+    the summary said "no input changed" for both, over a new build id."""
+    import packtrain.pipeline.build as build_module
+
+    first = run_build(two_sources)
+    config = two_sources["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace(f"  - name: {two_sources['b']}\n",
+                                                 f"  - name: {two_sources['b']}\n    weight: 2\n"))
+    second = run_build(two_sources)
+    assert second.build_id != first.build_id
+    assert (second.report["previous"]["sources_changed"], second.report["previous"]["inputs_changed"]) == (["b.jsonl"], [])
+    monkeypatch.setattr(build_module, "PIPELINE_VERSION", build_module.PIPELINE_VERSION + 1)
+    third = run_build(two_sources)
+    assert (third.report["previous"]["sources_changed"], third.report["previous"]["inputs_changed"]) == \
+        ([], ["pipeline_version"])
+
+
 def test_unchanged_files_are_not_hashed_again(two_sources, monkeypatch):
     config = load_config("sql", two_sources["configs"])
     first = plan(config, two_sources["cache"])[3]
