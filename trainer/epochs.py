@@ -20,6 +20,10 @@ N = 13, b = 2, a = 4, W = 1::
 
     epoch 0   [p0 p1][p2 p3][p4 p5][p6 p7] [p8 p9][p10 p11][p12 PAD]   step 1 (4) | step 2 (3)
     epoch 1   another permutation, cut alike                          step 3 (4) | step 4 (3)
+
+Fewer sequences than one global micro-batch train as HF trains them, one short step an epoch: N = 3, b = 4,
+W = 1 is ``[p0 p1 p2 PAD]``; with W = 2 and N = 1 rank 1 reads padding only (loss 0, its gradient 0 in DDP's
+average, which the loop divides by the global supervised count). Only N = 0 is refused (trainer/train.py).
 """
 
 from __future__ import annotations
@@ -59,13 +63,14 @@ def epoch_shape(micro_batches: int, accumulation: int) -> str:
 
     >>> epoch_shape(6, 4)
     '6 micro-batches in 2 steps (1 of 4, then 1 of the 2 left)'
-    >>> epoch_shape(8, 4), epoch_shape(3, 4)
-    ('8 micro-batches in 2 steps of 4', '3 micro-batches in 1 step of 3')
+    >>> epoch_shape(8, 4), epoch_shape(3, 4), epoch_shape(1, 4)
+    ('8 micro-batches in 2 steps of 4', '3 micro-batches in 1 step of 3', '1 micro-batch in 1 step of 1')
     """
     steps = steps_per_epoch(micro_batches, accumulation)
     last = micro_batches - (steps - 1) * accumulation
     if last == accumulation or steps == 1:
-        return f"{micro_batches} micro-batches in {steps} step{'s' if steps > 1 else ''} of {last}"
+        batches = f"{micro_batches} micro-batch{'es' if micro_batches > 1 else ''}"
+        return f"{batches} in {steps} step{'s' if steps > 1 else ''} of {last}"
     return f"{micro_batches} micro-batches in {steps} steps ({steps - 1} of {accumulation}, then 1 of the {last} left)"
 
 
@@ -92,13 +97,18 @@ class BlockSampler(Sampler[int]):
 
     so the k-th micro-batches of all ranks together hold exactly the blocks of the k-th micro-batch
     of one process with a W times larger batch, and this rank's position ``i`` in its slice is the
-    global position ``i x W`` (what a checkpoint stores).
+    global position ``i x W`` (what a checkpoint stores). Fewer blocks than ``batch_size x W`` is one
+    micro-batch an epoch, padded; a rank may then get padding only (it trains nothing, but runs its
+    forward as the others do)::
+
+        >>> [list(BlockSampler(1, 0, "b", rank=r, world_size=2, batch_size=2)) for r in range(2)]
+        [[0, -1], [-1, -1]]
     """
 
     def __init__(self, num_blocks: int, seed: int, build_id: str, shuffle: bool = True,
                  rank: int = 0, world_size: int = 1, batch_size: int = 1):
-        if num_blocks < world_size:
-            raise ValueError(f"{num_blocks} blocks cannot be split over {world_size} ranks")
+        if num_blocks < 1:
+            raise ValueError("no blocks to sample: an epoch needs at least one")
         self.num_blocks, self.seed, self.build_id, self.shuffle = num_blocks, seed, build_id, shuffle
         self.rank, self.world_size, self.batch_size = rank, world_size, batch_size
         self.micro_batches = micro_batches_per_epoch(num_blocks, batch_size, world_size)
