@@ -122,6 +122,46 @@ def test_auto_needs_a_global_batch_of_blocks_the_build_has(tmp_path, model_dir):
             tmp_path / "cache")
 
 
+def test_search_is_capped_at_the_sequences_a_rank_reads(scripted):
+    device = scripted(ScriptedDevice(gib_per_block=1))
+    chosen, trials = microbatch.search(device.step, 16, 80 * GIB, False, device.enable, None, cap=3)
+    assert [t.micro for t in trials] == [1, 2] and chosen.micro == 2
+
+
+def test_auto_measures_real_distinct_sequences_only(tmp_path, model_dir, monkeypatch):
+    """3 blocks, 16 per device, on a scripted CUDA device: the candidates stop at 3 sequences (1 and 2, the
+    divisors of 16), each measured on the build's own first blocks. Before: 1..16, on the 3 blocks repeated."""
+    import types
+
+    import torch
+
+    from packtrain.core.contract import Manifest, expert_dir
+    from packtrain.trainer.data import BlockDataset
+
+    build_id = write_build(tmp_path / "cache", "sql", random_blocks(3, 32, 0), [], 32, model_dir)
+    build_dir = expert_dir(tmp_path / "cache", "sql") / build_id
+    dataset = BlockDataset(build_dir, Manifest.load(build_dir), "train")
+    fed = []
+
+    def forward_loss(model, batch, path):
+        fed.append(batch)
+        return torch.zeros((), requires_grad=True)
+
+    monkeypatch.setattr(microbatch, "forward_loss", forward_loss)
+    for name, value in (("get_rng_state_all", lambda: []), ("set_rng_state_all", lambda states: None),
+                        ("reset_peak_memory_stats", lambda device=None: None),
+                        ("get_device_properties", lambda device=None: types.SimpleNamespace(total_memory=80 * GIB))):
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(microbatch, "_measure", lambda step, micro, checkpointing, limit, device:
+                        (step(micro), Trial(micro, checkpointing, 1.0, 1.0))[1])  # everything fits: 2 wins
+    chosen = microbatch.auto_micro_batch(torch.nn.Linear(1, 1), dataset, 16, types.SimpleNamespace(device=None), [],
+                                         False, cap=microbatch.sequences_per_rank(len(dataset), 1))
+    assert (chosen.micro, chosen.accumulation) == (2, 8)
+    assert [len(batch["input_ids"]) for batch in fed] == [1, 2]
+    assert all(int(n) > 0 for batch in fed for n in batch["n_sup"])  # real sequences, no padding
+    assert torch.equal(fed[1]["input_ids"], torch.stack([dataset[0]["input_ids"], dataset[1]["input_ids"]]))
+
+
 def test_steps_per_epoch_do_not_depend_on_the_micro_batch(tmp_path, model_dir):
     """30 blocks, global batch 12: 3 steps an epoch, the last on the 6 blocks left (HF Trainer's count), whatever
     micro-batch auto picks (here 6 x 2)."""

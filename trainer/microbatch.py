@@ -9,6 +9,10 @@ Candidates stop at the first that goes over ``1 - HEADROOM`` of the GPU's memory
 If not even one block fits, activation checkpointing is switched on and the search runs again. The
 fastest candidate wins; the log gets every measurement. Nothing is trained: gradients are dropped
 and the RNG state is restored, so the run continues exactly as if it had started with the choice.
+
+A build with fewer train sequences than the per-device batch caps the candidates at ``ceil(N / W)``
+(:func:`sequences_per_rank`): a larger micro-batch would only add padding to every forward, and the
+search measures on real, distinct sequences only. The log line of the choice says so.
 """
 
 from __future__ import annotations
@@ -66,6 +70,38 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def candidates(per_device: int, cap: int) -> list[int]:
+    """The micro-batches worth measuring: the divisors of ``per_device`` up to ``cap`` sequences.
+
+    >>> candidates(16, 3), candidates(16, 16), candidates(12, 1)
+    ([1, 2], [1, 2, 4, 8, 16], [1])
+    """
+    return [d for d in divisors(per_device) if d <= cap]
+
+
+def sequences_per_rank(sequences: int, world_size: int) -> int:
+    """The most real sequences one rank reads in an epoch's micro-batch: ``ceil(N / W)``, at least 1.
+
+    >>> sequences_per_rank(3, 1), sequences_per_rank(1, 2), sequences_per_rank(5, 2)
+    (3, 1, 3)
+    """
+    return max(-(-sequences // world_size), 1)
+
+
+def cap_note(per_device: int, cap: int, sequences: int, world_size: int) -> str:
+    """What the choice's log line adds when the build caps the micro-batch ('' when it does not).
+
+    >>> cap_note(16, 2, 3, 2)
+    '; capped at 2: 3 train sequence(s) over 2 rank(s), at most 2 a rank (a larger micro-batch is padding)'
+    >>> cap_note(16, 16, 40, 1)
+    ''
+    """
+    if cap >= per_device:
+        return ""
+    return (f"; capped at {cap}: {sequences} train sequence(s) over {world_size} rank(s), at most {cap} a rank "
+            "(a larger micro-batch is padding)")
+
+
 def choose(trials: list[Trial]) -> Trial:
     """The fastest fitting trial (tokens per second: micro / seconds); ties go to the smaller micro-batch."""
     fitting = [t for t in trials if t.fits]
@@ -77,16 +113,17 @@ def choose(trials: list[Trial]) -> Trial:
 
 
 def search(step: Callable[[int], None], per_device: int, total_bytes: int, checkpointing: bool,
-           enable_checkpointing: Callable[[], None], device: torch.device) -> tuple[Trial, list[Trial]]:
+           enable_checkpointing: Callable[[], None], device: torch.device,
+           cap: int | None = None) -> tuple[Trial, list[Trial]]:
     """Measure ``step(micro)`` (one forward + backward on ``micro`` blocks) at each divisor of
-    ``per_device``; returns the chosen trial and all of them."""
+    ``per_device`` up to ``cap`` (:func:`candidates`; None: all); returns the chosen trial and all of them."""
     limit = (1 - HEADROOM) * total_bytes
     trials: list[Trial] = []
     for attempt in ((checkpointing,) if checkpointing else (False, True)):
         if attempt and not checkpointing:
             log.info("micro-batch auto: one block does not fit without activation checkpointing: switching it on")
             enable_checkpointing()
-        for micro in divisors(per_device):
+        for micro in candidates(per_device, per_device if cap is None else cap):
             trial = _measure(step, micro, attempt, limit, device)
             trials.append(trial)
             log.info("micro-batch auto: %d block(s)%s: %s", micro, " (checkpointing)" if attempt else "",
@@ -125,16 +162,18 @@ def _measure(step: Callable[[int], None], micro: int, checkpointing: bool, limit
 
 
 def auto_micro_batch(model: torch.nn.Module, dataset, per_device: int, path: LossPath,
-                     params: list[torch.nn.Parameter], checkpointing: bool) -> MicroBatch:
-    """Search on ``dataset``'s first blocks with the run's own micro-step (:func:`packtrain.trainer.step.forward_loss`
-    on ``path``), eager (the PeftModel ``model``, also switched to checkpointing here): compiled, each
-    candidate shape would compile again, minutes on a 0.5B model. Compiled, the chosen micro-batch
+                     params: list[torch.nn.Parameter], checkpointing: bool, cap: int | None = None) -> MicroBatch:
+    """Search on ``dataset``'s first blocks (candidates up to ``cap``: :func:`sequences_per_rank`) with the
+    run's own micro-step (:func:`packtrain.trainer.step.forward_loss` on ``path``), eager (the PeftModel
+    ``model``, also switched to checkpointing here): compiled, each candidate shape would compile again,
+    minutes on a 0.5B model. Compiled, the chosen micro-batch
     needed less memory where measured (0.5B, 16 blocks, H100: 36.0 GiB compiled, 44.5 eager); the
     headroom is for what differs."""
     from packtrain.trainer.data import collate
 
     model.train()  # as in training: transformers checkpoints layers only in train mode
-    blocks = [dataset[i % len(dataset)] for i in range(per_device)]
+    cap = min(per_device, len(dataset), per_device if cap is None else cap)
+    blocks = [dataset[i] for i in range(cap)]  # real, distinct sequences: never padding
     rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all())
 
     def step(micro: int) -> None:
@@ -149,7 +188,7 @@ def auto_micro_batch(model: torch.nn.Module, dataset, per_device: int, path: Los
 
     total = torch.cuda.get_device_properties(path.device).total_memory
     try:
-        chosen, trials = search(step, per_device, total, checkpointing, enable_checkpointing, path.device)
+        chosen, trials = search(step, per_device, total, checkpointing, enable_checkpointing, path.device, cap)
     finally:  # a trial that ran out of memory may have left partial gradients: none survive
         for p in params:
             p.grad = None
@@ -184,10 +223,12 @@ def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
 def resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world: World):
     """``per_device_train_batch_size: auto``: measured on CUDA (trainer/microbatch.py; under torchrun
     every rank measures, rank 0's choice is taken by all); on CPU, where there is no device memory to
-    measure, the largest divisor of the per-device batch up to 8 (said in the log)."""
+    measure, the largest divisor of the per-device batch up to 8 (said in the log). Either way no larger
+    than the ``ceil(N / W)`` sequences a rank can read at once (:func:`sequences_per_rank`)."""
     per_device = train.global_batch_size // world.world_size  # a multiple: check_batch_shape
+    cap = sequences_per_rank(len(train_set), world.world_size)
     if device.type != "cuda":
-        micro = max(d for d in divisors(per_device) if d <= 8)
+        micro = max(candidates(per_device, min(cap, 8)))
         choice = MicroBatch(micro, per_device // micro, train.gradient_checkpointing,
                             f"micro-batch auto on {device.type}: {micro} block(s) x {per_device // micro} "
                             "accumulation (no device memory to measure: the largest divisor up to 8)")
@@ -195,7 +236,7 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
         path = LossPath(device, precision, attention, fused, train.chunked_loss)
         try:  # eager even where the run compiles: compiled, every candidate would compile anew (minutes)
             measured = auto_micro_batch(model, train_set, per_device, path, trainable_parameters(model),
-                                        train.gradient_checkpointing)
+                                        train.gradient_checkpointing, cap)
         except MicroBatchError as e:
             measured = e  # raised below on every rank if rank 0 failed; never a rank left waiting
 
@@ -207,6 +248,6 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
         ours = measured.checkpointing if isinstance(measured, MicroBatch) else True
         if choice.checkpointing != ours:
             set_checkpointing(model, choice.checkpointing)  # every rank as rank 0 decided
-    log.info("%s", choice.note)
+    log.info("%s%s", choice.note, cap_note(per_device, cap, len(train_set), world.world_size))
     return dataclasses.replace(train, per_device_train_batch_size=choice.micro,
                                gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.checkpointing)
