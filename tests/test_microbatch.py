@@ -115,11 +115,15 @@ def test_global_batch_that_disagrees_with_the_world_is_refused(tmp_path, model_d
         run(config, tmp_path / "cache")
 
 
-def test_auto_needs_a_global_batch_of_blocks_the_build_has(tmp_path, model_dir):
+def test_auto_with_a_global_batch_larger_than_the_build_trains_one_step_an_epoch(tmp_path, model_dir):
+    """10 blocks, global batch 12: HF's one short step an epoch (6 x 2 on the CPU: [6 blocks] [4 blocks, 2 of
+    padding]). Before: refused ("10 train blocks, fewer than train.global_batch_size 12")."""
     write_build(tmp_path / "cache", "sql", random_blocks(10, 32, 0), [], 32, model_dir)
-    with pytest.raises(TrainError, match="10 train blocks, fewer than train.global_batch_size 12"):
-        run(make_config(model_dir, tmp_path / "runs", per_device_train_batch_size="auto", global_batch_size=12),
-            tmp_path / "cache")
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=None, num_train_epochs=1,
+                              per_device_train_batch_size="auto", global_batch_size=12), tmp_path / "cache")
+    info = json.loads((run_dir / "run.json").read_text())
+    assert (info["total_steps"], info["per_device_train_batch_size"], info["gradient_accumulation_steps"]) == (1, 6, 2)
+    assert "an epoch: 2 micro-batches in 1 step of 2" in (run_dir / "train.log").read_text()
 
 
 def test_search_is_capped_at_the_sequences_a_rank_reads(scripted):

@@ -134,7 +134,8 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
 def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | None,
                   world: World) -> tuple[Path, Manifest, ModelSource, Path, int]:
     """The config, the build (its shards against the manifest), the model's tokenizer against the build's,
-    the batch shape and the number of train sequences: (build_dir, manifest, model source, tokenizer
+    the batch shape and a train sequence at least (fewer than a global micro-batch train as HF trains them,
+    padded: trainer/epochs.py): (build_dir, manifest, model source, tokenizer
     directory, sequence length)."""
     errors: list[str] = []
     config.validate(errors)  # a config made in code, not loaded from a file, is checked too
@@ -153,18 +154,11 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
 
     check_batch_shape(train, world)
     seq_length = sequence_length(train, manifest)
-    train_sequences = len(BlockDataset(build_dir, manifest, "train", seq_length))
-    what = ("train blocks" if seq_length == manifest.block_size
-            else f"train sequences (windows of {seq_length} tokens of its blocks)")
-    if train.per_device_train_batch_size == "auto":
-        if train_sequences < train.global_batch_size:
-            raise TrainError(f"build {manifest.build_id} has {train_sequences} {what}, fewer than "
-                             f"train.global_batch_size {train.global_batch_size}: lower it, or add data and rebuild")
-    elif train_sequences < train.per_device_train_batch_size * world.world_size:
-        ranks = f" x world size {world.world_size}" if world.enabled else ""
-        raise TrainError(f"build {manifest.build_id} has {train_sequences} {what}, fewer than "
-                         f"per_device_train_batch_size {train.per_device_train_batch_size}{ranks}: lower it, "
-                         "or add data and rebuild")
+    if len(BlockDataset(build_dir, manifest, "train", seq_length)) == 0:  # any N >= 1 trains (trainer/epochs.py)
+        fraction = f" ({manifest.val_fraction})" if manifest.val_fraction is not None else ""
+        raise TrainError(f"build {manifest.build_id} ({build_dir}) has no train blocks: nothing to train; add rows to "
+                         f"sources: or lower pack.val_fraction{fraction}, and rebuild with "
+                         f"`make pretokenize EXPERT={config.expert}`")
     return build_dir, manifest, source, tok_dir, seq_length
 
 
@@ -293,8 +287,9 @@ def run_record(ctx: TrainContext) -> dict:
 def log_run_shape(ctx: TrainContext) -> None:
     """The run's one line: directory, build, sequences, steps and batch shape."""
     train_set, block_size, train = ctx.train_set, ctx.manifest.block_size, ctx.train
-    sequences = (f"{len(train_set)} train blocks of {block_size} tokens" if train_set.windows == 1 else
-                 f"{len(train_set)} train sequences of {train_set.seq_length} tokens (train.max_seq_length: the "
+    n, plural = len(train_set), "s" if len(train_set) != 1 else ""
+    sequences = (f"{n} train block{plural} of {block_size} tokens" if train_set.windows == 1 else
+                 f"{n} train sequence{plural} of {train_set.seq_length} tokens (train.max_seq_length: the "
                  f"{train_set.blocks} blocks of {block_size} tokens cut into windows, up to "
                  f"{train_set.windows} each; windows of padding only left out)")
     log.info("run %s: build %s, %s, %d steps of %d x %d x %d sequences (per device x world size x gradient "
