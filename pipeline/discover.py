@@ -213,20 +213,20 @@ def _select_split(root: Path, paths: list[Path], split: str,
                   config: str | None = None) -> tuple[tuple[Path, ...], str, set[str]]:
     """The data files under ``root`` that ``datasets.load_dataset(root, config, split=split)`` reads, in
     its order (pipeline/data_files.py); a note naming the files of the split left out for their format, and those."""
-    files, other_format = data_files.read_format(_splits(root, paths, config).get(split, []))
+    files, other_format = data_files.read_format(_splits(root, paths, config, split).get(split, []))
     note = ""
     if other_format:  # the same split in several formats (e.g. parquet next to jsonl): read one, as datasets does
         note = f"read the {''.join(file_format(files[0]))} files, ignored {', '.join(other_format)}"
     return tuple(root.joinpath(*f.split("/")) for f in files), note, set(other_format)
 
 
-def _splits(root: Path, paths: list[Path], config: str | None) -> dict[str, list[str]]:
-    """Split -> files: as the README's ``configs:`` name them (the config ``config``, else its default), else
-    as ``datasets`` infers them from the file names."""
+def _splits(root: Path, paths: list[Path], config: str | None, split: str | None = None) -> dict[str, list[str]]:
+    """Split -> files: as the README's ``configs:`` name them (the config ``config``, else its default; where
+    they name ``split`` by patterns matching no file, an error), else as ``datasets`` infers them from the file names."""
     rels = [rel for rel in _relative(root, paths) if _is_data_file(rel)]
     try:
         if configs := data_files.readme_configs(root / "README.md"):
-            return data_files.config_splits(data_files.pick_config(configs, config), rels)
+            return data_files.config_splits(data_files.pick_config(configs, config), rels, split)
     except data_files.ConfigsError as e:
         raise SourceError(f"{root / 'README.md'}: {e}") from None
     if config is not None:
@@ -239,7 +239,7 @@ def _no_split(root: Path, paths: list[Path], spec: SourceConfig) -> str:
     """Why ``spec.split`` has no file under ``root``, naming the splits there are, as ``datasets`` finds them."""
     names = list(_splits(root, paths, spec.config))
     return (f"no data file for split {spec.split!r} among {_listing(root, paths)}"
-            + (f" (its splits: {', '.join(names)})" if names else ""))
+            + (f" ({f'config {spec.config!r} has' if spec.config else 'its'} splits: {', '.join(names)})" if names else ""))
 
 
 def _listing(root: Path, paths: list[Path], limit: int = 20) -> str:
