@@ -129,7 +129,16 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
     )
 
 
+def _no_configs(spec: SourceConfig, what: str) -> None:
+    """A ``config:`` where there are no README configs to pick from is refused, not ignored."""
+    if spec.config is not None:
+        raise SourceError(f"source {spec.name!r}: config {spec.config!r} is set, but {what} has no configs (a config "
+                          "picks the files of a dataset directory by its README.md's configs:); remove config: from "
+                          "the source")
+
+
 def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
+    _no_configs(spec, "the bundled sample")
     if not expert:
         raise SourceNotFound("source 'bundled' needs the expert name: resolve_source(spec, expert='sql')")
     path = SAMPLES_DIR / f"{expert}.jsonl"
@@ -142,10 +151,13 @@ def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
 
 def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
     if path.is_file():
+        _no_configs(spec, "a single data file")
         if file_format(path.name)[0] not in DATA_SUFFIXES:
             shown = "".join(path.suffixes[-2:]) if path.suffix.lower() in COMPRESSIONS else path.suffix
             raise SourceError(f"{path}: unsupported file type {shown!r}; use one of {DATA_SUFFIXES_TEXT}")
         return ResolvedSource(spec.name, "local", spec.split, None, path.parent, (path,))
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        _no_configs(spec, "a save_to_disk directory")
     if (path / "dataset_dict.json").is_file():
         splits = read_json(path / "dataset_dict.json", SAVED_FIX, "a saved DatasetDict's dataset_dict.json").get("splits")
         check_input(isinstance(splits, list) and all(isinstance(s, str) for s in splits), path / "dataset_dict.json",

@@ -255,3 +255,14 @@ def test_readme_data_files_that_name_no_file_are_an_error_naming_them(tmp_path, 
         datasets.load_dataset(str(directory), split="train", cache_dir=str(tmp_path / "datasets-cache"))
     with pytest.raises(SourceError, match=r"ds/README.md: config 'c': " + message):
         rows(str(directory), "train")
+
+
+def test_a_config_on_a_source_without_configs_is_refused_not_ignored(tmp_path, hf_home):
+    """A single file, the bundled sample or a save_to_disk directory has no README configs: config: was
+    ignored there (the build read the file as if it were not set), while a dataset directory refused it."""
+    write_tree(tmp_path, {"rows.jsonl": jsonl("r"), "saved/state.json": b"{}"})
+    for name, what in [(str(tmp_path / "rows.jsonl"), "a single data file"), ("bundled", "the bundled sample"),
+                       (str(tmp_path / "saved"), "a save_to_disk directory")]:
+        with pytest.raises(SourceError, match=f"config 'main' is set, but {what} has no configs .*; remove config:"):
+            resolve_source(SourceConfig(name=name, config="main"), expert="sql")
+    assert rows(str(tmp_path / "rows.jsonl"), "train") == ["r0", "r1"]
