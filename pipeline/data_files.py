@@ -38,6 +38,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import Counter
+from glob import has_magic
 from pathlib import Path, PurePosixPath
 
 import yaml
@@ -172,16 +173,22 @@ def pick_config(configs: list[dict], name: str | None) -> dict:
                        "the source to the one to read, as load_dataset(name, config) names it")
 
 
-def config_splits(config: dict, rels: list[str]) -> dict[str, list[str]]:
+def config_splits(config: dict, rels: list[str], wanted: str | None = None) -> dict[str, list[str]]:
     """Split name -> its files (of ``rels``, sorted posix paths) as the config's ``data_files`` (a pattern,
-    a list of them, or a list of ``{split, path}``) or ``data_dir`` name them, in ``datasets``' order."""
+    a list of them, or a list of ``{split, path}``) or ``data_dir`` name them, in ``datasets``' order. Where
+    the split ``wanted`` (None: every split) is named but its patterns match no file, or name a file (no
+    wildcard) that is not there, ``datasets`` cannot load it either: a :class:`ConfigsError` naming them
+    (a split not named is left to the caller, which names the splits there are)."""
     where = f"config {config['config_name']!r}"
     data_dir = posixpath.normpath(str(config.get("data_dir") or ".")).strip("/")  # ./en/ is en, as xjoin joins it
     data_dir = "" if data_dir == "." else data_dir
     under = [r[len(data_dir) + 1:] for r in sorted(rels) if r.startswith(data_dir + "/")] if data_dir else sorted(rels)
     data_files = config.get("data_files")
     if data_files is None:
-        return {split: [f"{data_dir}/{f}" if data_dir else f for f in files] for split, files in splits(under).items()}
+        if not (found := splits(under)):  # datasets: "No (supported) data files found in ..."
+            raise ConfigsError(f"{where}: its data_dir {data_dir or '.'!r} holds no data file; correct data_dir in the "
+                               "README, or set config: under the source to another config")
+        return {split: [f"{data_dir}/{f}" if data_dir else f for f in files] for split, files in found.items()}
     if isinstance(data_files, (str, dict)):
         data_files = [data_files]
     if not isinstance(data_files, list):
@@ -189,17 +196,34 @@ def config_splits(config: dict, rels: list[str]) -> dict[str, list[str]]:
     if all(isinstance(d, str) for d in data_files):
         data_files = [{"split": "train", "path": data_files}]
     out: dict[str, list[str]] = {}
+    patterns: dict[str, list[str]] = {}
     for entry in data_files:
         if not (isinstance(entry, dict) and isinstance(entry.get("split"), str) and entry.get("path")):
             raise ConfigsError(f"{where}: data_files entry {entry!r} is not {{split: ..., path: ...}}")
         paths = entry["path"] if isinstance(entry["path"], list) else [entry["path"]]
         files = out.setdefault(entry["split"], [])
+        checked = wanted in (None, entry["split"])
         for pattern in map(str, paths):
             regex = _glob(pattern, where)
-            files += [f"{data_dir}/{r}" if data_dir else r for r in under
-                      if regex.match(r) and not unrequested(r, pattern)]
+            matched = [f"{data_dir}/{r}" if data_dir else r for r in under if regex.match(r) and not unrequested(r, pattern)]
+            if checked and not matched and not has_magic(pattern):  # datasets: "Unable to find '...'"
+                raise ConfigsError(f"{where}: split {entry['split']!r} names the file {pattern!r}, which is not there "
+                                   f"(its data files: {_shown(rels)}); correct the path in the README's data_files")
+            files += matched
         out[entry["split"]] = list(dict.fromkeys(files))
+        patterns.setdefault(entry["split"], []).extend(map(str, paths))
+    for split, files in out.items():
+        if not files and wanted in (None, split):
+            raise ConfigsError(f"{where}: the data_files of split {split!r} ({', '.join(patterns[split])}) match no "
+                               f"data file (its data files: {_shown(rels)}); correct the patterns in the README's "
+                               "data_files")
     return out
+
+
+def _shown(rels: list[str], limit: int = 10) -> str:
+    """At most ``limit`` of a directory's data files, for a message."""
+    more = f" and {len(rels) - limit} more" if len(rels) > limit else ""
+    return f"{', '.join(sorted(rels)[:limit]) or 'none'}{more}"
 
 
 def _glob(pattern: str, where: str) -> re.Pattern:

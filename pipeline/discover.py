@@ -129,7 +129,16 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
     )
 
 
+def _no_configs(spec: SourceConfig, what: str) -> None:
+    """A ``config:`` where there are no README configs to pick from is refused, not ignored."""
+    if spec.config is not None:
+        raise SourceError(f"source {spec.name!r}: config {spec.config!r} is set, but {what} has no configs (a config "
+                          "picks the files of a dataset directory by its README.md's configs:); remove config: from "
+                          "the source")
+
+
 def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
+    _no_configs(spec, "the bundled sample")
     if not expert:
         raise SourceNotFound("source 'bundled' needs the expert name: resolve_source(spec, expert='sql')")
     path = SAMPLES_DIR / f"{expert}.jsonl"
@@ -142,10 +151,13 @@ def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
 
 def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
     if path.is_file():
+        _no_configs(spec, "a single data file")
         if file_format(path.name)[0] not in DATA_SUFFIXES:
             shown = "".join(path.suffixes[-2:]) if path.suffix.lower() in COMPRESSIONS else path.suffix
             raise SourceError(f"{path}: unsupported file type {shown!r}; use one of {DATA_SUFFIXES_TEXT}")
         return ResolvedSource(spec.name, "local", spec.split, None, path.parent, (path,))
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        _no_configs(spec, "a save_to_disk directory")
     if (path / "dataset_dict.json").is_file():
         splits = read_json(path / "dataset_dict.json", SAVED_FIX, "a saved DatasetDict's dataset_dict.json").get("splits")
         check_input(isinstance(splits, list) and all(isinstance(s, str) for s in splits), path / "dataset_dict.json",
@@ -213,20 +225,20 @@ def _select_split(root: Path, paths: list[Path], split: str,
                   config: str | None = None) -> tuple[tuple[Path, ...], str, set[str]]:
     """The data files under ``root`` that ``datasets.load_dataset(root, config, split=split)`` reads, in
     its order (pipeline/data_files.py); a note naming the files of the split left out for their format, and those."""
-    files, other_format = data_files.read_format(_splits(root, paths, config).get(split, []))
+    files, other_format = data_files.read_format(_splits(root, paths, config, split).get(split, []))
     note = ""
     if other_format:  # the same split in several formats (e.g. parquet next to jsonl): read one, as datasets does
         note = f"read the {''.join(file_format(files[0]))} files, ignored {', '.join(other_format)}"
     return tuple(root.joinpath(*f.split("/")) for f in files), note, set(other_format)
 
 
-def _splits(root: Path, paths: list[Path], config: str | None) -> dict[str, list[str]]:
-    """Split -> files: as the README's ``configs:`` name them (the config ``config``, else its default), else
-    as ``datasets`` infers them from the file names."""
+def _splits(root: Path, paths: list[Path], config: str | None, split: str | None = None) -> dict[str, list[str]]:
+    """Split -> files: as the README's ``configs:`` name them (the config ``config``, else its default; where
+    they name ``split`` by patterns matching no file, an error), else as ``datasets`` infers them from the file names."""
     rels = [rel for rel in _relative(root, paths) if _is_data_file(rel)]
     try:
         if configs := data_files.readme_configs(root / "README.md"):
-            return data_files.config_splits(data_files.pick_config(configs, config), rels)
+            return data_files.config_splits(data_files.pick_config(configs, config), rels, split)
     except data_files.ConfigsError as e:
         raise SourceError(f"{root / 'README.md'}: {e}") from None
     if config is not None:
@@ -239,7 +251,7 @@ def _no_split(root: Path, paths: list[Path], spec: SourceConfig) -> str:
     """Why ``spec.split`` has no file under ``root``, naming the splits there are, as ``datasets`` finds them."""
     names = list(_splits(root, paths, spec.config))
     return (f"no data file for split {spec.split!r} among {_listing(root, paths)}"
-            + (f" (its splits: {', '.join(names)})" if names else ""))
+            + (f" ({f'config {spec.config!r} has' if spec.config else 'its'} splits: {', '.join(names)})" if names else ""))
 
 
 def _listing(root: Path, paths: list[Path], limit: int = 20) -> str:

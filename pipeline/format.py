@@ -28,8 +28,6 @@ A batch of template rows over text columns is formatted column-wise instead, wit
 
 from __future__ import annotations
 
-import json
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -40,6 +38,7 @@ from packtrain.pipeline.chat_messages import (check_fields_rendered, check_messa
                                               check_tools_rendered)
 from packtrain.pipeline.chat_template import (BadRow, compile_chat_template, template_for, template_variables,
                                               variables_read)
+from packtrain.pipeline.field_text import spec_on_text, text_value
 
 
 TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
@@ -171,8 +170,11 @@ class RowFormatter:
             return doc
         empty = self.empty_fields(row)  # then format.prompt_no_input, and "" where the answer names them
         values = {name: "" if name in empty else text_value(row.get(column), name) for name, column in self.field_columns}
-        prompt = (self.fmt.prompt_no_input if empty else self.fmt.prompt).format_map(values)
-        answer = self.fmt.answer.format_map(values)
+        template = self.fmt.prompt_no_input if empty else self.fmt.prompt
+        try:
+            prompt, answer = template.format_map(values), self.fmt.answer.format_map(values)
+        except ValueError as e:
+            raise spec_on_text(e, (template, self.fmt.answer), values) from None
         if not answer.strip():
             raise BadRow("the answer is empty")
         if self.fmt.style == "template":
@@ -236,56 +238,6 @@ def not_unicode(texts: list[str]) -> list[tuple[int, str]]:
                            "\\u escape of half a UTF-16 pair), which is not Unicode text and no tokenizer encodes; "
                            "fix that value in the data"))
     return out
-
-
-class NumberText(str):
-    """A number's text (:func:`text_value`) that a format spec strings cannot take formats as the number:
-    ``{price:.2f}``, ``{n:,}`` or ``{share:.0%}`` in a template, as ``str.format`` does with the value
-    itself. Every spec a string takes (``{n:>6}``) gives what it gave before.
-
-    >>> "{p:.2f} {n:,} {n:>6}".format(p=NumberText(3.14159, "3.14159"), n=NumberText(1234567, "1234567"))
-    '3.14 1,234,567 1234567'
-    """
-
-    def __new__(cls, number: int | float, text: str):
-        made = super().__new__(cls, text)
-        made.number = number
-        return made
-
-    def __reduce__(self):
-        return NumberText, (self.number, str(self))
-
-    def __format__(self, spec: str) -> str:
-        try:
-            return str.__format__(self, spec)
-        except ValueError:  # a number's spec ("Unknown format code 'f' for object of type 'str'")
-            return format(self.number, spec)
-
-
-def text_value(value: Any, name: str) -> str:
-    """A field's text: strings as they are, numbers printed, lists/objects as compact JSON (but not a
-    conversation: a list of messages with roles needs style chat)."""
-    if value is None:
-        raise BadRow(f"field {name!r} is null")
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN, Infinity, 1e400: no text to train on
-        raise BadRow(f"field {name!r} is {value!r}, not a finite number (a NaN, Infinity or out-of-range number in "
-                     "the data); fix that value in the data")
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, (int, float)):
-        return NumberText(value, str(value))
-    if isinstance(value, list) and value and all(isinstance(v, dict) and ("role" in v or "from" in v) for v in value):
-        raise BadRow(f"field {name!r} holds a conversation (messages with roles), not text; conversations need "
-                     "format.style: chat (with format.messages or a preset)")
-    if isinstance(value, (list, dict)):
-        try:
-            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        except ValueError:
-            raise BadRow(f"field {name!r} holds a NaN or infinite number, which JSON has no text for; fix that value "
-                         "in the data") from None
-    raise BadRow(f"field {name!r} has type {type(value).__name__}, expected text")
 
 
 def render_chat(

@@ -7,7 +7,7 @@ the end of the text), and the same bad rows with the same reasons. Where that co
 batch is not formatted here (``None``) and the per-row formatter does it: the chat style, a prompt
 that depends on the row (``format.prompt_no_input``), a field
 with a conversion or a format spec (``{n:>4}``), a column that is missing, or a value in a batch
-that is not text (nulls, numbers, lists: :func:`pipeline.format.text_value` prints those).
+that is not text (nulls, numbers, lists: :func:`pipeline.field_text.text_value` prints those).
 
     prompt "Q: {question}\\n"   answer "{answer}"   columns question ["Hi?", "x"], answer ["Yo", " "]
     texts ["Q: Hi?\\nYo"]   prompt_chars [7]   kept [0]   bad [(1, "the answer is empty")]

@@ -235,3 +235,34 @@ def test_several_default_configs_are_refused_as_load_dataset_refuses_them(tmp_pa
     with pytest.raises(SourceError, match=r"it marks several configs as the default \(default, b: named default or "
                                           r"default: true\), which load_dataset refuses; set config: under the source"):
         rows(str(directory), "train")
+
+
+@pytest.mark.parametrize("data_files, message", [
+    ('"nothing/*.jsonl"', r"the data_files of split 'train' \(nothing/\*.jsonl\) match no data file \(its data files: "
+                          r"a.jsonl, b.jsonl\); correct the patterns"),
+    ('["a.jsonl", "c.jsonl"]', r"split 'train' names the file 'c.jsonl', which is not there \(its data files: a.jsonl, "
+                               r"b.jsonl\); correct the path")])
+def test_readme_data_files_that_name_no_file_are_an_error_naming_them(tmp_path, hf_home, data_files, message):
+    """As load_dataset refuses them (no data files found; a file path it cannot find). Before, the split was
+    'not on this machine', with 'its splits: train' beside it (a pattern matching nothing), or the files that
+    were there were read without the missing one."""
+    import datasets
+
+    directory = write_tree(tmp_path / "ds", {"a.jsonl": jsonl("a"), "b.jsonl": jsonl("b"),
+                                              "README.md": f"---\nconfigs:\n- config_name: c\n  data_files: {data_files}\n"
+                                                           "---\n".encode()})
+    with pytest.raises(Exception):
+        datasets.load_dataset(str(directory), split="train", cache_dir=str(tmp_path / "datasets-cache"))
+    with pytest.raises(SourceError, match=r"ds/README.md: config 'c': " + message):
+        rows(str(directory), "train")
+
+
+def test_a_config_on_a_source_without_configs_is_refused_not_ignored(tmp_path, hf_home):
+    """A single file, the bundled sample or a save_to_disk directory has no README configs: config: was
+    ignored there (the build read the file as if it were not set), while a dataset directory refused it."""
+    write_tree(tmp_path, {"rows.jsonl": jsonl("r"), "saved/state.json": b"{}"})
+    for name, what in [(str(tmp_path / "rows.jsonl"), "a single data file"), ("bundled", "the bundled sample"),
+                       (str(tmp_path / "saved"), "a save_to_disk directory")]:
+        with pytest.raises(SourceError, match=f"config 'main' is set, but {what} has no configs .*; remove config:"):
+            resolve_source(SourceConfig(name=name, config="main"), expert="sql")
+    assert rows(str(tmp_path / "rows.jsonl"), "train") == ["r0", "r1"]

@@ -218,5 +218,10 @@ def test_a_format_spec_for_numbers_formats_a_number_column(tiny_tokenizer):
                      tiny_tokenizer[1])
     assert rows({"item": "tea", "price": 3.14159, "n": 12345, "total": 0.875}).text == \
         "tea at 3.14 x12,345 [   12345] '3.14159'\n88%"
-    with pytest.raises(ValueError, match="Unknown format code 'f'"):  # text under a number's spec: the worker's
-        rows({"item": "tea", "price": "cheap", "n": 1, "total": 0.5})  # "template error: ..." bad row, as before
+    # text under a number's spec (a CSV cell is text): a bad row naming the field and the fix; it was the worker's
+    # "template error: Unknown format code 'f' for object of type 'str'", naming neither
+    with pytest.raises(BadRow, match=r"^field 'price' is text \('cheap'\), which the format spec '.2f' of "
+                                     r"'\{price:.2f\}' does not take \(Unknown format code 'f' for object of type "
+                                     r"'str'\); CSV and TSV cells are text: remove the spec from the template, or "
+                                     r"give the column as numbers \(JSON lines, Parquet\)$"):
+        rows({"item": "tea", "price": "cheap", "n": 1, "total": 0.5})
