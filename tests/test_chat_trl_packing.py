@@ -28,6 +28,7 @@ import json
 import pytest
 from build_fixtures import chat_configs, seed_decision
 from real_tokenizers import MARKED_SMOLLM2
+from test_chat_templates import A, S, U
 
 from packtrain.core.configfile import load_config
 from packtrain.core.shardfile import open_shard
@@ -36,16 +37,6 @@ from packtrain.pipeline.build import build
 BLOCK = 256
 
 
-def U(text):
-    return {"role": "user", "content": text}
-
-
-def A(text):
-    return {"role": "assistant", "content": text}
-
-
-def S(text):
-    return {"role": "system", "content": text}
 
 
 QA = [("How many singers do we have?", "SELECT count(*) FROM singer"),

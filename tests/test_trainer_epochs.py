@@ -210,13 +210,9 @@ def step_losses(run_dir) -> list[tuple[int, float, float]]:
     return [(r["step"], r["loss"], r["grad_norm"]) for r in metrics(run_dir)]
 
 
-@pytest.mark.parametrize("crash_at, position", [(1, (0, 8)), (2, (1, 0))])
-def test_resume_mid_epoch_and_after_the_short_step_is_exact(tmp_path, model_dir, monkeypatch, crash_at, position):
-    """Crash after step 1 (mid-epoch: 8 of 12 blocks) or step 2 (the epoch's short last step: the next
-    epoch starts at 0); the resumed run trains the uninterrupted run's steps bit for bit."""
-    write_build(tmp_path / "cache", "sql", random_blocks(12, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
-    settings = dict(num_train_epochs=3, save_steps=1, eval_steps=2, warmup_steps=1, lr_scheduler_type="cosine",
-                    **EPOCHS)
+def crashed_and_resumed(tmp_path, model_dir, monkeypatch, crash_at: int, **settings):
+    """(the uninterrupted run's directory, the run crashed after checkpoint ``crash_at`` and resumed, that
+    checkpoint's state.json); LoRA dropout 0.1, so the resume must restore the RNG too."""
     lora = {"dropout": 0.1}
     full = run(make_config(model_dir, tmp_path / "runs", lora=lora, run_name="full", **settings), tmp_path / "cache")
     config = make_config(model_dir, tmp_path / "runs", lora=lora, run_name="part", **settings)
@@ -226,11 +222,26 @@ def test_resume_mid_epoch_and_after_the_short_step_is_exact(tmp_path, model_dir,
     monkeypatch.undo()
     part = tmp_path / "runs" / "sql" / "part"
     state = json.loads((part / f"checkpoint-{crash_at}" / "state.json").read_text())
-    assert (state["epoch"], state["position"]) == position
     run(config, tmp_path / "cache", resume="auto")
+    return full, part, state
+
+
+def same_adapters(a_run, b_run) -> bool:
+    a, b = (load_file(d / "adapter" / "adapter_model.safetensors") for d in (a_run, b_run))
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("crash_at, position", [(1, (0, 8)), (2, (1, 0))])
+def test_resume_mid_epoch_and_after_the_short_step_is_exact(tmp_path, model_dir, monkeypatch, crash_at, position):
+    """Crash after step 1 (mid-epoch: 8 of 12 blocks) or step 2 (the epoch's short last step: the next
+    epoch starts at 0); the resumed run trains the uninterrupted run's steps bit for bit."""
+    write_build(tmp_path / "cache", "sql", random_blocks(12, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    full, part, state = crashed_and_resumed(tmp_path, model_dir, monkeypatch, crash_at, num_train_epochs=3,
+                                            save_steps=1, eval_steps=2, warmup_steps=1, lr_scheduler_type="cosine",
+                                            **EPOCHS)
+    assert (state["epoch"], state["position"]) == position
     assert step_losses(part) == step_losses(full) and len(step_losses(full)) == 6
-    a, b = (load_file(d / "adapter" / "adapter_model.safetensors") for d in (full, part))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert same_adapters(full, part)
 
 
 def test_a_resume_with_another_global_batch_trains_the_rest_of_the_epoch(tmp_path, model_dir, monkeypatch):

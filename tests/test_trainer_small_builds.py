@@ -10,14 +10,13 @@ import sys
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from packtrain.core.contract import Manifest, expert_dir
 from packtrain.trainer.data import BlockDataset, BlockSampler
 from packtrain.trainer.run_checks import TrainError
 from packtrain.trainer.train import run
 from test_trainer_distributed import SETTINGS, assert_same_run, run_two_ranks
-from test_trainer_epochs import Crash, blocks_fed, crash_after_checkpoint, metrics, record_feed, step_losses
+from test_trainer_epochs import blocks_fed, crashed_and_resumed, metrics, record_feed, same_adapters, step_losses
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 
@@ -93,22 +92,12 @@ def test_a_three_block_run_resumes_bit_for_bit(tmp_path, model_dir, monkeypatch,
     """3 blocks, micro-batch 4, 3 epochs of one padded step each: a crash after step 1 or 2 and a resume train
     the uninterrupted run's steps and adapter exactly."""
     write_build(tmp_path / "cache", "sql", random_blocks(3, 32, 0), random_blocks(1, 32, 1), 32, model_dir)
-    settings = dict(max_steps=None, num_train_epochs=3, per_device_train_batch_size=4, save_steps=1, eval_steps=2,
-                    warmup_steps=1, lr_scheduler_type="cosine")
-    lora = {"dropout": 0.1}
-    full = run(make_config(model_dir, tmp_path / "runs", lora=lora, run_name="full", **settings), tmp_path / "cache")
-    config = make_config(model_dir, tmp_path / "runs", lora=lora, run_name="part", **settings)
-    crash_after_checkpoint(monkeypatch, crash_at)
-    with pytest.raises(Crash):
-        run(config, tmp_path / "cache")
-    monkeypatch.undo()
-    part = tmp_path / "runs" / "sql" / "part"
-    state = json.loads((part / f"checkpoint-{crash_at}" / "state.json").read_text())
+    full, part, state = crashed_and_resumed(tmp_path, model_dir, monkeypatch, crash_at, max_steps=None,
+                                            num_train_epochs=3, per_device_train_batch_size=4, save_steps=1,
+                                            eval_steps=2, warmup_steps=1, lr_scheduler_type="cosine")
     assert (state["epoch"], state["position"]) == (crash_at, 0)
-    run(config, tmp_path / "cache", resume="auto")
     assert step_losses(part) == step_losses(full) and len(step_losses(full)) == 3
-    a, b = (load_file(d / "adapter" / "adapter_model.safetensors") for d in (full, part))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert same_adapters(full, part)
 
 
 def test_a_build_without_train_blocks_is_refused_in_one_line(tmp_path, model_dir):
