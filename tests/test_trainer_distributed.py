@@ -119,13 +119,14 @@ def test_strided_slices_make_up_the_global_batches():
     assert ranks[0][-1] == ranks[1][-1] == PAD
 
 
-def single_process_reference(tmp_path, monkeypatch):
+def single_process_reference(tmp_path, monkeypatch, train_blocks: int = 14, val_blocks: int = 5):
     """A build (14 train, 5 val blocks) and one process's run with the global batch (4 x ga 2), the
     reference every multi-process run is compared with; returns (model_dir, single run dir)."""
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     model_dir = tiny_model_dir(tmp_path / "model")
-    write_build(tmp_path / "cache", "sql", random_blocks(14, 32, 0), random_blocks(5, 32, 1), 32, model_dir)
+    write_build(tmp_path / "cache", "sql", random_blocks(train_blocks, 32, 0), random_blocks(val_blocks, 32, 1), 32,
+                model_dir)
     single = run(make_config(model_dir, tmp_path / "runs", run_name="single", per_device_train_batch_size=4,
                              **SETTINGS), tmp_path / "cache")
     return model_dir, single

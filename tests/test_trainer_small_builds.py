@@ -15,7 +15,7 @@ from packtrain.core.contract import Manifest, expert_dir
 from packtrain.trainer.data import BlockDataset, BlockSampler
 from packtrain.trainer.run_checks import TrainError
 from packtrain.trainer.train import run
-from test_trainer_distributed import SETTINGS, assert_same_run, run_two_ranks
+from test_trainer_distributed import SETTINGS, assert_same_run, run_two_ranks, single_process_reference
 from test_trainer_epochs import blocks_fed, crashed_and_resumed, metrics, record_feed, same_adapters, step_losses
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
@@ -116,13 +116,7 @@ def test_a_build_without_train_blocks_is_refused_in_one_line(tmp_path, model_dir
 def one_block_reference(tmp_path, monkeypatch) -> tuple:
     """A build of 1 train and 1 val block and one process's run with the global batch (4 x ga 2): 4 epochs of
     one step, each on the block and 3 padding sequences."""
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    model_dir = tiny_model_dir(tmp_path / "model")
-    write_build(tmp_path / "cache", "sql", random_blocks(1, 32, 0), random_blocks(1, 32, 1), 32, model_dir)
-    single = run(make_config(model_dir, tmp_path / "runs", run_name="single", per_device_train_batch_size=4,
-                             **SETTINGS), tmp_path / "cache")
-    return model_dir, single
+    return single_process_reference(tmp_path, monkeypatch, train_blocks=1, val_blocks=1)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="gloo over TCP on localhost, tested on Linux")
