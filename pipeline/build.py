@@ -78,7 +78,7 @@ PIPELINE_VERSION = 6  # 3: per-token loss masks (multi-turn chat), exact dedup a
 # 5: a conversation with a message field the chat template does not render, or an empty assistant turn, is a bad row;
 # 6: bfd breaks a tie between blocks with the same free space as TRL does (the one that has had it longest); a NaN or
 # infinite number in a field is a bad row (it was the text 'nan' or 'inf'); a number's format spec in a template
-# ({price:.2f}) formats the number (every row was bad)
+# ({price:.2f}, {n:06}) formats the number (every row was bad, or the digits were padded as text)
 
 
 def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None

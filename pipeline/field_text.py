@@ -13,12 +13,14 @@ from packtrain.pipeline.chat_template import BadRow
 
 
 class NumberText(str):
-    """A number's text (:func:`text_value`) that a format spec strings cannot take formats as the number:
-    ``{price:.2f}``, ``{n:,}`` or ``{share:.0%}`` in a template, as ``str.format`` does with the value
-    itself. Every spec a string takes (``{n:>6}``) gives what it gave before.
+    """A number's text (:func:`text_value`; ``{n}`` and ``{n!r}`` give what they gave) that a format spec
+    formats as the number, as ``str.format`` does with the value itself: ``{price:.2f}``, ``{n:,}``,
+    ``{share:.0%}``, and ``{n:06}`` zero-padded, ``{n:6}`` right-aligned (as text, ``42`` came out
+    ``420000`` and ``42    ``).
 
-    >>> "{p:.2f} {n:,} {n:>6}".format(p=NumberText(3.14159, "3.14159"), n=NumberText(1234567, "1234567"))
-    '3.14 1,234,567 1234567'
+    >>> "{p:.2f} {n:,} {n:>9} {m:06}|{m:4}|{m!r}".format(p=NumberText(3.14159, "3.14159"),
+    ...                                               n=NumberText(1234567, "1234567"), m=NumberText(42, "42"))
+    "3.14 1,234,567   1234567 000042|  42|'42'"
     """
 
     def __new__(cls, number: int | float, text: str):
@@ -30,10 +32,7 @@ class NumberText(str):
         return NumberText, (self.number, str(self))
 
     def __format__(self, spec: str) -> str:
-        try:
-            return str.__format__(self, spec)
-        except ValueError:  # a number's spec ("Unknown format code 'f' for object of type 'str'")
-            return format(self.number, spec)
+        return format(self.number, spec)  # an empty spec: str(number), this text
 
 
 def spec_on_text(error: ValueError, templates: tuple[str, ...], values: dict[str, str]) -> Exception:

@@ -214,10 +214,11 @@ def test_nan_and_infinite_numbers_in_a_field_are_bad_rows_not_the_text_nan(tiny_
 def test_a_format_spec_for_numbers_formats_a_number_column(tiny_tokenizer):
     """``{price:.2f}`` made every row bad ("Unknown format code 'f' for object of type 'str'"): the
     values were text before the spec was applied. A spec a string takes gives what it gave."""
-    rows = formatter({"prompt": "{item} at {price:.2f} x{n:,} [{n:>8}] {price!r}\n", "answer": "{total:.0%}"},
-                     tiny_tokenizer[1])
+    rows = formatter({"prompt": "{item} at {price:.2f} x{n:,} [{n:>8}] [{n:8}] #{n:08} {price!r}\n",
+                      "answer": "{total:.0%}"}, tiny_tokenizer[1])
+    # {n:8} right-aligns and {n:08} zero-pads the number, as str.format does with it (as text: "12345   ", "12345000")
     assert rows({"item": "tea", "price": 3.14159, "n": 12345, "total": 0.875}).text == \
-        "tea at 3.14 x12,345 [   12345] '3.14159'\n88%"
+        "tea at 3.14 x12,345 [   12345] [   12345] #00012345 '3.14159'\n88%"
     # text under a number's spec (a CSV cell is text): a bad row naming the field and the fix; it was the worker's
     # "template error: Unknown format code 'f' for object of type 'str'", naming neither
     with pytest.raises(BadRow, match=r"^field 'price' is text \('cheap'\), which the format spec '.2f' of "
