@@ -249,7 +249,7 @@ def _splits(root: Path, paths: list[Path], config: str | None, split: str | None
 
 def _no_split(root: Path, paths: list[Path], spec: SourceConfig) -> str:
     """Why ``spec.split`` has no file under ``root``, naming the splits there are, as ``datasets`` finds them."""
-    names = list(_splits(root, paths, spec.config))
+    names = list(_splits(root, paths, spec.config, spec.split))  # another split's patterns are not this error's
     return (f"no data file for split {spec.split!r} among {_listing(root, paths)}"
             + (f" ({f'config {spec.config!r} has' if spec.config else 'its'} splits: {', '.join(names)})" if names else ""))
 

@@ -257,6 +257,16 @@ def test_readme_data_files_that_name_no_file_are_an_error_naming_them(tmp_path, 
         rows(str(directory), "train")
 
 
+def test_a_missing_split_is_named_whatever_the_other_splits_patterns_match(tmp_path, hf_home):
+    """split: validation of a README with train and test, whose test pattern matches nothing: the error said
+    test's patterns match nothing, not that there is no split 'validation'."""
+    directory = write_tree(tmp_path / "ds", {"train.jsonl": jsonl("t"), "README.md": (
+        '---\nconfigs:\n- config_name: c\n  data_files:\n  - {split: train, path: train.jsonl}\n'
+        '  - {split: test, path: "missing/*.jsonl"}\n---\n').encode()})
+    with pytest.raises(SourceNotFound, match=r"no data file for split 'validation' .*\(its splits: train, test\)"):
+        rows(str(directory), "validation")
+
+
 def test_a_config_on_a_source_without_configs_is_refused_not_ignored(tmp_path, hf_home):
     """A single file, the bundled sample or a save_to_disk directory has no README configs: config: was
     ignored there (the build read the file as if it were not set), while a dataset directory refused it."""
