@@ -82,3 +82,28 @@ def test_the_cpu_note_is_said_once_when_training_begins(hf_home, tmp_path, monke
     said = [record.getMessage() for record in caplog.records]
     assert [line for line in said if "cpu profile" in line] == [NOTE] and "cpu profile" not in trained.output
     assert "match the manifest's sha256" in said[said.index(NOTE) + 1]  # once the build is found and checked
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_librarys_records_below_error_reach_no_console_and_packtrains_always_do(verbose, capsys, monkeypatch):
+    """The rule, not a list of messages: any library's warning (here kernels' trust-check line of
+    kernels 0.19, and one from a library nobody has seen yet) is hidden; its errors and every record of
+    packtrain's own pass; --verbose shows them all; the last resort is logging's own again afterwards."""
+    import logging
+
+    from packtrain.cli.console import library_output
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in a command: pytest's own capture set aside
+    before = logging.lastResort
+    with library_output(verbose):
+        logging.getLogger("kernels._internals.hf_hub").warning(
+            "Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes' because Hugging Face "
+            "Hub is in offline mode.")
+        logging.getLogger("newlib").warning("a library released tomorrow")
+        logging.getLogger("newlib").error("a library's error")
+        logging.getLogger("packtrain.pipeline").warning("packtrain's own warning")
+    assert logging.lastResort is before
+    shown = capsys.readouterr().err.splitlines()
+    assert shown == (["Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes' because "
+                      "Hugging Face Hub is in offline mode.", "a library released tomorrow"] if verbose else []) + [
+        "a library's error", "packtrain's own warning"]

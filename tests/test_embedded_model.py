@@ -7,7 +7,6 @@ template) written by the ``gguf`` package, standing in for the 98 MB file of llm
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -241,17 +240,6 @@ def test_the_shipped_defaults_pick_the_embedded_model_and_the_cpu_profile(monkey
     assert off.for_device(cuda=False) is off
 
 
-def test_the_bitsandbytes_kernel_warning_is_silenced_and_nothing_else(caplog):
-    import packtrain.trainer  # noqa: F401  (installs the filters)
-
-    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
-    with caplog.at_level(logging.WARNING):
-        logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please make sure ...",
-                       "No module named 'kernels'")
-        logger.warning("something else")
-    assert [r.getMessage() for r in caplog.records] == ["something else"]
-
-
 def test_an_incomplete_conversion_is_never_used_and_is_redone(embedded):
     target = converted_model_dir(NAME)
     target.mkdir(parents=True)
@@ -301,3 +289,20 @@ def test_a_killed_conversion_leaves_nothing_that_is_used_and_its_scratch_is_remo
     assert prepare_embedded(NAME, log=lines.append) == target
     assert lines[0] == f"model {target.name}: removing {abandoned}, left by a conversion that was stopped"
     assert not abandoned.exists() and (target / SOURCE_FILE).is_file()
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_gguf_readers_bar_stays_out_of_the_console_unless_verbose(tiny_gguf, tmp_path, capsys, verbose):
+    """transformers' GGUF reader draws a tqdm bar whatever its progress-bar switch says: in a redirected
+    log, lines of \\r. The conversion keeps it away as the libraries' other bars are kept, unless --verbose."""
+    from transformers.utils import logging as hf_logging
+
+    from packtrain.cli.console import library_output
+    from packtrain.trainer.convert import convert_gguf
+
+    hf_logging.enable_progress_bar()  # as in a new process: the command's switch decides
+    with library_output(verbose):
+        convert_gguf(tiny_gguf[0], tmp_path / "converted")
+    err = capsys.readouterr().err
+    assert ("Converting and de-quantizing GGUF tensors" in err) == verbose, err
+    assert (tmp_path / "converted" / "model.safetensors").is_file()

@@ -10,6 +10,8 @@ a crash leaves none.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -99,12 +101,16 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     except ImportError:
         raise ModelError("reading a GGUF model needs the gguf package: `pip install gguf==0.19.0` "
                          "(`make install` does)") from None
-    progress = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # our lines instead of transformers' bars (the GGUF reader's own stays)
+    progress = hf_logging.is_progress_bar_enabled()  # off unless --verbose (packtrain/cli/console.py)
+    hf_logging.disable_progress_bar()  # our lines instead of transformers' bars
+    # transformers' GGUF reader draws its tqdm bar whatever that switch says: its stderr goes nowhere
+    # unless the libraries' bars are on (a bar's \r lines in a redirected log were all it wrote there)
+    reader_bar = contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO())
     try:
         try:
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            with reader_bar:
+                model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         except (OSError, ValueError, KeyError) as e:
             raise ModelError(f"{gguf}: transformers cannot read this GGUF file ({type(e).__name__}: {e}); "
                              "install the package again, or set model.name to another model") from None

@@ -174,7 +174,7 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
             n = keep_4bit_layout(model)
             log.info("qlora: %d linear layers quantized to NF4 (double quant, compute dtype %s)",
                      n, str(kwargs["quantization_config"].bnb_4bit_compute_dtype).replace("torch.", ""))
-            if device.type == "cpu":  # the message bitsandbytes prints on import is silenced (trainer/quiet.py)
+            if device.type == "cpu":  # bitsandbytes' own warning on import is a library line (packtrain/cli/console.py)
                 log.info("qlora on cpu: bitsandbytes' generic 4-bit matmul (its faster CPU kernel comes from the HF "
                          "hub through the `kernels` package, which packtrain does not download)")
         return _finish(model if quantize else model.to(device))

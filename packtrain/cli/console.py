@@ -2,10 +2,14 @@
 cpu profile's note, once, when training begins.
 
 Hugging Face's progress bars (transformers' "Loading weights", "Writing model shards", datasets'
-"Map") are raw ``\\r`` lines in a log file, and the libraries' warnings (transformers'
-``is_gradient_checkpointing`` FutureWarning in ``packtrain eval``) are nothing a user can act on;
-``packtrain --verbose`` (or ``PACKTRAIN_VERBOSE=1``) keeps them. packtrain's own lines, log records
-and progress bars are never touched.
+"Map") are raw ``\\r`` lines in a log file, and the libraries' warnings and log records
+(transformers' ``is_gradient_checkpointing`` FutureWarning in ``packtrain eval``; kernels' "Skipping
+publisher trust check" on every import of bitsandbytes offline) are nothing a user can act on. The rule,
+for every library, known or new: a library's Python warnings are ignored, and its log records below
+ERROR reach no console (logging's last resort, the handler every logger without one of its own ends
+at, passes a library's errors only; transformers and datasets, which have handlers of their own, are
+set to errors by their variables). ``packtrain --verbose`` (or ``PACKTRAIN_VERBOSE=1``) keeps them all.
+packtrain's own lines, log records and progress bars are never touched.
 
 The libraries read these variables when they are imported; one imported before the command runs is
 told through its own switch (and set back after). The processes a command starts (``train-all``'s
@@ -43,14 +47,34 @@ def library_output(verbose: bool) -> Iterator[None]:
             yield
             return
         warnings.simplefilter("ignore")  # packtrain issues no Python warnings: only the libraries' go
+        last_resort, logging.lastResort = logging.lastResort, LibraryErrorsOnly()
         switched = [switch for switch in BAR_SWITCHES if switch[0] in sys.modules and _bars_on(switch)]
         for _, module, _, disable, _ in switched:
             getattr(importlib.import_module(module), disable)()
         try:
             yield
         finally:
+            logging.lastResort = last_resort
             for _, module, _, _, enable in switched:
                 getattr(importlib.import_module(module), enable)()
+
+
+class LibraryErrorsOnly(logging.Handler):
+    """logging's last resort while a command runs: a record of packtrain's own at WARNING and above, as
+    the default last resort passes it; a library's at ERROR and above only. Writes to ``sys.stderr``
+    as it is when the record comes (as the default does)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name.split(".")[0] == "packtrain" or record.levelno >= logging.ERROR
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001  (logging's own contract: a handler never raises)
+            self.handleError(record)
 
 
 # each library's progress-bar switch, for one imported already: (package, module, query, turn off, turn on)
