@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import signal
 from multiprocessing import forkserver
 
 import pytest
@@ -120,8 +121,6 @@ def test_the_proof_uses_the_encoders_it_is_handed(tiny_tokenizer, tmp_path):
 def test_the_decisions_child_proves_with_the_encoders_loaded_before_it(tiny_tokenizer, tmp_path, monkeypatch):
     """What a child forked from the server finds loaded (here: fastokens of another vocabulary under this
     tokenizer's hash) is what it proves: so it loads nothing of its own."""
-    import signal
-
     from tokenizers import Tokenizer
 
     from packtrain.pipeline.encode.encoder_decision import _decide_and_send
@@ -198,8 +197,6 @@ def test_the_preload_set_before_the_build_is_set_again_after(tiny_tokenizer):
 def test_the_pool_starts_with_ctrl_c_reaching_the_build_unless_its_workers_are_spawned(monkeypatch, method, ignored):
     """Spawned workers inherit SIGINT ignored from the build; forked ones from their server, whose
     loads the Pool waits for: a Ctrl-C meanwhile must reach the build, not be lost."""
-    import signal
-
     from packtrain.pipeline.encode import pool as pool_module
 
     seen = []
@@ -231,7 +228,8 @@ def test_the_pool_starts_with_ctrl_c_reaching_the_build_unless_its_workers_are_s
 
 def test_a_server_that_does_not_exit_is_killed(tiny_tokenizer, monkeypatch):
     """A process forked from the server that outlives the build (a worker whose start a Ctrl-C cut
-    short) would keep stopping the server waiting: it is killed after STOP_SECONDS."""
+    short) would keep stopping the server waiting: it is killed after STOP_SECONDS (a child sleeping
+    far longer keeps it alive until then, so the kill is what ends the wait)."""
     import time
 
     from packtrain.pipeline.encode import fork_server
@@ -239,11 +237,12 @@ def test_a_server_that_does_not_exit_is_killed(tiny_tokenizer, monkeypatch):
     monkeypatch.setattr(fork_server, "STOP_SECONDS", 0.5)
     path, sha = tiny_tokenizer
     server = ForkServer(path, sha)
-    child = server.context((), False).Process(target=time.sleep, args=(60,))
+    child = server.context((), False).Process(target=time.sleep, args=(600,))
     child.start()
-    started = time.monotonic()
+    pid, kills, kill = forkserver._forkserver._forkserver_pid, [], os.kill
+    monkeypatch.setattr(os, "kill", lambda *args: (kills.append(args), kill(*args))[1])
     server.close()
-    assert time.monotonic() - started < 5 and forkserver._forkserver._forkserver_pid is None
+    assert kills == [(pid, signal.SIGKILL)] and forkserver._forkserver._forkserver_pid is None
     child.terminate()
     child.join()
 

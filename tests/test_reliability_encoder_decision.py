@@ -96,17 +96,15 @@ def cli(project, env_extra: dict, *args, hooked=True, num_proc=1):
     return proc, out, err
 
 
-# 1. Ctrl-C while waiting for guess() and for result()
+# 1. Ctrl-C while waiting for guess() and for result(): the checks or the proof take 600 s, five times
+# the 120 s cli() waits for the command, so a build that waited for the child's answer fails the test
 @pytest.mark.parametrize("where, slow, num_proc", [("guess", "ATK_SLOW_CHECKS", 1), ("result", "ATK_SLOW_PROOF", 1),
                                                    ("result", "ATK_SLOW_PROOF", 2)])
 def test_ctrl_c_while_waiting_for_the_decision(tmp_path, where, slow, num_proc):
     project = make_project(tmp_path, n_rows=200)
-    started = time.monotonic()
-    proc, out, err = cli(project, {"ATK_INT_IN": where, slow: "8"}, "pretokenize", num_proc=num_proc)
-    took = time.monotonic() - started
+    proc, out, err = cli(project, {"ATK_INT_IN": where, slow: "600"}, "pretokenize", num_proc=num_proc)
     assert proc.returncode == 130, (out, err)
     assert [line for line in err.splitlines() if line.strip()] == ["aborted"], err
-    assert took < 7, f"waited for the child's answer: {took:.1f}s"
     assert group_gone(proc.pid), "a process of the interrupted build is still alive"
     assert leftovers(project["cache"]) == []
     assert notes(project["cache"]) == []
