@@ -83,8 +83,9 @@ $(VENV)/.installed: pyproject.toml $(LOCK_DIR)/requirements-cpu.lock $(LOCK_DIR)
 # LOCK_PYTHON, torch held at TORCH. The CPU lock takes torch's CPU build from the wheel folders (its
 # local label dropped, so that `torch==X` also matches where a folder holds another build); the CUDA
 # lock adds torch's CUDA libraries and the cuda extra, every package the two share held at the CPU
-# lock's version.
-COMPILE = $(BIN)/uv pip compile -q --native-tls --python-version $(LOCK_PYTHON) \
+# lock's version (its annotations name that lock wherever LOCK_DIR is, so the file does not move with it).
+# --upgrade: a lock already there is no preference (its label-less torch would pull PyPI's CUDA build).
+COMPILE = $(BIN)/uv pip compile -q --upgrade --native-tls --python-version $(LOCK_PYTHON) \
 	--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" --extra dev --extra plots \
 	--extra ray --extra bench
 locks: $(BIN)/uv
@@ -92,6 +93,7 @@ locks: $(BIN)/uv
 	sed -i 's/^torch==\([^+]*\)+cpu$$/torch==\1/' $(LOCK_DIR)/requirements-cpu.lock
 	echo "$(TORCH)" | $(COMPILE) --extra cuda -c $(LOCK_DIR)/requirements-cpu.lock pyproject.toml - \
 		-o $(LOCK_DIR)/requirements-cuda.lock
+	sed -i 's|-c $(LOCK_DIR)/requirements-cpu.lock|-c requirements-cpu.lock|' $(LOCK_DIR)/requirements-cuda.lock
 
 # The suite on the newest versions pyproject.toml allows today, in a venv of its own (LATEST): the
 # job to run on a schedule, so a dependency's new release is seen here before a user meets it.
