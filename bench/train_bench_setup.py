@@ -71,7 +71,10 @@ def expert_config(args, model: Path, cache: Path, output: Path, contender: str =
         "train.optim": "adamw_torch_fused",
         "train.warmup_ratio": 0.0,
         "train.logging_steps": 1,
+        # the step-0 and final evaluations are not timed: one batch of one micro-batch's sequences (the
+        # default 8 per batch was half of a CPU contender's run), and no plots at the end
         "train.eval_steps": 10**6, "train.save_steps": 10**6, "train.max_eval_batches": 1,
+        "train.per_device_eval_batch_size": args.batch_size, "train.plots": False,
         # generation after training is not what the bench measures (a random model generating to its
         # limit: ~70 s of a 0.5B contender on an H100, 2026-11-27)
         "train.sample_prompts": 0, "train.task_eval": False,
