@@ -89,7 +89,10 @@ def marked_processes(mark: str) -> list[int]:
 def test_sigkill_at_20_random_moments(tmp_path):
     """20 builds of a ~1-2 s corpus, each killed with SIGKILL after a delay drawn from a seeded RNG
     (every 4th with num_proc 2, so spawn workers are orphaned too); some start from an empty cache,
-    the others with an older build CURRENT, with or without the per-source token cache."""
+    the others with an older build CURRENT, with or without the per-source token cache. The delays
+    are drawn over the length of an uninterrupted build, scaled by how the last kill landed (a kill
+    before any write stretches the next delays, one after the publish shortens them): a machine that
+    slows down or speeds up mid-test still has its builds killed mid-way."""
     project = make_project(tmp_path, n_rows=4000)
     root = project["cache"] / "sql"
     references, seconds = {}, {}
@@ -113,6 +116,8 @@ def test_sigkill_at_20_random_moments(tmp_path):
 
     rng = random.Random(5)
     landed = {"before any write": 0, "mid-build": 0, "published": 0}
+    scale = 1.0  # the machine's speed now against the timed builds'
+    scale_after = {"before any write": 1.3, "mid-build": 1.0, "published": 0.75}
     for round_ in range(20):
         empty = round_ % 5 == 0
         tokenizes = empty or rng.random() < 0.5
@@ -121,7 +126,7 @@ def test_sigkill_at_20_random_moments(tmp_path):
         elif tokenizes:
             shutil.rmtree(root / ".sources", ignore_errors=True)  # tokenize again (no-op where absent)
         num_proc = 2 if round_ % 4 == 3 else 1
-        delay = rng.uniform(0.15, 0.95) * seconds[num_proc, tokenizes or not (root / ".sources").is_dir()]
+        delay = scale * rng.uniform(0.15, 0.95) * seconds[num_proc, tokenizes or not (root / ".sources").is_dir()]
         mark = f"{os.getpid()}-{round_}"
         proc = start_build(project, env={"PACKTRAIN_TEST_MARK": mark}, **{"build.num_proc": num_proc})
         time.sleep(delay)
@@ -134,10 +139,12 @@ def test_sigkill_at_20_random_moments(tmp_path):
 
         current = assert_current_is_valid(project["cache"], {None, ref_id} if empty else {old_id, ref_id})
         if current == ref_id:
-            landed["published"] += 1
+            where = "published"
             assert build_bytes(root / ref_id) == reference
         else:
-            landed["mid-build" if leftovers(project["cache"]) or (root / ref_id).exists() else "before any write"] += 1
+            where = "mid-build" if leftovers(project["cache"]) or (root / ref_id).exists() else "before any write"
+        landed[where] += 1
+        scale *= scale_after[where]
 
         rerun = run_build(project)
         assert rerun.build_id == ref_id and read_current(project["cache"], "sql") == ref_id
