@@ -45,6 +45,7 @@ import yaml
 from fsspec.utils import glob_translate
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
+from packtrain.core.yaml_reader import load_yaml
 from packtrain.pipeline.compression import file_format
 
 SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
@@ -142,7 +143,7 @@ def readme_configs(readme: Path) -> list[dict]:
     if not (header := REGEX_YAML_BLOCK.search(text)):  # huggingface_hub's: blank lines and a BOM before it too
         return []
     try:
-        meta = yaml.safe_load(header.group(2)) or {}
+        meta = load_yaml(header.group(2)) or {}
     except yaml.YAMLError as e:
         raise ConfigsError(f"its YAML header does not parse ({' '.join(str(e).split())})") from None
     configs = meta.get("configs") if isinstance(meta, dict) else None

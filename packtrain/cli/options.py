@@ -56,6 +56,8 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_trainin
     applied without a CUDA GPU, and then ``on_profile(line)`` called with the line that says so."""
     import yaml
 
+    from packtrain.core.yaml_reader import load_yaml
+
     overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
     labels = {"sources": f"--dataset {dataset}", "model.name": f"--model {model}", "build.num_proc": f"--num-proc {num_proc}"}
     for item in settings:
@@ -63,7 +65,7 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_trainin
         if not sep:
             raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. pack.block_size=1024", param_hint="--set")
         try:
-            overrides[key] = yaml.safe_load(value)
+            overrides[key] = load_yaml(value)
             labels[key] = f"--set {item}"
         except yaml.YAMLError as e:
             from packtrain.core.inputs import one_line

@@ -16,13 +16,12 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.config_fields import check_numbers
 from packtrain.core.config_names import close_choice, did_you_mean
 from packtrain.core.contract import check_expert_name
 from packtrain.core.machine import has_cuda
+from packtrain.core.yaml_reader import load_yaml
 
 
 SHIPPED_DEFAULTS = Path(__file__).resolve().parents[2] / "configs" / "defaults.yaml"
@@ -150,7 +149,7 @@ def _read_yaml(path: Path) -> dict:
     from packtrain.core.inputs import InputError, read_input
 
     try:
-        data = read_input(path, lambda p: yaml.safe_load(p.read_text(encoding="utf-8")) or {},
+        data = read_input(path, lambda p: load_yaml(p.read_text(encoding="utf-8")) or {},
                           "fix the YAML (indentation, quotes, a ':' after each key) in that file", "YAML")
     except InputError as e:
         raise ConfigError(str(e)) from None

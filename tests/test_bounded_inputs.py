@@ -1,0 +1,121 @@
+"""Issue 46, item 2 (and the template part of item 3): inputs that expand without bound, and messages
+that grow with them, are refused in one line naming the file and the bound.
+
+- YAML, wherever packtrain reads it (configs/<expert>.yaml, defaults.yaml, ``--set``, a dataset
+  README's header), through one reader whose aliases are bounded (packtrain/core/yaml_reader.py); no
+  module calls a YAML loader of its own.
+
+The bounds are set small here, or the inputs made just past them: no test allocates what the bound
+protects against, and none measures memory or time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from packtrain.core.config_build import SourceConfig
+from packtrain.pipeline.discover import SourceError, resolve_source
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, stdin: str = ""):
+    from inprocess_cli import cli as entry
+
+    return entry(*args, stdin=stdin)
+
+
+def one_error_line(result, *expected: str) -> str:
+    """The command failed with exit 2 and exactly one ``error:`` line, the last, holding ``expected``."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert result.stderr.rstrip("\n").split("\n")[-1] == errors[0]
+    for text in expected:
+        assert text in errors[0], errors[0]
+    return errors[0]
+
+
+# --- YAML: one reader, aliases bounded ----------------------------------------------------------
+
+def laughs(levels: int = 5, width: int = 10, indent: str = "") -> str:
+    """A "billion laughs" YAML mapping: ``levels`` anchors, each a list of ``width`` aliases of the one
+    before; 10**5 leaves at the defaults (quick to expand without the bound, refused with it)."""
+    lines = [f"{indent}l0: &l0 [{', '.join(['lol'] * width)}]"]
+    lines += [f"{indent}l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+EXPANSION = "(more than 10,000 added); write the values out instead of aliasing them"
+
+
+@pytest.mark.parametrize("where", ["expert", "defaults"])
+def test_an_alias_bomb_in_a_config_file_is_one_line_naming_the_file(tmp_path, where):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    expert = "sources: [{name: bundled}]\n"
+    bomb = "format:\n  chat_template_kwargs:\n" + laughs(indent="    ")
+    (configs / "x.yaml").write_text(expert + (bomb if where == "expert" else ""))
+    (configs / "defaults.yaml").write_text(bomb if where == "defaults" else "{}\n")
+    line = one_error_line(cli("config", "x", "--configs-dir", configs),
+                          f"error: {configs / ('x' if where == 'expert' else 'defaults')}.yaml cannot be read as "
+                          "YAML (YamlExpansionError: its aliases (&name, *name) expand ", f"{EXPANSION}): fix the YAML")
+    assert len(line) < 400
+
+
+def test_an_alias_bomb_in_a_set_value_is_one_line_naming_the_flag():
+    value = "[" + ", ".join(f"&l{i} [{', '.join([f'*l{i - 1}' if i else 'lol'] * 10)}]" for i in range(5)) + "]"
+    line = one_error_line(cli("config", "sql", "--set", f"format.chat_template_kwargs={{x: {value}}}"),
+                          "--set format.chat_template_kwargs=", "the value is not valid YAML (YamlExpansionError: "
+                          "its aliases (&name, *name) expand")
+    assert len(line) < 600
+
+
+def test_an_alias_bomb_in_a_dataset_readme_is_one_line_naming_the_readme(tmp_path):
+    directory = tmp_path / "ds"
+    directory.mkdir()
+    (directory / "train.jsonl").write_text('{"prompt": "p", "answer": "a"}\n')
+    (directory / "README.md").write_text("---\n" + laughs() + "configs:\n- config_name: c\n  data_files: '*.jsonl'\n"
+                                         "---\n# a card\n")
+    with pytest.raises(SourceError) as raised:
+        resolve_source(SourceConfig(name=str(directory)))
+    assert str(raised.value) == f"{directory / 'README.md'}: its YAML header does not parse (its aliases (&name, " \
+                                f"*name) expand 28 nodes to 123,468 {EXPANSION})"
+
+
+@pytest.mark.parametrize("text", ["a: &a [*a]", "a: &a {b: [1, *a]}"])
+def test_a_yaml_node_that_holds_itself_is_refused(text):
+    from packtrain.core.yaml_reader import YamlExpansionError, load_yaml
+
+    with pytest.raises(YamlExpansionError, match=r"the node anchored at line 1 holds an alias \(\*name\) of itself"):
+        load_yaml(text)
+
+
+def test_aliases_within_the_bound_and_merge_keys_still_read():
+    from packtrain.core.yaml_reader import load_yaml
+
+    assert load_yaml("base: &b {x: 1}\nmine: {<<: *b, y: 2}\nmore: *b\n") == {
+        "base": {"x": 1}, "mine": {"x": 1, "y": 2}, "more": {"x": 1}}
+    assert len(load_yaml(laughs(levels=3, width=10))["l2"]) == 10  # 1,110 nodes added: under the bound
+
+
+def yaml_loader_calls(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[0] == "yaml" and \
+                "load" in ast.unparse(node.func).split(".")[-1].lower():
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_yaml_is_read_by_the_one_bounded_reader_only():
+    """Every YAML reader of packtrain is packtrain/core/yaml_reader.py's load_yaml: a new
+    ``yaml.safe_load`` anywhere would read without the bound."""
+    files = [p for d in ("packtrain", "pipeline", "trainer") for p in (ROOT / d).rglob("*.py")]
+    assert len(files) > 50
+    calls = [hit for p in files for hit in yaml_loader_calls(p)]
+    assert calls == ["packtrain/core/yaml_reader.py:54: yaml.load(text, Loader=BoundedSafeLoader)"]
