@@ -119,3 +119,55 @@ def test_yaml_is_read_by_the_one_bounded_reader_only():
     assert len(files) > 50
     calls = [hit for p in files for hit in yaml_loader_calls(p)]
     assert calls == ["packtrain/core/yaml_reader.py:54: yaml.load(text, Loader=BoundedSafeLoader)"]
+
+
+# --- Every exception a chat template raises while rendering a row is that row's bad-row reason --------
+
+RAISES = ("{% macro down(n) %}{{ down(n + 1) }}{% endmacro %}"
+          "{% for m in messages %}"
+          "{% if m.content == 'overflow' %}{{ range(100000000) | list }}{% endif %}"
+          "{% if m.content == 'zero' %}{{ 1 / 0 }}{% endif %}"
+          "{% if m.content == 'recursion' %}{{ down(0) }}{% endif %}"
+          "{% if m.content == 'long' %}{{ (messages | length) / 0 }}{% endif %}"
+          "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+FAILS = "the chat template fails on this row ({}); fix the row, or use a chat template that renders it"
+WHY = {"overflow": "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).",
+       "zero": "ZeroDivisionError: division by zero",
+       "recursion": "RecursionError: maximum recursion depth exceeded"}
+
+
+@pytest.mark.parametrize("style", ["messages", "prompt-answer"])
+def test_every_exception_a_chat_template_raises_on_a_row_is_a_bad_row(style):
+    """``range(100000000)`` raised OverflowError out of pipeline/format.py: a traceback that stopped the
+    build (issue 46). Any exception is now the row's reason, counted like the Jinja errors were."""
+    from packtrain.core.config_build import FormatConfig
+    from packtrain.pipeline.encode.worker import format_rows
+    from packtrain.pipeline.format import RowFormatter
+
+    cases = ["fine", *WHY]
+    if style == "prompt-answer":
+        formatter = RowFormatter(FormatConfig(style="chat"), chat_template=RAISES, eos_token="<|im_end|>")
+        columns = {"prompt": cases, "answer": ["ok"] * len(cases)}
+    else:
+        formatter = RowFormatter(FormatConfig(style="chat", messages="messages"), chat_template=RAISES,
+                                 eos_token="<|im_end|>")
+        columns = {"messages": [[{"role": "user", "content": c}, {"role": "assistant", "content": "ok"}]
+                                for c in cases]}
+    docs, kept, bad = format_rows(formatter, columns)
+    assert kept == [0] and len(docs) == 1
+    assert [i for i, _ in bad] == [1, 2, 3]
+    for (_, reason), case in zip(bad, WHY):
+        assert reason.startswith(FAILS.format(WHY[case])[:len(WHY[case]) + 40]), reason
+        assert reason.endswith("); fix the row, or use a chat template that renders it")
+
+
+def test_a_template_errors_text_is_cut_with_its_length_said():
+    from packtrain.pipeline.format import BadRow, render_conversation
+
+    template = "{% for m in messages %}{{ m[m.content].x }}{% endfor %}"  # names the missing key: 5,000 x
+    with pytest.raises(BadRow) as raised:
+        render_conversation(template, None, [{"role": "user", "content": "x" * 5000},
+                                             {"role": "assistant", "content": "ok"}], "messages")
+    reason = str(raised.value)
+    assert len(reason) < 400 and "characters:" in reason and " cut ...]" in reason, reason
