@@ -46,6 +46,7 @@ from fsspec.utils import glob_translate
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from packtrain.core.yaml_reader import load_yaml
+from packtrain.core.errors import quote
 from packtrain.pipeline.compression import file_format
 
 SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
@@ -150,7 +151,7 @@ def readme_configs(readme: Path) -> list[dict]:
     if not configs:
         return []
     if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
-        raise ConfigsError(f"'configs' is {configs!r}, not a list of {{config_name, data_files}}")
+        raise ConfigsError(f"'configs' is {quote(configs)}, not a list of {{config_name, data_files}}")
     return [{**c, "config_name": str(c.get("config_name", "default"))} for c in configs]
 
 
@@ -193,7 +194,7 @@ def config_splits(config: dict, rels: list[str], wanted: str | None = None) -> d
     if isinstance(data_files, (str, dict)):
         data_files = [data_files]
     if not isinstance(data_files, list):
-        raise ConfigsError(f"{where}: data_files is {data_files!r}, not a pattern or a list")
+        raise ConfigsError(f"{where}: data_files is {quote(data_files)}, not a pattern or a list")
     if all(isinstance(d, str) for d in data_files):
         data_files = [{"split": "train", "path": data_files}]
     out: dict[str, list[str]] = {}

@@ -121,6 +121,52 @@ def test_yaml_is_read_by_the_one_bounded_reader_only():
     assert calls == ["packtrain/core/yaml_reader.py:54: yaml.load(text, Loader=BoundedSafeLoader)"]
 
 
+# --- No error message is longer than a few hundred characters ------------------------------------
+
+LONG = "x" * 100_000
+
+
+@pytest.mark.parametrize("case", ["config-value", "set-value", "set-no-equals", "readme-configs"])
+def test_a_long_value_in_an_error_is_cut_with_its_length_said(tmp_path, case):
+    """Each quoted a 100,000-character value whole: a 100 kB error line."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "x.yaml").write_text("sources: [{name: bundled}]\n")
+    if case == "config-value":
+        (configs / "x.yaml").write_text(f"sources: [{{name: bundled}}]\npack:\n  block_size: {LONG}\n")
+        result, said = cli("config", "x", "--configs-dir", configs), \
+            f"pack.block_size: expected int, got '{'x' * 80}'... (100,000 characters)"
+    elif case == "set-value":
+        result, said = cli("config", "x", "--configs-dir", configs, "--set", f"format.prompt='{LONG}"), \
+            "the value is not valid YAML"
+    elif case == "set-no-equals":
+        result, said = cli("config", "x", "--configs-dir", configs, "--set", LONG), "... (100,000 characters): expected KEY=VALUE"
+    else:
+        directory = tmp_path / "ds"
+        directory.mkdir()
+        (directory / "train.jsonl").write_text('{"prompt": "p", "answer": "a"}\n')
+        (directory / "README.md").write_text(f"---\nconfigs: {LONG}\n---\n")
+        (configs / "x.yaml").write_text(f"sources: [{{name: {directory}}}]\n")
+        result, said = cli("pretokenize", "x", "--configs-dir", configs, "--cache-dir", tmp_path / "cache"), \
+            f"README.md: 'configs' is '{'x' * 80}'... (100,000 characters), not a list"
+    line = one_error_line(result, said)
+    assert len(line) <= 700, len(line)
+
+
+def test_every_packtrain_error_and_the_cli_line_are_bounded():
+    from packtrain.core.errors import MAX_LINE, PacktrainError, bounded, cut
+
+    error = PacktrainError(f"{LONG}: do this")
+    assert len(str(error)) <= MAX_LINE and str(error).endswith("xxx: do this")
+    assert "[... 100,009 characters: 99,0" in str(error)
+    listed = bounded("\n".join(f"  - problem {i}" for i in range(100)))
+    assert listed.count("\n") == 40 and listed.endswith("  ... and 60 more lines")
+    assert cut("short", 100) == "short" and bounded("a\nb") == "a\nb"
+    result = cli("pretokenize", "x", "--configs-dir", f"/nonexistent/{'d' * 5000}")  # an OSError's message
+    assert result.returncode == 2 and result.stderr.startswith("error: [Errno 36] File name too long: '/nonexistent/d")
+    assert len(result.stderr) <= len("error: \n") + MAX_LINE and "[... 5,053 characters: " in result.stderr
+
+
 # --- Every exception a chat template raises while rendering a row is that row's bad-row reason --------
 
 RAISES = ("{% macro down(n) %}{{ down(n + 1) }}{% endmacro %}"

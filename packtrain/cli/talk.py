@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from packtrain.core.errors import quote
+
 
 def talk_options(function):
     """The options ``generate`` and ``chat`` share: which run, base or adapter, how to generate."""
@@ -128,7 +130,7 @@ def parse_fields(fields: tuple[str, ...]) -> dict[str, str]:
     for item in fields:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise click.UsageError(f"--field {item!r}: write NAME=VALUE, e.g. --field context='CREATE TABLE ...'")
+            raise click.UsageError(f"--field {quote(item)}: write NAME=VALUE, e.g. --field context='CREATE TABLE ...'")
         parsed[name] = value
     return parsed
 

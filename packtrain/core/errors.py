@@ -28,8 +28,11 @@ class ContractError(PacktrainError):
 # message is cut here, once: PacktrainError's str(), the CLI's error line (packtrain/cli/commands.py
 # ``run``), and the JSON lines of rebuild and status (:func:`describe_error`).
 
-MAX_LINE = 600
-"""The most characters of one line of an error message; longer lines lose their middle, said."""
+MAX_LINE = 1000
+"""The most characters of one line of an error message; longer lines lose their middle, said. A
+safety net: a value quoted in a message is cut where it is quoted (:func:`quote`, :func:`cut` to
+80-200 characters), so such a line is a few hundred characters; the longest line packtrain writes of
+its own is the list of the train section's keys after an unknown one (about 900)."""
 
 MAX_LINES = 40
 """The most lines of one error message (a config's problems, listed at once); the rest are counted."""
