@@ -1,6 +1,9 @@
 """Issue 46, item 2 (and the template part of item 3): inputs that expand without bound, and messages
 that grow with them, are refused in one line naming the file and the bound.
 
+- A line, a CSV row or a JSON array file longer than ``build.read_memory_mb`` / 8 once decompressed.
+- No error message grows with the value it quotes (packtrain/core/errors.py).
+- Every exception a chat template raises on a row is that row's bad-row reason.
 - YAML, wherever packtrain reads it (configs/<expert>.yaml, defaults.yaml, ``--set``, a dataset
   README's header), through one reader whose aliases are bounded (packtrain/core/yaml_reader.py); no
   module calls a YAML loader of its own.
@@ -12,6 +15,9 @@ protects against, and none measures memory or time.
 from __future__ import annotations
 
 import ast
+import gzip
+import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -119,6 +125,90 @@ def test_yaml_is_read_by_the_one_bounded_reader_only():
     assert len(files) > 50
     calls = [hit for p in files for hit in yaml_loader_calls(p)]
     assert calls == ["packtrain/core/yaml_reader.py:54: yaml.load(text, Loader=BoundedSafeLoader)"]
+
+
+# --- A line, a CSV row, a JSON array file: at most build.read_memory_mb / 8, decompressed -----------
+
+MIB = 1 << 20
+BOUND_8 = "longer than 1 MiB (build.read_memory_mb 8 / 8) once decompressed, so it is not read; remove it, or " \
+          "raise build.read_memory_mb if the data really holds such rows"
+
+
+def rows_of(path, bound_mb: int = 8) -> list[str]:
+    from packtrain.pipeline.sources import ReadBound, iter_batches
+
+    batches = iter_batches(resolve_source(SourceConfig(name=str(path))), ["prompt", "answer"], 2,
+                           bound=ReadBound(bound_mb))
+    return [p for batch in batches for p in batch.columns["prompt"]]
+
+
+def json_line(prompt: str) -> str:
+    return json.dumps({"prompt": prompt, "answer": "a"}) + "\n"
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.jsonl.gz", "rows.json.xz"])
+@pytest.mark.parametrize("at", [1, 3])
+def test_a_line_longer_than_the_bound_is_one_line_naming_the_file_and_the_bound(tmp_path, name, at):
+    """A 1 MB .jsonl.gz that expands to a 1 GiB line built at 2.27 GB RSS (issue 46): the line is
+    refused once the bound's characters are read, whichever reader meets it first (the key search of
+    the first line, pyarrow's blocks then the line-by-line read)."""
+    lines = [json_line("p0"), json_line("p1"), json_line("x" * (MIB + 10)), json_line("p3")]
+    if at == 1:
+        lines = lines[2:3] + lines[:2] + lines[3:]
+    data = "".join(lines).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data, 1) if name.endswith(".gz") else lzma.compress(data) if name.endswith(".xz")
+                     else data)
+    with pytest.raises(SourceError) as raised:
+        rows_of(path)
+    assert str(raised.value) == f"{path}, line {at}: a line {BOUND_8}"
+    assert rows_of(path, bound_mb=16)[at - 1] == "x" * (MIB + 10)  # under a larger bound: read
+
+
+@pytest.mark.parametrize("name", ["rows.csv", "rows.tsv.gz"])
+def test_a_csv_row_longer_than_the_bound_is_refused(tmp_path, name):
+    """pyarrow's CSV reader holds a row in blocks of at most the bound: a row is refused past the
+    bound, at the latest at twice it (one of 2 MiB under a bound of 1 MiB here)."""
+    sep = "\t" if ".tsv" in name else ","
+    data = f"prompt{sep}answer\np0{sep}a\n{'x' * (2 * MIB + 10)}{sep}a\np2{sep}a\n".encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data, 1) if name.endswith(".gz") else data)
+    with pytest.raises(SourceError) as raised:
+        rows_of(path)
+    assert str(raised.value) == f"{path}: a row (after the first 1) {BOUND_8}"
+    assert rows_of(path, bound_mb=64) == ["p0", "x" * (2 * MIB + 10), "p2"]
+
+
+def test_a_json_array_file_longer_than_the_bound_is_refused(tmp_path):
+    path = tmp_path / "rows.json.gz"
+    path.write_bytes(gzip.compress(json.dumps([{"prompt": f"p{i}" * 30_000, "answer": "a"} for i in range(20)]).encode()))
+    with pytest.raises(SourceError) as raised:
+        rows_of(path)
+    assert str(raised.value) == f"{path}: a JSON array file (parsed whole) {BOUND_8}"
+    assert len(rows_of(path, bound_mb=16)) == 20
+
+
+def test_the_bound_is_the_configs_build_read_memory_mb(tmp_path):
+    """``build.read_memory_mb`` reaches the reader: a build over a file with one long line stops in
+    one line with the config's bound; the default (2048: 256 MiB lines) reads it."""
+    from build_fixtures import make_tokenizer
+
+    from packtrain.core.configfile import load_config
+    from packtrain.pipeline.build import build
+
+    model = make_tokenizer(tmp_path / "model")
+    data = tmp_path / "rows.jsonl.gz"
+    data.write_bytes(gzip.compress("".join(json_line(f"p{i}") for i in range(20)).encode()
+                                   + json_line("x " * (MIB // 2 + 10)).encode(), 1))
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "sql.yaml").write_text(f"sources: [{{name: {data}}}]\nformat: {{prompt: '{{prompt}}', answer: "
+                                      f"'{{answer}}'}}\nmodel: {{name: {model}}}\nbuild: {{num_proc: 1}}\n")
+    with pytest.raises(SourceError) as raised:
+        build(load_config("sql", configs, {"build.read_memory_mb": 8}), tmp_path / "cache", log=lambda *_: None,
+              progress=False)
+    assert str(raised.value) == f"{data}, line 21: a line {BOUND_8}"
+    assert build(load_config("sql", configs), tmp_path / "cache", log=lambda *_: None, progress=False).path.is_dir()
 
 
 # --- No error message is longer than a few hundred characters ------------------------------------

@@ -31,7 +31,7 @@ from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
 from packtrain.pipeline.row_filter import check_kinds
-from packtrain.pipeline.sources import iter_batches
+from packtrain.pipeline.sources import ReadBound, iter_batches
 from packtrain.pipeline.source_stats import BadRow, Exactness, SourceStats
 from packtrain.pipeline.spill import SpillWriter, read_source_stats
 from packtrain.pipeline.encode.fork_server import ForkServer
@@ -241,7 +241,8 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
         filtered = [c.column for c in spec.where]
         batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
                                where_fix(spec, i, formatter),
-                               optional=[c for _, c in formatter.optional_columns if c not in filtered])
+                               optional=[c for _, c in formatter.optional_columns if c not in filtered],
+                               bound=ReadBound(config.build.read_memory_mb))
         facts_checked = False
         before = 0  # the source's rows in the batches before this one (in every file)
         for number, batch in enumerate(batches):
