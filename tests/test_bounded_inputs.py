@@ -244,7 +244,7 @@ def test_a_long_value_in_an_error_is_cut_with_its_length_said(tmp_path, case):
 
 
 def test_every_packtrain_error_and_the_cli_line_are_bounded():
-    from packtrain.core.errors import MAX_LINE, PacktrainError, bounded, cut
+    from packtrain.core.errors import MAX_LINE, PacktrainError, bounded, cut, describe_error
 
     error = PacktrainError(f"{LONG}: do this")
     assert len(str(error)) <= MAX_LINE and str(error).endswith("xxx: do this")
@@ -252,9 +252,35 @@ def test_every_packtrain_error_and_the_cli_line_are_bounded():
     listed = bounded("\n".join(f"  - problem {i}" for i in range(100)))
     assert listed.count("\n") == 40 and listed.endswith("  ... and 60 more lines")
     assert cut("short", 100) == "short" and bounded("a\nb") == "a\nb"
+    assert len(describe_error(ValueError(LONG))) <= MAX_LINE  # rebuild's and status's JSON lines
     result = cli("pretokenize", "x", "--configs-dir", f"/nonexistent/{'d' * 5000}")  # an OSError's message
     assert result.returncode == 2 and result.stderr.startswith("error: [Errno 36] File name too long: '/nonexistent/d")
     assert len(result.stderr) <= len("error: \n") + MAX_LINE and "[... 5,053 characters: " in result.stderr
+
+
+@pytest.mark.parametrize("on_bad_rows", ["skip", "error"])
+def test_a_bad_rows_reason_is_cut_where_it_is_counted(on_bad_rows):
+    """A reason may quote the row (a message's field name, a template's error): every one is cut where
+    the build counts it, for the report and for the error line of ``on_bad_rows: error``."""
+    from types import SimpleNamespace
+
+    from packtrain.core.configfile import config_from_dict
+    from packtrain.pipeline.encode.source_caches import count_batch
+    from packtrain.pipeline.errors import BuildError
+    from packtrain.pipeline.source_stats import Exactness, SourceStats
+
+    config = config_from_dict({"expert": "x", "sources": [{"name": "bundled"}], "build": {"on_bad_rows": on_bad_rows}})
+    stats = SourceStats(10, Exactness("tokenizers", False, False))
+    encoded = SimpleNamespace(mismatches=[], rows=None, lengths=[], tokens=[], filtered=0, no_system=0, by_shortcut=0,
+                              checked=0, bad_rows=[(0, f"'messages' message 0 has a field {LONG!r}: remove it")])
+    if on_bad_rows == "error":
+        with pytest.raises(BuildError) as raised:
+            count_batch(config, 0, stats, ("a.jsonl", 0, 0), encoded)
+        assert len(str(raised.value)) < 600 and str(raised.value).endswith("to skip and count such rows)")
+        return
+    count_batch(config, 0, stats, ("a.jsonl", 0, 0), encoded)
+    (bad,) = stats.first_bad_rows
+    assert len(bad.reason) <= 400 and "[... 100,046 characters: 99,689 cut ...]" in bad.reason and bad.reason.endswith(": remove it")
 
 
 # --- Every exception a chat template raises while rendering a row is that row's bad-row reason --------
