@@ -101,6 +101,20 @@ def test_a_yaml_node_that_holds_itself_is_refused(text):
         load_yaml(text)
 
 
+@pytest.mark.parametrize("how", ["written", "far too deep", "aliases of aliases"])
+def test_yaml_nested_deeper_than_the_bound_is_refused(how):
+    """Deeply nested YAML stopped PyYAML's composer (and would stop every recursive reader after it)
+    with a RecursionError: a traceback from --set or a README; aliases of aliases deepen a document
+    while adding few nodes."""
+    from packtrain.core.yaml_reader import YamlExpansionError, load_yaml
+
+    text = {"written": "a: " + "[" * 120 + "]" * 120, "far too deep": "a: " + "[" * 5000 + "]" * 5000,
+            "aliases of aliases": "l0: &l0 " + "[" * 60 + "]" * 60 + "\n" + "l1: " + "[" * 60 + "*l0" + "]" * 60}[how]
+    with pytest.raises(YamlExpansionError, match=r"^it is nested deeper than 100 levels of lists and mappings"):
+        load_yaml(text)
+    assert load_yaml("a: " + "[" * 99 + "]" * 99)["a"] is not None
+
+
 def test_aliases_within_the_bound_and_merge_keys_still_read():
     from packtrain.core.yaml_reader import load_yaml
 
@@ -114,7 +128,7 @@ def yaml_loader_calls(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[0] == "yaml" and \
                 "load" in ast.unparse(node.func).split(".")[-1].lower():
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)[:80]}")
+            found.append(f"{path.relative_to(ROOT)}: {ast.unparse(node)[:80]}")
     return found
 
 
@@ -124,7 +138,7 @@ def test_yaml_is_read_by_the_one_bounded_reader_only():
     files = [p for d in ("packtrain", "pipeline", "trainer") for p in (ROOT / d).rglob("*.py")]
     assert len(files) > 50
     calls = [hit for p in files for hit in yaml_loader_calls(p)]
-    assert calls == ["packtrain/core/yaml_reader.py:54: yaml.load(text, Loader=BoundedSafeLoader)"]
+    assert calls == ["packtrain/core/yaml_reader.py: yaml.load(text, Loader=BoundedSafeLoader)"]
 
 
 # --- A line, a CSV row, a JSON array file: at most build.read_memory_mb / 8, decompressed -----------
