@@ -45,6 +45,8 @@ import yaml
 from fsspec.utils import glob_translate
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
+from packtrain.core.yaml_reader import load_yaml
+from packtrain.core.errors import quote
 from packtrain.pipeline.compression import file_format
 
 SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
@@ -142,14 +144,14 @@ def readme_configs(readme: Path) -> list[dict]:
     if not (header := REGEX_YAML_BLOCK.search(text)):  # huggingface_hub's: blank lines and a BOM before it too
         return []
     try:
-        meta = yaml.safe_load(header.group(2)) or {}
+        meta = load_yaml(header.group(2)) or {}
     except yaml.YAMLError as e:
         raise ConfigsError(f"its YAML header does not parse ({' '.join(str(e).split())})") from None
     configs = meta.get("configs") if isinstance(meta, dict) else None
     if not configs:
         return []
     if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
-        raise ConfigsError(f"'configs' is {configs!r}, not a list of {{config_name, data_files}}")
+        raise ConfigsError(f"'configs' is {quote(configs)}, not a list of {{config_name, data_files}}")
     return [{**c, "config_name": str(c.get("config_name", "default"))} for c in configs]
 
 
@@ -192,7 +194,7 @@ def config_splits(config: dict, rels: list[str], wanted: str | None = None) -> d
     if isinstance(data_files, (str, dict)):
         data_files = [data_files]
     if not isinstance(data_files, list):
-        raise ConfigsError(f"{where}: data_files is {data_files!r}, not a pattern or a list")
+        raise ConfigsError(f"{where}: data_files is {quote(data_files)}, not a pattern or a list")
     if all(isinstance(d, str) for d in data_files):
         data_files = [{"split": "train", "path": data_files}]
     out: dict[str, list[str]] = {}

@@ -301,14 +301,19 @@ def render_conversation(template: str | None, system: str | None, messages: Any,
 def template_errors_are_bad_rows() -> Iterator[None]:
     """A chat template that fails on a row's data (an attribute it expects and the row lacks, such as
     the content of a tool-call turn under a template that renders no tool calls) makes the row a
-    :class:`BadRow` naming the error, counted like any other, never a traceback that stops the build."""
-    import jinja2
+    :class:`BadRow` naming the error, counted like any other, never a traceback that stops the build.
+    Whatever it raises: a Jinja error, or any other a template can make Python raise while it renders
+    (``range(100000000)``: the sandbox's OverflowError; ``1 / 0``; a recursive macro's
+    RecursionError; issue 46). The error's text is cut to 200 characters, its length said."""
+    from packtrain.core.errors import cut
 
     try:
         yield
-    except (jinja2.TemplateError, TypeError) as e:
-        raise BadRow(f"the chat template fails on this row ({type(e).__name__}: {e}); fix the row, or use a "
-                     "chat template that renders it") from None
+    except BadRow:  # the template's raise_exception, or a check of the rendered text: already said
+        raise
+    except Exception as e:  # noqa: BLE001 - everything a template can raise is the row's reason
+        raise BadRow(f"the chat template fails on this row ({type(e).__name__}: {cut(' '.join(str(e).split()), 200)}); "
+                     "fix the row, or use a chat template that renders it") from None
 
 
 def render_turns(template: str, messages: list[dict], column: str, bos_token: str | None = None,

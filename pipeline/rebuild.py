@@ -37,7 +37,7 @@ from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, MANIFEST, Manifest, expert_dir, read_current
 from packtrain.core.rundir import (CHECKPOINT_PREFIX, STATE_JSON, recorded_build_id, recorded_runs_dirs,
                                    unfinished_run_records)
-from packtrain.core.errors import ContractError
+from packtrain.core.errors import ContractError, describe_error
 
 REBUILD_LOCK = ".rebuild.lock"
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
@@ -132,7 +132,7 @@ def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log,
         outcome.pruned = prune_builds(cache_dir, config.expert, keep, Path(config.train.output_dir) / config.expert,
                                       log)
     except Exception as e:  # one expert's failure must not stop the others; it is reported
-        outcome.error = f"{type(e).__name__}: {e}"
+        outcome.error = describe_error(e)
     outcome.seconds = round(time.perf_counter() - started, 3)
     return outcome
 
@@ -177,7 +177,7 @@ def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, 
             try:
                 configs = load_config(expert, configs_dir, options.overrides).stage_configs()
             except Exception as e:
-                outcomes = [Outcome(expert, "failed", error=f"{type(e).__name__}: {e}")]
+                outcomes = [Outcome(expert, "failed", error=describe_error(e))]
             else:
                 outcomes = [rebuild_expert(config, cache_dir, options.keep, log, prepare) for config in configs]
             for outcome in outcomes:  # one line per expert, or per curriculum stage

@@ -1,7 +1,9 @@
 """Read rows from a resolved source, streamed in fixed-size batches of Python values.
 
 Memory stays bounded by one batch plus one reader block, whatever the dataset's size (a JSON
-*array* file is the exception: it has to be parsed whole). Only the requested columns are read
+*array* file is the exception: it has to be parsed whole). A line, a CSV row or a JSON array file
+longer than :class:`ReadBound` (``build.read_memory_mb`` / 8, decompressed) is refused in one line
+before it is held: a 1 MB ``.jsonl.gz`` can hold a 1 GiB line (issue 46). Only the requested columns are read
 where the format allows it (parquet, arrow, csv, tsv). JSON lines, JSON, CSV and TSV files may be
 compressed (``train.jsonl.gz``, ``.bz2``, ``.xz``: pipeline/compression.py); they are decompressed
 as they are read, and give the rows the file uncompressed gives.
@@ -21,7 +23,9 @@ import mmap
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -32,9 +36,43 @@ from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, c
                                             describe, file_format, open_binary, open_text)
 from packtrain.pipeline.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
 from packtrain.pipeline.format import TEMPLATE_COLUMNS_FIX
+from packtrain.core.config_build import BuildConfig
 from packtrain.core.inputs import one_line
 
 Columns = dict[str, list]
+
+MEMORY_SHARE = 8
+"""A line (or a JSON array file) may be at most build.read_memory_mb / MEMORY_SHARE: reading it holds
+its bytes, its decoded text and its parsed values at once, up to this many times its size."""
+
+
+@dataclass(frozen=True)
+class ReadBound:
+    """The longest line, CSV row or JSON array file read, from ``build.read_memory_mb``: in characters of
+    text (a line) or bytes (what pyarrow's CSV reader holds), decompressed."""
+
+    read_memory_mb: int = BuildConfig.read_memory_mb  # the one default: the config's
+
+    @property
+    def limit(self) -> int:
+        return self.read_memory_mb * (1 << 20) // MEMORY_SHARE
+
+    def refuse(self, where: str, what: str = "a line") -> "SourceError":
+        mib = self.limit / (1 << 20)
+        return SourceError(f"{where}: {what} longer than {mib:,.{0 if mib.is_integer() else 2}f} MiB (build.read_memory_mb "
+                           f"{self.read_memory_mb} / {MEMORY_SHARE}) once decompressed, so it is not read; remove it, or "
+                           f"raise build.read_memory_mb if the data really holds such rows")
+
+
+def bounded_lines(f: IO[str], bound: ReadBound, path: Path) -> Iterator[str]:
+    """The lines of the text stream ``f`` (as ``for line in f`` gives them), none held longer than the
+    bound: a longer one is refused after reading at most ``bound.limit + 1`` characters of it."""
+    lineno = 0
+    while line := f.readline(bound.limit + 1):
+        lineno += 1
+        if len(line) > bound.limit:
+            raise bound.refuse(f"{path}, line {lineno}")
+        yield line
 
 
 @dataclass(frozen=True)
@@ -50,20 +88,21 @@ class RowBatch:
 
 def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None = None,
                  column_fix: str | Callable[[list[str]], str] = TEMPLATE_COLUMNS_FIX,
-                 optional: Iterable[str] = ()) -> Iterator[RowBatch]:
+                 optional: Iterable[str] = (), bound: ReadBound = ReadBound()) -> Iterator[RowBatch]:
     """Rows of ``source`` in file order, ``batch_rows`` at a time, at most ``max_rows`` in all. A file
     without one of ``columns`` raises :class:`SourceError` naming the columns it has, then
     ``column_fix``: how to fix it, from what the caller reads the columns for (``RowFormatter.column_fix``;
     by default, template fields), or a function of the missing columns that says it. A file without
-    one of the ``optional`` columns (alpaca's ``input``) reads it as null in every row."""
+    one of the ``optional`` columns (alpaca's ``input``) reads it as null in every row. ``bound``: the
+    longest line, row or JSON array file read (build.read_memory_mb)."""
     try:
-        yield from _batches(source, columns, batch_rows, max_rows, frozenset(optional))
+        yield from _batches(source, columns, batch_rows, max_rows, frozenset(optional), bound)
     except MissingColumns as e:
         raise SourceError(f"{e}; {column_fix(e.missing) if callable(column_fix) else column_fix}") from None
 
 
 def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None,
-             optional: frozenset = frozenset()) -> Iterator[RowBatch]:
+             optional: frozenset = frozenset(), bound: ReadBound = ReadBound()) -> Iterator[RowBatch]:
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     if not columns:
@@ -75,7 +114,7 @@ def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_ro
             return
         rel = path.relative_to(source.root).as_posix()
         start = 0
-        for batch in _rebatch(_file_chunks(path, columns, batch_rows, optional), columns, batch_rows):
+        for batch in _rebatch(_file_chunks(path, columns, batch_rows, optional, bound), columns, batch_rows):
             n = len(batch[columns[0]])
             if remaining is not None and n > remaining:
                 batch, n = {c: v[:remaining] for c, v in batch.items()}, remaining
@@ -107,11 +146,12 @@ def _rebatch(chunks: Iterator[Columns], columns: list[str], batch_rows: int) -> 
         yield buf
 
 
-def _file_chunks(path: Path, columns: list[str], batch_rows: int, optional: frozenset) -> Iterator[Columns]:
+def _file_chunks(path: Path, columns: list[str], batch_rows: int, optional: frozenset,
+                 bound: ReadBound = ReadBound()) -> Iterator[Columns]:
     """The file's chunks of ``columns``; an ``optional`` column the file lacks is null in every row."""
     read = False
     try:
-        for chunk in _read_chunks(path, columns, batch_rows):
+        for chunk in _read_chunks(path, columns, batch_rows, bound):
             read = True
             yield chunk
     except MissingColumns as e:
@@ -122,14 +162,15 @@ def _file_chunks(path: Path, columns: list[str], batch_rows: int, optional: froz
             raise
         if read:  # JSON lines find a column no row has after reading them all: it was null in each
             return
-        for chunk in _read_chunks(path, present, batch_rows):
+        for chunk in _read_chunks(path, present, batch_rows, bound):
             rows = len(chunk[present[0]])
             yield {c: chunk[c] if c in chunk else [None] * rows for c in columns}
 
 
-def _read_chunks(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+def _read_chunks(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = ReadBound()) -> Iterator[Columns]:
     suffix = file_format(path.name)[0]
-    readers = {".parquet": _parquet, ".arrow": _arrow, ".jsonl": _jsonl, ".json": _json, ".csv": _csv, ".tsv": _tsv}
+    readers = {".parquet": _parquet, ".arrow": _arrow, ".jsonl": partial(_jsonl, bound=bound),
+               ".json": partial(_json, bound=bound), ".csv": partial(_csv, bound=bound), ".tsv": partial(_tsv, bound=bound)}
     if suffix not in readers:
         raise SourceError(f"{path}: unsupported file type {suffix!r}; use one of {DATA_SUFFIXES_TEXT}")
     if mislabelled := compressed_unnamed(path):
@@ -184,12 +225,14 @@ def _arrow(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
 _CSV_MAX_BLOCK = 1 << 30  # the longest CSV row read: pyarrow's blocks are at most 2 GiB
 
 
-def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",") -> Iterator[Columns]:
+def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",",
+         bound: ReadBound = ReadBound()) -> Iterator[Columns]:
     """Every requested column is read as text, as written (no "007" -> 7 type guessing). Quoted
     cells may span lines (code and queries often do). A row longer than pyarrow's block (1 MiB) is
-    read by reading the file again from that row with a block 4 times larger, as often as it takes."""
+    read by reading the file again from that row with a block 4 times larger, as often as it takes,
+    up to the bound (build.read_memory_mb / 8): a row longer than that is refused."""
     with open_text(path, newline="") as f:
-        header = next(csv.reader(f, delimiter=delimiter), [])
+        header = next(csv.reader(bounded_lines(f, bound, path), delimiter=delimiter), [])
     _check_columns(path, columns, header)
     convert = pcsv.ConvertOptions(include_columns=columns, column_types={c: pa.string() for c in columns})
     parse = pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
@@ -208,28 +251,35 @@ def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",") 
                     skip = 0
             return
         except pa.ArrowInvalid as e:
-            if "straddl" not in str(e) or block >= _CSV_MAX_BLOCK:
+            if "straddl" not in str(e):
                 raise
-            block *= 4  # a row longer than the block (a 10 MB cell): read again from the row it stopped at
+            if block >= min(bound.limit, _CSV_MAX_BLOCK):
+                raise bound.refuse(str(path), f"a row (after the first {done:,})") from None
+            block = min(block * 4, bound.limit, _CSV_MAX_BLOCK)  # a row longer than the block (a 10 MB cell): read again from the row it stopped at
 
 
-def _tsv(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+def _tsv(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = ReadBound()) -> Iterator[Columns]:
     """Tab-separated values: the CSV rules with a tab between cells (``datasets``' ``sep="\\t"``)."""
-    yield from _csv(path, columns, batch_rows, delimiter="\t")
+    yield from _csv(path, columns, batch_rows, delimiter="\t", bound=bound)
+
+
+_JSON_BLOCK = 1 << 20  # pyarrow's default block for JSON lines
 
 
 class _Fallback(Exception):
     pass
 
 
-def _jsonl(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+def _jsonl(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = ReadBound()) -> Iterator[Columns]:
     """JSON lines through pyarrow's streaming reader; where it cannot give exactly what ``json.loads``
     would (types that change between rows, strings it would parse as timestamps, a column its first
     block lacks, which later rows may hold), line by line."""
     done = 0
     try:
         with arrow_input(path) as stream:
-            reader = pjson.open_json(stream)
+            # pyarrow reads an object up to two blocks long: blocks of half the bound, where its default
+            # (1 MiB) is more, leave every longer line to the bounded line-by-line read
+            reader = pjson.open_json(stream, pjson.ReadOptions(block_size=min(_JSON_BLOCK, bound.limit // 2)))
             names = reader.schema.names
             if not all(c in names and _json_native(reader.schema.field(c).type) for c in columns):
                 raise _Fallback
@@ -240,7 +290,7 @@ def _jsonl(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
         return
     except (pa.ArrowInvalid, _Fallback):
         pass
-    yield from _json_lines(path, columns, batch_rows, skip=done)
+    yield from _json_lines(path, columns, batch_rows, skip=done, bound=bound)
 
 
 def _json_native(t: pa.DataType) -> bool:
@@ -253,18 +303,19 @@ def _json_native(t: pa.DataType) -> bool:
             or pa.types.is_boolean(t) or pa.types.is_null(t))
 
 
-def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) -> Iterator[Columns]:
+def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0,
+                bound: ReadBound = ReadBound()) -> Iterator[Columns]:
     """One JSON object per non-blank line; the first ``skip`` rows were already read. A column some
     rows lack is null there (a bad row, counted); one that no row has is an error: said before any row
     is read where the file's bytes hold its key nowhere (:func:`_keys_nowhere`), else at the end."""
     if skip == 0:
-        _keys_nowhere(path, columns)
+        _keys_nowhere(path, columns, bound)
     buf: Columns = {c: [] for c in columns}
     row = 0
     seen: dict[str, None] = {}  # every key of the rows read, while a column is still unseen
     unseen = set(columns) if skip == 0 else set()  # pyarrow's schema (every key of its rows) had them all
     with open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, line in enumerate(bounded_lines(f, bound, path), 1):
             if not line.strip():
                 continue
             if row < skip:
@@ -292,15 +343,15 @@ def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0) 
         _check_columns(path, columns, list(seen))
 
 
-def _keys_nowhere(path: Path, columns: list[str]) -> None:
+def _keys_nowhere(path: Path, columns: list[str], bound: ReadBound = ReadBound()) -> None:
     """Raise :class:`MissingColumns` (naming the first row's keys) for the columns whose key is written
     nowhere in a JSON lines file, in any of the ways JSON can write it (:func:`_json_key`): a misspelt
     column is then said at once, not after every line of a large file was parsed. A file whose first
     row is not a JSON object, or that has none, is left to the line-by-line read (it says why)."""
-    with open_binary(path) as f:
-        first = next((line for line in f if line.strip()), None)
     try:
-        row = json.loads(first.decode("utf-8-sig")) if first is not None else None
+        with open_text(path) as f:  # the first line bounded: it may be the 1 GiB one
+            first = next((line for line in bounded_lines(f, bound, path) if line.strip()), None)
+        row = json.loads(first) if first is not None else None
     except (UnicodeDecodeError, json.JSONDecodeError):
         return
     if not isinstance(row, dict):
@@ -351,16 +402,19 @@ def _json_key(key: str, colon: bool = True) -> re.Pattern[bytes]:
     return re.compile(b'"' + b"".join(parts) + (b'"[ \\t\\n\\r]*:' if colon else b'"'))
 
 
-def _json(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
+def _json(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = ReadBound()) -> Iterator[Columns]:
     """A JSON array of objects (parsed whole: json has no streaming form), or JSON lines."""
     with open_binary(path) as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     if not head.startswith(b"["):
-        yield from _jsonl(path, columns, batch_rows)
+        yield from _jsonl(path, columns, batch_rows, bound)
         return
     try:
         with open_text(path) as f:
-            rows = json.load(f)
+            text = f.read(bound.limit + 1)
+        if len(text) > bound.limit:
+            raise bound.refuse(str(path), "a JSON array file (parsed whole)")
+        rows = json.loads(text)
     except json.JSONDecodeError as e:
         raise SourceError(f"{path}, line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); fix the file") from None
     keys: dict[str, None] = {}

@@ -11,7 +11,7 @@ from packtrain.core.configfile import load_config
 from packtrain.core.contract import MANIFEST, Manifest, expert_dir, read_current
 from packtrain.core import rundir
 from packtrain.core.rundir import recorded_runs_dirs
-from packtrain.core.errors import ContractError
+from packtrain.core.errors import ContractError, describe_error
 
 
 def last_run(runs_dirs: list[Path], build_id: str) -> str | None:
@@ -28,7 +28,7 @@ def expert_status(expert: str, configs_dir, cache_dir, overrides: dict | None = 
     try:
         configs = load_config(expert, configs_dir, overrides).stage_configs()
     except Exception as e:
-        return [{"expert": expert, "error": f"{type(e).__name__}: {e}"}]
+        return [{"expert": expert, "error": describe_error(e)}]
     return [config_status(config, cache_dir) for config in configs]
 
 
@@ -52,7 +52,7 @@ def config_status(config, cache_dir) -> dict:
             status["inputs_changed"] = wanted != current
         except Exception as e:  # a source gone missing is news, not a crash
             status["inputs_changed"] = None
-            status["error"] = f"{type(e).__name__}: {e}"
+            status["error"] = describe_error(e)
     except ContractError as e:
         status["error"] = str(e)
     return status

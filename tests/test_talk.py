@@ -188,3 +188,24 @@ def test_tools_given_to_an_expert_trained_without_them_or_unreadable_fail_before
     done = packtrain("generate", "neo4j", "w5", "--run", str(run_dir), "--tools", str(bad))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"{bad}: '--tools' is dict, expected a list of tool definitions" in done.stderr
+
+
+def test_a_prompt_longer_than_the_models_context_is_refused_and_a_long_one_gets_the_room_left(memorized):
+    """The tiny model has 1,024 positions. Before (issue 46), a prompt far past them was generated on
+    without a word (a 125 kB prompt: 108 s on a 4,096-position model)."""
+    run_dir, pairs = memorized
+    prompt, answer = pairs[0]
+    refused = ("the prompt is 1,100 tokens, and the model's context is 1,024 positions (max_position_embeddings): it "
+               "leaves no room for an answer, so it is refused; shorten it to under 1,024 tokens")
+    done = packtrain("generate", "neo4j", " ".join(["w5"] * 1100), "--run", str(run_dir), "--max-new-tokens", "8")
+    assert (done.returncode, done.stdout) == (2, "") and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"error: {refused}"
+    done = packtrain("generate", "neo4j", " ".join(["w5"] * 1020), "--run", str(run_dir), "--max-new-tokens", "8")
+    assert done.returncode == 0, done.stderr
+    assert ("the prompt is 1,020 tokens: 4 new tokens fit the model's context of 1,024 positions "
+            "(max_position_embeddings), not --max-new-tokens 8; the answer stops there") in done.stderr.splitlines()
+    assert len(done.stdout.split()) <= 4
+    chatted = packtrain("chat", "neo4j", "--run", str(run_dir), "--max-new-tokens", "8",
+                        stdin=f"{' '.join(['w5'] * 1100)}\n{prompt}\n")
+    assert chatted.returncode == 0, chatted.stderr
+    assert chatted.stdout == f"\n{answer}\n" and f"error: {refused}" in chatted.stderr.splitlines()

@@ -22,7 +22,7 @@ from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
-from packtrain.core.errors import ContractError, PacktrainError
+from packtrain.core.errors import ContractError, PacktrainError, bounded, cut
 from packtrain.core.rundir import find_run, newest_logged_run
 
 
@@ -365,13 +365,14 @@ def run() -> None:
         sys.exit(e.exit_code)
     except click.UsageError as e:  # a bad option or argument: one line, like every other refusal
         command = e.ctx.command_path if e.ctx is not None else "packtrain"
-        click.echo(f"error: {' '.join(e.format_message().split())} (see `{command} --help`)", err=True)
+        click.echo(f"error: {cut(' '.join(e.format_message().split()))} (see `{command} --help`)", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:
+        e.message = bounded(e.message)
         e.show()
         sys.exit(e.exit_code)
-    except (PacktrainError, OSError) as e:
-        click.echo(f"error: {e}", err=True)
+    except (PacktrainError, OSError) as e:  # every message bounded (errors.bounded): long values cut, said
+        click.echo(f"error: {bounded(str(e))}", err=True)
         sys.exit(2)
 
 

@@ -8,6 +8,7 @@ import functools
 import click
 
 from packtrain.core.config import ConfigError
+from packtrain.core.errors import cut, quote
 from packtrain.core.configfile import apply_cli_overrides, load_config, load_for_machine
 
 cache_dir_option = click.option(
@@ -56,19 +57,21 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_trainin
     applied without a CUDA GPU, and then ``on_profile(line)`` called with the line that says so."""
     import yaml
 
+    from packtrain.core.yaml_reader import load_yaml
+
     overrides = apply_cli_overrides(dataset=dataset, model=model, num_proc=num_proc)
     labels = {"sources": f"--dataset {dataset}", "model.name": f"--model {model}", "build.num_proc": f"--num-proc {num_proc}"}
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. pack.block_size=1024", param_hint="--set")
+            raise click.BadParameter(f"{quote(item)}: expected KEY=VALUE, e.g. pack.block_size=1024", param_hint="--set")
         try:
-            overrides[key] = yaml.safe_load(value)
+            overrides[key] = load_yaml(value)
             labels[key] = f"--set {item}"
         except yaml.YAMLError as e:
             from packtrain.core.inputs import one_line
 
-            raise ConfigError(f"--set {item}: the value is not valid YAML ({one_line(e)}); quote it, "
+            raise ConfigError(f"--set {cut(item, 200)}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
     if not for_training:
         return load_config(expert, configs_dir, overrides, labels)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from packtrain.core.errors import quote
+
 
 def talk_options(function):
     """The options ``generate`` and ``chat`` share: which run, base or adapter, how to generate."""
@@ -128,7 +130,7 @@ def parse_fields(fields: tuple[str, ...]) -> dict[str, str]:
     for item in fields:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise click.UsageError(f"--field {item!r}: write NAME=VALUE, e.g. --field context='CREATE TABLE ...'")
+            raise click.UsageError(f"--field {quote(item)}: write NAME=VALUE, e.g. --field context='CREATE TABLE ...'")
         parsed[name] = value
     return parsed
 
@@ -142,7 +144,8 @@ def open_talker(prompter: Prompter, base: bool, max_new_tokens: int, temperature
     ensure_log_handler()
     click.echo(f"{prompter.run_path}: loading {'the base model' if base else 'the adapter'} ...", err=True)
     run = open_run(prompter.run_path, None)  # its refusals are PacktrainErrors: one line from the CLI
-    return Talker(run, Sampling(max_new_tokens, temperature, top_p, seed), base=base)
+    return Talker(run, Sampling(max_new_tokens, temperature, top_p, seed), base=base,
+                  on_note=lambda line: click.echo(line, err=True))
 
 
 def answer(talker, prompter: Prompter, turns: list[dict]) -> str:
@@ -177,6 +180,8 @@ def generate(expert, prompt, run_dir, runs_dir, base, max_new_tokens, temperatur
 def chat(expert, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields, tools_file):
     """Talk to EXPERT's trained adapter: a loop on a terminal (Ctrl-D or an empty line ends it), one
     answer per line of stdin otherwise. Experts trained on conversations remember the chat."""
+    from packtrain.trainer.eval.talk import PromptTooLong
+
     prompter = Prompter.of(expert, run_dir, runs_dir, fields, tools_file)
     talker = open_talker(prompter, base, max_new_tokens, temperature, top_p, seed)
     interactive = sys.stdin.isatty()
@@ -195,5 +200,11 @@ def chat(expert, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, se
             continue
         history = turns if prompter.remembers else []
         asked = [*history, {"role": "user", "content": line}]
-        reply = answer(talker, prompter, asked)
+        try:
+            reply = answer(talker, prompter, asked)
+        except PromptTooLong as e:  # this line is refused, in one line; the chat goes on (one answer a line)
+            click.echo(f"error: {e}{'; or start a new chat' if history else ''}", err=True)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            continue
         turns = [*asked, {"role": "assistant", "content": reply}]

@@ -385,6 +385,14 @@ class BuildConfig:
     and compared (ids and loss mask), and one in 512 of the rest (seeded by the document's text). A difference is never published: the shortcut is
     dropped for that tokenizer, remembered, and the sources tokenized again without it
     (docs/BUILD.md, "Exactness"). Not part of the build id: it changes what is checked, not the bytes."""
+    read_memory_mb: int = num(2048, "[8, 1048576]")
+    """The memory, in MiB, that reading one data file may hold at once. A line of a JSON lines file, a
+    row of a CSV/TSV file and a JSON array file (parsed whole) are held in memory while read, up to 8
+    times over (the bytes, the decoded text, the parsed values), so each may be at most
+    read_memory_mb / 8 once decompressed (256 MiB by default); a longer one stops the build in one line
+    naming the file, the line and the bound, before it is held (a 1 MB ``.jsonl.gz`` can expand to a
+    1 GiB line). Raise it for a dataset that really holds such rows. Not part of the build id: it
+    changes whether a build runs, never its bytes."""
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers

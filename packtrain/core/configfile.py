@@ -16,13 +16,13 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.config_fields import check_numbers
 from packtrain.core.config_names import close_choice, did_you_mean
 from packtrain.core.contract import check_expert_name
+from packtrain.core.errors import quote
 from packtrain.core.machine import has_cuda
+from packtrain.core.yaml_reader import load_yaml
 
 
 SHIPPED_DEFAULTS = Path(__file__).resolve().parents[2] / "configs" / "defaults.yaml"
@@ -150,7 +150,7 @@ def _read_yaml(path: Path) -> dict:
     from packtrain.core.inputs import InputError, read_input
 
     try:
-        data = read_input(path, lambda p: yaml.safe_load(p.read_text(encoding="utf-8")) or {},
+        data = read_input(path, lambda p: load_yaml(p.read_text(encoding="utf-8")) or {},
                           "fix the YAML (indentation, quotes, a ':' after each key) in that file", "YAML")
     except InputError as e:
         raise ConfigError(str(e)) from None
@@ -242,26 +242,26 @@ def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
             result = _coerce(arg, value, where, trial)
             if not trial:
                 return result
-        errors.append(f"{where}: expected {_type_name(hint)}, got {value!r}{close_choice(value, _choices(hint))}")
+        errors.append(f"{where}: expected {_type_name(hint)}, got {quote(value)}{close_choice(value, _choices(hint))}")
         return value
     if origin is Literal:
         if value not in args:
-            errors.append(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}"
+            errors.append(f"{where}: must be one of {', '.join(map(repr, args))}, got {quote(value)}"
                           f"{close_choice(value, _choices(hint))}")
         return value
     if origin is list:
         if not isinstance(value, list):
-            errors.append(f"{where}: expected a list, got {value!r}")
+            errors.append(f"{where}: expected a list, got {quote(value)}")
             return value
         return [_coerce(args[0], v, f"{where}[{i}]", errors) for i, v in enumerate(value)]
     if origin is dict and args[1] is not str:  # a mapping of strings to lists (format.roles)
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            errors.append(f"{where}: expected a mapping, got {value!r}")
+            errors.append(f"{where}: expected a mapping, got {quote(value)}")
             return value
         return {k: _coerce(args[1], v, f"{where}.{k}", errors) for k, v in value.items()}
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            errors.append(f"{where}: expected a mapping of strings, got {value!r}")
+            errors.append(f"{where}: expected a mapping of strings, got {quote(value)}")
         return value
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
@@ -276,7 +276,7 @@ def _coerce(hint: Any, value: Any, where: str, errors: list[str]) -> Any:
     if hint is int and isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
     if hint in (int, float, str, bool) and (not isinstance(value, hint) or (hint is int and isinstance(value, bool))):
-        errors.append(f"{where}: expected {hint.__name__}, got {value!r}")
+        errors.append(f"{where}: expected {hint.__name__}, got {quote(value)}")
     return value
 
 

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from packtrain.core.files import publish_dir, temporary_path
 from packtrain.core.faults import crash_point
+from packtrain.core.errors import cut
 from packtrain.pipeline.encode import encoder_decision, exactness
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 from packtrain.pipeline.encode.memory import release_freed
@@ -31,7 +32,7 @@ from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
 from packtrain.pipeline.row_filter import check_kinds
-from packtrain.pipeline.sources import iter_batches
+from packtrain.pipeline.sources import ReadBound, iter_batches
 from packtrain.pipeline.source_stats import BadRow, Exactness, SourceStats
 from packtrain.pipeline.spill import SpillWriter, read_source_stats
 from packtrain.pipeline.encode.fork_server import ForkServer
@@ -41,6 +42,8 @@ from packtrain.pipeline.encode.worker import EncodeTask
 
 FAST_ENCODER_NOTES = ".fast-encoder"  # in the cache directory: remembered encoder decisions, one file per tokenizer,
 # shared by every expert built there (the key is the tokenizer's content and the libraries' versions)
+
+BAD_ROW_REASON = 400  # characters of a bad row's reason kept (in the report, or the error line)
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,8 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
         filtered = [c.column for c in spec.where]
         batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
                                where_fix(spec, i, formatter),
-                               optional=[c for _, c in formatter.optional_columns if c not in filtered])
+                               optional=[c for _, c in formatter.optional_columns if c not in filtered],
+                               bound=ReadBound(config.build.read_memory_mb))
         facts_checked = False
         before = 0  # the source's rows in the batches before this one (in every file)
         for number, batch in enumerate(batches):
@@ -291,6 +295,7 @@ def count_batch(config, i: int, stats: SourceStats, where: tuple, encoded) -> in
     stats.exactness.by_shortcut += encoded.by_shortcut
     stats.exactness.checked += encoded.checked
     for row, reason in encoded.bad_rows:
+        reason = cut(reason, BAD_ROW_REASON)  # a reason may quote the row: the report keeps a few hundred characters
         row_id = f"{config.sources[i].name}:{file}#{start + row}"
         if config.build.on_bad_rows == "error":
             raise BuildError(f"bad row {row_id}: {reason} (set build.on_bad_rows: skip to skip and "
