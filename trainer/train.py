@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from packtrain.core.config import ConfigError, ExpertConfig
-from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, former_stage_name, resolve_build
+from packtrain.core.contract import (CONFIG_SNAPSHOT, Manifest, check_build_expert, former_stage_name,
+                                     resolve_build)
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError
 from packtrain.core.preflight import check_report_to
@@ -145,8 +146,7 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
     build_dir = resolve_build(cache_dir, config.expert, build_id)
     manifest = Manifest.load(build_dir)
     verify_shards(build_dir, manifest)
-    if manifest.expert != config.expert:
-        raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
+    check_build_expert(build_dir, manifest, config.expert)
     check_report_to(train)  # every dashboard's library installed, or a ConfigError before anything is written
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)

@@ -21,7 +21,8 @@ from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core.configfile import apply_cli_overrides
-from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
+from packtrain.core.contract import (Manifest, check_build_expert, check_shard_sizes, load_build_config, resolve_build,
+                                     verify_checksums)
 from packtrain.core.errors import ContractError, PacktrainError
 from packtrain.core.rundir import find_run, newest_logged_run
 
@@ -281,6 +282,7 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
     model's tokenizer installed here gives the build's token ids (docs/BUILD.md, "Checking a build's tokens")."""
     build_dir = resolve_build(cache_dir, expert, build_id)
     manifest = Manifest.load(build_dir, full=True)
+    check_build_expert(build_dir, manifest, expert)  # as train checks it
     problems = verify_checksums(build_dir, manifest)
     if problems:
         raise ContractError(f"build {manifest.build_id} is corrupt:\n  " + "\n  ".join(problems)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.config_train import TrainConfig
-from packtrain.core.contract import Manifest, resolve_build
+from packtrain.core.contract import Manifest, check_build_expert, resolve_build
 from packtrain.core.resolve import EMBEDDED_MODELS, resolve_model_dir
 from packtrain.core.rundir import newest_finished_run, resume_checkpoint
 
@@ -42,7 +42,8 @@ def check_train_inputs(config: ExpertConfig, cache_dir: str | os.PathLike, build
     for stage in config.stage_configs():
         if config.stages and resume == "auto" and newest_finished_run(Path(stage.train.output_dir) / stage.expert):
             continue
-        Manifest.load(resolve_build(cache_dir, stage.expert, build_id))
+        build_dir = resolve_build(cache_dir, stage.expert, build_id)
+        check_build_expert(build_dir, Manifest.load(build_dir), stage.expert)
     if resume not in (None, "auto"):
         resume_checkpoint(resume)
     model = config.model
