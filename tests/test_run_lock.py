@@ -1,0 +1,134 @@
+"""Issue 46 D: one process per run directory. Two ``train --resume auto`` on one run at once both
+resumed it (the loser died on the other's ``.tmp-checkpoint-3-<pid>/checksums.json``, metrics.jsonl
+recorded steps 3 and 4 twice). The main rank now holds ``<run>/.lock`` (packtrain/core/run_lock.py) while
+the run trains or resumes: a second process is refused in one line naming the holder and the run; a
+lock left by a killed holder is taken over, said in one line. The holders here are real processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from packtrain.core.run_lock import RUN_LOCK, RunLocked
+from packtrain.trainer.train import run
+from test_reliability_runs_inputs import snapshot, steps_of, unfinished_run
+from trainer_fixtures import make_config, tiny_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A process that locks the run directory argv[1], says so on stdout, then waits for stdin to close
+# (or for its SIGKILL) before it lets go.
+HOLDER = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from packtrain.core.run_lock import RunLock
+lock = RunLock(sys.argv[1]).acquire()
+print("held", flush=True)
+sys.stdin.read()
+lock.release()
+"""
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def holding(run_dir: Path) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_second_process_on_a_run_being_trained_is_refused_naming_the_holder(tmp_path, model_dir, monkeypatch):
+    run_dir = unfinished_run(tmp_path, model_dir, monkeypatch)  # checkpoint-2 of 4
+    config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r")
+    holder = holding(run_dir)
+    try:
+        before = snapshot(run_dir)
+        record = json.loads((run_dir / RUN_LOCK).read_text())
+        with pytest.raises(RunLocked) as refused:
+            run(config, tmp_path / "cache", resume="auto")
+        assert str(refused.value) == (
+            f"run directory {run_dir} is in use: process {holder.pid} on {socket.gethostname()} (since "
+            f"{record['since']}) trains it (lock {run_dir / RUN_LOCK}); one process per run: wait for that one to "
+            "end (or stop it), then continue with --resume auto")
+        assert snapshot(run_dir) == before  # nothing written, nothing discarded
+    finally:
+        holder.stdin.close()
+        assert holder.wait() == 0
+    assert not (run_dir / RUN_LOCK).exists()  # its holder removed it as it let go
+    resumed = run(config, tmp_path / "cache", resume="auto")
+    assert resumed == run_dir and steps_of(run_dir) == [1, 2, 3, 4]  # each step once
+    assert not (run_dir / RUN_LOCK).exists()
+
+
+def test_the_lock_of_a_killed_holder_is_taken_over_saying_so(tmp_path, model_dir, monkeypatch, caplog):
+    run_dir = unfinished_run(tmp_path, model_dir, monkeypatch)
+    holder = holding(run_dir)
+    record = json.loads((run_dir / RUN_LOCK).read_text())
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    assert (run_dir / RUN_LOCK).exists()  # left behind: the kernel let go of the lock, not of the file
+    config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r")
+    with caplog.at_level(logging.WARNING, logger="packtrain.train"):
+        assert run(config, tmp_path / "cache", resume="auto") == run_dir
+    assert f"run directory {run_dir}: taking over the lock {run_dir / RUN_LOCK} of process {holder.pid} on " \
+           f"{socket.gethostname()} (since {record['since']}), which is gone" in caplog.messages
+    assert steps_of(run_dir) == [1, 2, 3, 4] and not (run_dir / RUN_LOCK).exists()
+
+
+# Two real trainers on one run at once (argv: model, runs, cache, go-file): each says it is ready, waits for
+# the go-file, then resumes the run; it prints "refused: <line>" when the run lock refuses it.
+TRAINER = f"""
+import os, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from pathlib import Path
+from trainer_fixtures import make_config
+from packtrain.core.run_lock import RunLocked
+from packtrain.trainer.train import run
+model, runs, cache, go = sys.argv[1:5]
+config = make_config(Path(model), Path(runs), max_steps=6, save_steps=1, run_name="r")
+open(f"{{go}}.ready-{{os.getpid()}}", "w").close()
+while not os.path.exists(go):
+    time.sleep(0.002)
+try:
+    run(config, cache, resume="auto")
+    print("trained", flush=True)
+except RunLocked as e:
+    print(f"refused: {{e}}", flush=True)
+except Exception as e:
+    print(f"failed: {{type(e).__name__}}: {{e}}", flush=True)
+"""
+
+
+def test_two_resume_auto_at_once_train_the_run_once(tmp_path, model_dir, monkeypatch):
+    run_dir = unfinished_run(tmp_path, model_dir, monkeypatch)  # checkpoint-2
+    go = tmp_path / "go"
+    trainers = [subprocess.Popen([sys.executable, "-c", TRAINER, str(model_dir), str(tmp_path / "runs"),
+                                  str(tmp_path / "cache"), str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+    while len(list(tmp_path.glob("go.ready-*"))) < 2 and all(t.poll() is None for t in trainers):
+        time.sleep(0.01)  # both imported torch and wait at the start line
+    go.touch()
+    outputs = [t.communicate(timeout=600) for t in trainers]
+    said = sorted(out.strip() for out, _ in outputs)
+    assert all(t.returncode == 0 for t in trainers), [err[-2000:] for _, err in outputs]
+    assert said[-1] == "trained", said
+    # the other was refused by the lock (or, started after the first had finished, by its finished run's name)
+    assert said[0].startswith(f"refused: run directory {run_dir} ") or said[0] == (
+        f"failed: TrainError: run directory {run_dir} already exists: continue it with --resume {run_dir}, or choose "
+        "another train.run_name"), said
+    assert steps_of(run_dir) == [1, 2, 3, 4, 5, 6]  # each step once
+    assert not list(run_dir.glob(".tmp-*")) and not (run_dir / RUN_LOCK).exists()
