@@ -132,3 +132,27 @@ def test_two_resume_auto_at_once_train_the_run_once(tmp_path, model_dir, monkeyp
         "another train.run_name"), said
     assert steps_of(run_dir) == [1, 2, 3, 4, 5, 6]  # each step once
     assert not list(run_dir.glob(".tmp-*")) and not (run_dir / RUN_LOCK).exists()
+
+
+def test_a_forked_child_does_not_keep_the_run_lock(tmp_path):
+    """A DataLoader worker is a fork of the trainer: its copy of the lock's file descriptor would hold the
+    lock after the trainer was killed, and the next resume would be refused naming a dead process."""
+    from packtrain.core.run_lock import RunLock
+
+    lock = RunLock(tmp_path).acquire()
+    ready, release = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the fork hooks have run; it waits for the parent's word, then ends
+        os.write(ready[1], b"x")
+        os.read(release[0], 1)
+        os._exit(0)
+    try:
+        assert os.read(ready[0], 1) == b"x"
+        os.close(lock.fd)  # as if the trainer died: its own descriptor closed, the file left behind
+        lock.fd = None
+        taken: list[str] = []
+        RunLock(tmp_path).acquire(taken.append).release()  # the child does not hold it
+        assert len(taken) == 1 and "taking over the lock" in taken[0]
+    finally:
+        os.write(release[1], b"x")
+        os.waitpid(pid, 0)

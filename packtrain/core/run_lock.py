@@ -35,6 +35,21 @@ except ImportError:  # not POSIX: no run lock (packtrain runs on Linux and macOS
 
 RUN_LOCK = ".lock"
 
+_HELD_FDS: set[int] = set()  # the lock files this process holds open
+
+
+def _close_in_child() -> None:
+    """A forked child (a DataLoader worker) does not keep its parent's run locks: its copy of the file
+    descriptor would hold the lock after the parent died, until the child noticed."""
+    for fd in _HELD_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)  # the parent's lock stays: closing one copy of an flock'd file does not release it
+    _HELD_FDS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
+
 
 class RunLocked(PacktrainError):
     """Another process trains (or resumes) the run directory; the message names it and the directory."""
@@ -77,6 +92,7 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder_record()) + "\n").encode(), 0)
         self.fd = fd
+        _HELD_FDS.add(fd)
         return self
 
     def release(self) -> None:
@@ -85,6 +101,7 @@ class RunLock:
             return
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+        _HELD_FDS.discard(self.fd)
         os.close(self.fd)  # releases the flock
         self.fd = None
 
