@@ -2,7 +2,8 @@
 resumed it (the loser died on the other's ``.tmp-checkpoint-3-<pid>/checksums.json``, metrics.jsonl
 recorded steps 3 and 4 twice). The main rank now holds ``<run>/.lock`` (packtrain/core/run_lock.py) while
 the run trains or resumes: a second process is refused in one line naming the holder and the run; a
-lock left by a killed holder is taken over, said in one line. The holders here are real processes."""
+lock left by a killed holder is taken over, said in one line. The holders here are real processes: a fresh
+interpreter holding the lock, and forks of the test process training (torch is imported once)."""
 
 from __future__ import annotations
 
@@ -88,43 +89,37 @@ def test_the_lock_of_a_killed_holder_is_taken_over_saying_so(tmp_path, model_dir
     assert steps_of(run_dir) == [1, 2, 3, 4] and not (run_dir / RUN_LOCK).exists()
 
 
-# Two real trainers on one run at once (argv: model, runs, cache, go-file): each says it is ready, waits for
-# the go-file, then resumes the run; it prints "refused: <line>" when the run lock refuses it.
-TRAINER = f"""
-import os, sys, time
-sys.path.insert(0, {str(ROOT)!r})
-sys.path.insert(0, {str(ROOT / "tests")!r})
-from pathlib import Path
-from trainer_fixtures import make_config
-from packtrain.core.run_lock import RunLocked
-from packtrain.trainer.train import run
-model, runs, cache, go = sys.argv[1:5]
-config = make_config(Path(model), Path(runs), max_steps=6, save_steps=1, run_name="r")
-open(f"{{go}}.ready-{{os.getpid()}}", "w").close()
-while not os.path.exists(go):
-    time.sleep(0.002)
-try:
-    run(config, cache, resume="auto")
-    print("trained", flush=True)
-except RunLocked as e:
-    print(f"refused: {{e}}", flush=True)
-except Exception as e:
-    print(f"failed: {{type(e).__name__}}: {{e}}", flush=True)
-"""
+def forked_trainer(config, cache: Path, go: int, out: Path) -> int:
+    """A real second process (a fork of this one: torch is imported already) that waits for a byte on the
+    pipe ``go``, resumes the run, and writes to ``out`` what happened: ``trained`` or ``refused: <line>``."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.read(go, 1)
+            try:
+                run(config, cache, resume="auto")
+                said = "trained"
+            except RunLocked as e:
+                said = f"refused: {e}"
+            except Exception as e:  # noqa: BLE001 - reported to the test
+                said = f"failed: {type(e).__name__}: {e}"
+            out.write_text(said)
+        finally:
+            os._exit(0)
+    return pid
 
 
 def test_two_resume_auto_at_once_train_the_run_once(tmp_path, model_dir, monkeypatch):
     run_dir = unfinished_run(tmp_path, model_dir, monkeypatch)  # checkpoint-2
-    go = tmp_path / "go"
-    trainers = [subprocess.Popen([sys.executable, "-c", TRAINER, str(model_dir), str(tmp_path / "runs"),
-                                  str(tmp_path / "cache"), str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(2)]
-    while len(list(tmp_path.glob("go.ready-*"))) < 2 and all(t.poll() is None for t in trainers):
-        time.sleep(0.01)  # both imported torch and wait at the start line
-    go.touch()
-    outputs = [t.communicate(timeout=600) for t in trainers]
-    said = sorted(out.strip() for out, _ in outputs)
-    assert all(t.returncode == 0 for t in trainers), [err[-2000:] for _, err in outputs]
+    config = make_config(model_dir, tmp_path / "runs", max_steps=6, save_steps=1, run_name="r")
+    go_read, go_write = os.pipe()
+    outs = [tmp_path / "first", tmp_path / "second"]
+    pids = [forked_trainer(config, tmp_path / "cache", go_read, out) for out in outs]
+    os.write(go_write, b"xx")  # both at once
+    for pid in pids:
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    said = sorted(out.read_text() for out in outs)
     assert said[-1] == "trained", said
     # the other was refused by the lock (or, started after the first had finished, by its finished run's name)
     assert said[0].startswith(f"refused: run directory {run_dir} ") or said[0] == (
