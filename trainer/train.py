@@ -4,7 +4,8 @@ Order of business (every check before anything expensive):
 
 1. the build: CURRENT (or ``build_id``), its manifest, every shard's sha256 against it;
 2. the model's tokenizer fingerprint against the build's (refused when they differ) (:func:`_check_inputs`);
-3. the checkpoint to resume, if any (refused when taken on another build or tokenizer, or corrupt)
+3. the checkpoint to resume, if any, its run locked (another process training it is refused:
+   packtrain/core/run_lock.py) (refused when taken on another build or tokenizer, or corrupt)
    (:func:`_resume_point`);
 4. the run's :class:`packtrain.trainer.context.TrainContext`, set up by its named phases: model + adapters,
    micro-batch, data, optimizer, schedule; the checkpoint restored (trainer/context.py);
@@ -12,8 +13,8 @@ Order of business (every check before anything expensive):
    (trainer/run_end.py).
 
 Under ``torchrun`` (WORLD_SIZE > 1) every rank runs all of this with its own device and slice of
-the data (trainer/distributed.py); rank 0 picks the checkpoint and the run directory and is the
-only one writing files. With ``train.fsdp`` the adapted model is sharded (FSDP2) instead of wrapped
+the data (trainer/distributed.py); rank 0 picks the checkpoint and the run directory, holds the run's
+lock and is the only one writing files. With ``train.fsdp`` the adapted model is sharded (FSDP2) instead of wrapped
 in DDP; its adapter and optimizer state are gathered by every rank and written by rank 0.
 
 The run directory ``<output_dir>/<expert>/<run>/`` ends up with ``config.json`` (the resolved
