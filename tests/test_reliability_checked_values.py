@@ -41,6 +41,9 @@ def test_verify_refuses_another_experts_build_as_train_does(built, tmp_path):
     assert "checksums match" not in verified.stdout + verified.stderr
     trained = run_cli("train", "json", "--configs-dir", built["configs"], "--cache-dir", cache)  # before torch
     assert assert_one_line_error(trained) == said
+    for command in ("inspect", "plot"):  # every command that reads an expert's build
+        assert assert_one_line_error(run_cli(command, "json", "--cache-dir", cache)) == said
+    assert not (copy / "plots").exists()
     assert run_cli("verify", "sql", "--cache-dir", cache).returncode == 0  # the build itself is good
 
 

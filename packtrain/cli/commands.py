@@ -203,7 +203,9 @@ def plot(expert, cache_dir, build_id, run_dir, runs_dir):
     from packtrain.pipeline.plots import write_build_plots
     from packtrain.trainer.plots import write_run_plots
 
-    written = write_build_plots(resolve_build(cache_dir, expert, build_id))
+    build_dir = resolve_build(cache_dir, expert, build_id)
+    check_build_expert(build_dir, Manifest.load(build_dir), expert)  # as train checks it
+    written = write_build_plots(build_dir)
     run_path = Path(run_dir) if run_dir else newest_logged_run(Path(runs_dir) / expert)
     if run_path is None:
         click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
@@ -257,6 +259,7 @@ def inspect(expert, cache_dir, build_id, split, blocks):
     from packtrain.pipeline.inspect import inspect_build
 
     build_dir = resolve_build(cache_dir, expert, build_id)
+    check_build_expert(build_dir, Manifest.load(build_dir), expert)  # as train checks it
     model_cfg = load_build_config(build_dir)["model"]
     ensure_names_converted({model_cfg["tokenizer"] or model_cfg["name"]})  # a build made on another machine
     tokenizer_dir = resolve_model_dir(model_cfg["tokenizer"] or model_cfg["name"], model_cfg.get("revision"))
