@@ -162,7 +162,11 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
             click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
-    check_train_inputs(cfg, cache_dir, build_id, resume, warn=lambda line: click.echo(f"warning: {line}", err=True))
+    def warn(line: str) -> None:
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, said once
+            click.echo(f"warning: {line}", err=True)
+
+    check_train_inputs(cfg, cache_dir, build_id, resume, warn=warn)
     ensure_converted(cfg)
     from packtrain.trainer.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
 
