@@ -209,3 +209,25 @@ def test_a_prompt_longer_than_the_models_context_is_refused_and_a_long_one_gets_
                         stdin=f"{' '.join(['w5'] * 1100)}\n{prompt}\n")
     assert chatted.returncode == 0, chatted.stderr
     assert chatted.stdout == f"\n{answer}\n" and f"error: {refused}" in chatted.stderr.splitlines()
+
+
+@pytest.mark.parametrize("option, value, said", [
+    ("--temperature", "nan", "'nan' is not a finite number in the range x>=0"),
+    ("--temperature", "inf", "'inf' is not a finite number in the range x>=0"),
+    ("--temperature", "-0.5", "-0.5 is not in the range x>=0."),
+    ("--top-p", "nan", "'nan' is not a finite number in the range 0<x<=1"),
+    ("--top-p", "0", "0.0 is not in the range 0<x<=1."),
+    ("--top-p", "1.5", "1.5 is not in the range 0<x<=1."),
+    ("--max-new-tokens", "0", "0 is not in the range 1<=x<=2147483647."),
+    ("--seed", "18446744073709551616", "18446744073709551616 is not in the range 0<=x<=18446744073709551615."),
+])
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_sampling_values_out_of_range_or_not_finite_are_refused_in_one_line(tmp_path, command, option, value, said):
+    """Issue 46 C: ``--temperature nan`` was taken (greedy output, no word). Each option is checked by its
+    type as the command line is read: no run is looked for (there is none here), nothing loads."""
+    args = [command, "neo4j", *(["w5"] if command == "generate" else []), "--runs-dir", str(tmp_path), option, value]
+    done = packtrain(*args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1  # one line; in-process, the program is named after pytest
+    assert done.stderr.startswith(f"error: Invalid value for '{option}': {said} (see `")
+    assert done.stderr.endswith(f"packtrain {command} --help`)\n")

@@ -4,7 +4,8 @@ Order of business (every check before anything expensive):
 
 1. the build: CURRENT (or ``build_id``), its manifest, every shard's sha256 against it;
 2. the model's tokenizer fingerprint against the build's (refused when they differ) (:func:`_check_inputs`);
-3. the checkpoint to resume, if any (refused when taken on another build or tokenizer, or corrupt)
+3. the checkpoint to resume, if any, its run locked (another process training it is refused:
+   packtrain/core/run_lock.py) (refused when taken on another build or tokenizer, or corrupt)
    (:func:`_resume_point`);
 4. the run's :class:`packtrain.trainer.context.TrainContext`, set up by its named phases: model + adapters,
    micro-batch, data, optimizer, schedule; the checkpoint restored (trainer/context.py);
@@ -12,8 +13,8 @@ Order of business (every check before anything expensive):
    (trainer/run_end.py).
 
 Under ``torchrun`` (WORLD_SIZE > 1) every rank runs all of this with its own device and slice of
-the data (trainer/distributed.py); rank 0 picks the checkpoint and the run directory and is the
-only one writing files. With ``train.fsdp`` the adapted model is sharded (FSDP2) instead of wrapped
+the data (trainer/distributed.py); rank 0 picks the checkpoint and the run directory, holds the run's
+lock and is the only one writing files. With ``train.fsdp`` the adapted model is sharded (FSDP2) instead of wrapped
 in DDP; its adapter and optimizer state are gathered by every rank and written by rank 0.
 
 The run directory ``<output_dir>/<expert>/<run>/`` ends up with ``config.json`` (the resolved
@@ -32,11 +33,13 @@ from pathlib import Path
 import torch
 
 from packtrain.core.config import ConfigError, ExpertConfig
-from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, former_stage_name, resolve_build
+from packtrain.core.contract import (CONFIG_SNAPSHOT, Manifest, check_build_expert, former_stage_name,
+                                     resolve_build)
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError
 from packtrain.core.preflight import check_report_to
-from packtrain.core.rundir import RUN_JSON, finished_artifacts, record_runs_dir
+from packtrain.core.run_lock import RunLocked, RunLocks
+from packtrain.core.rundir import RUN_JSON, complete_checkpoints, finished_artifacts, record_runs_dir
 from packtrain.trainer.adapters import NonFiniteWeightsError
 from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
                                           check_same_adapter, check_same_training, discard_later_checkpoints,
@@ -61,7 +64,7 @@ log = logging.getLogger("packtrain.train")
 
 # Errors whose message is the whole story (the CLI prints it without a traceback and exits 2).
 EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, NonFiniteWeightsError, ContractError,
-                   ConfigError, DistributedError, MicroBatchError, DiskFullError)
+                   ConfigError, DistributedError, MicroBatchError, DiskFullError, RunLocked)
 
 
 def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None, resume: str | None = None,
@@ -78,21 +81,24 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
     quiet = RankFilter(world)
     if not world.is_main:
         log.addFilter(quiet)  # rank 0 tells the story; the others only warn
+    locks = RunLocks(on_stale=log.warning)  # the run directory's lock, held by rank 0 (core/run_lock.py)
     try:
         with threads_restored():  # set for the run in setup_runtime (trainer/context.py, trainer/threads.py)
-            return _run(config, cache_dir, build_id, resume, allow_build_change, world)
+            return _run(config, cache_dir, build_id, resume, allow_build_change, world, locks)
     finally:
+        locks.release()
         log.removeFilter(quiet)
         close_world(world)
 
 
 def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resume: str | None,
-         allow_build_change: bool, world: World) -> Path:
+         allow_build_change: bool, world: World, locks: RunLocks) -> Path:
     build_dir, manifest, source, tok_dir, seq_length = _check_inputs(config, cache_dir, build_id, world)
     expert_runs = Path(config.train.output_dir) / config.expert
     if world.is_main:
         remember_runs_dir(cache_dir, config.expert, expert_runs)
-    state, checkpoint = _resume_point(config, resume, expert_runs, manifest, seq_length, allow_build_change, world)
+    state, checkpoint = _resume_point(config, resume, expert_runs, manifest, seq_length, allow_build_change, world,
+                                      locks)
     ctx = TrainContext(config, world, build_dir, manifest, source, tok_dir, state, checkpoint)
 
     # everything else that can refuse (the model, its adapters, train.init_adapter, the checkpoint's
@@ -103,8 +109,9 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         prepare(ctx)
         # the run directory (a resumed run continues in its own, unless that run is finished: a finished
         # run is never written to, so it continues in a new one); from here on the log goes there too
-        run_dir = decide_on_rank0(lambda: choose_run_dir(checkpoint, state.step, expert_runs, config.train.run_name,
-                                                         manifest.build_id), world)
+        # locked by rank 0 before anything is written into it: one process per run directory
+        run_dir = decide_on_rank0(lambda: locks.hold(choose_run_dir(checkpoint, state.step, expert_runs,
+                                                                    config.train.run_name, manifest.build_id)), world)
     except Exception as e:
         log_failure(e, world)
         raise
@@ -145,8 +152,7 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
     build_dir = resolve_build(cache_dir, config.expert, build_id)
     manifest = Manifest.load(build_dir)
     verify_shards(build_dir, manifest)
-    if manifest.expert != config.expert:
-        raise TrainError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {config.expert!r}")
+    check_build_expert(build_dir, manifest, config.expert)
     check_report_to(train)  # every dashboard's library installed, or a ConfigError before anything is written
     source = model_source(config.model)
     tok_dir = tokenizer_dir(config.model, source)
@@ -163,12 +169,13 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
 
 
 def _resume_point(config: ExpertConfig, resume: str | None, expert_runs: Path, manifest: Manifest, seq_length: int,
-                  allow_build_change: bool, world: World) -> tuple[TrainState, Path | None]:
-    """Where training starts: a new state, or the checkpoint to resume (``resume``: rank 0 finds it) and its
-    state, checked against this build, tokenizer, adapter, world size and sequence length."""
+                  allow_build_change: bool, world: World, locks: RunLocks) -> tuple[TrainState, Path | None]:
+    """Where training starts: a new state, or the checkpoint to resume (``resume``: rank 0 finds it, and
+    locks its run: :func:`locked_checkpoint`) and its state, checked against this build, tokenizer, adapter,
+    world size and sequence length."""
     state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash,
                        world_size=world.world_size, seq_length=seq_length)
-    checkpoint = decide_on_rank0(lambda: find_checkpoint(resume, expert_runs) if resume else None, world)
+    checkpoint = decide_on_rank0(lambda: locked_checkpoint(resume, expert_runs, locks) if resume else None, world)
     if resume == "auto" and checkpoint is None:
         log.info("resume auto: no complete checkpoint under %s; starting a new run", expert_runs)
         former = former_stage_name(config.expert)
@@ -192,6 +199,23 @@ def _resume_point(config: ExpertConfig, resume: str | None, expert_runs: Path, m
                     manifest.build_id, saved.build_id, saved.epoch)
         state.build_id, state.position = manifest.build_id, 0
     return state, checkpoint
+
+
+def locked_checkpoint(resume: str, expert_runs: Path, locks: RunLocks) -> Path | None:
+    """The checkpoint ``resume`` names (:func:`find_checkpoint`), its run locked when the run continues in
+    its own directory (an unfinished run; a finished one is never written to, it continues in a new one).
+    Another process that trains that run refuses this one (:class:`RunLocked`); with ``auto``, a run that
+    moved on between the look and the lock (a newer checkpoint, or finished) refuses it too: what it
+    would resume is no longer the newest."""
+    checkpoint = find_checkpoint(resume, expert_runs)
+    if checkpoint is None or finished_artifacts(checkpoint.parent):
+        return checkpoint
+    locks.hold(checkpoint.parent)
+    if resume == "auto" and (finished_artifacts(checkpoint.parent)
+                             or complete_checkpoints(checkpoint.parent)[-1:] != [checkpoint]):
+        raise RunLocked(f"run directory {checkpoint.parent} moved on while this process chose its {checkpoint.name} "
+                        "to resume (another process trained it meanwhile): start again with --resume auto")
+    return checkpoint
 
 
 def log_failure(e: Exception, world: World) -> None:

@@ -21,7 +21,8 @@ from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core.configfile import apply_cli_overrides
-from packtrain.core.contract import Manifest, check_shard_sizes, load_build_config, resolve_build, verify_checksums
+from packtrain.core.contract import (Manifest, check_build_expert, check_shard_sizes, load_build_config, resolve_build,
+                                     verify_checksums)
 from packtrain.core.errors import ContractError, PacktrainError, bounded, cut
 from packtrain.core.rundir import find_run, newest_logged_run
 
@@ -161,7 +162,11 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
             click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
-    check_train_inputs(cfg, cache_dir, build_id, resume)
+    def warn(line: str) -> None:
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, said once
+            click.echo(f"warning: {line}", err=True)
+
+    check_train_inputs(cfg, cache_dir, build_id, resume, warn=warn)
     ensure_converted(cfg)
     from packtrain.trainer.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
 
@@ -202,7 +207,9 @@ def plot(expert, cache_dir, build_id, run_dir, runs_dir):
     from packtrain.pipeline.plots import write_build_plots
     from packtrain.trainer.plots import write_run_plots
 
-    written = write_build_plots(resolve_build(cache_dir, expert, build_id))
+    build_dir = resolve_build(cache_dir, expert, build_id)
+    check_build_expert(build_dir, Manifest.load(build_dir), expert)  # as train checks it
+    written = write_build_plots(build_dir)
     run_path = Path(run_dir) if run_dir else newest_logged_run(Path(runs_dir) / expert)
     if run_path is None:
         click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
@@ -256,6 +263,7 @@ def inspect(expert, cache_dir, build_id, split, blocks):
     from packtrain.pipeline.inspect import inspect_build
 
     build_dir = resolve_build(cache_dir, expert, build_id)
+    check_build_expert(build_dir, Manifest.load(build_dir), expert)  # as train checks it
     model_cfg = load_build_config(build_dir)["model"]
     ensure_names_converted({model_cfg["tokenizer"] or model_cfg["name"]})  # a build made on another machine
     tokenizer_dir = resolve_model_dir(model_cfg["tokenizer"] or model_cfg["name"], model_cfg.get("revision"))
@@ -281,6 +289,7 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
     model's tokenizer installed here gives the build's token ids (docs/BUILD.md, "Checking a build's tokens")."""
     build_dir = resolve_build(cache_dir, expert, build_id)
     manifest = Manifest.load(build_dir, full=True)
+    check_build_expert(build_dir, manifest, expert)  # as train checks it
     problems = verify_checksums(build_dir, manifest)
     if problems:
         raise ContractError(f"build {manifest.build_id} is corrupt:\n  " + "\n  ".join(problems)

@@ -4,6 +4,7 @@ command resolves from them (``resolve``), and the parameter types of their own."
 from __future__ import annotations
 
 import functools
+import math
 
 import click
 
@@ -96,3 +97,14 @@ class DocumentCount(click.ParamType):
             return int(text)
         self.fail(f"{value!r} is not a number of documents (or 'all'); the expert comes first: "
                   "`packtrain verify sql --tokens 1000`", param, ctx)
+
+
+class FiniteRange(click.FloatRange):
+    """A float option's type: in the range, as ``click.FloatRange`` checks it, and finite (``nan`` passes every
+    comparison, so FloatRange alone takes it: ``--temperature nan`` sampled nothing and said nothing)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number in the range {self._describe_range()}", param, ctx)
+        return number

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import click
 
+from packtrain.cli.options import FiniteRange
 from packtrain.core.errors import quote
+
+# The sampling options are checked by their types (packtrain/cli/options.py FiniteRange), as the command line is
+# read: before the run is looked for or anything loads. Counts and seeds have the bounds torch takes.
+MAX_NEW_TOKENS = 2**31 - 1
 
 
 def talk_options(function):
@@ -27,11 +32,14 @@ def talk_options(function):
         click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
                      help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/."),
         click.option("--base", is_flag=True, help="Answer with the base model (the adapter disabled)."),
-        click.option("--max-new-tokens", type=click.IntRange(min=1), default=256, show_default=True),
-        click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+        click.option("--max-new-tokens", type=click.IntRange(min=1, max=MAX_NEW_TOKENS), default=256,
+                     show_default=True),
+        click.option("--temperature", type=FiniteRange(min=0), default=0.0, show_default=True,
                      help="0: greedy; above 0: sampled."),
-        click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True, help="For sampling."),
+        click.option("--top-p", type=FiniteRange(min=0, max=1, min_open=True), default=1.0, show_default=True,
+                     help="Nucleus sampling: the smallest set of tokens whose probability adds up to this."),
+        click.option("--seed", type=click.IntRange(min=0, max=2**64 - 1), default=0, show_default=True,
+                     help="For sampling."),
         click.option("--field", "fields", multiple=True, metavar="NAME=VALUE",
                      help="A field of the expert's prompt template (repeatable); the text fills the one left."),
         click.option("--tools", "tools_file", default=None, type=click.Path(dir_okay=False),

@@ -339,6 +339,16 @@ class Manifest:
         )
 
 
+def check_build_expert(build_dir: str | os.PathLike, manifest: Manifest, expert: str) -> None:
+    """The build found under ``cache/<expert>/`` is a build of ``expert`` (its manifest says whose it is): a
+    build of another expert copied or moved there is refused, by ``train`` and ``verify`` alike."""
+    if manifest.expert != expert:
+        build_dir = Path(build_dir)
+        raise ContractError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {expert!r} (its "
+                            f"{MANIFEST} says so): it belongs in {build_dir.parent.parent / manifest.expert}/; "
+                            f"build {expert}'s own with `make pretokenize EXPERT={expert}`")
+
+
 def rebuild_fix(build_dir: Path) -> str:
     return f"delete {build_dir} and rebuild it with `make pretokenize EXPERT={build_dir.parent.name}`"
 

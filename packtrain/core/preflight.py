@@ -14,9 +14,10 @@ import importlib.util
 import os
 from pathlib import Path
 
+from packtrain.core.build_match import check_build_matches
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.config_train import TrainConfig
-from packtrain.core.contract import Manifest, resolve_build
+from packtrain.core.contract import Manifest, check_build_expert, resolve_build
 from packtrain.core.resolve import EMBEDDED_MODELS, resolve_model_dir
 from packtrain.core.rundir import newest_finished_run, resume_checkpoint
 
@@ -33,8 +34,11 @@ def check_stage_options(config: ExpertConfig, build_id: str | None, resume: str 
 
 
 def check_train_inputs(config: ExpertConfig, cache_dir: str | os.PathLike, build_id: str | None = None,
-                       resume: str | None = None) -> None:
-    """Every stage's build exists and its manifest reads, the ``--resume`` path exists, and a model
+                       resume: str | None = None, warn=None) -> None:
+    """Every stage's build exists, its manifest reads, it is the stage's (``check_build_expert``) and the
+    build its config describes (core/build_match.py: the command's check, where the whole config meets the
+    build; the trainer's ``run`` reads only its own sections of a config; ``warn(line)`` gets what differs
+    from a ``--build-id`` build), the ``--resume`` path exists, and a model
     given as a directory or hub id is on this machine (an embedded model is converted afterwards, by
     the command). A stage that ``--resume auto`` may skip (it finished) needs no build."""
     check_stage_options(config, build_id, resume)
@@ -42,7 +46,9 @@ def check_train_inputs(config: ExpertConfig, cache_dir: str | os.PathLike, build
     for stage in config.stage_configs():
         if config.stages and resume == "auto" and newest_finished_run(Path(stage.train.output_dir) / stage.expert):
             continue
-        Manifest.load(resolve_build(cache_dir, stage.expert, build_id))
+        build_dir = resolve_build(cache_dir, stage.expert, build_id)
+        check_build_expert(build_dir, Manifest.load(build_dir), stage.expert)
+        check_build_matches(stage, build_dir, build_id, warn)
     if resume not in (None, "auto"):
         resume_checkpoint(resume)
     model = config.model
