@@ -36,7 +36,7 @@ BUILD_FIELDS = {
     "build": ("dedup", "on_bad_rows"),
 }
 SOURCE_FIELDS = ("name", "split", "revision", "config", "columns", "max_rows", "where", "weight")
-MAX_VALUE = 60  # characters of a value shown; a longer one is cut, its length said
+MAX_VALUE = 200  # characters of a value shown (a file path fits whole); a longer one is cut, its length said
 
 
 def build_differences(config: dict, built: dict) -> list[tuple[str, Any, Any]]:
@@ -77,7 +77,7 @@ def same_source_value(name: str, ours: Any, theirs: Any) -> bool:
 
 def shown(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= MAX_VALUE else f"{text[:MAX_VALUE]}... ({len(text)} characters)"
+    return text if len(text) <= MAX_VALUE else f"{text[:MAX_VALUE]}... ({len(text):,} characters)"
 
 
 def check_build_matches(config, build_dir: str | os.PathLike, build_id: str | None,
