@@ -25,7 +25,7 @@ import pytest
                                               ("packtrain.core.config_build", 4),
                                               ("packtrain.trainer.sink_mlflow", 1), ("packtrain.core.config_names", 1),
                                               ("packtrain.pipeline.data_files", 5), ("packtrain.pipeline.compression", 1),
-                                              ("packtrain.pipeline.field_text", 1)])
+                                              ("packtrain.pipeline.field_text", 1), ("packtrain.pipeline.special_text", 3)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))
     assert (result.failed, result.attempted) == (0, examples)
