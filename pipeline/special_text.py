@@ -216,6 +216,31 @@ def reference_encodings(tokenizer, docs: list) -> list:
     return out
 
 
+def text_reencoding(tokenizer, ids: list[int], specials: frozenset[int]) -> list[int]:
+    """What a document's ids re-encode to under ``build.special_tokens_in_text: text`` (``packtrain verify
+    --tokens``): its special tokens (``specials``: their ids) are the template's, kept; each run of ids
+    between them is decoded and encoded again with the special tokens off, as the build encoded it."""
+    runs, run = [], []
+    for token in ids:
+        if token in specials:
+            runs += [run, token]
+            run = []
+        else:
+            run.append(token)
+    runs.append(run)
+    texts = tokenizer.decode_batch([r for r in runs if isinstance(r, list)], skip_special_tokens=False)
+    before = tokenizer.encode_special_tokens
+    tokenizer.encode_special_tokens = True
+    try:
+        encoded = iter(tokenizer.encode_batch(texts, add_special_tokens=False))
+    finally:
+        tokenizer.encode_special_tokens = before
+    out = []
+    for r in runs:
+        out += next(encoded).ids if isinstance(r, list) else [r]
+    return out
+
+
 def marked(docs: list, escaped: list, where: str, special: SpecialText) -> list:
     """``docs`` (a row formatted as it is) with the data's special-token text found by ``escaped`` (the row
     formatted with its data escaped) recorded on each; a row whose two renders differ otherwise is bad."""

@@ -5,7 +5,7 @@ control token by default (``text``): the build's ids are those of the HF tokeniz
 Checked against transformers with the real tokenizers (tests/real_tokenizers.py) and the tiny one the
 tests train; the shortcuts (fastokens, tiktoken, the line cache, one render per conversation) build the
 same bytes on and off in every mode; ``special`` keeps the old ids, ``refuse`` makes bad rows; the report
-counts the rows; the build id follows the setting.
+counts the rows; the build id and ``verify --tokens`` follow the setting.
 """
 
 from __future__ import annotations
@@ -13,12 +13,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from build_fixtures import SPECIALS, make_project, packed_documents, rows, seed_decision, write_jsonl
+from packtrain.cli.commands import main
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import Manifest
+from packtrain.core.contract import Manifest, read_current
 from packtrain.pipeline.build import build
 from real_tokenizers import CHATML, REAL_TOKENIZERS
 
@@ -282,6 +286,32 @@ def test_the_default_is_text_and_unknown_values_are_refused(tmp_path):
     with pytest.raises(Exception) as e:
         load_config("sql", project["configs"], {"build.special_tokens_in_text": "maybe"})
     assert "special_tokens_in_text" in str(e.value) and "\n" not in str(e.value).strip()
+
+
+@pytest.mark.parametrize("mode", ["text", "special"])
+def test_verify_tokens_agrees_with_the_setting(tmp_path, real_tokenizer, mode):
+    directory = real_tokenizer("qwen3")
+    project = template_project(tmp_path, directory)
+    (project["configs"] / "sql.yaml").write_text((project["configs"] / "sql.yaml").read_text().replace(
+        "build:\n", f"build:\n  special_tokens_in_text: {mode}\n  dedup: none\n").replace("val_fraction: 0.1",
+                                                                                        "val_fraction: 0.0"))
+    runner = CliRunner()
+    common = ["--configs-dir", str(project["configs"]), "--cache-dir", str(project["cache"])]
+    made = runner.invoke(main, ["pretokenize", "sql", *common], catch_exceptions=False)
+    assert made.exit_code == 0, made.output
+    checked = runner.invoke(main, ["verify", "sql", "--tokens", *common], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.output
+    assert "tokens: checked 8 of 8 whole documents" in checked.output
+    if mode == "text":  # the data's text encoded as text does not encode back whole: verify knows the setting
+        from tokenizers import Tokenizer
+
+        from packtrain.pipeline.verify_tokens import compare
+
+        build_dir = project["cache"] / "sql" / read_current(project["cache"], "sql")
+        documents = [np.asarray(ids) for ids, _ in packed_documents(SimpleNamespace(path=build_dir))]
+        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        assert sum(d is not None for d in compare(tokenizer, documents, (), text_mode=False)) == 5
+        assert compare(tokenizer, documents, (), text_mode=True) == [None] * len(documents)
 
 
 def test_the_template_changing_escaped_text_is_a_bad_row():
