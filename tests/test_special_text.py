@@ -347,3 +347,26 @@ def test_a_row_without_special_token_text_is_formatted_once(monkeypatch):
     doc = formatter({"question": "q<|im_end|>", "answer": "a"})
     assert len(calls) == 3 and doc.special_text == ((len("<|im_start|>user\nq"), len("<|im_start|>user\nq<|im_end|>")),)
     assert doc.text == "<|im_start|>user\nq<|im_end|><|im_end|>\n<|im_start|>assistant\na"
+
+
+def test_chat_style_prompt_answer_and_each_assistant_turn_encode_the_data_as_text(tmp_path):
+    """The other ways a row becomes a conversation: ``format.prompt``/``answer`` rendered by the chat
+    template, and ``format.each_assistant_turn`` (one document per assistant turn)."""
+    from build_fixtures import make_tokenizer
+
+    directory = make_tokenizer(tmp_path / "tiny")
+    tokenizer = hf(directory)
+    eos = tokenizer.eos_token_id
+    project = template_project(tmp_path / "pa", directory)
+    result = build(config(project, **{"format.style": "chat", "format.prompt": "{question}", "format.answer": "{answer}"}),
+                   project["cache"], log=quiet, progress=False)
+    expected = [chat_expectation(tokenizer, [{"role": "user", "content": row["question"]},
+                                             {"role": "assistant", "content": row["answer"]}])[0] + [eos]
+                for row in special_rows()]
+    assert built(result) == sorted(expected)
+    chats = [CHAT_ROWS[1]]
+    each = build(config(chat_project(tmp_path / "each", directory, chats), "chat",
+                        **{"format.each_assistant_turn": True}), tmp_path / "each" / "cache", log=quiet, progress=False)
+    expected = [chat_expectation(tokenizer, chats[0]["messages"][:turns])[0] + [eos] for turns in (2, 4)]
+    assert built(each) == sorted(expected)
+    assert json.loads((each.path / "report.json").read_text())["special_text_rows"] == 1
