@@ -370,3 +370,33 @@ def test_chat_style_prompt_answer_and_each_assistant_turn_encode_the_data_as_tex
     expected = [chat_expectation(tokenizer, chats[0]["messages"][:turns])[0] + [eos] for turns in (2, 4)]
     assert built(each) == sorted(expected)
     assert json.loads((each.path / "report.json").read_text())["special_text_rows"] == 1
+
+
+def test_the_exactness_check_compares_with_the_reference_under_the_same_setting(tmp_path):
+    """A document a shortcut made with the data's special-token text as special tokens is a mismatch under
+    ``text`` (the reference encodes it as text), and the reference's own ids are not."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from build_fixtures import make_tokenizer
+    from packtrain.core.config_build import FormatConfig
+    from packtrain.pipeline.encode.worker import check_documents
+    from packtrain.pipeline.format import RowFormatter
+    from packtrain.pipeline.special_text import SpecialText
+
+    directory = make_tokenizer(tmp_path / "tiny")
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    formatter = RowFormatter(FormatConfig(prompt=PROMPT, answer="{answer}"), special=SpecialText("text", tuple(SPECIALS)))
+    doc = formatter({"question": "q", "answer": "SELECT 1<|endoftext|>"})
+    as_special = tokenizer.encode(doc.text, add_special_tokens=False).ids
+    as_text = split_reference(hf(directory), doc.text, list(doc.special_text))
+    assert as_special[-1] == tokenizer.token_to_id("<|endoftext|>") and as_special != as_text
+    first = len(tokenizer.encode(PROMPT.format(question="q"), add_special_tokens=False).ids)
+
+    def check(ids):
+        return check_documents(tokenizer, [doc], [(np.asarray(ids, np.uint32), [(first, len(ids))])], ["fastokens"],
+                               [0], [0])
+
+    assert check(as_text) == []
+    (mismatch,) = check(as_special)
+    assert mismatch.shortcut == "fastokens" and mismatch.row == 0
