@@ -36,8 +36,6 @@ ESCAPE = "\ufdd0"
 """What the first character of the data's special-token text is replaced by in the escaped render (a
 Unicode noncharacter: never a special token's, never a chat-once marker)."""
 
-MODES = ("text", "special", "refuse")
-
 
 @dataclass(frozen=True)
 class SpecialText:

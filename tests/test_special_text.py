@@ -11,7 +11,6 @@ counts the rows; the build id and ``verify --tokens`` follow the setting.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
