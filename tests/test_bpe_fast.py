@@ -236,7 +236,7 @@ def test_a_tokenizer_refused_after_tokenizing_is_tokenized_again_with_hf_and_not
         shutil.rmtree(project["cache"], ignore_errors=True)
         lines: list[str] = []
         config = load_config("sql", project["configs"], {"build.fast_encoder": fast and "tiktoken",
-                                                         "build.line_cache": False, "build.special_tokens_in_text": mode})
+                                                         "build.line_cache": False})
         result = build(config, project["cache"], log=lines.append, progress=False)
         built[fast] = [(p.name, p.read_bytes()) for p in sorted(result.path.glob("*.arrow"))]
         chosen = [line for line in lines if line.startswith("fast encoder:")]
