@@ -102,6 +102,7 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         "format": config.format.identity(),
         "pack": dataclasses.asdict(config.pack),
         "on_bad_rows": config.build.on_bad_rows,
+        "special_tokens_in_text": config.build.special_tokens_in_text,
     }
     if config.format.style == "chat" and any(map(uses_the_date, tokenizer.chat_templates)):
         inputs["chat_date"] = strftime_now("%Y-%m-%d")  # a template renders today's date: a new day, a new build

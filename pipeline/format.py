@@ -28,6 +28,7 @@ A batch of template rows over text columns is formatted column-wise instead, wit
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -39,6 +40,7 @@ from packtrain.pipeline.chat_messages import (check_fields_rendered, check_messa
 from packtrain.pipeline.chat_template import (BadRow, compile_chat_template, template_for, template_variables,
                                               variables_read)
 from packtrain.pipeline.field_text import spec_on_text, text_value
+from packtrain.pipeline.special_text import SpecialText, SpecialTextRefused, marked, where_in_row
 
 
 TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
@@ -61,6 +63,9 @@ class RowFormatter:
     tool_chat_template: str | None = None
     """The tokenizer's template named ``tool_use``, where it has one: a row with tools is rendered by it,
     as ``apply_chat_template`` renders a call with tools (transformers' ``get_chat_template``)."""
+    special: SpecialText | None = None
+    """``build.special_tokens_in_text`` and the tokenizer's special tokens (set by the worker, which has
+    the tokenizer); None: the data's special-token text is not looked for (it encodes as special tokens)."""
 
     def needed_columns(self) -> list[str]:
         return [column for _, column in self.field_columns]
@@ -145,9 +150,44 @@ class RowFormatter:
         return conversation(fmt, row, self.messages_column, self.column(fmt.completion))
 
     def documents(self, row: dict[str, Any]) -> list["Formatted"]:
-        """The row's documents: one, or with ``format.each_assistant_turn`` one per assistant turn."""
+        """The row's documents: one, or with ``format.each_assistant_turn`` one per assistant turn; the
+        data's special-token text marked on them (:meth:`with_special_text`)."""
+        return self.with_special_text(row, self.row_documents)
+
+    def __call__(self, row: dict[str, Any]) -> "Formatted":
+        return self.with_special_text(row, lambda r: [self.format_row(r)])[0]
+
+    def with_special_text(self, row: dict[str, Any], make) -> list["Formatted"]:
+        """``make(row)``, the row's documents, with where its data holds special-token text: refused
+        (``refuse``), noted (``special``), or noted and marked to be encoded as text (``text``), found by
+        formatting the row again with that text escaped (pipeline/special_text.py). The data is every
+        column the format reads (fields, messages, tools, the row's template variables), never the
+        format's own text."""
+        special = self.special
+        if special is None or special.pattern is None:
+            return make(row)
+        found = None
+        for _, column in self.field_columns:
+            if column in row and (found := special.find(row[column])) is not None:
+                found = (column, *found)
+                break
+        if found is None:
+            return make(row)
+        column, path, token = found
+        where = f"{where_in_row(column, path, {c: name for name, c in self.field_columns})} holds {token!r}"
+        if special.mode == "refuse":
+            raise SpecialTextRefused(where)
+        docs = make(row)
+        if special.mode == "special":
+            return [dataclasses.replace(doc, special_text_at=where) for doc in docs]
+        data = {name for _, name in self.field_columns}
+        escaped = make({key: special.escape(value) if key in data else value for key, value in row.items()})
+        return marked(docs, escaped, where, special)
+
+    def row_documents(self, row: dict[str, Any]) -> list["Formatted"]:
+        """:meth:`documents` without looking for special-token text."""
         if not self.fmt.each_assistant_turn:
-            return [self(row)]
+            return [self.format_row(row)]
         from packtrain.pipeline.format_messages import render_each_turn
 
         messages, train_from = self.conversation(row)
@@ -155,7 +195,8 @@ class RowFormatter:
         return render_each_turn(self.template(variables), self.fmt.system, messages, self.messages_column, self.bos_token,
                                 self.eos_token, train_from, variables=variables)
 
-    def __call__(self, row: dict[str, Any]) -> "Formatted":
+    def format_row(self, row: dict[str, Any]) -> "Formatted":
+        """The row's document (:meth:`__call__` without looking for special-token text)."""
         if self.fmt.messages is not None:
             messages, train_from = self.conversation(row)
             variables = self.variables(row)
@@ -195,6 +236,12 @@ class Formatted:
     no_system: bool = field(default=False, compare=False)
     """A chat document with no system message, from the data or format.system: a template with a default
     system prompt put its own (counted by the build: pipeline/system_prompt.py)."""
+    special_text: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    """Character ranges of special-token text from the row's data, to encode as text
+    (``build.special_tokens_in_text: text``; pipeline/special_text.py)."""
+    special_text_at: str | None = field(default=None, compare=False)
+    """Where the row's data holds special-token text (its first: the field and the token), in every mode;
+    None: nowhere. Counted per source in the report."""
     split_text: str | None = field(default=None, compare=False)
     """The text whose hash puts the document in train or val, where not its own: every document of a
     conversation made one per assistant turn goes where its last one goes (format_messages.py)."""

@@ -89,6 +89,9 @@ def format_columns(formatter: RowFormatter, columns: dict[str, list]) -> SuffixB
         if column not in columns or set(map(type, columns[column])) - {str}:
             return None  # a null, a number, a list, or no such column: text_value's rows
         values.append(columns[column])
+    special = formatter.special
+    if special is not None and special.pattern is not None and any(special.pattern.search("\0".join(v)) for v in values):
+        return None  # a row holds special-token text (pipeline/special_text.py): the per-row formatter marks it
     prompts = list(map(prompt.format, *values))
     answers = list(map(answer.format, *values))
     bad = []

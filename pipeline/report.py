@@ -151,6 +151,8 @@ def make_report(config, manifest: Manifest, previous: Manifest | None, facts: Bu
         "dedup": config.build.dedup,
         "duplicates": sum(m[split]["duplicates"] for m in outputs["sources"] for split in ("train", "val")),
         "bad_rows": sum(s.bad_rows for s in source_stats),
+        "special_tokens_in_text": config.build.special_tokens_in_text,
+        "special_text_rows": sum(s.special_text_rows for s in source_stats),
         "default_system_prompt": {"text": default_system, "conversations": sum(s.no_system for s in source_stats)}
         if default_system and not config.format.system else None,
         "train": totals["train"],
@@ -216,6 +218,12 @@ def summary(report: dict) -> str:
     if report["bad_rows"]:
         first = next(s["first_bad_rows"][0] for s in report["sources"] if s["first_bad_rows"])
         lines.append(f"  skipped {report['bad_rows']:,} bad rows; first: {first['row']}: {first['reason']}")
+    if report.get("special_text_rows"):
+        first = next(s["special_text_example"] for s in report["sources"] if s["special_text_example"])
+        made = {"text": "encoded as text", "special": "encoded as special tokens",
+                "refuse": "refused as bad rows"}[report["special_tokens_in_text"]]
+        lines.append(f"  {report['special_text_rows']:,} rows hold special-token text in their data, {made} "
+                     f"(build.special_tokens_in_text: {report['special_tokens_in_text']}); first: {first}")
     default = report.get("default_system_prompt")
     if default and default["conversations"]:
         text = default["text"] if len(default["text"]) <= 80 else default["text"][:77] + "..."

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from packtrain.core.schema import BOOL, COUNT, POSITIVE, TEXT
+from packtrain.core.schema import BOOL, COUNT, OPTIONAL_TEXT, POSITIVE, TEXT
 
 FIRST_BAD_ROWS = 20  # bad rows kept by name per source (the count goes on)
 
@@ -82,12 +82,22 @@ class SourceStats:
     no_system: int = 0
     batches: int = 0
     first_bad_rows: list[BadRow] = field(default_factory=list)
+    special_text_rows: int = 0
+    """Rows whose data (a field, a message) holds a special token's text (pipeline/special_text.py), whatever
+    ``build.special_tokens_in_text`` made of them."""
+    special_text_example: str | None = None
+    """The first of them: ``<source>:<file>#<row>: field '<name>' holds '<token>'``."""
 
     # stats.json's fields (pipeline/spill.py adds the files' sha256 and its own)
     SCHEMA = {"rows": COUNT, "documents": COUNT, "tokens": COUNT, "bad_rows": COUNT, "batch_rows": POSITIVE,
               "batches": COUNT, "no_system": COUNT,
               "first_bad_rows": [{"row": TEXT, "reason": TEXT, "batch": COUNT, "at": COUNT}],
-              "exactness": Exactness.SCHEMA}
+              "exactness": Exactness.SCHEMA, "special_text_rows": COUNT, "special_text_example": OPTIONAL_TEXT}
+
+    def add_special_text(self, example: str) -> None:
+        self.special_text_rows += 1
+        if self.special_text_example is None:
+            self.special_text_example = example
 
     def add_bad_row(self, row: BadRow) -> None:
         self.bad_rows += 1
@@ -99,6 +109,7 @@ class SourceStats:
         return {"rows": self.rows, "documents": self.documents, "tokens": self.tokens, "bad_rows": self.bad_rows,
                 "no_system": self.no_system, "first_bad_rows": [dataclasses.asdict(r) for r in self.first_bad_rows],
                 "batch_rows": self.batch_rows, "batches": self.batches, "exactness": self.exactness.to_dict(),
+                "special_text_rows": self.special_text_rows, "special_text_example": self.special_text_example,
                 **({"filtered_rows": self.filtered_rows} if self.filtered_rows is not None else {})}
 
     @classmethod
@@ -106,7 +117,8 @@ class SourceStats:
         """``data``: a stats.json checked against :attr:`SCHEMA` (its other fields are not read)."""
         return cls(data["batch_rows"], Exactness.from_dict(data["exactness"]), data.get("filtered_rows"),
                    **{key: data[key] for key in ("rows", "documents", "tokens", "bad_rows", "no_system", "batches")},
-                   first_bad_rows=[BadRow(**row) for row in data["first_bad_rows"]])
+                   first_bad_rows=[BadRow(**row) for row in data["first_bad_rows"]],
+                   special_text_rows=data["special_text_rows"], special_text_example=data["special_text_example"])
 
     @classmethod
     def merged(cls, parts: list["SourceStats"]) -> "SourceStats":
@@ -117,4 +129,6 @@ class SourceStats:
         return cls(parts[0].batch_rows, Exactness.combined([p.exactness for p in parts]), filtered,
                    **{key: sum(getattr(p, key) for p in parts)
                       for key in ("rows", "documents", "tokens", "bad_rows", "no_system")},
-                   batches=parts[0].batches, first_bad_rows=first[:FIRST_BAD_ROWS])
+                   batches=parts[0].batches, first_bad_rows=first[:FIRST_BAD_ROWS],
+                   special_text_rows=sum(p.special_text_rows for p in parts),
+                   special_text_example=next((p.special_text_example for p in parts if p.special_text_example), None))

@@ -200,6 +200,8 @@ def source_key(inputs: dict, index: int, encoder: bool = True) -> str:
         **({"encoder": inputs["encoder"]} if encoder and "encoder" in inputs else {}),
         "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
         "on_bad_rows": inputs["on_bad_rows"],
+        # what the data's special-token text becomes (a manifest written before it was a setting has none)
+        **({"special_tokens_in_text": inputs["special_tokens_in_text"]} if "special_tokens_in_text" in inputs else {}),
         # a template that renders today's date (pipeline/build.py): another day's documents are others
         **({"chat_date": inputs["chat_date"]} if "chat_date" in inputs else {}),
     })[:16]

@@ -42,6 +42,12 @@ from packtrain.core.contract import Manifest, ShardInfo, rebuild_fix, tokenizer_
 from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
 from packtrain.pipeline.dropped_bytes import RESTORED, missing_bytes, restored_text
+from packtrain.pipeline.special_text import specials_of, text_reencoding
+
+
+def specials(tokenizer) -> frozenset[int]:
+    """The ids of the tokenizer's special tokens (those ``encode_special_tokens`` turns off)."""
+    return frozenset(tokenizer.token_to_id(t) for t in specials_of(tokenizer))
 
 CHECK_BATCH = 512  # documents decoded and encoded at once (encode_batch runs them in parallel)
 
@@ -272,6 +278,8 @@ def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, docum
     tokenizer = read_input(tokenizer_dir / "tokenizer.json", lambda p: Tokenizer.from_file(str(p)),
                            "the model's tokenizer is damaged: copy it again", "a tokenizers file")
     head = build_head(manifest, build_dir)
+    # special-token text in the data encoded as text (a manifest made before the setting has none: special)
+    text_mode = manifest.inputs.get("special_tokens_in_text") == "text"
     splits = [whole_documents(split, BlockStream(build_dir, shards, manifest.block_size),
                               manifest.inputs["pack"].get("strategy"), manifest.outputs["totals"][split], head,
                               manifest.eos_id)
@@ -289,7 +297,7 @@ def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, docum
         which = np.searchsorted(first_of_split, batch, side="right") - 1
         places = [(splits[s], int(k - first_of_split[s])) for s, k in zip(which, batch)]
         ids = [d.stream.tokens(int(d.rows[k]), int(d.starts[k]), int(d.lengths[k])) for d, k in places]
-        for (d, k), doc, difference in zip(places, ids, compare(tokenizer, ids, head)):
+        for (d, k), doc, difference in zip(places, ids, compare(tokenizer, ids, head, text_mode)):
             result.checked += 1
             if difference is None:
                 continue
@@ -307,8 +315,11 @@ def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, docum
     return result
 
 
-def compare(tokenizer, documents: list[np.ndarray], head: tuple[int, ...]) -> list[tuple | None]:
-    """Per document: None when it is ``head`` + the ids its decoded text encodes to, :data:`RESTORED`
+def compare(tokenizer, documents: list[np.ndarray], head: tuple[int, ...], text_mode: bool = False
+            ) -> list[tuple | None]:
+    """Per document: None when it is ``head`` + the ids its decoded text encodes to (``text_mode``, a build
+    under ``build.special_tokens_in_text: text``: or to which it encodes with only the document's own
+    special tokens special, pipeline/special_text.py ``text_reencoding``), :data:`RESTORED`
     where it is once the bytes its vocabulary lacks are put back (:func:`restored_text`), else
     (position in the document, the build's id there, the expected id, a snippet of the text around it)."""
     out: list[tuple | None] = [None] * len(documents)
@@ -324,6 +335,8 @@ def compare(tokenizer, documents: list[np.ndarray], head: tuple[int, ...]) -> li
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
     for k, (body, text, encoding) in enumerate(zip(bodies, texts, encodings)):
         if out[k] is not None or encoding.ids == body:
+            continue
+        if text_mode and text_reencoding(tokenizer, body, specials(tokenizer)) == body:
             continue
         if "\ufffd" in text and (missing := missing_bytes(tokenizer) if missing is None else missing):
             again = restored_text(tokenizer, body, missing)

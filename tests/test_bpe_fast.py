@@ -195,7 +195,10 @@ def test_a_decision_process_that_fails_means_the_hf_tokenizer_and_is_not_remembe
     assert not list((tmp_path / "notes").glob("*.json"))
 
 
-def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path):
+@pytest.mark.parametrize("mode, made", [("special", 120), ("text", 90)])
+def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path, mode, made):
+    """In either mode of build.special_tokens_in_text; under ``text`` the 30 rows whose hostile text holds a
+    special token's text are the HF tokenizer's (pipeline/special_text.py), the other 90 tiktoken's."""
     project = make_project(tmp_path, n_rows=120)
     rows = [json.loads(line) for line in project["data"].read_text().splitlines()]
     rng = random.Random(1)
@@ -207,14 +210,14 @@ def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path):
         shutil.rmtree(project["cache"], ignore_errors=True)
         lines: list[str] = []
         config = load_config("sql", project["configs"], {"build.fast_encoder": fast and "tiktoken",
-                                                         "build.line_cache": False})
+                                                         "build.line_cache": False, "build.special_tokens_in_text": mode})
         result = build(config, project["cache"], log=lines.append, progress=False)
         chosen = [line for line in lines if line.startswith("fast encoder:")]
         assert chosen == ([PROVING, "fast encoder: proven exact (tiktoken: rank BPE equals its merges (GPT-2 byte-level), probe text "
                                        "identical)"] if fast else ["fast encoder: off (HF tokenizers) (build.fast_encoder is false)"])
         manifest = json.loads((result.path / "manifest.json").read_text())
         assert manifest["outputs"]["exactness"]["encoders"] == (["tiktoken"] if fast else ["tokenizers"])
-        assert manifest["outputs"]["exactness"]["by_shortcut"] == (120 if fast else 0)
+        assert manifest["outputs"]["exactness"]["by_shortcut"] == (made if fast else 0)
         assert manifest["outputs"]["exactness"]["checked"] == manifest["outputs"]["exactness"]["by_shortcut"]
         built[fast] = (result.build_id, {p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))})
     assert len(built[True][1]) == 2  # train and val shards

@@ -178,14 +178,18 @@ def test_llama_3_2_documents_are_apply_chat_template_ids_with_one_bos_whatever_t
     configs = llama_project(tmp_path, [{"messages": c} for c in conversations])
     config = load_config("chat", configs)
     assert plan_inputs(config)[2]["chat_date"] == f"{datetime.now():%Y-%m-%d}"
-    shards = []
-    for overrides in ({}, {"build.fast_encoder": False, "build.line_cache": False, "build.render_once": False}):
-        cache = tmp_path / f"cache{len(shards)}"
-        if not overrides:
-            seed_decision(cache, tmp_path / "tok")
-        result = build(load_config("chat", configs, overrides), cache, log=lambda *_: None, progress=False)
-        shards.append({p.name: p.read_bytes() for p in result.path.glob("*.arrow")})
-    assert shards[0] == shards[1]
+    # the conversations hold the template's special-token strings: apply_chat_template encodes them as the special
+    # tokens (split_special_tokens=False), which build.special_tokens_in_text: special does (text: test_special_text.py)
+    for mode in ("text", "special"):
+        shards = []
+        for overrides in ({}, {"build.fast_encoder": False, "build.line_cache": False, "build.render_once": False}):
+            cache = tmp_path / mode / f"cache{len(shards)}"
+            if not overrides:
+                seed_decision(cache, tmp_path / "tok")
+            result = build(load_config("chat", configs, {**overrides, "build.special_tokens_in_text": mode}), cache,
+                           log=lambda *_: None, progress=False)
+            shards.append({p.name: p.read_bytes() for p in result.path.glob("*.arrow")})
+        assert shards[0] == shards[1], mode
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
     marked = template("llama3_2").replace(
         "'<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}",

@@ -125,8 +125,19 @@ HOSTILE = {
 def test_hostile_tool_definitions_give_the_reference_document(qwen, tmp_path, name):
     builder, tokenizer = qwen
     rows = [{"messages": ask(0), "tools": HOSTILE[name]}, {"messages": ask(1), "tools": json.dumps(HOSTILE[name])}]
-    result = check(builder, tokenizer, write_lines(tmp_path / "rows.jsonl", rows), {**CHAT, "tools": "tools"}, rows)
+    data = write_lines(tmp_path / "rows.jsonl", rows)
+    # the reference, apply_chat_template, encodes a description's special-token strings as the special tokens
+    # (split_special_tokens=False): build.special_tokens_in_text: special
+    special = {"special_tokens_in_text": "special"} if name == "special tokens" else {}
+    result = check(builder, tokenizer, data, {**CHAT, "tools": "tools"}, rows, **special)
     assert report(result)["bad_rows"] == 0
+    if special:  # by default (text) the description's <|im_start|> and <|im_end|> are text, the template's special
+        text = builder.build(data, {**CHAT, "tools": "tools"})
+        assert shards(text) == shards(builder.build(data, {**CHAT, "tools": "tools"}, **SHORTCUTS_OFF))
+        marks = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+        counts = lambda result: sorted(tuple(ids.count(m) for m in marks) for ids, _ in documents(result))  # noqa: E731
+        assert counts(text) == [(a - 1, b - 1) for a, b in counts(result)]
+        assert report(text)["special_text_rows"] == 2
 
 
 @pytest.mark.parametrize("value, why", [

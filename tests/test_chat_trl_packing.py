@@ -9,6 +9,8 @@ the documented differences (docs/BUILD.md, Conversations) are applied to the ref
 
 - the newline the template writes after the last ``<|im_end|>`` is not in packtrain's document (it
   ends at the EOS, ``<|im_end|>`` for Qwen3's tokenizer; the newline is never trained on);
+- the conversations hold special-token strings, which TRL encodes as the special tokens: the build is
+  made with ``build.special_tokens_in_text: special`` (the default, ``text``, encodes them as text);
 - a row whose assistant turn starts inside a token (a turn opening with a newline joins the
   template's ``assistant\\n``) is a bad row, where TRL trains the joined token;
 - a conversation longer than a block: ``pack.overlong: truncate`` keeps its first block of tokens, as
@@ -83,7 +85,10 @@ def tokenizer_dir(real_tokenizer, tmp_path_factory):
 def packtrain_blocks(tmp_path, tokenizer_dir, chats: list, overlong: str) -> tuple[list[tuple[list, list, list]], dict]:
     configs = chat_configs(tmp_path, [{"messages": c} for c in chats], tokenizer_dir, BLOCK)
     seed_decision(tmp_path / "cache", tokenizer_dir)
-    config = load_config("chat", configs, {"pack.overlong": overlong, "build.batch_rows": 5})
+    # TRL encodes the template's special-token strings the conversations hold as the special tokens (the
+    # tokenizer's split_special_tokens=False): build.special_tokens_in_text: special (text: test_special_text.py)
+    config = load_config("chat", configs, {"pack.overlong": overlong, "build.batch_rows": 5,
+                                           "build.special_tokens_in_text": "special"})
     result = build(config, tmp_path / "cache", log=lambda *_: None, progress=False)
     blocks = []
     for shard in sorted(result.path.glob("train-*.arrow")):

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -157,13 +158,18 @@ def test_hostile_rows_and_chat_style_build_the_same_bytes_with_each_shortcut_on_
     directory = real_tokenizer(name)
     data = write_jsonl(tmp_path / "hostile.jsonl", hostile_rows(600))
     seeded(tmp_path / "on", directory, SHORTCUTS[shortcut][0])
-    for style in ({"format.style": "template"}, {"format.style": "chat", "format.system": "You write SQL."}):
-        settings = {"sources": [{"name": str(data)}], "pack.val_fraction": 0.1, **style}
+    # special: the shortcuts encode the hostile special-token strings as special tokens too; text: the rows holding
+    # them are the HF tokenizer's (pipeline/special_text.py), the others the shortcut's
+    for style, (mode, least) in itertools.product(
+            ({"format.style": "template"}, {"format.style": "chat", "format.system": "You write SQL."}),
+            (("special", 100), ("text", 50))):
+        settings = {"sources": [{"name": str(data)}], "pack.val_fraction": 0.1, **style,
+                    "build.special_tokens_in_text": mode}
         on = build(expert_config(tmp_path, "sql", directory, {**settings, **SHORTCUTS[shortcut][0]}), tmp_path / "on",
                    log=quiet, progress=False)
-        assert shards(on) == reference(tmp_path, "sql", directory, settings, data), (name, style)
+        assert shards(on) == reference(tmp_path, "sql", directory, settings, data), (name, style, mode)
         exact = Manifest.load(on.path, full=True).outputs["exactness"]
-        assert exact["by_shortcut"] > 100 and exact["checked"] == exact["by_shortcut"], (name, style, exact)
+        assert exact["by_shortcut"] > least and exact["checked"] == exact["by_shortcut"], (name, style, mode, exact)
 
 
 def smollm2_project(tmp_path: Path, real_tokenizer, rows: list[dict]) -> dict:
@@ -346,7 +352,10 @@ def test_conversations_are_what_apply_chat_template_makes(real_tokenizer, tmp_pa
         (directory / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": MARKED_SMOLLM2}))
         (directory / "chat_template.jinja").unlink(missing_ok=True)
     configs = chat_configs(tmp_path, rows, directory, block_size=2048)
-    result = build(load_config("chat", configs), tmp_path / "cache", log=quiet, progress=False)
+    # the hostile turns hold the template's special-token strings, which apply_chat_template encodes as the special
+    # tokens (split_special_tokens=False): build.special_tokens_in_text: special (text: tests/test_special_text.py)
+    result = build(load_config("chat", configs, {"build.special_tokens_in_text": "special"}), tmp_path / "cache",
+                   log=quiet, progress=False)
     built = sorted(documents(result))
     expected = []
     for row in rows:

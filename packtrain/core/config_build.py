@@ -362,6 +362,15 @@ class BuildConfig:
     """``exact``: a document whose tokens and supervised positions equal an earlier one's is packed
     once, within and across sources; a training document equal to a validation one is dropped (a
     document in val is never also in train). Counted per source in the report."""
+    special_tokens_in_text: Literal["text", "special", "refuse"] = "text"
+    """What a special token's text inside the data (a field's value, a message's content, a tool
+    definition: ``<|endoftext|>``, ``<|im_end|>``) becomes: ``text`` encodes it as ordinary text (HF's
+    ``split_special_tokens=True`` on the data, so data never forges a control token), while the
+    template's own markers and the EOS packtrain appends stay special; ``special`` encodes it as the
+    special token (what the HF tokenizer and TRL do by default, and packtrain did before); ``refuse``
+    makes such a row a bad row naming the field and the token. Rows holding such text are counted per
+    source in the report, with an example. Part of the build id (docs/BUILD.md, "Special-token text in
+    the data")."""
     line_cache: bool = True
     """Tokenize each distinct line once (schemas repeat across rows), cut where the tokenizer's split
     regex allows (pipeline/encode/line_cache.py). A shortcut: what it makes is checked against the HF tokenizer

@@ -240,7 +240,8 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
                           tokenizer.prefix_ids if config.format.style == "template" else (),
                           config.pack.val_fraction, job.dtype.name, line_cache=line_cache, fast_encoder=fast,
                           facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
-                          where=tuple(spec.where), chat_date=job.chat_date)
+                          where=tuple(spec.where), chat_date=job.chat_date,
+                          special_tokens_in_text=config.build.special_tokens_in_text)
         filtered = [c.column for c in spec.where]
         batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
                                where_fix(spec, i, formatter),
@@ -292,6 +293,8 @@ def count_batch(config, i: int, stats: SourceStats, where: tuple, encoded) -> in
     stats.documents += len(encoded.lengths)
     stats.tokens += len(encoded.tokens)
     stats.no_system += encoded.no_system
+    for row, at in encoded.special_text:
+        stats.add_special_text(f"{config.sources[i].name}:{file}#{start + row}: {at}")
     stats.exactness.by_shortcut += encoded.by_shortcut
     stats.exactness.checked += encoded.checked
     for row, reason in encoded.bad_rows:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -40,6 +41,13 @@ from packtrain.pipeline.errors import TokenizerError
 from packtrain.pipeline.format import BadRow, Formatted, RowFormatter, not_unicode
 from packtrain.pipeline.format_columns import SuffixBatch, format_columns
 from packtrain.pipeline.row_filter import kept_rows
+from packtrain.pipeline.special_text import SpecialText, SpecialTextRefused, reference_encodings, specials_of
+
+
+@functools.lru_cache(maxsize=8)
+def special_tokens(key: tuple[str, str]) -> tuple[str, ...]:
+    """The texts of the special tokens of the worker's HF tokenizer ``key`` (pipeline/special_text.py)."""
+    return specials_of(hf_tokenizer(key))
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,8 @@ class EncodeTask:
     """The source's row filter (``sources[].where``): only the rows where every condition holds are formatted."""
     chat_date: str | None = None
     """The day the chat template renders (the build's planned ``chat_date``; None: it renders no date)."""
+    special_tokens_in_text: str = "text"
+    """``build.special_tokens_in_text``: what the data's special-token text becomes (pipeline/special_text.py)."""
 
 
 @dataclass
@@ -92,6 +102,8 @@ class EncodedBatch:
     mismatches: list = dataclasses.field(default_factory=list)  # exactness.Mismatch of those that differ
     no_system: int = 0  # chat documents without a system message (pipeline/system_prompt.py)
     rows: int | None = None  # rows of the batch as read (None: one document or bad row each)
+    special_text: list = dataclasses.field(default_factory=list)  # (row index, where) of rows whose data holds
+    # special-token text (pipeline/special_text.py), refused or not
     filtered: int = 0  # rows the source's ``where`` dropped
 
 
@@ -195,6 +207,8 @@ def encode_filtered_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedB
 def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize the rows ``columns``."""
     key = (task.tokenizer_file, task.tokenizer_sha256)
+    task = dataclasses.replace(task, formatter=dataclasses.replace(
+        task.formatter, special=SpecialText(task.special_tokens_in_text, special_tokens(key))))
     if task.check_facts and task.facts is not None:
         check_facts(hf_tokenizer(key), json.loads(task.facts), task.tokenizer_file)
     if task.fast_encoder:
@@ -213,19 +227,22 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
         docs = [Formatted(text, ((start, len(text)),)) for text, start in zip(columnar.texts, columnar.prompt_chars.tolist())]
         kept, bad = columnar.kept, list(columnar.bad)
     else:
-        docs, kept, bad = format_rows(task.formatter, columns)
+        special: list = []
+        docs, kept, bad = format_rows(task.formatter, columns, special)
         if refused := not_unicode([doc.text for doc in docs]):  # their rows are bad (a row gives none then)
             bad += [(kept[k], why) for k, why in refused]
             drop = {k for k, _ in refused}
             docs, kept = [d for k, d in enumerate(docs) if k not in drop], [r for k, r in enumerate(kept) if k not in drop]
     encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
     made_by: list[str | None] = [None] * len(docs)  # the shortcut that made each document, if one did
+    # a document holding the data's special-token text to encode as text is the reference's (special_text.py)
+    plain = [k for k, d in enumerate(docs) if not d.special_text]
     if fast:  # every document, conversations too (the HF tokenizer makes those it leaves: None)
-        for k, m in enumerate(fast.encode_documents(docs)):
+        for k, m in zip(plain, fast.encode_documents([docs[k] for k in plain])):
             if m is not None:
                 encoded[k], made_by[k] = m, exactness.fast_encoder_label(fast.name)
     elif task.line_cache:
-        simple = [k for k, d in enumerate(docs) if d.is_suffix]  # prompt + answer: the answer to the end
+        simple = [k for k in plain if docs[k].is_suffix]  # prompt + answer: the answer to the end
         for k, m in zip(simple, line_cache(key).encode(
                 [docs[k].text[:docs[k].prompt_chars] for k in simple], [docs[k].text[docs[k].prompt_chars:] for k in simple])):
             if m is not None:
@@ -233,8 +250,7 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
                 made_by[k] = exactness.LINE_CACHE
     whole = [k for k, m in enumerate(encoded) if m is None]
     chat = task.formatter.fmt.style == "chat"  # a bad row says why in the terms of its format
-    for k, encoding in zip(whole, hf_tokenizer(key).encode_batch(
-            [docs[k].text for k in whole], add_special_tokens=False) if whole else []):
+    for k, encoding in zip(whole, reference_encodings(hf_tokenizer(key), [docs[k] for k in whole])):
         try:
             encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, docs[k], chat))
         except BadRow as e:
@@ -245,6 +261,8 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
     encoded_checks = [k for k in checks if made_by[k] is not None and encoded[k] is not None]
     mismatches += check_documents(hf_tokenizer(key) if encoded_checks else None, docs, encoded, made_by, kept,
                                   encoded_checks)
+    if columnar is None:
+        special += [(kept[k], docs[k].special_text_at) for k in range(len(docs)) if docs[k].special_text_at]
     first: dict[int, str] = {}
     for row, why in bad:  # a row once, with its first reason (a row may give several documents)
         first.setdefault(row, why)
@@ -258,7 +276,8 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
                                                     for k in good), bool, len(good)),
                         keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad,
                         by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches,
-                        no_system=sum(docs[k].no_system for k in good))
+                        no_system=sum(docs[k].no_system for k in good),
+                        special_text=sorted(dict(reversed(special)).items()) if columnar is None else [])
 
 
 def encode_suffix_rows(task: EncodeTask, fast, batch: SuffixBatch) -> EncodedBatch:
@@ -337,8 +356,7 @@ def check_documents(reference, docs, encoded, made_by, kept: list[int], checks: 
     ``docs`` (Formatted), ``encoded`` ((ids, token ranges)) and ``made_by`` (the shortcut's label) are
     indexed by document (lists, or dicts holding ``checks``), ``kept`` gives each document's row."""
     mismatches = []
-    for k, encoding in zip(checks, reference.encode_batch(
-            [docs[k].text for k in checks], add_special_tokens=False) if checks else []):
+    for k, encoding in zip(checks, reference_encodings(reference, [docs[k] for k in checks]) if checks else []):
         try:
             spans = token_spans(encoding, docs[k])
         except BadRow as e:
@@ -368,9 +386,11 @@ def check_renders(formatter: RowFormatter, columns: dict[str, list], docs: list[
     return mismatches
 
 
-def format_rows(formatter: RowFormatter, columns: dict[str, list]) -> tuple[list[Formatted], list[int], list]:
+def format_rows(formatter: RowFormatter, columns: dict[str, list], special: list | None = None
+                ) -> tuple[list[Formatted], list[int], list]:
     """(documents, the row index of each, (row index, reason) of each bad row); a row may give several
-    documents (format.each_assistant_turn)."""
+    documents (format.each_assistant_turn). ``special`` gets (row index, where) of each row refused for
+    holding special-token text (``build.special_tokens_in_text: refuse``)."""
     names = list(columns)
     docs: list[Formatted] = []
     kept, bad = [], []
@@ -379,6 +399,8 @@ def format_rows(formatter: RowFormatter, columns: dict[str, list]) -> tuple[list
             made = formatter.documents(dict(zip(names, values)))
         except BadRow as e:
             bad.append((i, str(e)))
+            if isinstance(e, SpecialTextRefused) and special is not None:
+                special.append((i, e.where))
             continue
         except (KeyError, ValueError, IndexError) as e:  # a template that does not fit the row
             bad.append((i, f"template error: {e}"))
