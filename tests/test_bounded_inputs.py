@@ -286,7 +286,7 @@ def test_a_bad_rows_reason_is_cut_where_it_is_counted(on_bad_rows):
     config = config_from_dict({"expert": "x", "sources": [{"name": "bundled"}], "build": {"on_bad_rows": on_bad_rows}})
     stats = SourceStats(10, Exactness("tokenizers", False, False))
     encoded = SimpleNamespace(mismatches=[], rows=None, lengths=[], tokens=[], filtered=0, no_system=0, by_shortcut=0,
-                              checked=0, bad_rows=[(0, f"'messages' message 0 has a field {LONG!r}: remove it")])
+                              special_text=[], checked=0, bad_rows=[(0, f"'messages' message 0 has a field {LONG!r}: remove it")])
     if on_bad_rows == "error":
         with pytest.raises(BuildError) as raised:
             count_batch(config, 0, stats, ("a.jsonl", 0, 0), encoded)

@@ -67,6 +67,8 @@ def test_train_refuses_a_build_made_with_another_value_of_a_build_field(built):
                                  'build.dedup "none" in the config, "exact" in the build',
                                  "sources[0].max_rows 10 in the config, null in the build",
                                  '`packtrain pretokenize sql --set format.answer="{answer};" --set build.dedup="none"`')
+    special = run_cli("train", "sql", *common, "--set", "build.special_tokens_in_text=special")  # ids of the data
+    assert assert_one_line_error(special, 'build.special_tokens_in_text "special" in the config, "text" in the build')
     other = run_cli("train", "sql", *common, "--dataset", built["data"].parent / "other.jsonl")
     assert assert_one_line_error(other, f"sources[0].name \"{built['data'].parent / 'other.jsonl'}\" in the config, "
                                         f"\"{built['data']}\" in the build")
