@@ -190,7 +190,8 @@ class Meter:
         record = {
             "step": step,
             "epoch": epoch,
-            "loss": self.loss_sum.item() / max(self.sup, 1),
+            # no supervised token in these steps (a CPU window of prompt tokens only): no loss, not 0
+            "loss": self.loss_sum.item() / self.sup if self.sup else None,
             "lr": lr,
             "grad_norm": None if grad_norm is None else grad_norm.item(),
             "step_s": elapsed / max(self.steps, 1),
@@ -256,7 +257,8 @@ def summarize(records: list[dict], evals: list[dict], extra: dict) -> dict:
     """The end-of-run summary (also written as summary.json)."""
     summary = dict(extra)
     if records:
-        summary["final_loss"] = records[-1]["loss"]
+        losses = [r["loss"] for r in records if r["loss"] is not None]
+        summary["final_loss"] = losses[-1] if losses else None
         steady = records[1:] or records  # the first record includes start-up (compile, warm caches)
         for key in ("tok_s", "sup_tok_s", "mfu", "data_wait"):
             values = [r[key] for r in steady if r.get(key) is not None]
