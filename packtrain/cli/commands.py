@@ -63,14 +63,21 @@ def discover(model_dirs):
 
 
 @main.command()
-@with_config(for_training=True)
+@with_config(as_trained=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
-def config(cfg, cache_dir, notes, as_json):
-    """Print EXPERT's resolved config (defaults < configs/EXPERT.yaml < overrides) as this machine trains it."""
+def config(cfg, cache_dir, trained, as_json):
+    """Print EXPERT's resolved config (defaults < configs/EXPERT.yaml < overrides), the same on every
+    machine, safe to paste back; what the cpu profile changes on this machine is said on stderr."""
     import yaml
+
+    from packtrain.core.config import profile_changes
 
     click.echo(json.dumps(cfg.to_dict(), indent=2) if as_json else
                yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True, width=100).rstrip("\n"))
+    changes = profile_changes(cfg, trained)
+    if changes:  # a comment line (YAML's #), on stderr: pasting stdout back keeps the config as written
+        click.echo("# no CUDA GPU: `packtrain train` here applies the cpu profile (configs/defaults.yaml cpu:; "
+                   f"cpu.enabled: false turns it off), which trains with {changes}", err=True)
 
 
 @main.command("prepare-model")
@@ -166,6 +173,8 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
         if os.environ.get("RANK", "0") == "0":  # under torchrun, said once
             click.echo(f"warning: {line}", err=True)
 
+    if notes and max_steps is not None:  # the cpu profile's line says the steps that will run
+        notes = [cfg.cpu_note(max_steps)]
     check_train_inputs(cfg, cache_dir, build_id, resume, warn=warn)
     ensure_converted(cfg)
     from packtrain.trainer.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
