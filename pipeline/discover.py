@@ -37,6 +37,7 @@ from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cac
 from packtrain.pipeline import data_files
 from packtrain.pipeline.compression import COMPRESSIONS, TEXT_SUFFIXES, file_format
 from packtrain.pipeline.local_models import converted_models, local_model
+from packtrain.core import hints
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")  # also the preference order
@@ -145,7 +146,7 @@ def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in SAMPLES_DIR.glob("*.jsonl"))) or "none"
         raise SourceNotFound(f"no bundled sample for expert {expert!r}: {path} does not exist (bundled: {known}); "
-                             f"add one there, or set sources: in configs/{expert}.yaml to a dataset or local file")
+                             f"add one there, or set sources: in {hints.config_file(expert)} to a dataset or local file")
     return ResolvedSource(BUNDLED, "bundled", spec.split, None, SAMPLES_DIR, (path,))
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from packtrain.core.contract import Manifest
 from packtrain.pipeline.pack import PieceCounts
 from packtrain.pipeline.source_stats import SourceStats
+from packtrain.core import hints
 
 
 def split_totals(lengths: np.ndarray, prompt_lengths: np.ndarray, blocks: int, real_tokens: int,
@@ -254,7 +255,7 @@ def summary(report: dict) -> str:
     if default and default["conversations"]:
         text = default["text"] if len(default["text"]) <= 80 else default["text"][:77] + "..."
         lines.append(f"  {default['conversations']:,} conversations have no system message: the chat template gave "
-                     f"them its default one ({text!r}); set format.system in configs/{report['expert']}.yaml to "
+                     f"them its default one ({text!r}); set format.system in {hints.config_file(report['expert'])} to "
                      "give another")
     lines.append(f"  document lengths: {train['length_histogram']}")
     lines.append(f"  {block_fit_line(report['block_fit'])}")

@@ -162,7 +162,8 @@ def test_eval_without_a_finished_run_says_what_to_do(tmp_path):
     result = CliRunner().invoke(main, ["eval", "sql", "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code != 0
     assert str(result.exception) == (f"expert 'sql' has no finished run under {tmp_path / 'runs' / 'sql'}: train it "
-                                     "(`make train EXPERT=sql`), or name a run directory with --run")
+                                     f"(`packtrain train sql --set train.output_dir={tmp_path / 'runs'}`), or name a "
+                                     "run directory with --run")
 
 
 def test_a_sample_prompt_keeps_its_special_tokens_as_inspect_shows_them():

@@ -58,6 +58,7 @@ from packtrain.trainer.runlog import FILE_ONLY, HeldLog, RankFilter, add_file_lo
 from packtrain.trainer.schedule import warmup_steps
 from packtrain.trainer.sinks import Reporting
 from packtrain.trainer.threads import threads_restored
+from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")
 
@@ -164,7 +165,7 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
         fraction = f" ({manifest.val_fraction})" if manifest.val_fraction is not None else ""
         raise TrainError(f"build {manifest.build_id} ({build_dir}) has no train blocks: nothing to train; add rows to "
                          f"sources: or lower pack.val_fraction{fraction}, and rebuild with "
-                         f"`make pretokenize EXPERT={config.expert}`")
+                         f"{hints.command('pretokenize', config.expert)}")
     return build_dir, manifest, source, tok_dir, seq_length
 
 

@@ -16,10 +16,11 @@ import click
 
 from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.export import export
-from packtrain.cli.options import DocumentCount, cache_dir_option, resolve, with_config
+from packtrain.cli.options import DocumentCount, Remembered, cache_dir_option, resolve, with_config
 from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
+from packtrain.core import hints
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import (Manifest, check_build_expert, check_shard_sizes, load_build_config, resolve_build,
                                      verify_checksums)
@@ -31,7 +32,10 @@ RENAMED = {"merge": "merge-parts"}  # old command name -> new; the old one still
 
 
 class Commands(click.Group):
-    """The command group, where a renamed command's old name still runs the new one (one line on stderr)."""
+    """The command group, where a renamed command's old name still runs the new one (one line on stderr),
+    and every command's hints repeat the options it was given (options.Remembered)."""
+
+    command_class = Remembered
 
     def get_command(self, ctx, name):
         if name in RENAMED:
@@ -302,7 +306,7 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
     problems = verify_checksums(build_dir, manifest)
     if problems:
         raise ContractError(f"build {manifest.build_id} is corrupt:\n  " + "\n  ".join(problems)
-                            + f"\nrebuild with `make pretokenize EXPERT={expert}`")
+                            + f"\nrebuild with {hints.command('pretokenize', expert)}")
     check_shard_sizes(build_dir, manifest)
     shards = len(manifest.train) + len(manifest.val)
     click.echo(f"build {manifest.build_id} of {expert}: {shards} shards, all checksums match")

@@ -10,7 +10,17 @@ import click
 
 from packtrain.core.config import ConfigError
 from packtrain.core.errors import cut, quote
+from packtrain.core.hints import FLAGS, given
 from packtrain.core.configfile import apply_cli_overrides, load_as_written_and_trained, load_config, load_for_machine
+
+class Remembered(click.Command):
+    """A command whose hints repeat the options it was given (--cache-dir, --configs-dir, --runs-dir,
+    --dataset, --model, --set) in the form the user ran it (packtrain/core/hints.py)."""
+
+    def invoke(self, ctx: click.Context):
+        with given(**{key: value for key, value in ctx.params.items() if key in FLAGS}):
+            return super().invoke(ctx)
+
 
 cache_dir_option = click.option(
     "--cache-dir", default="cache", show_default=True, type=click.Path(file_okay=False), envvar="PACKTRAIN_CACHE_DIR",
