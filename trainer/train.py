@@ -315,7 +315,7 @@ def log_run_shape(ctx: TrainContext) -> None:
     n, plural = len(train_set), "s" if len(train_set) != 1 else ""
     sequences = (f"{n} train block{plural} of {block_size} tokens" if train_set.windows == 1 else
                  f"{n} train sequence{plural} of {train_set.seq_length} tokens (train.max_seq_length: the "
-                 f"{train_set.blocks} blocks of {block_size} tokens cut into windows, up to "
+                 f"{train_set.blocks} block{'s' * (train_set.blocks != 1)} of {block_size} tokens cut into windows, up to "
                  f"{train_set.windows} each; windows of padding only left out)")
     log.info("run %s: build %s, %s, %d steps of %d x %d x %d sequences (per device x world size x gradient "
              "accumulation); an epoch: %s", ctx.run.run_dir, ctx.manifest.build_id, sequences, ctx.total_steps,
