@@ -113,7 +113,7 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
         "train with a bad --set": (2, errors["train with a bad --set"][1]),
         "pretokenize of a missing file": (2, f"error: dataset '{tmp_path / 'nope.jsonl'}': {tmp_path / 'nope.jsonl'}"
                                              " does not exist; check the path (or give an absolute one) in sources: "
-                                             "of configs/<expert>.yaml / --dataset\n"),
+                                             f"of {configs / '<expert>.yaml'} / --dataset\n"),
         "a curriculum with --build-id": (2, "error: --build-id names one build, and a curriculum has one build per "
                                             "stage: leave it out\n"),
         "train from a missing checkpoint": (2, f"error: --resume {tmp_path / 'nope'}: {tmp_path / 'nope'} does not "

@@ -130,3 +130,9 @@ def config_file(expert: str) -> str:
 def via_make() -> bool:
     """The running command was started by a Makefile target (hints name make's variables: ``DATASET=``)."""
     return _given.via_make
+
+
+def option(key: str) -> str:
+    """How the user sets ``key`` (``dataset``, ``model``, ``cache_dir``) on their command line: the make
+    variable under make (``DATASET=``), else the CLI's option (``--dataset``)."""
+    return f"{MAKE_VARIABLES[key]}=" if _given.via_make else FLAGS[key]
