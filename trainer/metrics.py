@@ -33,6 +33,7 @@ import torch
 from packtrain.core.diskfull import written
 from packtrain.core.files import write_atomic
 from packtrain.core.rundir import RUN_DISK_FULL_FIX
+from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")
 
@@ -124,7 +125,7 @@ def report_memory(device: torch.device, step: int) -> None:
              free / 2**30, total / 2**30)
 
 
-def oom_advice(train_config, lora_config) -> str:
+def oom_advice(train_config, lora_config, expert: str = "EXPERT") -> str:
     knobs = [f"train.per_device_train_batch_size (now {train_config.per_device_train_batch_size}; "
              "raise gradient_accumulation_steps to keep the effective batch, or set it to auto with "
              "train.global_batch_size: the largest micro-batch that fits is then measured)"]
@@ -134,8 +135,9 @@ def oom_advice(train_config, lora_config) -> str:
         knobs.append("lora.method: qlora (4-bit base weights)")
     if train_config.optim != "adamw_bnb_8bit":
         knobs.append("train.optim: adamw_bnb_8bit")
+    rebuild = hints.command("pretokenize", expert, settings=("pack.block_size=1024",))
     knobs.append("a smaller train.max_seq_length (blocks cut into shorter windows, no rebuild) or "
-                 "pack.block_size (needs a rebuild: make pretokenize)")
+                 f"pack.block_size (needs a rebuild: {rebuild})")
     knobs.append("a smaller lora.r or fewer lora.target_modules")
     return "out of memory; reduce memory with: " + "; ".join(knobs)
 

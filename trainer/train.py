@@ -285,7 +285,7 @@ def _train_and_finish(ctx: TrainContext, metrics: Reporting) -> Path:
         model = ctx.model if ctx.fsdp else wrap(ctx.model, world, ctx.device)
         records, evals = train_loop(ctx, model, meter, metrics)
     except torch.OutOfMemoryError as e:
-        raise TrainError(oom_advice(train, ctx.config.lora)) from e
+        raise TrainError(oom_advice(train, ctx.config.lora, ctx.config.expert)) from e
     finally:
         metrics.close()
     wall = time.perf_counter() - start
