@@ -182,6 +182,11 @@ def test_a_wrong_template_field_still_says_to_map_it(tmp_path):
         f"{project['data']}: no column 'context' (it has: 'answer', 'question'); map the template's fields to this "
         "dataset's columns with `columns: {field: column}` under the source in configs/<expert>.yaml, or name those "
         "columns in format.prompt / format.answer")
+    from packtrain.core import hints
+
+    with hints.given(configs_dir=project["configs"]), pytest.raises(SourceError) as err:  # --configs-dir DIR
+        build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    assert f"under the source in {project['configs'] / '<expert>.yaml'}, or name those columns" in str(err.value)
 
 
 # --- hints repeat the user's own options, in the form the user ran packtrain (issue 47, item 8) ---
