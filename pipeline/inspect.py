@@ -66,7 +66,8 @@ def inspect_build(build_dir: Path, tokenizer_file: Path, split: str, blocks: int
         raise ContractError(f"shard {build_dir / shard.file} differs from its sha256 in the manifest (corrupt); "
                             f"{rebuild_fix(build_dir)}")
     ids, mask, doc_lens = open_shard(build_dir / shard.file, manifest.block_size).arrays()
-    out = [f"build {manifest.build_id} ({manifest.expert}), {split}: {sum(s.rows for s in shards):,} blocks of "
+    rows = sum(s.rows for s in shards)
+    out = [f"build {manifest.build_id} ({manifest.expert}), {split}: {rows:,} block{'s' * (rows != 1)} of "
            f"{manifest.block_size} tokens; showing {min(blocks, len(ids))} from {shard.file}"]
     for row in range(min(blocks, len(ids))):
         lens = doc_lens[row]

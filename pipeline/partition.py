@@ -33,6 +33,7 @@ from packtrain.pipeline.encode.notes import read_note, write_note
 from packtrain.pipeline.source_stats import SourceStats
 from packtrain.pipeline.spill import (PART_IDENTITY, PARTS, SOURCE_STATS, SOURCES, merge_spills, read_source_stats,
                                       source_cache_problem, source_key, uncached_sources)
+from packtrain.core import hints
 
 
 def parse_part(text: str) -> tuple[int, int]:
@@ -71,7 +72,7 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
                               inputs.get("chat_date"))
             tokenize_sources(job, progress, log=log, cache_dir=root.parent)
     log(f"part {part[0]}/{part[1]} of {config.expert}: tokenized {len(todo)} source(s); merge with "
-        f"`packtrain merge-parts {config.expert} --parts {part[1]}` once every part is in {root / SOURCES / PARTS}")
+        f"{hints.command('merge-parts', config.expert, parts=part[1])} once every part is in {root / SOURCES / PARTS}")
     return {"expert": config.expert, "part": f"{part[0]}/{part[1]}", "build_id": build_id,
             "tokenized": [config.sources[i].name for i in todo]}
 
@@ -99,12 +100,12 @@ def merge_locked(config: ExpertConfig, cache_dir, count: int, planned, log, prog
             found = what_is_there(root, parts[0].parent, missing, set(keys))
             raise BuildError(
                 f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
-                f"{', '.join(missing)} in {parts[0].parent}{f' ({found})' if found else ''}; run `packtrain "
-                f"pretokenize {config.expert} --part i/{count}` for each, or copy their directories there")
+                f"{', '.join(missing)} in {parts[0].parent}{f' ({found})' if found else ''}; run "
+                f"{hints.command('pretokenize', config.expert, part=f'i/{count}')} for each, or copy their directories there")
         for p, part in enumerate(parts):  # every part is checked against its sha256 before it is merged
             if problem := source_cache_problem(part):
-                raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run `packtrain "
-                                 f"pretokenize {config.expert} --part {p}/{count}` again, which replaces it")
+                raise BuildError(f"cannot merge {config.expert!r}: damaged part: {problem}; run "
+                                 f"{hints.command('pretokenize', config.expert, part=f'{p}/{count}')} again, which replaces it")
         merge_source(parts, root / SOURCES / key, dtype, config.expert)
         merged.append(key)
     result = publish_locked(config, cache_dir, planned, log, progress)
@@ -161,8 +162,8 @@ def merge_source(parts: list[Path], out: Path, dtype, expert: str) -> None:
             other = held[0] if held and held == list(range(held[0], stats[0].batches, n)) else None
             why = (f"the batches of part {other}/{n}, not {i}/{n} (copied under another name?)" if other is not None
                    else f"batches {held[:4]} (a part of another --parts count or build?), not {i}, {i + n}, ...")
-            raise BuildError(f"part {part} holds {why}: delete it and run `packtrain pretokenize {expert} "
-                             f"--part {i}/{n}` again")
+            raise BuildError(f"part {part} holds {why}: delete it and run "
+                             f"{hints.command('pretokenize', expert, part=f'{i}/{n}')} again")
     index = sorted(int(g) for p in parts for g in np.load(p / "batch_index.npy"))
     if index != list(range(stats[0].batches)):
         raise BuildError(f"the parts in {parts[0].parent} do not add up to every batch exactly once "

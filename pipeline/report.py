@@ -10,6 +10,7 @@ import numpy as np
 from packtrain.core.contract import Manifest
 from packtrain.pipeline.pack import PieceCounts
 from packtrain.pipeline.source_stats import SourceStats
+from packtrain.core import hints
 
 
 def split_totals(lengths: np.ndarray, prompt_lengths: np.ndarray, blocks: int, real_tokens: int,
@@ -143,6 +144,9 @@ def make_report(config, manifest: Manifest, previous: Manifest | None, facts: Bu
         "tokenize_seconds": round(tokenize_seconds, 3) if tokenize_seconds is not None else None,
         "tokens_per_second": round(tokenized / tokenize_seconds) if tokenize_seconds else None,
         "num_proc": config.build.num_proc,
+        # the processes that tokenized: build.num_proc, capped at the batches to tokenize (pipeline/encode/pool.py)
+        "processes": min(config.build.num_proc, sum(s.batches for s, reused in zip(source_stats, facts.reused)
+                                                    if not reused)) if tokenized_any(facts.reused) else 0,
         "used_bundled_sample": any(source.kind == "bundled" for source in sources),
         "sources": [{"name": source.name, "kind": source.kind, "describe": source.describe(), "weight": spec.weight,
                      **stats.to_dict(), "reused": reused, "mix": mixed}
@@ -187,17 +191,48 @@ def diff_builds(previous: Manifest | None, manifest: Manifest) -> dict | None:
     }
 
 
+def tokenized_any(reused: list[bool]) -> bool:
+    return not all(reused)
+
+
+def rate(per_second: float) -> str:
+    """Tokens per second in units that show it::
+
+        >>> rate(2_345_678), rate(45_678), rate(812.4), rate(3.2)
+        ('2.35M tokens/s', '45.7k tokens/s', '812 tokens/s', '3 tokens/s')
+    """
+    if per_second >= 1e6:
+        return f"{per_second / 1e6:.2f}M tokens/s"
+    if per_second >= 1e3:
+        return f"{per_second / 1e3:.1f}k tokens/s"
+    return f"{per_second:.0f} tokens/s"
+
+
+def count(n: int, unit: str, units: str | None = None) -> str:
+    """``1 block``, ``2,048 blocks``, ``3 batches``."""
+    return f"{n:,} {unit if n == 1 else units or unit + 's'}"
+
+
+def tokenizing(report: dict) -> str:
+    """The processes that tokenized, and build.num_proc where the batches capped it (an older
+    report.json has no ``processes``: the setting)."""
+    used, configured = report.get("processes") or report["num_proc"], report["num_proc"]
+    return (f"num_proc={used}" if used == configured else
+            f"num_proc={used} (build.num_proc {configured}, capped: {count(used, 'batch', 'batches')} to tokenize)")
+
+
 def summary(report: dict) -> str:
     """The human summary printed at the end of a build."""
     train, val = report["train"], report["val"]
     lines = [
         f"build {report['build_id']} of {report['expert']}: {report['seconds']:.1f} s, "
-        + (f"{report['tokens_per_second'] / 1e6:.2f}M tokens/s tokenizing with num_proc={report['num_proc']}"
+        + (f"{rate(report['tokens_per_second'])} tokenizing with {tokenizing(report)}"
            if report["tokens_per_second"] else "every source reused, nothing tokenized"),
-        f"  train: {train['documents']:,} documents, {train['tokens']:,} tokens "
-        f"({train['supervised_tokens']:,} supervised) in {train['blocks']:,} blocks, "
+        f"  train: {count(train['documents'], 'document')}, {count(train['tokens'], 'token')} "
+        f"({train['supervised_tokens']:,} supervised) in {count(train['blocks'], 'block')}, "
         f"packing efficiency {train['packing_efficiency']:.1%}",
-        f"  val:   {val['documents']:,} documents, {val['tokens']:,} tokens in {val['blocks']:,} blocks",
+        f"  val:   {count(val['documents'], 'document')}, {count(val['tokens'], 'token')} in "
+        f"{count(val['blocks'], 'block')}",
     ]
     changes = {key: train.get(key, 0) + val.get(key, 0)
                for key in ("split", "truncated", "dropped_overlong", "dropped_unsupervised")}
@@ -228,7 +263,7 @@ def summary(report: dict) -> str:
     if default and default["conversations"]:
         text = default["text"] if len(default["text"]) <= 80 else default["text"][:77] + "..."
         lines.append(f"  {default['conversations']:,} conversations have no system message: the chat template gave "
-                     f"them its default one ({text!r}); set format.system in configs/{report['expert']}.yaml to "
+                     f"them its default one ({text!r}); set format.system in {hints.config_file(report['expert'])} to "
                      "give another")
     lines.append(f"  document lengths: {train['length_histogram']}")
     lines.append(f"  {block_fit_line(report['block_fit'])}")

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, compressed_unnamed, damaged_fix,
                                             describe, file_format, open_binary, open_text)
 from packtrain.pipeline.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
-from packtrain.pipeline.format import TEMPLATE_COLUMNS_FIX
+from packtrain.pipeline.format import template_columns_fix
 from packtrain.core.config_build import BuildConfig
 from packtrain.core.inputs import one_line
 
@@ -87,7 +87,7 @@ class RowBatch:
 
 
 def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None = None,
-                 column_fix: str | Callable[[list[str]], str] = TEMPLATE_COLUMNS_FIX,
+                 column_fix: str | Callable[[list[str]], str] | None = None,
                  optional: Iterable[str] = (), bound: ReadBound = ReadBound()) -> Iterator[RowBatch]:
     """Rows of ``source`` in file order, ``batch_rows`` at a time, at most ``max_rows`` in all. A file
     without one of ``columns`` raises :class:`SourceError` naming the columns it has, then
@@ -98,7 +98,8 @@ def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int, ma
     try:
         yield from _batches(source, columns, batch_rows, max_rows, frozenset(optional), bound)
     except MissingColumns as e:
-        raise SourceError(f"{e}; {column_fix(e.missing) if callable(column_fix) else column_fix}") from None
+        fix = column_fix(e.missing) if callable(column_fix) else column_fix or template_columns_fix()
+        raise SourceError(f"{e}; {fix}") from None
 
 
 def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None,

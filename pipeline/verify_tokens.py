@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from packtrain.core import hints
 from packtrain.core.contract import Manifest, ShardInfo, rebuild_fix, tokenizer_differences, tokenizer_fingerprint
 from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
@@ -263,7 +264,7 @@ def check_tokenizer(manifest: Manifest, tokenizer_dir: Path) -> None:
         f"the tokenizer in {tokenizer_dir} is not the one build {manifest.build_id} was made with "
         f"(tokenizer {manifest.tokenizer_hash[:12]}, source: {manifest.tokenizer.source or '?'}): "
         f"{', '.join(diffs) or 'the hash scheme differs'}; verify with the build's model "
-        f"(--model {manifest.tokenizer.source or '?'}), or rebuild with this one (`make pretokenize EXPERT={manifest.expert}`)")
+        f"(--model {manifest.tokenizer.source or '?'}), or rebuild with this one ({hints.command('pretokenize', manifest.expert)})")
 
 
 def check_tokens(build_dir: Path, manifest: Manifest, tokenizer_dir: Path, documents: int | None = None,

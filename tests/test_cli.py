@@ -66,7 +66,7 @@ def test_inspect_and_verify(hf_home, tmp_path):
     bad = run_cli("verify", "sql", "--cache-dir", cache)
     assert bad.returncode == 2
     assert f"{shard}: sha256 differs from the manifest (corrupt)" in bad.stderr
-    assert "rebuild with `make pretokenize EXPERT=sql`" in bad.stderr
+    assert f"rebuild with `packtrain pretokenize sql --cache-dir {cache}`" in bad.stderr  # the user's own options
 
 
 def test_dataset_switch_reads_a_hub_snapshot(hub_cache, tmp_path):
@@ -117,7 +117,7 @@ def test_errors_say_what_is_wrong_and_how_to_fix_it(hf_home, tmp_path):
     assert "pack.blocksize: unknown key" in bad_key.stderr and "train.lr: unknown key" in bad_key.stderr
 
     no_build = run_cli("inspect", "sql", "--cache-dir", tmp_path)
-    assert no_build.returncode == 2 and "run `make pretokenize EXPERT=sql` first" in no_build.stderr
+    assert no_build.returncode == 2 and f"run `packtrain pretokenize sql --cache-dir {tmp_path}` first" in no_build.stderr
     assert "Traceback" not in unknown.stderr + escape.stderr + missing.stderr + bad_key.stderr + no_build.stderr
 
 
@@ -160,7 +160,7 @@ def test_train_refuses_a_build_made_with_another_tokenizer(hf_home, tmp_path):
     refused = cli("train", "sql", "--cache-dir", cache, "--model", other, "--max-steps", 1,
                   "--set", f"train.output_dir={tmp_path / 'runs'}")  # in this process: no torch import
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert "tokenizer.json" in refused.stderr and "make pretokenize EXPERT=sql" in refused.stderr
+    assert "tokenizer.json" in refused.stderr and f"`packtrain pretokenize sql --cache-dir {cache} --model {other}`" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert not (tmp_path / "runs" / "sql").exists() or not any((tmp_path / "runs" / "sql").rglob("adapter"))
 

@@ -97,9 +97,46 @@ def test_the_profile_is_said_in_one_short_line(project):
     assert config.cpu_note() == (
         "no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-token windows of the 2048-token blocks, "
         "30 steps of 1 sequence(s), evaluation on 1 batch(es); cpu.enabled: false trains the full config")
-    shown = CliRunner().invoke(main, ["config", "sql", "--configs-dir", str(project["configs"])],
-                               catch_exceptions=False)
-    assert shown.exit_code == 0 and "cpu profile" not in shown.output  # said when training begins (test_console.py)
+    assert config.cpu_note(5) == (  # train --max-steps 5: the steps that will run
+        "no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-token windows of the 2048-token blocks, "
+        "5 steps (--max-steps) of 1 sequence(s), evaluation on 1 batch(es); cpu.enabled: false trains the full config")
+    assert "1 step (--max-steps)" in config.cpu_note(1)
     built = CliRunner().invoke(main, ["pretokenize", "sql", "--configs-dir", str(project["configs"]),
                                       "--cache-dir", str(project["cache"])], catch_exceptions=False)
     assert built.exit_code == 0 and "cpu profile" not in built.output  # the build is the same everywhere
+
+
+def test_config_prints_the_config_itself_and_says_on_stderr_what_the_profile_changes_here(project, tmp_path):
+    """`packtrain config` is safe to paste back: on a CPU it printed the profile's values (max_steps: 30,
+    max_seq_length: 512), which would then bind on a GPU too. It prints the config as written, the same
+    on every machine; the profile's changes on this machine are one comment line on stderr."""
+    import yaml
+
+    def shown(*args):
+        result = CliRunner().invoke(main, ["config", "sql", "--configs-dir", str(project["configs"]), *args],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result
+
+    on_cpu = shown()
+    printed = yaml.safe_load(on_cpu.stdout)
+    assert printed == load_config("sql", project["configs"]).to_dict()
+    assert (printed["train"]["max_steps"], printed["train"]["max_seq_length"]) == (None, None)
+    assert on_cpu.stderr == (
+        "# no CUDA GPU: `packtrain train` here applies the cpu profile (configs/defaults.yaml cpu:; cpu.enabled: false "
+        "turns it off), which trains with train.max_steps: 30 (null in the config), train.max_seq_length: 512 (null "
+        "in the config), train.per_device_train_batch_size: 1 (8 in the config), train.max_eval_batches: 1 (null in "
+        "the config)\n")
+    assert json.loads(shown("--json").stdout) == printed
+    pasted = tmp_path / "pasted"  # pasted back as an expert's file, it resolves to the same config
+    pasted.mkdir()
+    (pasted / "defaults.yaml").write_text(PROFILE)
+    (pasted / "sql.yaml").write_text(on_cpu.stdout)
+    assert load_config("sql", pasted).to_dict() == printed
+    configfile_has_cuda = configfile.has_cuda
+    try:
+        configfile.has_cuda = lambda: True  # a GPU machine: the same config, nothing on stderr
+        on_gpu = shown()
+    finally:
+        configfile.has_cuda = configfile_has_cuda
+    assert (on_gpu.stdout, on_gpu.stderr) == (on_cpu.stdout, "")

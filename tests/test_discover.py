@@ -184,7 +184,12 @@ def test_missing_dataset_says_where_it_looked_and_how_to_fix(hub_cache, prepared
     assert f"datasets cache {hub_cache.home / 'datasets'} (no org___nope)" in message
     assert f"local path {os.path.abspath('org/nope')} (does not exist)" in message
     assert "huggingface-cli download --repo-type dataset org/nope" in message
-    assert "configs/<expert>.yaml / DATASET=" in message
+    assert "configs/<expert>.yaml / --dataset at a local file" in message  # the CLI's option, not make's DATASET=
+    from packtrain.core import hints
+
+    with hints.given(configs_dir="/data/configs", via_make=True), pytest.raises(SourceNotFound) as e:
+        resolve_source(SourceConfig(name="org/nope"))
+    assert "point sources: in /data/configs/<expert>.yaml / DATASET= at a local file" in str(e.value)
 
 
 def test_fingerprint_is_relocatable_and_content_addressed(hub_cache, prepared_dataset, monkeypatch, tmp_path):

@@ -69,7 +69,7 @@ def test_run_whose_build_was_deleted(finished, tmp_path):
     info["build_dir"] = str(tmp_path / "gone" / "sql" / "abc")
     (run_dir / "run.json").write_text(json.dumps(info))
     assert "the build this run trained on is gone" in refused("sql", "--run", str(run_dir))
-    assert "rebuild it with `make pretokenize EXPERT=sql`" in refused("sql", "--run", str(run_dir))
+    assert "rebuild it with `packtrain pretokenize sql`" in refused("sql", "--run", str(run_dir))
     (run_dir / "run.json").write_text("{}")
     assert refused("sql", "--run", str(run_dir)) == (
         f"{run_dir / 'run.json'} names no build_dir (damaged): name another run with --run")

@@ -182,3 +182,81 @@ def test_a_wrong_template_field_still_says_to_map_it(tmp_path):
         f"{project['data']}: no column 'context' (it has: 'answer', 'question'); map the template's fields to this "
         "dataset's columns with `columns: {field: column}` under the source in configs/<expert>.yaml, or name those "
         "columns in format.prompt / format.answer")
+    from packtrain.core import hints
+
+    with hints.given(configs_dir=project["configs"]), pytest.raises(SourceError) as err:  # --configs-dir DIR
+        build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    assert f"under the source in {project['configs'] / '<expert>.yaml'}, or name those columns" in str(err.value)
+
+
+# --- hints repeat the user's own options, in the form the user ran packtrain (issue 47, item 8) ---
+
+
+def test_a_hint_is_the_cli_form_with_the_options_given_or_the_make_form_under_make():
+    from packtrain.core import hints
+
+    assert hints.command("pretokenize", "neo4j") == "`packtrain pretokenize neo4j`"
+    assert hints.config_file("chatsg") == "configs/chatsg.yaml"
+    with hints.given(cache_dir="/data/cache", configs_dir="/data/configs", runs_dir="runs", dataset=None,
+                     settings=("pack.block_size=1024",), via_make=False):
+        assert hints.command("pretokenize", "neo4j") == ("`packtrain pretokenize neo4j --configs-dir /data/configs "
+                                                         "--cache-dir /data/cache --set pack.block_size=1024`")
+        assert hints.command("verify", "neo4j.stage1") == "`packtrain verify neo4j --cache-dir /data/cache`"
+        assert hints.config_file("chatsg") == "/data/configs/chatsg.yaml"
+    with hints.given(cache_dir="/data/cache", model="Qwen/Qwen2.5-0.5B", via_make=True):
+        assert hints.command("pretokenize", "neo4j") == ("`make pretokenize EXPERT=neo4j CACHE_DIR=/data/cache "
+                                                         "MODEL=Qwen/Qwen2.5-0.5B`")
+        assert hints.command("prepare-model", "neo4j") == "`packtrain prepare-model neo4j --model Qwen/Qwen2.5-0.5B`"
+    with hints.given(configs_dir="/data/configs", via_make=True):  # make has no variable for it: the CLI
+        assert hints.command("pretokenize", "neo4j") == "`packtrain pretokenize neo4j --configs-dir /data/configs`"
+    with hints.given(runs_dir="/data/runs"):  # train writes where train.output_dir says
+        assert hints.command("train", "sql") == "`packtrain train sql --set train.output_dir=/data/runs`"
+    assert hints.command("pretokenize", "neo4j") == "`packtrain pretokenize neo4j`"  # nothing left behind
+
+
+def test_train_without_a_build_names_the_build_the_user_needs(tmp_path, monkeypatch, capsys):
+    """`train neo4j --cache-dir DIR` answered `run make pretokenize EXPERT=neo4j first` (a build into
+    ./cache); it answers with the command that builds into DIR, as the user ran packtrain."""
+    cache = tmp_path / "my cache"
+    monkeypatch.delenv("PACKTRAIN_VIA_MAKE", raising=False)
+    code, _, err = run_cli(monkeypatch, capsys, "train", "neo4j", "--cache-dir", cache, "--dataset", "data/neo4j.jsonl")
+    assert code == 2
+    assert err == (f"error: no build for expert 'neo4j' in {cache / 'neo4j'} (no CURRENT file); run "
+                   f"`packtrain pretokenize neo4j --cache-dir '{cache}' --dataset data/neo4j.jsonl` first\n")
+    monkeypatch.setenv("PACKTRAIN_VIA_MAKE", "1")  # what the Makefile's targets set
+    code, _, err = run_cli(monkeypatch, capsys, "train", "neo4j", "--cache-dir", cache, "--dataset", "data/neo4j.jsonl")
+    assert err == (f"error: no build for expert 'neo4j' in {cache / 'neo4j'} (no CURRENT file); run "
+                   f"`make pretokenize EXPERT=neo4j CACHE_DIR='{cache}' DATASET=data/neo4j.jsonl` first\n")
+
+
+def test_a_config_from_configs_dir_is_named_where_it_is(tmp_path, monkeypatch, capsys):
+    """A hint about an expert's config names the file under --configs-dir (it said configs/chatsg.yaml)."""
+    configs = tmp_path / "mine"
+    configs.mkdir()
+    (configs / "chatsg.yaml").write_text(SNIPPET)
+    code, _, err = run_cli(monkeypatch, capsys, "pretokenize", "chatsg", "--configs-dir", configs,
+                           "--cache-dir", tmp_path / "cache")
+    assert code == 2
+    assert (f"add one there, or set sources: in {configs / 'chatsg.yaml'} to a dataset or local file") in err, err
+
+
+def test_a_build_hint_leaves_out_the_training_settings():
+    from packtrain.core import hints
+
+    with hints.given(settings=("train.output_dir=/data/runs", "pack.block_size=64", "lora.r=8")):
+        assert hints.command("pretokenize", "sql") == "`packtrain pretokenize sql --set pack.block_size=64`"
+        assert hints.command("train", "sql") == ("`packtrain train sql --set train.output_dir=/data/runs "
+                                                 "--set pack.block_size=64 --set lora.r=8`")
+    with hints.given(cache_dir="/data/cache", settings=("train.max_steps=5",), via_make=True):  # make has no --set
+        assert hints.command("pretokenize", "sql") == "`make pretokenize EXPERT=sql CACHE_DIR=/data/cache`"
+
+
+def test_the_makefile_runs_the_cli_so_that_hints_are_make_targets():
+    import subprocess
+
+    planned = subprocess.run(["make", "-n", "train", "EXPERT=neo4j", "CACHE_DIR=/data/cache"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "PACKTRAIN_VIA_MAKE=1 .venv/bin/packtrain pretokenize neo4j --cache-dir /data/cache" in [
+        line.strip() for line in planned]
+    assert "PACKTRAIN_VIA_MAKE=1 .venv/bin/packtrain train neo4j --cache-dir /data/cache" in [
+        line.strip() for line in planned]

@@ -100,9 +100,9 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
     errors = {name: (r["code"], r["stderr"]) for name, r in results.items()}
     assert errors == {
         "train with no build": (2, f"error: no build for expert 'json' in {cache / 'json'} (no CURRENT file); "
-                                   "run `make pretokenize EXPERT=json` first\n"),
+                                   f"run `packtrain pretokenize json --configs-dir {configs}` first\n"),  # cwd: tmp_path
         "eval with no finished run": (2, f"error: expert 'sql' has no finished run under {runs / 'sql'}: train it "
-                                         "(`make train EXPERT=sql`), or name a run directory with --run\n"),
+                                         "(`packtrain train sql`), or name a run directory with --run\n"),
         "eval of a missing run": (2, f"error: --run {tmp_path / 'nope'} does not exist: name a run directory "
                                      "(runs/sql/<run>) with --run\n"),
         "eval of an unfinished run": (2, f"error: --run {runs / 'sql' / 'stopped'} is not a finished run (no "
@@ -113,7 +113,7 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
         "train with a bad --set": (2, errors["train with a bad --set"][1]),
         "pretokenize of a missing file": (2, f"error: dataset '{tmp_path / 'nope.jsonl'}': {tmp_path / 'nope.jsonl'}"
                                              " does not exist; check the path (or give an absolute one) in sources: "
-                                             "of configs/<expert>.yaml / --dataset\n"),
+                                             f"of {configs / '<expert>.yaml'} / --dataset\n"),
         "a curriculum with --build-id": (2, "error: --build-id names one build, and a curriculum has one build per "
                                             "stage: leave it out\n"),
         "train from a missing checkpoint": (2, f"error: --resume {tmp_path / 'nope'}: {tmp_path / 'nope'} does not "

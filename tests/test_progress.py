@@ -28,6 +28,46 @@ def test_step_line():
                                                                               "1h00m", "25h01m"]
 
 
+def test_a_step_without_a_supervised_token_has_no_loss_not_a_loss_of_0():
+    """A 512-token CPU window of prompt tokens only: the step says so (it said `loss 0.0000`), its
+    metrics line has a null loss (loss.png leaves the point out rather than drawing a drop to 0), and
+    the summary's final loss is the last step's that had one."""
+    import torch
+
+    from packtrain.trainer.metrics import FlopCounter, Meter, WindowCounts, summarize
+
+    meter = Meter(torch.device("cpu"), FlopCounter(10, 1, 0.0), None)
+    meter.add(WindowCounts(tokens=512, sup=0, pairs=512), 0.0, torch.zeros(()))
+    record = meter.flush(1, 0.0, 2e-4, torch.tensor(0.5))
+    assert record["loss"] is None
+    assert step_line({**record, "tok_s": 40.2, "data_wait": 0.001, "step_s": 12.5}, 5, 50.0) == (
+        "step 1/5: no supervised token (no loss), lr 2.00e-04, 40 tok/s, data wait 0.1%, 12.5 s/step, ETA 50s")
+    meter.add(WindowCounts(tokens=512, sup=4, pairs=512), 0.0, torch.tensor(6.0))
+    supervised = meter.flush(2, 0.0, 2e-4, torch.tensor(0.5))
+    assert supervised["loss"] == 1.5
+    assert summarize([supervised, record], [], {})["final_loss"] == 1.5
+
+
+def test_a_log_line_on_a_terminal_is_not_glued_to_the_bar():
+    """On a terminal the bar's line is cleared before a log line (a checkpoint's) and drawn again after it."""
+    import io
+
+    from tqdm import tqdm
+
+    from packtrain.trainer.runlog import ConsoleHandler
+
+    stream = io.StringIO()
+    handler = ConsoleHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    bar = tqdm(total=5, desc="train sql", file=stream)
+    bar.update(1)
+    handler.emit(logging.makeLogRecord({"msg": "step 1: checkpoint runs/sql/run/checkpoint-1", "levelno": 20}))
+    bar.close()
+    before, _, after = stream.getvalue().partition("step 1: checkpoint runs/sql/run/checkpoint-1\n")
+    assert re.search(r"train sql.*\r {20,}\r$", before, re.S), before  # the bar, then cleared: \r, blanks, \r
+    assert after.startswith("\r") and "train sql" in after  # drawn again below
+
+
 def test_line_marks():
     assert sorted(line_marks(1)) == [1]
     assert sorted(line_marks(10)) == list(range(1, 11))

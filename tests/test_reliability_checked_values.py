@@ -35,12 +35,13 @@ def test_verify_refuses_another_experts_build_as_train_does(built, tmp_path):
     shutil.copytree(cache / "sql" / build_id, copy)  # sql's build placed under cache/json/
     write_current(cache, "json", build_id)
     said = (f"error: build {copy} is a build of expert 'sql', not 'json' (its manifest.json says so): it belongs in "
-            f"{cache / 'sql'}/; build json's own with `make pretokenize EXPERT=json`")
+            f"{cache / 'sql'}/; build json's own with `packtrain pretokenize json --cache-dir {cache}`")
+    configs = f"--configs-dir {built['configs']} "  # the hint repeats the options each command was given
     verified = run_cli("verify", "json", "--cache-dir", cache)
     assert assert_one_line_error(verified) == said
     assert "checksums match" not in verified.stdout + verified.stderr
     trained = run_cli("train", "json", "--configs-dir", built["configs"], "--cache-dir", cache)  # before torch
-    assert assert_one_line_error(trained) == said
+    assert assert_one_line_error(trained) == said.replace("json --cache-dir", f"json {configs}--cache-dir")
     for command in ("inspect", "plot"):  # every command that reads an expert's build
         assert assert_one_line_error(run_cli(command, "json", "--cache-dir", cache)) == said
     assert not (copy / "plots").exists()
@@ -59,14 +60,15 @@ def test_train_refuses_a_build_made_with_another_value_of_a_build_field(built):
     assert assert_one_line_error(refused) == (
         f"error: build {build_id} of sql ({build_dir}), the one train reads, was made with other build settings than "
         "this config: pack.block_size 64 in the config, 128 in the build; build the config first with the same "
-        "options as this train (`packtrain pretokenize sql --set pack.block_size=64`; `make train` builds first), "
+        f"options as this train (`packtrain pretokenize sql --configs-dir {built['configs']} --cache-dir {built['cache']} "
+        "--set pack.block_size=64`; `make train` builds first), "
         "or train without the settings that differ")
     several = run_cli("train", "sql", *common, "--set", "build.dedup=none", "--set", "format.answer=\"{answer};\"",
                       "--set", f"sources=[{{name: {built['data']}, max_rows: 10}}]")  # any field that decides what the build holds
     assert assert_one_line_error(several, 'format.answer "{answer};" in the config, "{answer}" in the build',
                                  'build.dedup "none" in the config, "exact" in the build',
                                  "sources[0].max_rows 10 in the config, null in the build",
-                                 '`packtrain pretokenize sql --set format.answer="{answer};" --set build.dedup="none"`')
+                                 "--set build.dedup=none --set 'format.answer=\"{answer};\"' --set 'sources=[{name: ")
     special = run_cli("train", "sql", *common, "--set", "build.special_tokens_in_text=special")  # ids of the data
     assert assert_one_line_error(special, 'build.special_tokens_in_text "special" in the config, "text" in the build')
     other = run_cli("train", "sql", *common, "--dataset", built["data"].parent / "other.jsonl")

@@ -4,6 +4,7 @@ a cache inside a dataset directory, ignored files, Ctrl-C during a multi-process
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -268,9 +269,13 @@ def test_num_proc_is_capped_at_the_number_of_batches(monkeypatch, tasks, num_pro
 
 def test_a_small_build_says_num_proc_was_capped(project):
     lines = []
-    build(load_config("sql", project["configs"], {"build.num_proc": 32, "build.batch_rows": 1000}),
-          project["cache"], log=lines.append, progress=False)
+    result = build(load_config("sql", project["configs"], {"build.num_proc": 32, "build.batch_rows": 1000}),
+                   project["cache"], log=lines.append, progress=False)
     assert "num_proc 32 capped at 1: only 1 batch of rows (build.batch_rows each) to tokenize" in lines
+    # the summary says the number used, not the setting (it said `tokenizing with num_proc=32`)
+    report = json.loads((result.path / "report.json").read_text())
+    assert (report["num_proc"], report["processes"]) == (32, 1)
+    assert "tokenizing with num_proc=1 (build.num_proc 32, capped: 1 batch to tokenize)" in "\n".join(lines)
 
 
 def dataset_dir(tmp_path) -> Path:

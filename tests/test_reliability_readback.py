@@ -53,7 +53,7 @@ def test_a_damaged_current_is_one_line_or_rewritten(project, monkeypatch, capsys
     if command in ("verify", "inspect", "train"):
         assert code == 2
         assert err.count("\n") == 1 and err.startswith("error: ")
-        assert f"{current} is damaged" in err and "make pretokenize EXPERT=sql" in err
+        assert f"{current} is damaged" in err and "`packtrain pretokenize sql " in err
     elif command == "status":
         assert code == 0 and f"{current} is damaged" in out
     else:  # the builders rewrite it, and say so
@@ -121,7 +121,7 @@ def assert_refused(project, monkeypatch, capsys, path: Path, says: str) -> None:
         code, out, err = run_cli(monkeypatch, capsys, command, "sql", "--cache-dir", project["cache"])
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
         assert f"{path} is damaged (" in err and says in err
-        assert f"delete {path.parent} and rebuild it with `make pretokenize EXPERT=sql`" in err
+        assert f"delete {path.parent} and rebuild it with `packtrain pretokenize sql --cache-dir {project['cache']}`" in err
     code, out, err = run_cli(monkeypatch, capsys, "status", "sql", "--configs-dir", project["configs"],
                                "--cache-dir", project["cache"])
     assert code == 0 and says in out and "Traceback" not in out + err
@@ -191,7 +191,7 @@ def test_a_damaged_build_config_is_one_line_in_inspect(project, monkeypatch, cap
     path.write_text(text)
     code, out, err = run_cli(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert f"{path} is damaged ({says}" in err and "make pretokenize EXPERT=sql" in err
+    assert f"{path} is damaged ({says}" in err and f"`packtrain pretokenize sql --cache-dir {project['cache']}`" in err
     path.unlink()
     code, out, err = run_cli(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
     assert code == 2 and f"{path} is missing" in err
@@ -305,4 +305,5 @@ def test_inspect_refuses_a_shard_that_differs_from_its_sha256(project, monkeypat
     code, out, err = run_cli(monkeypatch, capsys, "inspect", "sql", "--cache-dir", project["cache"])
     assert code == 2 and err.count("\n") == 1
     assert err == (f"error: shard {result.path / 'train-00000.arrow'} differs from its sha256 in the manifest "
-                   f"(corrupt); delete {result.path} and rebuild it with `make pretokenize EXPERT=sql`\n")
+                   f"(corrupt); delete {result.path} and rebuild it with `packtrain pretokenize sql --cache-dir "
+                   f"{project['cache']}`\n")

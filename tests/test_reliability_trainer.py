@@ -145,7 +145,7 @@ def test_a_corrupt_build_is_refused_before_step_0(tmp_path, model_dir, monkeypat
     for name in named:
         assert str(build_dir / name) in message
     if case != "truncate-manifest":
-        assert "make pretokenize EXPERT=sql" in message and "packtrain verify sql" in message
+        assert "`packtrain pretokenize sql`" in message and "`packtrain verify sql`" in message
     else:
         assert "rebuild" in message
     assert not (tmp_path / "runs").exists()  # nothing started: no run directory

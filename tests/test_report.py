@@ -11,7 +11,7 @@ import pytest
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.build import build
-from packtrain.pipeline.report import block_fit, block_fit_line
+from packtrain.pipeline.report import block_fit, block_fit_line, summary
 
 
 def ten_thousand() -> dict[str, np.ndarray]:
@@ -78,3 +78,33 @@ def test_the_build_reports_the_fit_of_its_own_documents(tmp_path):
     assert fit["split"] == fit["longer_than_block"] == report["train"]["split"] + report["val"].get("split", 0) > 0
     assert fit["suggested_block_size"] > 32  # not capped at the block
     assert f"  {block_fit_line(fit)}" in "\n".join(lines)
+
+
+def small_build_report(tokens_per_second: int, num_proc: int, processes: int, blocks: int) -> dict:
+    """report.json of a small build, the fields its summary reads."""
+    split = {"documents": blocks, "tokens": 40 * blocks, "supervised_tokens": 12 * blocks, "blocks": blocks,
+             "packing_efficiency": 0.3125, "length_histogram": "40: 1"}
+    return {"build_id": "0123456789abcdef", "expert": "sql", "seconds": 0.5, "tokens_per_second": tokens_per_second,
+            "num_proc": num_proc, "processes": processes, "train": split, "val": split, "sources": [],
+            "duplicates": 0, "dedup": "exact", "bad_rows": 0, "default_system_prompt": None, "previous": None,
+            "block_fit": block_fit({"train": np.array([40] * blocks), "val": np.array([40] * blocks)},
+                                   {"train": {}, "val": {}}, 128, "bfd", "split"),
+            "used_bundled_sample": False}
+
+
+@pytest.mark.parametrize("tokens_per_second, num_proc, processes, blocks, said", [
+    # a small build: the rate in units that show it (it said `0.00M tokens/s`), one block (it said `1 blocks`),
+    # and the processes that tokenized (it said `num_proc=8` after `num_proc 8 capped at 3`)
+    (812, 8, 3, 1, ["build 0123456789abcdef of sql: 0.5 s, 812 tokens/s tokenizing with num_proc=3 (build.num_proc 8, "
+                    "capped: 3 batches to tokenize)",
+                    "  train: 1 document, 40 tokens (12 supervised) in 1 block, packing efficiency 31.2%",
+                    "  val:   1 document, 40 tokens in 1 block"]),
+    (45_678, 2, 2, 3, ["build 0123456789abcdef of sql: 0.5 s, 45.7k tokens/s tokenizing with num_proc=2",
+                       "  train: 3 documents, 120 tokens (36 supervised) in 3 blocks, packing efficiency 31.2%",
+                       "  val:   3 documents, 120 tokens in 3 blocks"]),
+    (2_345_678, 8, 8, 2, ["build 0123456789abcdef of sql: 0.5 s, 2.35M tokens/s tokenizing with num_proc=8",
+                          "  train: 2 documents, 80 tokens (24 supervised) in 2 blocks, packing efficiency 31.2%",
+                          "  val:   2 documents, 80 tokens in 2 blocks"]),
+])
+def test_the_summary_of_a_small_build_reads_right(tokens_per_second, num_proc, processes, blocks, said):
+    assert summary(small_build_report(tokens_per_second, num_proc, processes, blocks)).splitlines()[:3] == said

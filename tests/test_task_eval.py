@@ -162,4 +162,23 @@ def test_eval_without_a_finished_run_says_what_to_do(tmp_path):
     result = CliRunner().invoke(main, ["eval", "sql", "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code != 0
     assert str(result.exception) == (f"expert 'sql' has no finished run under {tmp_path / 'runs' / 'sql'}: train it "
-                                     "(`make train EXPERT=sql`), or name a run directory with --run")
+                                     f"(`packtrain train sql --set train.output_dir={tmp_path / 'runs'}`), or name a "
+                                     "run directory with --run")
+
+
+def test_a_sample_prompt_keeps_its_special_tokens_as_inspect_shows_them():
+    """A chat prompt is shown as the model was prompted, ``<|im_start|>`` and all (as ``packtrain inspect``
+    shows a block's text); the answers and the reference stay the texts that are scored."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from packtrain.trainer.eval.task_eval import Answers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "hi": 1, "SELECT": 2, "1": 3}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>"])  # ids 4 and 5
+    answers = Answers.__new__(Answers)
+    answers.tokenizer = tokenizer
+    answers.answer = lambda examples, adapter, **_: ["SELECT 1" if adapter else "hi"] * len(examples)
+    rows = answers.side_by_side([Example([4, 1, 5, 4], [2, 3, 5])])
+    assert rows == [{"prompt": "<|im_start|> hi <|im_end|> <|im_start|>", "reference": "SELECT 1", "base": "hi",
+                     "adapter": "SELECT 1"}]

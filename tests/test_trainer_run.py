@@ -128,12 +128,12 @@ def test_tokenizer_mismatch_is_refused_naming_the_file(tmp_path, model_dir):
         run(config, tmp_path / "cache")
     message = str(err.value)
     assert "tokenizer_config.json (build " in message and "tokenizer.json (build " not in message
-    assert "make pretokenize EXPERT=sql MODEL=" in message and str(other) in message
+    assert "`packtrain pretokenize sql --model " in message and str(other) in message
     assert not (tmp_path / "runs").exists()  # refused before anything was written
 
 
 def test_missing_build_says_how_to_make_one(tmp_path, model_dir):
-    with pytest.raises(Exception, match="make pretokenize EXPERT=sql"):
+    with pytest.raises(Exception, match="`packtrain pretokenize sql`"):
         run(make_config(model_dir, tmp_path / "runs"), tmp_path / "cache")
 
 

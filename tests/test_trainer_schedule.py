@@ -65,6 +65,9 @@ def test_oom_advice_names_the_knobs():
     for knob in ("per_device_train_batch_size", "gradient_checkpointing", "lora.method: qlora", "block_size",
                  "adamw_bnb_8bit"):
         assert knob in message
+    # the rebuild as the user would run it (it said `make pretokenize` to a CLI user, with no expert)
+    assert "(needs a rebuild: `packtrain pretokenize sql --set pack.block_size=1024`)" in oom_advice(
+        TrainConfig(), LoraConfig(), "sql")
 
 
 def test_train_config_validation_reports_every_problem():

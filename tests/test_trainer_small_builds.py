@@ -109,7 +109,7 @@ def test_a_build_without_train_blocks_is_refused_in_one_line(tmp_path, model_dir
     assert "\n" not in message
     assert message == (f"build {build_id} ({expert_dir(tmp_path / 'cache', 'sql') / build_id}) has no train blocks: "
                        "nothing to train; add rows to sources: or lower pack.val_fraction (0.1), and rebuild with "
-                       "`make pretokenize EXPERT=sql`")
+                       "`packtrain pretokenize sql`")
     assert not (tmp_path / "runs").exists()
 
 

@@ -142,7 +142,8 @@ def test_a_tokenizer_whose_files_differ_from_the_builds_is_refused_in_one_line(t
         f"error: the tokenizer in {project['model']} is not the one build {build_dir.name} was made with "
         f"(tokenizer {manifest['inputs']['tokenizer']['hash'][:12]}, source: {project['model']}): "
         f"tokenizer_config.json (build {built_hash[:12]}, model {sha256_file(config)[:12]}); verify with the "
-        f"build's model (--model {project['model']}), or rebuild with this one (`make pretokenize EXPERT=sql`)\n")
+        f"build's model (--model {project['model']}), or rebuild with this one (`packtrain pretokenize sql --configs-dir "
+        f"{project['configs']} --cache-dir {project['cache']}`)\n")
     assert refused.stdout == f"build {build_dir.name} of sql: 2 shards, all checksums match\n"
 
 
@@ -152,7 +153,8 @@ def test_bad_input_is_one_line_without_a_traceback(tmp_path):
     no_build = run_cli("verify", "sql", *common, "--tokens")
     assert no_build.returncode == 2
     assert no_build.stderr == (f"error: no build for expert 'sql' in {project['cache'] / 'sql'} (no CURRENT file); "
-                               "run `make pretokenize EXPERT=sql` first\n")
+                               f"run `packtrain pretokenize sql --configs-dir {project['configs']} --cache-dir "
+                               f"{project['cache']}` first\n")
     build(project)
     unknown = run_cli("verify", "sql", "--configs-dir", tmp_path / "nowhere", "--cache-dir", project["cache"], "--tokens")
     assert unknown.returncode == 2

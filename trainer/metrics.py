@@ -33,6 +33,7 @@ import torch
 from packtrain.core.diskfull import written
 from packtrain.core.files import write_atomic
 from packtrain.core.rundir import RUN_DISK_FULL_FIX
+from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")
 
@@ -124,7 +125,7 @@ def report_memory(device: torch.device, step: int) -> None:
              free / 2**30, total / 2**30)
 
 
-def oom_advice(train_config, lora_config) -> str:
+def oom_advice(train_config, lora_config, expert: str = "EXPERT") -> str:
     knobs = [f"train.per_device_train_batch_size (now {train_config.per_device_train_batch_size}; "
              "raise gradient_accumulation_steps to keep the effective batch, or set it to auto with "
              "train.global_batch_size: the largest micro-batch that fits is then measured)"]
@@ -134,8 +135,9 @@ def oom_advice(train_config, lora_config) -> str:
         knobs.append("lora.method: qlora (4-bit base weights)")
     if train_config.optim != "adamw_bnb_8bit":
         knobs.append("train.optim: adamw_bnb_8bit")
+    rebuild = hints.command("pretokenize", expert, settings=("pack.block_size=1024",))
     knobs.append("a smaller train.max_seq_length (blocks cut into shorter windows, no rebuild) or "
-                 "pack.block_size (needs a rebuild: make pretokenize)")
+                 f"pack.block_size (needs a rebuild: {rebuild})")
     knobs.append("a smaller lora.r or fewer lora.target_modules")
     return "out of memory; reduce memory with: " + "; ".join(knobs)
 
@@ -190,7 +192,8 @@ class Meter:
         record = {
             "step": step,
             "epoch": epoch,
-            "loss": self.loss_sum.item() / max(self.sup, 1),
+            # no supervised token in these steps (a CPU window of prompt tokens only): no loss, not 0
+            "loss": self.loss_sum.item() / self.sup if self.sup else None,
             "lr": lr,
             "grad_norm": None if grad_norm is None else grad_norm.item(),
             "step_s": elapsed / max(self.steps, 1),
@@ -256,7 +259,8 @@ def summarize(records: list[dict], evals: list[dict], extra: dict) -> dict:
     """The end-of-run summary (also written as summary.json)."""
     summary = dict(extra)
     if records:
-        summary["final_loss"] = records[-1]["loss"]
+        losses = [r["loss"] for r in records if r["loss"] is not None]
+        summary["final_loss"] = losses[-1] if losses else None
         steady = records[1:] or records  # the first record includes start-up (compile, warm caches)
         for key in ("tok_s", "sup_tok_s", "mfu", "data_wait"):
             values = [r[key] for r in steady if r.get(key) is not None]

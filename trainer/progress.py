@@ -62,10 +62,21 @@ def step_line(record: dict, total: int, eta: float) -> str:
         >>> step_line({"step": 10, "loss": 2.31514, "lr": 0.000197, "tok_s": 812.4, "data_wait": 0.0023,
         ...            "step_s": 3.06}, 30, 62.0)
         'step 10/30: loss 2.3151, lr 1.97e-04, 812 tok/s, data wait 0.2%, 3.1 s/step, ETA 1m02s'
+
+    A step whose window held no supervised token (a CPU window of prompt tokens only) has no loss::
+
+        >>> step_line({"step": 1, "loss": None, "lr": 0.0002, "tok_s": 40.2, "data_wait": 0.001, "step_s": 12.5},
+        ...           5, 50.0)
+        'step 1/5: no supervised token (no loss), lr 2.00e-04, 40 tok/s, data wait 0.1%, 12.5 s/step, ETA 50s'
     """
-    return (f"step {record['step']}/{total}: loss {record['loss']:.4f}, lr {record['lr']:.2e}, "
+    return (f"step {record['step']}/{total}: {loss_text(record['loss'])}, lr {record['lr']:.2e}, "
             f"{record['tok_s']:.0f} tok/s, data wait {100 * record['data_wait']:.1f}%, "
             f"{record['step_s']:.1f} s/step, ETA {format_duration(eta)}")
+
+
+def loss_text(loss: float | None) -> str:
+    """``loss 2.3151``, or what a logged step without a supervised token has instead of a loss."""
+    return "no supervised token (no loss)" if loss is None else f"loss {loss:.4f}"
 
 
 class TrainProgress:
@@ -90,7 +101,7 @@ class TrainProgress:
         if self.bar is None:
             log.info(line)
             return
-        self.bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tok_s']:.0f}")
+        self.bar.set_postfix(loss="-" if record["loss"] is None else f"{record['loss']:.4f}", tok_s=f"{record['tok_s']:.0f}")
         log.info(line, extra=FILE_ONLY)
 
     def close(self) -> None:

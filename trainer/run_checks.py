@@ -16,6 +16,7 @@ from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_chec
 from packtrain.core.rundir import finished_artifacts
 from packtrain.trainer.checkpoint import fork_dir
 from packtrain.trainer.distributed import World
+from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
 
@@ -53,8 +54,8 @@ def verify_shards(build_dir: Path, manifest: Manifest) -> None:
         raise TrainError(
             f"build {manifest.build_id} of expert {manifest.expert!r} is corrupt, refusing to train on it:\n  "
             + "\n  ".join(problems)
-            + f"\nDelete {build_dir} and rebuild it with `make pretokenize EXPERT={manifest.expert}`; "
-            f"`packtrain verify {manifest.expert}` checks a build")
+            + f"\nDelete {build_dir} and rebuild it with {hints.command('pretokenize', manifest.expert)}; "
+            f"{hints.command('verify', manifest.expert)} checks a build")
     shards = manifest.train + manifest.val
     log.info("build %s: %d shards (%.1f MiB) match the manifest's sha256 (checked in %.2f s)", manifest.build_id,
              len(shards), sum(s.bytes for s in shards) / 2**20, seconds)
@@ -78,7 +79,7 @@ def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
         f"tokenizer mismatch: build {manifest.build_id} was tokenized with tokenizer {manifest.tokenizer_hash[:12]} "
         f"(source: {manifest.tokenizer.source or '?'}), the model {model_name} has tokenizer {ours['hash'][:12]} ({tok_dir}). "
         f"Files that differ: {', '.join(diffs) or 'none (the hash scheme differs: rebuild)'}. "
-        f"Rebuild with `make pretokenize EXPERT={manifest.expert} MODEL={model_name}`, or train with the model "
+        f"Rebuild with {hints.command('pretokenize', manifest.expert, model=model_name)}, or train with the model "
         f"the build used (model.name: {manifest.tokenizer.source or '?'})")
 
 

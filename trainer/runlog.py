@@ -8,6 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from packtrain.core.diskfull import free_space, is_disk_full
 from packtrain.trainer.distributed import World
 
@@ -33,10 +35,20 @@ class RankFilter(logging.Filter):
         return True
 
 
+class ConsoleHandler(logging.StreamHandler):
+    """stderr, where the progress bars are too (trainer/progress.py): a line is written on a line of
+    its own, the bars cleared first and drawn again below it (a checkpoint's line was glued to the
+    training bar's end on a terminal)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with tqdm.external_write_mode(file=self.stream):
+            super().emit(record)
+
+
 def ensure_log_handler() -> None:
     """Log to stderr unless the caller (the CLI) configured logging already."""
     if not log.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = ConsoleHandler(sys.stderr)
         handler.addFilter(lambda record: not getattr(record, "file_only", False))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
         log.addHandler(handler)

@@ -58,6 +58,7 @@ from packtrain.trainer.runlog import FILE_ONLY, HeldLog, RankFilter, add_file_lo
 from packtrain.trainer.schedule import warmup_steps
 from packtrain.trainer.sinks import Reporting
 from packtrain.trainer.threads import threads_restored
+from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")
 
@@ -164,7 +165,7 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
         fraction = f" ({manifest.val_fraction})" if manifest.val_fraction is not None else ""
         raise TrainError(f"build {manifest.build_id} ({build_dir}) has no train blocks: nothing to train; add rows to "
                          f"sources: or lower pack.val_fraction{fraction}, and rebuild with "
-                         f"`make pretokenize EXPERT={config.expert}`")
+                         f"{hints.command('pretokenize', config.expert)}")
     return build_dir, manifest, source, tok_dir, seq_length
 
 
@@ -284,7 +285,7 @@ def _train_and_finish(ctx: TrainContext, metrics: Reporting) -> Path:
         model = ctx.model if ctx.fsdp else wrap(ctx.model, world, ctx.device)
         records, evals = train_loop(ctx, model, meter, metrics)
     except torch.OutOfMemoryError as e:
-        raise TrainError(oom_advice(train, ctx.config.lora)) from e
+        raise TrainError(oom_advice(train, ctx.config.lora, ctx.config.expert)) from e
     finally:
         metrics.close()
     wall = time.perf_counter() - start
@@ -314,7 +315,7 @@ def log_run_shape(ctx: TrainContext) -> None:
     n, plural = len(train_set), "s" if len(train_set) != 1 else ""
     sequences = (f"{n} train block{plural} of {block_size} tokens" if train_set.windows == 1 else
                  f"{n} train sequence{plural} of {train_set.seq_length} tokens (train.max_seq_length: the "
-                 f"{train_set.blocks} blocks of {block_size} tokens cut into windows, up to "
+                 f"{train_set.blocks} block{'s' * (train_set.blocks != 1)} of {block_size} tokens cut into windows, up to "
                  f"{train_set.windows} each; windows of padding only left out)")
     log.info("run %s: build %s, %s, %d steps of %d x %d x %d sequences (per device x world size x gradient "
              "accumulation); an epoch: %s", ctx.run.run_dir, ctx.manifest.build_id, sequences, ctx.total_steps,

@@ -16,10 +16,11 @@ import click
 
 from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.export import export
-from packtrain.cli.options import DocumentCount, cache_dir_option, resolve, with_config
+from packtrain.cli.options import DocumentCount, Remembered, cache_dir_option, resolve, with_config
 from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
+from packtrain.core import hints
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import (Manifest, check_build_expert, check_shard_sizes, load_build_config, resolve_build,
                                      verify_checksums)
@@ -31,7 +32,10 @@ RENAMED = {"merge": "merge-parts"}  # old command name -> new; the old one still
 
 
 class Commands(click.Group):
-    """The command group, where a renamed command's old name still runs the new one (one line on stderr)."""
+    """The command group, where a renamed command's old name still runs the new one (one line on stderr),
+    and every command's hints repeat the options it was given (options.Remembered)."""
+
+    command_class = Remembered
 
     def get_command(self, ctx, name):
         if name in RENAMED:
@@ -63,14 +67,21 @@ def discover(model_dirs):
 
 
 @main.command()
-@with_config(for_training=True)
+@with_config(as_trained=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
-def config(cfg, cache_dir, notes, as_json):
-    """Print EXPERT's resolved config (defaults < configs/EXPERT.yaml < overrides) as this machine trains it."""
+def config(cfg, cache_dir, trained, as_json):
+    """Print EXPERT's resolved config (defaults < configs/EXPERT.yaml < overrides), the same on every
+    machine, safe to paste back; what the cpu profile changes on this machine is said on stderr."""
     import yaml
+
+    from packtrain.core.config import profile_changes
 
     click.echo(json.dumps(cfg.to_dict(), indent=2) if as_json else
                yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True, width=100).rstrip("\n"))
+    changes = profile_changes(cfg, trained)
+    if changes:  # a comment line (YAML's #), on stderr: pasting stdout back keeps the config as written
+        click.echo("# no CUDA GPU: `packtrain train` here applies the cpu profile (configs/defaults.yaml cpu:; "
+                   f"cpu.enabled: false turns it off), which trains with {changes}", err=True)
 
 
 @main.command("prepare-model")
@@ -166,6 +177,8 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
         if os.environ.get("RANK", "0") == "0":  # under torchrun, said once
             click.echo(f"warning: {line}", err=True)
 
+    if notes and max_steps is not None:  # the cpu profile's line says the steps that will run
+        notes = [cfg.cpu_note(max_steps)]
     check_train_inputs(cfg, cache_dir, build_id, resume, warn=warn)
     ensure_converted(cfg)
     from packtrain.trainer.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
@@ -293,7 +306,7 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
     problems = verify_checksums(build_dir, manifest)
     if problems:
         raise ContractError(f"build {manifest.build_id} is corrupt:\n  " + "\n  ".join(problems)
-                            + f"\nrebuild with `make pretokenize EXPERT={expert}`")
+                            + f"\nrebuild with {hints.command('pretokenize', expert)}")
     check_shard_sizes(build_dir, manifest)
     shards = len(manifest.train) + len(manifest.val)
     click.echo(f"build {manifest.build_id} of {expert}: {shards} shards, all checksums match")

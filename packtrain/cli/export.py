@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from packtrain.cli.options import Remembered
 from packtrain.cli.talk import finished_run
 from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import CURRENT
@@ -67,7 +68,7 @@ def check_out_place(out: Path, run_path: Path) -> None:
                               "name a --out outside it")
 
 
-@click.command()
+@click.command(cls=Remembered)
 @click.argument("expert")
 @click.option("--run", "run_dir", default=None,
               help="The run to export (default: EXPERT's newest finished run under --runs-dir).")

@@ -10,7 +10,17 @@ import click
 
 from packtrain.core.config import ConfigError
 from packtrain.core.errors import cut, quote
-from packtrain.core.configfile import apply_cli_overrides, load_config, load_for_machine
+from packtrain.core.hints import FLAGS, given
+from packtrain.core.configfile import apply_cli_overrides, load_as_written_and_trained, load_config, load_for_machine
+
+class Remembered(click.Command):
+    """A command whose hints repeat the options it was given (--cache-dir, --configs-dir, --runs-dir,
+    --dataset, --model, --set) in the form the user ran it (packtrain/core/hints.py)."""
+
+    def invoke(self, ctx: click.Context):
+        with given(**{key: value for key, value in ctx.params.items() if key in FLAGS}):
+            return super().invoke(ctx)
+
 
 cache_dir_option = click.option(
     "--cache-dir", default="cache", show_default=True, type=click.Path(file_okay=False), envvar="PACKTRAIN_CACHE_DIR",
@@ -32,14 +42,18 @@ def expert_options(f):
     return f
 
 
-def with_config(for_training: bool = False):
+def with_config(for_training: bool = False, as_trained: bool = False):
     """The preamble of every command that works on one expert's config: the command takes EXPERT and
     the shared options (:func:`expert_options`) and is called with ``cfg``, EXPERT's config resolved
     from them (:func:`resolve`), ``cache_dir`` and its own options. ``for_training``: the config as
-    this machine trains it, and ``notes`` (a list) holding the cpu profile's line when it applied."""
+    this machine trains it, and ``notes`` (a list) holding the cpu profile's line when it applied.
+    ``as_trained``: ``cfg`` as written, and ``trained``, the config as this machine trains it."""
     def decorate(command):
         @functools.wraps(command)
         def resolved(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, **own):
+            if as_trained:
+                written, trained = resolve(expert, configs_dir, dataset, model, num_proc, settings, both=True)
+                return command(written, cache_dir, trained=trained, **own)
             if not for_training:
                 return command(resolve(expert, configs_dir, dataset, model, num_proc, settings), cache_dir, **own)
             notes: list[str] = []
@@ -52,10 +66,11 @@ def with_config(for_training: bool = False):
 
 
 def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training: bool = False,
-            on_profile=None):
+            on_profile=None, both: bool = False):
     """EXPERT's config with the command line's overrides. As written for the build commands (a build
     never depends on the machine); ``for_training``: as this machine trains it, the ``cpu`` profile
-    applied without a CUDA GPU, and then ``on_profile(line)`` called with the line that says so."""
+    applied without a CUDA GPU, and then ``on_profile(line)`` called with the line that says so;
+    ``both``: (as written, as this machine trains it)."""
     import yaml
 
     from packtrain.core.yaml_reader import load_yaml
@@ -74,6 +89,8 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_trainin
 
             raise ConfigError(f"--set {cut(item, 200)}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
+    if both:
+        return load_as_written_and_trained(expert, configs_dir, overrides, labels)
     if not for_training:
         return load_config(expert, configs_dir, overrides, labels)
     config, profiled = load_for_machine(expert, configs_dir, overrides, labels)

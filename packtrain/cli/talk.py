@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from packtrain.cli.options import FiniteRange
+from packtrain.cli.options import FiniteRange, Remembered
 from packtrain.core.errors import quote
 
 # The sampling options are checked by their types (packtrain/cli/options.py FiniteRange), as the command line is
@@ -170,7 +170,7 @@ def answer(talker, prompter: Prompter, turns: list[dict]) -> str:
     return reply
 
 
-@click.command()
+@click.command(cls=Remembered)
 @click.argument("expert")
 @click.argument("prompt")
 @talk_options
@@ -182,7 +182,7 @@ def generate(expert, prompt, run_dir, runs_dir, base, max_new_tokens, temperatur
     answer(talker, prompter, [{"role": "user", "content": prompt}])
 
 
-@click.command()
+@click.command(cls=Remembered)
 @click.argument("expert")
 @talk_options
 def chat(expert, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields, tools_file):

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from packtrain.core.contract import CONFIG_SNAPSHOT
 from packtrain.core.errors import ContractError
+from packtrain.core import hints
 
 BUILD_FIELDS = {
     "format": None,  # every field
@@ -93,7 +94,7 @@ def check_build_matches(config, build_dir: str | os.PathLike, build_id: str | No
         return
     except (OSError, ValueError) as e:
         raise ContractError(f"{build_dir / CONFIG_SNAPSHOT} cannot be read ({e}): delete {build_dir} and rebuild it "
-                            f"with `make pretokenize EXPERT={build_dir.parent.name}`") from None
+                            f"with {hints.command('pretokenize', build_dir.parent.name)}") from None
     differences = build_differences(config.to_dict(), built if isinstance(built, dict) else {})
     if not differences:
         return
@@ -105,11 +106,11 @@ def check_build_matches(config, build_dir: str | os.PathLike, build_id: str | No
             warn(f"training on build {build_dir.name} as --build-id asks, made with other build settings than "
                  f"the config's: {said}")
         return
-    sets = " ".join(f"--set {field}={shown(ours)}" for field, ours, _ in differences
-                    if not field.startswith("sources") and isinstance(ours, (int, float, str, bool))
-                    and len(shown(ours)) <= MAX_VALUE)
+    sets = tuple(f"{field}={shown(ours)}" for field, ours, _ in differences
+                 if not field.startswith("sources") and isinstance(ours, (int, float, str, bool))
+                 and len(shown(ours)) <= MAX_VALUE)
     raise ContractError(
         f"build {build_dir.name} of {config.expert} ({build_dir}), the one train reads, was made with other build "
         f"settings than this config: {said}; build the config first with the same options as this train "
-        f"(`packtrain pretokenize {expert}{' ' + sets if sets else ''}`; `make train` builds first), or train "
+        f"({hints.command('pretokenize', expert, settings=sets)}; `make train` builds first), or train "
         f"without the settings that differ")

@@ -134,14 +134,17 @@ class ExpertConfig:
             **({} if batch_set else {"per_device_train_batch_size": cpu.per_device_train_batch_size,
                                      "gradient_accumulation_steps": 1, "global_batch_size": None})))
 
-    def cpu_note(self) -> str:
-        """One short line saying what the cpu section changes (said once, when training begins)."""
+    def cpu_note(self, max_steps: int | None = None) -> str:
+        """One short line saying what the cpu section changes (said once, when training begins);
+        ``max_steps``: ``--max-steps``, the steps that will run instead of the profile's."""
         train, block = self.train, self.pack.block_size
         length = train.max_seq_length or block
         sequences = (f"{length}-token windows of the {block}-token blocks" if length < block
                      else f"whole {block}-token blocks")
-        return (f"no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains {sequences}, {train.max_steps} "
-                f"steps of {train.per_device_train_batch_size} sequence(s), evaluation on {train.max_eval_batches} "
+        steps = (f"{max_steps} step{'s' * (max_steps != 1)} (--max-steps)" if max_steps is not None
+                 else f"{train.max_steps} steps")
+        return (f"no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains {sequences}, {steps} "
+                f"of {train.per_device_train_batch_size} sequence(s), evaluation on {train.max_eval_batches} "
                 "batch(es); cpu.enabled: false trains the full config")
 
     def stage_configs(self) -> list["ExpertConfig"]:
@@ -161,3 +164,17 @@ class ExpertConfig:
             out.append(dataclasses.replace(self, expert=stage_expert(self.expert, stage.name), sources=sources,
                                            stages=[], train=train))
         return out
+
+
+def profile_changes(written: "ExpertConfig", trained: "ExpertConfig") -> str:
+    """What the cpu profile changes in ``written`` (``trained``: :meth:`ExpertConfig.for_device`'s),
+    field by field; empty where it changes nothing::
+
+        train.max_steps: 30 (null in the config), train.max_seq_length: 512 (null in the config)
+    """
+    before, after = written.to_dict()["train"], trained.to_dict()["train"]
+    def shown(value) -> str:
+        return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return ", ".join(f"train.{key}: {shown(after[key])} ({shown(before[key])} in the config)"
+                     for key in after if after[key] != before.get(key))
+

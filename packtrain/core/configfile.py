@@ -76,9 +76,18 @@ def load_for_machine(expert: str, configs_dir: str | Path = "configs", overrides
     expert's own file and the overrides leave unset (``ExpertConfig.for_device``). ``train`` loads its
     config this way; the build commands (``pretokenize``, ``merge``, ``status``, ``rebuild``) use
     :func:`load_config`: a build never depends on the machine."""
-    config = load_config(expert, configs_dir, overrides, labels)
-    adapted = config.for_device(has_cuda(), explicit_keys(expert, configs_dir, overrides))
+    config, adapted = load_as_written_and_trained(expert, configs_dir, overrides, labels)
     return adapted, adapted is not config
+
+
+def load_as_written_and_trained(expert: str, configs_dir: str | Path = "configs",
+                                overrides: dict[str, Any] | None = None, labels: dict[str, str] | None = None
+                                ) -> tuple[ExpertConfig, ExpertConfig]:
+    """(the config as written: :func:`load_config`, the config as this machine trains it), the same
+    object where the ``cpu`` profile does not apply (``packtrain config`` prints the first and says
+    what the profile changes in the second)."""
+    config = load_config(expert, configs_dir, overrides, labels)
+    return config, config.for_device(has_cuda(), explicit_keys(expert, configs_dir, overrides))
 
 
 def explicit_keys(expert: str, configs_dir: str | Path = "configs",

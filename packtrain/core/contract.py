@@ -31,6 +31,7 @@ from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core import inputs
 from packtrain.core.schema import (COUNT, FILE_NAME, INTEGER, NUMBER, OBJECT, OPTIONAL_TEXT, POSITIVE, SHA256, TEXT, Is,
                                    schema_problem, short_repr)
+from packtrain.core import hints
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -82,7 +83,7 @@ def check_expert_name(name: str) -> str:
         )
     if name in RESERVED_NAMES:
         raise ContractError(f"invalid expert name {name!r}: it is reserved ({RESERVED_NAMES[name]}); "
-                            f"rename configs/{name}.yaml to another name")
+                            f"rename {hints.config_file(name)} to another name")
     return name
 
 
@@ -183,7 +184,7 @@ def read_current(cache_dir: str | os.PathLike, expert: str) -> str | None:
 
 
 def current_fix(expert: str) -> str:
-    return f"run `make pretokenize EXPERT={expert}`, which rewrites it"
+    return f"run {hints.command('pretokenize', expert)}, which rewrites it"
 
 
 def write_current(cache_dir: str | os.PathLike, expert: str, build_id: str) -> None:
@@ -200,7 +201,7 @@ def resolve_build(cache_dir: str | os.PathLike, expert: str, build_id: str | Non
         if build_id is None:
             raise ContractError(
                 f"no build for expert {expert!r} in {directory} (no CURRENT file); "
-                f"run `make pretokenize EXPERT={expert}` first"
+                f"run {hints.command('pretokenize', expert)} first"
             )
     if not BUILD_ID.fullmatch(build_id):
         raise ContractError(f"{build_id!r} is not a build id (16 hex digits)")
@@ -300,7 +301,7 @@ class Manifest:
         if raw["format_version"] != FORMAT_VERSION:
             raise ContractError(
                 f"{path} has format_version {raw['format_version']}, this packtrain reads "
-                f"{FORMAT_VERSION}: rebuild with `make pretokenize`"
+                f"{FORMAT_VERSION}: rebuild with {hints.command('pretokenize', build_dir.parent.name)}"
             )
         problem = schema_problem(raw, MANIFEST_SCHEMA) or (schema_problem(raw, PIPELINE_FIELDS) if full else None)
         shards = raw["outputs"]["shards"] if problem is None else {}
@@ -346,11 +347,11 @@ def check_build_expert(build_dir: str | os.PathLike, manifest: Manifest, expert:
         build_dir = Path(build_dir)
         raise ContractError(f"build {build_dir} is a build of expert {manifest.expert!r}, not {expert!r} (its "
                             f"{MANIFEST} says so): it belongs in {build_dir.parent.parent / manifest.expert}/; "
-                            f"build {expert}'s own with `make pretokenize EXPERT={expert}`")
+                            f"build {expert}'s own with {hints.command('pretokenize', expert)}")
 
 
 def rebuild_fix(build_dir: Path) -> str:
-    return f"delete {build_dir} and rebuild it with `make pretokenize EXPERT={build_dir.parent.name}`"
+    return f"delete {build_dir} and rebuild it with {hints.command('pretokenize', build_dir.parent.name)}"
 
 
 BUILD_CONFIG_SCHEMA = {"model": {"name": TEXT, "tokenizer": OPTIONAL_TEXT, "revision": OPTIONAL_TEXT}}
@@ -383,12 +384,12 @@ def check_shard_sizes(build_dir: str | os.PathLike, manifest: Manifest) -> None:
     for shard in manifest.train + manifest.val:
         path = Path(build_dir) / shard.file
         if not path.is_file():
-            raise ContractError(f"shard {path} is missing: rebuild with `make pretokenize EXPERT={manifest.expert}`")
+            raise ContractError(f"shard {path} is missing: rebuild with {hints.command('pretokenize', manifest.expert)}")
         size = path.stat().st_size
         if size != shard.bytes:
             raise ContractError(
                 f"shard {path} has {size} bytes, the manifest says {shard.bytes}: the file is truncated "
-                f"or corrupt; rebuild with `make pretokenize EXPERT={manifest.expert}`"
+                f"or corrupt; rebuild with {hints.command('pretokenize', manifest.expert)}"
             )
 
 

@@ -22,6 +22,7 @@ from packtrain.core.errors import PacktrainError
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.config_train import ModelConfig
 from packtrain.core.contract import BUNDLED_MODEL_DIR
+from packtrain.core import hints
 
 
 class SourceNotFound(PacktrainError):
@@ -213,7 +214,7 @@ def resolve_model_dir(name: str, revision: str | None = None) -> Path:
         f"model {name!r} is not on this machine; looked in:\n  - local path {cache_path(name)} (does not exist)\n"
         f"  - hub cache {hub_cache_dir()} ({note})\nFix: download it on a connected machine with "
         f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set model.name in "
-        "configs/<expert>.yaml / MODEL= to a local directory"
+        f"{hints.config_file('<expert>')} / {hints.option('model')} to a local directory"
     )
 
 
@@ -226,7 +227,7 @@ def resolve_tokenizer_dir(model: ModelConfig) -> Path:
         raise SourceNotFound(
             f"no tokenizer.json in {directory} (tokenizer of {name!r}); packtrain needs a fast tokenizer file: save "
             "one with `AutoTokenizer.from_pretrained(...).save_pretrained(dir)` on a connected machine, or set "
-            "model.tokenizer in configs/<expert>.yaml to a directory that has one"
+            f"model.tokenizer in {hints.config_file('<expert>')} to a directory that has one"
         )
     return directory
 

@@ -18,6 +18,7 @@ from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import expert_dir
 from packtrain.core.files import write_atomic
 from packtrain.core.inputs import read_json
+from packtrain.core import hints
 
 RUNS_RECORD = ".runs"
 
@@ -172,7 +173,7 @@ def find_run(expert: str, run: str | None, output_dir: str | os.PathLike) -> Pat
             raise RunError(f"--run {path} {problem}: name a run directory (runs/{expert}/<run>) with --run")
         if not (path / SUMMARY).is_file():
             raise RunError(f"--run {path} is not a finished run (no {SUMMARY}): finish it with "
-                           f"`packtrain train {expert} --resume {path}`, or name another run with --run")
+                           f"{hints.command('train', expert, resume=str(path))}, or name another run with --run")
         if not (path / ADAPTER_DIR).is_dir():
             raise RunError(f"--run {path} has no {ADAPTER_DIR}/ (moved or deleted): put it back, or name another "
                            "run with --run")
@@ -180,7 +181,7 @@ def find_run(expert: str, run: str | None, output_dir: str | os.PathLike) -> Pat
     found = newest_finished_run(Path(output_dir) / expert)
     if found is None:
         raise RunError(f"expert {expert!r} has no finished run under {Path(output_dir) / expert}: train it "
-                       f"(`make train EXPERT={expert}`), or name a run directory with --run")
+                       f"({hints.command('train', expert)}), or name a run directory with --run")
     return found
 
 

@@ -31,6 +31,7 @@ from packtrain.pipeline.encode.exactness import (Refusals, ShortcutMismatch, lin
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
+from packtrain.pipeline.report import rate
 from packtrain.pipeline.row_filter import check_kinds
 from packtrain.pipeline.sources import ReadBound, iter_batches
 from packtrain.pipeline.source_stats import BadRow, Exactness, SourceStats
@@ -213,7 +214,7 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
                                      encoded.prompt_lengths, encoded.is_val, encoded.keys)
                 tokens_seen += len(encoded.tokens)
                 bar.update(rows)
-                bar.set_postfix_str(f"{tokens_seen / max(bar.format_dict['elapsed'], 1e-9) / 1e6:.2f}M tok/s",
+                bar.set_postfix_str(rate(tokens_seen / max(bar.format_dict["elapsed"], 1e-9)),
                                     refresh=False)
                 crash_point("mid_tokenize")
         for i in todo:

@@ -30,6 +30,7 @@ from packtrain.trainer.eval.task_eval import (Answers, TaskEvalError, EVAL_SUMMA
 from packtrain.trainer.run_checks import check_tokenizer
 from packtrain.trainer.runlog import ensure_log_handler
 from packtrain.trainer.threads import set_torch_threads, threads_restored
+from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")
 
@@ -51,7 +52,7 @@ def build_of_run(run_dir: Path, record: RunRecord, expert: str) -> Path:
         raise TaskEvalError(f"{run_dir / RUN_JSON} names no build_dir (damaged): name another run with --run")
     if not (Path(build_dir) / MANIFEST).is_file():
         raise TaskEvalError(f"the build this run trained on is gone ({build_dir}, from {run_dir / RUN_JSON}): "
-                            f"rebuild it with `make pretokenize EXPERT={expert}` (the same inputs give the same build "
+                            f"rebuild it with {hints.command('pretokenize', expert)} (the same inputs give the same build "
                             "id), or name another run with --run")
     return Path(build_dir)
 

@@ -127,10 +127,12 @@ class Answers:
 
     def side_by_side(self, examples: list[Example], max_new_tokens: int | None = None,
                      what: str = "task eval") -> list[dict]:
-        """One row per example: prompt, reference, base answer, adapter answer (texts)."""
+        """One row per example: prompt, reference, base answer, adapter answer (texts). The prompt keeps
+        its special tokens (a chat template's ``<|im_start|>user``...), as ``packtrain inspect`` shows
+        the text: what the model was prompted with; the answers and the reference are the texts scored."""
         base = self.answer(examples, adapter=False, max_new_tokens=max_new_tokens, what=what)
         tuned = self.answer(examples, adapter=True, max_new_tokens=max_new_tokens, what=what)
-        return [{"prompt": self.decode(e.prompt_ids), "reference": self.decode(e.reference_ids), "base": b,
+        return [{"prompt": self.tokenizer.decode(e.prompt_ids, skip_special_tokens=False), "reference": self.decode(e.reference_ids), "base": b,
                  "adapter": a} for e, b, a in zip(examples, base, tuned)]
 
 
