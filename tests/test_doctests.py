@@ -9,11 +9,11 @@ import pytest
 
 
 @pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack", 15), ("packtrain.pipeline.mix", 10),
-                                              ("packtrain.pipeline.report", 4), ("packtrain.trainer.data", 4),
+                                              ("packtrain.pipeline.report", 5), ("packtrain.trainer.data", 4),
                                               ("packtrain.trainer.microbatch", 5), ("packtrain.trainer.loop", 1),
                                               ("packtrain.trainer.epochs", 7), ("packtrain.trainer.schedule", 2),
                                               ("packtrain.trainer.eval.task_metrics", 4), ("packtrain.trainer.eval.generate", 3),
-                                              ("packtrain.trainer.eval.task_eval", 4), ("packtrain.trainer.progress", 4),
+                                              ("packtrain.trainer.eval.task_eval", 4), ("packtrain.trainer.progress", 5),
                                               ("packtrain.trainer.threads", 7), ("packtrain.pipeline.encode.byte_spans", 9),
                                               ("packtrain.pipeline.encode.byte_level", 5),
                                               ("packtrain.pipeline.chat_once", 4),
