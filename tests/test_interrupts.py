@@ -127,3 +127,53 @@ def test_the_save_cadence_config():
     assert on_cpu.for_device(cuda=False).train.save_minutes == 1.0  # the cpu profile's
     assert on_cpu.for_device(cuda=False, explicit=frozenset({"train.save_minutes"})).train.save_minutes == 10.0
     assert on_cpu.for_device(cuda=True).train.save_minutes == 10.0
+
+
+# --- under torchrun: every rank stops after the same step ---------------------------------------------
+
+def _rank_stopped(rank: int, environ: dict, port: int, model_dir, cache, out, results) -> None:
+    """One of 2 ranks, as torchrun starts it; rank 1 alone gets SIGINT, in step 3's forward. Writes how it ended."""
+    import signal
+
+    import packtrain.trainer.loop
+    from packtrain.core.errors import Interrupted
+
+    os.environ.clear()
+    os.environ.update(environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    forward, forwards = packtrain.trainer.loop.forward_loss, []
+
+    def forward_and_signal(*args, **kwargs):
+        forwards.append(1)
+        if rank == 1 and len(forwards) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return forward(*args, **kwargs)
+
+    packtrain.trainer.loop.forward_loss = forward_and_signal
+    config = make_config(model_dir, out, run_name="ddp", max_steps=8, save_steps="auto", eval_steps=1000)
+    try:
+        run(config, cache)
+        ended = "finished"
+    except Interrupted as e:
+        ended = f"{e.exit_code} {e}"
+    Path(results, f"rank{rank}").write_text(f"{len(forwards)} forwards; {ended}")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo over TCP on localhost, tested on Linux")
+def test_under_torchrun_every_rank_stops_after_the_step_one_rank_was_interrupted_in(tmp_path, model_dir, monkeypatch):
+    import torch.multiprocessing as mp
+    from test_trainer_distributed import free_port
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    (tmp_path / "results").mkdir()
+    mp.set_forkserver_preload(["packtrain.trainer.train"])
+    mp.start_processes(_rank_stopped, nprocs=2, start_method="forkserver", join=True,
+                       args=(dict(os.environ), free_port(), model_dir, tmp_path / "cache", tmp_path / "runs",
+                             str(tmp_path / "results")))
+    run_dir = tmp_path / "runs" / "sql" / "ddp"
+    ended = {p.name: p.read_text() for p in (tmp_path / "results").iterdir()}
+    assert ended["rank1"].startswith("3 forwards; 130 stopped by SIGINT (Ctrl-C) after step 3 of 8"), ended
+    assert ended["rank0"].startswith("3 forwards; 143 stopped by a signal to another rank after step 3 of 8"), ended
+    assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-3"]

@@ -125,7 +125,7 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
             meter.start += time.perf_counter() - paused
             if stop:  # 5. the checkpoint of this step is on disk (every rank passed its barrier)
                 progress.close()
-                raise interrupted(ctx, stops.signum or signal.SIGTERM, saved)
+                raise interrupted(ctx, stops.signum, saved)
     progress.close()
     return records, evals
 
@@ -137,13 +137,15 @@ def stop_or_save(stops: StopRequests, clock: SaveClock, world) -> tuple[bool, bo
     return stop > 0, timed > 0
 
 
-def interrupted(ctx: TrainContext, signum: int, saved: Path | bool) -> Interrupted:
-    """The one line of a run stopped by a signal: the checkpoint, and the command that resumes it."""
+def interrupted(ctx: TrainContext, signum: int | None, saved: Path | bool) -> Interrupted:
+    """The one line of a run stopped by a signal (``signum`` None: this rank got none, another did; it ends as
+    by SIGTERM): the checkpoint, and the command that resumes it."""
     state, expert = ctx.state, ctx.config.expert.partition(".")[0]  # a curriculum stage resumes with its expert
     checkpoint = saved if isinstance(saved, Path) else ctx.run.run_dir / f"checkpoint-{state.step}"
-    return Interrupted(f"stopped by {NAMES.get(signum, signum)} after step {state.step} of {ctx.total_steps}: "
+    by = NAMES[signum] if signum is not None else "a signal to another rank"
+    return Interrupted(f"stopped by {by} after step {state.step} of {ctx.total_steps}: "
                        f"checkpoint {checkpoint}; resume with `packtrain train {expert} --resume auto` "
-                       f"(or `make train EXPERT={expert} RESUME=auto`)", signum)
+                       f"(or `make train EXPERT={expert} RESUME=auto`)", signum or signal.SIGTERM)
 
 
 def forward_backward(ctx: TrainContext, model: torch.nn.Module, forward_model: torch.nn.Module, window: list[dict],
