@@ -313,6 +313,7 @@ def run_record(ctx: TrainContext) -> dict:
         "build_id": manifest.build_id, "build_dir": str(ctx.build_dir), "tokenizer_hash": manifest.tokenizer_hash,
         "model": ctx.config.model.name, "model_dir": str(ctx.source.directory),
         "random_init": not ctx.source.has_weights, "device": str(ctx.device), "precision": ctx.precision.note,
+        "dtype": {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(ctx.precision.param_dtype, "fp32"),
         "total_steps": ctx.total_steps, "warmup_steps": warmup_steps(train, ctx.total_steps),
         "resumed_from": str(ctx.checkpoint) if ctx.checkpoint else None,
         "world_size": world.world_size, "block_size": manifest.block_size, "seq_length": ctx.train_set.seq_length,
