@@ -177,3 +177,19 @@ def test_under_torchrun_every_rank_stops_after_the_step_one_rank_was_interrupted
     assert ended["rank1"].startswith("3 forwards; 130 stopped by SIGINT (Ctrl-C) after step 3 of 8"), ended
     assert ended["rank0"].startswith("3 forwards; 143 stopped by a signal to another rank after step 3 of 8"), ended
     assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-3"]
+
+
+def test_ctrl_c_with_data_workers_evaluates_and_saves_its_step(tmp_path, model_dir):
+    """Ctrl-C reaches the data workers too (the process group): they leave it to the trainer, whose
+    evaluation due at the stopping step still reads the val blocks through its persistent worker."""
+    write_build(tmp_path / "cache", "sql", random_blocks(9, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    config = make_config(model_dir, tmp_path / "runs", run_name="w", max_steps=10, save_steps="auto", eval_steps=5,
+                         dataloader_num_workers=1, dataloader_persistent_workers=True, sample_prompts=0, plots=False)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "sql.yaml").write_text(yaml.safe_dump(config.to_dict()))
+    stopped = signalled_train(["--configs-dir", str(tmp_path / "configs"), "--cache-dir", str(tmp_path / "cache")],
+                              "INT")
+    run_dir = tmp_path / "runs" / "sql" / "w"
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-5"]
+    assert [step for step, _, eval_loss in losses(run_dir) if eval_loss is not None] == [0, 5]
