@@ -347,8 +347,8 @@ def test_auto_peft_loads_the_exported_adapter_and_generates_what_packtrain_does(
     base_dir = json.loads((local_base_run / "run.json").read_text())["model_dir"]
     assert config["base_model_name_or_path"] == str(Path(base_dir).absolute())
     record = json.loads((tmp_path / "adapter" / "packtrain_base.json").read_text())
-    assert (record["base_model"], record["local_path"], record["dtype"]) == ("tiny-base", config["base_model_name_or_path"],
-                                                                            "fp32")
+    assert (record["base_model"], record["local_path"], record["dtype"]) == (
+        "tiny-base", config["base_model_name_or_path"], "fp32")
 
     prompt = [5, 6, 7, 30, 120, 41, 9]
     opened = open_run(local_base_run, "sql")

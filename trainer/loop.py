@@ -72,7 +72,8 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
     clock = SaveClock(train.save_minutes)  # save_steps: auto, and a bound in time whatever save_steps is
     with StopRequests() as stops:  # SIGINT, SIGTERM: asked here, acted on at the end of the step (5.)
         while state.step < total_steps:
-            # 1. the accumulation window (an epoch's last one: its leftovers); counts from CPU tensors, summed over ranks
+            # 1. the accumulation window (an epoch's last one: its leftovers); counts from CPU tensors, summed
+            # over ranks
             wait_start = time.perf_counter()
             window = ctx.batches.window(train.gradient_accumulation_steps)
             wait = time.perf_counter() - wait_start

@@ -180,8 +180,8 @@ def _resume_point(config: ExpertConfig, resume: str | None, expert_runs: Path, m
         log.info("resume auto: no complete checkpoint under %s; starting a new run", expert_runs)
         for unfinished in unfinished_without_checkpoint(expert_runs):
             log.warning("resume auto: %s is an unfinished run with no checkpoint (stopped or killed before its "
-                        "first save, or still running elsewhere): nothing of it can be resumed; kept as it is beside the new run (delete it "
-                        "when its train.log is of no use)", unfinished)
+                        "first save, or still running elsewhere): nothing of it can be resumed; kept as it is "
+                        "beside the new run (delete it when its train.log is of no use)", unfinished)
         former = former_stage_name(config.expert)
         output_dir = Path(config.train.output_dir)
         if former and any((output_dir / former).glob("*/checkpoint-*")):

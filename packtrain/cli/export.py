@@ -82,8 +82,9 @@ def check_out_place(out: Path, run_path: Path) -> None:
                    "on a CPU, bf16 on a GPU).")
 def export(expert, run_dir, runs_dir, out, merged, dtype):
     """Export EXPERT's trained adapter (its newest finished run, or --run) into --out: the adapter alone
-    (load with peft's AutoPeftModelForCausalLM.from_pretrained(OUT) on this machine, PeftModel.from_pretrained(base,
-    OUT) elsewhere) or, with --merged, merged into its base model (transformers' AutoModelForCausalLM.from_pretrained(OUT))."""
+    (load with peft's AutoPeftModelForCausalLM.from_pretrained(OUT) on this machine,
+    PeftModel.from_pretrained(base, OUT) elsewhere) or, with --merged, merged into its base model
+    (transformers' AutoModelForCausalLM.from_pretrained(OUT))."""
     out_path = Path(out)
     check_out(out_path)
     run_path, _ = finished_run(expert, run_dir, runs_dir)
