@@ -140,9 +140,9 @@ inspect: install
 eval: install
 	$(PACKTRAIN) eval $(EXPERT) $(if $(RUN),--run $(RUN))
 
-# EXPERT's newest run (RUN=dir for another) exported into OUT: the adapter alone, or merged into its base (MERGED=1).
+# EXPERT's newest run (RUN=dir for another) exported into OUT: the adapter alone, or merged into its base (MERGED=1), in DTYPE (bf16, fp16, fp32; default: the run's).
 export: install
-	$(PACKTRAIN) export $(EXPERT) --out $(OUT) $(if $(RUN),--run $(RUN)) $(if $(MERGED),--merged)
+	$(PACKTRAIN) export $(EXPERT) --out $(OUT) $(if $(RUN),--run $(RUN)) $(if $(MERGED),--merged) $(if $(DTYPE),--dtype $(DTYPE))
 
 # PNG plots of EXPERT's current build and newest run (RUN=dir for another).
 plot: install

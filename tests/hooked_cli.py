@@ -1,5 +1,5 @@
-"""A CLI run with hooks (tests/test_reliability_encoder_decision.py). Run as a file so the spawned decision child imports
-it as __mp_main__ too: the ATK_SLOW_* hooks apply in the child."""
+"""A CLI run with hooks (tests/test_reliability_encoder_decision.py, tests/test_interrupts.py). Run as a file so the
+spawned decision child imports it as __mp_main__ too: the ATK_SLOW_* hooks apply in the child."""
 import os
 import signal
 import sys
@@ -19,6 +19,23 @@ if os.environ.get("ATK_CHILD_RAISES"):  # in the child: the proof raises after t
     def _boom(*a, **k):
         raise MemoryError("simulated")
     probe.probe_text = _boom
+
+if os.environ.get("ATK_SIGNAL_AT_STEP"):  # in step N's forward, these signals (tests/test_interrupts.py): INT as
+    # Ctrl-C sends it (to the whole process group), TERM as SLURM or Kubernetes (to the process)
+    import packtrain.trainer.loop as _loop
+
+    _forward, _forwards = _loop.forward_loss, []
+
+    def _forward_and_signal(*args, **kwargs):
+        _forwards.append(1)  # one micro-batch a step: the Nth forward is step N's
+        if len(_forwards) == int(os.environ["ATK_SIGNAL_AT_STEP"]):
+            for name in os.environ["ATK_SIGNALS"].split(","):
+                if name == "INT":
+                    os.killpg(os.getpgrp(), signal.SIGINT)
+                else:
+                    os.kill(os.getpid(), getattr(signal, f"SIG{name}"))
+        return _forward(*args, **kwargs)
+    _loop.forward_loss = _forward_and_signal
 
 if __name__ == "__main__":
     where = os.environ.get("ATK_INT_IN")  # guess or result: Ctrl-C 0.5 s into the wait

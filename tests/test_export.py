@@ -66,7 +66,7 @@ def test_the_merged_export_gives_the_logits_of_base_plus_adapter(lora_run, tmp_p
     done = export(lora_run, tmp_path / "merged", "--merged")
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"run_dir": str(lora_run), "out": str(tmp_path / "merged"), "merged": True,
-                                       "base_model": "packtrain:bundled@seed:42", "revision": None}
+                                       "base_model": "packtrain:bundled@seed:42", "revision": None, "dtype": "fp32"}
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
             "tokenizer_config.json"} <= {p.name for p in (tmp_path / "merged").iterdir()}
     assert not list(tmp_path.glob(".tmp-*"))
@@ -273,7 +273,8 @@ def test_every_exported_file_is_readable_as_the_umask_allows(lora_run, tmp_path)
     # safetensors writes its files 0600: an export served by another user (a container) could not read them
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "adapter").iterdir()} == {
         name: "0o644" for name in ("README.md", "adapter_config.json", "adapter_model.safetensors",
-                                   "packtrain_config.json", "tokenizer.json", "tokenizer_config.json")}
+                                   "packtrain_base.json", "packtrain_config.json", "tokenizer.json",
+                                   "tokenizer_config.json")}
 
 
 def test_a_merged_export_needs_the_run_not_its_build(lora_run, tmp_path):
@@ -303,8 +304,8 @@ def test_an_out_filled_by_another_writer_meanwhile_is_left_to_it(lora_run, tmp_p
 
     real = packtrain.trainer.export.export_run
 
-    def and_another_writer(run_dir, out, merged, say):
-        base = real(run_dir, out, merged, say)
+    def and_another_writer(run_dir, out, merged, say, dtype):
+        base = real(run_dir, out, merged, say, dtype)
         (tmp_path / "out").mkdir()
         (tmp_path / "out" / "theirs.txt").write_text("theirs")  # a second export, or the user, got there first
         return base
@@ -315,3 +316,65 @@ def test_an_out_filled_by_another_writer_meanwhile_is_left_to_it(lora_run, tmp_p
         "export was kept; name another --out, or remove it and run the export again")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and [p.name for p in (tmp_path / "out").iterdir()] == [
         "theirs.txt"]
+
+
+# --- issue 47, item 5: an adapter AutoPeftModelForCausalLM loads here; --dtype -------------------------
+
+@pytest.fixture(scope="module")
+def local_base_run(tmp_path_factory) -> Path:
+    """A finished run on a local model directory with weights (the tiny Qwen2 of tests/trainer_fixtures.py)."""
+    from packtrain.trainer.train import run
+    from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+    root = tmp_path_factory.mktemp("export-local")
+    model_dir = tiny_model_dir(root / "tiny-base")
+    write_build(root / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    return run(make_config(model_dir, root / "runs", max_steps=4, learning_rate=0.05, sample_prompts=0, plots=False),
+               root / "cache")
+
+
+def test_auto_peft_loads_the_exported_adapter_and_generates_what_packtrain_does(local_base_run, tmp_path):
+    from peft import AutoPeftModelForCausalLM
+
+    from packtrain.trainer.eval.eval_run import open_run
+    from packtrain.trainer.eval.generate import Greedy, generate
+    from trainer_fixtures import EOS_ID, PAD_ID
+
+    done = export(local_base_run, tmp_path / "adapter")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["dtype"] == "fp32"  # a CPU run trains in fp32
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    base_dir = json.loads((local_base_run / "run.json").read_text())["model_dir"]
+    assert config["base_model_name_or_path"] == str(Path(base_dir).absolute())
+    record = json.loads((tmp_path / "adapter" / "packtrain_base.json").read_text())
+    assert (record["base_model"], record["local_path"], record["dtype"]) == (
+        "tiny-base", config["base_model_name_or_path"], "fp32")
+
+    prompt = [5, 6, 7, 30, 120, 41, 9]
+    opened = open_run(local_base_run, "sql")
+    how = Greedy(max_new_tokens=8, batch_size=1, eos_id=EOS_ID, pad_id=PAD_ID, device=torch.device("cpu"),
+                 precision=opened.precision)
+    ours = generate(opened.model, [prompt], how)[0]
+    assert ours != generate(opened.model, [prompt], how, adapter=False)[0]  # the adapter changes the answer
+    peft_model = AutoPeftModelForCausalLM.from_pretrained(tmp_path / "adapter").eval()
+    with torch.no_grad():
+        out = peft_model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=8, do_sample=False,
+                                  eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+    theirs = out[0, len(prompt):].tolist()
+    assert theirs[:len(ours)] == ours and (len(theirs) == len(ours) or theirs[len(ours)] == EOS_ID)
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_export_dtype_applies_to_the_adapter_and_the_merged_weights(local_base_run, tmp_path, merged):
+    from safetensors.torch import load_file
+
+    done = export(local_base_run, tmp_path / "out", "--dtype", "bf16", *(["--merged"] if merged else []))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["dtype"] == "bf16"
+    weights = load_file(tmp_path / "out" / ("model.safetensors" if merged else "adapter_model.safetensors"))
+    assert weights and {t.dtype for t in weights.values()} == {torch.bfloat16}
+    fp32 = export(local_base_run, tmp_path / "fp32", *(["--merged"] if merged else []))  # the default: the run's
+    assert fp32.returncode == 0, fp32.stderr[-2000:]
+    name = "model.safetensors" if merged else "adapter_model.safetensors"
+    assert {t.dtype for t in load_file(tmp_path / "fp32" / name).values()} == {torch.float32}
+    assert (tmp_path / "out" / name).stat().st_size < 0.6 * (tmp_path / "fp32" / name).stat().st_size

@@ -199,11 +199,13 @@ def _to_model_keys(model, state: dict) -> dict:
     return {names[int(index)]: state[key] for key, index in numbered.items()}
 
 
-def export_merged(model, directory: Path, config: dict, tokenizer_dir: Path | None) -> None:
+def export_merged(model, directory: Path, config: dict, tokenizer_dir: Path | None,
+                  dtype: torch.dtype | None = None) -> None:
     """Base model with the adapter folded in, saved as a plain transformers model with the tokenizer
     files: ``merged/`` at the end of a run (``train.merge_adapter``) and ``packtrain export --merged``.
     A base still in NF4 (QLoRA during training) is skipped, said once: merging into 4-bit weights would
-    round the adapter's update away; ``packtrain export --merged`` de-quantizes the base first."""
+    round the adapter's update away; ``packtrain export --merged`` de-quantizes the base first. ``dtype``:
+    the merged weights are saved in it (``packtrain export --dtype``), merged in the model's own first."""
     if getattr(model.base_model.model, "hf_quantizer", None) is not None:  # gone once de-quantized
         log.warning("merge_adapter: skipped for QLoRA (merging into NF4 weights loses precision); once the run "
                     "is finished, `packtrain export EXPERT --run RUN_DIR --out DIR --merged` merges the adapter "
@@ -214,6 +216,8 @@ def export_merged(model, directory: Path, config: dict, tokenizer_dir: Path | No
                  "gets its own head (tie_word_embeddings false), so the merge changes only the adapted one")
     merged = model.merge_and_unload(safe_merge=True)
     merged.config.use_cache = True  # off while packtrain runs it (packed blocks); generation elsewhere wants it
+    if dtype is not None:
+        merged = merged.to(dtype)  # config.json's torch_dtype follows
     merged.save_pretrained(directory, safe_serialization=True)
     save_adapter_extras(directory, config, tokenizer_dir)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Sequence
 
@@ -238,7 +239,17 @@ def make_loader(dataset: Dataset, sampler: Sampler | None, batch_size: int, trai
         # A private generator: creating an iterator must not draw from the global torch RNG, or a
         # resumed run (which creates its iterator at a different step) would diverge.
         generator=torch.Generator().manual_seed(seed),
+        worker_init_fn=leave_signals_to_the_trainer if workers > 0 else None,
     )
+
+
+def leave_signals_to_the_trainer(worker_id: int) -> None:
+    """In each data worker: ignore SIGINT and SIGTERM. Ctrl-C reaches the whole process group and a scheduler's
+    SIGTERM often every process of the job; the training process answers them (a checkpoint at the end of the
+    step: trainer/interrupts.py), and may still read a batch or evaluate before it stops: a worker that died of
+    the signal would fail that. Workers still end with the training process (torch's watchdog)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def eval_slice(val_set: BlockDataset, train, world: World, pad: bool = False) -> Dataset:

@@ -8,28 +8,35 @@ One optimizer step =
      number of supervised tokens in the whole window (bs1 x ga8 == bs8 x ga1);
   3. unscale (fp16), clip, and check the loss and gradient norm are finite (the one host sync of
      a step); a non-finite one skips the optimizer step; ``max_bad_steps`` in a row stop the run;
-  4. optimizer + scheduler step; then, when due: log, evaluate, checkpoint.
+  4. optimizer + scheduler step; then, when due: log, evaluate, checkpoint;
+  5. a stop asked by SIGINT or SIGTERM (trainer/interrupts.py): a checkpoint of this step, then
+     :class:`packtrain.core.errors.Interrupted` (the CLI says where it is and how to resume).
 
 Under torchrun (``ctx.world``: see trainer/distributed.py) ``model`` is DistributedDataParallel: the
 window's counts are summed over ranks before the forward (one small CPU all_reduce), gradients are
 all_reduced once per window (``no_sync()`` on the other micro-batches), the loss sum is summed over
-ranks before the finiteness check, and only rank 0 logs, writes metrics and saves checkpoints.
+ranks before the finiteness check, and only rank 0 logs, writes metrics and saves checkpoints. A stop
+asked and a save due by time are summed over ranks after each step (``stop_or_save``): the ranks get their
+signals at different moments and their clocks differ, so this is what makes them stop after the same step.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import time
+from pathlib import Path
 from dataclasses import astuple
 
 import torch
 
-from packtrain.core.errors import PacktrainError
+from packtrain.core.errors import Interrupted, PacktrainError
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.checkpoint import prune_checkpoints, save_checkpoint
 from packtrain.trainer.context import TrainContext
 from packtrain.trainer.distributed import accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
 from packtrain.trainer.eval.evaluate import evaluate
+from packtrain.trainer.interrupts import NAMES, SaveClock, StopRequests
 from packtrain.trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
 from packtrain.trainer.progress import TrainProgress
 from packtrain.trainer.step import forward_loss
@@ -62,57 +69,84 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
     model.train()
     progress = TrainProgress(total_steps, state.step, f"train {ctx.run.run_dir.name}", show=world.is_main)
     meter.reset()
-    while state.step < total_steps:
-        # 1. the accumulation window (an epoch's last one: its leftovers); counts from CPU tensors, summed over ranks
-        wait_start = time.perf_counter()
-        window = ctx.batches.window(train.gradient_accumulation_steps)
-        wait = time.perf_counter() - wait_start
-        counts = WindowCounts(*all_sum_ints(astuple(WindowCounts.of(window)), world))
+    clock = SaveClock(train.save_minutes)  # save_steps: auto, and a bound in time whatever save_steps is
+    with StopRequests() as stops:  # SIGINT, SIGTERM: asked here, acted on at the end of the step (5.)
+        while state.step < total_steps:
+            # 1. the accumulation window (an epoch's last one: its leftovers); counts from CPU tensors, summed
+            # over ranks
+            wait_start = time.perf_counter()
+            window = ctx.batches.window(train.gradient_accumulation_steps)
+            wait = time.perf_counter() - wait_start
+            counts = WindowCounts(*all_sum_ints(astuple(WindowCounts.of(window)), world))
 
-        # 2. forward + backward; 3. + 4. clip, check, update
-        loss_sum = forward_backward(ctx, model, forward_model, window, counts)
-        grad_norm, not_finite = optimizer_step(ctx, params, loss_sum)
-        if not_finite:
-            bad_streak += 1
-            log.warning("step %d: non-finite %s (loss %s); optimizer step skipped (%d in a row, max_bad_steps %d)",
-                        state.step + 1, not_finite, loss_sum.item(), bad_streak, train.max_bad_steps)
-            metrics.write({"step": state.step + 1, "skipped": f"non-finite {not_finite}", "loss": loss_sum.item(),
-                           "bad_streak": bad_streak})
-        else:
-            bad_streak = 0
-        ctx.optimizer.zero_grad(set_to_none=True)
-        lr = ctx.scheduler.get_last_lr()[0]  # the rate this step used
-        ctx.scheduler.step()
-        state.step += 1
-        state.epoch, state.position = ctx.batches.epoch, ctx.batches.position
-        state.tokens += counts.tokens
-        state.sup_tokens += counts.sup
-        progress.advance()
-        if bad_streak >= train.max_bad_steps:
-            progress.close()
-            raise NonFiniteLossError(
-                f"{bad_streak} consecutive non-finite losses (steps {state.step - bad_streak + 1}..{state.step}): "
-                f"stopping without saving this state. Lower train.learning_rate, keep train.max_grad_norm set, "
-                f"use bf16 rather than fp16, or check the build's data; resume from the last good checkpoint "
-                f"in {ctx.run.run_dir} with --resume auto (max_bad_steps: {train.max_bad_steps})")
-        if not_finite:
-            continue
-        meter.add(counts, wait, loss_sum)
+            # 2. forward + backward; 3. + 4. clip, check, update
+            loss_sum = forward_backward(ctx, model, forward_model, window, counts)
+            grad_norm, not_finite = optimizer_step(ctx, params, loss_sum)
+            if not_finite:
+                bad_streak += 1
+                log.warning("step %d: non-finite %s (loss %s); optimizer step skipped (%d in a row, max_bad_steps %d)",
+                            state.step + 1, not_finite, loss_sum.item(), bad_streak, train.max_bad_steps)
+                metrics.write({"step": state.step + 1, "skipped": f"non-finite {not_finite}", "loss": loss_sum.item(),
+                               "bad_streak": bad_streak})
+            else:
+                bad_streak = 0
+            ctx.optimizer.zero_grad(set_to_none=True)
+            lr = ctx.scheduler.get_last_lr()[0]  # the rate this step used
+            ctx.scheduler.step()
+            state.step += 1
+            state.epoch, state.position = ctx.batches.epoch, ctx.batches.position
+            state.tokens += counts.tokens
+            state.sup_tokens += counts.sup
+            progress.advance()
+            if bad_streak >= train.max_bad_steps:
+                progress.close()
+                raise NonFiniteLossError(
+                    f"{bad_streak} consecutive non-finite losses (steps {state.step - bad_streak + 1}..{state.step}): "
+                    f"stopping without saving this state. Lower train.learning_rate, keep train.max_grad_norm set, "
+                    f"use bf16 rather than fp16, or check the build's data; resume from the last good checkpoint "
+                    f"in {ctx.run.run_dir} with --resume auto (max_bad_steps: {train.max_bad_steps})")
+            stop, timed = stop_or_save(stops, clock, world)
+            if not_finite and not stop:
+                continue
+            if not not_finite:
+                meter.add(counts, wait, loss_sum)
+                # log (the only other host syncs: .item() on loss and grad norm, every logging_steps)
+                if is_due(state.step, train.logging_steps, total_steps):
+                    record = meter.flush(state.step, ctx.batches.epochs_done, lr, grad_norm)
+                    records.append(record)
+                    metrics.write(record)
+                    progress.logged(record)  # a bar on a terminal, a line with the ETA elsewhere (trainer/progress.py)
+                    if len(records) == 1:
+                        report_memory(ctx.device, state.step)
 
-        # log (the only other host syncs: .item() on loss and grad norm, every logging_steps)
-        if is_due(state.step, train.logging_steps, total_steps):
-            record = meter.flush(state.step, ctx.batches.epochs_done, lr, grad_norm)
-            records.append(record)
-            metrics.write(record)
-            progress.logged(record)  # a bar on a terminal, a line with the ETA elsewhere (trainer/progress.py)
-            if len(records) == 1:
-                report_memory(ctx.device, state.step)
-
-        paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
-        evaluate_and_save(ctx, module, metrics, evals)
-        meter.start += time.perf_counter() - paused
+            paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
+            saved = evaluate_and_save(ctx, module, metrics, evals, save=stop or timed)
+            if saved:
+                clock.saved()
+            meter.start += time.perf_counter() - paused
+            if stop:  # 5. the checkpoint of this step is on disk (every rank passed its barrier)
+                progress.close()
+                raise interrupted(ctx, stops.signum, saved)
     progress.close()
     return records, evals
+
+
+def stop_or_save(stops: StopRequests, clock: SaveClock, world) -> tuple[bool, bool]:
+    """After a step: (a stop was asked, a save is due by time) on any rank; summed over the ranks, so every
+    rank takes the same decision whichever of them got the signal, and whatever its clock says."""
+    stop, timed = all_sum_ints((stops.requested, clock.due()), world)
+    return stop > 0, timed > 0
+
+
+def interrupted(ctx: TrainContext, signum: int | None, saved: Path | bool) -> Interrupted:
+    """The one line of a run stopped by a signal (``signum`` None: this rank got none, another did; it ends as
+    by SIGTERM): the checkpoint, and the command that resumes it."""
+    state, expert = ctx.state, ctx.config.expert.partition(".")[0]  # a curriculum stage resumes with its expert
+    checkpoint = saved if isinstance(saved, Path) else ctx.run.run_dir / f"checkpoint-{state.step}"
+    by = NAMES[signum] if signum is not None else "a signal to another rank"
+    return Interrupted(f"stopped by {by} after step {state.step} of {ctx.total_steps}: "
+                       f"checkpoint {checkpoint}; resume with `packtrain train {expert} --resume auto` "
+                       f"(or `make train EXPERT={expert} RESUME=auto`)", signum or signal.SIGTERM)
 
 
 def forward_backward(ctx: TrainContext, model: torch.nn.Module, forward_model: torch.nn.Module, window: list[dict],
@@ -159,19 +193,26 @@ def optimizer_step(ctx: TrainContext, params: list[torch.nn.Parameter],
     return grad_norm, "loss" if not bool(loss_ok) else "gradient norm"
 
 
-def evaluate_and_save(ctx: TrainContext, module: torch.nn.Module, metrics: MetricsFile, evals: list[dict]) -> None:
-    """After a step, when due: the evaluation (appended to ``evals``), then the checkpoint."""
+def evaluate_and_save(ctx: TrainContext, module: torch.nn.Module, metrics: MetricsFile, evals: list[dict],
+                      save: bool = False) -> Path | bool:
+    """After a step, when due: the evaluation (appended to ``evals``), then the checkpoint (also when
+    ``save``: a stop asked, or ``save_minutes`` passed). Returns the checkpoint's path on rank 0, True on
+    the other ranks when one was saved, False when none was."""
     state, train, world = ctx.state, ctx.train, ctx.world
     if ctx.val_loader is not None and is_due(state.step, train.eval_steps, ctx.total_steps):
         evals.append(evaluate_at(ctx, state.step, module, metrics))
 
-    if is_due(state.step, train.save_steps, ctx.total_steps):
-        if world.is_main or sharded(module):  # FSDP: every rank takes part in gathering the state
-            path = save_checkpoint(ctx.run, state, module, ctx.optimizer, ctx.scheduler, ctx.scaler)
-            if world.is_main:
-                prune_checkpoints(ctx.run.run_dir, train.save_total_limit)
-                log.info("step %d: checkpoint %s", state.step, path)
-        barrier(world)  # nobody runs ahead of a checkpoint that is not on disk yet
+    steps = train.save_steps if train.save_steps != "auto" else ctx.total_steps  # auto: by time (and the last step)
+    if not (save or is_due(state.step, steps, ctx.total_steps)):
+        return False
+    path = None
+    if world.is_main or sharded(module):  # FSDP: every rank takes part in gathering the state
+        path = save_checkpoint(ctx.run, state, module, ctx.optimizer, ctx.scheduler, ctx.scaler)
+        if world.is_main:
+            prune_checkpoints(ctx.run.run_dir, train.save_total_limit)
+            log.info("step %d: checkpoint %s", state.step, path)
+    barrier(world)  # nobody runs ahead of a checkpoint that is not on disk yet
+    return path if world.is_main and path is not None else True
 
 
 def is_due(step: int, every: int, last: int) -> bool:

@@ -36,10 +36,10 @@ from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.contract import (CONFIG_SNAPSHOT, Manifest, check_build_expert, former_stage_name,
                                      resolve_build)
 from packtrain.core.diskfull import DiskFullError
-from packtrain.core.errors import ContractError
+from packtrain.core.errors import ContractError, Interrupted
 from packtrain.core.preflight import check_report_to
 from packtrain.core.run_lock import RunLocked, RunLocks
-from packtrain.core.rundir import RUN_JSON, complete_checkpoints, finished_artifacts, record_runs_dir
+from packtrain.core.rundir import RUN_JSON, complete_checkpoints, finished_artifacts, record_runs_dir, run_dirs
 from packtrain.trainer.adapters import NonFiniteWeightsError
 from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
                                           check_same_adapter, check_same_training, discard_later_checkpoints,
@@ -179,6 +179,10 @@ def _resume_point(config: ExpertConfig, resume: str | None, expert_runs: Path, m
     checkpoint = decide_on_rank0(lambda: locked_checkpoint(resume, expert_runs, locks) if resume else None, world)
     if resume == "auto" and checkpoint is None:
         log.info("resume auto: no complete checkpoint under %s; starting a new run", expert_runs)
+        for unfinished in unfinished_without_checkpoint(expert_runs):
+            log.warning("resume auto: %s is an unfinished run with no checkpoint (stopped or killed before its "
+                        "first save, or still running elsewhere): nothing of it can be resumed; kept as it is "
+                        "beside the new run (delete it when its train.log is of no use)", unfinished)
         former = former_stage_name(config.expert)
         output_dir = Path(config.train.output_dir)
         if former and any((output_dir / former).glob("*/checkpoint-*")):
@@ -202,6 +206,13 @@ def _resume_point(config: ExpertConfig, resume: str | None, expert_runs: Path, m
     return state, checkpoint
 
 
+def unfinished_without_checkpoint(expert_runs: Path) -> list[Path]:
+    """The run directories under ``expert_runs`` that are neither finished nor hold a complete checkpoint,
+    oldest first: what ``--resume auto`` found and cannot resume, said rather than left silently."""
+    runs = [p for p in run_dirs(expert_runs) if not finished_artifacts(p) and not complete_checkpoints(p)]
+    return sorted(runs, key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
 def locked_checkpoint(resume: str, expert_runs: Path, locks: RunLocks) -> Path | None:
     """The checkpoint ``resume`` names (:func:`find_checkpoint`), its run locked when the run continues in
     its own directory (an unfinished run; a finished one is never written to, it continues in a new one).
@@ -220,7 +231,11 @@ def locked_checkpoint(resume: str, expert_runs: Path, locks: RunLocks) -> Path |
 
 
 def log_failure(e: Exception, world: World) -> None:
-    """The failure that ends a run, for its train.log (the console's is the CLI's one ``error:`` line)."""
+    """The failure that ends a run, for its train.log (the console's is the CLI's one ``error:`` line); a stop
+    by a signal is no failure: its line (the checkpoint, how to resume) goes there as it is."""
+    if isinstance(e, Interrupted):
+        log.info("%s", e, extra=FILE_ONLY)
+        return
     log.error("run failed%s: %s: %s", f" on rank {world.rank}" if world.enabled else "", type(e).__name__, e,
               extra=FILE_ONLY)
 
@@ -267,7 +282,7 @@ def _train(ctx: TrainContext) -> Path:
         run_dir = _train_and_finish(ctx, reporting)
         status = "finished"
         return run_dir
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):  # Interrupted: a signal, the checkpoint of its step saved
         status = "killed"
         raise
     finally:
@@ -299,6 +314,7 @@ def run_record(ctx: TrainContext) -> dict:
         "build_id": manifest.build_id, "build_dir": str(ctx.build_dir), "tokenizer_hash": manifest.tokenizer_hash,
         "model": ctx.config.model.name, "model_dir": str(ctx.source.directory),
         "random_init": not ctx.source.has_weights, "device": str(ctx.device), "precision": ctx.precision.note,
+        "dtype": {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(ctx.precision.param_dtype, "fp32"),
         "total_steps": ctx.total_steps, "warmup_steps": warmup_steps(train, ctx.total_steps),
         "resumed_from": str(ctx.checkpoint) if ctx.checkpoint else None,
         "world_size": world.world_size, "block_size": manifest.block_size, "seq_length": ctx.train_set.seq_length,

@@ -24,7 +24,7 @@ from packtrain.core import hints
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import (Manifest, check_build_expert, check_shard_sizes, load_build_config, resolve_build,
                                      verify_checksums)
-from packtrain.core.errors import ContractError, PacktrainError, bounded, cut
+from packtrain.core.errors import ContractError, Interrupted, PacktrainError, bounded, cut
 from packtrain.core.rundir import find_run, newest_logged_run
 
 
@@ -382,6 +382,9 @@ def run() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except Interrupted as e:  # a signal, after what it stopped was saved: its line, and 128 + the signal's number
+        click.echo(bounded(str(e)), err=True)
+        sys.exit(e.exit_code)
     except click.exceptions.NoArgsIsHelpError as e:  # `packtrain` alone: the help, as before
         e.show()
         sys.exit(e.exit_code)

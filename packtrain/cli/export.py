@@ -78,10 +78,14 @@ def check_out_place(out: Path, run_path: Path) -> None:
 @click.option("--merged", is_flag=True,
               help="The base model with the adapter merged in (transformers safetensors + tokenizer), "
                    "instead of the adapter alone (PEFT).")
-def export(expert, run_dir, runs_dir, out, merged):
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
+              help="The dtype of the weights written (default: the one the run trained in, run.json's dtype: fp32 "
+                   "on a CPU, bf16 on a GPU).")
+def export(expert, run_dir, runs_dir, out, merged, dtype):
     """Export EXPERT's trained adapter (its newest finished run, or --run) into --out: the adapter alone
-    (load with peft's PeftModel.from_pretrained(base, OUT)) or, with --merged, merged into its base model
-    (load with transformers' AutoModelForCausalLM.from_pretrained(OUT))."""
+    (load with peft's AutoPeftModelForCausalLM.from_pretrained(OUT) on this machine,
+    PeftModel.from_pretrained(base, OUT) elsewhere) or, with --merged, merged into its base model
+    (transformers' AutoModelForCausalLM.from_pretrained(OUT))."""
     out_path = Path(out)
     check_out(out_path)
     run_path, _ = finished_run(expert, run_dir, runs_dir)
@@ -95,7 +99,7 @@ def export(expert, run_dir, runs_dir, out, merged):
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         with publishing(target, f"the export of {run_path}", "free space or name another --out, then run it again") as tmp:
-            base = export_run(run_path, tmp, merged, say)
+            base = export_run(run_path, tmp, merged, say, dtype)
     except PublishError as e:  # the final rename onto --out (the temporary copy is removed)
         if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
             raise ExportError(str(e)) from None

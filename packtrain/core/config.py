@@ -116,7 +116,7 @@ class ExpertConfig:
 
     def for_device(self, cuda: bool, explicit: frozenset[str] = frozenset()) -> "ExpertConfig":
         """This config as the machine trains it: unchanged on a CUDA GPU or with ``cpu.enabled: false``,
-        else with the ``cpu`` section's sequence length, steps, batch and evaluation cap, each only where
+        else with the ``cpu`` section's sequence length, steps, batch, evaluation cap and save cadence, each only where
         ``explicit`` (the dotted keys the user set, configfile.explicit_keys) does not name the field.
         Only ``train`` changes: the build (sources, format, pack, build, model) is the same on every
         machine, so a CPU host builds, judges and rebuilds the very build a GPU trainer uses."""
@@ -131,6 +131,7 @@ class ExpertConfig:
             train, max_seq_length=cpu.max_seq_length if cut else train.max_seq_length,
             max_steps=train.max_steps if train.max_steps is not None else cpu.max_steps,
             max_eval_batches=train.max_eval_batches if train.max_eval_batches is not None else cpu.max_eval_batches,
+            save_minutes=train.save_minutes if "train.save_minutes" in explicit else cpu.save_minutes,
             **({} if batch_set else {"per_device_train_batch_size": cpu.per_device_train_batch_size,
                                      "gradient_accumulation_steps": 1, "global_batch_size": None})))
 

@@ -208,9 +208,16 @@ class TrainConfig:
     honoured), ``mlflow`` (``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``); each needs its extra
     (``pip install 'packtrain[wandb]'``). ``metrics.jsonl`` stays the record: a dashboard that fails is
     warned about once and dropped, training goes on (trainer/sinks.py, docs/EVAL.md)."""
-    save_steps: int = num(200, "[1, 1000000000000]")
+    save_steps: int | Literal["auto"] = num("auto", "[1, 1000000000000]", "or auto")
     """Save a checkpoint (adapter, optimizer, scheduler and data position, to resume from) every this
-    many optimizer steps and at the last step."""
+    many optimizer steps and at the last step; ``auto``: by time only, every ``save_minutes``. Either way a
+    checkpoint is also saved every ``save_minutes`` and when SIGINT (Ctrl-C) or SIGTERM stops the run
+    (at the end of the step it was in: trainer/interrupts.py), so an interrupt loses nothing and a kill
+    (SIGKILL, a crash) at most ``save_minutes`` of training."""
+    save_minutes: float | None = num(10.0, "(0, 1000000000]", "or unset: by save_steps only")
+    """Also save a checkpoint when this many minutes passed since the last save (or the run's start), at
+    the end of that step: bounds in time what a killed run loses, however long a step takes. Unset: by
+    ``save_steps`` only (which must then be a number)."""
     save_total_limit: int = num(3, "[1, 1000000]", "checkpoints are needed to resume")
     """Keep only the newest this many checkpoints of a run; older ones are deleted after each save."""
     logging_steps: int = num(1, "[1, 1000000000000]")
@@ -249,6 +256,9 @@ class TrainConfig:
 
     def validate(self, errors: list[str], where: str) -> None:
         # the numbers themselves are checked by check_numbers; here, how they fit together
+        if self.save_steps == "auto" and self.save_minutes is None:
+            errors.append(f"{where}.save_steps: auto saves every {where}.save_minutes, which is unset; set "
+                          f"{where}.save_minutes (e.g. 10) or {where}.save_steps to a number of steps (e.g. 200)")
         micro = self.per_device_train_batch_size
         if micro == "auto" and self.global_batch_size is None:
             errors.append(f"{where}.per_device_train_batch_size: auto needs {where}.global_batch_size (blocks per "
@@ -299,6 +309,9 @@ class CpuConfig:
     expert's file or ``--set`` sets any of those three."""
     max_eval_batches: int = num(1, "[1, 1000000000000]")
     """``train.max_eval_batches`` on a CPU (of ``per_device_eval_batch_size`` sequences), unless set."""
+    save_minutes: float = num(1.0, "(0, 1000000000]")
+    """``train.save_minutes`` on a CPU, unless set: a CPU run lasts minutes, so a checkpoint every minute
+    (besides the one an interrupt saves) bounds what a kill loses to about a minute of training."""
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers

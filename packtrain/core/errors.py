@@ -81,3 +81,18 @@ def bounded(message: str) -> str:
 def describe_error(error: BaseException) -> str:
     """``Type: message``, bounded: an error in a JSON line (rebuild, status) or a log."""
     return bounded(f"{type(error).__name__}: {error}")
+
+
+class Interrupted(PacktrainError):
+    """A command stopped by SIGINT or SIGTERM after it saved what it had (training: a checkpoint at the step
+    boundary, trainer/interrupts.py). The CLI prints the message as one line, not as an error, and exits
+    with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell reports a command that
+    the signal ended: what SLURM and Kubernetes expect of a pre-empted job."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
