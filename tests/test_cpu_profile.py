@@ -126,7 +126,7 @@ def test_config_prints_the_config_itself_and_says_on_stderr_what_the_profile_cha
         "# no CUDA GPU: `packtrain train` here applies the cpu profile (configs/defaults.yaml cpu:; cpu.enabled: false "
         "turns it off), which trains with train.max_steps: 30 (null in the config), train.max_seq_length: 512 (null "
         "in the config), train.per_device_train_batch_size: 1 (8 in the config), train.max_eval_batches: 1 (null in "
-        "the config)\n")
+        "the config), train.save_minutes: 1.0 (10.0 in the config)\n")
     assert json.loads(shown("--json").stdout) == printed
     pasted = tmp_path / "pasted"  # pasted back as an expert's file, it resolves to the same config
     pasted.mkdir()
