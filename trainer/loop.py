@@ -82,14 +82,7 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
             # 2. forward + backward; 3. + 4. clip, check, update
             loss_sum = forward_backward(ctx, model, forward_model, window, counts)
             grad_norm, not_finite = optimizer_step(ctx, params, loss_sum)
-            if not_finite:
-                bad_streak += 1
-                log.warning("step %d: non-finite %s (loss %s); optimizer step skipped (%d in a row, max_bad_steps %d)",
-                            state.step + 1, not_finite, loss_sum.item(), bad_streak, train.max_bad_steps)
-                metrics.write({"step": state.step + 1, "skipped": f"non-finite {not_finite}", "loss": loss_sum.item(),
-                               "bad_streak": bad_streak})
-            else:
-                bad_streak = 0
+            bad_streak = count_bad_step(state.step + 1, not_finite, loss_sum, bad_streak, train.max_bad_steps, metrics)
             ctx.optimizer.zero_grad(set_to_none=True)
             lr = ctx.scheduler.get_last_lr()[0]  # the rate this step used
             ctx.scheduler.step()
@@ -129,6 +122,18 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
                 raise interrupted(ctx, stops.signum, saved)
     progress.close()
     return records, evals
+
+
+def count_bad_step(step: int, not_finite: str | None, loss_sum: torch.Tensor, streak: int, max_bad_steps: int,
+                   metrics: MetricsFile) -> int:
+    """The streak of non-finite steps after ``step`` (0 after a finite one); a skipped step is logged."""
+    if not not_finite:
+        return 0
+    streak += 1
+    log.warning("step %d: non-finite %s (loss %s); optimizer step skipped (%d in a row, max_bad_steps %d)",
+                step, not_finite, loss_sum.item(), streak, max_bad_steps)
+    metrics.write({"step": step, "skipped": f"non-finite {not_finite}", "loss": loss_sum.item(), "bad_streak": streak})
+    return streak
 
 
 def stop_or_save(stops: StopRequests, clock: SaveClock, world) -> tuple[bool, bool]:

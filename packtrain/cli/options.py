@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Literal
 
 import click
 
@@ -52,12 +53,12 @@ def with_config(for_training: bool = False, as_trained: bool = False):
         @functools.wraps(command)
         def resolved(expert, configs_dir, cache_dir, dataset, model, num_proc, settings, **own):
             if as_trained:
-                written, trained = resolve(expert, configs_dir, dataset, model, num_proc, settings, both=True)
+                written, trained = resolve(expert, configs_dir, dataset, model, num_proc, settings, "both")
                 return command(written, cache_dir, trained=trained, **own)
             if not for_training:
                 return command(resolve(expert, configs_dir, dataset, model, num_proc, settings), cache_dir, **own)
             notes: list[str] = []
-            cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training=True,
+            cfg = resolve(expert, configs_dir, dataset, model, num_proc, settings, "trained",
                           on_profile=notes.append)
             return command(cfg, cache_dir, notes=notes, **own)
 
@@ -65,10 +66,10 @@ def with_config(for_training: bool = False, as_trained: bool = False):
     return decorate
 
 
-def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_training: bool = False,
-            on_profile=None, both: bool = False):
-    """EXPERT's config with the command line's overrides. As written for the build commands (a build
-    never depends on the machine); ``for_training``: as this machine trains it, the ``cpu`` profile
+def resolve(expert, configs_dir, dataset, model, num_proc, settings,
+            form: Literal["written", "trained", "both"] = "written", on_profile=None):
+    """EXPERT's config with the command line's overrides. ``written``: as written, for the build commands
+    (a build never depends on the machine); ``trained``: as this machine trains it, the ``cpu`` profile
     applied without a CUDA GPU, and then ``on_profile(line)`` called with the line that says so;
     ``both``: (as written, as this machine trains it)."""
     import yaml
@@ -89,9 +90,9 @@ def resolve(expert, configs_dir, dataset, model, num_proc, settings, for_trainin
 
             raise ConfigError(f"--set {cut(item, 200)}: the value is not valid YAML ({one_line(e)}); quote it, "
                               f"e.g. --set '{key}=\"...\"'") from None
-    if both:
+    if form == "both":
         return load_as_written_and_trained(expert, configs_dir, overrides, labels)
-    if not for_training:
+    if form == "written":
         return load_config(expert, configs_dir, overrides, labels)
     config, profiled = load_for_machine(expert, configs_dir, overrides, labels)
     if profiled and on_profile is not None:
