@@ -33,6 +33,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import time
 from pathlib import Path
@@ -69,6 +70,7 @@ class RayCluster:
     def __init__(self, address: str | None, num_cpus: int, log=print):
         self.address, self.num_cpus, self.log = address, num_cpus, log
         self.started = False
+        self.sigterm = None  # the SIGTERM handler before ray.init, which replaces it with its own (sys.exit)
 
     def __enter__(self) -> "RayCluster":
         return self
@@ -82,6 +84,7 @@ class RayCluster:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # an offline build reports nothing
         quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
         started = time.perf_counter()
+        self.sigterm = signal.getsignal(signal.SIGTERM)
         if self.address is None:
             where = f"a local Ray cluster of {self.num_cpus} CPU(s) (build.num_proc)"
             try:
@@ -110,6 +113,9 @@ class RayCluster:
         if self.started:
             ray.shutdown()  # a local cluster stops; a joined one is left as it was
             self.started = False
+            # Ray's handler would outlive the build in this process and in every process forked from it
+            # later (a multiprocessing pool's workers then survived its terminate(): a hang)
+            signal.signal(signal.SIGTERM, self.sigterm)
 
 
 def build_on_ray(config: ExpertConfig, cache_dir, cluster: RayCluster, parts: int | None = None, log=print,

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -186,6 +187,18 @@ def saved_datasets(tmp_path) -> SimpleNamespace:
     train.save_to_disk(str(tmp_path / "saved_ds"))
     datasets.DatasetDict({"train": train, "test": test}).save_to_disk(str(tmp_path / "saved_dd"))
     return SimpleNamespace(dataset=tmp_path / "saved_ds", dataset_dict=tmp_path / "saved_dd")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def signal_handlers_as_found():
+    """Each test module leaves SIGTERM's and SIGINT's handlers as it found them: a handler left in the test
+    process outlives its module, in this worker and in every process a later test forks (ray.init's SIGTERM
+    handler, left by a module fixture, kept a datasets multiprocess pool's workers alive through its
+    terminate(): the suite hung at 95%)."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    left = {sig.name: handler for sig, handler in before.items() if signal.getsignal(sig) != handler}
+    assert not left, f"the module changed the handlers of {sorted(left)} and left them: restore them when done"
 
 
 @pytest.fixture(scope="session", autouse=True)

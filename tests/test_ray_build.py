@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import signal
 import socket
 import subprocess
 import sys
@@ -28,9 +29,13 @@ from packtrain.pipeline.ray_build import RayCluster, build_on_ray, check_reachab
 
 @pytest.fixture(scope="module")
 def cluster():
+    sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield RayCluster(None, 2)  # finds this process connected: uses the cluster and leaves it running
     ray.shutdown()
+    # ray.init put its own SIGTERM handler (sys.exit) in this test process: left there, a datasets
+    # multiprocess pool forked by a later test in this worker never ended (its terminate() hung)
+    signal.signal(signal.SIGTERM, sigterm)
 
 
 @pytest.fixture(scope="module")
@@ -222,3 +227,20 @@ def test_a_local_cluster_that_does_not_start_is_one_line_and_cleaned_up(monkeypa
     assert str(e.value).startswith("cannot start a local Ray cluster of 2 CPU(s) (build.num_proc): RuntimeError: "
                                    "Failed to start the GCS server.")
     assert "\n" not in str(e.value) and stopped == [True]
+
+
+def test_a_cluster_started_here_gives_sigterm_back_when_it_closes(monkeypatch):
+    """ray.init replaces the process's SIGTERM handler with its own (sys.exit); a local cluster the build
+    started and stopped must not leave it behind: every process forked later inherited it (a datasets
+    pool's workers then outlived its terminate(), a hang)."""
+    def init(**_):  # what ray.init does to the handler, without starting Ray
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    before = signal.getsignal(signal.SIGTERM)
+    with RayCluster(None, 1, log=lambda *_: None) as cluster:
+        cluster.connect()
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before
