@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 
+from packtrain.core import hints
 from packtrain.pipeline import report as reporting
 from packtrain.pipeline.build_lock import expert_lock
 from packtrain.pipeline.encode import tokenizer_facts
@@ -61,7 +62,6 @@ from packtrain.pipeline.shards import Packed, pack_sources, packed_lengths
 from packtrain.pipeline.source_stats import SourceStats
 from packtrain.pipeline.spill import PART_IDENTITY, PARTS, SOURCES, SPLITS, source_key, uncached_sources, write_json
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
-from packtrain.core import hints
 
 
 @dataclass

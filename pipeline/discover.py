@@ -27,6 +27,7 @@ from pathlib import Path
 
 from huggingface_hub import scan_cache_dir
 
+from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import BUNDLED
@@ -37,7 +38,6 @@ from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cac
 from packtrain.pipeline import data_files
 from packtrain.pipeline.compression import COMPRESSIONS, TEXT_SUFFIXES, file_format
 from packtrain.pipeline.local_models import converted_models, local_model
-from packtrain.core import hints
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "assets" / "samples"
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")  # also the preference order

@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any, Iterator
 
+from packtrain.core import hints
 from packtrain.core.config_build import FormatConfig
 from packtrain.pipeline.chat_messages import (check_fields_rendered, check_messages, check_row_kwargs, check_tools,
                                               check_tools_rendered)
 from packtrain.pipeline.chat_template import (BadRow, compile_chat_template, template_for, template_variables,
                                               variables_read)
-from packtrain.core import hints
 from packtrain.pipeline.field_text import spec_on_text, text_value
 from packtrain.pipeline.special_text import SpecialText, SpecialTextRefused, marked, where_in_row
 

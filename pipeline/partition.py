@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from packtrain.core import hints
 from packtrain.core.config import ExpertConfig
 from packtrain.core.contract import BUILD_DISK_FULL_FIX, expert_dir, token_dtype
 from packtrain.core.files import publish_dir, temporary_path
@@ -33,7 +34,6 @@ from packtrain.pipeline.encode.notes import read_note, write_note
 from packtrain.pipeline.source_stats import SourceStats
 from packtrain.pipeline.spill import (PART_IDENTITY, PARTS, SOURCE_STATS, SOURCES, merge_spills, read_source_stats,
                                       source_cache_problem, source_key, uncached_sources)
-from packtrain.core import hints
 
 
 def parse_part(text: str) -> tuple[int, int]:

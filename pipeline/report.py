@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from packtrain.core import hints
 from packtrain.core.contract import Manifest
 from packtrain.pipeline.pack import PieceCounts
 from packtrain.pipeline.source_stats import SourceStats
-from packtrain.core import hints
 
 
 def split_totals(lengths: np.ndarray, prompt_lengths: np.ndarray, blocks: int, real_tokens: int,

@@ -11,12 +11,12 @@ import shutil
 import time
 from pathlib import Path
 
+from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_checksums
 from packtrain.core.rundir import finished_artifacts
 from packtrain.trainer.checkpoint import fork_dir
 from packtrain.trainer.distributed import World
-from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
 

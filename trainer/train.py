@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from packtrain.core import hints
 from packtrain.core.config import ConfigError, ExpertConfig
 from packtrain.core.contract import (CONFIG_SNAPSHOT, Manifest, check_build_expert, former_stage_name,
                                      resolve_build)
@@ -58,7 +59,6 @@ from packtrain.trainer.runlog import FILE_ONLY, HeldLog, RankFilter, add_file_lo
 from packtrain.trainer.schedule import warmup_steps
 from packtrain.trainer.sinks import Reporting
 from packtrain.trainer.threads import threads_restored
-from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")
 

@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from packtrain.core import hints
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import MANIFEST, Manifest, tokenizer_fingerprint
@@ -30,7 +31,6 @@ from packtrain.trainer.eval.task_eval import (Answers, TaskEvalError, EVAL_SUMMA
 from packtrain.trainer.run_checks import check_tokenizer
 from packtrain.trainer.runlog import ensure_log_handler
 from packtrain.trainer.threads import set_torch_threads, threads_restored
-from packtrain.core import hints
 
 log = logging.getLogger("packtrain.train")
 
