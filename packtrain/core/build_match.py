@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from packtrain.core.contract import CONFIG_SNAPSHOT
-from packtrain.core.errors import ContractError
+from packtrain.core.errors import ContractError, clipped
 from packtrain.core import hints
 
 BUILD_FIELDS = {
@@ -77,8 +77,7 @@ def same_source_value(name: str, ours: Any, theirs: Any) -> bool:
 
 
 def shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= MAX_VALUE else f"{text[:MAX_VALUE]}... ({len(text):,} characters)"
+    return clipped(json.dumps(value, ensure_ascii=False), MAX_VALUE)
 
 
 def check_build_matches(config, build_dir: str | os.PathLike, build_id: str | None,

@@ -53,6 +53,11 @@ def cut(text: str, limit: int = MAX_LINE) -> str:
     return text[:head] + marker.format(len(text) - head - tail) + text[len(text) - tail:]
 
 
+def clipped(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and its length: ``aaaa... (100,000 characters)``."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def quote(value: object, limit: int = 80) -> str:
     """``repr(value)`` for a message, cut to about ``limit`` characters with the value's length said:
     ``'aaaa...' (100,000 characters)``. A large list or mapping is never written out whole first."""
@@ -62,8 +67,7 @@ def quote(value: object, limit: int = 80) -> str:
         import reprlib
 
         return f"{reprlib.repr(value)} ({len(value):,} items)"
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+    return clipped(repr(value), limit)
 
 
 def bounded(message: str) -> str:
