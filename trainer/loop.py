@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from pathlib import Path
 from dataclasses import astuple
+from pathlib import Path
 
 import torch
 
