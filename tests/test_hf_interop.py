@@ -91,6 +91,14 @@ def test_a_row_is_what_packtrains_trainer_trains_on(project):
     assert starts_in > 0  # the blocks do hold documents after the first
 
 
+def test_a_build_is_found_by_expert_directory_or_environment(project, monkeypatch):
+    build_dir = resolve_build(project["cache"], "sql")
+    monkeypatch.setenv("PACKTRAIN_CACHE_DIR", str(project["cache"]))
+    for where in ("sql", project["cache"] / "sql", build_dir, str(build_dir)):
+        dataset = load_build(where, split="val")
+        assert len(dataset) == 2 and dataset.info.description.startswith(f"packtrain build {build_dir.name} of 'sql'")
+
+
 def test_a_row_literally(tmp_path):
     """Block of 10: a document of 6 (prompt 3), one of 3 with no prompt (its first token masked in), padding."""
     model = tiny_model_dir(tmp_path / "model", weights=False)

@@ -30,13 +30,12 @@ from datasets import Dataset, DatasetInfo
 
 from packtrain.core import hints
 from packtrain.core.blocks import labels_of, position_ids_from_doc_lens, targets
-from packtrain.core.contract import (CURRENT, MANIFEST, Manifest, ShardInfo, check_build_expert, check_shard_sizes,
-                                     resolve_build)
+from packtrain.core.contract import (CACHE_DIR_ENV, CURRENT, MANIFEST, Manifest, ShardInfo, check_build_expert,
+                                     check_shard_sizes, resolve_build)
 from packtrain.core.errors import ContractError, PacktrainError
 
 SPLITS = ("train", "val")
 SHARD_COLUMNS = ("input_ids", "loss_mask", "doc_lens")
-CACHE_DIR_ENV = "PACKTRAIN_CACHE_DIR"  # the CLI's --cache-dir reads it too (packtrain/cli/options.py)
 
 
 class InteropError(PacktrainError):
@@ -53,7 +52,9 @@ def load_build(expert_or_path: str | os.PathLike, split: str = "train",
     expert's directory ``cache/<expert>`` (its CURRENT build). ``split``: ``train`` or ``val``. Refused
     in one line (:class:`packtrain.core.errors.PacktrainError`): no build, an unknown or empty split, a
     build of another packtrain contract version, a shard missing or of the wrong size."""
-    cache_dir = Path(cache_dir if cache_dir is not None else os.environ.get(CACHE_DIR_ENV) or hints.DEFAULTS["cache_dir"])
+    if cache_dir is None:
+        cache_dir = os.environ.get(CACHE_DIR_ENV) or hints.DEFAULTS["cache_dir"]
+    cache_dir = Path(cache_dir)
     with hints.given(cache_dir=str(cache_dir)):
         build_dir, manifest = locate(expert_or_path, cache_dir)
         shards = split_shards(build_dir, manifest, split)
