@@ -6,6 +6,7 @@
 - The recipes of docs/INTEROP.md, run as written on a tiny model: HF Trainer and TRL's SFTTrainer train 3
   steps with packtrain's own per-step losses and gradient norms on the same blocks (relative 1e-6 in fp32;
   about 5e-8 seen). The blocks hold documents whose first token is supervised, so the boundary rule counts.
+  With packtrain's block order in place of HF's shuffle, the HF recipe's steps over a longer epoch too.
 - Each refusal is one line.
 """
 
@@ -76,6 +77,29 @@ def test_a_recipe_trains_with_packtrains_losses(project, tmp_path, name):
     assert [r["loss"] for r in log] == pytest.approx(project["losses"], rel=1e-6)
     assert [r["grad_norm"] for r in log] == pytest.approx(project["grad_norms"], rel=1e-6)
     assert project["losses"][2] != pytest.approx(project["losses"][1], rel=1e-6)  # the steps moved the adapter
+
+
+def test_the_hf_recipe_in_packtrains_block_order_takes_its_steps(tmp_path, monkeypatch):
+    """12 blocks, 3 steps of 2 x 2 blocks an epoch: HF Trainer, given packtrain's permutation instead of its own
+    shuffle, trains each step on the blocks packtrain's step trains, with its losses."""
+    import transformers
+    from torch.utils.data import SequentialSampler
+
+    import packtrain.hf
+    from packtrain.trainer.epochs import BlockSampler
+
+    model = tiny_model_dir(tmp_path / "model")
+    build_id = write_build(tmp_path / "cache", "sql", boundary_blocks(12, 2), boundary_blocks(2, 3), BLOCK, model)
+    config = make_config(model, tmp_path / "runs", lora={"r": 16, "alpha": 32, "dropout": 0.0}, max_steps=STEPS,
+                         **RECIPE_SETTINGS)
+    records = [json.loads(line) for line in (run(config, tmp_path / "cache") / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r and "eval/loss" not in r]
+    order = BlockSampler(12, RECIPE_SETTINGS["seed"], build_id).order(0).tolist()
+    monkeypatch.setattr(packtrain.hf, "load_build", lambda *a, **k: load_build(*a, **k).select(order))
+    monkeypatch.setattr(transformers.Trainer, "_get_train_sampler", lambda self, data=None: SequentialSampler(data))
+    log = run_recipe("hf-trainer", {"model": model, "cache": tmp_path / "cache"}, tmp_path)
+    assert [r["loss"] for r in log] == pytest.approx(losses, rel=1e-6)
+    assert len(set(round(loss, 3) for loss in losses)) == 3
 
 
 def test_a_row_is_what_packtrains_trainer_trains_on(project):
