@@ -195,6 +195,11 @@ def test_refusals_are_one_line(project, tmp_path):
     (older / MANIFEST).write_text(json.dumps({**manifest, "format_version": 2}))
     assert "format_version 2, this packtrain reads 1" in one_line_error(lambda: load_build(older))
     assert "neither a build directory" in one_line_error(lambda: load_build(tmp_path))
+    cut = tmp_path / "cut"
+    shutil.copytree(resolve_build(cache, "sql"), cut)
+    shard = cut / "train-00000.arrow"
+    shard.write_bytes(shard.read_bytes()[:-8])
+    assert "the file is truncated or corrupt" in one_line_error(lambda: load_build(cut))
     stripped = load_build("sql", cache_dir=cache).remove_columns(["loss_mask", "doc_lens"])
     assert "remove_unused_columns=False" in one_line_error(lambda: stripped[0])
     assert "give it the dataset packtrain.hf.load_build returns" in one_line_error(
