@@ -194,6 +194,10 @@ def test_refusals_are_one_line(project, tmp_path):
     manifest = json.loads((older / MANIFEST).read_text())
     (older / MANIFEST).write_text(json.dumps({**manifest, "format_version": 2}))
     assert "format_version 2, this packtrain reads 1" in one_line_error(lambda: load_build(older))
+    manifest["inputs"]["pack"]["block_size"] = 16  # shards of 32-token blocks under a manifest of 16
+    (older / MANIFEST).write_text(json.dumps(manifest))
+    assert "does not hold packtrain's blocks of fixed_size_list<item: uint16>[16]" in one_line_error(
+        lambda: load_build(older))
     assert "neither a build directory" in one_line_error(lambda: load_build(tmp_path))
     cut = tmp_path / "cut"
     shutil.copytree(resolve_build(cache, "sql"), cut)

@@ -33,6 +33,7 @@ from packtrain.core.blocks import labels_of, position_ids_from_doc_lens, targets
 from packtrain.core.contract import (CACHE_DIR_ENV, CURRENT, MANIFEST, Manifest, ShardInfo, check_build_expert,
                                      check_shard_sizes, resolve_build)
 from packtrain.core.errors import ContractError, PacktrainError
+from packtrain.core.shardfile import shard_schema
 
 SPLITS = ("train", "val")
 SHARD_COLUMNS = ("input_ids", "loss_mask", "doc_lens")
@@ -59,7 +60,8 @@ def load_build(expert_or_path: str | os.PathLike, split: str = "train",
         build_dir, manifest = locate(expert_or_path, cache_dir)
         shards = split_shards(build_dir, manifest, split)
         check_shard_sizes(build_dir, manifest)
-    table = pa.concat_tables([read_shard(build_dir / shard.file) for shard in shards])
+    schema = shard_schema(manifest.block_size, np.dtype(manifest.token_dtype))
+    table = pa.concat_tables([read_shard(build_dir / shard.file, schema) for shard in shards])
     info = DatasetInfo(description=f"packtrain build {manifest.build_id} of {manifest.expert!r} ({split}): "
                                    f"{table.num_rows} blocks of {manifest.block_size} tokens, from {build_dir}")
     dataset = Dataset(table, info=info, split=split, fingerprint=f"packtrain-{manifest.build_id}-{split}")
@@ -90,17 +92,23 @@ def split_shards(build_dir: Path, manifest: Manifest, split: str) -> tuple[Shard
                            f"({build_dir})")
     shards = manifest.train if split == "train" else manifest.val
     if not any(shard.rows for shard in shards):
-        raise InteropError(f"build {build_dir} has no {split} blocks (pack.val_fraction: {manifest.val_fraction}): "
-                           f"set pack.val_fraction above 0 in {hints.config_file(manifest.expert)} and build again")
+        fix = (f"set pack.val_fraction above 0 (it is {manifest.val_fraction}) in {hints.config_file(manifest.expert)}"
+               if split == "val" else f"check the sources in {hints.config_file(manifest.expert)}")
+        raise InteropError(f"build {build_dir} has no {split} blocks: {fix} and build again")
     return shards
 
 
-def read_shard(path: Path) -> pa.Table:
-    """One shard, memory-mapped: the table's buffers are the file's pages (nothing is read until used)."""
+def read_shard(path: Path, schema: pa.Schema) -> pa.Table:
+    """One shard, memory-mapped: the table's buffers are the file's pages (nothing is read until used). Its
+    columns must be ``schema``'s (packtrain/core/shardfile.py: the manifest's block size and token type)."""
     try:
-        return pa.ipc.open_stream(pa.memory_map(str(path), "r")).read_all()
+        table = pa.ipc.open_stream(pa.memory_map(str(path), "r")).read_all()
     except (pa.ArrowInvalid, OSError) as e:
         raise ContractError(f"shard {path} cannot be read as an Arrow stream ({e}): corrupt; rebuild it") from None
+    if not table.schema.equals(schema, check_metadata=False):
+        raise ContractError(f"shard {path} does not hold packtrain's blocks of {schema.field('input_ids').type} "
+                            f"(it holds {', '.join(f'{f.name}: {f.type}' for f in table.schema)}): rebuild it")
+    return table
 
 
 def block_columns(batch: dict) -> dict:
