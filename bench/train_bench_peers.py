@@ -5,6 +5,7 @@ for every one of them (the module docstring of bench/train_bench.py)."""
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from pathlib import Path
@@ -122,7 +123,7 @@ def run_hf(args, contender: str, config, build_dir: Path, device) -> dict:
     if contender == "unsloth":
         from bench.train_bench_unsloth import load_unsloth
 
-        model, note = load_unsloth(args, config, Path(config.model.name), device)
+        model, note = load_unsloth(args, config, Path(config.model.name), Path(os.environ["BENCH_WORK"]), device)
     else:
         model, precision = load_model(args, config, device)
         note = precision.note

@@ -5,8 +5,8 @@ the same micro-batch, trained by ``transformers.Trainer`` (which ``import unslot
 training step Unsloth's own ``UnslothTrainer`` runs). QLoRA: ``load_in_4bit``.
 
 Unsloth loads weights, never a bare config, so the random-init model (the same architecture every
-contender trains) is saved once beside the bench's model directory (``model-ARCH-weights/``: 1 GB for
-0.5B, 15 GB for 7B on the GPU machine's disk). Each micro-batch of B blocks of 2048 is given as one row
+contender trains) is saved once in the bench's work directory (``model-ARCH-weights/``: 1 GB for 0.5B,
+15 GB for 7B on the GPU machine's disk). Each micro-batch of B blocks of 2048 is given as one row
 of B x 2048 tokens (TRL's padding-free layout, the one Unsloth packs to) with ``position_ids`` that
 restart per document and ``packed_seq_lengths``, the document lengths Unsloth's attention reads to keep
 documents apart (unsloth/utils/packing.py): the same attention as packtrain's varlen blocks.
@@ -23,19 +23,16 @@ from pathlib import Path
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def weights_dir(model: Path) -> Path:
-    return model.parent / f"{model.name}-weights"
-
-
-def save_random_weights(model: Path, seed: int, device) -> Path:
-    """The random-init model of ``model`` (config.json + tokenizer) saved with weights, once; returns its
-    directory. Written beside and renamed into place, so a killed contender leaves no half a model."""
+def save_random_weights(model: Path, work: Path, seed: int, device) -> Path:
+    """The random-init model of ``model`` (config.json + tokenizer) saved with weights in the bench's
+    work directory, once; returns that directory. Written beside and renamed into place, so a killed
+    contender leaves no half a model."""
     import shutil
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    target = weights_dir(model)
+    target = work / f"{model.name}-weights"
     if (target / "config.json").is_file():
         return target
     scratch = target.with_name(target.name + ".partial")
@@ -52,7 +49,7 @@ def save_random_weights(model: Path, seed: int, device) -> Path:
     return target
 
 
-def load_unsloth(args, config, model: Path, device):
+def load_unsloth(args, config, model: Path, work: Path, device):
     """Unsloth's model with its LoRA, as its notebooks build it; (model, a note on the precision)."""
     import torch
     import unsloth  # noqa: F401  (first: it patches transformers, peft and trl on import)
@@ -60,7 +57,7 @@ def load_unsloth(args, config, model: Path, device):
 
     qlora = config.lora.method == "qlora"
     checkpointing = "unsloth" if args.gradient_checkpointing else False  # "unsloth": its offloaded checkpointing
-    source = save_random_weights(model, config.train.seed, device)
+    source = save_random_weights(model, work, config.train.seed, device)
     # a local directory, and HF_HUB_OFFLINE=1 (train_bench.run_one): nothing is fetched
     base, _ = FastLanguageModel.from_pretrained(model_name=str(source), max_seq_length=args.batch_size * 2048,
                                                 dtype=torch.bfloat16, load_in_4bit=qlora,
