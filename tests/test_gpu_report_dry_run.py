@@ -55,6 +55,7 @@ def test_part_6_dry_run_resolves_every_command_and_names_only_the_fields_not_yet
     assert "MISSING" not in out and "DRY-RUN limits: 535 s of part 6's 540 s" in out, out
     for contender in ("hf-compile", "unsloth"):
         assert f"DRY-RUN {contender}: resolves" in out, out
+    assert "error:" not in out, out  # argparse's refusal of a step's arguments (a typo'd contender, flag)
     problems = set(re.findall(r"PROBLEM ([\w.]+):", out))
     expected = not_yet_in_the_schema()
     assert problems == expected, out
