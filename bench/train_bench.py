@@ -249,8 +249,10 @@ def main() -> None:
 def peer_shape(args, lead: dict | None) -> tuple[list[str], str]:
     """The arguments that run a peer at the micro-batch and checkpointing ``lead`` (a packtrain result)
     chose, the same blocks per optimizer step; and a note saying so ('' without a lead)."""
-    if lead is None or "micro" not in lead:
+    if lead is None:
         return [], ""
+    if "micro" not in lead:
+        return [], f"not matched: {args.same_micro_as} has no result; as given, {args.batch_size} x {args.grad_accum}"
     micro, blocks = int(lead["micro"]), args.batch_size * args.grad_accum
     if blocks % micro:
         return [], f"not matched: {blocks} blocks per step do not divide into micro-batches of {micro}"

@@ -119,4 +119,5 @@ def test_the_peers_run_at_the_micro_batch_and_checkpointing_packtrain_auto_chose
     assert peer_shape(args, {"micro": 2, "checkpointing": "every 2nd layer"})[0][-1] == "--gradient-checkpointing"
     assert peer_shape(args, {"micro": 3, "checkpointing": True}) == (
         [], "not matched: 8 blocks per step do not divide into micro-batches of 3")
-    assert peer_shape(args, {"skipped": "out of memory"}) == ([], "")
+    assert peer_shape(args, {"skipped": "out of memory"}) == ([], "not matched: packtrain-auto has no result; as given, 1 x 8")
+    assert peer_shape(args, None) == ([], "")  # no --same-micro-as
