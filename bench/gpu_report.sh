@@ -14,7 +14,7 @@
 #      what micro-batch 1 x 8 (part 3) leaves on an 80 GiB card (2026-11-27: ended by a 265 s limit)
 #   6: issue 45 in one call, 535 s of limits (4 optimizer steps per contender, 3 timed; every packtrain row
 #      with train.torch_compile: regional, so no row spends minutes compiling):
-#      p6-image         which of Unsloth's dependencies the image has (what `make unsloth-wheel` may leave out)
+#      p6-image         which of Unsloth's dependencies the image (or the carry) has: what `make unsloth-wheel` may drop
 #      p6-7b-auto       7B LoRA, gradient_checkpointing + micro-batch auto for 8 blocks, then hf-compile at the
 #                       micro-batch and checkpointing auto chose; printed against NeMo AutoModel's published
 #                       14,110 tokens/s (targets: >= 15,000 and >= 2x hf-compile)
