@@ -31,6 +31,7 @@ from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import BUNDLED
+from packtrain.core.config_names import close_choices
 from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core.inputs import check_input, read_json
 from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, looks_like_path,
@@ -110,7 +111,7 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
         raise missing_path("dataset", spec.name, "check the path (or give an absolute one) in sources: of "
                                                  f"{hints.config_file('<expert>')} / {hints.option('dataset')}")
     searched = [f"local path {cache_path(spec.name)} (does not exist)"]
-    repo, hub_note = hub_repo(spec.name, "dataset")
+    repo, hub_note, cached = hub_repo(spec.name, "dataset")
     searched.append(f"hub cache {hub_cache_dir()} ({hub_note})")
     if repo is not None:
         rev = pick_revision(repo, spec.revision, f"dataset {spec.name}")
@@ -124,8 +125,9 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
     if found is not None:
         return found
     searched.append(f"datasets cache {datasets_cache_dir()} ({ds_note})")
+    close = close_choices([spec.name], sorted({*cached, *_datasets_cache_ids()}))
     raise SourceNotFound(
-        f"dataset {spec.name!r} (split {spec.split!r}) is not on this machine; looked in:\n  - "
+        f"dataset {spec.name!r} (split {spec.split!r}) is not on this machine{close}; looked in:\n  - "
         + "\n  - ".join(searched) + "\nFix: " + DOWNLOAD_FIX.format(
             name=spec.name, config_file=hints.config_file("<expert>"), dataset_option=hints.option("dataset"))
     )
@@ -309,6 +311,14 @@ def _datasets_cache_source(spec: SourceConfig) -> tuple[ResolvedSource | None, s
         note = (f"newest of {len(prepared)} prepared versions: {root.relative_to(cache).as_posix()} "
                 "(delete the others, or point sources: at one directory, to choose)")
     return ResolvedSource(spec.name, "datasets_cache", spec.split, None, root, tuple(files), note, spec.config), ""
+
+
+def _datasets_cache_ids() -> list[str]:
+    """The dataset ids the datasets cache holds prepared splits of (``org___name`` is ``org/name``)."""
+    cache = datasets_cache_dir()
+    builders = [d for d in cache.iterdir() if d.is_dir() and d.name != "downloads"
+                and not d.name.startswith((".", "_"))] if cache.is_dir() else []
+    return [d.name.replace("___", "/") for d in builders if any(map(_split_files, _prepared_dirs(d)))]
 
 
 def _prepared_dirs(builder_dir: Path) -> list[Path]:

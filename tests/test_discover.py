@@ -192,6 +192,25 @@ def test_missing_dataset_says_where_it_looked_and_how_to_fix(hub_cache, prepared
     assert "point sources: in /data/configs/<expert>.yaml / DATASET= at a local file" in str(e.value)
 
 
+def test_a_misspelt_dataset_or_model_id_names_the_close_one_in_the_caches(hub_cache, prepared_dataset):
+    """Issue 47: ``acme/text2cypher-mni`` when the cache just scanned holds ``acme/text2cypher-mini``."""
+    write_hub_repo(hub_cache.hub, "dataset", "acme/text2cypher-mini", "e" * 40, {"train.jsonl": b'{"a": 1}\n'})
+    with pytest.raises(SourceNotFound) as e:
+        resolve_source(SourceConfig(name="acme/text2cypher-mni"))
+    assert str(e.value).splitlines()[0] == ("dataset 'acme/text2cypher-mni' (split 'train') is not on this machine "
+                                            "(did you mean 'acme/text2cypher-mini'?); looked in:")
+    with pytest.raises(SourceNotFound) as e:  # a prepared dataset of the datasets cache is one too
+        resolve_source(SourceConfig(name="org/prepard-ds"))
+    assert "is not on this machine (did you mean 'org/prepared-ds'?); looked in:" in str(e.value)
+    with pytest.raises(SourceNotFound) as e:  # nothing close: nothing said
+        resolve_source(SourceConfig(name="zzz/unrelated"))
+    assert str(e.value).splitlines()[0] == "dataset 'zzz/unrelated' (split 'train') is not on this machine; looked in:"
+    with pytest.raises(SourceNotFound) as e:  # models: among the cached models only, not the datasets
+        resolve_model_dir("org/tiny-modle")
+    assert str(e.value).splitlines()[0] == ("model 'org/tiny-modle' is not on this machine (did you mean "
+                                            "'org/tiny-model'?); looked in:")
+
+
 def test_fingerprint_is_relocatable_and_content_addressed(hub_cache, prepared_dataset, monkeypatch, tmp_path):
     specs = [SourceConfig(name="b-mc2/sql-create-context"), SourceConfig(name="org/prepared-ds")]
     before = [resolve_source(s).fingerprint() for s in specs]

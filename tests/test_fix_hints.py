@@ -198,6 +198,26 @@ def test_a_wrong_messages_column_names_the_columns_and_format_messages(tmp_path)
         "configs/<expert>.yaml to the column holding the conversations (a list of {\"role\", \"content\"} messages)")
 
 
+def test_a_misspelt_column_is_refused_with_the_close_one(tmp_path):
+    """Issue 47: ``columns: {question: querry}`` over a dataset whose column is ``query`` names the close
+    column, as a misspelt config key does (packtrain/core/config_names.py); several misspelt, each its own."""
+    project = make_project(tmp_path)
+    write_jsonl(project["data"], [{"query": "q", "contxt": "c", "answer": "a"}])
+    path = project["configs"] / "sql.yaml"
+    path.write_text(path.read_text().replace(f"  - name: {project['data']}\n",
+                                             f"  - name: {project['data']}\n    columns: {{question: querry}}\n"))
+    with pytest.raises(SourceError) as err:
+        build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    assert str(err.value).startswith(
+        f"{project['data']}: no column 'context', 'querry' (did you mean 'contxt' for 'context', 'query' for 'querry'?) "
+        "(it has: 'answer', 'contxt', 'query'); map the template's fields")
+    write_jsonl(project["data"], [{"query": "q", "context": "c", "answer": "a"}])
+    with pytest.raises(SourceError) as err:
+        build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    assert str(err.value).startswith(
+        f"{project['data']}: no column 'querry' (did you mean 'query'?) (it has: 'answer', 'context', 'query'); ")
+
+
 def test_a_wrong_template_field_still_says_to_map_it(tmp_path):
     project = make_project(tmp_path)
     write_jsonl(project["data"], [{"question": "q", "answer": "a"}])

@@ -104,9 +104,24 @@ def close_choice(value: Any, choices: list[str]) -> str:
     " (did you mean 'tensorboard'?)"
     """
     values = value if isinstance(value, list) else [value]
-    unknown = [v for v in values if isinstance(v, str) and v not in choices][:1]
-    close = difflib.get_close_matches(unknown[0], choices, n=1) if unknown else []
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return close_choices([v for v in values if isinstance(v, str) and v not in choices][:1], choices)
+
+
+def close_choices(names: list[str], choices: list[str]) -> str:
+    """`` (did you mean 'query'?)`` for the one unknown name of ``names``; for several, each close one
+    with the name it is for; ``""`` when nothing is close (a dataset's columns, the ids of a cache).
+
+    >>> close_choices(["querry"], ["query", "answer"])
+    " (did you mean 'query'?)"
+    >>> close_choices(["querry", "anser", "xyz"], ["query", "answer"])
+    " (did you mean 'query' for 'querry', 'answer' for 'anser'?)"
+    """
+    close = [(name, found[0]) for name in names if (found := difflib.get_close_matches(name, choices, n=1))]
+    if not close:
+        return ""
+    if len(names) == 1:
+        return f" (did you mean {close[0][1]!r}?)"
+    return f" (did you mean {', '.join(f'{found!r} for {name!r}' for name, found in close)}?)"
 
 
 def _dotted(where: str, key: str) -> str:
