@@ -359,8 +359,11 @@ def discover_all(model_dirs: tuple[Path, ...] = ()) -> list[dict]:
             revisions = [{"commit": r.commit_hash, "refs": sorted(r.refs), "files": len(r.files),
                           "size": r.size_on_disk, "path": str(r.snapshot_path)}
                          for r in sorted(repo.revisions, key=lambda r: r.commit_hash)]
-            items.append({"where": "hub", "type": repo.repo_type, "id": repo.repo_id, "revisions": revisions,
-                          "size": repo.size_on_disk, "path": str(repo.repo_path)})
+            item = {"where": "hub", "type": repo.repo_type, "id": repo.repo_id, "revisions": revisions,
+                    "size": repo.size_on_disk, "path": str(repo.repo_path)}
+            if repo.repo_type == "dataset":
+                item["splits"] = _hub_splits(repo)
+            items.append(item)
         items += [{"where": "hub", "type": "unreadable", "id": str(w), "size": 0, "path": str(hub)}
                   for w in info.warnings]
     cache = datasets_cache_dir()
@@ -378,6 +381,22 @@ def discover_all(model_dirs: tuple[Path, ...] = ()) -> list[dict]:
                               "path": str(prepared)})
     items.sort(key=lambda d: (d["where"], d["type"], d["id"].lower(), d.get("config", ""), d.get("hash", "")))
     return items
+
+
+def _hub_splits(repo) -> list[str]:
+    """The splits of a hub dataset's snapshot that ``resolve_source`` reads (its ``main``, or its only
+    one; else every snapshot's), as ``datasets`` names them from the files or the README's default
+    config (pipeline/data_files.py): ``data/train-00000-of-00001.parquet`` is split ``train``. A README
+    whose configs name no default gives ``?``: the source must then set config: (``resolve_source`` says)."""
+    revisions = [r for r in repo.revisions if "main" in r.refs] or list(repo.revisions)
+    names: list[str] = []
+    for rev in sorted(revisions, key=lambda r: r.commit_hash):
+        try:
+            found = _splits(rev.snapshot_path, sorted(f.file_path for f in rev.files), None)
+        except SourceError:
+            return ["?"]
+        names += [name for name in found if name not in names]
+    return names
 
 
 def format_discovery(items: list[dict]) -> str:
