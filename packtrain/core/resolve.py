@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -179,8 +180,25 @@ def missing_converted_files(directory: Path) -> list[str]:
     return [name for name in CONVERTED_FILES if not (directory / name).is_file()]
 
 
+def earlier_conversion(name: str, gguf: Path) -> tuple[Path, str] | None:
+    """The newest finished conversion of ``name`` made from another GGUF than ``gguf`` (its package was
+    upgraded, or the file changed), with the first 16 hex of that GGUF's sha256; None where there is none."""
+    root, current = models_cache_dir(), converted_model_dir(name, gguf)
+    shape = re.compile(rf"{re.escape(name)}-(?P<sha>[0-9a-f]{{16}})")
+    found = [(d, m["sha"]) for d in (root.iterdir() if root.is_dir() else ())
+             if (m := shape.fullmatch(d.name)) and d != current and d.is_dir() and not missing_converted_files(d)]
+    return max(found, key=lambda item: (item[0].stat().st_mtime, item[0].name), default=None)
+
+
 def resolve_embedded(name: str) -> Path:
-    directory = converted_model_dir(name)
+    gguf = embedded_gguf(name)
+    directory = converted_model_dir(name, gguf)
+    if not directory.is_dir() and (earlier := earlier_conversion(name, gguf)):
+        old, old_sha = earlier
+        raise SourceNotFound(f"model {name!r}: its GGUF changed since it was converted ({gguf} is sha256 "
+                             f"{gguf_sha256(gguf)[:16]}..., the converted copy {old} is of {old_sha}...): run "
+                             "`packtrain prepare-model EXPERT` to convert the new one (`packtrain pretokenize` and "
+                             f"`train` do it themselves; {old.name} is kept)")
     if not directory.is_dir():  # renamed into place only when complete (packtrain/trainer/convert.py)
         raise SourceNotFound(f"model {name!r} is not converted yet ({directory} does not exist): run "
                              f"`packtrain prepare-model EXPERT` once (`packtrain pretokenize` and `train` do it themselves)")
