@@ -276,3 +276,39 @@ def test_run_plots_are_titled_by_the_expert_with_the_run_id_smaller(tmp_path, mo
     (run_dir / "config.json").unlink()  # unreadable: the directory the run is in names the expert
     write_run_plots(run_dir)
     assert figures["loss.png"]["suptitle"] == "somewhere: loss"
+
+
+def test_train_draws_the_plots_of_the_build_it_trained_on(tmp_path, monkeypatch):
+    """Issue 47: ``train`` drew the run's plots only; the build's waited for `packtrain plot`. The trainer
+    is a stand-in here (the run's own plots: test_a_run_ends_with_its_plots_and_tensorboard_events)."""
+    pytest.importorskip("matplotlib")
+    import packtrain.trainer.curriculum as curriculum
+    from inprocess_cli import cli
+
+    project = make_project(tmp_path)
+    result = build(load_config("sql", project["configs"]), project["cache"], log=lambda line: None, progress=False)
+    run_dir = tmp_path / "runs" / "sql" / "run1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"build_id": result.build_id, "build_dir": str(result.path)}))
+
+    def trained(config, cache_dir, on_stage_done, **options):
+        on_stage_done(config.expert, run_dir)
+        return [run_dir]
+
+    monkeypatch.setattr(curriculum, "train_expert", trained)
+    args = ["train", "sql", "--configs-dir", project["configs"], "--cache-dir", project["cache"]]
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    plots = [result.path / "plots" / name for name in ("lengths.png", "sources.png", "packing.png")]
+    assert f"build plots: {', '.join(map(str, plots))}" in done.stderr.splitlines()
+    assert json.loads(done.stdout.splitlines()[-1])["run_dir"] == str(run_dir)
+    assert_png(plots[0], 800, 400)
+    for plot in plots:
+        plot.unlink()
+    off = cli(*args, "--set", "train.plots=false")
+    assert off.returncode == 0 and "build plots" not in off.stderr and not any(p.exists() for p in plots)
+    (run_dir / "run.json").write_text("{}")  # a run that names no build: said, the run is done all the same
+    done = cli(*args)
+    assert done.returncode == 0
+    assert (f"no build plots: {run_dir / 'run.json'} names no build (`packtrain plot sql --cache-dir "
+            f"{project['cache']}` draws them)" in done.stderr.splitlines())
