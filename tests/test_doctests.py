@@ -23,11 +23,11 @@ import pytest
                                               ("packtrain.pipeline.generation_prompt", 2),
                                               ("packtrain.pipeline.format_messages", 2),
                                               ("packtrain.core.config_build", 4),
-                                              ("packtrain.trainer.sink_mlflow", 1), ("packtrain.core.config_names", 1),
+                                              ("packtrain.trainer.sink_mlflow", 1), ("packtrain.core.config_names", 3),
                                               ("packtrain.pipeline.data_files", 5), ("packtrain.pipeline.compression", 1),
                                               ("packtrain.pipeline.field_text", 1), ("packtrain.pipeline.special_text", 3),
                                               ("packtrain.core.yaml_reader", 3), ("packtrain.core.errors", 1),
-                                              ("packtrain.trainer.eval.talk", 3)])
+                                              ("packtrain.trainer.eval.talk", 3), ("packtrain.cli.talk", 1)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))
     assert (result.failed, result.attempted) == (0, examples)
