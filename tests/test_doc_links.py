@@ -107,3 +107,17 @@ def test_slugs_follow_githubs_rules():
         "export-packtrain-export", "buildmd-trainchunked_loss-and-more", "upgrading-make-lock", "checking-a-builds-tokens", "class-7-low-num_proc-ctrl-c",
         "the-check-of-exactly-the-first-2048-rows-2026-11-27-0820-0910-utc",
         "the-fourth-gpu-session-2026-11-26-2354---2026-11-27-0008-utc"]
+
+
+def opening_line(text: str) -> str:
+    """The first line of prose after a page's title."""
+    lines = [line for line in prose_lines(text) if line.strip()]
+    return lines[1] if len(lines) > 1 and lines[0].startswith("# ") else ""
+
+
+def test_every_doc_page_opens_with_who_it_is_for():
+    """STYLE.md, habit 13: a page opens with who it is for and what it answers ("For anyone who ...")."""
+    assert [page.name for page in sorted((ROOT / "docs").glob("*.md"))
+            if not opening_line(page.read_text(encoding="utf-8")).startswith("For ")] == []
+    assert [opening_line(text) for text in ["# T\n\nFor anyone.\n", "# T\n\nThe build.\n", "no title\n"]] == [
+        "For anyone.", "The build.", ""]
