@@ -208,6 +208,22 @@ def overlap_report(config, outputs: dict, pairs: list) -> dict:
     return out
 
 
+def removed_line(inputs: dict, outputs: dict, expert: str) -> str:
+    """What the build removed before packing and why (``packtrain verify``), from its manifest; ``""``
+    where it removed nothing and compared nothing beyond exact copies."""
+    exact = sum(m[split]["duplicates"] for m in outputs["sources"] for split in ("train", "val"))
+    overlap = outputs.get("overlap") or {}
+    if not exact and not overlap.get("compared"):
+        return ""
+    line = f"removed before packing: {exact:,} exact duplicates (build.dedup: {inputs.get('dedup')})"
+    if overlap.get("compared"):
+        near = inputs.get("near_dedup", {})
+        line += (f", {sum(overlap['near_duplicates']):,} near-duplicates, {sum(overlap['contaminated']):,} training "
+                 f"documents matching validation ({'removed' if near.get('decontaminate') else 'kept'}; "
+                 f"threshold {near.get('threshold')}): `packtrain inspect {expert} --dropped` lists them")
+    return line
+
+
 def overlap_lines(report: dict) -> list[str]:
     """The summary's lines on near-duplicates and the validation/training overlap."""
     o = report.get("overlap")

@@ -211,3 +211,34 @@ def test_the_build_id_holds_the_threshold_and_decontaminate_only_where_used(tmp_
     assert inputs["near"]["near_dedup"] == {"threshold": 0.8, "method": near_dup.METHOD, "decontaminate": False}
     assert inputs["near-0.9"]["near_dedup"]["threshold"] == 0.9
     assert inputs["decontaminate"]["near_dedup"]["decontaminate"] is True and inputs["decontaminate"]["dedup"] == "exact"
+
+
+def test_inspect_dropped_lists_each_pair_with_both_texts_and_the_plot_is_drawn(tmp_path):
+    from inprocess_cli import cli
+
+    project = sql_project(tmp_path)
+    result = build(configured(project, dedup="near"), project["cache"], log=quiet, progress=False)
+    shown = cli("inspect", "sql", "--dropped", "--cache-dir", project["cache"])
+    assert shown.returncode == 0, shown.stderr
+    o = result.report["overlap"]
+    assert f"{o['near_duplicates']:,} near-duplicates dropped" in shown.stdout
+    assert shown.stdout.count("\n── ") == o["pairs_total"] == len(o["pairs"]) > 0
+    first = o["pairs"][0]
+    assert repr(first["document"]["answer_start"][:80]) in shown.stdout
+    from packtrain.pipeline.plots import write_build_plots
+
+    assert "overlap.png" in [p.name for p in write_build_plots(result.path)]
+
+
+def test_verify_says_what_was_removed_and_why(tmp_path):
+    from inprocess_cli import cli
+
+    project = sql_project(tmp_path)
+    result = build(configured(project, dedup="near", decontaminate=True), project["cache"], log=quiet, progress=False)
+    o = result.report["overlap"]
+    shown = cli("verify", "sql", "--cache-dir", project["cache"])
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1] == (
+        f"removed before packing: 0 exact duplicates (build.dedup: near), {o['near_duplicates']:,} near-duplicates, "
+        f"{o['contaminated']:,} training documents matching validation (removed; threshold 0.8): "
+        "`packtrain inspect sql --dropped` lists them")
