@@ -199,6 +199,26 @@ class Doc:
         return {"split": self.split, "source": self.source, "document": self.index}
 
 
+class Visiting:
+    """The documents ``kept`` (per split, per source: indices) in visiting order, as arrays (a
+    million documents are 24 MB here, not a million objects); ``[p]`` is the ``p``-th as a :class:`Doc`."""
+
+    SPLITS = ("val", "train")
+
+    def __init__(self, kept: dict[str, list[np.ndarray]]):
+        parts = [(k, s, np.asarray(indices, np.int64)) for k, split in enumerate(self.SPLITS)
+                 for s, indices in enumerate(kept[split])]
+        self.split = np.concatenate([np.full(len(i), k, np.int8) for k, _, i in parts] or [np.zeros(0, np.int8)])
+        self.source = np.concatenate([np.full(len(i), s, np.int32) for _, s, i in parts] or [np.zeros(0, np.int32)])
+        self.index = np.concatenate([i for _, _, i in parts] or [np.zeros(0, np.int64)])
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, p: int) -> Doc:
+        return Doc(self.SPLITS[self.split[p]], int(self.source[p]), int(self.index[p]))
+
+
 @dataclass
 class Found:
     """What :func:`find` found (docs/BUILD.md, "Near-duplicates and contamination")."""
@@ -222,8 +242,7 @@ def find(parts, kept: dict[str, list[np.ndarray]], sizes: dict[str, list[int]], 
     kept, of ``sizes[split][source]`` documents) of ``parts(split, source, indices) -> (prompt texts,
     answer texts)``. ``dedup``: drop training near-duplicates of kept training documents;
     ``decontaminate``: drop training near-duplicates of validation documents (always counted and paired)."""
-    order = [Doc(split, s, int(i)) for split in ("val", "train") for s in range(len(kept[split]))
-             for i in kept[split][s]]
+    order = Visiting(kept)
     keys = np.zeros((len(order), BANDS), np.uint64)
     at = 0
     for split in ("val", "train"):
@@ -253,7 +272,7 @@ def colliding(keys: np.ndarray) -> np.ndarray:
     return np.flatnonzero(hit)
 
 
-def greedy(order: list[Doc], keys: np.ndarray, candidates: np.ndarray, parts, threshold: float,
+def greedy(order: Visiting, keys: np.ndarray, candidates: np.ndarray, parts, threshold: float,
            decontaminate: bool, dedup: bool, found: Found) -> None:
     """Visit the colliding documents in order, each training one against the documents in its
     buckets visited before it: validation ones (contamination), then kept training ones (a near-duplicate)."""
@@ -298,7 +317,7 @@ def record(found: Found, kind: str, doc: Doc, match: Doc, sims: tuple[float, flo
                         "jaccard": {"prompt": round(sims[0], 3), "answer": round(sims[1], 3)}})
 
 
-def candidate_sets(order: list[Doc], candidates: np.ndarray, parts) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def candidate_sets(order: Visiting, candidates: np.ndarray, parts) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The exact gram sets of the colliding documents' prompts and answers, by position."""
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     by_source: dict[tuple[str, int], list[int]] = {}
