@@ -27,6 +27,7 @@ reported (dropped with ``decontaminate``) when it is one of a validation documen
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -241,22 +242,29 @@ class Found:
 
 
 def find(parts, kept: dict[str, list[np.ndarray]], sizes: dict[str, list[int]], threshold: float,
-         decontaminate: bool, dedup: bool) -> Found:
+         decontaminate: bool, dedup: bool, threads: int = 1) -> Found:
     """Near-duplicates among the documents ``kept`` (per split, per source: the indices exact dedup
     kept, of ``sizes[split][source]`` documents) of ``parts(split, source, indices) -> (prompt texts,
     answer texts)``. ``dedup``: drop training near-duplicates of kept training documents;
-    ``decontaminate``: drop training near-duplicates of validation documents (always counted and paired)."""
+    ``decontaminate``: drop training near-duplicates of validation documents (always counted and paired).
+    ``threads``: threads hashing the batches (the result is the same for any number)."""
     order = Visiting(kept)
     keys = np.zeros((len(order), BANDS), np.uint64)
-    at = 0
+    chunks, at = [], 0
     for split in ("val", "train"):
         for s, indices in enumerate(kept[split]):
             for a in range(0, len(indices), BATCH):
-                chunk = indices[a : a + BATCH]
-                pw, pc, aw, ac = parts(split, s, chunk)
-                sigs = [signatures(*grams(w, c)) for w, c in ((pw, pc), (aw, ac))]
-                keys[at : at + len(chunk)] = band_keys(*sigs)
-                at += len(chunk)
+                chunks.append((split, s, indices[a : a + BATCH], at + a))
+            at += len(indices)
+
+    def bands(chunk) -> None:  # numpy's loops release the GIL: threads share the cores
+        split, s, indices, first = chunk
+        pw, pc, aw, ac = parts(split, s, indices)
+        sigs = [signatures(*grams(w, c)) for w, c in ((pw, pc), (aw, ac))]
+        keys[first : first + len(indices)] = band_keys(*sigs)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(bands, chunks))
     candidates = colliding(keys)
     sources = len(kept["train"])
     found = Found({split: [np.zeros(n, bool) for n in sizes[split]] for split in ("val", "train")},

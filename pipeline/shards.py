@@ -11,6 +11,7 @@ Each finished shard is fsynced and hashed.
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 from itertools import islice
 from pathlib import Path
@@ -75,7 +76,8 @@ def find_near(config, tokenizer: TokenizerInfo, spills: dict[str, list[SourceSpi
     table = near_dup.tokenizer_table(tokenizer.directory / "tokenizer.json", tokenizer.vocab_size)
     return near_dup.find(near_dup.SpillWords(spills, table), mix.deduplicated(keys, config.build.dedup != "none"),
                          {split: [len(s.lengths) for s in spills[split]] for split in SPLITS},
-                         config.build.dedup_threshold, config.build.decontaminate, config.build.dedup == "near")
+                         config.build.dedup_threshold, config.build.decontaminate, config.build.dedup == "near",
+                         threads=max(1, min(config.build.num_proc, os.cpu_count() or 1)))
 
 
 def overlap_outputs(near: near_dup.Found | None, exact: list[int]) -> dict:
