@@ -54,7 +54,7 @@ PART_ARGS  := $(if $(PART),--part $(PART)) $(if $(EXECUTOR),--executor $(EXECUTO
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build real-data-check gpu-wheel unsloth-wheel clean-venv locks test-latest lock
+.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build bench-dedup real-data-check gpu-wheel unsloth-wheel clean-venv locks test-latest lock
 
 install: $(VENV)/.installed
 
@@ -204,6 +204,10 @@ gpu-report:
 bench-build: install
 	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) \
 		$(if $(CORPUS),--corpus-kind $(CORPUS)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
+
+# What build.dedup: near and decontaminate cost beside dedup: exact (docs/BUILD.md), same corpus, one run.
+bench-dedup: install
+	$(BIN)/python bench/dedup_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS))
 
 # Exactness on real data (../shared/data: Spider, text2cypher) with every real tokenizer, shortcuts
 # on vs off: byte-identical shards, and verify --tokens all (docs/BUILD.md).

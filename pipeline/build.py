@@ -58,6 +58,7 @@ from packtrain.pipeline.encode.fork_server import ForkServer
 from packtrain.pipeline.chat_template import check_chat_template, strftime_now, uses_the_date
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
+from packtrain.pipeline.near_dup import METHOD as NEAR_DUP_METHOD
 from packtrain.pipeline.shards import Packed, pack_sources, packed_lengths
 from packtrain.pipeline.source_stats import SourceStats
 from packtrain.pipeline.spill import PART_IDENTITY, PARTS, SOURCES, SPLITS, source_key, uncached_sources, write_json
@@ -105,6 +106,9 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         "on_bad_rows": config.build.on_bad_rows,
         "special_tokens_in_text": config.build.special_tokens_in_text,
     }
+    if config.build.dedup == "near" or config.build.decontaminate:  # absent otherwise: earlier build ids stay
+        inputs["near_dedup"] = {"threshold": config.build.dedup_threshold, "method": NEAR_DUP_METHOD,
+                                "decontaminate": config.build.decontaminate}
     if config.format.style == "chat" and any(map(uses_the_date, tokenizer.chat_templates)):
         inputs["chat_date"] = strftime_now("%Y-%m-%d")  # a template renders today's date: a new day, a new build
     return sources, tokenizer, inputs
@@ -333,7 +337,7 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
     tokenize_seconds = (tokenized[0] if tokenized else time.perf_counter()) - started
     if packed is None:
         packed = pack_sources(config, planned.tokenizer, source_dirs, tmp)
-    source_stats, spills, selections, outputs = packed
+    source_stats, spills, selections, outputs, pairs = packed
     crash_point("after_shards")
     if outputs["totals"]["train"]["blocks"] == 0:
         raise no_training_blocks(config.expert, source_stats)
@@ -348,7 +352,7 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
         tokenize_seconds if todo else None,
         {split: packed_lengths(spills[split], selections[split]) for split in SPLITS},
         default_system_prompt(tokenizer.chat_template, tokenizer.bos_token, tokenizer.eos_token)
-        if config.format.style == "chat" else None)
+        if config.format.style == "chat" else None, pairs)
     report = reporting.make_report(config, manifest, previous, facts)
     write_json(tmp / REPORT, report)
     fsync_dir(tmp)

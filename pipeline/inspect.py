@@ -8,11 +8,11 @@ from pathlib import Path
 import click
 import numpy as np
 
-from packtrain.core.contract import Manifest, rebuild_fix
+from packtrain.core.contract import REPORT, Manifest, rebuild_fix
 from packtrain.core.hashing import sha256_file
 from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
-from packtrain.core.inputs import read_input
+from packtrain.core.inputs import read_input, read_json
 
 OPEN, CLOSE = "⟦", "⟧"
 
@@ -74,3 +74,29 @@ def inspect_build(build_dir: Path, tokenizer_file: Path, split: str, blocks: int
         out.append(f"\n═══ block {row}: {len(lens)} documents, {sum(lens)} tokens")
         out.append(render_block(ids[row], mask[row], lens, decode, color))
     return "\n".join(out)
+
+
+def dropped_documents(build_dir: Path) -> str:
+    """``packtrain inspect --dropped``: the documents the build dropped or flagged beyond exact
+    copies (near-duplicates, matches of validation), each with the one it matches, from report.json."""
+    manifest = Manifest.load(build_dir, full=True)
+    report = read_json(build_dir / REPORT, f"rebuild it: delete {build_dir} and run `packtrain pretokenize`")
+    overlap = report.get("overlap") or {}
+    lines = [f"build {manifest.build_id} ({manifest.expert}): dedup {report.get('dedup')}, "
+             f"{report.get('duplicates', 0):,} exact duplicates dropped"]
+    if not overlap.get("compared"):
+        lines.append("near-duplicates and contamination were not compared (build.dedup: near or "
+                     "build.decontaminate: true compares them)")
+        return "\n".join(lines)
+    pairs = overlap.get("pairs", [])
+    lines.append(f"{overlap['near_duplicates']:,} near-duplicates dropped, {overlap['contaminated']:,} training "
+                 f"documents match validation ({'dropped' if overlap['decontaminate'] else 'kept'}); threshold "
+                 f"{overlap['threshold']}; listing {len(pairs):,} of {overlap['pairs_total']:,} pairs")
+    for pair in pairs:
+        doc, of = pair["document"], pair["of"]
+        lines.append(f"\n── {pair['kind']} ({'dropped' if pair['dropped'] else 'kept'}): train "
+                     f"{doc['source_name']}#{doc['document']} ~ {of['split']} {of['source_name']}#{of['document']} "
+                     f"(prompt {pair['jaccard']['prompt']}, answer {pair['jaccard']['answer']})")
+        for where in (doc, of):
+            lines.append(f"   …{where['prompt_end'][-80:]!r} ⟦{where['answer_start'][:80]!r}⟧")
+    return "\n".join(lines)

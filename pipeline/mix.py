@@ -80,27 +80,53 @@ def weighted(indices: np.ndarray, keys: Sequence[bytes], weight: float) -> np.nd
     return np.concatenate([np.tile(indices, whole), np.asarray(chosen, dtype=np.int64)]).astype(np.int64)
 
 
-def select(keys: dict[str, list[list[bytes]]], weights: Sequence[float],
-           dedup: bool) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
+def deduplicated(keys: dict[str, list[list[bytes]]], dedup: bool) -> dict[str, list[np.ndarray]]:
+    """Per split, per source: the indices of the documents exact dedup keeps (all with ``dedup`` off).
+    Validation first: a training document equal to a validation one is dropped.
+
+    >>> kept = deduplicated({"val": [[b"v"], []], "train": [[b"a", b"v", b"a"], [b"a", b"b"]]}, dedup=True)
+    >>> [s.tolist() for s in kept["val"]], [s.tolist() for s in kept["train"]]
+    ([[0], []], [[0], [1]])
+    """
+    seen: set[bytes] = set()
+    return {split: [unique(source_keys, seen) if dedup else np.arange(len(source_keys), dtype=np.int64)
+                    for source_keys in keys[split]] for split in ("val", "train")}
+
+
+def select(keys: dict[str, list[list[bytes]]], weights: Sequence[float], dedup: bool,
+           dropped: dict[str, list[np.ndarray]] | None = None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
     """Per split (``"train"``, ``"val"``), per source: the indices of the documents to pack, in order
-    (a document repeated as its weight says), and the number of duplicates dropped.
-    ``keys[split][source]`` lists that source's document keys.
+    (a document repeated as its weight says), and the number of exact duplicates dropped.
+    ``keys[split][source]`` lists that source's document keys; ``dropped[split][source]``, a boolean per
+    document, drops more (near-duplicates: pipeline/near_dup.py) before the weights.
 
     >>> keys = {"val": [[b"v"], []], "train": [[b"a", b"v", b"a"], [b"a", b"b"]]}
     >>> out, duplicates = select(keys, [1.0, 2.0], dedup=True)
     >>> [s.tolist() for s in out["val"]], [s.tolist() for s in out["train"]], duplicates
     ([[0], []], [[0], [1, 1]], {'val': [0, 0], 'train': [2, 1]})
     """
-    seen: set[bytes] = set()
+    kept = deduplicated(keys, dedup)
     out: dict[str, list[np.ndarray]] = {}
     duplicates: dict[str, list[int]] = {}
-    for split in ("val", "train"):  # val first: a training document equal to a validation one is dropped
+    for split in ("val", "train"):
         out[split], duplicates[split] = [], []
-        for source_keys, weight in zip(keys[split], weights):
-            kept = unique(source_keys, seen) if dedup else np.arange(len(source_keys), dtype=np.int64)
-            out[split].append(weighted(kept, source_keys, weight) if split == "train" else kept)
-            duplicates[split].append(len(source_keys) - len(kept))
+        for i, (source_keys, weight) in enumerate(zip(keys[split], weights)):
+            chosen = kept[split][i]
+            duplicates[split].append(len(source_keys) - len(chosen))
+            if dropped is not None:
+                chosen = chosen[~dropped[split][i][chosen]]
+            out[split].append(weighted(chosen, source_keys, weight) if split == "train" else chosen)
     return out, duplicates
+
+
+def exact_overlap(keys: dict[str, list[list[bytes]]]) -> list[int]:
+    """Per source: its validation documents that have an exact copy among the training documents.
+
+    >>> exact_overlap({"val": [[b"v", b"w"], [b"x"]], "train": [[b"a", b"v"], [b"v"]]})
+    [1, 0]
+    """
+    train = {key for source_keys in keys["train"] for key in source_keys}
+    return [sum(key in train for key in source_keys) for source_keys in keys["val"]]
 
 
 def counts(lengths: np.ndarray, duplicates: int, selection: np.ndarray) -> dict:

@@ -1,7 +1,8 @@
 """PNG plots of a build, drawn from its ``report.json`` into ``<build>/plots/``: ``lengths.png``
 (documents by length, train and val, from the report's length histogram), ``sources.png``
 (each source's share of the tokens, its documents and tokens in its label) and ``packing.png`` (real vs padding tokens per split, with the
-packing efficiency). They are derived files, redrawn on demand (``packtrain plot EXPERT``); the
+packing efficiency); with ``build.dedup: near`` or ``decontaminate``, ``overlap.png`` (near-duplicate
+cluster sizes, and validation documents with an exact or a near copy in training). They are derived files, redrawn on demand (``packtrain plot EXPERT``); the
 shards and the manifest are untouched.
 
 matplotlib is an optional extra (packtrain/core/plotting.py).
@@ -50,7 +51,28 @@ def write_build_plots(build_dir: Path) -> list[Path]:
                     va="bottom")
     ax.set_ylabel("tokens in blocks")
     written.append(_save(plt, fig, ax, f"{title}: packing efficiency", out / "packing.png"))
+    overlap = report.get("overlap")
+    if isinstance(overlap, dict) and overlap.get("compared"):
+        fig, ax = overlap_figure(plt, overlap)
+        written.append(_save(plt, fig, ax, f"{title}: near-duplicates and eval/train overlap", out / "overlap.png"))
     return written
+
+
+def overlap_figure(plt, overlap: dict):
+    """Left: how many near-duplicate clusters of each size (a kept document and those dropped for
+    it); right: validation documents with an exact copy, a near copy, or none in training."""
+    fig, (ax, right) = plt.subplots(1, 2, figsize=(10, 4))
+    clusters = sorted((int(k), v) for k, v in overlap.get("clusters", {}).items())
+    ax.bar([str(k) for k, _ in clusters], [v for _, v in clusters])
+    ax.set_xlabel("near-duplicate cluster size (documents)")
+    ax.set_ylabel("clusters")
+    val = overlap.get("val_documents", 0)
+    exact, near = overlap.get("exact", 0), overlap.get("near", 0)
+    right.bar(["exact copy", "near copy", "none"], [exact, near, max(0, val - exact - near)])
+    right.set_ylabel("validation documents")
+    right.set_title(f"{overlap.get('contaminated', 0):,} training documents match validation "
+                    f"({'dropped' if overlap.get('decontaminate') else 'kept'})", fontsize=9)
+    return fig, ax
 
 
 def bucket_order(label: str) -> tuple[int, int]:

@@ -129,6 +129,7 @@ class BuildFacts:
     tokenize_seconds: float | None  # None: every source reused
     lengths: dict[str, np.ndarray]  # each split's document lengths as packed
     default_system: str | None = None  # the chat template's default system prompt (pipeline/system_prompt.py)
+    pairs: list | None = None  # near-duplicate and contamination pairs with their text (pipeline/shards.py)
 
 
 def make_report(config, manifest: Manifest, previous: Manifest | None, facts: BuildFacts) -> dict:
@@ -154,6 +155,7 @@ def make_report(config, manifest: Manifest, previous: Manifest | None, facts: Bu
                                                                   outputs["sources"])],
         "dedup": config.build.dedup,
         "duplicates": sum(m[split]["duplicates"] for m in outputs["sources"] for split in ("train", "val")),
+        "overlap": overlap_report(config, outputs, facts.pairs or []),
         "bad_rows": sum(s.bad_rows for s in source_stats),
         "special_tokens_in_text": config.build.special_tokens_in_text,
         "special_text_rows": sum(s.special_text_rows for s in source_stats),
@@ -189,6 +191,66 @@ def diff_builds(previous: Manifest | None, manifest: Manifest) -> dict | None:
         "inputs_changed": changed_inputs,
         "delta": delta,
     }
+
+
+def overlap_report(config, outputs: dict, pairs: list) -> dict:
+    """report.json's ``overlap``: near-duplicates dropped, validation documents with a copy or a near
+    copy in training and what was done about it, the cluster sizes, and the pairs (docs/BUILD.md)."""
+    overlap = outputs.get("overlap", {"exact": [], "compared": False})
+    out = {"threshold": config.build.dedup_threshold if overlap["compared"] else None,
+           "decontaminate": config.build.decontaminate,
+           "val_documents": sum(m["val"]["documents_before"] for m in outputs["sources"]),
+           "exact": sum(overlap["exact"]), "compared": overlap["compared"]}
+    if overlap["compared"]:
+        out.update(near=sum(overlap["near"]), contaminated=sum(overlap["contaminated"]),
+                   near_duplicates=sum(overlap["near_duplicates"]), clusters=overlap["clusters"],
+                   pairs_total=overlap["pairs"], pairs=pairs)
+    return out
+
+
+def removed_line(inputs: dict, outputs: dict, expert: str) -> str:
+    """What the build removed before packing and why (``packtrain verify``), from its manifest; ``""``
+    where it removed nothing and compared nothing beyond exact copies."""
+    exact = sum(m[split]["duplicates"] for m in outputs["sources"] for split in ("train", "val"))
+    overlap = outputs.get("overlap") or {}
+    if not exact and not overlap.get("compared"):
+        return ""
+    line = f"removed before packing: {exact:,} exact duplicates (build.dedup: {inputs.get('dedup')})"
+    if overlap.get("compared"):
+        near = inputs.get("near_dedup", {})
+        line += (f", {sum(overlap['near_duplicates']):,} near-duplicates, {sum(overlap['contaminated']):,} training "
+                 f"documents matching validation ({'removed' if near.get('decontaminate') else 'kept'}; "
+                 f"threshold {near.get('threshold')}): `packtrain inspect {expert} --dropped` lists them")
+    return line
+
+
+def overlap_lines(report: dict) -> list[str]:
+    """The summary's lines on near-duplicates and the validation/training overlap."""
+    o = report.get("overlap")
+    if not o or not o["compared"] and not o["exact"]:
+        return []  # nothing compared beyond exact copies, and no exact copy: nothing to say
+    lines = []
+    if o["compared"] and o["near_duplicates"]:
+        lines.append(f"  dedup near: {o['near_duplicates']:,} near-duplicate training documents dropped "
+                     f"(similarity >= {o['threshold']})")
+    if o["val_documents"]:
+        exact = (f"{o['exact']:,} of {o['val_documents']:,} validation documents have an exact copy in training"
+                 + (" (dropped from training)" if report["dedup"] != "none" else " (kept: build.dedup none)"))
+        if not o["compared"]:
+            lines.append(f"  overlap: {exact}; near copies not compared (build.dedup: near compares them)")
+        else:
+            done = "dropped from training" if o["decontaminate"] else "kept: build.decontaminate drops them"
+            lines.append(f"  overlap: {exact}; {o['near']:,} have a near copy ({o['contaminated']:,} training "
+                         f"documents, {done})")
+    if o["compared"]:
+        from packtrain.pipeline.near_dup import EXAMPLES
+
+        for kind in ("contamination", "near"):
+            for pair in [p for p in o["pairs"] if p["kind"] == kind][:EXAMPLES]:
+                lines.append(f"    {kind}: train {pair['document']['source_name']}#{pair['document']['document']} ~ "
+                             f"{pair['of']['split']} {pair['of']['source_name']}#{pair['of']['document']}: "
+                             f"{pair['document']['answer_start'][:60]!r} ~ {pair['of']['answer_start'][:60]!r}")
+    return lines
 
 
 def tokenized_any(reused: list[bool]) -> bool:
@@ -241,7 +303,9 @@ def summary(report: dict) -> str:
     mixed = [s for s in report["sources"] if s["weight"] != 1 or s["mix"]["train"]["duplicates"]
              or s["mix"]["val"]["duplicates"]]
     if report["duplicates"]:
-        lines.append(f"  dedup {report['dedup']}: {report['duplicates']:,} duplicate documents dropped")
+        lines.append(f"  dedup {report['dedup']}: {report['duplicates']:,} duplicate documents dropped"
+                     + (" (exact copies)" if report["dedup"] == "near" else ""))
+    lines += overlap_lines(report)
     for s in mixed:
         m = s["mix"]["train"]
         lines.append(f"  source {s['name']} (weight {s['weight']:g}): train {m['documents_before']:,} documents, "

@@ -11,6 +11,7 @@ Each finished shard is fsynced and hashed.
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 from itertools import islice
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from packtrain.pipeline import mix
+from packtrain.pipeline import mix, near_dup
 from packtrain.pipeline import report as reporting
 from packtrain.core.contract import token_dtype
 from packtrain.core.shardfile import ShardWriter
@@ -35,7 +36,9 @@ class Packed(NamedTuple):
     spills: dict[str, list[SourceSpill]]
     selections: dict[str, list]
     outputs: dict
-    """The manifest's ``outputs``: token dtype, shards, totals, exactness, per-source counts."""
+    """The manifest's ``outputs``: token dtype, shards, totals, exactness, per-source counts, overlap."""
+    pairs: list
+    """Near-duplicate and contamination pairs with their text (:func:`shown_pairs`), for the report."""
 
 
 def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) -> Packed:
@@ -47,18 +50,71 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
     source_stats = [read_source_stats(d) for d in dirs]
     dtype = token_dtype(tokenizer.vocab_size)
     spills = {split: [SourceSpill(d, split, dtype) for d in dirs] for split in SPLITS}
-    selections, duplicates = mix.select({split: [s.keys() for s in spills[split]] for split in SPLITS},
-                                        [spec.weight for spec in config.sources], config.build.dedup == "exact")
+    keys = {split: [s.keys() for s in spills[split]] for split in SPLITS}
+    near = find_near(config, tokenizer, spills, keys)
+    selections, duplicates = mix.select(keys, [spec.weight for spec in config.sources], config.build.dedup != "none",
+                                        near.dropped if near else None)
     outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
                "exactness": manifest_exactness([s.exactness for s in source_stats]),
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(dirs))]}
+    outputs["overlap"] = overlap_outputs(near, mix.exact_overlap(keys))
     for split in SPLITS:
         shards, totals = pack_split(config, spills[split], selections[split], split, dtype, tokenizer.pad_id,
                                     tmp)
         outputs["shards"][split] = shards
         outputs["totals"][split] = totals
-    return Packed(source_stats, spills, selections, outputs)
+    return Packed(source_stats, spills, selections, outputs, shown_pairs(near, spills, tokenizer, config))
+
+
+def find_near(config, tokenizer: TokenizerInfo, spills: dict[str, list[SourceSpill]],
+              keys: dict[str, list[list[bytes]]]) -> near_dup.Found | None:
+    """Near-duplicates and contamination (pipeline/near_dup.py), where ``build.dedup: near`` or
+    ``build.decontaminate`` asks for them."""
+    if config.build.dedup != "near" and not config.build.decontaminate:
+        return None
+    table = near_dup.tokenizer_table(tokenizer.directory / "tokenizer.json", tokenizer.vocab_size)
+    return near_dup.find(near_dup.SpillWords(spills, table), mix.deduplicated(keys, config.build.dedup != "none"),
+                         {split: [len(s.lengths) for s in spills[split]] for split in SPLITS},
+                         config.build.dedup_threshold, config.build.decontaminate, config.build.dedup == "near",
+                         threads=max(1, min(config.build.num_proc, os.cpu_count() or 1)))
+
+
+def overlap_outputs(near: near_dup.Found | None, exact: list[int]) -> dict:
+    """The manifest's ``outputs.overlap``: per source, validation documents with an exact copy in
+    training and (where compared) with a near one; training documents dropped as near-duplicates or
+    matching validation; how many near-duplicate clusters of each size (docs/BUILD.md)."""
+    out = {"exact": exact, "compared": near is not None}
+    if near is not None:
+        sizes, counts = np.unique(np.asarray(near.clusters, np.int64), return_counts=True)
+        out.update(near=near.overlap, contaminated=near.contaminated, near_duplicates=near.near,
+                   clusters={str(k): int(v) for k, v in zip(sizes.tolist(), counts.tolist())},
+                   pairs=len(near.pairs))
+    return out
+
+
+def shown_pairs(near: near_dup.Found | None, spills: dict[str, list[SourceSpill]], tokenizer: TokenizerInfo,
+                config) -> list[dict]:
+    """The first :data:`near_dup.LISTED` pairs ``find`` recorded, each with both documents' text (the end
+    of the prompt, the start of the answer), for report.json and ``packtrain inspect --dropped``."""
+    if not near or not near.pairs:
+        return []
+    from tokenizers import Tokenizer
+
+    decoder = Tokenizer.from_file(str(tokenizer.directory / "tokenizer.json"))
+    names = [spec.name for spec in config.sources]
+
+    def text(where: dict) -> dict:
+        spill = spills[where["split"]][where["source"]]
+        a, b = int(spill.offsets[where["document"]]), int(spill.offsets[where["document"] + 1])
+        ids, mask = spill.tokens[a:b], spill.masks[a:b]
+        prompt = decoder.decode(ids[mask == 0].tolist(), skip_special_tokens=True)
+        answer = decoder.decode(ids[mask != 0].tolist(), skip_special_tokens=True)
+        return {**where, "source_name": names[where["source"]], "prompt_end": prompt[-near_dup.SHOWN:],
+                "answer_start": answer[: near_dup.SHOWN]}
+
+    return [{**pair, "document": text(pair["document"]), "of": text(pair["of"])}
+            for pair in near.pairs[: near_dup.LISTED]]
 
 
 def manifest_exactness(made: list[Exactness]) -> dict:

@@ -8,8 +8,9 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack", 15), ("packtrain.pipeline.mix", 10),
-                                              ("packtrain.pipeline.report", 5), ("packtrain.trainer.data", 2), ("packtrain.core.blocks", 4),
+@pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack", 15), ("packtrain.pipeline.mix", 13),
+                                              ("packtrain.pipeline.near_dup", 11), ("packtrain.pipeline.report", 5),
+                                              ("packtrain.trainer.data", 2), ("packtrain.core.blocks", 4),
                                               ("packtrain.trainer.microbatch", 5), ("packtrain.trainer.loop", 1),
                                               ("packtrain.trainer.epochs", 7), ("packtrain.trainer.schedule", 2),
                                               ("packtrain.trainer.eval.task_metrics", 4), ("packtrain.trainer.eval.generate", 3),

@@ -251,13 +251,18 @@ def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps,
 @click.option("--build-id", default=None, help="A build id (default: CURRENT).")
 @click.option("--split", type=click.Choice(["train", "val"]), default="train", show_default=True)
 @click.option("--blocks", default=2, show_default=True, help="How many blocks to show.")
-def inspect(expert, cache_dir, build_id, split, blocks):
+@click.option("--dropped", is_flag=True, help="List the near-duplicates and validation matches the build "
+              "found (build.dedup: near, build.decontaminate), each with the document it matches.")
+def inspect(expert, cache_dir, build_id, split, blocks, dropped):
     """Decode a few packed blocks of EXPERT: document boundaries and supervised spans (⟦ ⟧)."""
     from packtrain.core.resolve import resolve_model_dir
-    from packtrain.pipeline.inspect import inspect_build
+    from packtrain.pipeline.inspect import dropped_documents, inspect_build
 
     build_dir = resolve_build(cache_dir, expert, build_id)
     check_build_expert(build_dir, Manifest.load(build_dir), expert)  # as train checks it
+    if dropped:
+        click.echo(dropped_documents(build_dir))
+        return
     model_cfg = load_build_config(build_dir)["model"]
     ensure_names_converted({model_cfg["tokenizer"] or model_cfg["name"]})  # a build made on another machine
     tokenizer_dir = resolve_model_dir(model_cfg["tokenizer"] or model_cfg["name"], model_cfg.get("revision"))
@@ -291,6 +296,11 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
     check_shard_sizes(build_dir, manifest)
     shards = len(manifest.train) + len(manifest.val)
     click.echo(f"build {manifest.build_id} of {expert}: {shards} shards, all checksums match")
+    from packtrain.pipeline.report import removed_line
+
+    removed = removed_line(manifest.inputs, manifest.outputs, expert)
+    if removed:
+        click.echo(removed)
     if documents is None:
         return
     from packtrain.core.resolve import resolve_tokenizer_dir

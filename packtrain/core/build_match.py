@@ -34,7 +34,7 @@ from packtrain.core import hints
 BUILD_FIELDS = {
     "format": None,  # every field
     "pack": ("block_size", "strategy", "overlong", "val_fraction"),
-    "build": ("dedup", "on_bad_rows", "special_tokens_in_text"),
+    "build": ("dedup", "dedup_threshold", "decontaminate", "on_bad_rows", "special_tokens_in_text"),
 }
 SOURCE_FIELDS = ("name", "split", "revision", "config", "columns", "max_rows", "where", "weight")
 MAX_VALUE = 200  # characters of a value shown (a file path fits whole); a longer one is cut, its length said

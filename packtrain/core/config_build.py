@@ -358,10 +358,21 @@ class BuildConfig:
     """A row the template cannot turn into text to train on (a missing, null or non-text field, an
     empty answer, a prompt the chat template does not render as a prefix): ``skip`` drops it, counts it
     and names the first one in the report; ``error`` stops the build at the first one."""
-    dedup: Literal["exact", "none"] = "exact"
+    dedup: Literal["exact", "near", "none"] = "exact"
     """``exact``: a document whose tokens and supervised positions equal an earlier one's is packed
     once, within and across sources; a training document equal to a validation one is dropped (a
-    document in val is never also in train). Counted per source in the report."""
+    document in val is never also in train). ``near``: that, and a training document that is a
+    near-duplicate of one kept before it (prompt and answer each at least ``dedup_threshold``
+    similar: pipeline/near_dup.py) is dropped too, and training is compared with validation the same
+    way (contamination). Counted per source in the report, with examples (docs/BUILD.md)."""
+    dedup_threshold: float = num(0.8, "[0.5, 1]")
+    """``dedup: near`` and ``decontaminate``: the Jaccard similarity (of 3-grams of the tokens' lowercased
+    text), of the prompts and of the answers, at or above which two documents are near-duplicates. Part
+    of the build id where used."""
+    decontaminate: bool = False
+    """Drop every training document that is a near-duplicate (or a copy) of a validation document;
+    validation is never changed. Off: they are counted and shown in the report, and kept. Part of the
+    build id when on."""
     special_tokens_in_text: Literal["text", "special", "refuse"] = "text"
     """What a special token's text inside the data (a field's value, a message's content, a tool
     definition: ``<|endoftext|>``, ``<|im_end|>``) becomes: ``text`` encodes it as ordinary text (HF's

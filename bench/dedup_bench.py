@@ -1,0 +1,75 @@
+"""What near-duplicate removal and the contamination check cost: the whole ``packtrain pretokenize``
+with ``build.dedup: exact`` (the default), ``near``, and ``near`` + ``decontaminate``, on the same
+corpus and tokenizer, each from a fresh cache, in one run. Prints a table with the ratios.
+
+    make bench-dedup ROWS=200000 NUM_PROC=2
+    python bench/dedup_bench.py --rows 1000000 --num-proc 2
+
+Corpus and tokenizer: bench/build_corpora.py (``unique`` prompt/answer rows, Qwen3's tokenizer).
+Peak RSS: the largest resident set of any one process of the build (getrusage of its children).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from build_contenders import run_packtrain  # noqa: E402
+from build_corpora import make_corpus, tokenizer_dir  # noqa: E402
+
+SETTINGS = {
+    "dedup: exact": ("build.dedup=exact",),
+    "dedup: near": ("build.dedup=near",),
+    "near + decontaminate": ("build.dedup=near", "build.decontaminate=true"),
+}
+
+
+def child(args) -> None:
+    work = Path(tempfile.mkdtemp(prefix="dedup-", dir=args.work))
+    result = run_packtrain(Path(args.corpus), "unique", args.child, Path(args.tokenizer_dir), args.num_proc, work,
+                           SETTINGS[args.child])
+    build = work / "cache" / "bench" / (work / "cache" / "bench" / "CURRENT").read_text().strip()
+    report = json.loads((build / "report.json").read_text())
+    result["overlap"] = {k: v for k, v in report["overlap"].items() if k != "pairs"}
+    result["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--num-proc", type=int, default=2)
+    parser.add_argument("--work", default=tempfile.gettempdir())
+    parser.add_argument("--child", choices=list(SETTINGS))
+    parser.add_argument("--corpus")
+    parser.add_argument("--tokenizer-dir")
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    corpus = make_corpus(Path(args.work) / f"dedup-bench-unique-{args.rows}.jsonl", args.rows, "unique")
+    tokenizer = tokenizer_dir("qwen3", Path(args.work))
+    results = {}
+    for name in SETTINGS:
+        out = subprocess.run([sys.executable, __file__, "--child", name, "--corpus", str(corpus), "--tokenizer-dir",
+                              str(tokenizer), "--num-proc", str(args.num_proc), "--work", args.work],
+                             capture_output=True, text=True, check=True)
+        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    base = results["dedup: exact"]["seconds"]
+    print(f"{args.rows:,} rows, Qwen3 tokenizer, num_proc {args.num_proc}, each from a fresh cache\n")
+    print("| setting | seconds | vs exact | peak RSS GiB (one process) | near-duplicates dropped | val docs with a near copy |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in results.items():
+        o = r["overlap"]
+        print(f"| {name} | {r['seconds']:.1f} | {r['seconds'] / base:.2f}x | {r['peak_rss_gib']:.2f} | "
+              f"{o.get('near_duplicates', '-')} | {o.get('near', '-')} |")
+
+
+if __name__ == "__main__":
+    main()
