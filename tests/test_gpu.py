@@ -290,11 +290,20 @@ def test_regional_compile_gives_the_eager_losses(tmp_path, model_dir):
         assert abs(a - b) <= 1e-2 * abs(b), losses
 
 
-def test_training_steps_sync_with_the_host_only_for_the_finiteness_check(tmp_path, model_dir, monkeypatch):
+@pytest.mark.parametrize("fused_loss", [
+    False,
+    pytest.param("auto", marks=pytest.mark.xfail(
+        strict=True, raises=RuntimeError,
+        reason="cut-cross-entropy 25.1.1 finds its valid targets with nonzero (utils._build_flat_valids): one "
+               "host sync per micro-batch inside the fused loss, even though packtrain passes supervised rows only"))])
+def test_training_steps_sync_with_the_host_only_for_the_finiteness_check(tmp_path, model_dir, monkeypatch, fused_loss):
     """Steps 2..6 (after step 1's compile and one-time checks) run under ``set_sync_debug_mode("error")``
     from the forward to the end of the step: any host sync but the loop's finiteness check raises. The
     batches' attention boundaries and supervised positions come from the loader (trainer/data.py)."""
     from packtrain.trainer import loop
+
+    if fused_loss == "auto" and fused_kernel("auto", CUDA) is None:
+        pytest.skip("cut-cross-entropy is not installed")
 
     checked, errors_on = [], []
     forward_backward, finite_check, stop_or_save = loop.forward_backward, loop.finite_check, loop.stop_or_save
@@ -323,7 +332,7 @@ def test_training_steps_sync_with_the_host_only_for_the_finiteness_check(tmp_pat
     _build(tmp_path, model_dir)
     try:
         run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=6, logging_steps=100, sample_prompts=0,
-                                  task_eval=False), tmp_path / "cache")
+                                  task_eval=False, fused_loss=fused_loss), tmp_path / "cache")
     finally:
         torch.cuda.set_sync_debug_mode("default")
     summary, info = _summary(run_dir)
