@@ -48,6 +48,43 @@ def test_auto_takes_fp8_for_7b_class_models_on_hopper_only(gpu):
     assert cpu.name == "bf16" and "this run is on cpu" in cpu.note
 
 
+def test_auto_keeps_bf16_where_nothing_compiles(gpu, caplog):
+    gpu(9, 0)
+    eager = choose_base_precision("auto", CUDA, 4096, BF16, compiled=False)
+    assert eager.name == "bf16" and "train.torch_compile is false" in eager.note
+    assert choose_base_precision("fp8", CUDA, 4096, BF16, compiled=False).name == "fp8"
+    assert "unused weight gradient" in caplog.text
+
+
+def test_compiled_fp8_layers_compute_no_weight_gradient():
+    """torchao's float8 backward returns the frozen weight's gradient too; compiled, AOTAutograd drops it:
+    the backward graph holds one matmul (the input's gradient), not two."""
+    from torch._dynamo.backends.common import aot_autograd
+    from functorch.compile import make_boxed_func
+
+    graphs = {}
+
+    def keep(name):
+        def compiler(graph_module, inputs):
+            graphs[name] = graph_module
+            return make_boxed_func(graph_module.forward)
+        return compiler
+
+    import dataclasses
+
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128, bias=False)).requires_grad_(False)
+    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(fp8.RECIPE), emulate=True)
+    convert_to_float8_training(model, config=config)
+    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")))
+    compiled(torch.randn(32, 64, requires_grad=True)).sum().backward()
+    matmuls = {name: [n for n in g.graph.nodes if n.op == "call_function" and n.target == torch.ops.aten.mm.default]
+               for name, g in graphs.items()}
+    assert {name: len(found) for name, found in matmuls.items()} == {"forward": 1, "backward": 1}
+    torch._dynamo.reset()
+
+
 def test_fp8_where_it_cannot_run_is_one_line_naming_the_fix(gpu):
     gpu(8, 6)
     with pytest.raises(ConfigError) as raised:

@@ -169,8 +169,9 @@ def base_precision(ctx: TrainContext, model: torch.nn.Module) -> BasePrecision:
         choice = BasePrecision("nf4", "NF4 (lora.method: qlora)")
     else:
         hidden = getattr(model.config.get_text_config(), "hidden_size", None)
+        compiled = choose_compile(ctx.train.torch_compile, ctx.device)[0] is not False
         choice = choose_base_precision(ctx.config.model.base_precision, ctx.device, hidden,
-                                       ctx.precision.autocast_dtype)
+                                       ctx.precision.autocast_dtype, compiled)
     if choice.name == "fp8":
         # torchao's CPU emulation where no GPU runs it: only reached where a test stands in for the GPU check
         names = convert_base_to_fp8(model, emulate=ctx.device.type != "cuda")

@@ -56,9 +56,13 @@ class BasePrecision:
 
 
 def choose_base_precision(setting: str, device: torch.device, hidden_size: int | None,
-                          autocast_dtype: torch.dtype | None) -> BasePrecision:
+                          autocast_dtype: torch.dtype | None, compiled: bool = True) -> BasePrecision:
     """``model.base_precision`` decided for this device and model; ``fp8`` where it cannot run is a
-    ConfigError (one line: what is missing, what to set). QLoRA with fp8 never gets here (the config refuses it)."""
+    ConfigError (one line: what is missing, what to set). QLoRA with fp8 never gets here (the config refuses it).
+
+    ``compiled``: the run uses torch.compile. torchao's float8 backward computes the weight's gradient even
+    for a frozen weight; compiled, that matmul is dead code and removed (tests/test_fp8.py checks the
+    backward graph), eager it is a third matmul per layer: ``auto`` then keeps bf16, ``fp8`` warns."""
     if setting == "bf16":
         return BasePrecision("bf16", "the training precision (model.base_precision: bf16)")
     missing = fp8_unsupported(device, autocast_dtype)
@@ -66,9 +70,16 @@ def choose_base_precision(setting: str, device: torch.device, hidden_size: int |
         if missing:
             raise ConfigError(f"model.base_precision: fp8 cannot run here: {missing}; set model.base_precision: "
                               "auto or bf16")
+        if not compiled:
+            log.warning("model.base_precision: fp8 with train.torch_compile: false: torchao's float8 backward computes "
+                        "an unused weight gradient in every base layer (compiled, it is removed); expect fp8 to be "
+                        "slower than bf16 unless train.torch_compile is auto or regional")
         return BasePrecision("fp8", f"fp8 (torchao float8, {RECIPE} scaling; model.base_precision: fp8)")
     if missing:
         return BasePrecision("bf16", f"the training precision (auto: {missing})")
+    if not compiled:
+        return BasePrecision("bf16", "the training precision (auto: train.torch_compile is false, and eager fp8 layers "
+                             "compute an unused weight gradient)")
     if hidden_size is None or hidden_size < AUTO_MIN_HIDDEN:
         return BasePrecision("bf16", f"the training precision (auto: hidden size {hidden_size} < {AUTO_MIN_HIDDEN}, "
                              "too small for fp8 to gain)")

@@ -41,8 +41,9 @@ class ModelConfig:
     ``bf16``: in the training precision (``train.bf16``/``fp16``; fp32 on CPU); ``fp8``: torchao's float8
     training linear layers with rowwise scaling (every decoder linear layer but the output head; the
     embeddings never), which needs CUDA compute capability >= 8.9 (Ada, Hopper), bf16 and
-    ``pip install 'packtrain[fp8]'``, and not ``lora.method: qlora``; ``auto``: fp8 where that holds and
-    the model's hidden size is >= 3584 (7B class: smaller matrices run slower in fp8), else bf16. The
+    ``pip install 'packtrain[fp8]'``, and not ``lora.method: qlora``; ``auto``: fp8 where that holds, the
+    run compiles (``train.torch_compile`` not false) and the model's hidden size is >= 3584 (7B class:
+    smaller matrices run slower in fp8), else bf16. The
     choice is logged and recorded in run.json (trainer/fp8.py, docs/TRAINING.md)."""
 
     def validate(self, errors: list[str], where: str) -> None:
