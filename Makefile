@@ -32,7 +32,7 @@ LOCK_DIR   ?= .
 GPU        := $(shell command -v nvidia-smi 2>/dev/null)
 LOCK        = $(LOCK_DIR)/requirements-$(if $(GPU),cuda,cpu).lock
 comma      := ,
-EXTRAS      = dev,plots,ray,bench$(if $(GPU),$(comma)cuda)
+EXTRAS      = dev,plots,ray,bench,fp8$(if $(GPU),$(comma)cuda)
 # `make lock` resolves for this Python and torch: the project's machines run Python 3.11, and this
 # torch's CPU build lies in their wheel folder; upgrading torch is a change of this line, then `make lock`.
 LOCK_PYTHON ?= 3.11
@@ -92,7 +92,7 @@ $(VENV)/.installed: pyproject.toml $(LOCK_DIR)/requirements-cpu.lock $(LOCK_DIR)
 # --upgrade: a lock already there is no preference (its label-less torch would pull PyPI's CUDA build).
 COMPILE = $(BIN)/uv pip compile -q --upgrade --native-tls --python-version $(LOCK_PYTHON) \
 	--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" --extra dev --extra plots \
-	--extra ray --extra bench
+	--extra ray --extra bench --extra fp8
 locks: $(BIN)/uv
 	echo "$(TORCH)" | $(COMPILE) $(LINKS) pyproject.toml - -o $(LOCK_DIR)/requirements-cpu.lock
 	sed -i 's/^torch==\([^+]*\)+cpu$$/torch==\1/' $(LOCK_DIR)/requirements-cpu.lock

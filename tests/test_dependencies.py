@@ -53,7 +53,7 @@ def test_every_dependency_has_a_floor():
 
 ROOT = PYPROJECT.parent
 LOCKS = {"cpu": ROOT / "requirements-cpu.lock", "cuda": ROOT / "requirements-cuda.lock"}
-INSTALLED_EXTRAS = {"cpu": ("dev", "plots", "ray", "bench"), "cuda": ("dev", "plots", "ray", "bench", "cuda")}
+INSTALLED_EXTRAS = {"cpu": ("dev", "plots", "ray", "bench", "fp8"), "cuda": ("dev", "plots", "ray", "bench", "fp8", "cuda")}
 
 
 def pins(lock: Path) -> dict[str, str]:

@@ -6,9 +6,11 @@ they settled (its first fields); :func:`prepare` then runs the named setup phase
 filling the fields it names (nothing is written to the run directory yet):
 
 1. :func:`setup_runtime`: device, torch threads, seed, precision;
-2. :func:`setup_model`: the base model, its attention path and adapters (``train.init_adapter``);
-3. :func:`setup_micro_batch`: the fused loss kernel, torch.compile, the train set and the micro-batch
-   (``auto`` measured here, once): resolved into ``ctx.train``;
+2. :func:`setup_model`: the base model, its linear layers' precision (fp8: trainer/fp8.py), its attention
+   path and adapters (``train.init_adapter``);
+3. :func:`setup_micro_batch`: the fused loss kernel, torch.compile (regional, whole or off:
+   trainer/compilation.py), the train set and the micro-batch (``auto`` measured here, once): resolved
+   into ``ctx.train``;
 4. :func:`setup_data`: the sampler and loaders, the number of steps (epochs cut into steps as HF's Trainer
    cuts them: trainer/epochs.py);
 5. :func:`setup_optimizer`: FSDP sharding (before the optimizer: it must hold the sharded parameters),
@@ -34,9 +36,11 @@ from packtrain.core.contract import Manifest
 from packtrain.trainer.adapters import attach_adapters, load_adapter_weights, trainable_parameters
 from packtrain.trainer.attention import AttentionChoice, choose_attention
 from packtrain.trainer.checkpoint import RunInfo, TrainState, load_checkpoint
+from packtrain.trainer.compilation import choose_compile
 from packtrain.trainer.data import BlockDataset, PaddedBlocks, eval_slice, make_loader
 from packtrain.trainer.distributed import World, device_for, shard
 from packtrain.trainer.epochs import BatchStream, BlockSampler
+from packtrain.trainer.fp8 import BasePrecision, choose_base_precision, convert_base_to_fp8
 from packtrain.trainer.loss import fused_kernel
 from packtrain.trainer.metrics import FlopCounter
 from packtrain.trainer.microbatch import resolve_auto_micro_batch
@@ -68,12 +72,13 @@ class TrainContext:
     checkpoint: Path | None  # the checkpoint to resume, or None
 
     # setup_runtime
-    train: TrainConfig = field(init=False)  # as resolved: torch_compile a bool, the micro-batch a number
+    train: TrainConfig = field(init=False)  # as resolved: torch_compile "regional" or a bool, the micro-batch a number
     device: torch.device = field(init=False)
     precision: Precision = field(init=False)
     # setup_model
     model: torch.nn.Module = field(init=False)  # the PeftModel (sharded under FSDP, never DDP-wrapped)
     attention: AttentionChoice = field(init=False)
+    base_precision: BasePrecision = field(init=False)
     flops: FlopCounter = field(init=False)
     # setup_micro_batch
     fused: object = field(init=False)  # the fused loss kernel or None
@@ -127,8 +132,8 @@ def setup_runtime(ctx: TrainContext) -> None:
 
 
 def setup_model(ctx: TrainContext) -> None:
-    """``model`` (the base model with its adapters, ``train.init_adapter``'s weights for a new run),
-    ``attention``, ``flops``."""
+    """``model`` (the base model, its linear layers in fp8 where ``model.base_precision`` says so, with its
+    adapters, ``train.init_adapter``'s weights for a new run), ``base_precision``, ``attention``, ``flops``."""
     config, train, device = ctx.config, ctx.train, ctx.device
     model = load_base_model(config.model, ctx.source, ctx.precision, train.seed, config.lora.method == "qlora",
                             device)
@@ -142,6 +147,7 @@ def setup_model(ctx: TrainContext) -> None:
     log.info("attention: %s", attention.note)
     if attention.varlen:
         model.set_attn_implementation(attention.implementation)
+    ctx.base_precision = base_precision(ctx, model)
     model = attach_adapters(model, config.lora, train.gradient_checkpointing)
     if train.init_adapter and ctx.checkpoint is None:  # a resumed run's checkpoint already holds the weights
         try:
@@ -156,15 +162,32 @@ def setup_model(ctx: TrainContext) -> None:
              config.lora.r)
 
 
+def base_precision(ctx: TrainContext, model: torch.nn.Module) -> BasePrecision:
+    """``model.base_precision`` decided and applied: the base's linear layers swapped for fp8 ones
+    (trainer/fp8.py) before the adapters wrap them; said in the log."""
+    if ctx.config.lora.method == "qlora":  # fp8 with qlora is refused by the config
+        choice = BasePrecision("nf4", "NF4 (lora.method: qlora)")
+    else:
+        hidden = getattr(model.config.get_text_config(), "hidden_size", None)
+        compiled = choose_compile(ctx.train.torch_compile, ctx.device)[0] is not False
+        choice = choose_base_precision(ctx.config.model.base_precision, ctx.device, hidden,
+                                       ctx.precision.autocast_dtype, compiled)
+    if choice.name == "fp8":
+        # torchao's CPU emulation where no GPU runs it: only reached where a test stands in for the GPU check
+        names = convert_base_to_fp8(model, emulate=ctx.device.type != "cuda")
+        choice = BasePrecision("fp8", f"{choice.note}: {len(names)} linear layers")
+    log.info("base linear layers: %s", choice.note)
+    return choice
+
+
 def setup_micro_batch(ctx: TrainContext) -> None:
     """``fused``, ``train_set``; the loss kernel, compile and micro-batch resolved into ``train``
     (``auto`` decided here, once)."""
     train, device = ctx.train, ctx.device
     ctx.fused = fused_kernel(train.fused_loss, device)
-    compile_on = train.torch_compile if isinstance(train.torch_compile, bool) else device.type == "cuda"
-    log.info("torch.compile: %s", ("on" if compile_on else "off") + (f" (auto on {device.type})"
-                                                                     if train.torch_compile == "auto" else ""))
-    train = dataclasses.replace(train, torch_compile=compile_on)
+    compile_mode, words = choose_compile(train.torch_compile, device)
+    log.info("torch.compile: %s", words)
+    train = dataclasses.replace(train, torch_compile=compile_mode)
     ctx.train_set = BlockDataset(ctx.build_dir, ctx.manifest, "train", ctx.state.seq_length)
     if train.per_device_train_batch_size == "auto":
         train = resolve_auto_micro_batch(train, ctx.model, ctx.train_set, ctx.precision, device, ctx.attention,

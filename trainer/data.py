@@ -172,21 +172,33 @@ def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         seq_lens      [3, 2, 1] [6]
         cu_seq_lens   [0, 3, 5, 6, 12]
         max_length    6
+
+    Likewise ``sup_index`` (int64): the positions of the micro-batch, counted over its flattened
+    ``[B, T]``, whose next token is a supervised target, for the loss (trainer/loss.py) to gather the
+    hidden states it needs without a ``nonzero`` on the GPU (a host sync per micro-batch). Labels
+    ``[- a b | - - c]`` in blocks of 3: targets ``[a b - | - c -]``, ``sup_index`` ``[0, 1, 4]``.
     """
     batch = {key: torch.stack([item[key] for item in items]) for key in items[0] if key != "seq_lens"}
     segments = torch.cat([item["seq_lens"] for item in items])
     batch["cu_seq_lens"] = torch.nn.functional.pad(segments.cumsum(0, dtype=torch.int32), (1, 0))
     batch["max_length"] = torch.tensor(len(items[0]["position_ids"]))
+    if "labels" in batch:
+        targets = torch.nn.functional.pad(batch["labels"][:, 1:], (0, 1), value=IGNORE_INDEX)
+        batch["sup_index"] = (targets.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
     return batch
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device,
-              attention=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-    """What the forward of a collated batch needs on ``device`` (copied without blocking): input ids,
-    position ids, labels, and the model's attention keyword arguments for ``attention`` (the run's
+              attention=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, dict]:
+    """What the forward of a collated batch needs on ``device`` (copied without blocking, so no host sync):
+    input ids, position ids, labels, the supervised positions (``sup_index``: :func:`collate`; None for a
+    batch without it), and the model's attention keyword arguments for ``attention`` (the run's
     :class:`packtrain.trainer.attention.AttentionChoice`; see :func:`packtrain.trainer.attention.attention_inputs`)."""
+    sup_index = batch.get("sup_index")
     return (batch["input_ids"].to(device, non_blocking=True), batch["position_ids"].to(device, non_blocking=True),
-            batch["labels"].to(device, non_blocking=True), attention_inputs(batch, device, attention))
+            batch["labels"].to(device, non_blocking=True),
+            sup_index.to(device, non_blocking=True) if sup_index is not None else None,
+            attention_inputs(batch, device, attention))
 
 
 def make_loader(dataset: Dataset, sampler: Sampler | None, batch_size: int, train_config,

@@ -33,6 +33,7 @@ import torch
 from packtrain.core.errors import Interrupted, PacktrainError
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.checkpoint import prune_checkpoints, save_checkpoint
+from packtrain.trainer.compilation import compile_for_training
 from packtrain.trainer.context import TrainContext
 from packtrain.trainer.distributed import accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
 from packtrain.trainer.eval.evaluate import evaluate
@@ -54,11 +55,11 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
 
     ``model`` is ``ctx.model`` as it trains: DistributedDataParallel under torchrun without FSDP (see
     ``ctx.world``; ``ctx.val_loader`` then reads this rank's slice of the val blocks). ``ctx.train`` is the
-    resolved config (``torch_compile`` a bool, the micro-batch a number: trainer/context.py)."""
+    resolved config (``torch_compile`` ``"regional"`` or a bool, the micro-batch a number: trainer/context.py)."""
     train, state, world, total_steps = ctx.train, ctx.state, ctx.world, ctx.total_steps
     module = unwrap(model)  # the PeftModel: evaluated and saved as it is
     params = trainable_parameters(model)
-    forward_model = torch.compile(model) if train.torch_compile is True else model
+    forward_model = compile_for_training(model, train.torch_compile)  # regional: the layers in place
     records: list[dict] = []
     evals: list[dict] = []
     bad_streak = 0
@@ -185,8 +186,8 @@ def optimizer_step(ctx: TrainContext, params: list[torch.nn.Parameter],
     if scaler is not None:
         scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, ctx.train.max_grad_norm)
-    loss_ok, grads_ok = torch.isfinite(loss_sum), torch.isfinite(grad_norm)
-    if bool(loss_ok & (grads_ok | (scaler is not None))):
+    not_finite = finite_check(loss_sum, grad_norm, scaler is not None)
+    if not_finite is None:
         if scaler is not None:  # the scaler skips the step itself when fp16 gradients overflowed
             scaler.step(optimizer)
             scaler.update()
@@ -195,7 +196,16 @@ def optimizer_step(ctx: TrainContext, params: list[torch.nn.Parameter],
         return grad_norm, None
     if scaler is not None:
         scaler.update()  # unscale_ ran: the scaler must close this step before the next one
-    return grad_norm, "loss" if not bool(loss_ok) else "gradient norm"
+    return grad_norm, not_finite
+
+
+def finite_check(loss_sum: torch.Tensor, grad_norm: torch.Tensor, scaled: bool) -> str | None:
+    """The step's one host sync: what is not finite, the loss or the gradient norm (None: both are; with
+    fp16's GradScaler, ``scaled``, overflowing gradients are its business). Everything else in a step stays
+    on the device (tests/test_gpu.py runs steps under ``torch.cuda.set_sync_debug_mode("error")`` but for this)."""
+    loss_ok, grads_ok = torch.isfinite(loss_sum), torch.isfinite(grad_norm)
+    ok = torch.stack([loss_ok, grads_ok | scaled]).tolist()
+    return None if all(ok) else "loss" if not ok[0] else "gradient norm"
 
 
 def evaluate_and_save(ctx: TrainContext, module: torch.nn.Module, metrics: MetricsFile, evals: list[dict],

@@ -72,12 +72,13 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def hidden_loss_sum(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
-                    fused: Callable | None = None) -> torch.Tensor:
+                    fused: Callable | None = None, sup_index: torch.Tensor | None = None) -> torch.Tensor:
     """The summed token loss from the final hidden states ``[B, T, H]``: through ``fused``
-    (:func:`fused_kernel`) where the head allows it, else :func:`chunked_loss_sum`."""
+    (:func:`fused_kernel`) where the head allows it, else :func:`chunked_loss_sum`. ``sup_index``: the
+    supervised positions, found by the loader (:func:`_supervised_rows`)."""
     if fused is not None and _fusable(head, hidden):
-        return fused_loss_sum(fused, head, hidden, labels)
-    return chunked_loss_sum(head, hidden, labels)
+        return fused_loss_sum(fused, head, hidden, labels, sup_index)
+    return chunked_loss_sum(head, hidden, labels, sup_index=sup_index)
 
 
 def fused_kernel(setting: bool | str, device: torch.device) -> Callable | None:
@@ -104,9 +105,10 @@ def fused_kernel(setting: bool | str, device: torch.device) -> Callable | None:
     return linear_cross_entropy
 
 
-def fused_loss_sum(kernel: Callable, head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def fused_loss_sum(kernel: Callable, head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
+                   sup_index: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`chunked_loss_sum` through the fused kernel: same gathered rows, same sum."""
-    states, targets = _supervised_rows(hidden, labels)
+    states, targets = _supervised_rows(hidden, labels, sup_index)
     if len(targets) == 0:
         return states.sum() * 0.0  # connected to the graph: zero gradients, as the other paths
     return kernel(states, head.weight, targets, reduction="sum").float()
@@ -122,22 +124,29 @@ def _fusable(head: torch.nn.Module, hidden: torch.Tensor) -> bool:
     return False
 
 
-def _supervised_rows(hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The hidden states ``[N, H]`` of the N positions that predict a supervised target, and the targets."""
+def _supervised_rows(hidden: torch.Tensor, labels: torch.Tensor,
+                     index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hidden states ``[N, H]`` of the N positions that predict a supervised target, and the targets.
+
+    ``index``: those positions over the flattened ``[B, T]``, as the loader found them on the CPU
+    (trainer/data.py's ``collate``: ``sup_index``), so N is known without asking the GPU; None: found here
+    with ``nonzero``, whose output size makes the host wait for the GPU (a sync)."""
     targets = shifted_targets(labels).flatten()
-    index = (targets != IGNORE_INDEX).nonzero().squeeze(1)
+    if index is None:
+        index = (targets != IGNORE_INDEX).nonzero().squeeze(1)
     return hidden.flatten(0, 1).index_select(0, index), targets.index_select(0, index)
 
 
 def chunked_loss_sum(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
-                     chunk_tokens: int | None = None) -> torch.Tensor:
+                     chunk_tokens: int | None = None, sup_index: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`token_loss_sum` of ``head(hidden)`` without the full logits.
 
     ``head`` is called as a module, so a tied embedding, a bias or a LoRA-adapted head all work.
     ``chunk_tokens`` defaults to :data:`CHUNK_TOKENS`. A micro-batch without supervised tokens gives
-    a 0 connected to the graph (zero gradients, as the reference path gives). On CUDA, counting the supervised positions is one host sync.
+    a 0 connected to the graph (zero gradients, as the reference path gives). ``sup_index``: the supervised
+    positions the loader found (:func:`_supervised_rows`); without it, counting them on CUDA is a host sync.
     """
-    states, targets = _supervised_rows(hidden, labels)
+    states, targets = _supervised_rows(hidden, labels, sup_index)
     chunk_tokens = chunk_tokens or CHUNK_TOKENS
     total = None
     for start in range(0, max(len(targets), 1), chunk_tokens):

@@ -37,24 +37,25 @@ class LossPath:
 def forward_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor], path: LossPath) -> torch.Tensor:
     """The summed token loss of one collated ``batch`` (a 0-d fp32 tensor on ``path.device``):
     to the device, then forward + loss under autocast."""
-    input_ids, position_ids, labels, attention_kwargs = to_device(batch, path.device, path.attention)
+    input_ids, position_ids, labels, sup_index, attention_kwargs = to_device(batch, path.device, path.attention)
     with path.precision.autocast(path.device):
         return packed_loss_sum(model, input_ids, position_ids, labels, chunked=path.chunked, fused=path.fused,
-                               attention=attention_kwargs)
+                               attention=attention_kwargs, sup_index=sup_index)
 
 
 def packed_loss_sum(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
                     labels: torch.Tensor, chunked: bool = True, fused: Callable | None = None,
-                    attention: dict | None = None) -> torch.Tensor:
+                    attention: dict | None = None, sup_index: torch.Tensor | None = None) -> torch.Tensor:
     """The summed token loss of a micro-batch of packed blocks already on the device (run it under the
     precision's autocast). ``chunked`` picks the path (trainer/loss.py's docstring): the final hidden
     states when the head allows it and they check out on first use, else the full logits; ``fused``
     (:func:`packtrain.trainer.loss.fused_kernel`) replaces the chunks where the head allows it;
-    ``attention`` are the model's attention keyword arguments."""
+    ``attention`` are the model's attention keyword arguments; ``sup_index`` the supervised positions the loader
+    found (trainer/data.py's ``collate``; None: found here, a host sync on a GPU)."""
     attention = attention or {}
     if chunked and chunked_supported(model):
         hidden, last_logits = packed_hidden_states(model, input_ids, position_ids, **attention)
         head = causal_lm(model).get_output_embeddings()
         if check_hidden_states(model, head, hidden, last_logits):
-            return hidden_loss_sum(head, hidden, labels, fused)
+            return hidden_loss_sum(head, hidden, labels, fused, sup_index)
     return token_loss_sum(packed_forward(model, input_ids, position_ids, **attention), labels)

@@ -322,6 +322,7 @@ def run_record(ctx: TrainContext) -> dict:
         "per_device_train_batch_size": batch_size, "gradient_accumulation_steps": train.gradient_accumulation_steps,
         "gradient_checkpointing": train.gradient_checkpointing, "attention": ctx.attention.name,
         "torch_compile": train.torch_compile, "fused_loss": ctx.fused is not None,
+        "base_precision": ctx.base_precision.name,
     }
 
 

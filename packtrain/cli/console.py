@@ -48,6 +48,9 @@ def library_output(verbose: bool) -> Iterator[None]:
             return
         warnings.simplefilter("ignore")  # packtrain issues no Python warnings: only the libraries' go
         last_resort, logging.lastResort = logging.lastResort, LibraryErrorsOnly()
+        own_handlers = [logging.getLogger(name) for name in LOGGERS_WITH_HANDLERS]
+        for logger in own_handlers:
+            logger.addFilter(_errors_only)
         switched = [switch for switch in BAR_SWITCHES if switch[0] in sys.modules and _bars_on(switch)]
         for _, module, _, disable, _ in switched:
             getattr(importlib.import_module(module), disable)()
@@ -55,8 +58,20 @@ def library_output(verbose: bool) -> Iterator[None]:
             yield
         finally:
             logging.lastResort = last_resort
+            for logger in own_handlers:
+                logger.removeFilter(_errors_only)
             for _, module, _, _, enable in switched:
                 getattr(importlib.import_module(module), enable)()
+
+
+LOGGERS_WITH_HANDLERS = ("torch.utils._pytree",)
+"""Library loggers whose records never reach the last resort (torch's loggers have torch's own handler), told
+record by record: torch's pytree warns twice in every process that imports torchao (the fp8 extra; transformers
+imports it whenever it is installed) that registering an Enum is deprecated."""
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
 
 
 class LibraryErrorsOnly(logging.Handler):

@@ -106,6 +106,9 @@ class ExpertConfig:
             errors.append("train.fsdp cannot shard a QLoRA base: bitsandbytes' NF4 weights (Params4bit) are not "
                           "shardable by fully_shard as they are. Use lora.method: lora with train.fsdp (the bf16 base "
                           "is split over the ranks), or qlora without train.fsdp (the NF4 base on each device)")
+        if self.model.base_precision == "fp8" and self.lora.method == "qlora":
+            errors.append("model.base_precision: fp8 with lora.method: qlora: the QLoRA base is NF4 already, there is no "
+                          "bf16 base to compute in fp8; use lora.method: lora with fp8, or base_precision: auto with qlora")
         if self.train.fsdp and self.train.merge_adapter:
             errors.append("train.fsdp with train.merge_adapter: merging needs the whole base on one device. Train "
                           "with merge_adapter false, then merge the finished run's adapter with `packtrain export "

@@ -36,6 +36,15 @@ class ModelConfig:
     """Per-document flash attention (``torch.nn.attention.varlen``, no mask) where it can run: CUDA,
     sm80+, a model that takes custom attention functions (trainer/attention.py). False, or where it
     cannot run: SDPA with a block-diagonal mask (exact, slower). The choice is logged."""
+    base_precision: Literal["bf16", "fp8", "auto"] = "auto"
+    """How the frozen base's linear layers compute (the LoRA weights and the optimizer stay as they are):
+    ``bf16``: in the training precision (``train.bf16``/``fp16``; fp32 on CPU); ``fp8``: torchao's float8
+    training linear layers with rowwise scaling (every decoder linear layer but the output head; the
+    embeddings never), which needs CUDA compute capability >= 8.9 (Ada, Hopper), bf16 and
+    ``pip install 'packtrain[fp8]'``, and not ``lora.method: qlora``; ``auto``: fp8 where that holds, the
+    run compiles (``train.torch_compile`` not false) and the model's hidden size is >= 3584 (7B class:
+    smaller matrices run slower in fp8), else bf16. The
+    choice is logged and recorded in run.json (trainer/fp8.py, docs/TRAINING.md)."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if not self.name:
@@ -150,9 +159,11 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward instead of keeping them: much less
     activation memory for more compute (the forward runs twice). Turn it on when a step runs out of memory."""
-    torch_compile: bool | Literal["auto"] = "auto"
-    """``torch.compile`` the model (default dynamic shapes: one recompile, then none); ``auto``: on
-    CUDA, off on CPU (where compiling costs more than it saves on short runs)."""
+    torch_compile: bool | Literal["auto", "regional"] = "auto"
+    """``regional``: ``torch.compile`` each decoder layer in place (one compiled graph serves every layer:
+    the first step compiles in seconds); ``true``: the whole model (minutes for a 7B); ``false``: eager.
+    Default dynamic shapes: one recompile, then none. ``auto``: regional on CUDA, off on CPU (where
+    compiling costs more than it saves on short runs). trainer/compilation.py."""
     fused_loss: bool | Literal["auto"] = "auto"
     """The fused linear cross-entropy of cut-cross-entropy for the loss head on CUDA (trainer/loss.py);
     ``auto``: used on CUDA when installed (``pip install 'packtrain[cuda]'``), else the chunked loss."""

@@ -50,7 +50,9 @@ def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], how: Gree
     by_index: dict[int, list[int]] = {}
     shown = Progress(progress or "generate", len(prompts), ("prompt", "prompts"), show=progress is not None)
     try:
-        with off, reference_attention_for_generation(causal_lm(model)):
+        # eager: decoder layers compiled in place for training (train.torch_compile: regional) would
+        # recompile for every layer's KV-cache index and every new length
+        with off, reference_attention_for_generation(causal_lm(model)), torch.compiler.set_stance("force_eager"):
             for start in range(0, len(order), how.batch_size):
                 chunk = order[start:start + how.batch_size]
                 ids, mask = left_pad([prompts[i] for i in chunk], how.pad_id)
