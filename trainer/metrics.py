@@ -129,8 +129,10 @@ def oom_advice(train_config, lora_config, expert: str = "EXPERT") -> str:
     knobs = [f"train.per_device_train_batch_size (now {train_config.per_device_train_batch_size}; "
              "raise gradient_accumulation_steps to keep the effective batch, or set it to auto with "
              "train.global_batch_size: the largest micro-batch that fits is then measured)"]
-    if not train_config.gradient_checkpointing:
-        knobs.append("train.gradient_checkpointing: true")
+    checkpointing = train_config.gradient_checkpointing
+    if checkpointing != "offload":
+        knobs.append("train.gradient_checkpointing: " + ("offload (layer inputs in CPU memory)" if checkpointing in (True, 1)
+                                                         else "true (every layer) or offload"))
     if lora_config.method != "qlora":
         knobs.append("lora.method: qlora (4-bit base weights)")
     if train_config.optim != "adamw_bnb_8bit":
@@ -139,7 +141,7 @@ def oom_advice(train_config, lora_config, expert: str = "EXPERT") -> str:
     knobs.append("a smaller train.max_seq_length (blocks cut into shorter windows, no rebuild) or "
                  f"pack.block_size (needs a rebuild: {rebuild})")
     knobs.append("a smaller lora.r or fewer lora.target_modules")
-    return "out of memory; reduce memory with: " + "; ".join(knobs)
+    return "reduce memory with: " + "; ".join(knobs)
 
 
 @dataclass(frozen=True)
