@@ -20,11 +20,14 @@ leave the GPU). ``auto`` is decided elsewhere: with the micro-batch by measureme
 from __future__ import annotations
 
 import inspect
+import logging
 from dataclasses import dataclass
 
 import torch
 
 from packtrain.core.errors import PacktrainError
+
+log = logging.getLogger("packtrain.train")
 
 
 class CheckpointingError(PacktrainError):
@@ -62,6 +65,15 @@ class Checkpointing:
             return "every layer" + (", offloaded" if self.offload else "")
         k = self.every
         return f"every {k}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10 if k % 100 not in (11, 12, 13) else 0, 'th')} layer"
+
+    @property
+    def recompute(self) -> float:
+        """The share of decoder layers that recompute (of many layers).
+
+        >>> OFF.recompute, Checkpointing(4).recompute, FULL.recompute
+        (0.0, 0.25, 1.0)
+        """
+        return 1 / self.every if self.every else 0.0
 
     def checkpointed(self, layers: int) -> int:
         """How many of ``layers`` decoder layers recompute.
@@ -108,6 +120,11 @@ def checkpointed_layers(model: torch.nn.Module) -> list[int]:
     return [i for i, layer in enumerate(decoder_layers(model)) if layer.gradient_checkpointing]
 
 
+def offload_possible(model: torch.nn.Module) -> bool:
+    """Whether ``model`` lives on an accelerator, whose saved activations pinned CPU memory can take."""
+    return next(model.parameters()).device.type != "cpu"
+
+
 def apply(model: torch.nn.Module, plan: Checkpointing) -> list[int]:
     """Switch ``plan`` on the causal LM inside ``model`` (a PeftModel, compiled or wrapped: whatever
     ``causal_lm`` unwraps); returns the indices of the decoder layers that now recompute."""
@@ -121,6 +138,10 @@ def apply(model: torch.nn.Module, plan: Checkpointing) -> list[int]:
     if not getattr(lm, "supports_gradient_checkpointing", False):
         raise CheckpointingError(f"{type(lm).__name__} does not support activation checkpointing: set "
                                  "train.gradient_checkpointing: false")
+    if plan.offload and not offload_possible(lm):
+        log.info("activation checkpointing offload on cpu: the activations live in host memory already; every "
+                 "layer recomputes, nothing is copied")
+        plan = FULL
     enable = getattr(lm, "activation_checkpointing_enable", None)  # transformers' name since 5.x
     kwargs = {"use_reentrant": False}
     if plan == FULL and enable is None:

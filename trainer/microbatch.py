@@ -122,7 +122,7 @@ def choose(trials: list[Trial], budget: str = "on this GPU") -> Trial:
                               "lower train.max_seq_length (no rebuild) or pack.block_size (a rebuild), use lora.method: "
                               "qlora, set train.gradient_checkpointing: auto (or offload), raise train.max_memory_gib, "
                               "or use a smaller model")
-    return max(fitting, key=lambda t: (t.speed, -t.micro, -t.plan.every, not t.plan.offload))
+    return max(fitting, key=lambda t: (t.speed, -t.micro, -t.plan.recompute, not t.plan.offload))
 
 
 def search(step: Callable[[int], None], per_device: int, usable: float, plans: tuple[Checkpointing, ...],
