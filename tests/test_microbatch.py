@@ -122,7 +122,9 @@ def test_auto_on_cpu_keeps_the_global_batch(tmp_path, model_dir):
     # no device memory to measure on a CPU: the largest divisor of 12 up to 8, accumulation for the rest
     assert (info["per_device_train_batch_size"], info["gradient_accumulation_steps"]) == (6, 2)
     assert info["global_batch_blocks"] == 12
-    assert "micro-batch auto on cpu: 6 block(s) x 2 accumulation" in (run_dir / "train.log").read_text()
+    log = (run_dir / "train.log").read_text()
+    assert "micro-batch auto on cpu: 6 block(s) x 2 accumulation" in log
+    assert "activation checkpointing off (auto: no device memory to budget)" in log and not info["gradient_checkpointing"]
 
 
 def test_global_batch_that_disagrees_with_the_world_is_refused(tmp_path, model_dir):
