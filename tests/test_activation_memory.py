@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -347,3 +348,23 @@ def test_the_cli_refuses_a_budget_that_is_no_number(tmp_path):
 
     result = CliRunner().invoke(main, ["train", "sql", "--max-memory-gib", "nan"])
     assert result.exit_code == 2 and "--max-memory-gib" in result.output and "finite" in result.output
+
+
+def test_the_cli_option_sets_the_budget_of_every_stage(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import packtrain.core.preflight as preflight
+    import packtrain.trainer.curriculum as curriculum
+    from packtrain.cli import commands
+
+    trained = []
+    monkeypatch.setattr(preflight, "check_train_inputs", lambda *args, **kwargs: None)
+    monkeypatch.setattr(commands, "ensure_converted", lambda cfg: None)
+    monkeypatch.setattr(curriculum, "train_expert", lambda cfg, *args, **kwargs: trained.append(cfg.train))
+    configs = str(Path(__file__).resolve().parents[1] / "configs")
+    result = CliRunner().invoke(commands.main, ["train", "sql", "--configs-dir", configs, "--model", "bundled",
+                                                "--max-memory-gib", "24"])
+    assert result.exit_code == 0, result.output
+    assert [t.max_memory_gib for t in trained] == [24.0]
+    result = CliRunner().invoke(commands.main, ["train", "sql", "--configs-dir", configs, "--max-memory-gib", "0"])
+    assert result.exit_code == 2 and "--max-memory-gib" in result.output
