@@ -124,7 +124,8 @@ def test_auto_on_cpu_keeps_the_global_batch(tmp_path, model_dir):
     assert info["global_batch_blocks"] == 12
     log = (run_dir / "train.log").read_text()
     assert "micro-batch auto on cpu: 6 block(s) x 2 accumulation" in log
-    assert "activation checkpointing off (auto: no device memory to budget)" in log and not info["gradient_checkpointing"]
+    assert "activation checkpointing auto on cpu: off (no device memory to budget)" in log
+    assert info["gradient_checkpointing"] is False
 
 
 def test_global_batch_that_disagrees_with_the_world_is_refused(tmp_path, model_dir):

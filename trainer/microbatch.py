@@ -294,10 +294,11 @@ def resolve_auto_micro_batch(train, model, train_set, path: LossPath, world: Wor
         micro = max(candidates(per_device, min(cap, 8)))
         plan = asked or OFF
         activations.apply(model, plan)
+        if asked is None:
+            log.info("activation checkpointing auto on %s: off (no device memory to budget)", path.device.type)
         choice = MicroBatch(micro, per_device // micro, plan,
                             f"micro-batch auto on {path.device.type}: {micro} block(s) x {per_device // micro} "
-                            "accumulation (no device memory to measure: the largest divisor up to 8), activation "
-                            f"checkpointing {plan.label}{'' if asked else ' (auto: no device memory to budget)'}")
+                            "accumulation (no device memory to measure: the largest divisor up to 8)")
     else:
         try:  # eager even where the run compiles: compiled, every candidate would compile anew (minutes)
             measured = auto_micro_batch(model, train_set, per_device, path, LADDER if asked is None else (asked,),
