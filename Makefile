@@ -1,5 +1,6 @@
 # packtrain: every target is a thin wrapper over the `packtrain` CLI in .venv/.
-# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS, EXECUTOR, RAY_ADDRESS (build); MAX_STEPS, RESUME, NPROC (train);
+# Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS, EXECUTOR, RAY_ADDRESS (build); MAX_STEPS, RESUME, NPROC,
+# MAX_MEMORY_GIB (train);
 # TOKENS (verify); ROWS, CORPUS, TOKENIZER (bench-build).
 
 PYTHON     ?= python3
@@ -12,6 +13,8 @@ CACHE_DIR  ?= cache
 DATASET    ?=
 MODEL      ?=
 MAX_STEPS  ?=
+# Train as on a GPU with this much memory (train.max_memory_gib), e.g. 24 for an RTX 4090.
+MAX_MEMORY_GIB ?=
 RESUME     ?=
 PART       ?=
 PARTS      ?=
@@ -52,7 +55,8 @@ BUILD_ARGS := --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC)) 
 PART_ARGS  := $(if $(PART),--part $(PART)) $(if $(EXECUTOR),--executor $(EXECUTOR)) \
 	$(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(and $(EXECUTOR),$(PARTS)),--parts $(PARTS))
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
-	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
+	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME)) \
+	$(if $(MAX_MEMORY_GIB),--max-memory-gib $(MAX_MEMORY_GIB))
 
 .PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build bench-dedup real-data-check gpu-wheel unsloth-wheel clean-venv locks test-latest lock
 

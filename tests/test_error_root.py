@@ -16,7 +16,8 @@ USER_FACING = [
     "packtrain.trainer.checkpoint.CheckpointError", "packtrain.trainer.loop.NonFiniteLossError",
     "packtrain.trainer.adapters.NonFiniteWeightsError", "packtrain.trainer.distributed.DistributedError",
     "packtrain.trainer.microbatch.MicroBatchError", "packtrain.trainer.eval.task_eval.TaskEvalError",
-    "packtrain.cli.export.ExportError",
+    "packtrain.cli.export.ExportError", "packtrain.trainer.activations.CheckpointingError",
+    "packtrain.trainer.memory.MemoryBudgetError",
 ]
 
 

@@ -338,3 +338,84 @@ def test_training_steps_sync_with_the_host_only_for_the_finiteness_check(tmp_pat
     summary, info = _summary(run_dir)
     assert info["attention"] == "varlen" and summary["steps"] == 6
     assert errors_on == [2, 3, 4, 5, 6] and checked == [None] * 6
+
+# Activation memory and the memory budget (issue 45): the CPU tests stand in for CUDA; these run the real thing.
+
+@pytest.fixture
+def uncapped():
+    """The per-process memory cap outlives a run: every test that sets one leaves the process uncapped."""
+    yield
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(1.0, CUDA)
+
+
+def test_the_budget_caps_the_allocator_where_a_smaller_card_would_run_out(uncapped):
+    from packtrain.trainer.memory import GIB, apply_budget
+
+    budget = apply_budget(2, CUDA)
+    assert budget.limit == pytest.approx(2 * GIB, rel=1e-3)
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(3 * GIB, dtype=torch.uint8, device=CUDA)  # fits the card, not the budget
+    torch.empty(GIB, dtype=torch.uint8, device=CUDA)  # within it
+
+
+def test_a_run_that_runs_out_of_its_budget_ends_in_one_line(tmp_path, model_dir, uncapped):
+    from packtrain.trainer.run_checks import TrainError
+
+    _build(tmp_path, model_dir)
+    with pytest.raises(TrainError) as err:  # 1 MiB: not even the model loads
+        run(make_config(model_dir, tmp_path / "runs", max_steps=2, max_memory_gib=2**-10), tmp_path / "cache")
+    assert str(err.value).startswith("out of memory within the budget 0.0 GiB (train.max_memory_gib, of the GPU's ")
+    assert "\n" not in str(err.value)
+
+
+def test_offloaded_checkpointing_on_cuda_gives_the_same_loss_and_gradients(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from packtrain.core.config_train import LoraConfig
+    from packtrain.trainer.activations import checkpointed_layers
+    from packtrain.trainer.adapters import attach_adapters
+    from packtrain.trainer.step import packed_loss_sum
+
+    def loss_and_grads(checkpointing):
+        base = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32).to(CUDA)
+        base.config.use_cache = False
+        model = attach_adapters(base, LoraConfig(r=4, alpha=8), checkpointing).train()
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
+        ids = torch.randint(3, 200, (2, 64), generator=torch.Generator().manual_seed(0)).to(CUDA)
+        positions = torch.cat([torch.arange(20), torch.arange(44)]).repeat(2, 1).to(CUDA)
+        loss = packed_loss_sum(model, ids, positions, ids.clone())
+        loss.backward()
+        return loss.item(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}, checkpointed_layers(model)
+
+    reference_loss, reference, _ = loss_and_grads(False)
+    loss, grads, layers = loss_and_grads("offload")
+    assert layers == [0, 1] and loss == pytest.approx(reference_loss, rel=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("checkpointing", ["offload", 2])
+def test_compiled_runs_with_selective_and_offloaded_checkpointing(tmp_path, model_dir, checkpointing):
+    _build(tmp_path, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=3, gradient_checkpointing=checkpointing,
+                              sample_prompts=0, task_eval=False), tmp_path / "cache")
+    summary, info = _summary(run_dir)
+    assert info["torch_compile"] is True and info["gradient_checkpointing"] == checkpointing
+    assert summary["steps"] == 3 and math.isfinite(summary["final_loss"])
+
+
+def test_auto_chooses_micro_batch_and_checkpointing_within_a_budget_and_logs_the_table(tmp_path, model_dir, uncapped):
+    _build(tmp_path, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=2, per_device_train_batch_size="auto",
+                              global_batch_size=8, max_memory_gib=4, sample_prompts=0, task_eval=False),
+                  tmp_path / "cache")
+    _, info = _summary(run_dir)
+    log = (run_dir / "train.log").read_text()
+    assert "micro-batch auto:   micro  checkpointing  peak GiB" in log and "<- chosen" in log
+    assert "budget 4.0 GiB (train.max_memory_gib, of the GPU's" in log
+    assert info["gradient_checkpointing"] is False  # a tiny model: every candidate fits without recompute

@@ -26,6 +26,7 @@ from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import LoraConfig
 from packtrain.core.contract import TOKENIZER_FILES
 from packtrain.core.resolve import portable_reference
+from packtrain.trainer import activations
 from packtrain.trainer.distributed import load_full_trainable_state, sharded
 
 log = logging.getLogger("packtrain.train")
@@ -36,7 +37,7 @@ MODEL_CARD = "README.md"  # peft's model card
 PACKTRAIN_CONFIG = "packtrain_config.json"
 
 
-def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpointing: bool) -> torch.nn.Module:
+def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpointing: bool | int | str) -> torch.nn.Module:
     """Wrap the frozen base in a PeftModel with trainable fp32 LoRA weights.
 
     LoRA and QLoRA take the same path. QLoRA does not go through peft's
@@ -47,13 +48,11 @@ def attach_adapters(model: torch.nn.Module, lora: LoraConfig, gradient_checkpoin
 
     The LoRA inputs are not upcast to the fp32 adapter dtype (peft's ``cast_input_dtype_enabled``):
     under autocast the adapter matmuls run in bf16/fp16 anyway, so the cast only made an fp32 copy of
-    every adapted layer's input; without autocast (fp32 on CPU) there is nothing to cast."""
-    checkpointing = {"use_reentrant": False}
-    if gradient_checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+    every adapted layer's input; without autocast (fp32 on CPU) there is nothing to cast.
+
+    ``gradient_checkpointing``: a ``train.gradient_checkpointing`` value (trainer/activations.py); ``auto``
+    starts with none, decided once the micro-batch is (trainer/microbatch.py: ``resolve``)."""
+    activations.apply(model, activations.from_config(gradient_checkpointing) or activations.OFF)
     check_target_modules(model, lora.target_modules)
     peft_config = PeftLoraConfig(
         r=lora.r,

@@ -5,12 +5,12 @@ train.py checks the build, the tokenizer and the checkpoint to resume, and makes
 they settled (its first fields); :func:`prepare` then runs the named setup phases, in this order, each
 filling the fields it names (nothing is written to the run directory yet):
 
-1. :func:`setup_runtime`: device, torch threads, seed, precision;
+1. :func:`setup_runtime`: device, its memory budget (``train.max_memory_gib``), torch threads, seed, precision;
 2. :func:`setup_model`: the base model, its linear layers' precision (fp8: trainer/fp8.py), its attention
    path and adapters (``train.init_adapter``);
 3. :func:`setup_micro_batch`: the fused loss kernel, torch.compile (regional, whole or off:
-   trainer/compilation.py), the train set and the micro-batch (``auto`` measured here, once): resolved
-   into ``ctx.train``;
+   trainer/compilation.py), the train set, the micro-batch and the activation checkpointing (``auto``
+   decided here, once): resolved into ``ctx.train``;
 4. :func:`setup_data`: the sampler and loaders, the number of steps (epochs cut into steps as HF's Trainer
    cuts them: trainer/epochs.py);
 5. :func:`setup_optimizer`: FSDP sharding (before the optimizer: it must hold the sharded parameters),
@@ -43,7 +43,8 @@ from packtrain.trainer.epochs import BatchStream, BlockSampler
 from packtrain.trainer.fp8 import BasePrecision, choose_base_precision, convert_base_to_fp8
 from packtrain.trainer.loss import fused_kernel
 from packtrain.trainer.metrics import FlopCounter
-from packtrain.trainer.microbatch import resolve_auto_micro_batch
+from packtrain.trainer.memory import Budget, apply_budget
+from packtrain.trainer.microbatch import resolve
 from packtrain.trainer.model import ModelSource, Precision, choose_precision, load_base_model
 from packtrain.trainer.optim import build_optimizer
 from packtrain.trainer.run_checks import TrainError
@@ -75,6 +76,7 @@ class TrainContext:
     train: TrainConfig = field(init=False)  # as resolved: torch_compile "regional" or a bool, the micro-batch a number
     device: torch.device = field(init=False)
     precision: Precision = field(init=False)
+    budget: Budget | None = field(init=False)  # the device memory the run may use (None: a CPU)
     # setup_model
     model: torch.nn.Module = field(init=False)  # the PeftModel (sharded under FSDP, never DDP-wrapped)
     attention: AttentionChoice = field(init=False)
@@ -116,11 +118,12 @@ def prepare(ctx: TrainContext) -> TrainContext:
 
 
 def setup_runtime(ctx: TrainContext) -> None:
-    """``train``, ``device``, ``precision``; torch's CPU threads (a resume trains with the checkpoint's),
+    """``train``, ``device``, ``budget``, ``precision``; torch's CPU threads (a resume trains with the checkpoint's),
     recorded in the state; the seed, the same on every rank."""
     train, state, world = ctx.config.train, ctx.state, ctx.world
     ctx.train = train
     ctx.device = device = device_for(world)
+    ctx.budget = apply_budget(train.max_memory_gib, device)  # before anything is allocated on the device
     log.info("%s", set_torch_threads(train.cpu_threads, resumed=state.cpu_threads if ctx.checkpoint else 0))
     state.cpu_threads = torch.get_num_threads()  # recorded in every checkpoint: a resume trains with them too
     seed_everything(train.seed)  # the same on every rank: identical LoRA init and dropout RNG streams
@@ -181,18 +184,15 @@ def base_precision(ctx: TrainContext, model: torch.nn.Module) -> BasePrecision:
 
 
 def setup_micro_batch(ctx: TrainContext) -> None:
-    """``fused``, ``train_set``; the loss kernel, compile and micro-batch resolved into ``train``
-    (``auto`` decided here, once)."""
+    """``fused``, ``train_set``; the loss kernel, compile, micro-batch and activation checkpointing resolved
+    into ``train`` (``auto`` decided here, once: trainer/microbatch.py ``resolve``)."""
     train, device = ctx.train, ctx.device
     ctx.fused = fused_kernel(train.fused_loss, device)
     compile_mode, words = choose_compile(train.torch_compile, device)
     log.info("torch.compile: %s", words)
     train = dataclasses.replace(train, torch_compile=compile_mode)
     ctx.train_set = BlockDataset(ctx.build_dir, ctx.manifest, "train", ctx.state.seq_length)
-    if train.per_device_train_batch_size == "auto":
-        train = resolve_auto_micro_batch(train, ctx.model, ctx.train_set, ctx.precision, device, ctx.attention,
-                                         ctx.fused, ctx.world)
-    ctx.train = train
+    ctx.train = resolve(train, ctx.model, ctx.train_set, ctx.loss_path, ctx.world, ctx.budget)
 
 
 def setup_data(ctx: TrainContext) -> None:

@@ -111,7 +111,7 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
                     metrics.write(record)
                     progress.logged(record)  # a bar on a terminal, a line with the ETA elsewhere (trainer/progress.py)
                     if len(records) == 1:
-                        report_memory(ctx.device, state.step)
+                        report_memory(ctx.device, state.step, ctx.budget)
 
             paused = time.perf_counter()  # evaluation and checkpoints are not training throughput
             saved = evaluate_and_save(ctx, module, metrics, evals, save=stop or timed)

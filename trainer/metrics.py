@@ -115,22 +115,28 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
 
 
-def report_memory(device: torch.device, step: int) -> None:
-    """After the first steps (CUDA only): peak memory and how much is left."""
+def report_memory(device: torch.device, step: int, budget=None) -> None:
+    """After the first steps (CUDA only): peak memory and how much is left (of ``budget``, trainer/memory.py's
+    ``Budget``, when ``train.max_memory_gib`` caps the run: the card's free memory would overstate it)."""
     if device.type != "cuda":
         return
     free, total = torch.cuda.mem_get_info(device)
-    log.info("memory after step %d: peak allocated %.2f GiB, reserved %.2f GiB, headroom %.2f of %.2f GiB",
-             step, torch.cuda.max_memory_allocated(device) / 2**30, torch.cuda.memory_reserved(device) / 2**30,
-             free / 2**30, total / 2**30)
+    reserved = torch.cuda.memory_reserved(device)
+    if budget is not None and budget.capped:
+        free, total = max(budget.limit - reserved, 0), budget.limit
+    log.info("memory after step %d: peak allocated %.2f GiB, reserved %.2f GiB, headroom %.2f of %.2f GiB%s",
+             step, torch.cuda.max_memory_allocated(device) / 2**30, reserved / 2**30, free / 2**30, total / 2**30,
+             " (train.max_memory_gib)" if budget is not None and budget.capped else "")
 
 
 def oom_advice(train_config, lora_config, expert: str = "EXPERT") -> str:
     knobs = [f"train.per_device_train_batch_size (now {train_config.per_device_train_batch_size}; "
              "raise gradient_accumulation_steps to keep the effective batch, or set it to auto with "
              "train.global_batch_size: the largest micro-batch that fits is then measured)"]
-    if not train_config.gradient_checkpointing:
-        knobs.append("train.gradient_checkpointing: true")
+    checkpointing = train_config.gradient_checkpointing
+    if checkpointing != "offload":
+        knobs.append("train.gradient_checkpointing: " + ("offload (layer inputs in CPU memory)" if checkpointing in (True, 1)
+                                                         else "true (every layer) or offload"))
     if lora_config.method != "qlora":
         knobs.append("lora.method: qlora (4-bit base weights)")
     if train_config.optim != "adamw_bnb_8bit":
@@ -139,7 +145,7 @@ def oom_advice(train_config, lora_config, expert: str = "EXPERT") -> str:
     knobs.append("a smaller train.max_seq_length (blocks cut into shorter windows, no rebuild) or "
                  f"pack.block_size (needs a rebuild: {rebuild})")
     knobs.append("a smaller lora.r or fewer lora.target_modules")
-    return "out of memory; reduce memory with: " + "; ".join(knobs)
+    return "reduce memory with: " + "; ".join(knobs)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,22 @@
-"""``per_device_train_batch_size: auto``: the fastest micro-batch that fits, measured, not guessed.
+"""``per_device_train_batch_size: auto``: the fastest micro-batch that fits, measured, not guessed, and with
+``gradient_checkpointing: auto`` the activation checkpointing chosen with it.
 
 The optimizer step always trains ``global_batch_size`` blocks (micro-batch x accumulation x world
-size): auto only decides how they are split into forwards. On CUDA it runs forward + backward on
-real blocks of the build at each candidate micro-batch (the divisors of the per-device batch, from
-1 up), eager (where the run compiles, it compiles once, for the choice, in step 1), twice each (the
-first warms the kernels up), and records the peak memory and the time of the second.
-Candidates stop at the first that goes over ``1 - HEADROOM`` of the GPU's memory or runs out of it.
-If not even one block fits, activation checkpointing is switched on and the search runs again. The
-fastest candidate wins; the log gets every measurement. Nothing is trained: gradients are dropped
-and the RNG state is restored, so the run continues exactly as if it had started with the choice.
+size): auto only decides how they are split into forwards, and which decoder layers recompute. On CUDA
+it runs forward + backward on real blocks of the build at each candidate micro-batch (the divisors of
+the per-device batch, from 1 up), eager (where the run compiles, it compiles once, for the choice, in
+step 1), twice each (the first warms the kernels up), and records the peak memory and the time of the
+second. Candidates stop at the first that goes over ``1 - HEADROOM`` of the memory budget
+(trainer/memory.py: the GPU, or ``train.max_memory_gib``) or runs out of it.
+
+With ``gradient_checkpointing: auto`` the search climbs trainer/activations.py's ladder, least recompute
+first (off, every 4th layer, every 2nd, every layer; ``offload`` only if not even one block fits with
+every layer): each rung measures only the micro-batches the rungs below could not fit (at a micro-batch
+that fits already, more recompute is only slower), and the climb ends once the largest candidate fits.
+With any other value only that checkpointing is measured. The fastest trial (blocks per second) wins;
+the log gets every trial and the table of them with the choice and why. Nothing is trained: gradients
+are dropped and the RNG state is restored, so the run continues exactly as if it had started with the
+choice.
 
 A build with fewer train sequences than the per-device batch caps the candidates at ``ceil(N / W)``
 (:func:`sequences_per_rank`): a larger micro-batch would only add padding to every forward, and the
@@ -26,16 +34,14 @@ from typing import Callable
 import torch
 
 from packtrain.core.errors import PacktrainError
+from packtrain.trainer import activations
+from packtrain.trainer.activations import FULL, LADDER, OFF, OFFLOAD, Checkpointing
 from packtrain.trainer.adapters import trainable_parameters
 from packtrain.trainer.distributed import World, decide_on_rank0
+from packtrain.trainer.memory import GIB, HEADROOM, Budget
 from packtrain.trainer.step import LossPath, forward_loss
 
 log = logging.getLogger("packtrain.train")
-
-HEADROOM = 0.15
-"""Share of the GPU's memory left free by the chosen micro-batch (allocator fragmentation, eval, the
-optimizer's first step, other processes)."""
-
 
 class MicroBatchError(PacktrainError, RuntimeError):
     """Not even one block fits on the device; the message says what to change."""
@@ -44,7 +50,7 @@ class MicroBatchError(PacktrainError, RuntimeError):
 @dataclass(frozen=True)
 class Trial:
     micro: int
-    checkpointing: bool
+    plan: Checkpointing
     peak_gib: float | None   # None: out of memory
     seconds: float | None
 
@@ -52,12 +58,17 @@ class Trial:
     def fits(self) -> bool:
         return self.seconds is not None
 
+    @property
+    def speed(self) -> float:
+        """Blocks per second (0 where it did not fit)."""
+        return self.micro / self.seconds if self.fits else 0.0
+
 
 @dataclass(frozen=True)
 class MicroBatch:
     micro: int
     accumulation: int
-    checkpointing: bool
+    plan: Checkpointing
     note: str
 
 
@@ -102,41 +113,66 @@ def cap_note(per_device: int, cap: int, sequences: int, world_size: int) -> str:
             "(a larger micro-batch is padding)")
 
 
-def choose(trials: list[Trial]) -> Trial:
-    """The fastest fitting trial (tokens per second: micro / seconds); ties go to the smaller micro-batch."""
+def choose(trials: list[Trial], budget: str = "on this GPU") -> Trial:
+    """The fastest fitting trial (blocks per second); ties go to the smaller micro-batch, then to less recompute."""
     fitting = [t for t in trials if t.fits]
     if not fitting:
-        raise MicroBatchError("not even one block per forward fits on this GPU, with activation checkpointing: "
-                              "lower train.max_seq_length (no rebuild) or pack.block_size (a rebuild), use "
-                              "lora.method: qlora, or a smaller model")
-    return max(fitting, key=lambda t: (t.micro / t.seconds, -t.micro))
+        tried = ", ".join(sorted({t.plan.label for t in trials}))
+        raise MicroBatchError(f"not even one block per forward fits {budget} (activation checkpointing tried: {tried}): "
+                              "lower train.max_seq_length (no rebuild) or pack.block_size (a rebuild), use lora.method: "
+                              "qlora, set train.gradient_checkpointing: auto (or offload), raise train.max_memory_gib, "
+                              "or use a smaller model")
+    return max(fitting, key=lambda t: (t.speed, -t.micro, -t.plan.recompute, not t.plan.offload))
 
 
-def search(step: Callable[[int], None], per_device: int, total_bytes: int, checkpointing: bool,
-           enable_checkpointing: Callable[[], None], device: torch.device,
-           cap: int | None = None) -> tuple[Trial, list[Trial]]:
-    """Measure ``step(micro)`` (one forward + backward on ``micro`` blocks) at each divisor of
-    ``per_device`` up to ``cap`` (:func:`candidates`; None: all); returns the chosen trial and all of them."""
-    limit = (1 - HEADROOM) * total_bytes
+def search(step: Callable[[int], None], per_device: int, usable: float, plans: tuple[Checkpointing, ...],
+           use: Callable[[Checkpointing], None], device: torch.device, cap: int | None = None) -> list[Trial]:
+    """Measure ``step(micro)`` (one forward + backward on ``micro`` blocks) at the divisors of ``per_device`` up
+    to ``cap`` (:func:`candidates`; None: all) under each of ``plans`` in turn (``use(plan)`` switches it on),
+    within ``usable`` bytes; returns every trial. A plan measures only the micro-batches larger than the largest
+    that fit so far; the climb ends when the largest candidate fits; ``offload`` only runs if nothing fit."""
+    sizes = candidates(per_device, per_device if cap is None else cap)
     trials: list[Trial] = []
-    for attempt in ((checkpointing,) if checkpointing else (False, True)):
-        if attempt and not checkpointing:
-            log.info("micro-batch auto: one block does not fit without activation checkpointing: switching it on")
-            enable_checkpointing()
-        for micro in candidates(per_device, per_device if cap is None else cap):
-            trial = _measure(step, micro, attempt, limit, device)
+    for plan in plans:
+        fitted = max((t.micro for t in trials if t.fits), default=0)
+        if fitted == sizes[-1] or (plan == OFFLOAD and fitted):
+            break
+        use(plan)
+        for micro in (m for m in sizes if m > fitted):
+            trial = _measure(step, micro, plan, usable, device)
             trials.append(trial)
-            log.info("micro-batch auto: %d block(s)%s: %s", micro, " (checkpointing)" if attempt else "",
+            log.info("micro-batch auto: %d block(s), checkpointing %s: %s", micro, plan.label,
                      f"peak {trial.peak_gib:.2f} GiB, {trial.seconds * 1e3:.0f} ms" if trial.fits else
                      "does not fit" + (f" (peak {trial.peak_gib:.2f} GiB)" if trial.peak_gib else ""))
             if not trial.fits:
                 break
-        if any(t.fits for t in trials):
-            break
-    return choose(trials), trials
+    return trials
 
 
-def _measure(step: Callable[[int], None], micro: int, checkpointing: bool, limit: float, device: torch.device) -> Trial:
+def table(trials: list[Trial], chosen: Trial) -> list[str]:
+    """The trials as the log's table, the chosen one marked, and why it won.
+
+    >>> lines = table([Trial(1, OFF, 20.0, 0.5), Trial(2, OFF, None, None), Trial(2, FULL, 30.0, 1.5)], Trial(1, OFF, 20.0, 0.5))
+    >>> print("\\n".join(lines))
+      micro  checkpointing  peak GiB     ms  blocks/s
+          1  off               20.00    500      2.00  <- chosen
+          2  off                   -      -         -  does not fit
+          2  every layer       30.00   1500      1.33
+    chosen: 1 block(s) per forward, checkpointing off: the most blocks per second of the 2 that fit
+    """
+    lines = [f"  {'micro':>5}  {'checkpointing':<13}  {'peak GiB':>8}  {'ms':>5}  {'blocks/s':>8}"]
+    for t in trials:
+        row = (f"{t.peak_gib:8.2f}  {t.seconds * 1e3:5.0f}  {t.speed:8.2f}" if t.fits
+               else f"{'-' if t.peak_gib is None else f'{t.peak_gib:.2f}':>8}  {'-':>5}  {'-':>8}")
+        mark = "  <- chosen" if t == chosen else "" if t.fits else "  does not fit"
+        lines.append(f"  {t.micro:5d}  {t.plan.label:<13}  {row}{mark}")
+    fitting = sum(t.fits for t in trials)
+    lines.append(f"chosen: {chosen.micro} block(s) per forward, checkpointing {chosen.plan.label}: the most blocks per "
+                 f"second of the {fitting} that fit")
+    return lines
+
+
+def _measure(step: Callable[[int], None], micro: int, plan: Checkpointing, limit: float, device: torch.device) -> Trial:
     seconds = None
     peak = None
     try:
@@ -158,22 +194,22 @@ def _measure(step: Callable[[int], None], micro: int, checkpointing: bool, limit
         torch.cuda.empty_cache()
     if peak is not None and peak > limit:
         seconds = None
-    return Trial(micro, checkpointing, None if peak is None else peak / 2**30, seconds)
+    return Trial(micro, plan, None if peak is None else peak / GIB, seconds)
 
 
-def auto_micro_batch(model: torch.nn.Module, dataset, per_device: int, path: LossPath,
-                     params: list[torch.nn.Parameter], checkpointing: bool, cap: int | None = None) -> MicroBatch:
-    """Search on ``dataset``'s first blocks (candidates up to ``cap``: :func:`sequences_per_rank`) with the
-    run's own micro-step (:func:`packtrain.trainer.step.forward_loss` on ``path``), eager (the PeftModel
-    ``model``, also switched to checkpointing here): compiled, each candidate shape would compile again,
-    minutes on a 0.5B model. Compiled, the chosen micro-batch
-    needed less memory where measured (0.5B, 16 blocks, H100: 36.0 GiB compiled, 44.5 eager); the
-    headroom is for what differs."""
+def auto_micro_batch(model: torch.nn.Module, dataset, per_device: int, path: LossPath, plans: tuple[Checkpointing, ...],
+                     budget: Budget, cap: int | None = None) -> MicroBatch:
+    """Search on ``dataset``'s first blocks (candidates up to ``cap``: :func:`sequences_per_rank`) under ``plans``
+    with the run's own micro-step (:func:`packtrain.trainer.step.forward_loss` on ``path``), eager (the PeftModel
+    ``model``, its checkpointing switched here and left at the choice): compiled, each candidate shape would
+    compile again, minutes on a 0.5B model. Compiled, the chosen micro-batch needed less memory where
+    measured (0.5B, 16 blocks, H100: 36.0 GiB compiled, 44.5 eager); the headroom is for what differs."""
     from packtrain.trainer.data import collate
 
     model.train()  # as in training: transformers checkpoints layers only in train mode
     cap = min(per_device, len(dataset), per_device if cap is None else cap)
     blocks = [dataset[i] for i in range(cap)]  # real, distinct sequences: never padding
+    params = trainable_parameters(model)
     rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all())
 
     def step(micro: int) -> None:
@@ -183,12 +219,10 @@ def auto_micro_batch(model: torch.nn.Module, dataset, per_device: int, path: Los
         for p in params:
             p.grad = None
 
-    def enable_checkpointing() -> None:
-        set_checkpointing(model, True)
-
-    total = torch.cuda.get_device_properties(path.device).total_memory
     try:
-        chosen, trials = search(step, per_device, total, checkpointing, enable_checkpointing, path.device, cap)
+        trials = search(step, per_device, budget.usable, plans, lambda plan: activations.apply(model, plan),
+                        path.device, cap)
+        chosen = choose(trials, f"in the {budget.note}")
     finally:  # a trial that ran out of memory may have left partial gradients: none survive
         for p in params:
             p.grad = None
@@ -198,45 +232,77 @@ def auto_micro_batch(model: torch.nn.Module, dataset, per_device: int, path: Los
         # run: left as it was, it read the last (largest) eager trial's peak (0.5B, 16 blocks, H100:
         # 44.47 GiB in the search, 36.0 GiB training compiled; 2026-11-27)
         torch.cuda.reset_peak_memory_stats(path.device)
-    note = (f"micro-batch auto: {chosen.micro} block(s) per forward x {per_device // chosen.micro} accumulation "
-            f"(peak {chosen.peak_gib:.2f} of {total / 2**30:.1f} GiB, {chosen.micro / chosen.seconds:.2f} blocks/s"
-            f"{', activation checkpointing on' if chosen.checkpointing else ''})")
-    return MicroBatch(chosen.micro, per_device // chosen.micro, chosen.checkpointing, note)
+    activations.apply(model, chosen.plan)  # the search may have ended on another rung
+    for line in table(trials, chosen):
+        log.info("micro-batch auto: %s", line)
+    note = (f"micro-batch auto: {chosen.micro} block(s) per forward x {per_device // chosen.micro} accumulation, "
+            f"activation checkpointing {chosen.plan.label} (peak {chosen.peak_gib:.2f} GiB, {budget.note}, "
+            f"{chosen.speed:.2f} blocks/s)")
+    return MicroBatch(chosen.micro, per_device // chosen.micro, chosen.plan, note)
 
 
-def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
-    """Activation checkpointing of the causal LM inside ``model`` on or off (non-reentrant)."""
-    from packtrain.trainer.model import causal_lm
-
-    lm = causal_lm(model)
-    if on:
-        enable = getattr(lm, "activation_checkpointing_enable", None)  # the transformers >= 5 name
-        if enable is not None:
-            enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        disable = getattr(lm, "activation_checkpointing_disable", None) or lm.gradient_checkpointing_disable
-        disable()
+def resolve(train, model, train_set, path: LossPath, world: World, budget: Budget | None):
+    """``train`` with the micro-batch and the activation checkpointing decided (``auto`` values resolved,
+    the model switched to the checkpointing chosen): :func:`resolve_auto_micro_batch` when the micro-batch is
+    ``auto``, else the estimate (trainer/memory.py) for ``gradient_checkpointing: auto``."""
+    if train.per_device_train_batch_size == "auto":
+        return resolve_auto_micro_batch(train, model, train_set, path, world, budget)
+    plan = activations.from_config(train.gradient_checkpointing)
+    if plan is None:
+        plan, note = estimated_checkpointing(model, train, train_set.seq_length, path, budget)
+        activations.apply(model, plan)
+        log.info("%s", note)
+    return dataclasses.replace(train, gradient_checkpointing=plan.value)
 
 
-def resolve_auto_micro_batch(train, model, train_set, precision, device, attention, fused, world: World):
-    """``per_device_train_batch_size: auto``: measured on CUDA (trainer/microbatch.py; under torchrun
-    every rank measures, rank 0's choice is taken by all); on CPU, where there is no device memory to
-    measure, the largest divisor of the per-device batch up to 8 (said in the log). Either way no larger
-    than the ``ceil(N / W)`` sequences a rank can read at once (:func:`sequences_per_rank`)."""
+def estimated_checkpointing(model, train, seq_length: int, path: LossPath, budget: Budget | None):
+    """``gradient_checkpointing: auto`` with a micro-batch of a number: the least recompute that the memory
+    estimate fits in the budget (trainer/memory.py); off on a CPU. Returns (plan, the log line)."""
+    from packtrain.trainer.memory import choose_by_estimate, model_for
+
+    tokens = train.per_device_train_batch_size * seq_length
+    if budget is None:
+        return OFF, f"activation checkpointing auto on {path.device.type}: off (no device memory to budget)"
+    params = trainable_parameters(model)
+    fixed = torch.cuda.memory_allocated(path.device) + 12 * sum(p.numel() for p in params)  # + fp32 grads, AdamW
+    act_bytes = 2 if path.precision.autocast_dtype is not None else 4
+    memory = model_for(model, fixed, _lora_rank(model), act_bytes, path.fused is not None)
+    if memory is None:
+        return FULL, ("activation checkpointing auto: every layer (no memory estimate for this architecture; set "
+                      "train.gradient_checkpointing, or per_device_train_batch_size: auto to measure)")
+    plan, lines = choose_by_estimate(memory, tokens, budget.usable)
+    return plan, (f"activation checkpointing auto: {plan.label}, the least recompute whose estimated peak fits "
+                  f"{budget.usable / GIB:.1f} GiB ({budget.note} less {HEADROOM:.0%}) at {tokens} tokens per "
+                  f"forward: {'; '.join(lines)}")
+
+
+def _lora_rank(model) -> int:
+    config = getattr(model, "peft_config", {}).get("default")
+    return int(getattr(config, "r", 0) or 0)
+
+
+def resolve_auto_micro_batch(train, model, train_set, path: LossPath, world: World, budget: Budget | None):
+    """``per_device_train_batch_size: auto``: measured on CUDA with the checkpointing (``auto``: the ladder;
+    under torchrun every rank measures, rank 0's choice is taken by all); on CPU, where there is no device
+    memory to measure, the largest divisor of the per-device batch up to 8 and (``auto``) no checkpointing
+    (said in the log). Either way no larger than the ``ceil(N / W)`` sequences a rank can read
+    (:func:`sequences_per_rank`)."""
     per_device = train.global_batch_size // world.world_size  # a multiple: check_batch_shape
     cap = sequences_per_rank(len(train_set), world.world_size)
-    if device.type != "cuda":
+    asked = activations.from_config(train.gradient_checkpointing)
+    if budget is None:
         micro = max(candidates(per_device, min(cap, 8)))
-        choice = MicroBatch(micro, per_device // micro, train.gradient_checkpointing,
-                            f"micro-batch auto on {device.type}: {micro} block(s) x {per_device // micro} "
+        plan = asked or OFF
+        activations.apply(model, plan)
+        if asked is None:
+            log.info("activation checkpointing auto on %s: off (no device memory to budget)", path.device.type)
+        choice = MicroBatch(micro, per_device // micro, plan,
+                            f"micro-batch auto on {path.device.type}: {micro} block(s) x {per_device // micro} "
                             "accumulation (no device memory to measure: the largest divisor up to 8)")
     else:
-        path = LossPath(device, precision, attention, fused, train.chunked_loss)
         try:  # eager even where the run compiles: compiled, every candidate would compile anew (minutes)
-            measured = auto_micro_batch(model, train_set, per_device, path, trainable_parameters(model),
-                                        train.gradient_checkpointing, cap)
+            measured = auto_micro_batch(model, train_set, per_device, path, LADDER if asked is None else (asked,),
+                                        budget, cap)
         except MicroBatchError as e:
             measured = e  # raised below on every rank if rank 0 failed; never a rank left waiting
 
@@ -245,9 +311,8 @@ def resolve_auto_micro_batch(train, model, train_set, precision, device, attenti
                 raise measured
             return measured
         choice = decide_on_rank0(rank0_choice, world)
-        ours = measured.checkpointing if isinstance(measured, MicroBatch) else True
-        if choice.checkpointing != ours:
-            set_checkpointing(model, choice.checkpointing)  # every rank as rank 0 decided
+        if not isinstance(measured, MicroBatch) or choice.plan != measured.plan:
+            activations.apply(model, choice.plan)  # every rank as rank 0 decided
     log.info("%s%s", choice.note, cap_note(per_device, cap, len(train_set), world.world_size))
     return dataclasses.replace(train, per_device_train_batch_size=choice.micro,
-                               gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.checkpointing)
+                               gradient_accumulation_steps=choice.accumulation, gradient_checkpointing=choice.plan.value)

@@ -26,6 +26,7 @@ default on CUDA: trainer/eval/task_eval.py) and draws ``plots/*.png`` (trainer/p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -41,6 +42,7 @@ from packtrain.core.errors import ContractError, Interrupted
 from packtrain.core.preflight import check_report_to
 from packtrain.core.run_lock import RunLocked, RunLocks
 from packtrain.core.rundir import RUN_JSON, complete_checkpoints, finished_artifacts, record_runs_dir, run_dirs
+from packtrain.trainer.activations import CheckpointingError, from_config
 from packtrain.trainer.adapters import NonFiniteWeightsError
 from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
                                           check_same_adapter, check_same_training, discard_later_checkpoints,
@@ -50,6 +52,7 @@ from packtrain.trainer.data import BlockDataset
 from packtrain.trainer.distributed import DistributedError, World, close_world, decide_on_rank0, init_world, wrap
 from packtrain.trainer.epochs import epoch_shape
 from packtrain.trainer.loop import NonFiniteLossError, train_loop
+from packtrain.trainer.memory import MemoryBudgetError, out_of_memory_message
 from packtrain.trainer.metrics import Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops
 from packtrain.trainer.microbatch import MicroBatchError
 from packtrain.trainer.model import ModelError, ModelSource, model_source, tokenizer_dir
@@ -65,7 +68,8 @@ log = logging.getLogger("packtrain.train")
 
 # Errors whose message is the whole story (the CLI prints it without a traceback and exits 2).
 EXPECTED_ERRORS = (TrainError, ModelError, CheckpointError, NonFiniteLossError, NonFiniteWeightsError, ContractError,
-                   ConfigError, DistributedError, MicroBatchError, DiskFullError, RunLocked)
+                   ConfigError, DistributedError, MicroBatchError, DiskFullError, RunLocked, CheckpointingError,
+                   MemoryBudgetError)
 
 
 def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None, resume: str | None = None,
@@ -107,7 +111,8 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
     # nothing and discards no checkpoint; the log lines meanwhile are held for the run's train.log
     held = HeldLog() if world.is_main else None
     try:
-        prepare(ctx)
+        with out_of_memory_is_one_line(ctx):
+            prepare(ctx)
         # the run directory (a resumed run continues in its own, unless that run is finished: a finished
         # run is never written to, so it continues in a new one); from here on the log goes there too
         # locked by rank 0 before anything is written into it: one process per run directory
@@ -129,7 +134,8 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         for dropped in discard_later_checkpoints(run_dir, state.step):
             log.warning("resuming from step %d abandons %s: removed", state.step, dropped.name)
     try:
-        return _train(ctx)
+        with out_of_memory_is_one_line(ctx):
+            return _train(ctx)
     except Exception as e:
         log_failure(e, world)
         raise
@@ -299,12 +305,27 @@ def _train_and_finish(ctx: TrainContext, metrics: Reporting) -> Path:
         start, start_tokens = time.perf_counter(), state.tokens
         model = ctx.model if ctx.fsdp else wrap(ctx.model, world, ctx.device)
         records, evals = train_loop(ctx, model, meter, metrics)
-    except torch.OutOfMemoryError as e:
-        raise TrainError(oom_advice(train, ctx.config.lora, ctx.config.expert)) from e
     finally:
         metrics.close()
     wall = time.perf_counter() - start
     return finish_run(ctx, records, evals, wall, start_tokens)
+
+
+@contextlib.contextmanager
+def out_of_memory_is_one_line(ctx: TrainContext):
+    """``torch.OutOfMemoryError`` (loading the model, measuring, training, the end of the run) becomes a
+    :class:`TrainError` of one line: the budget, the micro-batch, the checkpointing and what to lower. What
+    was saved before stays (checkpoints, the run's files): nothing is removed on the way out."""
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        train = getattr(ctx, "train", ctx.config.train)
+        plan = from_config(train.gradient_checkpointing)
+        label = "auto (not yet chosen)" if plan is None else plan.label
+        message = out_of_memory_message(getattr(ctx, "budget", None), train.per_device_train_batch_size,
+                                        ctx.state.seq_length, label, oom_advice(train, ctx.config.lora,
+                                                                                ctx.config.expert))
+        raise TrainError(message) from e
 
 
 def run_record(ctx: TrainContext) -> dict:

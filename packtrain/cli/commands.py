@@ -16,7 +16,7 @@ import click
 
 from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.export import export
-from packtrain.cli.options import DocumentCount, Remembered, cache_dir_option, resolve, with_config
+from packtrain.cli.options import DocumentCount, FiniteRange, Remembered, cache_dir_option, resolve, with_config
 from packtrain.cli.plots import draw_build_plots, plot
 from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
@@ -166,7 +166,9 @@ def merge_parts_command(cfg, cache_dir, parts):
 @click.option("--allow-build-change", is_flag=True,
               help="Resume a checkpoint taken on another build of the same tokenizer.")
 @click.option("--max-steps", type=int, default=None, help="Train exactly this many optimizer steps.")
-def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps):
+@click.option("--max-memory-gib", type=FiniteRange(min=0, max=1048576, min_open=True), default=None,
+              help="Train as on a GPU with this much memory (train.max_memory_gib), e.g. 24 for an RTX 4090.")
+def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps, max_memory_gib):
     """Train EXPERT's LoRA/QLoRA adapter on its packed shards (build first: `make train` does)."""
     from packtrain.core.preflight import check_train_inputs
 
@@ -182,6 +184,8 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
         if os.environ.get("RANK", "0") == "0":  # under torchrun, said once
             click.echo(f"warning: {line}", err=True)
 
+    if max_memory_gib is not None:  # as --set train.max_memory_gib would (every stage's train derives from it)
+        cfg.train.max_memory_gib = max_memory_gib
     if notes and max_steps is not None:  # the cpu profile's line says the steps that will run
         notes = [cfg.cpu_note(max_steps)]
     check_train_inputs(cfg, cache_dir, build_id, resume, warn=warn)

@@ -156,9 +156,21 @@ class TrainConfig:
     tf32: bool = True
     """On CUDA: allow TF32 for fp32 matrix multiplications and convolutions (faster on Ampere and later,
     slightly less precise); no effect on a CPU."""
-    gradient_checkpointing: bool = False
-    """Recompute each decoder layer's activations in the backward instead of keeping them: much less
-    activation memory for more compute (the forward runs twice). Turn it on when a step runs out of memory."""
+    gradient_checkpointing: bool | int | Literal["auto", "offload"] = num("auto", "[1, 65536]",
+                                                                        "or true, false, auto, offload")
+    """Which decoder layers recompute their activations in the backward instead of keeping them
+    (trainer/activations.py): ``false`` none (fastest, most memory); an integer ``k`` every k-th layer
+    (layers 0, k, 2k, ...: selective, about 1/k of the recompute and of the saving; 1 is ``true``);
+    ``true`` every layer (a LoRA step about 1.5x the FLOPs); ``offload`` every layer, their inputs kept
+    in pinned CPU memory (the last resort: the least device memory, copies each step). ``auto``: with
+    ``per_device_train_batch_size: auto`` (CUDA) chosen together with the micro-batch, by measured
+    tokens/s within the memory budget; with a number, the least recompute that a memory estimate fits
+    in the budget (``max_memory_gib``); on a CPU, none. The choice and why are in the log."""
+    max_memory_gib: float | None = num(None, "(0, 1048576]", "or unset: the whole GPU")
+    """Train as on a GPU with this much memory (GiB): ``torch.cuda.set_per_process_memory_fraction``
+    caps this process at it, ``auto`` choices fit in it, and running out of it names it (check a 24 GB
+    RTX 4090's fit on a larger card with 24). More than the GPU has is refused; on a CPU it is ignored
+    (said in the log: host memory is not capped). ``packtrain train --max-memory-gib`` sets it."""
     torch_compile: bool | Literal["auto", "regional"] = "auto"
     """``regional``: ``torch.compile`` each decoder layer in place (one compiled graph serves every layer:
     the first step compiles in seconds); ``true``: the whole model (minutes for a 7B); ``false``: eager.
