@@ -94,14 +94,15 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         "sources": [
             {"source": source.fingerprint(sha256) if sha256 else source.fingerprint(),
              "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows, "weight": spec.weight,
-             **({"where": [dataclasses.asdict(c) for c in spec.where]} if spec.where else {})}
+             **({"where": [dataclasses.asdict(c) for c in spec.where]} if spec.where else {}),
+             **({"role": spec.role} if spec.role != "train" else {})}
             for spec, source in zip(config.sources, sources)
         ],
         "dedup": config.build.dedup,
         "tokenizer": tokenizer.manifest_entry(config.model.tokenizer or config.model.name),
         "encoder": encoder_identity(config.build, config.format),
         "format": config.format.identity(),
-        "pack": dataclasses.asdict(config.pack),
+        "pack": {**dataclasses.asdict(config.pack), "val_fraction": config.held_out_fraction()},
         "on_bad_rows": config.build.on_bad_rows,
         "special_tokens_in_text": config.build.special_tokens_in_text,
     }

@@ -53,6 +53,7 @@ class StageConfig:
             errors.append(f"{where}.sources: a stage needs at least one source")
         for i, source in enumerate(self.sources):
             source.validate(errors, f"{where}.sources[{i}]")
+        check_eval_sources(self.sources, f"{where}.sources", errors)
 
 
 @dataclass
@@ -94,6 +95,7 @@ class ExpertConfig:
                 errors.append(f"stages[{i}].name: {stage.name!r} is used twice")
         for i, source in enumerate(self.sources):
             source.validate(errors, f"sources[{i}]")
+        check_eval_sources(self.sources, "sources", errors)
         for name in ("format", "pack", "build", "model", "lora", "train", "cpu"):
             getattr(self, name).validate(errors, name)
         if self.pack.strategy == "wrap" and self.pack.overlong != "split":
@@ -113,6 +115,15 @@ class ExpertConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def eval_sources(self) -> list[tuple[int, SourceConfig]]:
+        """(index, source) of each source with ``role: eval``, in order."""
+        return [(i, s) for i, s in enumerate(self.sources) if s.role == "eval"]
+
+    def held_out_fraction(self) -> float:
+        """The share of the training sources' documents held out for validation: ``pack.val_fraction``,
+        or 0 where eval sources are the validation split (docs/DATASETS.md, "Eval sources")."""
+        return 0.0 if self.eval_sources() else self.pack.val_fraction
 
     def for_device(self, cuda: bool, explicit: frozenset[str] = frozenset()) -> "ExpertConfig":
         """This config as the machine trains it: unchanged on a CUDA GPU or with ``cpu.enabled: false``,
@@ -165,6 +176,32 @@ class ExpertConfig:
             out.append(dataclasses.replace(self, expert=stage_expert(self.expert, stage.name), sources=sources,
                                            stages=[], train=train))
         return out
+
+
+def check_eval_sources(sources: list[SourceConfig], where: str, errors: list[str]) -> None:
+    """At least one source trains; each eval source has a name of its own (the metrics are keyed by it)."""
+    if sources and all(s.role == "eval" for s in sources):
+        errors.append(f"{where}: every source has role: eval, so nothing would be trained; give the training data "
+                      "role: train (the default) and keep role: eval for the held-out sets")
+    named: dict[str, int] = {}
+    for i, source in enumerate(sources):
+        if source.role == "eval" and named.setdefault(source.eval_name(), i) != i:
+            errors.append(f"{where}[{i}]: an eval source named {source.eval_name()!r} like {where}[{named[source.eval_name()]}] "
+                          "(eval sources are reported by file name or dataset id and split); give each its own file "
+                          "name or split, or list the set once")
+
+
+def check_val_fraction_set(config: "ExpertConfig", data: dict, errors: list[str]) -> None:
+    """``pack.val_fraction`` set (above 0) with eval sources is refused, as axolotl refuses val_set_size with
+    test_datasets: the eval sources are the validation split, the training sources hold nothing out."""
+    pack = data.get("pack") if isinstance(data.get("pack"), dict) else {}
+    evals = [f"sources[{i}]" for i, _ in config.eval_sources()] + [
+        f"stages[{k}].sources[{i}]" for k, stage in enumerate(config.stages)
+        for i, s in enumerate(stage.sources) if s.role == "eval"]
+    if evals and "val_fraction" in pack and config.pack.val_fraction > 0:
+        errors.append(f"pack.val_fraction: {config.pack.val_fraction} with an eval source ({evals[0]}.role: eval): the "
+                      "eval sources are the validation split and the training sources hold nothing out; remove "
+                      "pack.val_fraction, or remove role: eval to hold out a share of every source instead")
 
 
 def profile_changes(written: "ExpertConfig", trained: "ExpertConfig") -> str:
