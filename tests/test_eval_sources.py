@@ -138,3 +138,103 @@ def test_val_fraction_zero_with_eval_sources_is_fine():
                                                                                   "validation", "role": "eval"}],
                                "pack": {"val_fraction": 0}})
     assert config.held_out_fraction() == 0.0 and [s.eval_name() for _, s in config.eval_sources()] == ["acme/sql:validation"]
+
+
+# --- the trainer and `packtrain eval`: each eval source reported by name -----------------------------
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from trainer_fixtures import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def two_set_build(cache: Path, model_dir: Path, eval_sets: bool = True) -> list:
+    """Four fixed documents (4 prompt tokens, 5 answer tokens, eos: 6 supervised targets each), trained;
+    val block 0 holds documents 0 and 1 (eval source ``dev.jsonl``), val block 1 documents 2 and 3
+    (``test.jsonl``): the manifest's ``outputs.eval_sets`` as the build writes it."""
+    import numpy as np
+    from trainer_fixtures import EOS_ID, write_build
+
+    rng = np.random.default_rng(0)
+    docs = [(rng.integers(4, 256, 4).tolist() + rng.integers(4, 256, 5).tolist() + [EOS_ID], 4) for _ in range(4)]
+    build_id = write_build(cache, "neo4j", [[docs[i % 4], docs[(i + 1) % 4]] for i in range(8)], [docs[:2], docs[2:]],
+                           32, model_dir)
+    if eval_sets:
+        path = cache / "neo4j" / build_id / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["outputs"]["eval_sets"] = [{"name": "dev.jsonl", "source": 1, "first_block": 0, "blocks": 1},
+                                            {"name": "test.jsonl", "source": 2, "first_block": 1, "blocks": 1}]
+        path.write_text(json.dumps(manifest))
+    return docs
+
+
+def test_train_and_eval_report_loss_and_task_metric_per_eval_source(tmp_path, model_dir, caplog):
+    import logging
+
+    from click.testing import CliRunner
+    from packtrain.cli.commands import main
+    from packtrain.trainer.train import run
+    from trainer_fixtures import make_config
+
+    two_set_build(tmp_path / "cache", model_dir)
+    config = make_config(model_dir, tmp_path / "runs", expert="neo4j", max_steps=2, eval_steps=2, task_eval=True,
+                         max_new_tokens=4, sample_prompts=1, plots=False)
+    with caplog.at_level(logging.INFO, logger="packtrain.train"):
+        run_dir = run(config, tmp_path / "cache")
+    evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"eval/loss"' in line]
+    assert [e["step"] for e in evals] == [0, 2]
+    for e in evals:
+        assert (e["eval/dev.jsonl/tokens"], e["eval/test.jsonl/tokens"], e["eval/tokens"]) == (12, 12, 24)
+        assert e["eval/loss"] == pytest.approx((e["eval/dev.jsonl/loss"] + e["eval/test.jsonl/loss"]) / 2)
+    assert "step 2: eval loss" in caplog.text and "; dev.jsonl: loss" in caplog.text and "; test.jsonl: loss" in caplog.text
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["eval_sets"]["test.jsonl"] == {"loss": evals[-1]["eval/test.jsonl/loss"],
+                                                  "loss_before": evals[0]["eval/test.jsonl/loss"]}
+    assert "base model vs adapter on 1 validation prompts of dev.jsonl:" in caplog.text
+    scored = json.loads((run_dir / "eval.json").read_text())
+    assert {name: part["examples"] for name, part in scored["eval_sets"].items()} == {"dev.jsonl": 2, "test.jsonl": 2}
+    rows = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    assert [r["eval_set"] for r in rows] == ["dev.jsonl", "dev.jsonl", "test.jsonl", "test.jsonl"]
+    assert "task eval, dev.jsonl (exact, 2 examples): exact_match base" in caplog.text
+
+    for name in ("eval.json", "eval.jsonl"):  # evaluated again, by the command
+        (run_dir / name).rename(tmp_path / name)
+    result = CliRunner().invoke(main, ["eval", "neo4j", "--run", str(run_dir), "--max-examples", "1"])
+    assert result.exit_code == 0, result.output
+    again = json.loads((run_dir / "eval.json").read_text())
+    assert {name: part["examples"] for name, part in again["eval_sets"].items()} == {"dev.jsonl": 1, "test.jsonl": 1}
+    assert [json.loads(r)["reference"] for r in (run_dir / "eval.jsonl").read_text().splitlines()] == \
+        [rows[0]["reference"], rows[2]["reference"]]  # each set's first prompt, from its own blocks
+
+
+def test_a_cpu_run_sizes_its_end_of_run_answers_to_cpu_generate_tokens(tmp_path, model_dir, caplog):
+    import dataclasses
+    import logging
+
+    from packtrain.trainer.train import run
+    from trainer_fixtures import make_config
+
+    two_set_build(tmp_path / "cache", model_dir, eval_sets=False)  # 4 val prompts of 4 tokens
+    config = make_config(model_dir, tmp_path / "runs", expert="neo4j", max_steps=1, task_eval=True, max_new_tokens=4,
+                         sample_prompts=2, sample_max_new_tokens=4, plots=False)
+    config = dataclasses.replace(config, cpu=dataclasses.replace(config.cpu, enabled=True, generate_tokens=30))
+    with caplog.at_level(logging.INFO, logger="packtrain.train"):
+        run_dir = run(config, tmp_path / "cache")
+    # samples: 2 prompts would get 15 tokens each, 4 of them new: fewer than 16 prompt tokens, so one is shown
+    assert "samples: 1 of 2 prompts shown: cpu.generate_tokens 30 a model on a CPU, each prompt 4 new tokens" in caplog.text
+    assert "base model vs adapter on 1 validation prompts:" in caplog.text
+    # the task eval: prompts of 4 + 4 new tokens, taken while they fit 30: 3 of the 4
+    assert json.loads((run_dir / "eval.json").read_text())["examples"] == 3
+    assert "task eval: 3 of 4 prompts fit cpu.generate_tokens 30 a model on a CPU (prompt + 4 new tokens each); " \
+           "1 skipped" in caplog.text
+
+
+def test_the_cpu_profile_evaluates_two_sequences_unless_the_batch_is_set():
+    from packtrain.core.configfile import config_from_dict
+
+    config = config_from_dict({"expert": "sql", "sources": [{"name": "a.jsonl"}], "cpu": {"enabled": True}})
+    trained = config.for_device(cuda=False)
+    assert (trained.train.per_device_eval_batch_size, trained.train.max_eval_batches) == (2, 1)
+    assert config.for_device(False, frozenset({"train.per_device_eval_batch_size"})).train.per_device_eval_batch_size == 8
+    assert config.for_device(cuda=True).train.per_device_eval_batch_size == 8

@@ -149,6 +149,10 @@ class BlockDataset(Dataset):
     def __len__(self) -> int:
         return self.blocks if self.starts is None else int(self.starts[-1])
 
+    def items_of_blocks(self, first: int, stop: int) -> range:
+        """The items (blocks, or their windows) of blocks ``first`` to ``stop - 1``."""
+        return range(first, stop) if self.starts is None else range(int(self.starts[first]), int(self.starts[stop]))
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if not 0 <= index < len(self):
             raise IndexError(f"{'block' if self.windows == 1 else 'window'} {index} out of range (0..{len(self) - 1})")

@@ -127,8 +127,8 @@ class ExpertConfig:
 
     def for_device(self, cuda: bool, explicit: frozenset[str] = frozenset()) -> "ExpertConfig":
         """This config as the machine trains it: unchanged on a CUDA GPU or with ``cpu.enabled: false``,
-        else with the ``cpu`` section's sequence length, steps, batch, evaluation cap and save cadence, each only where
-        ``explicit`` (the dotted keys the user set, configfile.explicit_keys) does not name the field.
+        else with the ``cpu`` section's sequence length, steps, batch, evaluation cap and batch, and save cadence,
+        each only where ``explicit`` (the dotted keys the user set, configfile.explicit_keys) does not name the field.
         Only ``train`` changes: the build (sources, format, pack, build, model) is the same on every
         machine, so a CPU host builds, judges and rebuilds the very build a GPU trainer uses."""
         if cuda or not self.cpu.enabled:
@@ -142,6 +142,8 @@ class ExpertConfig:
             train, max_seq_length=cpu.max_seq_length if cut else train.max_seq_length,
             max_steps=train.max_steps if train.max_steps is not None else cpu.max_steps,
             max_eval_batches=train.max_eval_batches if train.max_eval_batches is not None else cpu.max_eval_batches,
+            per_device_eval_batch_size=train.per_device_eval_batch_size
+            if "train.per_device_eval_batch_size" in explicit else cpu.per_device_eval_batch_size,
             save_minutes=train.save_minutes if "train.save_minutes" in explicit else cpu.save_minutes,
             **({} if batch_set else {"per_device_train_batch_size": cpu.per_device_train_batch_size,
                                      "gradient_accumulation_steps": 1, "global_batch_size": None})))
@@ -157,7 +159,8 @@ class ExpertConfig:
                  else f"{train.max_steps} steps")
         return (f"no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains {sequences}, {steps} "
                 f"of {train.per_device_train_batch_size} sequence(s), evaluation on {train.max_eval_batches} "
-                "batch(es); cpu.enabled: false trains the full config")
+                f"batch(es) of {train.per_device_eval_batch_size}, end-of-run answers within "
+                f"{self.cpu.generate_tokens} tokens a model; cpu.enabled: false trains the full config")
 
     def stage_configs(self) -> list["ExpertConfig"]:
         """One config per stage, expert ``<expert>.<stage>``, in order; [self] without stages. A
