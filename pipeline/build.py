@@ -226,8 +226,9 @@ def plan_and_publish(config: ExpertConfig, cache_dir: str | os.PathLike, log, pr
     for attempt in (1, 2):
         planned = planned or plan(config, cache_dir, log)
         if attempt == 1:
-            for source in planned.sources:
-                log(f"source: {source.describe()}")
+            for spec, source in zip(config.sources, planned.sources):
+                log(f"source: {source.describe()}" + (f", evaluation only (role: eval), reported as {spec.eval_name()!r}"
+                                                      if spec.role == "eval" else ""))
                 if source.kind == BUNDLED:
                     log(f"note: {config.expert} uses the bundled sample shipped with packtrain, not a real dataset; "
                         f"set {'DATASET=' if hints.via_make() else '--dataset '}<hf id or path> or sources: in "

@@ -131,6 +131,16 @@ def test_axolotl_and_hf_names_point_at_role_eval():
             config_from_dict({"expert": "sql", "sources": [{"name": "a.jsonl"}], key: [{"name": "dev.jsonl"}]})
 
 
+def test_a_written_config_with_eval_sources_reads_back_the_same():
+    """The config written beside a build and a run (``to_dict``) says val_fraction 0, and is read back as
+    it was (``packtrain eval`` reads the run's config.json; ``packtrain config`` is pasted back)."""
+    from packtrain.core.configfile import config_from_dict
+
+    config = config_from_dict({"expert": "sql", "sources": [{"name": "a.jsonl"}, {"name": "dev.jsonl", "role": "eval"}]})
+    assert config.pack.val_fraction == 0.0
+    assert config_from_dict(config.to_dict()) == config
+
+
 def test_val_fraction_zero_with_eval_sources_is_fine():
     from packtrain.core.configfile import config_from_dict
 
@@ -238,3 +248,14 @@ def test_the_cpu_profile_evaluates_two_sequences_unless_the_batch_is_set():
     assert (trained.train.per_device_eval_batch_size, trained.train.max_eval_batches) == (2, 1)
     assert config.for_device(False, frozenset({"train.per_device_eval_batch_size"})).train.per_device_eval_batch_size == 8
     assert config.for_device(cuda=True).train.per_device_eval_batch_size == 8
+
+
+def test_the_build_says_which_source_is_evaluation_only(tmp_path):
+    project = eval_project(tmp_path, rows(6, start=500))
+    said: list[str] = []
+    build(load_config("sql", project["configs"]), project["cache"], log=said.append, progress=False)
+    text = "\n".join(said)
+    assert f"source: local files {project['dev']} [train] (1 file, " in text
+    assert "), evaluation only (role: eval), reported as 'dev.jsonl'" in text
+    assert "\n    eval source dev.jsonl: 6 documents, 402 tokens (94 supervised) in val blocks 0-3\n" in text
+

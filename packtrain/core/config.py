@@ -194,14 +194,19 @@ def check_eval_sources(sources: list[SourceConfig], where: str, errors: list[str
                           "name or split, or list the set once")
 
 
-def check_val_fraction_set(config: "ExpertConfig", data: dict, errors: list[str]) -> None:
-    """``pack.val_fraction`` set (above 0) with eval sources is refused, as axolotl refuses val_set_size with
-    test_datasets: the eval sources are the validation split, the training sources hold nothing out."""
+def resolve_val_fraction(config: "ExpertConfig", data: dict, errors: list[str]) -> None:
+    """With an eval source (a stage's too) the eval sources are the validation split: ``pack.val_fraction``
+    not set in ``data`` becomes 0 (so the config written beside a build or a run says so, and reads back
+    the same), and set above 0 it is refused, as axolotl refuses val_set_size with test_datasets."""
     pack = data.get("pack") if isinstance(data.get("pack"), dict) else {}
     evals = [f"sources[{i}]" for i, _ in config.eval_sources()] + [
         f"stages[{k}].sources[{i}]" for k, stage in enumerate(config.stages)
         for i, s in enumerate(stage.sources) if s.role == "eval"]
-    if evals and "val_fraction" in pack and config.pack.val_fraction > 0:
+    if not evals:
+        return
+    if "val_fraction" not in pack:
+        config.pack.val_fraction = 0.0
+    elif config.pack.val_fraction > 0:
         errors.append(f"pack.val_fraction: {config.pack.val_fraction} with an eval source ({evals[0]}.role: eval): the "
                       "eval sources are the validation split and the training sources hold nothing out; remove "
                       "pack.val_fraction, or remove role: eval to hold out a share of every source instead")

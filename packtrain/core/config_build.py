@@ -45,7 +45,7 @@ class SourceConfig:
     for validation). ``eval``: evaluation only (HF's ``eval_dataset``, axolotl's ``test_datasets``):
     every document goes to the val split, none is ever trained, the eval loss and the task eval are
     reported for it by name (:meth:`eval_name`); with an eval source the training sources hold nothing
-    out (``pack.val_fraction`` is not used, and refused when set). docs/DATASETS.md, "Eval sources"."""
+    out (``pack.val_fraction`` becomes 0, and is refused set above 0). docs/DATASETS.md, "Eval sources"."""
     weight: float = num(1.0, "(0, 1000]")
     """Mixing weight of this source's training documents: 0.25 keeps a quarter of them, 3 packs each
     three times, 2.5 each twice plus exactly half of them once more (chosen by a hash of their

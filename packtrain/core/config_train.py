@@ -72,6 +72,11 @@ class LoraConfig:
 CPU_SAMPLE_MAX_NEW_TOKENS = 32
 """``train.sample_max_new_tokens: auto``'s bound on a CPU (the end-of-run samples)."""
 
+CPU_GENERATION_BATCH = 8
+"""The fewest prompts a batch of generation holds on a CPU (samples, task eval, ``packtrain eval``),
+whatever ``train.per_device_eval_batch_size`` (the cpu profile's 2 sizes the loss evaluation): each
+decode step is one forward of the whole batch, so 3 samples in batches of 2 would take twice the steps."""
+
 
 @dataclass
 class TrainConfig:

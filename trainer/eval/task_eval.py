@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from packtrain.core.errors import PacktrainError
-from packtrain.core.config_train import CPU_SAMPLE_MAX_NEW_TOKENS
+from packtrain.core.config_train import CPU_GENERATION_BATCH, CPU_SAMPLE_MAX_NEW_TOKENS
 from packtrain.core.contract import Manifest
 from packtrain.core.files import write_atomic, write_new
 from packtrain.core.shardfile import open_shard
@@ -118,7 +118,9 @@ class Answers:
         self.model, self.device, self.precision = model, device, precision
         self.eos_id = manifest.eos_id
         self.pad_id = manifest.pad_id
-        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
+        # a decode step is one forward of the batch: on a CPU at least CPU_GENERATION_BATCH prompts a batch
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size if device.type == "cuda" else max(batch_size, CPU_GENERATION_BATCH)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
