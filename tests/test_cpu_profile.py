@@ -100,7 +100,8 @@ def test_the_profile_is_said_in_one_short_line(project):
         "cpu.enabled: false trains the full config")
     assert config.cpu_note(5) == (  # train --max-steps 5: the steps that will run
         "no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-token windows of the 2048-token blocks, "
-        "5 steps (--max-steps) of 1 sequence(s), evaluation on 1 batch(es); cpu.enabled: false trains the full config")
+        "5 steps (--max-steps) of 1 sequence(s), evaluation on 1 batch(es) of 2, end-of-run answers within 768 tokens "
+        "a model; cpu.enabled: false trains the full config")
     assert "1 step (--max-steps)" in config.cpu_note(1)
     built = CliRunner().invoke(main, ["pretokenize", "sql", "--configs-dir", str(project["configs"]),
                                       "--cache-dir", str(project["cache"])], catch_exceptions=False)
