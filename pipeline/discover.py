@@ -31,6 +31,7 @@ from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import BUNDLED
+from packtrain.core.config_names import close_choices
 from packtrain.core.hashing import sha256_file, sha256_json
 from packtrain.core.inputs import check_input, read_json
 from packtrain.core.resolve import (SourceNotFound, cache_path, hf_home, hub_cache_dir, hub_repo, looks_like_path,
@@ -110,7 +111,7 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
         raise missing_path("dataset", spec.name, "check the path (or give an absolute one) in sources: of "
                                                  f"{hints.config_file('<expert>')} / {hints.option('dataset')}")
     searched = [f"local path {cache_path(spec.name)} (does not exist)"]
-    repo, hub_note = hub_repo(spec.name, "dataset")
+    repo, hub_note, cached = hub_repo(spec.name, "dataset")
     searched.append(f"hub cache {hub_cache_dir()} ({hub_note})")
     if repo is not None:
         rev = pick_revision(repo, spec.revision, f"dataset {spec.name}")
@@ -124,8 +125,9 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
     if found is not None:
         return found
     searched.append(f"datasets cache {datasets_cache_dir()} ({ds_note})")
+    close = close_choices([spec.name], sorted({*cached, *_datasets_cache_ids()}))
     raise SourceNotFound(
-        f"dataset {spec.name!r} (split {spec.split!r}) is not on this machine; looked in:\n  - "
+        f"dataset {spec.name!r} (split {spec.split!r}) is not on this machine{close}; looked in:\n  - "
         + "\n  - ".join(searched) + "\nFix: " + DOWNLOAD_FIX.format(
             name=spec.name, config_file=hints.config_file("<expert>"), dataset_option=hints.option("dataset"))
     )
@@ -311,6 +313,14 @@ def _datasets_cache_source(spec: SourceConfig) -> tuple[ResolvedSource | None, s
     return ResolvedSource(spec.name, "datasets_cache", spec.split, None, root, tuple(files), note, spec.config), ""
 
 
+def _datasets_cache_ids() -> list[str]:
+    """The dataset ids the datasets cache holds prepared splits of (``org___name`` is ``org/name``)."""
+    cache = datasets_cache_dir()
+    builders = [d for d in cache.iterdir() if d.is_dir() and d.name != "downloads"
+                and not d.name.startswith((".", "_"))] if cache.is_dir() else []
+    return [d.name.replace("___", "/") for d in builders if any(map(_split_files, _prepared_dirs(d)))]
+
+
 def _prepared_dirs(builder_dir: Path) -> list[Path]:
     """``<config>/<version>/<hash>/`` directories under a builder directory, skipping unfinished ones."""
     return [d for d in sorted(builder_dir.glob("*/*/*")) if d.is_dir() and not any(
@@ -349,8 +359,11 @@ def discover_all(model_dirs: tuple[Path, ...] = ()) -> list[dict]:
             revisions = [{"commit": r.commit_hash, "refs": sorted(r.refs), "files": len(r.files),
                           "size": r.size_on_disk, "path": str(r.snapshot_path)}
                          for r in sorted(repo.revisions, key=lambda r: r.commit_hash)]
-            items.append({"where": "hub", "type": repo.repo_type, "id": repo.repo_id, "revisions": revisions,
-                          "size": repo.size_on_disk, "path": str(repo.repo_path)})
+            item = {"where": "hub", "type": repo.repo_type, "id": repo.repo_id, "revisions": revisions,
+                    "size": repo.size_on_disk, "path": str(repo.repo_path)}
+            if repo.repo_type == "dataset":
+                item["splits"] = _hub_splits(repo)
+            items.append(item)
         items += [{"where": "hub", "type": "unreadable", "id": str(w), "size": 0, "path": str(hub)}
                   for w in info.warnings]
     cache = datasets_cache_dir()
@@ -368,6 +381,22 @@ def discover_all(model_dirs: tuple[Path, ...] = ()) -> list[dict]:
                               "path": str(prepared)})
     items.sort(key=lambda d: (d["where"], d["type"], d["id"].lower(), d.get("config", ""), d.get("hash", "")))
     return items
+
+
+def _hub_splits(repo) -> list[str]:
+    """The splits of a hub dataset's snapshot that ``resolve_source`` reads (its ``main``, or its only
+    one; else every snapshot's), as ``datasets`` names them from the files or the README's default
+    config (pipeline/data_files.py): ``data/train-00000-of-00001.parquet`` is split ``train``. A README
+    whose configs name no default gives ``?``: the source must then set config: (``resolve_source`` says)."""
+    revisions = [r for r in repo.revisions if "main" in r.refs] or list(repo.revisions)
+    names: list[str] = []
+    for rev in sorted(revisions, key=lambda r: r.commit_hash):
+        try:
+            found = _splits(rev.snapshot_path, sorted(f.file_path for f in rev.files), None)
+        except SourceError:
+            return ["?"]
+        names += [name for name in found if name not in names]
+    return names
 
 
 def format_discovery(items: list[dict]) -> str:

@@ -37,6 +37,7 @@ from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, c
 from packtrain.pipeline.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
 from packtrain.pipeline.format import template_columns_fix
 from packtrain.core.config_build import BuildConfig
+from packtrain.core.config_names import close_choices
 from packtrain.core.inputs import one_line
 
 Columns = dict[str, list]
@@ -194,7 +195,7 @@ class MissingColumns(SourceError):
 def _check_columns(path: Path, columns: list[str], available: list[str]) -> None:
     missing = [c for c in columns if c not in available]
     if missing:
-        raise MissingColumns(f"{path}: no column {', '.join(map(repr, missing))} "
+        raise MissingColumns(f"{path}: no column {', '.join(map(repr, missing))}{close_choices(missing, available)} "
                              f"(it has: {', '.join(map(repr, available)) or 'none'})", missing, available)
 
 

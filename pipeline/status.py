@@ -1,5 +1,6 @@
-"""``packtrain status``: each expert's current build, its age, whether its inputs changed since,
-its tokens, and the last run trained on it. Reads files only (no torch, no tokenization)."""
+"""``packtrain status``: each expert's current build, its age, whether its inputs changed since
+(``not built`` for an expert never built), its tokens, and the last run trained on it. Reads files
+only (no torch, no tokenization)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def config_status(config, cache_dir) -> dict:
             status["last_run"] = last_run(runs_dirs, current)
         try:
             wanted = plan(config, cache_dir, write=False)[3]  # status only looks: a read-only cache works
-            status["inputs_changed"] = wanted != current
+            # never built: nothing to have changed since (null; the table says `not built`)
+            status["inputs_changed"] = None if current is None else wanted != current
         except Exception as e:  # a source gone missing is news, not a crash
             status["inputs_changed"] = None
             status["error"] = describe_error(e)
@@ -59,13 +61,14 @@ def config_status(config, cache_dir) -> dict:
 
 
 def format_status(rows: list[dict]) -> str:
-    header = f"{'expert':<12} {'build':<17} {'age':>8} {'changed':>8} {'train tokens':>13}  last run"
+    header = f"{'expert':<12} {'build':<17} {'age':>8} {'changed':>9} {'train tokens':>13}  last run"
     lines = [header, "-" * len(header)]
     for r in rows:
-        changed = {True: "yes", False: "no", None: "?"}[r.get("inputs_changed")]
+        changed = "not built" if "build" in r and r["build"] is None else {True: "yes", False: "no", None: "?"}[
+            r.get("inputs_changed")]
         age = f"{r['age_hours']:.1f}h" if "age_hours" in r else "-"
         tokens = f"{r['train_tokens']:,}" if "train_tokens" in r else "-"
-        lines.append(f"{r['expert']:<12} {r.get('build') or '(none)':<17} {age:>8} {changed:>8} {tokens:>13}  "
+        lines.append(f"{r['expert']:<12} {r.get('build') or '(none)':<17} {age:>8} {changed:>9} {tokens:>13}  "
                      f"{r.get('last_run') or '-'}")
         if r.get("error"):
             lines.append(f"{'':<12} error: {r['error']}")

@@ -22,17 +22,24 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK_END = ["--set", "train.sample_prompts=0", "--set", "train.plots=false"]
 
 
-def cli(*args, stdin: str = "") -> subprocess.CompletedProcess:
+class Terminal(io.StringIO):
+    """A stdin that says it is a terminal (``isatty``), typed ahead."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def cli(*args, stdin: str = "", tty: bool = False) -> subprocess.CompletedProcess:
     """``packtrain ARGS`` through its real entry point (``packtrain.cli.commands.run``, what
-    ``python -m packtrain.cli`` runs), from the repository root, reading ``stdin``: its exit code,
-    stdout and stderr. sys.argv, sys.stdin, the working directory and os.environ are as they were
-    afterwards."""
+    ``python -m packtrain.cli`` runs), from the repository root, reading ``stdin`` (``tty``: as if typed
+    at a terminal): its exit code, stdout and stderr. sys.argv, sys.stdin, the working directory and
+    os.environ are as they were afterwards."""
     from packtrain.cli.commands import run as entry_point
 
     argv, environ, cwd, stdin_was = sys.argv, dict(os.environ), os.getcwd(), sys.stdin
     out, err = io.StringIO(), io.StringIO()
     sys.argv = ["packtrain", *map(str, args)]
-    sys.stdin = io.StringIO(stdin)
+    sys.stdin = Terminal(stdin) if tty else io.StringIO(stdin)
     os.chdir(ROOT)
     code = 0
     try:

@@ -120,6 +120,17 @@ def test_status_on_a_read_only_cache_shows_the_row(read_only_disk):
     assert format_status([row]).splitlines()[2].split()[3] == "no"
 
 
+def test_status_of_an_expert_never_built_says_not_built(tmp_path):
+    """Issue 47: it said ``changed: yes`` (the inputs' build id differs from no build at all)."""
+    project = make_project(tmp_path)
+    (row,) = expert_status("sql", project["configs"], project["cache"])
+    assert (row["build"], row["inputs_changed"], "error" in row) == (None, None, False), row
+    assert format_status([row]).splitlines()[2].split() == ["sql", "(none)", "-", "not", "built", "-", "-"]
+    build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    (row,) = expert_status("sql", project["configs"], project["cache"])
+    assert format_status([row]).splitlines()[2].split()[3] == "no"
+
+
 def test_a_jsonl_whose_columns_vary_counts_bad_rows(tmp_path):
     """The first row has no context and the sixth an int answer: pyarrow refuses the mixed types, the
     file is read line by line, and a column is missing only where no row has it."""

@@ -76,7 +76,7 @@ def test_json_lines_read_line_by_line_compressed(tmp_path):
         path = tmp_path / f"mixed.jsonl.{comp}"
         path.write_bytes(compress(text("jsonl", rows).encode()))
         assert read(path, ["question", "answer"]) == read(tmp_path / "mixed.jsonl", ["question", "answer"])
-        with pytest.raises(SourceError, match=rf"mixed.jsonl.{comp}: no column 'answr' \(it has: 'question', 'answer'\)"):
+        with pytest.raises(SourceError, match=rf"mixed.jsonl.{comp}: no column 'answr' \(did you mean 'answer'\?\) \(it has: 'question', 'answer'\)"):
             read(path, ["question", "answr"])
 
 

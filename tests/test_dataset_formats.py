@@ -180,7 +180,7 @@ def test_where_keeps_the_rows_whose_columns_match_and_counts_the_rest(tiny, caps
     assert f"  source {data}: where: dropped 5 of 8 rows" in summary(report(strict)).splitlines()
     with pytest.raises(SourceError) as e:
         tiny.build(data, fmt, {"where": [{"column": "syntax_eror", "equals": False}]})
-    assert str(e.value) == (f"{data}: no column 'syntax_eror' (it has: 'question', 'cypher', 'type', 'syntax_error'); "
+    assert str(e.value) == (f"{data}: no column 'syntax_eror' (did you mean 'syntax_error'?) (it has: 'question', 'cypher', 'type', 'syntax_error'); "
                             f"sources[0].where names the column 'syntax_eror', which source {data} does not have; "
                             "name one of its columns in the condition")
 

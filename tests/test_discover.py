@@ -192,6 +192,25 @@ def test_missing_dataset_says_where_it_looked_and_how_to_fix(hub_cache, prepared
     assert "point sources: in /data/configs/<expert>.yaml / DATASET= at a local file" in str(e.value)
 
 
+def test_a_misspelt_dataset_or_model_id_names_the_close_one_in_the_caches(hub_cache, prepared_dataset):
+    """Issue 47: ``acme/text2cypher-mni`` when the cache just scanned holds ``acme/text2cypher-mini``."""
+    write_hub_repo(hub_cache.hub, "dataset", "acme/text2cypher-mini", "e" * 40, {"train.jsonl": b'{"a": 1}\n'})
+    with pytest.raises(SourceNotFound) as e:
+        resolve_source(SourceConfig(name="acme/text2cypher-mni"))
+    assert str(e.value).splitlines()[0] == ("dataset 'acme/text2cypher-mni' (split 'train') is not on this machine "
+                                            "(did you mean 'acme/text2cypher-mini'?); looked in:")
+    with pytest.raises(SourceNotFound) as e:  # a prepared dataset of the datasets cache is one too
+        resolve_source(SourceConfig(name="org/prepard-ds"))
+    assert "is not on this machine (did you mean 'org/prepared-ds'?); looked in:" in str(e.value)
+    with pytest.raises(SourceNotFound) as e:  # nothing close: nothing said
+        resolve_source(SourceConfig(name="zzz/unrelated"))
+    assert str(e.value).splitlines()[0] == "dataset 'zzz/unrelated' (split 'train') is not on this machine; looked in:"
+    with pytest.raises(SourceNotFound) as e:  # models: among the cached models only, not the datasets
+        resolve_model_dir("org/tiny-modle")
+    assert str(e.value).splitlines()[0] == ("model 'org/tiny-modle' is not on this machine (did you mean "
+                                            "'org/tiny-model'?); looked in:")
+
+
 def test_fingerprint_is_relocatable_and_content_addressed(hub_cache, prepared_dataset, monkeypatch, tmp_path):
     specs = [SourceConfig(name="b-mc2/sql-create-context"), SourceConfig(name="org/prepared-ds")]
     before = [resolve_source(s).fingerprint() for s in specs]
@@ -240,10 +259,27 @@ def test_discover_all_lists_both_caches_in_a_stable_order(hub_cache, prepared_da
     ]
     assert items[0]["splits"] == ["test", "train"]
     assert items[1]["revisions"][0]["commit"] == SQL_COMMIT and items[1]["revisions"][0]["refs"] == ["main"]
+    # a hub dataset's splits as datasets names them from its files (issue 47: data/train-00000-of-00001.parquet
+    # left SPLITS empty); a model has none
+    assert [i.get("splits") for i in items[1:]] == [["train"], ["train", "test"], None]
     table = format_discovery(items)
     assert table.splitlines()[0].split() == ["WHERE", "TYPE", "ID", "REVISION", "/", "CONFIG", "SPLITS", "SIZE", "PATH"]
     assert "org/tiny-model" in table and "cccccccc (main)" in table and "test,train" in table
+    assert table.splitlines()[3].split()[:5] == ["hub", "dataset", "org/parquet-ds", PARQUET_COMMIT[:8], "(main)"]
+    assert table.splitlines()[3].split()[5] == "train,test"
     assert discover_all() == items
+
+
+def test_discover_names_the_splits_a_readme_config_gives_or_says_it_cannot(hub_cache):
+    configs = ("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: dev\n    path: d/*.jsonl\n"
+               "  - split: train\n    path: t/*.jsonl\n---\n")
+    write_hub_repo(hub_cache.hub, "dataset", "org/carded", "e" * 40,
+                   {"README.md": configs.encode(), "d/a.jsonl": b'{"a": 1}\n', "t/b.jsonl": b'{"a": 2}\n'})
+    two = "---\nconfigs:\n- config_name: en\n  data_files: en/*.jsonl\n- config_name: fr\n  data_files: fr/*.jsonl\n---\n"
+    write_hub_repo(hub_cache.hub, "dataset", "org/two-configs", "f" * 40,
+                   {"README.md": two.encode(), "en/a.jsonl": b'{"a": 1}\n', "fr/b.jsonl": b'{"a": 2}\n'})
+    splits = {i["id"]: i.get("splits") for i in discover_all()}
+    assert (splits["org/carded"], splits["org/two-configs"]) == (["dev", "train"], ["?"])  # no default: set config:
 
 
 def test_discover_all_on_empty_caches(hf_home):

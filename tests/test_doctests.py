@@ -9,7 +9,7 @@ import pytest
 
 
 @pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack", 17), ("packtrain.pipeline.mix", 10),
-                                              ("packtrain.pipeline.report", 5), ("packtrain.trainer.data", 4),
+                                              ("packtrain.pipeline.report", 5), ("packtrain.trainer.data", 2), ("packtrain.core.blocks", 4),
                                               ("packtrain.trainer.microbatch", 5), ("packtrain.trainer.loop", 1),
                                               ("packtrain.trainer.epochs", 7), ("packtrain.trainer.schedule", 2),
                                               ("packtrain.trainer.eval.task_metrics", 4), ("packtrain.trainer.eval.generate", 3),
@@ -24,11 +24,11 @@ import pytest
                                               ("packtrain.pipeline.generation_prompt", 2),
                                               ("packtrain.pipeline.format_messages", 2),
                                               ("packtrain.core.config_build", 5),
-                                              ("packtrain.trainer.sink_mlflow", 1), ("packtrain.core.config_names", 1),
+                                              ("packtrain.trainer.sink_mlflow", 1), ("packtrain.core.config_names", 3),
                                               ("packtrain.pipeline.data_files", 5), ("packtrain.pipeline.compression", 1),
                                               ("packtrain.pipeline.field_text", 1), ("packtrain.pipeline.special_text", 3),
                                               ("packtrain.core.yaml_reader", 3), ("packtrain.core.errors", 1),
-                                              ("packtrain.trainer.eval.talk", 3)])
+                                              ("packtrain.trainer.eval.talk", 3), ("packtrain.cli.talk", 1)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))
     assert (result.failed, result.attempted) == (0, examples)

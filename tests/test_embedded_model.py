@@ -142,6 +142,33 @@ def test_the_name_resolves_to_the_converted_copy_or_says_how_to_make_it(embedded
     assert resolve.resolve_tokenizer_dir(config.model) == directory
 
 
+def test_a_gguf_that_changed_under_a_converted_model_is_said_so(embedded, monkeypatch):
+    """Issue 47: a new GGUF (its package upgraded) over an earlier conversion read ``not converted yet``."""
+    old = resolve.models_cache_dir() / f"{NAME}-{'0' * 16}"
+    old.mkdir(parents=True)
+    for name in resolve.CONVERTED_FILES:
+        (old / name).write_text("{}")
+    new_sha = gguf_sha256(embedded)[:16]
+    with pytest.raises(SourceNotFound) as changed:
+        resolve_model_dir(NAME)
+    assert str(changed.value) == (
+        f"model '{NAME}': its GGUF changed since it was converted ({embedded} is sha256 {new_sha}..., the converted "
+        f"copy {old} is of {'0' * 16}...): run `packtrain prepare-model EXPERT` to convert the new one (`packtrain "
+        f"pretokenize` and `train` do it themselves; {old.name} is kept)")
+
+    def fake_conversion(gguf, out):
+        out.mkdir()
+        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+            (out / name).write_text("{}")
+
+    monkeypatch.setattr("packtrain.trainer.convert.convert_gguf", fake_conversion)
+    lines = []
+    assert prepare_embedded(NAME, log=lines.append) == converted_model_dir(NAME)
+    assert lines[0] == (f"model {NAME}: its GGUF changed since {old} was converted (sha256 {'0' * 16}... then, "
+                        f"{new_sha}... now): converting the new one; the old copy is kept")
+    assert resolve_model_dir(NAME) == converted_model_dir(NAME) and old.is_dir()
+
+
 def test_a_missing_package_says_what_to_install(monkeypatch):
     monkeypatch.setitem(resolve.EMBEDDED_MODELS, "ghost", resolve.EmbeddedModel(
         "packtrain_no_such_package", "no-such-package==1.0", "ghost.gguf"))

@@ -75,6 +75,31 @@ def test_names_from_other_tools_are_refused_with_the_field_to_write(data, proble
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("data, problem", [
+    ({"train": {"packing": True}}, "train.packing: unknown key (packing has no meaning on packed blocks: packtrain always "
+     "packs: the build packs documents into blocks of pack.block_size tokens (pack.strategy picks how); remove it)"),
+    ({"sample_packing": True}, "sample_packing: unknown key (sample_packing has no meaning on packed blocks: packtrain "
+     "always packs: the build packs documents into blocks of pack.block_size tokens (pack.strategy picks how); remove it)"),
+    ({"train": {"group_by_length": True}}, "train.group_by_length: unknown key (group_by_length has no meaning on packed "
+     "blocks: every packed block has the same length, so there are no lengths to group batches by; remove it)"),
+    ({"train": {"dataloader_drop_last": True}}, "train.dataloader_drop_last: unknown key (dataloader_drop_last has no "
+     "meaning on packed blocks: no sequence is dropped and every micro-batch is full: an epoch's last one is filled "
+     "with sequences that train nothing (trainer/epochs.py); remove it)"),
+    ({"pack": {"pad_to_multiple_of": 8}}, "pack.pad_to_multiple_of: unknown key (pad_to_multiple_of has no meaning on "
+     "packed blocks: every block has pack.block_size tokens (train.max_seq_length windows of them), so nothing is "
+     "padded per batch; remove it)"),
+])
+def test_flags_with_no_meaning_on_packed_blocks_are_refused_saying_why(data, problem):
+    """Before (issue 47): ``unknown key`` with no word on why (group_by_length), a close spelling
+    (dataloader_drop_last: did you mean dataloader_num_workers, ...?) or a field that is no answer
+    (packing: did you mean pack.strategy?)."""
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"expert": "sql", "sources": [{"name": "bundled"}], **data})
+    message = str(err.value)
+    assert message.startswith(f"invalid config (<dict>): {problem}; known: "), message
+    assert "\n" not in message
+
+
 # --- a typo in --set is reported as coming from --set ----------------------------------------------
 
 
@@ -171,6 +196,26 @@ def test_a_wrong_messages_column_names_the_columns_and_format_messages(tmp_path)
     assert str(err.value) == (
         f"{project['data']}: no column 'messages' (it has: 'conversations', 'id'); set format.messages in "
         "configs/<expert>.yaml to the column holding the conversations (a list of {\"role\", \"content\"} messages)")
+
+
+def test_a_misspelt_column_is_refused_with_the_close_one(tmp_path):
+    """Issue 47: ``columns: {question: querry}`` over a dataset whose column is ``query`` names the close
+    column, as a misspelt config key does (packtrain/core/config_names.py); several misspelt, each its own."""
+    project = make_project(tmp_path)
+    write_jsonl(project["data"], [{"query": "q", "contxt": "c", "answer": "a"}])
+    path = project["configs"] / "sql.yaml"
+    path.write_text(path.read_text().replace(f"  - name: {project['data']}\n",
+                                             f"  - name: {project['data']}\n    columns: {{question: querry}}\n"))
+    with pytest.raises(SourceError) as err:
+        build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    assert str(err.value).startswith(
+        f"{project['data']}: no column 'context', 'querry' (did you mean 'contxt' for 'context', 'query' for 'querry'?) "
+        "(it has: 'answer', 'contxt', 'query'); map the template's fields")
+    write_jsonl(project["data"], [{"query": "q", "context": "c", "answer": "a"}])
+    with pytest.raises(SourceError) as err:
+        build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)
+    assert str(err.value).startswith(
+        f"{project['data']}: no column 'querry' (did you mean 'query'?) (it has: 'answer', 'context', 'query'); ")
 
 
 def test_a_wrong_template_field_still_says_to_map_it(tmp_path):

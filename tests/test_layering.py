@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"]
-PORTIONS = {"cli": ROOT / "packtrain" / "cli", "core": ROOT / "packtrain" / "core",
+PORTIONS = {"cli": ROOT / "packtrain" / "cli", "core": ROOT / "packtrain" / "core", "hf": ROOT / "packtrain" / "hf",
             "pipeline": ROOT / "pipeline", "trainer": ROOT / "trainer"}
 
 
@@ -45,6 +45,8 @@ def lint_copy(tmp_path: Path, module: str, line: str) -> subprocess.CompletedPro
     ("pipeline/pack.py", "import torch", "packtrain.pipeline is not allowed to import torch"),
     ("core/contract.py", "from transformers import AutoConfig", "packtrain.core is not allowed to import transformers"),
     ("pipeline/partition.py", "import ray", "packtrain.pipeline is not allowed to import ray"),
+    ("hf/dataset.py", "from packtrain.trainer import data", "packtrain.hf is not allowed to import packtrain.trainer"),
+    ("trainer/data.py", "import packtrain.hf", "packtrain.trainer is not allowed to import packtrain.hf"),
 ])
 def test_an_import_the_wrong_way_breaks_the_contract(tmp_path, module, line, broken):
     result = lint_copy(tmp_path, module, line)
@@ -83,8 +85,8 @@ def test_the_wheel_installs_one_top_level_name_with_its_assets(tmp_path):
     assert sorted({n.split("/")[0].split("-")[0] for n in names}) == ["packtrain"]
     for needed in ["packtrain/cli/commands.py", "packtrain/core/contract.py", "packtrain/pipeline/build.py",
                    "packtrain/trainer/train.py", "packtrain/core/assets/demo-model/tokenizer.json",
-                   "packtrain/pipeline/assets/samples/sql.jsonl"]:
+                   "packtrain/pipeline/assets/samples/sql.jsonl", "packtrain/hf/dataset.py"]:
         assert needed in names
-    assert "packtrain/__init__.py" not in names  # a namespace package: its portions are the four above
+    assert "packtrain/__init__.py" not in names  # a namespace package: its portions are the ones above
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "packtrain = packtrain.cli.commands:run" in entry_points

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # where each installed package's files live in the source tree ([tool.setuptools.package-dir])
-SOURCES = {"packtrain/cli": "packtrain/cli", "packtrain/core": "packtrain/core",
+SOURCES = {"packtrain/cli": "packtrain/cli", "packtrain/core": "packtrain/core", "packtrain/hf": "packtrain/hf",
            "packtrain/pipeline": "pipeline", "packtrain/trainer": "trainer"}
 
 

@@ -174,7 +174,9 @@ def drawn(monkeypatch, module) -> dict:
         renderer = fig.canvas.get_renderer()
         texts = [t for ax in fig.axes for t in (*shown_ticks(ax), *ax.texts, ax.title, ax.xaxis.label, ax.yaxis.label)
                  if t.get_text()]
+        texts += [t for t in [getattr(fig, "_suptitle", None)] if t is not None and t.get_text()]
         figures[path.name] = {
+            "suptitle": fig.get_suptitle(), "title": fig.axes[0].get_title(),
             "xticks": [t.get_text() for t in fig.axes[0].get_xticklabels()],
             "yticks": [t.get_text() for t in fig.axes[0].get_yticklabels()],
             "ylim": fig.axes[0].get_ylim(), "ylabel": fig.axes[0].get_ylabel(),
@@ -246,3 +248,67 @@ def test_run_plots_start_at_zero_and_say_which_memory(tmp_path, monkeypatch):
     (tmp_path / "run.json").write_text(json.dumps({"device": "cuda:0"}))
     write_run_plots(tmp_path)
     assert figures["memory.png"]["ylabel"] == "peak GPU memory allocated (GiB)"
+
+
+def test_run_plots_are_titled_by_the_expert_with_the_run_id_smaller(tmp_path, monkeypatch):
+    """Issue 47: the title was the run id alone (``20261206-101500: loss``)."""
+    pytest.importorskip("matplotlib")
+    import packtrain.trainer.plots as plots
+
+    figures = drawn(monkeypatch, plots)
+    run_dir = tmp_path / "runs" / "somewhere" / "20261206-101500"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 1, "loss": 2.0, "tok_s": 1000.0, "data_wait": 0.010, "mem/peak_gib": 1.50},
+        {"step": 2, "loss": 1.5, "tok_s": 1010.0, "data_wait": 0.011, "mem/peak_gib": 1.51}]))
+    (run_dir / "config.json").write_text(json.dumps({"expert": "neo4j"}))
+    (run_dir / "run.json").write_text(json.dumps({"device": "cpu"}))
+    write_run_plots(run_dir)
+    assert {name: (f["suptitle"], f["title"]) for name, f in figures.items()} == {
+        "loss.png": ("neo4j: loss", "run 20261206-101500"),
+        "throughput.png": ("neo4j: tokens/s", "run 20261206-101500"),
+        "data_wait.png": ("neo4j: time waiting for data (%)", "run 20261206-101500"),
+        "memory.png": ("neo4j: peak CPU memory, RSS (GiB)", "run 20261206-101500")}
+    assert {name: overlapping(figure) for name, figure in figures.items()} == {name: [] for name in RUN_PLOTS}
+    boxes = dict(figures["loss.png"]["boxes"])
+    assert boxes["run 20261206-101500"].height < boxes["neo4j: loss"].height  # the run id smaller
+    assert boxes["run 20261206-101500"].y1 <= boxes["neo4j: loss"].y0  # under the expert's title
+    (run_dir / "config.json").unlink()  # unreadable: the directory the run is in names the expert
+    write_run_plots(run_dir)
+    assert figures["loss.png"]["suptitle"] == "somewhere: loss"
+
+
+def test_train_draws_the_plots_of_the_build_it_trained_on(tmp_path, monkeypatch):
+    """Issue 47: ``train`` drew the run's plots only; the build's waited for `packtrain plot`. The trainer
+    is a stand-in here (the run's own plots: test_a_run_ends_with_its_plots_and_tensorboard_events)."""
+    pytest.importorskip("matplotlib")
+    import packtrain.trainer.curriculum as curriculum
+    from inprocess_cli import cli
+
+    project = make_project(tmp_path)
+    result = build(load_config("sql", project["configs"]), project["cache"], log=lambda line: None, progress=False)
+    run_dir = tmp_path / "runs" / "sql" / "run1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"build_id": result.build_id, "build_dir": str(result.path)}))
+
+    def trained(config, cache_dir, on_stage_done, **options):
+        on_stage_done(config.expert, run_dir)
+        return [run_dir]
+
+    monkeypatch.setattr(curriculum, "train_expert", trained)
+    args = ["train", "sql", "--configs-dir", project["configs"], "--cache-dir", project["cache"]]
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    plots = [result.path / "plots" / name for name in ("lengths.png", "sources.png", "packing.png")]
+    assert f"build plots: {', '.join(map(str, plots))}" in done.stderr.splitlines()
+    assert json.loads(done.stdout.splitlines()[-1])["run_dir"] == str(run_dir)
+    assert_png(plots[0], 800, 400)
+    for plot in plots:
+        plot.unlink()
+    off = cli(*args, "--set", "train.plots=false")
+    assert off.returncode == 0 and "build plots" not in off.stderr and not any(p.exists() for p in plots)
+    (run_dir / "run.json").write_text("{}")  # a run that names no build: said, the run is done all the same
+    done = cli(*args)
+    assert done.returncode == 0
+    assert (f"no build plots: {run_dir / 'run.json'} names no build (`packtrain plot sql --cache-dir "
+            f"{project['cache']}` draws them)" in done.stderr.splitlines())

@@ -141,12 +141,12 @@ def memorized(tmp_path_factory):
     return run_dir, [(words(ids[:4]), words(ids[4:9])) for ids, _ in docs]
 
 
-def packtrain(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+def packtrain(*args: str, stdin: str = "", tty: bool = False) -> subprocess.CompletedProcess:
     """The real entry point in this process (tests/inprocess_cli.py): a subprocess per command only added
     the import of torch, transformers and peft (5 commands: ~40 CPU s)."""
     from inprocess_cli import cli
 
-    return cli(*args, stdin=stdin)
+    return cli(*args, stdin=stdin, tty=tty)
 
 
 def test_generate_and_chat_answer_with_the_adapter(memorized):
@@ -165,6 +165,27 @@ def test_generate_and_chat_answer_with_the_adapter(memorized):
     again = packtrain("generate", "neo4j", prompt, "--run", str(run_dir), "--max-new-tokens", "8",
                       "--temperature", "1.5", "--seed", "3")
     assert sampled.returncode == 0 and sampled.stdout == again.stdout  # seeded
+
+
+def test_chat_on_a_terminal_says_how_to_end_it_and_exit_or_ctrl_d_ends_it(memorized):
+    """Issue 47: ``exit`` was sent to the model, and Ctrl-D ended the chat as ``Aborted!``, exit code 1."""
+    from packtrain.cli.talk import CHAT_BANNER
+
+    run_dir, pairs = memorized
+    (prompt, answer), (prompt2, answer2) = pairs[0], pairs[1]
+    for word in ("exit", "quit", "/exit", " Quit "):
+        chatted = packtrain("chat", "neo4j", "--run", str(run_dir), "--max-new-tokens", "8", tty=True,
+                            stdin=f"{prompt}\n{word}\n{prompt2}\n")
+        assert chatted.returncode == 0, chatted.stderr
+        assert CHAT_BANNER in chatted.stderr.splitlines()
+        assert answer in chatted.stdout and answer2 not in chatted.stdout  # nothing after the word is read
+        assert chatted.stdout.count("you> ") == 2
+    ended = packtrain("chat", "neo4j", "--run", str(run_dir), "--max-new-tokens", "8", tty=True, stdin=f"{prompt}\n")
+    assert ended.returncode == 0 and "Aborted" not in ended.stderr + ended.stdout  # Ctrl-D: the input ends
+    assert answer in ended.stdout
+    piped = packtrain("chat", "neo4j", "--run", str(run_dir), "--max-new-tokens", "8", stdin=f"exit\n{prompt}\n")
+    assert piped.returncode == 0 and CHAT_BANNER not in piped.stderr  # off a terminal every line is a prompt
+    assert piped.stdout.endswith(f"{answer}\n") and len(piped.stdout.splitlines()) == 2
 
 
 def test_a_prompt_the_format_cannot_make_fails_before_the_model_loads(memorized):

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from packtrain.core.diskfull import written
 from packtrain.core.files import TMP_PREFIX, process_alive, publish_dir
-from packtrain.core.resolve import (CONVERTED_MARK, EMBEDDED_MODELS, converted_model_dir, embedded_gguf, gguf_sha256,
-                                    missing_converted_files, models_cache_dir)
+from packtrain.core.resolve import (CONVERTED_MARK, EMBEDDED_MODELS, converted_model_dir, earlier_conversion,
+                                    embedded_gguf, gguf_sha256, missing_converted_files, models_cache_dir)
 from packtrain.trainer.model import ModelError
 
 SOURCE_FILE = CONVERTED_MARK
@@ -44,6 +44,9 @@ def prepare_embedded(name: str, gguf: Path | None = None, log=lambda line: None)
         shutil.rmtree(target)
     check_models_dir(target.parent)
     remove_abandoned(target, log)
+    if earlier := earlier_conversion(name, gguf):
+        log(f"model {name}: its GGUF changed since {earlier[0]} was converted (sha256 {earlier[1]}... then, "
+            f"{gguf_sha256(gguf)[:16]}... now): converting the new one; the old copy is kept")
     started = time.perf_counter()
     log(f"model {name}: converting {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB) into {target} (once)")
     tmp = target.with_name(f"{TMP_PREFIX}{target.name}-{os.getpid()}")

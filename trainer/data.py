@@ -12,6 +12,8 @@ of ``B`` tokens (see ``packtrain/core/contract.py``). For every block the datase
 ``i - 1``. A document's first token is therefore never a target (its label is forced to -100 even
 if the mask says otherwise: predicting it would read the previous document). The padding after the
 last document gets its own run of position ids, so it is a separate "document" nobody attends to.
+Segments, positions and labels are defined once, in packtrain/core/blocks.py, which packtrain.hf
+reads too: HF Trainer and TRL get the same labels from a build as this trainer.
 
 With ``train.max_seq_length`` L shorter than the block (the cpu profile: 512 of 2048), every block
 is read as ``ceil(B / L)`` windows of L tokens, each an item of its own: the documents are cut at
@@ -43,45 +45,17 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
+# a block's segments, positions and labels: defined once in the core, for packtrain.hf as well; importable from here
+from packtrain.core.blocks import (IGNORE_INDEX, labels_of, position_ids_from_doc_lens,  # noqa: F401
+                                   positions_of_segments, segment_lens, targets)
 from packtrain.core.contract import Manifest
-from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import ShardBlocks, open_shard
 from packtrain.trainer.attention import attention_inputs
 from packtrain.trainer.distributed import World
 # the train loader's sampler and stream live in trainer/epochs.py; importable from here as before
 from packtrain.trainer.epochs import PAD, BatchStream, BlockSampler, permutation_seed  # noqa: F401
 
-IGNORE_INDEX = -100
-
 log = logging.getLogger("packtrain.train")
-
-
-def segment_lens(doc_lens: Sequence[int], block_size: int) -> list[int]:
-    """The attention segments of a block: its documents, then the padding tail as one more segment.
-
-    >>> segment_lens([3, 2], 6)
-    [3, 2, 1]
-    """
-    lens = [int(n) for n in doc_lens if n > 0]
-    padding = block_size - sum(lens)
-    if padding < 0:
-        raise ContractError(f"doc_lens {lens} sum to more than block_size {block_size}: the shard is corrupt; rebuild")
-    return lens + [padding] if padding else lens
-
-
-def position_ids_from_doc_lens(doc_lens: Sequence[int], block_size: int) -> np.ndarray:
-    """0, 1, ... restarting at every segment (document or padding tail, see :func:`segment_lens`).
-
-    >>> position_ids_from_doc_lens([3, 2], 6).tolist()
-    [0, 1, 2, 0, 1, 0]
-    """
-    return positions_of_segments(segment_lens(doc_lens, block_size), block_size)
-
-
-def positions_of_segments(segments: Sequence[int], block_size: int) -> np.ndarray:
-    """Position ids restarting at every segment of :func:`segment_lens`."""
-    starts = np.repeat(np.cumsum([0] + list(segments[:-1])), segments)
-    return np.arange(block_size, dtype=np.int64) - starts
 
 
 def window_doc_lens(doc_lens: Sequence[int], block_size: int, seq_length: int) -> list[list[int]]:
@@ -174,8 +148,8 @@ def sequence_item(ids: np.ndarray, mask: np.ndarray, doc_lens, length: int) -> d
     ids = ids.astype(np.int64)  # the one copy: uint16/uint32 -> int64
     segments = segment_lens(doc_lens, length)
     position_ids = positions_of_segments(segments, length)
-    targets = (mask == 1) & (position_ids != 0)
-    labels = np.where(targets, ids, IGNORE_INDEX)
+    supervised = targets(mask, position_ids)
+    labels = labels_of(ids, supervised)
     n = np.asarray(doc_lens, dtype=np.int64)
     return {
         "input_ids": torch.from_numpy(ids),
@@ -183,7 +157,7 @@ def sequence_item(ids: np.ndarray, mask: np.ndarray, doc_lens, length: int) -> d
         "position_ids": torch.from_numpy(position_ids),
         "seq_lens": torch.tensor(segments, dtype=torch.int32),
         "n_tokens": torch.tensor(int(n.sum())),
-        "n_sup": torch.tensor(int(targets.sum())),
+        "n_sup": torch.tensor(int(supervised.sum())),
         "attn_pairs": torch.tensor(int((n * (n + 1) // 2).sum())),
     }
 

@@ -3,7 +3,8 @@ redrawn whenever asked): ``<run>/plots/loss.png`` (train loss and eval loss by s
 ``throughput.png`` (tokens/s), ``data_wait.png`` (share of time waiting for data) and
 ``memory.png`` (peak GiB: GPU memory allocated on CUDA, the process's resident memory (RSS) on a CPU,
 labelled by the device run.json names). Every axis but the loss's starts at 0 (data wait: 0-100%),
-so that noise of a percent is not drawn as a spike.
+so that noise of a percent is not drawn as a spike. Each is titled by the expert the run trained
+(``sql: loss``), the run's id under it, smaller.
 
 matplotlib is an optional extra (packtrain/core/plotting.py).
 """
@@ -14,7 +15,8 @@ import json
 from pathlib import Path
 
 from packtrain.core.plotting import PLOTS_DIR, PlotError, pyplot, save_figure
-from packtrain.core.rundir import RunRecord
+from packtrain.core.contract import CONFIG_SNAPSHOT
+from packtrain.core.rundir import RunRecord, json_object
 
 
 def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
@@ -60,6 +62,16 @@ def memory_label(run_dir: Path) -> str:
     return "peak GPU memory allocated (GiB)" if device.startswith("cuda") else "peak CPU memory, RSS (GiB)"
 
 
+def run_expert(run_dir: Path) -> str:
+    """The expert a run trained, as its config.json names it; where that cannot be read, the name of the
+    directory the run is in (``<output_dir>/<expert>/<run>``)."""
+    try:
+        expert = json_object(run_dir / CONFIG_SNAPSHOT).get("expert")
+    except (OSError, ValueError, TypeError, RecursionError):
+        expert = None
+    return expert if isinstance(expert, str) and expert else run_dir.absolute().parent.name
+
+
 def write_run_plots(run_dir: Path) -> list[Path]:
     """Draw the run's plots into ``<run>/plots/``; returns the files written."""
     if not run_dir.is_dir():
@@ -83,7 +95,7 @@ def write_run_plots(run_dir: Path) -> list[Path]:
          [("data wait", steps, [None if r.get("data_wait") is None else 100 * r["data_wait"] for r in train])]),
         ("memory.png", memory_label(run_dir), [("peak", steps, [r.get("mem/peak_gib") for r in train])]),
     ]
-    written = []
+    written, expert = [], run_expert(run_dir)
     for name, ylabel, series in charts:
         fig, ax = plt.subplots(figsize=(7, 4))
         for label, xs, ys in series:
@@ -97,7 +109,8 @@ def write_run_plots(run_dir: Path) -> list[Path]:
             ax.set_ylim(0, 100)
         elif name != "loss.png" and highest > 0:  # from 0
             ax.set_ylim(0, 1.1 * highest)
-        ax.set_title(f"{run_dir.name}: {ylabel}")
+        fig.suptitle(f"{expert}: {ylabel}")
+        ax.set_title(f"run {run_dir.absolute().name}", fontsize="small")
         ax.grid(alpha=0.3)
         if len(series) > 1:
             ax.legend()

@@ -17,6 +17,7 @@ import click
 from packtrain.cli.console import library_output, note_when_training_begins
 from packtrain.cli.export import export
 from packtrain.cli.options import DocumentCount, Remembered, cache_dir_option, resolve, with_config
+from packtrain.cli.plots import draw_build_plots, plot
 from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
@@ -25,7 +26,7 @@ from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import (Manifest, check_build_expert, check_shard_sizes, load_build_config, resolve_build,
                                      verify_checksums)
 from packtrain.core.errors import ContractError, Interrupted, PacktrainError, bounded, cut
-from packtrain.core.rundir import find_run, newest_logged_run
+from packtrain.core.rundir import find_run
 
 
 RENAMED = {"merge": "merge-parts"}  # old command name -> new; the old one still works, saying so
@@ -169,8 +170,12 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
     """Train EXPERT's LoRA/QLoRA adapter on its packed shards (build first: `make train` does)."""
     from packtrain.core.preflight import check_train_inputs
 
+    plots = {stage.expert: stage.train.plots for stage in cfg.stage_configs()}
+
     def done(stage: str, run_dir: Path) -> None:
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
+            if plots[stage]:  # beside the run's own (trainer/run_end.py): the build it trained on
+                draw_build_plots(run_dir, stage, say=lambda line: click.echo(line, err=True))
             click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
     def warn(line: str) -> None:
@@ -205,30 +210,6 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 
     summary = evaluate_run(run_path, max_examples, expert=expert)
     click.echo(json.dumps({"run_dir": str(run_path), **summary}))
-
-
-@main.command()
-@click.argument("expert")
-@cache_dir_option
-@click.option("--build-id", default=None, help="Plot this build (default: the one CURRENT names).")
-@click.option("--run", "run_dir", default=None,
-              help="Plot this run (default: EXPERT's newest run under --runs-dir, if any).")
-@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
-              help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
-def plot(expert, cache_dir, build_id, run_dir, runs_dir):
-    """Draw PNG plots of EXPERT's build (<build>/plots/) and of its run (<run>/plots/)."""
-    from packtrain.pipeline.plots import write_build_plots
-    from packtrain.trainer.plots import write_run_plots
-
-    build_dir = resolve_build(cache_dir, expert, build_id)
-    check_build_expert(build_dir, Manifest.load(build_dir), expert)  # as train checks it
-    written = write_build_plots(build_dir)
-    run_path = Path(run_dir) if run_dir else newest_logged_run(Path(runs_dir) / expert)
-    if run_path is None:
-        click.echo(f"no run of {expert} under {Path(runs_dir) / expert}: plotted the build only", err=True)
-    else:
-        written += write_run_plots(run_path)
-    click.echo("\n".join(str(p) for p in written))
 
 
 @main.command("train-all")
@@ -372,6 +353,7 @@ def status(experts, configs_dir, cache_dir, as_json):
 main.add_command(generate)
 main.add_command(chat)
 main.add_command(export)
+main.add_command(plot)
 
 
 def run() -> None:

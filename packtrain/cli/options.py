@@ -10,6 +10,7 @@ from typing import Literal
 import click
 
 from packtrain.core.config import ConfigError
+from packtrain.core.contract import CACHE_DIR_ENV
 from packtrain.core.errors import cut, quote
 from packtrain.core.hints import FLAGS, given
 from packtrain.core.configfile import apply_cli_overrides, load_as_written_and_trained, load_config, load_for_machine
@@ -24,7 +25,7 @@ class Remembered(click.Command):
 
 
 cache_dir_option = click.option(
-    "--cache-dir", default="cache", show_default=True, type=click.Path(file_okay=False), envvar="PACKTRAIN_CACHE_DIR",
+    "--cache-dir", default="cache", show_default=True, type=click.Path(file_okay=False), envvar=CACHE_DIR_ENV,
     help="Where builds live: <cache-dir>/<expert>/<build-id>/.")
 
 

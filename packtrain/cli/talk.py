@@ -4,13 +4,15 @@ The prompt is made by the run's own format (its config.json: template, chat temp
 prompt), so the model is prompted with what it trained on; a prompt the format cannot make (a
 missing ``--field``) fails before torch is imported. ``chat`` keeps the conversation's history for
 experts trained on conversations (``format.messages``); the other experts answer each line alone.
-On a terminal ``chat`` is an interactive loop (``you>``); otherwise it answers one line of stdin at a
-time, one answer per line.
+On a terminal ``chat`` is an interactive loop (``you>``) that ``exit``, ``quit``, ``/exit``, ``/quit``,
+an empty line or Ctrl-D ends (its first line says so); otherwise it answers one line of stdin at a
+time, one answer per line, until the input ends.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,10 @@ from packtrain.core.errors import quote
 # The sampling options are checked by their types (packtrain/cli/options.py FiniteRange), as the command line is
 # read: before the run is looked for or anything loads. Counts and seeds have the bounds torch takes.
 MAX_NEW_TOKENS = 2**31 - 1
+
+EXIT_WORDS = ("exit", "quit", "/exit", "/quit")
+"""What typed alone at ``chat``'s prompt ends the chat (any case), as Ctrl-D or an empty line does."""
+CHAT_BANNER = "chat: type a message and press Enter; exit, quit, /exit, an empty line or Ctrl-D ends the chat"
 
 
 def talk_options(function):
@@ -186,26 +192,19 @@ def generate(expert, prompt, run_dir, runs_dir, base, max_new_tokens, temperatur
 @click.argument("expert")
 @talk_options
 def chat(expert, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, seed, fields, tools_file):
-    """Talk to EXPERT's trained adapter: a loop on a terminal (Ctrl-D or an empty line ends it), one
-    answer per line of stdin otherwise. Experts trained on conversations remember the chat."""
+    """Talk to EXPERT's trained adapter: a loop on a terminal (exit, quit, /exit, an empty line or Ctrl-D
+    ends it), one answer per line of stdin otherwise. Experts trained on conversations remember the chat."""
     from packtrain.trainer.eval.talk import PromptTooLong
 
     prompter = Prompter.of(expert, run_dir, runs_dir, fields, tools_file)
     talker = open_talker(prompter, base, max_new_tokens, temperature, top_p, seed)
-    interactive = sys.stdin.isatty()
+    if sys.stdin.isatty():
+        click.echo(CHAT_BANNER, err=True)
+        lines = typed_lines(lambda: click.prompt("you", default="", show_default=False, prompt_suffix="> "))
+    else:
+        lines = piped_lines(sys.stdin)
     turns: list[dict] = []
-    while True:
-        if interactive:
-            line = click.prompt("you", default="", show_default=False, prompt_suffix="> ")
-        else:
-            line = sys.stdin.readline()
-            if not line:
-                break
-        line = line.rstrip("\n")
-        if not line.strip():
-            if interactive:
-                break
-            continue
+    for line in lines:
         history = turns if prompter.remembers else []
         asked = [*history, {"role": "user", "content": line}]
         try:
@@ -216,3 +215,31 @@ def chat(expert, run_dir, runs_dir, base, max_new_tokens, temperature, top_p, se
             sys.stdout.flush()
             continue
         turns = [*asked, {"role": "assistant", "content": reply}]
+
+
+def typed_lines(ask: Callable[[], str]) -> Iterator[str]:
+    """The lines typed at the chat's prompt (``ask``), until one ends the chat: an :data:`EXIT_WORDS` word
+    alone (any case, spaces around it), an empty line, or Ctrl-D (the end of input: ``click.prompt``
+    raises ``Abort`` there, as at a Ctrl-C at the prompt). Before (issue 47), ``exit`` went to the model.
+
+    >>> list(typed_lines(iter(["SELECT 1?", "  Exit ", "never read"]).__next__))
+    ['SELECT 1?']
+    """
+    while True:
+        try:
+            line = ask()
+        except click.Abort:  # Ctrl-D: end the chat (exit code 0), on a line of its own
+            click.echo(err=True)
+            return
+        if not line.strip() or line.strip().lower() in EXIT_WORDS:
+            return
+        yield line
+
+
+def piped_lines(stream: Iterable[str]) -> Iterator[str]:
+    """The lines of a piped stdin, each one prompt, blank ones skipped, until the input ends (an ``exit``
+    line is a prompt like any other)."""
+    for line in stream:
+        line = line.rstrip("\n")
+        if line.strip():
+            yield line

@@ -1,7 +1,11 @@
 """The "did you mean" of an unknown config key: the names users bring from torchtune, axolotl, TRL
 and Hugging Face, mapped to packtrain's field (``ALIASES``), close spellings, and a field of another
 section. An alias is never accepted: unknown keys are errors (a silent alias would make two names
-for one field); the error names the field to write instead.
+for one field); the error names the field to write instead. A flag those tools have that means
+nothing on packed blocks (``NO_MEANING``: ``packing``, ``group_by_length``, ...) is refused saying why.
+
+The same "did you mean" serves names that are not config keys: a dataset column or a dataset id
+(:func:`close_choice`).
 """
 
 from __future__ import annotations
@@ -38,8 +42,6 @@ ALIASES = {
     "max_length": "pack.block_size or train.max_seq_length",
     "sequence_len": "pack.block_size or train.max_seq_length",
     "seq_len": "pack.block_size or train.max_seq_length",
-    "sample_packing": "pack.strategy",
-    "packing": "pack.strategy",
     "val_set_size": "pack.val_fraction",
     # a held-out set of your own: axolotl test_datasets, HF/TRL eval_dataset
     "test_datasets": "sources with role: eval",
@@ -61,12 +63,34 @@ ALIASES = {
 }
 """A name from another tool -> where packtrain has it (dotted, from the top of the config)."""
 
+_ALWAYS_PACKED = "packtrain always packs: the build packs documents into blocks of pack.block_size tokens (pack.strategy picks how)"
+_NO_PADDING = ("every block has pack.block_size tokens (train.max_seq_length windows of them), so nothing is padded "
+               "per batch")
+NO_MEANING = {
+    # TRL SFTConfig, axolotl
+    "packing": _ALWAYS_PACKED,
+    "sample_packing": _ALWAYS_PACKED,
+    "eval_packing": "the val split is packed as the train split is",
+    "eval_sample_packing": "the val split is packed as the train split is",
+    "padding_free": ("the packed documents are trained without padding between them, each attending only to itself "
+                     "(trainer/attention.py)"),
+    "pad_to_sequence_len": _NO_PADDING,
+    # HF TrainingArguments, data collators
+    "pad_to_multiple_of": _NO_PADDING,
+    "group_by_length": "every packed block has the same length, so there are no lengths to group batches by",
+    "dataloader_drop_last": ("no sequence is dropped and every micro-batch is full: an epoch's last one is filled with "
+                             "sequences that train nothing (trainer/epochs.py)"),
+}
+"""A flag of HF, TRL or axolotl that has no meaning on packed blocks -> why (the error says it)."""
+
 
 def did_you_mean(key: str, where: str, cls: type, root: type) -> str:
     """`` (did you mean lora.r?)`` for the unknown ``key`` of the dataclass ``cls`` at ``where``
     (``"lora"``, ``""`` at the top); ``""`` when nothing is close. ``root`` is the whole config's class,
     whose sections are searched for a field of that name."""
     fields = [f.name for f in dataclasses.fields(cls)]
+    if key in NO_MEANING:
+        return f" ({key} has no meaning on packed blocks: {NO_MEANING[key]}; remove it)"
     if (target := ALIASES.get(key)) and target != _dotted(where, key):
         return f" (did you mean {_relative(target, where)}?)"
     close = [name for name in fields if name.startswith(key[:3])] or difflib.get_close_matches(key, fields, n=3)
@@ -84,9 +108,24 @@ def close_choice(value: Any, choices: list[str]) -> str:
     " (did you mean 'tensorboard'?)"
     """
     values = value if isinstance(value, list) else [value]
-    unknown = [v for v in values if isinstance(v, str) and v not in choices][:1]
-    close = difflib.get_close_matches(unknown[0], choices, n=1) if unknown else []
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return close_choices([v for v in values if isinstance(v, str) and v not in choices][:1], choices)
+
+
+def close_choices(names: list[str], choices: list[str]) -> str:
+    """`` (did you mean 'query'?)`` for the one unknown name of ``names``; for several, each close one
+    with the name it is for; ``""`` when nothing is close (a dataset's columns, the ids of a cache).
+
+    >>> close_choices(["querry"], ["query", "answer"])
+    " (did you mean 'query'?)"
+    >>> close_choices(["querry", "anser", "xyz"], ["query", "answer"])
+    " (did you mean 'query' for 'querry', 'answer' for 'anser'?)"
+    """
+    close = [(name, found[0]) for name in names if (found := difflib.get_close_matches(name, choices, n=1))]
+    if not close:
+        return ""
+    if len(names) == 1:
+        return f" (did you mean {close[0][1]!r}?)"
+    return f" (did you mean {', '.join(f'{found!r} for {name!r}' for name, found in close)}?)"
 
 
 def _dotted(where: str, key: str) -> str:

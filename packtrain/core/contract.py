@@ -38,6 +38,7 @@ MANIFEST = "manifest.json"
 REPORT = "report.json"
 CURRENT = "CURRENT"
 CONFIG_SNAPSHOT = "config.json"
+CACHE_DIR_ENV = "PACKTRAIN_CACHE_DIR"  # where builds live when --cache-dir (or load_build's cache_dir) is not given
 LOCK = ".lock"
 # what to do when a write into the cache finds the disk full (core/diskfull.py)
 BUILD_DISK_FULL_FIX = "free space or set CACHE_DIR (--cache-dir) to a larger disk, then build again"

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +21,7 @@ from huggingface_hub import scan_cache_dir
 
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_fields import BUNDLED
+from packtrain.core.config_names import close_choices
 from packtrain.core.config_train import ModelConfig
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 from packtrain.core import hints
@@ -67,18 +69,20 @@ def missing_path(what: str, name: str, fix: str) -> SourceNotFound:
 
 
 def hub_repo(repo_id: str, repo_type: str):
-    """(the CachedRepoInfo of ``repo_id`` or None, a note saying what was found)."""
+    """(the CachedRepoInfo of ``repo_id`` or None, a note saying what was found, the ids of the cache's
+    repos of ``repo_type``: where ``repo_id`` is not among them, what "did you mean" picks from)."""
     hub = hub_cache_dir()
     if not hub.is_dir():
-        return None, "directory does not exist"
+        return None, "directory does not exist", []
     info, folder = scan_cache_dir(hub), f"{repo_type}s--{repo_id.replace('/', '--')}"
+    ids = sorted(r.repo_id for r in info.repos if r.repo_type == repo_type)
     found = sorted((r for r in info.repos if r.repo_type == repo_type and r.repo_id.lower() == repo_id.lower()),
                    key=lambda r: (r.repo_id != repo_id, r.repo_id))  # the exact spelling first
     if found:
-        return found[0], f"found {found[0].repo_path.name}"
+        return found[0], f"found {found[0].repo_path.name}", ids
     if broken := [str(w) for w in info.warnings if folder.lower() in str(w).lower()]:
-        return None, f"{folder} is there but unreadable: {broken[0]}; download it again"
-    return None, f"no {folder}"
+        return None, f"{folder} is there but unreadable: {broken[0]}; download it again", ids
+    return None, f"no {folder}", ids
 
 
 def pick_revision(repo, revision: str | None, what: str):
@@ -176,8 +180,25 @@ def missing_converted_files(directory: Path) -> list[str]:
     return [name for name in CONVERTED_FILES if not (directory / name).is_file()]
 
 
+def earlier_conversion(name: str, gguf: Path) -> tuple[Path, str] | None:
+    """The newest finished conversion of ``name`` made from another GGUF than ``gguf`` (its package was
+    upgraded, or the file changed), with the first 16 hex of that GGUF's sha256; None where there is none."""
+    root, current = models_cache_dir(), converted_model_dir(name, gguf)
+    shape = re.compile(rf"{re.escape(name)}-(?P<sha>[0-9a-f]{{16}})")
+    found = [(d, m["sha"]) for d in (root.iterdir() if root.is_dir() else ())
+             if (m := shape.fullmatch(d.name)) and d != current and d.is_dir() and not missing_converted_files(d)]
+    return max(found, key=lambda item: (item[0].stat().st_mtime, item[0].name), default=None)
+
+
 def resolve_embedded(name: str) -> Path:
-    directory = converted_model_dir(name)
+    gguf = embedded_gguf(name)
+    directory = converted_model_dir(name, gguf)
+    if not directory.is_dir() and (earlier := earlier_conversion(name, gguf)):
+        old, old_sha = earlier
+        raise SourceNotFound(f"model {name!r}: its GGUF changed since it was converted ({gguf} is sha256 "
+                             f"{gguf_sha256(gguf)[:16]}..., the converted copy {old} is of {old_sha}...): run "
+                             "`packtrain prepare-model EXPERT` to convert the new one (`packtrain pretokenize` and "
+                             f"`train` do it themselves; {old.name} is kept)")
     if not directory.is_dir():  # renamed into place only when complete (packtrain/trainer/convert.py)
         raise SourceNotFound(f"model {name!r} is not converted yet ({directory} does not exist): run "
                              f"`packtrain prepare-model EXPERT` once (`packtrain pretokenize` and `train` do it themselves)")
@@ -207,11 +228,11 @@ def resolve_model_dir(name: str, revision: str | None = None) -> Path:
     if looks_like_path(name):
         raise missing_path("model", name, "check the path, or set model.name / --model to a directory holding "
                                           "config.json and the weights")
-    repo, note = hub_repo(name, "model")
+    repo, note, cached = hub_repo(name, "model")
     if repo is not None:
         return Path(pick_revision(repo, revision, f"model {name}").snapshot_path)
     raise SourceNotFound(
-        f"model {name!r} is not on this machine; looked in:\n  - local path {cache_path(name)} (does not exist)\n"
+        f"model {name!r} is not on this machine{close_choices([name], cached)}; looked in:\n  - local path {cache_path(name)} (does not exist)\n"
         f"  - hub cache {hub_cache_dir()} ({note})\nFix: download it on a connected machine with "
         f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set model.name in "
         f"{hints.config_file('<expert>')} / {hints.option('model')} to a local directory"
