@@ -95,14 +95,15 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         "sources": [
             {"source": source.fingerprint(sha256) if sha256 else source.fingerprint(),
              "columns": dict(sorted(spec.columns.items())), "max_rows": spec.max_rows, "weight": spec.weight,
-             **({"where": [dataclasses.asdict(c) for c in spec.where]} if spec.where else {})}
+             **({"where": [dataclasses.asdict(c) for c in spec.where]} if spec.where else {}),
+             **({"role": spec.role} if spec.role != "train" else {})}
             for spec, source in zip(config.sources, sources)
         ],
         "dedup": config.build.dedup,
         "tokenizer": tokenizer.manifest_entry(config.model.tokenizer or config.model.name),
         "encoder": encoder_identity(config.build, config.format),
         "format": config.format.identity(),
-        "pack": dataclasses.asdict(config.pack),
+        "pack": {**dataclasses.asdict(config.pack), "val_fraction": config.held_out_fraction()},
         "on_bad_rows": config.build.on_bad_rows,
         "special_tokens_in_text": config.build.special_tokens_in_text,
     }
@@ -229,8 +230,9 @@ def plan_and_publish(config: ExpertConfig, cache_dir: str | os.PathLike, log, pr
     for attempt in (1, 2):
         planned = planned or plan(config, cache_dir, log)
         if attempt == 1:
-            for source in planned.sources:
-                log(f"source: {source.describe()}")
+            for spec, source in zip(config.sources, planned.sources):
+                log(f"source: {source.describe()}" + (f", evaluation only (role: eval), reported as {spec.eval_name()!r}"
+                                                      if spec.role == "eval" else ""))
                 if source.kind == BUNDLED:
                     log(f"note: {config.expert} uses the bundled sample shipped with packtrain, not a real dataset; "
                         f"set {'DATASET=' if hints.via_make() else '--dataset '}<hf id or path> or sources: in "

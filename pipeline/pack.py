@@ -101,6 +101,42 @@ def pack_flat(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size:
     raise ValueError(f"strategy must be bfd or wrap, got {strategy!r}")
 
 
+def pack_groups(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int, strategy: str,
+                overlong: str, masks: Mapping[int, np.ndarray] | None, first_docs: Sequence[int],
+                ) -> tuple[np.ndarray, np.ndarray, PieceCounts | None, list[int]]:
+    """:func:`pack_flat` where no block holds documents of two groups (the val split's eval sources,
+    each reported on its own): group ``g`` is documents ``first_docs[g]`` to ``first_docs[g + 1] - 1``
+    (the last to the end), its blocks after group ``g - 1``'s; also the blocks of each group. One
+    group (``first_docs == [0]``) gives :func:`pack_flat`'s blocks.
+
+    >>> pieces, per_block, _, blocks = pack_groups([3, 6, 4], [1, 2, 2], 8, "bfd", "split", None, [0, 2])
+    >>> pieces.tolist(), per_block.tolist(), blocks
+    ([[1, 0, 6], [0, 0, 3], [2, 0, 4]], [1, 1, 1], [2, 1])
+    """
+    if len(first_docs) == 1:
+        pieces, per_block, counts = pack_flat(lengths, prompt_lengths, block_size, strategy, overlong, masks)
+        return pieces, per_block, counts, [len(per_block)]
+    bounds = [*first_docs, len(lengths)]
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    counts = None
+    if strategy == "bfd":
+        pieces, counts = plan_piece_array(lengths, prompt_lengths, block_size, overlong, masks)
+        group = np.searchsorted(np.asarray(first_docs, np.int64), pieces[:, 0], side="right") - 1
+        for g in range(len(first_docs)):
+            mine = np.flatnonzero(group == g)  # in document order, as pack_flat takes them
+            order, per_block = bfd_order(pieces[mine, 2] - pieces[mine, 1], block_size)
+            parts.append((pieces[mine[order]], per_block))
+    elif strategy == "wrap":
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            blocks = pack_wrap(np.asarray(lengths[a:b], np.int64).reshape(-1).tolist(), block_size)
+            parts.append((np.asarray([(d + a, x, y) for block in blocks for d, x, y in block], np.int64).reshape(-1, 3),
+                          np.asarray([len(block) for block in blocks], np.int64)))
+    else:
+        raise ValueError(f"strategy must be bfd or wrap, got {strategy!r}")
+    return (np.concatenate([p for p, _ in parts]), np.concatenate([n for _, n in parts]).astype(np.int64), counts,
+            [len(n) for _, n in parts])
+
+
 def unflatten(pieces: np.ndarray, per_block: np.ndarray) -> list[list[Piece]]:
     """:func:`pack_flat`'s arrays as :func:`pack`'s lists of blocks."""
     every = iter(list(map(tuple, pieces.tolist())))

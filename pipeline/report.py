@@ -163,6 +163,7 @@ def make_report(config, manifest: Manifest, previous: Manifest | None, facts: Bu
         if default_system and not config.format.system else None,
         "train": totals["train"],
         "val": totals["val"],
+        **({"eval_sets": outputs["eval_sets"]} if "eval_sets" in outputs else {}),
         "block_fit": block_fit(facts.lengths, totals, config.pack.block_size, config.pack.strategy, config.pack.overlong),
         "previous": diff_builds(previous, manifest),
     }
@@ -296,6 +297,9 @@ def summary(report: dict) -> str:
         f"  val:   {count(val['documents'], 'document')}, {count(val['tokens'], 'token')} in "
         f"{count(val['blocks'], 'block')}",
     ]
+    lines += [f"    eval source {e['name']}: {count(e['documents'], 'document')}, {count(e['tokens'], 'token')} "
+              f"({e['supervised_tokens']:,} supervised) in val blocks {e['first_block']}-{e['first_block'] + e['blocks'] - 1}"
+              for e in report.get("eval_sets", [])]
     changes = {key: train.get(key, 0) + val.get(key, 0)
                for key in ("split", "truncated", "dropped_overlong", "dropped_unsupervised")}
     if any(changes.values()):

@@ -25,7 +25,7 @@ from packtrain.core.contract import token_dtype
 from packtrain.core.shardfile import ShardWriter
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
-from packtrain.pipeline.pack import pack_flat
+from packtrain.pipeline.pack import pack_groups
 from packtrain.pipeline.source_stats import Exactness
 from packtrain.pipeline.spill import SPLITS, SourceSpill, concat, read_source_stats
 
@@ -59,11 +59,15 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(dirs))]}
     outputs["overlap"] = overlap_outputs(near, mix.exact_overlap(keys))
+    evals = [i for i, spec in enumerate(config.sources) if spec.role == "eval"]
     for split in SPLITS:
-        shards, totals = pack_split(config, spills[split], selections[split], split, dtype, tokenizer.pad_id,
-                                    tmp)
+        shards, totals, per_source = pack_split(config, spills[split], selections[split], split, dtype,
+                                                tokenizer.pad_id, tmp, by_source=split == "val" and bool(evals))
         outputs["shards"][split] = shards
         outputs["totals"][split] = totals
+        if split == "val" and evals:
+            outputs["eval_sets"] = [{"name": config.sources[i].eval_name(), "source": i, **per_source[i]}
+                                    for i in evals]
     return Packed(source_stats, spills, selections, outputs, shown_pairs(near, spills, tokenizer, config))
 
 
@@ -124,31 +128,50 @@ def manifest_exactness(made: list[Exactness]) -> dict:
 
 
 def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], split: str, dtype, pad_id: int,
-               tmp: Path) -> tuple[list[dict], dict]:
-    """Pack the documents ``selections[i]`` (indices, repeats allowed: pipeline/mix.py) of ``spills[i]``."""
+               tmp: Path, by_source: bool = False) -> tuple[list[dict], dict, list[dict]]:
+    """Pack the documents ``selections[i]`` (indices, repeats allowed: pipeline/mix.py) of ``spills[i]``;
+    ``by_source``: no block holds two sources' documents, each source's blocks after the previous
+    source's (the val split of a build with eval sources). Returns the shards, the split's totals and
+    each source's ``first_block``, ``blocks``, ``documents``, ``tokens`` and ``supervised_tokens``."""
     block_size = config.pack.block_size
     documents = DocumentView(spills, selections)
     lengths = packed_lengths(spills, selections)
     prompt_lengths = concat([s.prompt_lengths[sel] for s, sel in zip(spills, selections)])
     masks = documents.irregular_masks(lengths, prompt_lengths)
-    pieces, per_block, counts = pack_flat(lengths, prompt_lengths, block_size, config.pack.strategy,
-                                          config.pack.overlong, masks=masks)
+    first_docs = documents.first_doc if by_source else [0]
+    pieces, per_block, counts, group_blocks = pack_groups(lengths, prompt_lengths, block_size, config.pack.strategy,
+                                                          config.pack.overlong, masks, first_docs)
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
     firsts = np.concatenate([[0], np.cumsum(per_block)])  # each block's first piece
-    supervised = 0
+    supervised = np.zeros(len(per_block), np.int64)  # each block's
     for first in range(0, len(per_block), ASSEMBLE_BLOCKS):
         last = min(first + ASSEMBLE_BLOCKS, len(per_block))
         ids, mask, doc_lens = assemble_pieces(pieces[firsts[first] : firsts[last]], per_block[first:last], documents,
                                               block_size, pad_id, dtype)
         writer.add_rows(ids, mask, doc_lens)
         crash_point("mid_shard")
-        supervised += int(mask.sum(dtype=np.int64))
+        supervised[first:last] = mask.sum(axis=1, dtype=np.int64)
     shards = writer.close()
     real = int((pieces[:, 2] - pieces[:, 1]).sum())
-    totals = reporting.split_totals(lengths, prompt_lengths, len(per_block), real, supervised, block_size, counts)
+    totals = reporting.split_totals(lengths, prompt_lengths, len(per_block), real, int(supervised.sum()), block_size,
+                                    counts)
     if config.pack.strategy == "bfd":  # wrap cuts at every block edge: `verify --tokens` joins those itself
         totals["cut_pieces"] = cut_piece_list(pieces, per_block, lengths)
-    return shards, totals
+    return shards, totals, group_counts(first_docs, group_blocks, per_block, pieces, supervised, len(lengths))
+
+
+def group_counts(first_docs: list[int], group_blocks: list[int], per_block: np.ndarray, pieces: np.ndarray,
+                 supervised: np.ndarray, documents: int) -> list[dict]:
+    """Each group's blocks (``first_block``, ``blocks``), ``documents``, ``tokens`` and ``supervised_tokens``."""
+    out, block, piece = [], 0, 0
+    for g, blocks in enumerate(group_blocks):
+        n = int(per_block[block:block + blocks].sum())
+        docs_end = first_docs[g + 1] if g + 1 < len(first_docs) else documents
+        out.append({"first_block": block, "blocks": blocks, "documents": docs_end - first_docs[g],
+                    "tokens": int((pieces[piece:piece + n, 2] - pieces[piece:piece + n, 1]).sum()),
+                    "supervised_tokens": int(supervised[block:block + blocks].sum())})
+        block, piece = block + blocks, piece + n
+    return out
 
 
 def cut_pieces(blocks: list[list[tuple[int, int, int]]], lengths: np.ndarray) -> list[list[int]]:

@@ -19,7 +19,8 @@ from test_task_eval import memorization_build
 from trainer_fixtures import make_config, tiny_model_dir
 
 NOTE = ("no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-token windows of the 2048-token "
-        "blocks, 1 step (--max-steps) of 1 sequence(s), evaluation on 1 batch(es); cpu.enabled: false trains the full config")
+        "blocks, 1 step (--max-steps) of 1 sequence(s), evaluation on 1 batch(es) of 2, end-of-run answers within 768 "
+        "tokens a model; cpu.enabled: false trains the full config")
 
 
 @pytest.fixture(scope="module")

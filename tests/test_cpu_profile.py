@@ -96,10 +96,12 @@ def test_the_profile_is_said_in_one_short_line(project):
     config, _ = load_for_machine("sql", project["configs"])
     assert config.cpu_note() == (
         "no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-token windows of the 2048-token blocks, "
-        "30 steps of 1 sequence(s), evaluation on 1 batch(es); cpu.enabled: false trains the full config")
+        "30 steps of 1 sequence(s), evaluation on 1 batch(es) of 2, end-of-run answers within 768 tokens a model; "
+        "cpu.enabled: false trains the full config")
     assert config.cpu_note(5) == (  # train --max-steps 5: the steps that will run
         "no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-token windows of the 2048-token blocks, "
-        "5 steps (--max-steps) of 1 sequence(s), evaluation on 1 batch(es); cpu.enabled: false trains the full config")
+        "5 steps (--max-steps) of 1 sequence(s), evaluation on 1 batch(es) of 2, end-of-run answers within 768 tokens "
+        "a model; cpu.enabled: false trains the full config")
     assert "1 step (--max-steps)" in config.cpu_note(1)
     built = CliRunner().invoke(main, ["pretokenize", "sql", "--configs-dir", str(project["configs"]),
                                       "--cache-dir", str(project["cache"])], catch_exceptions=False)
@@ -125,7 +127,8 @@ def test_config_prints_the_config_itself_and_says_on_stderr_what_the_profile_cha
     assert on_cpu.stderr == (
         "# no CUDA GPU: `packtrain train` here applies the cpu profile (configs/defaults.yaml cpu:; cpu.enabled: false "
         "turns it off), which trains with train.max_steps: 30 (null in the config), train.max_seq_length: 512 (null "
-        "in the config), train.per_device_train_batch_size: 1 (8 in the config), train.max_eval_batches: 1 (null in "
+        "in the config), train.per_device_train_batch_size: 1 (8 in the config), train.per_device_eval_batch_size: 2 (8 "
+            "in the config), train.max_eval_batches: 1 (null in "
         "the config), train.save_minutes: 1.0 (10.0 in the config)\n")
     assert json.loads(shown("--json").stdout) == printed
     pasted = tmp_path / "pasted"  # pasted back as an expert's file, it resolves to the same config

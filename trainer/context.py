@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import Subset
 
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_train import TrainConfig
@@ -88,7 +89,7 @@ class TrainContext:
     # setup_data
     sampler: BlockSampler = field(init=False)
     train_loader: object = field(init=False)
-    val_loader: object = field(init=False)  # None: no val blocks, no evaluation
+    val_loaders: list = field(init=False)  # (eval set name or None: the val split, loader); []: no evaluation
     total_steps: int = field(init=False)
     # setup_optimizer
     fsdp: bool = field(init=False)
@@ -196,7 +197,7 @@ def setup_micro_batch(ctx: TrainContext) -> None:
 
 
 def setup_data(ctx: TrainContext) -> None:
-    """``sampler``, ``train_loader``, ``total_steps``, ``val_loader`` (None without val blocks)."""
+    """``sampler``, ``train_loader``, ``total_steps``, ``val_loaders`` (none without val blocks)."""
     train, world, manifest, train_set = ctx.train, ctx.world, ctx.manifest, ctx.train_set
     batch_size = train.per_device_train_batch_size
     ctx.sampler = BlockSampler(len(train_set), train.seed, manifest.build_id, rank=world.rank,
@@ -207,15 +208,16 @@ def setup_data(ctx: TrainContext) -> None:
     # HF Trainer's steps: ceil(micro-batches / accumulation) an epoch, which is ceil(sequences / global
     # batch): the same whatever micro-batch auto measured
     ctx.total_steps = total_training_steps(train, ctx.sampler.micro_batches)
-    ctx.val_loader = None
     val_set = BlockDataset(ctx.build_dir, manifest, "val", ctx.state.seq_length)
     if len(val_set) == 0:
         log.warning("build %s has no val blocks (pack.val_fraction: %s): evaluation is skipped",
                     manifest.build_id, manifest.val_fraction)
-    else:
-        ctx.val_loader = make_loader(eval_slice(val_set, train, world, pad=train.fsdp), None,
-                                     train.per_device_eval_batch_size, train, ctx.device, drop_last=False,
-                                     seed=train.seed, num_workers=min(train.dataloader_num_workers, 2))
+    # each eval source on its own (its blocks hold no other source's documents), else the whole val split
+    parts = [(e.name, Subset(val_set, val_set.items_of_blocks(e.first_block, e.stop))) for e in manifest.eval_sets]
+    ctx.val_loaders = [(name, make_loader(eval_slice(part, train, world, pad=train.fsdp), None,
+                                          train.per_device_eval_batch_size, train, ctx.device, drop_last=False,
+                                          seed=train.seed, num_workers=min(train.dataloader_num_workers, 2)))
+                       for name, part in (parts or [(None, val_set)]) if len(part)]
 
 
 def setup_optimizer(ctx: TrainContext) -> None:

@@ -36,7 +36,7 @@ from packtrain.trainer.checkpoint import prune_checkpoints, save_checkpoint
 from packtrain.trainer.compilation import compile_for_training
 from packtrain.trainer.context import TrainContext
 from packtrain.trainer.distributed import accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
-from packtrain.trainer.eval.evaluate import evaluate
+from packtrain.trainer.eval.evaluate import evaluate, per_set
 from packtrain.trainer.interrupts import NAMES, SaveClock, StopRequests
 from packtrain.trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
 from packtrain.trainer.progress import TrainProgress
@@ -54,7 +54,7 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
     """Train from ``ctx.state.step`` to ``ctx.total_steps``; returns the logged train and eval records.
 
     ``model`` is ``ctx.model`` as it trains: DistributedDataParallel under torchrun without FSDP (see
-    ``ctx.world``; ``ctx.val_loader`` then reads this rank's slice of the val blocks). ``ctx.train`` is the
+    ``ctx.world``; ``ctx.val_loaders`` then read this rank's slice of the val blocks). ``ctx.train`` is the
     resolved config (``torch_compile`` ``"regional"`` or a bool, the micro-batch a number: trainer/context.py)."""
     train, state, world, total_steps = ctx.train, ctx.state, ctx.world, ctx.total_steps
     module = unwrap(model)  # the PeftModel: evaluated and saved as it is
@@ -64,7 +64,7 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
     evals: list[dict] = []
     bad_streak = 0
 
-    if ctx.val_loader is not None and state.step == 0:  # the base model's loss, for "before vs after" at the end
+    if ctx.val_loaders and state.step == 0:  # the base model's loss, for "before vs after" at the end
         evals.append(evaluate_at(ctx, 0, module, metrics))
 
     model.train()
@@ -214,7 +214,7 @@ def evaluate_and_save(ctx: TrainContext, module: torch.nn.Module, metrics: Metri
     ``save``: a stop asked, or ``save_minutes`` passed). Returns the checkpoint's path on rank 0, True on
     the other ranks when one was saved, False when none was."""
     state, train, world = ctx.state, ctx.train, ctx.world
-    if ctx.val_loader is not None and is_due(state.step, train.eval_steps, ctx.total_steps):
+    if ctx.val_loaders and is_due(state.step, train.eval_steps, ctx.total_steps):
         evals.append(evaluate_at(ctx, state.step, module, metrics))
 
     steps = train.save_steps if train.save_steps != "auto" else ctx.total_steps  # auto: by time (and the last step)
@@ -240,12 +240,17 @@ def is_due(step: int, every: int, last: int) -> bool:
 
 
 def evaluate_at(ctx: TrainContext, step: int, module: torch.nn.Module, metrics: MetricsFile) -> dict:
-    """Evaluate, record and log the eval loss at ``step`` (0: before the first step, the base model)."""
-    # each rank evaluates its slice (capped to max_eval_batches in trainer/data.py's eval_slice); summed over ranks
-    result = {"step": step, **reduce_eval(evaluate(module, ctx.val_loader, ctx.loss_path,
-                                                   progress=f"eval at step {step}" if ctx.world.is_main else None),
-                                          ctx.world)}
+    """Evaluate, record and log the eval loss at ``step`` (0: before the first step, the base model): of
+    the val split, or of each eval source (``outputs.eval_sets``) and of them all."""
+    # each rank evaluates its slice (capped in trainer/data.py's eval_slice); summed over ranks
+    parts = []
+    for name, loader in ctx.val_loaders:
+        shown = f"eval at step {step}" + (f", {name}" if name else "") if ctx.world.is_main else None
+        parts.append((name, reduce_eval(evaluate(module, loader, ctx.loss_path, progress=shown), ctx.world)))
+    result = {"step": step, **per_set(parts)}
     metrics.write(result)
-    log.info("step %d%s: eval loss %.4f, ppl %.2f", step, " (before training)" if step == 0 else "",
-             result["eval/loss"], result["eval/ppl"])
+    each = "".join(f"; {name}: loss {part['eval/loss']:.4f} on {part['eval/tokens']} tokens"
+                   for name, part in parts if name)
+    log.info("step %d%s: eval loss %.4f, ppl %.2f%s", step, " (before training)" if step == 0 else "",
+             result["eval/loss"], result["eval/ppl"], each)
     return result

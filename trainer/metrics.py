@@ -278,4 +278,11 @@ def summarize(records: list[dict], evals: list[dict], extra: dict) -> dict:
     if evals and evals[0]["step"] == 0:  # evaluated before the first step (a run that did not resume)
         summary["eval/loss_before"] = evals[0]["eval/loss"]
         summary["eval/loss_after"] = evals[-1]["eval/loss"]
+    if evals:  # each eval source's (``eval/<name>/loss``: trainer/eval/evaluate.py per_set)
+        summary["eval_sets"] = {key[5:-5]: {"loss": evals[-1][key], **({"loss_before": evals[0][key]}
+                                                                        if evals[0]["step"] == 0 else {})}
+                                for key in evals[-1] if key.startswith("eval/") and key.endswith("/loss")
+                                and key != "eval/loss"}
+        if not summary["eval_sets"]:
+            del summary["eval_sets"]
     return summary

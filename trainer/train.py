@@ -48,7 +48,7 @@ from packtrain.trainer.checkpoint import (CheckpointError, RunInfo, TrainState, 
                                           check_same_adapter, check_same_training, discard_later_checkpoints,
                                           find_checkpoint, read_state, verify_checkpoint)
 from packtrain.trainer.context import TrainContext, prepare
-from packtrain.trainer.data import BlockDataset
+from packtrain.trainer.data import BlockDataset, stop_workers
 from packtrain.trainer.distributed import DistributedError, World, close_world, decide_on_rank0, init_world, wrap
 from packtrain.trainer.epochs import epoch_shape
 from packtrain.trainer.loop import NonFiniteLossError, train_loop
@@ -140,6 +140,7 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
         log_failure(e, world)
         raise
     finally:
+        stop_workers([getattr(ctx, "train_loader", None), *(loader for _, loader in getattr(ctx, "val_loaders", []))])
         if file_log is not None:
             log.removeHandler(file_log)
             file_log.close()

@@ -36,7 +36,7 @@ BUILD_FIELDS = {
     "pack": ("block_size", "strategy", "overlong", "val_fraction"),
     "build": ("dedup", "dedup_threshold", "decontaminate", "on_bad_rows", "special_tokens_in_text"),
 }
-SOURCE_FIELDS = ("name", "split", "revision", "config", "columns", "max_rows", "where", "weight")
+SOURCE_FIELDS = ("name", "split", "revision", "config", "columns", "max_rows", "where", "weight", "role")
 MAX_VALUE = 200  # characters of a value shown (a file path fits whole); a longer one is cut, its length said
 
 

@@ -53,6 +53,7 @@ class StageConfig:
             errors.append(f"{where}.sources: a stage needs at least one source")
         for i, source in enumerate(self.sources):
             source.validate(errors, f"{where}.sources[{i}]")
+        check_eval_sources(self.sources, f"{where}.sources", errors)
 
 
 @dataclass
@@ -94,6 +95,7 @@ class ExpertConfig:
                 errors.append(f"stages[{i}].name: {stage.name!r} is used twice")
         for i, source in enumerate(self.sources):
             source.validate(errors, f"sources[{i}]")
+        check_eval_sources(self.sources, "sources", errors)
         for name in ("format", "pack", "build", "model", "lora", "train", "cpu"):
             getattr(self, name).validate(errors, name)
         if self.pack.strategy == "wrap" and self.pack.overlong != "split":
@@ -117,10 +119,19 @@ class ExpertConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def eval_sources(self) -> list[tuple[int, SourceConfig]]:
+        """(index, source) of each source with ``role: eval``, in order."""
+        return [(i, s) for i, s in enumerate(self.sources) if s.role == "eval"]
+
+    def held_out_fraction(self) -> float:
+        """The share of the training sources' documents held out for validation: ``pack.val_fraction``,
+        or 0 where eval sources are the validation split (docs/DATASETS.md, "Eval sources")."""
+        return 0.0 if self.eval_sources() else self.pack.val_fraction
+
     def for_device(self, cuda: bool, explicit: frozenset[str] = frozenset()) -> "ExpertConfig":
         """This config as the machine trains it: unchanged on a CUDA GPU or with ``cpu.enabled: false``,
-        else with the ``cpu`` section's sequence length, steps, batch, evaluation cap and save cadence, each only where
-        ``explicit`` (the dotted keys the user set, configfile.explicit_keys) does not name the field.
+        else with the ``cpu`` section's sequence length, steps, batch, evaluation cap and batch, and save cadence,
+        each only where ``explicit`` (the dotted keys the user set, configfile.explicit_keys) does not name the field.
         Only ``train`` changes: the build (sources, format, pack, build, model) is the same on every
         machine, so a CPU host builds, judges and rebuilds the very build a GPU trainer uses."""
         if cuda or not self.cpu.enabled:
@@ -134,6 +145,8 @@ class ExpertConfig:
             train, max_seq_length=cpu.max_seq_length if cut else train.max_seq_length,
             max_steps=train.max_steps if train.max_steps is not None else cpu.max_steps,
             max_eval_batches=train.max_eval_batches if train.max_eval_batches is not None else cpu.max_eval_batches,
+            per_device_eval_batch_size=train.per_device_eval_batch_size
+            if "train.per_device_eval_batch_size" in explicit else cpu.per_device_eval_batch_size,
             save_minutes=train.save_minutes if "train.save_minutes" in explicit else cpu.save_minutes,
             **({} if batch_set else {"per_device_train_batch_size": cpu.per_device_train_batch_size,
                                      "gradient_accumulation_steps": 1, "global_batch_size": None})))
@@ -149,7 +162,8 @@ class ExpertConfig:
                  else f"{train.max_steps} steps")
         return (f"no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains {sequences}, {steps} "
                 f"of {train.per_device_train_batch_size} sequence(s), evaluation on {train.max_eval_batches} "
-                "batch(es); cpu.enabled: false trains the full config")
+                f"batch(es) of {train.per_device_eval_batch_size}, end-of-run answers within "
+                f"{self.cpu.generate_tokens} tokens a model; cpu.enabled: false trains the full config")
 
     def stage_configs(self) -> list["ExpertConfig"]:
         """One config per stage, expert ``<expert>.<stage>``, in order; [self] without stages. A
@@ -168,6 +182,37 @@ class ExpertConfig:
             out.append(dataclasses.replace(self, expert=stage_expert(self.expert, stage.name), sources=sources,
                                            stages=[], train=train))
         return out
+
+
+def check_eval_sources(sources: list[SourceConfig], where: str, errors: list[str]) -> None:
+    """At least one source trains; each eval source has a name of its own (the metrics are keyed by it)."""
+    if sources and all(s.role == "eval" for s in sources):
+        errors.append(f"{where}: every source has role: eval, so nothing would be trained; give the training data "
+                      "role: train (the default) and keep role: eval for the held-out sets")
+    named: dict[str, int] = {}
+    for i, source in enumerate(sources):
+        if source.role == "eval" and named.setdefault(source.eval_name(), i) != i:
+            errors.append(f"{where}[{i}]: an eval source named {source.eval_name()!r} like {where}[{named[source.eval_name()]}] "
+                          "(eval sources are reported by file name or dataset id and split); give each its own file "
+                          "name or split, or list the set once")
+
+
+def resolve_val_fraction(config: "ExpertConfig", data: dict, errors: list[str]) -> None:
+    """With an eval source (a stage's too) the eval sources are the validation split: ``pack.val_fraction``
+    not set in ``data`` becomes 0 (so the config written beside a build or a run says so, and reads back
+    the same), and set above 0 it is refused, as axolotl refuses val_set_size with test_datasets."""
+    pack = data.get("pack") if isinstance(data.get("pack"), dict) else {}
+    evals = [f"sources[{i}]" for i, _ in config.eval_sources()] + [
+        f"stages[{k}].sources[{i}]" for k, stage in enumerate(config.stages)
+        for i, s in enumerate(stage.sources) if s.role == "eval"]
+    if not evals:
+        return
+    if "val_fraction" not in pack:
+        config.pack.val_fraction = 0.0
+    elif config.pack.val_fraction > 0:
+        errors.append(f"pack.val_fraction: {config.pack.val_fraction} with an eval source ({evals[0]}.role: eval): the "
+                      "eval sources are the validation split and the training sources hold nothing out; remove "
+                      "pack.val_fraction, or remove role: eval to hold out a share of every source instead")
 
 
 def profile_changes(written: "ExpertConfig", trained: "ExpertConfig") -> str:

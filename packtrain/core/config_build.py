@@ -22,8 +22,8 @@ class SourceConfig:
     also .gz/.bz2/.xz, or a directory of them, or a ``save_to_disk`` directory)."""
     split: str = "train"
     """Which split of the dataset to read (``train``, ``validation``, ...), as in ``load_dataset(name, split=...)``;
-    the build makes its own validation split from it (``pack.val_fraction``). Change it when the rows you
-    want are in another split."""
+    the build makes its own validation split from it (``pack.val_fraction``), unless the source is an
+    eval source (``role: eval``). Change it when the rows you want are in another split."""
     revision: str | None = None
     """Hub cache only: a branch/tag name or a commit hash; default: the ``main`` ref, or the only snapshot."""
     config: str | None = None
@@ -40,6 +40,12 @@ class SourceConfig:
     {column: type, one_of: [simple, join]}, {column: cypher, not_empty: true}]``; checked on each row as
     read (after ``max_rows``), before formatting; the rows it drops are counted in the build report.
     Empty: every row."""
+    role: Literal["train", "eval"] = "train"
+    """``train``: the source's documents are trained on (a ``pack.val_fraction`` share of them held out
+    for validation). ``eval``: evaluation only (HF's ``eval_dataset``, axolotl's ``test_datasets``):
+    every document goes to the val split, none is ever trained, the eval loss and the task eval are
+    reported for it by name (:meth:`eval_name`); with an eval source the training sources hold nothing
+    out (``pack.val_fraction`` becomes 0, and is refused set above 0). docs/DATASETS.md, "Eval sources"."""
     weight: float = num(1.0, "(0, 1000]")
     """Mixing weight of this source's training documents: 0.25 keeps a quarter of them, 3 packs each
     three times, 2.5 each twice plus exactly half of them once more (chosen by a hash of their
@@ -51,6 +57,21 @@ class SourceConfig:
             errors.append(f"{where}.name: must not be empty")
         for i, condition in enumerate(self.where):
             condition.validate(errors, f"{where}.where[{i}]")
+        if self.role == "eval" and self.weight != 1.0:
+            errors.append(f"{where}.weight: {self.weight} on an eval source, whose documents are never trained or "
+                          "weighted (evaluation measures the data as it is); remove weight")
+
+    def eval_name(self) -> str:
+        """How an eval source is named in the manifest, the metrics and the task eval: a local path's
+        file name, or the dataset id, with ``:split`` where the split is not ``train``.
+
+        >>> SourceConfig("/data/spider/dev.jsonl").eval_name(), SourceConfig("acme/sql", split="validation").eval_name()
+        ('dev.jsonl', 'acme/sql:validation')
+        """
+        last = self.name.rstrip("/").rsplit("/", 1)[-1]
+        local = self.name.startswith(("/", ".", "~", "$")) or self.name.count("/") != 1 or "." in last
+        base = last if local else self.name
+        return base + (f":{self.split}" if self.split != "train" else "")
 
 
 SCALARS = (str, int, float, bool)

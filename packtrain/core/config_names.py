@@ -43,6 +43,10 @@ ALIASES = {
     "sequence_len": "pack.block_size or train.max_seq_length",
     "seq_len": "pack.block_size or train.max_seq_length",
     "val_set_size": "pack.val_fraction",
+    # a held-out set of your own: axolotl test_datasets, HF/TRL eval_dataset
+    "test_datasets": "sources with role: eval",
+    "eval_dataset": "sources with role: eval",
+    "eval_datasets": "sources with role: eval",
     # the model and the data
     "base_model": "model.name",
     "model_name_or_path": "model.name",

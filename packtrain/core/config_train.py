@@ -81,6 +81,11 @@ class LoraConfig:
 CPU_SAMPLE_MAX_NEW_TOKENS = 32
 """``train.sample_max_new_tokens: auto``'s bound on a CPU (the end-of-run samples)."""
 
+CPU_GENERATION_BATCH = 8
+"""The fewest prompts a batch of generation holds on a CPU (samples, task eval, ``packtrain eval``),
+whatever ``train.per_device_eval_batch_size`` (the cpu profile's 2 sizes the loss evaluation): each
+decode step is one forward of the whole batch, so 3 samples in batches of 2 would take twice the steps."""
+
 
 @dataclass
 class TrainConfig:
@@ -332,6 +337,16 @@ class CpuConfig:
     expert's file or ``--set`` sets any of those three."""
     max_eval_batches: int = num(1, "[1, 1000000000000]")
     """``train.max_eval_batches`` on a CPU (of ``per_device_eval_batch_size`` sequences), unless set."""
+    per_device_eval_batch_size: int = num(2, "[1, 1048576]")
+    """``train.per_device_eval_batch_size`` on a CPU, unless set: with ``max_eval_batches`` 1, each loss
+    evaluation (before the first step, at the last, each eval source) reads 2 sequences of
+    ``max_seq_length`` (1,024 tokens), about what 2 training steps read forward, so a 5-step try is
+    mostly training (docs/BENCHMARKS.md)."""
+    generate_tokens: int = num(768, "[1, 1000000000]")
+    """The tokens the end-of-run samples and task eval of ``train`` read on a CPU, per model (the base
+    model's answers, then the adapter's), counting each prompt's tokens and the new tokens it may make:
+    samples longer than their share keep the end of their prompt, task-eval prompts that do not fit are
+    skipped; the log says which (trainer/eval/budget.py). ``packtrain eval`` is not bound by it."""
     save_minutes: float = num(1.0, "(0, 1000000000]")
     """``train.save_minutes`` on a CPU, unless set: a CPU run lasts minutes, so a checkpoint every minute
     (besides the one an interrupt saves) bounds what a kill loses to about a minute of training."""

@@ -16,7 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from packtrain.core.config import ConfigError, ExpertConfig
+from packtrain.core.config import ConfigError, ExpertConfig, resolve_val_fraction
 from packtrain.core.config_fields import check_numbers
 from packtrain.core.config_names import close_choice, did_you_mean
 from packtrain.core.contract import check_expert_name
@@ -116,6 +116,7 @@ def config_from_dict(data: dict[str, Any], source: str = "<dict>",
     config = _build(ExpertConfig, data, "", errors)
     if config is not None and not errors:  # value checks need well-typed fields
         config.validate(errors)
+        resolve_val_fraction(config, data, errors)
     elif config is not None:  # numbers can be checked anyway, so that every problem shows at once
         named = {error.partition(":")[0] for error in errors}
         numbers: list[str] = []

@@ -248,6 +248,22 @@ class SplitTotals:
 
 
 @dataclass(frozen=True)
+class EvalSet:
+    """One eval source's part of the val split (``outputs.eval_sets``, a build with ``sources[].role: eval``):
+    val blocks ``first_block`` to ``first_block + blocks - 1`` (counted over the val shards in order)
+    hold its documents and no other source's."""
+
+    name: str  # SourceConfig.eval_name(): the file name or dataset id, with :split
+    source: int  # its index in inputs.sources (where its files and their hashes are)
+    first_block: int
+    blocks: int
+
+    @property
+    def stop(self) -> int:
+        return self.first_block + self.blocks
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The manifest.json of one build (every field: docs/BUILD.md, "The manifest"): made by the build
     (:meth:`create`, written as :meth:`to_dict`), read by everyone else (:meth:`load`)."""
@@ -287,6 +303,13 @@ class Manifest:
         return {split: SplitTotals(**{k: totals[k] for k in TOTALS}) for split, totals in self.outputs["totals"].items()}
 
     @property
+    def eval_sets(self) -> tuple[EvalSet, ...]:
+        """The eval sources' parts of the val split; empty for a build without eval sources (its val split
+        is the held-out share of its sources, ``pack.val_fraction``)."""
+        return tuple(EvalSet(e["name"], e["source"], e["first_block"], e["blocks"])
+                     for e in self.outputs.get("eval_sets", []))
+
+    @property
     def val_fraction(self) -> float | None:
         return self.inputs["pack"].get("val_fraction")
 
@@ -311,6 +334,8 @@ class Manifest:
             problem = f"field build_id is {raw['build_id']!r}, but the build directory is {build_dir.name}"
         elif problem is None and len(set(names)) != len(names):
             problem = "a shard file is listed twice"
+        elif problem is None and "eval_sets" in raw["outputs"]:
+            problem = eval_sets_problem(raw["outputs"]["eval_sets"], sum(s["rows"] for s in shards["val"]))
         elif problem is None and token_dtype(raw["inputs"]["tokenizer"]["vocab_size"]).name != raw["outputs"]["token_dtype"]:
             problem = (f"field outputs.token_dtype is {raw['outputs']['token_dtype']!r}, but a vocabulary of "
                        f"{raw['inputs']['tokenizer']['vocab_size']} tokens is stored as "
@@ -339,6 +364,25 @@ class Manifest:
             inputs=raw["inputs"],
             outputs=raw["outputs"],
         )
+
+
+EVAL_SET = {"name": TEXT, "source": COUNT, "first_block": COUNT, "blocks": COUNT}
+
+
+def eval_sets_problem(eval_sets, val_blocks: int) -> str | None:
+    """What is wrong with a manifest's ``outputs.eval_sets`` (each within the ``val_blocks`` val blocks, in
+    order, none overlapping, names unique), or None."""
+    if problem := schema_problem(eval_sets, [EVAL_SET], "outputs.eval_sets"):
+        return problem
+    end = 0
+    for i, e in enumerate(eval_sets):
+        if e["first_block"] < end or e["first_block"] + e["blocks"] > val_blocks:
+            return (f"field outputs.eval_sets[{i}] holds val blocks {e['first_block']}..{e['first_block'] + e['blocks'] - 1}"
+                    f", outside the {val_blocks} val blocks or over the set before it")
+        end = e["first_block"] + e["blocks"]
+    if len({e["name"] for e in eval_sets}) != len(eval_sets):
+        return "field outputs.eval_sets names a set twice"
+    return None
 
 
 def check_build_expert(build_dir: str | os.PathLike, manifest: Manifest, expert: str) -> None:

@@ -239,7 +239,7 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
         task = EncodeTask(str(tokenizer.directory / "tokenizer.json"),
                           tokenizer.fingerprint["files"]["tokenizer.json"], formatter, tokenizer.eos_id,
                           tokenizer.prefix_ids if config.format.style == "template" else (),
-                          config.pack.val_fraction, job.dtype.name, line_cache=line_cache, fast_encoder=fast,
+                          1.0 if spec.role == "eval" else config.held_out_fraction(), job.dtype.name, line_cache=line_cache, fast_encoder=fast,
                           facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
                           where=tuple(spec.where), chat_date=job.chat_date,
                           special_tokens_in_text=config.build.special_tokens_in_text)

@@ -27,7 +27,7 @@ from packtrain.trainer.adapters import ADAPTER_WEIGHTS
 from packtrain.trainer.checkpoint import ADAPTER_DIR
 from packtrain.trainer.model import Precision, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.eval.task_eval import (Answers, TaskEvalError, EVAL_SUMMARY, check_not_evaluated, example_limit,
-                                         format_samples, format_summary, task_eval, val_examples)
+                                         format_samples, format_summary, task_eval, eval_parts)
 from packtrain.trainer.run_checks import check_tokenizer
 from packtrain.trainer.runlog import ensure_log_handler
 from packtrain.trainer.threads import set_torch_threads, threads_restored
@@ -151,13 +151,14 @@ def _evaluate_run(run_dir: Path, max_examples: int | None, samples: int, expert:
     run = open_run(run_dir, expert, check_not_evaluated)
     config, build_dir, manifest, device = run.config, run.build_dir, run.manifest, run.device
     train = dataclasses.replace(config.train, task_eval_max_examples=max_examples or config.train.task_eval_max_examples)
-    examples = val_examples(build_dir, manifest, example_limit(train.task_eval_max_examples, device))
+    parts = eval_parts(build_dir, manifest, example_limit(train.task_eval_max_examples, device))
     answers = Answers(run.model, run.tokenizer_dir, manifest, device, run.precision, train.max_new_tokens,
                       train.per_device_eval_batch_size)
-    log.info("task eval of %s: %d validation prompts of build %s on %s", run_dir, len(examples), manifest.build_id,
-             device)
+    of = ", ".join(f"{len(examples)} of {name}" for name, examples in parts.items() if name)
+    log.info("task eval of %s: %d validation prompts%s of build %s on %s", run_dir,
+             sum(map(len, parts.values())), f" ({of})" if of else "", manifest.build_id, device)
     log.info("%s", run.threads)
-    summary = task_eval(answers, examples, config.expert, train.task_metric, run_dir)
+    summary = task_eval(answers, parts, config.expert, train.task_metric, run_dir)
     rows = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()[:samples]]
     if rows:
         log.info("base model vs adapter on %d validation prompts:\n%s", len(rows), format_samples(rows))

@@ -30,3 +30,23 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, path: LossPath, progres
     model.train(was_training)
     loss = loss_sum.item() / max(tokens, 1)
     return {"eval/loss": loss, "eval/ppl": math.exp(min(loss, 80.0)), "eval/tokens": tokens}
+
+
+def per_set(parts: list[tuple[str | None, dict]]) -> dict:
+    """One evaluation's record from the results of its parts: the whole val split (name None), or each
+    eval source (``outputs.eval_sets``), whose ``eval/<name>/loss``, ``/ppl`` and ``/tokens`` are kept
+    beside ``eval/loss`` over all of them (token-weighted)::
+
+        >>> r = per_set([("dev", {"eval/loss": 1.0, "eval/ppl": 2.7, "eval/tokens": 30}),
+        ...              ("test", {"eval/loss": 2.0, "eval/ppl": 7.4, "eval/tokens": 10})])
+        >>> r["eval/loss"], r["eval/tokens"], r["eval/test/loss"]
+        (1.25, 40, 2.0)
+    """
+    if len(parts) == 1 and parts[0][0] is None:
+        return dict(parts[0][1])
+    tokens = sum(part["eval/tokens"] for _, part in parts)
+    loss = sum(part["eval/loss"] * part["eval/tokens"] for _, part in parts) / max(tokens, 1)
+    out = {"eval/loss": loss, "eval/ppl": math.exp(min(loss, 80.0)), "eval/tokens": tokens}
+    for name, part in parts:
+        out.update({f"eval/{name}/{key[5:]}": value for key, value in part.items()})
+    return out

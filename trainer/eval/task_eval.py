@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from packtrain.core.errors import PacktrainError
-from packtrain.core.config_train import CPU_SAMPLE_MAX_NEW_TOKENS
+from packtrain.core.config_train import CPU_GENERATION_BATCH, CPU_SAMPLE_MAX_NEW_TOKENS
 from packtrain.core.contract import Manifest
 from packtrain.core.files import write_atomic, write_new
 from packtrain.core.shardfile import open_shard
+from packtrain.trainer.eval.budget import Example, fit_samples, fit_task
 from packtrain.trainer.eval.generate import Greedy, generate
 from packtrain.trainer.model import Precision
 from packtrain.trainer.eval.task_metrics import aggregate, metric_for, score
@@ -46,12 +46,6 @@ EVAL_SUMMARY, EVAL_SAMPLES = "eval.json", "eval.jsonl"
 
 class TaskEvalError(PacktrainError):
     """Task evaluation cannot run; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class Example:
-    prompt_ids: list[int]
-    reference_ids: list[int]
 
 
 def split_document(tokens, mask, eos_id: int) -> Example | None:
@@ -74,14 +68,19 @@ def split_document(tokens, mask, eos_id: int) -> Example | None:
     return Example([int(t) for t in tokens[:start]], reference)
 
 
-def val_examples(build_dir: Path, manifest: Manifest, limit: int) -> list[Example]:
-    """The first ``limit`` examples of the build's val split, in shard order."""
+def val_examples(build_dir: Path, manifest: Manifest, limit: int, blocks: range | None = None) -> list[Example]:
+    """The first ``limit`` examples of the build's val split, in shard order; ``blocks``: of those val
+    blocks only (an eval source's, ``Manifest.eval_sets``)."""
     eos_id = manifest.eos_id
     examples: list[Example] = []
+    block = 0
     for shard in manifest.val:
-        blocks = open_shard(build_dir / shard.file, manifest.block_size)
-        for row in range(len(blocks)):
-            ids, mask, doc_lens = blocks.block(row)
+        blocks_here = open_shard(build_dir / shard.file, manifest.block_size)
+        for row in range(len(blocks_here)):
+            block += 1
+            if blocks is not None and block - 1 not in blocks:
+                continue
+            ids, mask, doc_lens = blocks_here.block(row)
             at = 0
             for n in doc_lens.tolist():
                 example = split_document(ids[at:at + n], mask[at:at + n], eos_id)
@@ -91,6 +90,14 @@ def val_examples(build_dir: Path, manifest: Manifest, limit: int) -> list[Exampl
                     if len(examples) == limit:
                         return examples
     return examples
+
+
+def eval_parts(build_dir: Path, manifest: Manifest, limit: int) -> dict[str | None, list[Example]]:
+    """The first ``limit`` examples of each eval source (by name), or of the val split (None) for a
+    build without eval sources."""
+    if not manifest.eval_sets:
+        return {None: val_examples(build_dir, manifest, limit)}
+    return {e.name: val_examples(build_dir, manifest, limit, range(e.first_block, e.stop)) for e in manifest.eval_sets}
 
 
 def example_limit(configured: int | str, device: torch.device) -> int:
@@ -111,7 +118,9 @@ class Answers:
         self.model, self.device, self.precision = model, device, precision
         self.eos_id = manifest.eos_id
         self.pad_id = manifest.pad_id
-        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
+        # a decode step is one forward of the batch: on a CPU at least CPU_GENERATION_BATCH prompts a batch
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size if device.type == "cuda" else max(batch_size, CPU_GENERATION_BATCH)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -136,25 +145,38 @@ class Answers:
                  "adapter": a} for e, b, a in zip(examples, base, tuned)]
 
 
-def task_eval(answers: Answers, examples: list[Example], expert: str, metric_setting: str, run_dir: Path) -> dict:
-    """Score base and adapter on ``examples``; write ``eval.jsonl`` and ``eval.json`` into ``run_dir``
-    (refused when the run has an ``eval.json``: an evaluation is never overwritten); returns the summary.
+def task_eval(answers: Answers, parts: dict[str | None, list[Example]], expert: str, metric_setting: str,
+              run_dir: Path) -> dict:
+    """Score base and adapter on the examples of ``parts`` (each eval source's by name, or the val split's
+    under None: :func:`eval_parts`); write ``eval.jsonl`` and ``eval.json`` into ``run_dir``
+    (refused when the run has an ``eval.json``: an evaluation is never overwritten); returns the summary:
+    the means over every example, and each eval source's under ``eval_sets``.
 
     ``eval.json`` is written last and is the evaluation's mark of completion: an ``eval.jsonl`` without
     it is what an interrupted evaluation left, and is replaced."""
     check_not_evaluated(run_dir)
-    if not examples:
+    if not any(parts.values()):
         raise TaskEvalError(f"the build has no validation prompts (val documents with a prompt before the "
-                            f"answer): rebuild {expert} with pack.val_fraction > 0")
+                            f"answer): rebuild {expert} with pack.val_fraction > 0 or an eval source "
+                            "(sources[].role: eval)")
     metric = metric_for(expert, metric_setting)
-    rows = answers.side_by_side(examples)
-    for row in rows:
-        row["base_scores"] = score(metric, row["base"], row["reference"])
-        row["adapter_scores"] = score(metric, row["adapter"], row["reference"])
+    rows, sets = [], {}
+    for name, examples in parts.items():
+        mine = answers.side_by_side(examples, what="task eval" + (f", {name}" if name else ""))
+        for row in mine:
+            row["base_scores"] = score(metric, row["base"], row["reference"])
+            row["adapter_scores"] = score(metric, row["adapter"], row["reference"])
+            if name is not None:
+                row["eval_set"] = name
+        if name is not None and mine:
+            sets[name] = {"examples": len(mine), "base": aggregate([r["base_scores"] for r in mine]),
+                          "adapter": aggregate([r["adapter_scores"] for r in mine])}
+        rows += mine
     summary = {
         "expert": expert, "metric": metric, "examples": len(rows), "max_new_tokens": answers.max_new_tokens,
         "base": aggregate([r["base_scores"] for r in rows]),
         "adapter": aggregate([r["adapter_scores"] for r in rows]),
+        **({"eval_sets": sets} if sets else {}),
     }
     if (run_dir / EVAL_SAMPLES).exists():
         log.info("%s has no %s beside it (an interrupted evaluation): replaced", run_dir / EVAL_SAMPLES, EVAL_SUMMARY)
@@ -170,10 +192,16 @@ def check_not_evaluated(run_dir: Path) -> None:
 
 
 def format_summary(summary: dict) -> str:
-    """``task eval (sql, 16 examples): exact_match base 0.00 -> adapter 0.50; parses ...``"""
-    parts = [f"{key} base {summary['base'][key]:.2f} -> adapter {summary['adapter'][key]:.2f}"
-             for key in summary["adapter"]]
-    return f"task eval ({summary['metric']}, {summary['examples']} examples): " + "; ".join(parts)
+    """``task eval (sql, 16 examples): exact_match base 0.00 -> adapter 0.50; parses ...``, then a line per
+    eval source where the build has them (``task eval, dev.jsonl (sql, 16 examples): ...``)."""
+    def line(what: str, part: dict) -> str:
+        return f"{what} ({summary['metric']}, {part['examples']} examples): " + "; ".join(
+            f"{key} base {part['base'][key]:.2f} -> adapter {part['adapter'][key]:.2f}" for key in part["adapter"])
+
+    sets = summary.get("eval_sets", {})
+    if len(sets) == 1:
+        return line(f"task eval, {next(iter(sets))}", summary)
+    return "\n".join([line("task eval", summary)] + [line(f"task eval, {name}", part) for name, part in sets.items()])
 
 
 def format_samples(rows: list[dict], width: int = 200) -> str:
@@ -224,30 +252,26 @@ def sample_max_new_tokens(configured: int | str, max_new_tokens: int, longest_re
 
 def end_of_run(ctx: TrainContext) -> dict | None:
     """What every run ends with: the base model's and the adapter's answers to
-    ``train.sample_prompts`` validation prompts in the log, then (``train.task_eval``; auto: on
-    CUDA) the task evaluation of ``train.task_eval_max_examples`` prompts; returns its summary."""
+    ``train.sample_prompts`` validation prompts in the log (of the first eval source where the build
+    has them), then (``train.task_eval``; auto: on CUDA) the task evaluation of
+    ``train.task_eval_max_examples`` prompts (of each eval source); returns its summary. On a CPU
+    (the cpu profile) both read at most ``cpu.generate_tokens`` tokens a model (trainer/eval/budget.py)."""
     train, expert, manifest, device, run_dir = ctx.train, ctx.config.expert, ctx.manifest, ctx.device, ctx.run.run_dir
     enabled = train.task_eval if isinstance(train.task_eval, bool) else device.type == "cuda"
     limit = max(train.sample_prompts, example_limit(train.task_eval_max_examples, device) if enabled else 0)
     if limit == 0:
         return None
-    examples = val_examples(ctx.build_dir, manifest, limit)
-    if not examples:
+    parts = eval_parts(ctx.build_dir, manifest, limit)
+    if not any(parts.values()):
         log.info("no validation prompts in build %s (val documents with a prompt before the answer): no sample "
                  "answers, no task eval", manifest.build_id)
         return None
+    budget = ctx.config.cpu.generate_tokens if device.type != "cuda" and ctx.config.cpu.enabled else None
     answers = Answers(ctx.model, ctx.tok_dir, manifest, device, ctx.precision, train.max_new_tokens,
                       train.per_device_eval_batch_size)
     if train.sample_prompts:
-        shown = examples[:train.sample_prompts]
-        bound = sample_max_new_tokens(train.sample_max_new_tokens, train.max_new_tokens,
-                                      max(len(e.reference_ids) for e in shown), device.type)
-        log.info("samples: base model vs adapter on %d validation prompts, greedy, each stopping at the eos or after "
-                 "%d new tokens (train.sample_max_new_tokens: %s)", len(shown), bound,
-                 "auto, at most %d on a CPU" % CPU_SAMPLE_MAX_NEW_TOKENS
-                 if train.sample_max_new_tokens == "auto" and device.type != "cuda" else train.sample_max_new_tokens)
-        rows = answers.side_by_side(shown, bound, what="samples")
-        log.info("base model vs adapter on %d validation prompts:\n%s", len(rows), format_samples(rows))
+        name, examples = next((name, examples) for name, examples in parts.items() if examples)
+        show_samples(answers, examples[:train.sample_prompts], train, device.type, budget, name)
     if not enabled:
         log.info("task eval: off (%s); run `packtrain eval %s --run %s` for it",
                  "train.task_eval: false" if train.task_eval is False else "auto: off on CPU", expert, run_dir)
@@ -255,6 +279,40 @@ def end_of_run(ctx: TrainContext) -> dict | None:
     if (run_dir / EVAL_SUMMARY).exists():  # the run was stopped after its task eval, then resumed
         log.info("task eval: %s exists (written before this run was interrupted); kept", run_dir / EVAL_SUMMARY)
         return json.loads((run_dir / EVAL_SUMMARY).read_text())
-    summary = task_eval(answers, examples, expert, train.task_metric, run_dir)
+    if budget is not None:
+        parts = {name: fit_for_task(name, examples, budget, train.max_new_tokens) for name, examples in parts.items()}
+        if not any(parts.values()):
+            log.info("task eval: skipped, no prompt fits; run `packtrain eval %s --run %s` for it", expert, run_dir)
+            return None
+    summary = task_eval(answers, parts, expert, train.task_metric, run_dir)
     log.info("%s (%s)", format_summary(summary), run_dir / EVAL_SUMMARY)
     return summary
+
+
+def fit_for_task(name: str | None, examples: list[Example], budget: int, new_tokens: int) -> list[Example]:
+    """:func:`fit_task`'s examples, the line it makes said."""
+    kept, said = fit_task(examples, budget, new_tokens)
+    if said:
+        log.info("task eval%s: %s; `packtrain eval` scores them all (cpu.generate_tokens does not bound it)",
+                 f", {name}" if name else "", said)
+    return kept
+
+
+def show_samples(answers: Answers, shown: list[Example], train, device_type: str, budget: int | None,
+                 name: str | None) -> None:
+    """Log the base model's and the adapter's answers to ``shown`` (of the eval source ``name``), their
+    prompts cut to fit ``budget`` tokens a model where it is set (a CPU), as the log says."""
+    bound = sample_max_new_tokens(train.sample_max_new_tokens, train.max_new_tokens,
+                                  max(len(e.reference_ids) for e in shown), device_type)
+    of = f"validation prompts of {name}" if name else "validation prompts"
+    log.info("samples: base model vs adapter on %d %s, greedy, each stopping at the eos or after "
+             "%d new tokens (train.sample_max_new_tokens: %s)", len(shown), of, bound,
+             "auto, at most %d on a CPU" % CPU_SAMPLE_MAX_NEW_TOKENS
+             if train.sample_max_new_tokens == "auto" and device_type != "cuda" else train.sample_max_new_tokens)
+    if budget is not None:
+        shown, said = fit_samples(shown, budget, bound)
+        if said:
+            log.info("samples: %s; the start of a cut prompt is left out (cpu.enabled: false, or a GPU, shows them "
+                     "whole)", said)
+    rows = answers.side_by_side(shown, bound, what="samples")
+    log.info("base model vs adapter on %d %s:\n%s", len(rows), of, format_samples(rows))
