@@ -206,6 +206,11 @@ def overlap_report(config, outputs: dict, pairs: list) -> dict:
         out.update(near=sum(overlap["near"]), contaminated=sum(overlap["contaminated"]),
                    near_duplicates=sum(overlap["near_duplicates"]), clusters=overlap["clusters"],
                    pairs_total=overlap["pairs"], pairs=pairs)
+    if outputs.get("eval_sets"):  # each eval source's own: how many of its rows have a copy in training
+        out["eval_sets"] = [{"name": e["name"], "documents": outputs["sources"][e["source"]]["val"]["documents_before"],
+                             "exact": overlap["exact"][e["source"]],
+                             **({"near": overlap["near"][e["source"]]} if overlap["compared"] else {})}
+                            for e in outputs["eval_sets"]]
     return out
 
 
@@ -237,6 +242,9 @@ def overlap_lines(report: dict) -> list[str]:
     if o["val_documents"]:
         exact = (f"{o['exact']:,} of {o['val_documents']:,} validation documents have an exact copy in training"
                  + (" (dropped from training)" if report["dedup"] != "none" else " (kept: build.dedup none)"))
+        for e in o.get("eval_sets", []):
+            lines.append(f"  eval set {e['name']}: {e['exact']:,} of {e['documents']:,} rows have an exact copy in training"
+                         + (f", {e['near']:,} a near one" if "near" in e else ""))
         if not o["compared"]:
             lines.append(f"  overlap: {exact}; near copies not compared (build.dedup: near compares them)")
         else:

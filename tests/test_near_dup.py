@@ -242,3 +242,26 @@ def test_verify_says_what_was_removed_and_why(tmp_path):
         f"removed before packing: 0 exact duplicates (build.dedup: near), {o['near_duplicates']:,} near-duplicates, "
         f"{o['contaminated']:,} training documents matching validation (removed; threshold 0.8): "
         "`packtrain inspect sql --dropped` lists them")
+
+
+def test_an_eval_source_is_compared_with_training_and_decontaminate_keeps_its_rows_out(tmp_path):
+    """Issue 49's done-when, on a small scale: dev (an eval source) holds near copies (case, spacing)
+    of 10 training rows and 10 rows of its own; the report counts the overlap per eval set, and with
+    decontaminate no training block holds those rows."""
+    project = sql_project(tmp_path, near_copies=False)
+    train = rows(80)
+    dev = [{**r, "question": "  ".join(r["question"].upper().split())} for r in train[:40:4]] + rows(10, start=500)
+    dev_file = write_jsonl(tmp_path / "data" / "dev.jsonl", dev)
+    sources = [{"name": str(project["data"])}, {"name": str(dev_file), "role": "eval"}]
+    kept = build(load_config("sql", project["configs"], {"sources": sources, "pack.val_fraction": 0, "build.dedup": "near"}),
+                 project["cache"], log=quiet, progress=False)
+    o = kept.report["overlap"]
+    assert o["eval_sets"] == [{"name": "dev.jsonl", "documents": 20, "exact": 0, "near": 10}]
+    assert o["contaminated"] == 10 and not o["decontaminate"] and len(packed_documents(kept)) == 80
+    clean = build(load_config("sql", project["configs"], {"sources": sources, "pack.val_fraction": 0,
+                                                           "build.dedup": "near", "build.decontaminate": True}),
+                  project["cache"], log=quiet, progress=False)
+    assert clean.build_id != kept.build_id and len(packed_documents(clean)) == 70
+    dev_questions = {normalized(q) for q in questions_of(clean, "val")}
+    assert len(dev_questions) == 20
+    assert not dev_questions & {normalized(q) for q in questions_of(clean, "train")}
