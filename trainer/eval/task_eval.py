@@ -31,6 +31,8 @@ from packtrain.core.config_train import CPU_GENERATION_BATCH, CPU_SAMPLE_MAX_NEW
 from packtrain.core.contract import Manifest
 from packtrain.core.files import write_atomic, write_new
 from packtrain.core.shardfile import open_shard
+from packtrain.trainer.eval.base_samples import (base_identity, keep_base_answers, load_base_answers, samples_key,
+                                                 samples_path)
 from packtrain.trainer.eval.budget import Example, fit_samples, fit_task
 from packtrain.trainer.eval.generate import Greedy, generate
 from packtrain.trainer.model import Precision
@@ -135,11 +137,13 @@ class Answers:
         return [self.decode(ids) for ids in generated]
 
     def side_by_side(self, examples: list[Example], max_new_tokens: int | None = None,
-                     what: str = "task eval") -> list[dict]:
+                     what: str = "task eval", base: list[str] | None = None) -> list[dict]:
         """One row per example: prompt, reference, base answer, adapter answer (texts). The prompt keeps
         its special tokens (a chat template's ``<|im_start|>user``...), as ``packtrain inspect`` shows
-        the text: what the model was prompted with; the answers and the reference are the texts scored."""
-        base = self.answer(examples, adapter=False, max_new_tokens=max_new_tokens, what=what)
+        the text: what the model was prompted with; the answers and the reference are the texts scored.
+        ``base``: the base model's answers, already known (trainer/eval/base_samples.py), not generated."""
+        if base is None:
+            base = self.answer(examples, adapter=False, max_new_tokens=max_new_tokens, what=what)
         tuned = self.answer(examples, adapter=True, max_new_tokens=max_new_tokens, what=what)
         return [{"prompt": self.tokenizer.decode(e.prompt_ids, skip_special_tokens=False), "reference": self.decode(e.reference_ids), "base": b,
                  "adapter": a} for e, b, a in zip(examples, base, tuned)]
@@ -271,7 +275,8 @@ def end_of_run(ctx: TrainContext) -> dict | None:
                       train.per_device_eval_batch_size)
     if train.sample_prompts:
         name, examples = next((name, examples) for name, examples in parts.items() if examples)
-        show_samples(answers, examples[:train.sample_prompts], train, device.type, budget, name)
+        show_samples(answers, examples[:train.sample_prompts], train, device.type, budget, name, ctx.build_dir,
+                     base_identity(ctx))
     if not enabled:
         log.info("task eval: off (%s); run `packtrain eval %s --run %s` for it",
                  "train.task_eval: false" if train.task_eval is False else "auto: off on CPU", expert, run_dir)
@@ -299,9 +304,11 @@ def fit_for_task(name: str | None, examples: list[Example], budget: int, new_tok
 
 
 def show_samples(answers: Answers, shown: list[Example], train, device_type: str, budget: int | None,
-                 name: str | None) -> None:
+                 name: str | None, build_dir: Path, identity: dict | None = None) -> None:
     """Log the base model's and the adapter's answers to ``shown`` (of the eval source ``name``), their
-    prompts cut to fit ``budget`` tokens a model where it is set (a CPU), as the log says."""
+    prompts cut to fit ``budget`` tokens a model where it is set (a CPU), as the log says. With
+    ``identity`` (trainer/eval/base_samples.py) the base model's answers are kept in ``build_dir`` and
+    reused by the next run with the same base model, prompts and settings."""
     bound = sample_max_new_tokens(train.sample_max_new_tokens, train.max_new_tokens,
                                   max(len(e.reference_ids) for e in shown), device_type)
     of = f"validation prompts of {name}" if name else "validation prompts"
@@ -314,5 +321,12 @@ def show_samples(answers: Answers, shown: list[Example], train, device_type: str
         if said:
             log.info("samples: %s; the start of a cut prompt is left out (cpu.enabled: false, or a GPU, shows them "
                      "whole)", said)
-    rows = answers.side_by_side(shown, bound, what="samples")
+    key = samples_key(identity, [e.prompt_ids for e in shown], bound, answers.batch_size) if identity else None
+    base = load_base_answers(build_dir, key, len(shown)) if key else None
+    if base is not None:
+        log.info("samples, base model: %d answers reused from %s (the same base model, prompts and settings "
+                 "as an earlier run of this build)", len(base), samples_path(build_dir, key))
+    rows = answers.side_by_side(shown, bound, what="samples", base=base)
+    if key and base is None:
+        keep_base_answers(build_dir, key, [row["base"] for row in rows])
     log.info("base model vs adapter on %d %s:\n%s", len(rows), of, format_samples(rows))
