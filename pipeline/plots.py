@@ -10,6 +10,7 @@ matplotlib is an optional extra (packtrain/core/plotting.py).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -21,6 +22,26 @@ from packtrain.core.schema import COUNT, NUMBER, TEXT, MapOf
 SPLIT = {"length_histogram": MapOf(TEXT, COUNT), "tokens": COUNT, "padding_tokens": COUNT, "packing_efficiency": NUMBER}
 REPORT_SCHEMA = {"train": SPLIT, "val": SPLIT, "sources": [{"name": TEXT, "documents": COUNT, "tokens": COUNT}]}
 """What the plots read from report.json (pipeline/report.py writes more)."""
+
+
+PLOT_NAMES = ("lengths.png", "sources.png", "packing.png")
+"""Every build's plots; ``overlap.png`` besides where the report has an overlap section."""
+
+
+def drawn_build_plots(build_dir: Path) -> list[Path] | None:
+    """The build's plots when every one is drawn already and newer than its ``report.json`` (a build
+    never changes, so they are what :func:`write_build_plots` would draw again); None otherwise."""
+    out, report = build_dir / PLOTS_DIR, build_dir / REPORT
+    if not report.is_file():
+        return None
+    try:
+        overlap = json.loads(report.read_text()).get("overlap")
+    except (OSError, ValueError, AttributeError):
+        return None  # write_build_plots says what is wrong with it
+    names = list(PLOT_NAMES) + (["overlap.png"] if isinstance(overlap, dict) and overlap.get("compared") else [])
+    paths = [out / name for name in names]
+    made = report.stat().st_mtime_ns
+    return paths if all(p.is_file() and p.stat().st_mtime_ns >= made for p in paths) else None
 
 
 def write_build_plots(build_dir: Path) -> list[Path]:
@@ -35,10 +56,11 @@ def write_build_plots(build_dir: Path) -> list[Path]:
     title = f"{report.get('expert', '?')} build {report.get('build_id', build_dir.name)[:8]}"
     written = []
 
+    lengths, sources, packing = (out / name for name in PLOT_NAMES)
     fig, ax = lengths_figure(plt, report)
-    written.append(_save(plt, fig, ax, f"{title}: document lengths", out / "lengths.png"))
+    written.append(_save(plt, fig, ax, f"{title}: document lengths", lengths))
     fig, ax = sources_figure(plt, report["sources"])
-    written.append(_save(plt, fig, ax, f"{title}: per source", out / "sources.png"))
+    written.append(_save(plt, fig, ax, f"{title}: per source", sources))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     splits = ["train", "val"]
@@ -50,7 +72,7 @@ def write_build_plots(build_dir: Path) -> list[Path]:
         ax.annotate(f"{report[split]['packing_efficiency']:.1%}", (i, real[i] + padding[i]), ha="center",
                     va="bottom")
     ax.set_ylabel("tokens in blocks")
-    written.append(_save(plt, fig, ax, f"{title}: packing efficiency", out / "packing.png"))
+    written.append(_save(plt, fig, ax, f"{title}: packing efficiency", packing))
     overlap = report.get("overlap")
     if isinstance(overlap, dict) and overlap.get("compared"):
         fig, ax = overlap_figure(plt, overlap)

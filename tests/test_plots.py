@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -303,6 +304,18 @@ def test_train_draws_the_plots_of_the_build_it_trained_on(tmp_path, monkeypatch)
     assert f"build plots: {', '.join(map(str, plots))}" in done.stderr.splitlines()
     assert json.loads(done.stdout.splitlines()[-1])["run_dir"] == str(run_dir)
     assert_png(plots[0], 800, 400)
+    import packtrain.pipeline.plots as build_plots
+
+    drawn = []
+    monkeypatch.setattr(build_plots, "write_build_plots", lambda path: drawn.append(path) or [])
+    again = cli(*args)  # the build never changes: its plots are drawn once, by its first run
+    assert again.returncode == 0 and drawn == []
+    assert f"build plots: {', '.join(map(str, plots))} (drawn before)" in again.stderr.splitlines()
+    result.path.joinpath("report.json").touch()  # older than the report: drawn again
+    os.utime(plots[1], ns=(0, 0))
+    assert cli(*args).returncode == 0 and drawn == [result.path]
+    monkeypatch.undo()
+    monkeypatch.setattr(curriculum, "train_expert", trained)
     for plot in plots:
         plot.unlink()
     off = cli(*args, "--set", "train.plots=false")

@@ -46,11 +46,15 @@ def draw_build_plots(run_dir: Path, expert: str, say: Callable[[str], None]) -> 
     """After a run of ``expert`` (``train.plots``): the plots of the build it trained on (run.json's
     ``build_dir``), drawn into ``<build>/plots/`` and said in one line. Where they cannot be drawn (no
     matplotlib, a read-only cache, a full disk) one line says why: the run is finished either way."""
-    from packtrain.pipeline.plots import write_build_plots
+    from packtrain.pipeline.plots import drawn_build_plots, write_build_plots
 
     record = RunRecord.read(run_dir)
     if record is None or record.build_dir is None:
         say(f"no build plots: {run_dir / 'run.json'} names no build ({hints.command('plot', expert)} draws them)")
+        return
+    drawn = drawn_build_plots(Path(record.build_dir))
+    if drawn is not None:  # drawn by an earlier run of this build: a build never changes
+        say(f"build plots: {', '.join(str(p) for p in drawn)} (drawn before)")
         return
     try:
         written = write_build_plots(Path(record.build_dir))
