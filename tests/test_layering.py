@@ -89,4 +89,4 @@ def test_the_wheel_installs_one_top_level_name_with_its_assets(tmp_path):
         assert needed in names
     assert "packtrain/__init__.py" not in names  # a namespace package: its portions are the ones above
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "packtrain = packtrain.cli.commands:run" in entry_points
+    assert "packtrain = packtrain.cli.commands:script" in entry_points

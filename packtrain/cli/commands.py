@@ -20,6 +20,7 @@ from packtrain.cli.options import DocumentCount, FiniteRange, Remembered, cache_
 from packtrain.cli.plots import draw_build_plots, plot
 from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
+from packtrain.cli.quick_exit import QUICK_EXIT, exit_now
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core import hints
 from packtrain.core.configfile import apply_cli_overrides
@@ -195,6 +196,7 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
     with note_when_training_begins(notes):
         train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
                      max_steps=max_steps, on_stage_done=done, say=lambda line: click.echo(line, err=True))
+    return QUICK_EXIT
 
 
 @main.command("eval")
@@ -214,6 +216,7 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 
     summary = evaluate_run(run_path, max_examples, expert=expert)
     click.echo(json.dumps({"run_dir": str(run_path), **summary}))
+    return QUICK_EXIT
 
 
 @main.command("train-all")
@@ -370,11 +373,12 @@ main.add_command(export)
 main.add_command(plot)
 
 
-def run() -> None:
+def run() -> object:
     """Entry point: expected errors (:class:`PacktrainError`, and an ``OSError`` the command could not
-    name better) print one clear message and exit 2, without a traceback."""
+    name better) print one clear message and exit 2, without a traceback. Returns what the command
+    returned (:data:`QUICK_EXIT` from a finished ``train`` or ``eval``)."""
     try:
-        main(standalone_mode=False)
+        return main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -395,6 +399,13 @@ def run() -> None:
     except (PacktrainError, OSError) as e:  # every message bounded (errors.bounded): long values cut, said
         click.echo(f"error: {bounded(str(e))}", err=True)
         sys.exit(2)
+
+
+def script() -> None:
+    """The ``packtrain`` console script: :func:`run`, then a finished ``train`` or ``eval`` ends without the
+    interpreter's teardown (packtrain/cli/quick_exit.py)."""
+    if run() == QUICK_EXIT:
+        exit_now(0)
 
 
 if __name__ == "__main__":
