@@ -40,7 +40,7 @@ def sample_lines(text: str, who: str) -> list[str]:
 
 def test_a_second_run_of_the_same_build_reuses_the_base_models_samples(tmp_path, model_dir, generated, caplog):
     memorization_build(tmp_path / "cache", model_dir, expert="sql")
-    config = make_config(model_dir, tmp_path / "runs", max_steps=1, max_new_tokens=8, plots=False)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, max_new_tokens=8, plots=False, sample_prompts=3)
     with caplog.at_level(logging.INFO, logger="packtrain.train"):
         run(config, tmp_path / "cache")
     first = caplog.text
@@ -55,7 +55,7 @@ def test_a_second_run_of_the_same_build_reuses_the_base_models_samples(tmp_path,
     assert f"samples, base model: 3 answers reused from {kept[0]}" in caplog.text
     assert sample_lines(caplog.text, "base") == sample_lines(first, "base") and len(sample_lines(first, "base")) == 3
 
-    other = make_config(model_dir, tmp_path / "runs", max_steps=1, max_new_tokens=8, plots=False,
+    other = make_config(model_dir, tmp_path / "runs", max_steps=1, max_new_tokens=8, plots=False, sample_prompts=3,
                         sample_max_new_tokens=4)
     with caplog.at_level(logging.INFO, logger="packtrain.train"):
         run(other, tmp_path / "cache")
@@ -65,7 +65,7 @@ def test_a_second_run_of_the_same_build_reuses_the_base_models_samples(tmp_path,
 
 def test_an_unreadable_kept_file_is_said_and_the_answers_generated_again(tmp_path, model_dir, generated, caplog):
     memorization_build(tmp_path / "cache", model_dir, expert="sql")
-    config = make_config(model_dir, tmp_path / "runs", max_steps=1, max_new_tokens=8, plots=False)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=1, max_new_tokens=8, plots=False, sample_prompts=3)
     run(config, tmp_path / "cache")
     kept = next((resolve_build(tmp_path / "cache", "sql") / "samples").iterdir())
     kept.write_text("{not json")
