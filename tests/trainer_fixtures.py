@@ -145,8 +145,9 @@ def write_build(cache_dir: Path, expert: str, train: list[list[Doc]], val: list[
 # The end of a run as the typed defaults make it (the base model's and the adapter's answers to 3
 # validation prompts, then the PNG plots): what the tests about that end pass to make_config
 # (tests/test_plots.py, test_task_eval.py, test_attention.py, test_train_after_eval.py,
-# test_reliability_disk_full.py, test_security.py's offline run). The others end without them: on the tiny model they cost a run
-# ~0.7 s of CPU, more than its steps (measured 2026-12-06).
+# test_reliability_disk_full.py, test_security.py's offline run, every CUDA test of test_gpu.py).
+# The others end without them: on the tiny model they cost a run ~0.7 s of CPU, more than its
+# steps (measured 2026-12-06).
 RUN_END = dict(sample_prompts=3, plots=True)
 
 
