@@ -168,3 +168,26 @@ def test_two_first_builds_at_once_each_finish_and_the_store_holds_one_whole_note
     assert name == note_file(store, about).name
     assert read_notes([store / name], about, ("fastokens", "tiktoken"))[store / name]["encoder"] == "fastokens"
     assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two")
+
+
+def test_a_decision_the_cache_remembers_is_copied_to_the_store_and_dead_writers_temporaries_removed(tmp_path):
+    """A cache proven before the store existed: its build hands the store its answer (no proof), and the
+    temporary note a killed writer left in the store goes (a live writer's stays)."""
+    from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+
+    project = make_project(tmp_path)  # its cache holds the decision (build_fixtures.seed_decision)
+    store = models_cache_dir() / machine_notes.NOTES
+    store.mkdir(parents=True, exist_ok=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left, live = store / f".tmp-{'0' * 16}.json-{dead.pid}-0a1b2c3d", store / f".tmp-{'1' * 16}.json-{os.getppid()}-0a1b2c3d"
+    for path in (left, live):
+        path.write_text("{")
+    tokenizer = project["model"] / "tokenizer.json"
+    with EncoderDecision(True, tokenizer, read_hash(project), project["cache"] / ".fast-encoder") as decision:
+        assert decision.child is None  # nothing to prove
+        assert decision.guess() == ("fastokens", "fastokens: the HF tokenizer's ids on the probe text")
+        decision.remember()
+    assert not left.exists() and live.exists()
+    assert {name: data for name, data in notes(store).items() if not name.startswith(".tmp-")} == \
+        notes(project["cache"] / ".fast-encoder")

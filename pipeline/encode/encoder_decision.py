@@ -159,6 +159,8 @@ class EncoderDecision:
             if note == answer:
                 continue
             try:
+                if path != self.path:
+                    machine_notes.remove_dead_writers(path.parent)
                 write_note(path, self.about, answer)
             except OSError as e:
                 if path == self.path:

@@ -18,10 +18,11 @@ every build, and a refusal in the store or in the cache wins over any yes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from packtrain.core.resolve import cache_path, models_cache_dir
+from packtrain.core.files import TMP_PREFIX, writer_alive
 
 STORE_VARIABLE = "PACKTRAIN_PROOFS_DIR"
 OFF = "off"
@@ -34,6 +35,9 @@ def store_dir() -> Path | None:
     value = os.environ.get(STORE_VARIABLE, "").strip()
     if value.lower() == OFF:
         return None
+    # here, not at the top: the decision's child imports this module, and resolve imports huggingface_hub
+    from packtrain.core.resolve import cache_path, models_cache_dir
+
     return cache_path(value) if value else models_cache_dir() / NOTES
 
 
@@ -41,3 +45,14 @@ def unwritable(directory: Path, error: OSError) -> str:
     """The one line a build says where the store cannot be written."""
     return (f"fast encoder: this machine's store of proofs {directory} cannot be written ({error.strerror or error}): "
             f"used read-only; set {STORE_VARIABLE} to a writable directory, or to {OFF}")
+
+
+def remove_dead_writers(directory: Path) -> None:
+    """Remove the temporary notes that writers killed mid-write left in the store (a build removes its
+    cache's under the expert's lock, pipeline/build.py ``remove_leftovers``; no lock covers the store,
+    so the writer's process is asked): quietly, a store that cannot be changed is used as it is."""
+    with contextlib.suppress(OSError):
+        for note in directory.glob(f"{TMP_PREFIX}*"):
+            if not writer_alive(note):
+                with contextlib.suppress(OSError):
+                    note.unlink()
