@@ -191,3 +191,22 @@ def test_a_decision_the_cache_remembers_is_copied_to_the_store_and_dead_writers_
     assert not left.exists() and live.exists()
     assert {name: data for name, data in notes(store).items() if not name.startswith(".tmp-")} == \
         notes(project["cache"] / ".fast-encoder")
+
+
+def test_a_refusal_another_build_wrote_meanwhile_is_not_overwritten_by_a_yes(tmp_path):
+    """Two builds at once: one proves fastokens (or takes a yes) while the other's check refutes it and
+    writes the refusal to the store; the first, remembering last, keeps the refusal there."""
+    from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+    from packtrain.pipeline.encode.notes import write_note
+
+    project = make_project(tmp_path)  # its cache says fastokens (build_fixtures.seed_decision)
+    candidates = ("fastokens", "tiktoken")
+    about = note_about(read_hash(project), candidates)
+    store = note_file(models_cache_dir() / machine_notes.NOTES, about)
+    refusal = {"encoder": None, "why": "fast encoder (fastokens) differs from the HF tokenizer on row x", "versions": "v"}
+    with EncoderDecision(True, project["model"] / "tokenizer.json", read_hash(project),
+                         project["cache"] / ".fast-encoder") as decision:
+        assert decision.guess()[0] == "fastokens"  # the cache's yes, the store empty when read
+        write_note(store, about, refusal)  # the other build's refusal, meanwhile
+        decision.remember()
+    assert read_notes([store], about, candidates) == {store: refusal}

@@ -148,16 +148,17 @@ class EncoderDecision:
     def remember(self, log=print) -> None:
         """Keep the answer for the next builds with this tokenizer, in the cache and in the machine's
         store: a new answer in both, a remembered one where the other place lacks it (or says yes to
-        what it refuses). Call once the tokenizer files are checked to be the content the key hashes
+        what it refuses); a refusal found there now (another build's, written meanwhile) is never
+        overwritten by a yes. Call once the tokenizer files are checked to be the content the key hashes
         (an answer the child could not give is not kept). A store that cannot be written is said in
         one line (``log``); the cache's note that cannot be written raises (the caller says so)."""
         if self.answer is None or not (self.settled or self.noted is not None):
             return
         answer = ({"encoder": self.answer[0], "why": self.answer[1], "versions": self.versions}
                   if self.settled else self.noted)
-        for path, note in self.notes.items():
-            if note == answer:
-                continue
+        for path, note in read_notes(list(self.notes), self.about, self.candidates).items():  # as they are now
+            if note == answer or (answer["encoder"] is not None and note is not None and note["encoder"] is None):
+                continue  # the same, or a refusal another build wrote meanwhile: never overwritten by a yes
             try:
                 if path != self.path:
                     machine_notes.remove_dead_writers(path.parent)
