@@ -132,10 +132,15 @@ def main() -> None:
         print(f"packtrain on Ray (4 parts, Ray's start included) / packtrain: {on_ray['seconds'] / ours['seconds']:.2f}x "
               f"the wall time; shards {'byte-identical' if same else 'DIFFERENT'} (sha256)")
         print("  " + "\n  ".join(line for line in on_ray["log"] if line.startswith("ray:")))
-    if ours and peer in by_name:
-        ratio = ours["tokens_per_s"] / by_name[peer]["tokens_per_s"]
-        print(f"packtrain / {peer}: {ratio:.2f}x tokens/s, "
-              f"{by_name[peer]['cpu_seconds'] / ours['cpu_seconds']:.2f}x fewer CPU seconds")
+    proven = by_name.get("packtrain, proven on this machine")
+    if ours and proven:
+        same = ours["shards_sha256"] == proven["shards_sha256"]
+        print(f"shards with the machine's proof and without: {'byte-identical' if same else 'DIFFERENT'} (sha256)")
+    for mine, other in itertools.product(("packtrain", "packtrain, proven on this machine"), (peer, "raw encoder (fastokens)")):
+        if mine in by_name and other in by_name:
+            ratio = by_name[mine]["tokens_per_s"] / by_name[other]["tokens_per_s"]
+            print(f"{mine} / {other}: {ratio:.2f}x tokens/s, "
+                  f"{by_name[other]['cpu_seconds'] / by_name[mine]['cpu_seconds']:.2f}x fewer CPU seconds")
     raw = by_name.get("raw encoder (fastokens)")
     if ours and raw:
         print(f"raw-encoder share: the raw fast encoder alone makes {raw['tokens_per_s'] / 1e6:.2f}M tokens/s on the "

@@ -23,7 +23,8 @@ from build_fixtures import chat_configs, decided, make_project, packed_documents
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
-from packtrain.pipeline.encode import exactness, tiktoken_encoder
+from packtrain.core.resolve import models_cache_dir
+from packtrain.pipeline.encode import exactness, machine_notes, tiktoken_encoder
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.line_cache import NEWLINE_RUN_CUT, LineCache, line_cut
 from packtrain.pipeline.encode.notes import write_note
@@ -286,8 +287,11 @@ def test_a_tampered_fast_encoder_note_is_caught_by_the_check_and_rewritten(tmp_p
     build(config, project["cache"], log=quiet, progress=False)  # decides (no) and remembers it
     (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
     assert json.loads(note.read_text())["answer"]["encoder"] is None
-    # forged with a valid seal (an edited one is not even read: tests/test_reliability_encoder_decision.py)
-    write_note(note, json.loads(note.read_text())["about"], {"encoder": "tiktoken", "why": "tampered", "versions": "x"})
+    # forged with a valid seal (an edited one is not even read: tests/test_reliability_encoder_decision.py), in the
+    # cache and in the machine's store (whose refusal would win over the cache's yes)
+    about = json.loads(note.read_text())["about"]
+    for forged in (note, models_cache_dir() / machine_notes.NOTES / note.name):
+        write_note(forged, about, {"encoder": "tiktoken", "why": "tampered", "versions": "x"})
     shutil.rmtree(project["cache"] / "sql")
     lines: list[str] = []
     result = build(config, project["cache"], log=lines.append, progress=False)
