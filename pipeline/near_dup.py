@@ -56,7 +56,8 @@ _M = np.uint64(0xFFFFFFFFFFFFFFFF)
 _RNG = np.random.Generator(np.random.PCG64(20261206))
 _A = _RNG.integers(1, 2**63, NUM_PERM, dtype=np.uint64) * np.uint64(2) + np.uint64(1)  # odd multipliers
 _B = _RNG.integers(0, 2**63, NUM_PERM, dtype=np.uint64)
-_POW = np.cumprod(np.full(64, 0x100000001B3, dtype=np.uint64))  # wraps mod 2**64, as meant
+_POW = np.cumprod(np.full(64, 0x100000001B3, dtype=np.uint64))  # P ** (i + 1), wrapping mod 2**64 as meant
+_SHIFT = np.concatenate([[np.uint64(1)], _POW[:-1]])  # P ** i
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
@@ -91,29 +92,82 @@ def token_table(pieces: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(encoded), np.uint8), offsets
 
 
+@dataclass
+class Pieces:
+    """The bytes of :func:`token_table` cut at token ends and at spaces, each piece a word fragment or
+    a run of spaces, with what a fragment adds to its word's hash: token ``t``'s pieces are
+    ``first[t] .. first[t] + count[t] - 1``. A document's words then come from its tokens' pieces,
+    not its bytes (a token is one or two pieces, a word of it several bytes)."""
+    first: np.ndarray
+    count: np.ndarray
+    hash: np.ndarray
+    """Per piece: sum of (byte + 1) * P ** (i + 1) over its bytes, i the byte's place in the piece."""
+    length: np.ndarray
+    space: np.ndarray
+    start: np.ndarray
+    """Per piece: where its bytes begin in ``data``."""
+    data: np.ndarray
+
+    @classmethod
+    def of(cls, data: np.ndarray, owner: np.ndarray, tokens: int) -> "Pieces":
+        """The pieces of ``data``, the bytes of ``tokens`` tokens (the token of each byte in ``owner``)."""
+        space = data == 32
+        starts = np.flatnonzero(np.concatenate([[True], (owner[1:] != owner[:-1]) | (space[1:] != space[:-1])])
+                                if len(data) else np.zeros(0, bool))
+        length = np.diff(np.append(starts, len(data))).astype(np.int32)
+        pos = np.arange(len(data), dtype=np.int32) - np.repeat(starts.astype(np.int32), length)
+        with np.errstate(over="ignore"):
+            values = (data.astype(np.uint64) + np.uint64(1)) * _POW[pos & 63]
+        count = np.bincount(owner[starts], minlength=tokens).astype(np.int32)
+        return cls(np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64), count,
+                   np.add.reduceat(values, starts) if len(starts) else np.zeros(0, np.uint64), length,
+                   space[starts], starts, data)
+
+    def words(self, pieces: np.ndarray, doc: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`word_hashes` of the bytes of ``pieces`` (of ``documents`` documents, the document of
+        each piece in ``doc``, in order): a fragment at place s of its word adds P ** (s % 64) times its
+        hash; one that crosses a multiple of 64 (only in words of more than 64 bytes) is hashed by byte."""
+        space, length = self.space[pieces], self.length[pieces]
+        new_doc = np.concatenate([[True], doc[1:] != doc[:-1]])
+        starts = np.flatnonzero(~space & (new_doc | np.concatenate([[True], space[:-1]])))
+        if not len(starts):
+            return np.zeros(0, np.uint64), np.zeros(documents, np.int64)
+        marker = np.zeros(len(pieces), np.int32)
+        marker[starts] = 1
+        word = np.cumsum(marker) - 1
+        at = np.cumsum(length, dtype=np.int64) - length
+        place = at - at[starts[np.maximum(word, 0)]]
+        outside = space | (word < 0)
+        with np.errstate(over="ignore"):
+            values = self.hash[pieces] * _SHIFT[place & 63]
+        values[outside] = 0
+        crossing = np.flatnonzero(~outside & ((place & 63) + length > 64))
+        if len(crossing):
+            values[crossing] = self.by_byte(pieces[crossing], place[crossing])
+        return mix64(np.add.reduceat(values, starts)), np.bincount(doc[starts], minlength=documents)
+
+    def by_byte(self, pieces: np.ndarray, place: np.ndarray) -> np.ndarray:
+        """What each of ``pieces`` adds to its word's hash at byte ``place`` of the word."""
+        length = self.length[pieces]
+        within = ranges(np.zeros(len(pieces), np.int64), length)
+        with np.errstate(over="ignore"):
+            values = ((self.data[ranges(self.start[pieces], length)].astype(np.uint64) + np.uint64(1))
+                      * _POW[(np.repeat(place, length) + within) & 63])
+        return np.add.reduceat(values, np.concatenate([[0], np.cumsum(length)[:-1]]))
+
+
 def word_hashes(data: np.ndarray, doc_of_byte: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
     """A uint64 hash per space-separated word of ``data`` (bytes of ``documents`` documents, the
-    document of each byte in ``doc_of_byte``, in order), in order, and the number of words per document.
+    document of each byte in ``doc_of_byte``, in order), in order, and the number of words per
+    document: mix64 of the sum of (byte + 1) * P ** (i % 64 + 1), i the byte's place in its word.
 
     >>> data = np.frombuffer(b"a b" + b"b  a a", np.uint8)
     >>> h, n = word_hashes(data, np.array([0, 0, 0, 2, 2, 2, 2, 2, 2]), 3)
     >>> n.tolist(), bool(h[0] == h[3]), bool(h[1] == h[2]), bool(h[0] == h[1])
     ([2, 0, 3], True, True, False)
     """
-    sep = data == 32
-    new_doc = np.concatenate([[True], doc_of_byte[1:] != doc_of_byte[:-1]])
-    starts = np.flatnonzero(~sep & (new_doc | np.concatenate([[True], sep[:-1]])))
-    if not len(starts):
-        return np.zeros(0, np.uint64), np.zeros(documents, np.int64)
-    counts = np.bincount(doc_of_byte[starts], minlength=documents)
-    marker = np.zeros(len(data), np.int64)
-    marker[starts] = 1
-    word = np.cumsum(marker) - 1
-    pos = np.arange(len(data)) - starts[np.maximum(word, 0)]
-    with np.errstate(over="ignore"):
-        values = (data.astype(np.uint64) + np.uint64(1)) * _POW[pos & 63]
-    values[sep | (word < 0)] = 0
-    return mix64(np.add.reduceat(values, starts)), counts
+    every = np.arange(len(data))
+    return Pieces.of(data, every, len(data)).words(every, np.asarray(doc_of_byte), documents)
 
 
 def grams(words: np.ndarray, counts: np.ndarray, n: int = NGRAM) -> tuple[np.ndarray, np.ndarray]:
@@ -150,14 +204,20 @@ def grams(words: np.ndarray, counts: np.ndarray, n: int = NGRAM) -> tuple[np.nda
 
 def signatures(gram_hashes: np.ndarray, per_text: np.ndarray) -> np.ndarray:
     """The MinHash signature (NUM_PERM uint32 values as uint64) of each text's grams; a text without
-    grams gets all ones (2**32 - 1), which only another gramless text shares."""
+    grams gets all ones (2**32 - 1), which only another gramless text shares. One permutation at a
+    time over one reused buffer, the shift after the minimum (it keeps order): the same values."""
     out = np.full((len(per_text), NUM_PERM), 0xFFFFFFFF, np.uint64)
     has = per_text > 0
     if has.any():
-        with np.errstate(over="ignore"):
-            hashed = (_A[:, None] * gram_hashes[None, :] + _B[:, None]) >> np.uint64(32)
         starts = np.concatenate([[0], np.cumsum(per_text[has])[:-1]])
-        out[has] = np.minimum.reduceat(hashed, starts, axis=1).T
+        hashed = np.empty(len(gram_hashes), np.uint64)
+        lowest = np.empty((NUM_PERM, len(starts)), np.uint64)
+        with np.errstate(over="ignore"):
+            for k in range(NUM_PERM):
+                np.multiply(gram_hashes, _A[k], out=hashed)
+                hashed += _B[k]
+                lowest[k] = np.minimum.reduceat(hashed, starts)
+        out[has] = (lowest >> np.uint64(32)).T
     return out
 
 
@@ -363,22 +423,24 @@ def record(found: Found, kind: str, doc: Doc, match: Doc, sims: tuple[float, flo
 class SpillWords:
     """``parts`` for :func:`find` over a build's spills (pipeline/spill.py ``SourceSpill``, per split
     and source): each document's prompt and answer words (:func:`word_hashes` of the bytes
-    ``table`` (:func:`token_table`) gives its tokens)."""
+    ``table`` (:func:`token_table`) gives its tokens, from their :class:`Pieces`)."""
 
     def __init__(self, spills: dict, table: tuple[np.ndarray, np.ndarray]):
-        self.spills, (self.data, self.offsets) = spills, table
+        data, offsets = table
+        self.spills = spills
+        self.pieces = Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)), len(offsets) - 1)
 
     def __call__(self, split: str, source: int, indices: np.ndarray):
         spill = self.spills[split][source]
         at = ranges(spill.offsets[indices], spill.lengths[indices])
         tokens, mask = spill.tokens[at], spill.masks[at]
-        doc = np.repeat(np.arange(len(indices)), spill.lengths[indices])
+        doc = np.repeat(np.arange(len(indices), dtype=np.int32), spill.lengths[indices])
         out: list[np.ndarray] = []
         for part in (mask == 0, mask != 0):
             ids = tokens[part]
-            sizes = self.offsets[ids + 1] - self.offsets[ids]
-            data = self.data[ranges(self.offsets[ids], sizes)]
-            out += list(word_hashes(data, np.repeat(doc[part], sizes), len(indices)))
+            count = self.pieces.count[ids]
+            pieces = ranges(self.pieces.first[ids], count)
+            out += list(self.pieces.words(pieces, np.repeat(doc[part], count), len(indices)))
         return tuple(out)
 
 
