@@ -11,7 +11,7 @@ import pytest
 
 from build_fixtures import make_project, packed_documents, rows, seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
-from packtrain.pipeline import near_dup
+from packtrain.pipeline import near_dup, near_words
 from packtrain.pipeline.build import build
 from packtrain.pipeline.partition import merge, pretokenize_part
 from packtrain.pipeline.spill import PARTS, SOURCES
@@ -22,10 +22,10 @@ def quiet(*_):
 
 
 def words_of(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`near_dup.word_hashes` of texts, normalized as the token table normalizes a document."""
-    table_data, offsets = near_dup.token_table(texts)
+    """:func:`near_words.word_hashes` of texts, normalized as the token table normalizes a document."""
+    table_data, offsets = near_words.token_table(texts)
     sizes = np.diff(offsets)
-    return near_dup.word_hashes(table_data, np.repeat(np.arange(len(texts)), sizes), len(texts))
+    return near_words.word_hashes(table_data, np.repeat(np.arange(len(texts)), sizes), len(texts))
 
 
 def in_memory(texts: dict[str, list[list[tuple[str, str]]]]):
@@ -117,7 +117,8 @@ def test_the_measure_is_pinned_on_literal_documents():
     spill = spill_of([([1, 2, 3, 4, 11, 0, 13], [0, 0, 0, 1, 1, 1, 1]),
                       ([0, 7, 8, 7, 10, 9, 5, 12], [0, 0, 0, 0, 0, 1, 1, 1]),
                       ([6, 5, 1, 4, 2, 3], [0, 1, 0, 1, 0, 1]), ([0, 10], [0, 1])])
-    pw, pc, aw, ac = near_dup.SpillWords({"train": [spill]}, near_dup.token_table(pieces))("train", 0, np.arange(4))
+    words = near_words.SpillWords({"train": [spill]}, near_words.token_table(pieces))
+    pw, pc, aw, ac = words("train", 0, np.arange(4))
     assert pc.tolist() == [2, 1, 2, 0] and ac.tolist() == [1, 3, 1, 0]
     assert pw.tolist() == [12282063399829690630, 7257400638884367443, 16271912657117127805, 4639707062649496601,
                            17262266562652516759]
