@@ -204,7 +204,8 @@ gpu-report:
 		$(or $(PY),$(if $(DRY_RUN),$(BIN)/python))
 
 # Build throughput and peak RSS vs the Hugging Face run_clm.py way, same data, tokenizer, cores.
-# CORPUS=unique|repeated|chat, TOKENIZER=qwen3|smollm2, ROWS (docs/BENCHMARKS.md).
+# CORPUS=unique|repeated|chat, TOKENIZER=qwen3|smollm2, ROWS (200000 by default; ROWS=1000000 the million-row
+# size, its corpus made once in .bench/, minutes) (docs/BENCHMARKS.md). Prints the raw-encoder share.
 bench-build: install
 	$(BIN)/python bench/build_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) \
 		$(if $(CORPUS),--corpus-kind $(CORPUS)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))

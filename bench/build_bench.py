@@ -2,12 +2,14 @@
 tokenizer, same cores, in one run. Prints a table with the ratios.
 
     make bench-build NUM_PROC=2                          # 200k prompt/answer rows, Qwen3's tokenizer
+    make bench-build NUM_PROC=2 ROWS=1000000             # a million rows (the corpus is made once: minutes)
     make bench-build CORPUS=chat ROWS=50000 TOKENIZER=smollm2
     python bench/build_bench.py --corpus-kind chat --rows 50000 --tokenizer qwen3 --num-proc 2
 
 Corpora and tokenizers: bench/build_corpora.py. Contenders: bench/build_contenders.py (packtrain,
 packtrain on a local Ray cluster in 4 parts, packtrain with its shortcuts off, run_clm for prompt/answer rows or TRL for conversations, and the
-raw fast encoder alone: the limit). Each contender runs in its own process; peak RSS is the largest
+raw fast encoder alone: the limit; the line "raw-encoder share" says what part of its tokens/s the
+whole build makes). Each contender runs in its own process; peak RSS is the largest
 sum of RSS over the process and all its children, sampled every 20 ms, and peak PSS (every 100 ms) the same with
 each process's proportional set size (a page shared by n processes counted 1/n in each: what the
 machine holds; RSS counts a forked child's shared pages again in the child, so where packtrain's
@@ -130,11 +132,23 @@ def main() -> None:
         print(f"packtrain on Ray (4 parts, Ray's start included) / packtrain: {on_ray['seconds'] / ours['seconds']:.2f}x "
               f"the wall time; shards {'byte-identical' if same else 'DIFFERENT'} (sha256)")
         print("  " + "\n  ".join(line for line in on_ray["log"] if line.startswith("ray:")))
-    for other in (peer, "raw encoder (fastokens)"):
-        if ours and other in by_name:
-            ratio = ours["tokens_per_s"] / by_name[other]["tokens_per_s"]
-            print(f"packtrain / {other}: {ratio:.2f}x tokens/s, "
-                  f"{by_name[other]['cpu_seconds'] / ours['cpu_seconds']:.2f}x fewer CPU seconds")
+    proven = by_name.get("packtrain, proven on this machine")
+    if ours and proven:
+        same = ours["shards_sha256"] == proven["shards_sha256"]
+        print(f"shards with the machine's proof and without: {'byte-identical' if same else 'DIFFERENT'} (sha256)")
+    for mine, other in itertools.product(("packtrain", "packtrain, proven on this machine"), (peer, "raw encoder (fastokens)")):
+        if mine in by_name and other in by_name:
+            ratio = by_name[mine]["tokens_per_s"] / by_name[other]["tokens_per_s"]
+            print(f"{mine} / {other}: {ratio:.2f}x tokens/s, "
+                  f"{by_name[other]['cpu_seconds'] / by_name[mine]['cpu_seconds']:.2f}x fewer CPU seconds")
+    raw = by_name.get("raw encoder (fastokens)")
+    if ours and raw:
+        print(f"raw-encoder share: the raw fast encoder alone makes {raw['tokens_per_s'] / 1e6:.2f}M tokens/s on the "
+              f"same texts ({args.num_proc} processes, texts made before its clock starts); packtrain's whole command "
+              f"{ours['tokens_per_s'] / 1e6:.2f}M: {ours['tokens_per_s'] / raw['tokens_per_s']:.2f} of it "
+              f"({raw['cpu_seconds'] / ours['cpu_seconds']:.2f} of its CPU seconds)")
+    if ours:
+        print(f"packtrain's peak PSS (summed over its processes): {ours['peak_pss_gib']:.2f} GiB")
     (Path(args.work) / "build_bench.json").write_text(json.dumps(results, indent=2))
 
 

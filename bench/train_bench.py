@@ -6,7 +6,7 @@
 Every contender trains the same random-init model (``--arch``: the bundled demo model, or the real
 Qwen2.5-0.5B / 7B architecture written below; throughput does not depend on the weights) with the
 same LoRA (r 16, all-linear) or QLoRA, the same optimizer step shape (``--batch-size`` x
-``--grad-accum`` sequences of 2048 tokens), for ``--steps`` optimizer steps, each in its own
+``--grad-accum`` sequences of 2048 tokens, ``--block-size``), for ``--steps`` optimizer steps, each in its own
 process (clean peak-memory numbers, no compile cache shared). Data: the bundled sql sample (3,000
 text-to-SQL rows), built once by ``packtrain.pipeline.build`` into 2048-token packed blocks.
 
@@ -60,8 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.train_bench_peers import peak_gib, run_hf  # noqa: E402
-from bench.train_bench_setup import (ARCHS, BLOCK, PEERS_WITH_A_PACKAGE, build_blocks, expert_config,  # noqa: E402
-                                     memory_budget_gib, model_dir, workers)
+from bench.train_bench_setup import (ARCHS, BLOCK, PEERS_WITH_A_PACKAGE, block_size, build_blocks,  # noqa: E402
+                                     expert_config, memory_budget_gib, model_dir, workers)
 
 CONTENDERS = ("packtrain", "packtrain-auto", "hf", "hf-compile", "before", "trl", "unsloth")
 
@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--method", choices=["lora", "qlora"], default="lora")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--grad-accum", type=int, default=8)
+    parser.add_argument("--block-size", type=int, default=BLOCK,
+                        help=f"tokens per packed sequence (default {BLOCK}; fewer for a CPU smoke test)")
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
@@ -238,7 +240,7 @@ def main() -> None:
     build_dir = build_blocks(args, model, work)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
     print(f"device {device}; arch {args.arch}; {args.method}; {tok_label}; build {build_dir.name}; "
-          f"{args.steps} steps of {args.batch_size} x {args.grad_accum} sequences of {BLOCK}; "
+          f"{args.steps} steps of {args.batch_size} x {args.grad_accum} sequences of {block_size(args)}; "
           f"{workers()} loader workers; overrides {args.settings or 'none'}", flush=True)
     results = run_contenders(args, chosen, work, build_dir)
     print_table(args, results)

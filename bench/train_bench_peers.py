@@ -10,7 +10,7 @@ import resource
 import time
 from pathlib import Path
 
-from bench.train_bench_setup import BLOCK, PackedBlocks, RawRows, load_tokenizer, raw_rows, workers
+from bench.train_bench_setup import PackedBlocks, RawRows, block_size, load_tokenizer, raw_rows, workers
 
 T0 = time.perf_counter()  # the contender's process start (imported first thing): setup_s counts from it
 
@@ -98,7 +98,7 @@ def peer_trainer(args, contender: str, config, build_dir: Path, model, training_
                             data_collator=collate_packed)
     if contender == "before":
         return TimedTrainer(model=model, args=TrainingArguments(**training_args),
-                            train_dataset=RawRows(raw_rows(config), load_tokenizer(config)))
+                            train_dataset=RawRows(raw_rows(config), load_tokenizer(config), block_size(args)))
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -107,7 +107,7 @@ def peer_trainer(args, contender: str, config, build_dir: Path, model, training_
 
     tokenizer = load_tokenizer(config)
     rows = [{"prompt": p, "completion": f[len(p):] + tokenizer.eos_token} for p, f in raw_rows(config)]
-    trl_args = SFTConfig(**training_args, max_length=BLOCK, packing=True, completion_only_loss=True,
+    trl_args = SFTConfig(**training_args, max_length=block_size(args), packing=True, completion_only_loss=True,
                          dataset_num_proc=None)
     return TimedSFT(model=model, args=trl_args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
 

@@ -84,6 +84,7 @@ def expert_config(args, model: Path, cache: Path, output: Path, contender: str =
     return load_config("sql", configs_dir=ROOT / "configs", labels=labels, overrides={
         "model.name": str(model),
         "build.num_proc": min(2, os.cpu_count() or 1),
+        "pack.block_size": block_size(args),
         "lora.method": args.method,
         "lora.r": 16, "lora.alpha": 32, "lora.dropout": 0.0,
         "train.max_steps": args.steps,
@@ -107,6 +108,11 @@ def expert_config(args, model: Path, cache: Path, output: Path, contender: str =
         "train.run_name": contender,
         **sets,
     })
+
+
+def block_size(args) -> int:
+    """``--block-size``: tokens per packed sequence (2048 unless a CPU smoke test asks for fewer)."""
+    return getattr(args, "block_size", None) or BLOCK
 
 
 def workers() -> int:
@@ -162,10 +168,11 @@ def load_tokenizer(config):
 
 
 class RawRows:
-    """The 'before' setup: tokenize each raw row when it is read, pad to 2048, mask prompt and padding."""
+    """The 'before' setup: tokenize each raw row when it is read, pad to the block size (2048), mask
+    prompt and padding."""
 
-    def __init__(self, rows, tokenizer):
-        self.rows, self.tok = rows, tokenizer
+    def __init__(self, rows, tokenizer, block: int = BLOCK):
+        self.rows, self.tok, self.block = rows, tokenizer, block
 
     def __len__(self):
         return len(self.rows)
@@ -175,9 +182,9 @@ class RawRows:
 
         prompt, full = self.rows[i]
         n_prompt = len(self.tok(prompt, add_special_tokens=False)["input_ids"])
-        ids = (self.tok(full, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])[:BLOCK]
+        ids = (self.tok(full, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id])[:self.block]
         labels = [-100] * min(n_prompt, len(ids)) + ids[n_prompt:]
-        pad = BLOCK - len(ids)
+        pad = self.block - len(ids)
         return {"input_ids": torch.tensor(ids + [self.tok.pad_token_id] * pad),
                 "attention_mask": torch.tensor([1] * len(ids) + [0] * pad),
                 "labels": torch.tensor(labels + [-100] * pad)}

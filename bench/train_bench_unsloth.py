@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.train_bench_setup import block_size
+
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -59,7 +61,7 @@ def load_unsloth(args, config, model: Path, work: Path, device):
     checkpointing = "unsloth" if args.gradient_checkpointing else False  # "unsloth": its offloaded checkpointing
     source = save_random_weights(model, work, config.train.seed, device)
     # a local directory, and HF_HUB_OFFLINE=1 (train_bench.run_one): nothing is fetched
-    base, _ = FastLanguageModel.from_pretrained(model_name=str(source), max_seq_length=args.batch_size * 2048,
+    base, _ = FastLanguageModel.from_pretrained(model_name=str(source), max_seq_length=args.batch_size * block_size(args),
                                                 dtype=torch.bfloat16, load_in_4bit=qlora,
                                                 use_gradient_checkpointing=checkpointing)
     peft_model = FastLanguageModel.get_peft_model(

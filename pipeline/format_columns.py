@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import operator
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+import pyarrow as pa
 
+from packtrain.pipeline.arrow_columns import ArrowColumns
 from packtrain.pipeline.format import RowFormatter
 
 
@@ -75,6 +78,15 @@ def answer_literal(template: str) -> str:
     return "".join(literal for literal, _, _, _ in string.Formatter().parse(template))
 
 
+def all_text(columns: Mapping[str, list], column: str) -> bool:
+    """Whether every value of the column is text (str), from its Arrow type where it was read as Arrow."""
+    if isinstance(columns, ArrowColumns):
+        array = columns.arrow(column)
+        return len(array) == 0 or ((pa.types.is_string(array.type) or pa.types.is_large_string(array.type))
+                                   and array.null_count == 0)
+    return not set(map(type, columns[column])) - {str}
+
+
 def format_columns(formatter: RowFormatter, columns: dict[str, list]) -> SuffixBatch | None:
     """The batch formatted column-wise, or None where the per-row formatter must do it (module doc)."""
     fmt = formatter.fmt
@@ -86,7 +98,7 @@ def format_columns(formatter: RowFormatter, columns: dict[str, list]) -> SuffixB
         return None
     values = []
     for _, column in formatter.field_columns:
-        if column not in columns or set(map(type, columns[column])) - {str}:
+        if column not in columns or not all_text(columns, column):
             return None  # a null, a number, a list, or no such column: text_value's rows
         values.append(columns[column])
     special = formatter.special

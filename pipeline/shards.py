@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
@@ -143,14 +144,25 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
                                                           config.pack.overlong, masks, first_docs)
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
     firsts = np.concatenate([[0], np.cumsum(per_block)])  # each block's first piece
-    supervised = np.zeros(len(per_block), np.int64)  # each block's
-    for first in range(0, len(per_block), ASSEMBLE_BLOCKS):
+
+    def assemble(first: int) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
         last = min(first + ASSEMBLE_BLOCKS, len(per_block))
-        ids, mask, doc_lens = assemble_pieces(pieces[firsts[first] : firsts[last]], per_block[first:last], documents,
-                                              block_size, pad_id, dtype)
-        writer.add_rows(ids, mask, doc_lens)
-        crash_point("mid_shard")
-        supervised[first:last] = mask.sum(axis=1, dtype=np.int64)
+        return assemble_pieces(pieces[firsts[first] : firsts[last]], per_block[first:last], documents, block_size,
+                               pad_id, dtype)
+
+    supervised = np.zeros(len(per_block), np.int64)  # each block's
+    # the next blocks are gathered in a thread while these are written and hashed (numpy's gathers, pyarrow's
+    # writes and sha256 release the GIL): the two cores both busy once the workers are done; the same bytes
+    starts = range(0, len(per_block), ASSEMBLE_BLOCKS)
+    with ThreadPoolExecutor(1, thread_name_prefix="assemble") as pool:
+        ahead = pool.submit(assemble, starts[0]) if starts else None
+        for k in range(len(starts)):
+            ids, mask, doc_lens = ahead.result()
+            ahead = pool.submit(assemble, starts[k + 1]) if k + 1 < len(starts) else None  # one chunk ahead, no more
+            writer.add_rows(ids, mask, doc_lens)
+            crash_point("mid_shard")
+            first = starts[k]
+            supervised[first : first + len(ids)] = mask.sum(axis=1, dtype=np.int64)
     shards = writer.close()
     real = int((pieces[:, 2] - pieces[:, 1]).sum())
     totals = reporting.split_totals(lengths, prompt_lengths, len(per_block), real, int(supervised.sum()), block_size,
@@ -242,12 +254,11 @@ def assemble_pieces(pieces: np.ndarray, per_block: np.ndarray, documents: "Docum
         tokens[here] = spill.tokens[src[here]]
         masks[here] = spill.masks[src[here]]
     masks[piece_first[n > 0]] = 0  # a piece's first token: nothing before it in the block is its document
-    # each token's place in the [blocks, block_size] output: its block's row, then after the block's earlier pieces
-    row = np.repeat(np.arange(len(per_block)), per_block)
-    block_first = np.cumsum(totals) - totals  # each block's first token among all the pieces' tokens
-    dest = np.repeat(row * block_size - block_first[row], n) + np.arange(len(src))
-    ids.reshape(-1)[dest] = tokens
-    mask.reshape(-1)[dest] = masks
+    # a block's pieces lie one after another from its row's start, in the order of the pieces' tokens: a slice
+    # per block (a few hundred per call), not an index per token
+    for b, (a, z) in enumerate(zip(token_ends[piece_ends[:-1]].tolist(), token_ends[piece_ends[1:]].tolist())):
+        ids[b, : z - a] = tokens[a:z]
+        mask[b, : z - a] = masks[a:z]
     return ids, mask, doc_lens
 
 

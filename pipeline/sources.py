@@ -1,4 +1,5 @@
-"""Read rows from a resolved source, streamed in fixed-size batches of Python values.
+"""Read rows from a resolved source, streamed in fixed-size batches of Python values (given as
+Arrow where pyarrow read them: pipeline/arrow_columns.py, whose values are made where they are used).
 
 Memory stays bounded by one batch plus one reader block, whatever the dataset's size (a JSON
 *array* file is the exception: it has to be parsed whole). A line, a CSV row or a JSON array file
@@ -32,6 +33,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from packtrain.pipeline.arrow_columns import ArrowColumns, cut, joined, num_rows
 from packtrain.pipeline.compression import (DECOMPRESSION_ERRORS, arrow_input, compressed_unnamed, damaged_fix,
                                             describe, file_format, open_binary, open_text)
 from packtrain.pipeline.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
@@ -84,7 +86,7 @@ class RowBatch:
 
     @property
     def num_rows(self) -> int:
-        return len(next(iter(self.columns.values()))) if self.columns else 0
+        return num_rows(self.columns)
 
 
 def iter_batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_rows: int | None = None,
@@ -117,9 +119,9 @@ def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_ro
         rel = path.relative_to(source.root).as_posix()
         start = 0
         for batch in _rebatch(_file_chunks(path, columns, batch_rows, optional, bound), columns, batch_rows):
-            n = len(batch[columns[0]])
+            n = num_rows(batch)
             if remaining is not None and n > remaining:
-                batch, n = {c: v[:remaining] for c, v in batch.items()}, remaining
+                batch, n = cut(batch, remaining)[0], remaining
             yield RowBatch(rel, start, batch)
             start += n
             if remaining is not None:
@@ -129,23 +131,24 @@ def _batches(source: ResolvedSource, columns: list[str], batch_rows: int, max_ro
 
 
 def _rebatch(chunks: Iterator[Columns], columns: list[str], batch_rows: int) -> Iterator[Columns]:
-    """Re-cut chunks of any size into batches of exactly ``batch_rows`` rows (the last may be short)."""
-    buf: Columns = {c: [] for c in columns}
-    held = 0
+    """Re-cut chunks of any size into batches of exactly ``batch_rows`` rows (the last may be short);
+    Arrow chunks stay Arrow (pipeline/arrow_columns.py)."""
+    held: list[Columns] = []
+    rows = 0
     for chunk in chunks:
-        k = len(chunk[columns[0]])
-        if held == 0 and k == batch_rows:
-            yield {c: chunk[c] for c in columns}
+        k = num_rows(chunk)
+        if rows == 0 and k == batch_rows:
+            yield joined([chunk], columns)
             continue
-        for c in columns:
-            buf[c].extend(chunk[c])
-        held += k
-        while held >= batch_rows:
-            yield {c: buf[c][:batch_rows] for c in columns}
-            buf = {c: buf[c][batch_rows:] for c in columns}
-            held -= batch_rows
-    if held:
-        yield buf
+        held.append(chunk)
+        rows += k
+        while rows >= batch_rows:
+            batch = joined(held, columns)
+            first, rest = cut(batch, batch_rows)
+            yield first
+            held, rows = [rest], rows - batch_rows
+    if rows:
+        yield joined(held, columns)
 
 
 def _file_chunks(path: Path, columns: list[str], batch_rows: int, optional: frozenset,
@@ -165,7 +168,7 @@ def _file_chunks(path: Path, columns: list[str], batch_rows: int, optional: froz
         if read:  # JSON lines find a column no row has after reading them all: it was null in each
             return
         for chunk in _read_chunks(path, present, batch_rows, bound):
-            rows = len(chunk[present[0]])
+            rows = num_rows(chunk)
             yield {c: chunk[c] if c in chunk else [None] * rows for c in columns}
 
 
@@ -201,7 +204,7 @@ def _check_columns(path: Path, columns: list[str], available: list[str]) -> None
 
 def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:
     for offset in range(0, batch.num_rows, batch_rows):
-        yield batch.slice(offset, batch_rows).to_pydict()
+        yield ArrowColumns(batch.slice(offset, batch_rows))
 
 
 def _parquet(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
@@ -249,7 +252,7 @@ def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",",
                         continue
                     for piece in _pieces(batch.slice(skip), batch_rows):
                         yield piece
-                        done += len(piece[columns[0]])
+                        done += num_rows(piece)
                     skip = 0
             return
         except pa.ArrowInvalid as e:
@@ -288,7 +291,7 @@ def _jsonl(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = R
             for batch in reader:
                 for piece in _pieces(batch.select(columns), batch_rows):
                     yield piece
-                    done += len(piece[columns[0]])
+                    done += num_rows(piece)
         return
     except (pa.ArrowInvalid, _Fallback):
         pass

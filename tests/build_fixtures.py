@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -187,7 +189,9 @@ def decision_notes(directory: Path, tokenizer_json: str, fast_encoder: bool | st
     encoder, as on a first build)."""
     from packtrain.pipeline.encode.encoder_decision import EncoderDecision
 
-    with tempfile.TemporaryDirectory() as tmp:
+    # made from nothing, into the temporary directory alone: neither read from nor left in the asking test's
+    # store of proofs (pipeline/encode/machine_notes.py)
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, {"PACKTRAIN_PROOFS_DIR": "off"}):
         with EncoderDecision(fast_encoder, Path(directory) / "tokenizer.json", tokenizer_json, Path(tmp)) as decision:
             decision.result()
             decision.remember()

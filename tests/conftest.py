@@ -33,6 +33,10 @@ MODEL_COMMIT = "c" * 40
 # would choose follows the load average, and two runs a test compares must add in the same order.
 os.environ["OMP_NUM_THREADS"] = "1"
 
+# No store of fast-encoder proofs outside a test (pipeline/encode/machine_notes.py): each test gets its own
+# (_hermetic_models), and a test that undoes its monkeypatch falls back to none, never to this machine's.
+os.environ["PACKTRAIN_PROOFS_DIR"] = "off"
+
 
 # A test process keeps the encoders of 16 tokenizers (a build process keeps one): test after test it
 # builds with the three real ones (loading Qwen's for fastokens takes 1-2 s) and tiny ones in between.
@@ -141,12 +145,14 @@ def hub_cache(hf_home) -> SimpleNamespace:
 
 @pytest.fixture(autouse=True)
 def _hermetic_models(tmp_path_factory, monkeypatch):
-    """No test reads this machine's converted models (PACKTRAIN_MODELS_DIR), and the shipped configs
+    """No test reads this machine's converted models (PACKTRAIN_MODELS_DIR) or its store of fast-encoder
+    proofs (PACKTRAIN_PROOFS_DIR: each test has its own, in its models directory), and the shipped configs
     (model.name: smollm2-135m) run on the bundled random demo model unless a test names another
     (PACKTRAIN_MODEL replaces defaults.yaml's model.name, under the expert's own file; subprocesses
     inherit it)."""
     monkeypatch.setenv("PACKTRAIN_MODELS_DIR", str(tmp_path_factory.mktemp("models")))
     monkeypatch.setenv("PACKTRAIN_MODEL", "bundled")
+    monkeypatch.delenv("PACKTRAIN_PROOFS_DIR", raising=False)  # the store of fast-encoder proofs: the default, in those models
 
 
 def _quiet_datasets():

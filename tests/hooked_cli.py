@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from packtrain.pipeline.encode import encoder_decision, probe, tiktoken_encoder
+from packtrain.pipeline.encode import encoder_decision, fastokens_encoder, probe, tiktoken_encoder
 
 if os.environ.get("ATK_SLOW_CHECKS"):  # the structural checks take this long (in the child, and in the build's
     # process, which makes them itself while its decision's child waits for the workers: EncoderDecision.guess)
@@ -19,6 +19,17 @@ if os.environ.get("ATK_CHILD_RAISES"):  # in the child: the proof raises after t
     def _boom(*a, **k):
         raise MemoryError("simulated")
     probe.probe_text = _boom
+
+if os.environ.get("ATK_COUNT_PROBES"):  # in the child: each proof's probe through the HF tokenizer, one line per
+    # call in this file (tests/test_machine_proofs.py counts them)
+    def _counted(real):
+        def counted(*a, **k):
+            with open(os.environ["ATK_COUNT_PROBES"], "a") as f:
+                f.write(f"{os.getpid()}\n")
+            return real(*a, **k)
+        return counted
+    fastokens_encoder.probe_difference = _counted(fastokens_encoder.probe_difference)
+    tiktoken_encoder.probe_difference = _counted(tiktoken_encoder.probe_difference)
 
 if os.environ.get("ATK_SIGNAL_AT_STEP"):  # in step N's forward, these signals (tests/test_interrupts.py): INT as
     # Ctrl-C sends it (to the whole process group), TERM as SLURM or Kubernetes (to the process)

@@ -193,7 +193,7 @@ def test_a_whole_run_with_varlen_gives_the_reference_losses_and_generates(tmp_pa
 
     from packtrain.trainer import context as context_module
     from packtrain.trainer.train import run
-    from trainer_fixtures import make_config, random_blocks, write_build
+    from trainer_fixtures import RUN_END, make_config, random_blocks, write_build
 
     reference_choice = context_module.choose_attention
 
@@ -208,7 +208,7 @@ def test_a_whole_run_with_varlen_gives_the_reference_losses_and_generates(tmp_pa
                 rows_per_shard=8)
     losses = {}
     for name, varlen in (("varlen", True), ("reference", False)):
-        config = make_config(model_dir, tmp_path / "runs", max_steps=3, eval_steps=2, run_name=name)
+        config = make_config(model_dir, tmp_path / "runs", max_steps=3, eval_steps=2, run_name=name, **RUN_END)
         config.model.varlen_attention = varlen
         CALLS.clear()
         run_dir = run(config, tmp_path / "cache")

@@ -5,6 +5,10 @@ only when a session is lent one: on 2026-11-27 two of its contenders had been fa
 refactor (``hf`` read ``manifest.raw``, which the typed Manifest no longer has; ``packtrain-auto``
 set the accumulation beside ``auto``, a config error), found only on the GPU. This catches that
 class here. hf-compile (a CPU compile, ~40 s) and trl (installed by ``make bench`` only) are left out.
+Each contender trains blocks of 256 tokens (``--block-size``: every code path is the one 2048 runs), on
+a build whose fast-encoder decision is the run's shared one (build_fixtures.bundled_cache: the decision
+is not what this tests); with 2048 and the decision proved here the test cost 70 CPU seconds, now 41
+(2026-12-06).
 (bench/gpu_levers.py, run 2's levers, had the same ``auto`` error; ``train_bench.py --set`` runs its overrides
 now, checked against the config schema by the dry run: tests/test_gpu_report_dry_run.py.)
 """
@@ -14,14 +18,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from build_fixtures import bundled_cache
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_contender_runs_to_a_result_on_cpu(tmp_path):
     out = tmp_path / "bench.json"
+    bundled_cache(tmp_path / "work" / "cache")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "train_bench.py"), "--arch", "tiny", "--steps", "2", "--batch-size", "1",
-         "--grad-accum", "2", "--threads", "1", "--contenders", "packtrain,packtrain-auto,hf,before",
+         "--grad-accum", "2", "--block-size", "256", "--threads", "1", "--contenders", "packtrain,packtrain-auto,hf,before",
          "--work-dir", str(tmp_path / "work"), "--json", str(out)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -33,6 +40,7 @@ def test_every_contender_runs_to_a_result_on_cpu(tmp_path):
     # auto on CPU: the largest divisor of the global batch (2 blocks) up to 8; the others as given
     assert [results[c]["micro"] for c in ("packtrain", "packtrain-auto", "hf", "before")] == [1, 2, 1, 1]
     assert "[hf] " in proc.stdout  # each contender's output streamed, prefixed with its name
+    assert "sequences of 256;" in proc.stdout and " train blocks of 256 tokens, " in proc.stdout
 
 
 def test_a_contender_that_runs_out_of_its_limit_is_killed_and_the_bench_goes_on(tmp_path):

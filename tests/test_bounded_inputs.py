@@ -205,12 +205,13 @@ def test_a_json_array_file_longer_than_the_bound_is_refused(tmp_path):
 def test_the_bound_is_the_configs_build_read_memory_mb(tmp_path):
     """``build.read_memory_mb`` reaches the reader: a build over a file with one long line stops in
     one line with the config's bound; the default (2048: 256 MiB lines) reads it."""
-    from build_fixtures import make_tokenizer
+    from build_fixtures import make_tokenizer, seed_decision
 
     from packtrain.core.configfile import load_config
     from packtrain.pipeline.build import build
 
     model = make_tokenizer(tmp_path / "model")
+    seed_decision(tmp_path / "cache", model)  # the fast-encoder decision, proved once per run
     data = tmp_path / "rows.jsonl.gz"
     data.write_bytes(gzip.compress("".join(json_line(f"p{i}") for i in range(20)).encode()
                                    + json_line("x " * (MIB // 2 + 10)).encode(), 1))

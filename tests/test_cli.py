@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from build_fixtures import bundled_cache
-from inprocess_cli import cli
+from inprocess_cli import QUICK_END, cli
 from packtrain.cli.commands import main
 from packtrain.core.contract import read_current
 
@@ -138,7 +138,7 @@ def test_train_on_the_bundled_sample_writes_a_loadable_adapter(hf_home, tmp_path
     assert invoke("pretokenize", "sql", "--cache-dir", cache, "--num-proc", 1).exit_code == 0
     result = invoke("train", "sql", "--cache-dir", cache, "--max-steps", 2, "--set", f"train.output_dir={runs}",
                     "--set", "train.per_device_train_batch_size=1", "--set", "train.max_eval_batches=1",
-                    "--set", "train.dataloader_num_workers=0")
+                    "--set", "train.dataloader_num_workers=0", *QUICK_END)
     assert result.exit_code == 0, result.output
     run_dir = Path(json.loads(result.output.strip().splitlines()[-1])["run_dir"])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -14,7 +14,7 @@ import lzma
 import tracemalloc
 
 import pytest
-from build_fixtures import make_tokenizer
+from build_fixtures import make_tokenizer, seed_decision
 
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.configfile import load_config
@@ -152,6 +152,7 @@ def test_a_build_from_a_compressed_file_writes_the_shards_of_the_file_uncompress
         configs.mkdir(parents=True)
         data.write_bytes(COMPRESS[comp](text(fmt).encode()) if name.endswith(comp) else text(fmt).encode())
         (configs / "sql.yaml").write_text(SQL.format(data=data, model=model))
+        seed_decision(tmp_path / name / "cache", model)  # the fast-encoder decision, proved once per run
         result = build(load_config("sql", configs), tmp_path / name / "cache", log=lambda *_: None, progress=False)
         shards.append({p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))})
     assert shards[0] == shards[1] and set(shards[0]) == {"train-00000.arrow", "val-00000.arrow"}

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from build_fixtures import make_tokenizer, packed_documents as documents, write_jsonl
+from build_fixtures import make_tokenizer, packed_documents as documents, seed_decision, write_jsonl
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
 from packtrain.pipeline.build import build
@@ -49,7 +49,8 @@ def test_a_preset_of_template_columns_with_a_conversation_column_names_the_prese
 @pytest.fixture(scope="module")
 def tiny_tokenizer(tmp_path_factory):
     root = tmp_path_factory.mktemp("attacks")
-    return root, json.loads((make_tokenizer(root / "model") / "tokenizer_config.json").read_text())
+    seed_decision(root / "cache", make_tokenizer(root / "model"))  # the fast-encoder decision, proved once per run
+    return root, json.loads((root / "model" / "tokenizer_config.json").read_text())
 
 
 def formatter(fmt: dict, tokenizer, render_once: bool = False) -> RowFormatter:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 
-from build_fixtures import make_tokenizer
+from build_fixtures import make_tokenizer, seed_decision
 from tokenizers import Tokenizer
 
 from packtrain.core.configfile import load_config
@@ -77,6 +77,7 @@ def build_expert(tmp_path, expert: str, snippet: str):
     configs = tmp_path / "configs"
     configs.mkdir(exist_ok=True)
     (configs / f"{expert}.yaml").write_text(snippet.format(data=data, model=model))
+    seed_decision(tmp_path / "cache", model)  # the fast-encoder decision, proved once per run
     result = build(load_config(expert, configs), tmp_path / "cache", log=lambda *_: None, progress=False)
     report = json.loads((result.path / "report.json").read_text())
     tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))

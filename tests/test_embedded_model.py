@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import packtrain.core.resolve as resolve
+from inprocess_cli import QUICK_END
 from packtrain.cli.commands import main
 from packtrain.core.configfile import config_from_dict, load_config
 from packtrain.core.resolve import SourceNotFound, converted_model_dir, gguf_sha256, resolve_model_dir
@@ -206,7 +207,7 @@ def test_rebuild_pretokenize_and_train_convert_the_embedded_model_themselves(emb
 
     shutil.rmtree(converted_model_dir(NAME))  # a trainer machine the build was copied to
     trained = invoke("train", "sql", "--max-steps", "2", "--set", f"train.output_dir={tmp_path / 'runs'}",
-                     "--set", "train.dataloader_num_workers=0")
+                     "--set", "train.dataloader_num_workers=0", *QUICK_END)
     assert converting in trained.output  # the cpu profile's note is the trainer's first log line (test_console.py)
     done = [json.loads(line[line.index('{"expert"'):]) for line in trained.stdout.splitlines() if '{"expert"' in line]
     assert len(done) == 1, trained.output

@@ -41,7 +41,7 @@ def test_a_run_ends_with_its_plots_and_tensorboard_events(tmp_path, model_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
-    config = make_config(model_dir, tmp_path / "runs", max_steps=4, eval_steps=2, sample_prompts=0,
+    config = make_config(model_dir, tmp_path / "runs", max_steps=4, eval_steps=2, sample_prompts=0, plots=True,
                          report_to="tensorboard")
     run_dir = run(config, tmp_path / "cache")
 

@@ -173,13 +173,23 @@ def crash_project(tmp: Path) -> dict:
     return project
 
 
+@pytest.fixture(scope="module")
+def crash_inputs(tmp_path_factory) -> tuple[dict, str, dict[str, bytes]]:
+    """The crash tests' inputs (read, never written) and their uninterrupted build (its id and bytes),
+    made once for the 18 tests: each builds into a cache of its own."""
+    tmp = tmp_path_factory.mktemp("crash")
+    project = crash_project(tmp)
+    seed_decision(tmp / "ref-cache", project["model"])
+    uninterrupted = build(load_config("sql", project["configs"]), tmp / "ref-cache", log=quiet, progress=False)
+    return project, uninterrupted.build_id, build_bytes(uninterrupted.path)
+
+
 @pytest.mark.parametrize("previous", ["old-build", "no-build"])
 @pytest.mark.parametrize("point", POINTS)
-def test_sigkill_at_each_crash_point(tmp_path, point, previous):
-    project = crash_project(tmp_path)
-    seed_decision(tmp_path / "ref-cache", project["model"])
-    uninterrupted = build(load_config("sql", project["configs"]), tmp_path / "ref-cache", log=quiet, progress=False)
-    ref_id, reference = uninterrupted.build_id, build_bytes(uninterrupted.path)
+def test_sigkill_at_each_crash_point(tmp_path, crash_inputs, point, previous):
+    inputs, ref_id, reference = crash_inputs
+    project = {**inputs, "cache": tmp_path / "cache"}
+    seed_decision(project["cache"], project["model"])  # as make_project seeds its own cache
     root = project["cache"] / "sql"
     # an older build of other inputs (val_fraction is part of the per-source token cache's key: tokenized anew)
     old_id = run_build(project, **{"pack.val_fraction": 0.2}).build_id if previous == "old-build" else None

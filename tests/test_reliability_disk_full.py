@@ -31,7 +31,7 @@ from packtrain.core.diskfull import DiskFullError, is_disk_full, written
 from packtrain.pipeline.build import build
 from packtrain.trainer.plots import write_run_plots
 from packtrain.trainer.train import run
-from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+from trainer_fixtures import RUN_END, make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = "/dev/full"
@@ -162,7 +162,7 @@ def test_a_checkpoint_save_on_a_full_device_then_resume_auto(tmp_path, model_dir
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
     monkeypatch.setattr(packtrain.trainer.checkpoint.torch, "save",
                         to_full_device(torch.save, calls := [], at=2))  # checkpoint-2's trainer_state.pt
-    config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r")
+    config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r", **RUN_END)
     with pytest.raises(DiskFullError) as err:
         run(config, tmp_path / "cache")
     monkeypatch.undo()
@@ -195,7 +195,7 @@ def test_an_adapter_save_on_a_full_disk(tmp_path, model_dir, monkeypatch, where)
             raise SafetensorError(SAFETENSORS_FULL)
 
     monkeypatch.setattr(peft.peft_model, "safe_save_file", full_disk)
-    config = make_config(model_dir, tmp_path / "runs", max_steps=3, save_steps=1, run_name="r")
+    config = make_config(model_dir, tmp_path / "runs", max_steps=3, save_steps=1, run_name="r", **RUN_END)
     with pytest.raises(DiskFullError) as err:
         run(config, tmp_path / "cache")
     monkeypatch.undo()
@@ -220,7 +220,7 @@ def test_metrics_on_a_full_device(tmp_path, model_dir, monkeypatch):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
     real_open = open
     monkeypatch.setattr(packtrain.trainer.metrics, "open", lambda path, mode: real_open(FULL, mode), raising=False)
-    config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, **RUN_END)
     with pytest.raises(DiskFullError) as err:
         run(config, tmp_path / "cache")
     monkeypatch.undo()

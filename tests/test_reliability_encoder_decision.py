@@ -25,6 +25,8 @@ from build_fixtures import ROOT, ctrl_c_as_in_a_terminal, rows, swap_two_merged_
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.build import build
 from packtrain.pipeline.encode.encoder_decision import EncoderDecision, note_path
+from packtrain.core.resolve import models_cache_dir
+from packtrain.pipeline.encode import machine_notes
 from packtrain.pipeline.encode.notes import write_note
 
 HOOKED_CLI = Path(__file__).with_name("hooked_cli.py")
@@ -327,8 +329,9 @@ def test_an_edited_note_cannot_publish_wrong_shards(tmp_path, seal):
     assert json.loads(note.read_text())["answer"]["encoder"] is None
     edited = json.loads(note.read_text())
     edited["answer"].update(encoder="tiktoken", why="edited by hand")
-    if seal == "forged":
-        write_note(note, edited["about"], edited["answer"])
+    if seal == "forged":  # in the cache and in the machine's store (whose refusal would win over the cache's yes)
+        for forged in (note, models_cache_dir() / machine_notes.NOTES / note.name):
+            write_note(forged, edited["about"], edited["answer"])
     else:
         note.write_text(json.dumps(edited))
     keep_only_the_notes(project["cache"])

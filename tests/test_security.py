@@ -17,7 +17,7 @@ from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict, load_config
 from packtrain.core.contract import check_expert_name, expert_dir
 from packtrain.core.errors import ContractError
-from trainer_fixtures import make_config, tiny_model_dir
+from trainer_fixtures import RUN_END, make_config, tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_a_full_build_and_a_training_run_never_touch_the_network(tmp_path, no_ne
     make_tokenizer(model)                                      # its files overwrite the word-level ones
     result = build(load_config("sql", project["configs"], {"build.num_proc": 1}), project["cache"],
                    log=lambda *a: None, progress=False)
-    run_dir = run(make_config(model, tmp_path / "runs", max_steps=2, save_steps=1), project["cache"])
+    run_dir = run(make_config(model, tmp_path / "runs", max_steps=2, save_steps=1, **RUN_END), project["cache"])
     assert (run_dir / "adapter" / "adapter_model.safetensors").is_file() and result.build_id in (
         run_dir / "run.json").read_text()
     assert no_network == []

@@ -132,7 +132,7 @@ def test_a_run_ends_with_samples_and_a_task_eval_that_shows_the_adapter_learned(
 
 def test_task_eval_is_off_on_cpu_by_default_and_the_cli_evaluates_afterwards(tmp_path, model_dir, caplog):
     memorization_build(tmp_path / "cache", model_dir, expert="sql")
-    config = make_config(model_dir, tmp_path / "runs", max_steps=2, max_new_tokens=40, plots=False)
+    config = make_config(model_dir, tmp_path / "runs", max_steps=2, max_new_tokens=40, sample_prompts=3, plots=False)
     with caplog.at_level(logging.INFO, logger="packtrain.train"):
         run_dir = run(config, tmp_path / "cache")
     assert not (run_dir / "eval.json").exists()

@@ -16,7 +16,7 @@ import pytest
 
 import packtrain.trainer.context as context_module
 from packtrain.trainer.train import run
-from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+from trainer_fixtures import RUN_END, make_config, random_blocks, tiny_model_dir, write_build
 
 
 def losses(run_dir) -> list[tuple]:
@@ -34,7 +34,7 @@ def test_training_after_evaluation_on_a_cpu_with_avx512_bf16(tmp_path, monkeypat
 
     def train(name: str) -> list[tuple]:
         config = make_config(model_dir, tmp_path / "runs", max_steps=4, eval_steps=2, run_name=name,
-                             lora={"method": method})
+                             lora={"method": method}, **RUN_END)
         return losses(run(config, tmp_path / "cache"))
 
     without = train("without")

@@ -142,12 +142,22 @@ def write_build(cache_dir: Path, expert: str, train: list[list[Doc]], val: list[
     return build_id
 
 
+# The end of a run as the typed defaults make it (the base model's and the adapter's answers to 3
+# validation prompts, then the PNG plots): what the tests about that end pass to make_config
+# (tests/test_plots.py, test_task_eval.py, test_attention.py, test_train_after_eval.py,
+# test_reliability_disk_full.py, test_security.py's offline run, every CUDA test of test_gpu.py).
+# The others end without them: on the tiny model they cost a run ~0.7 s of CPU, more than its
+# steps (measured 2026-12-06).
+RUN_END = dict(sample_prompts=3, plots=True)
+
+
 def make_config(model_dir: Path, output_dir: Path, expert: str = "sql", lora: dict | None = None, **train):
-    """An ExpertConfig for the tiny model with test-friendly training defaults (overridable)."""
+    """An ExpertConfig for the tiny model with test-friendly training defaults (overridable): no
+    samples and no plots at the end unless asked for (:data:`RUN_END`)."""
     defaults = dict(max_steps=4, per_device_train_batch_size=2, per_device_eval_batch_size=4,
                     learning_rate=1e-3, warmup_steps=0, warmup_ratio=0.0, dataloader_num_workers=0,
                     dataloader_persistent_workers=False, eval_steps=1000, save_steps=1000, logging_steps=1,
-                    output_dir=str(output_dir))
+                    sample_prompts=0, plots=False, output_dir=str(output_dir))
     defaults.update(train)
     return config_from_dict({
         "expert": expert,

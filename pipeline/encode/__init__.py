@@ -9,7 +9,10 @@
   shortcuts, ``fastokens_encoder.py`` and ``tiktoken_encoder.py`` (fast exact encoders) and
   ``line_cache.py`` (repeated lines once); ``byte_spans.py`` places supervised spans on the tokens of
   the fast encoders, which give no character offsets.
-- ``encoder_decision.py``: which fast encoder a tokenizer gets, proven in a child process beside the build.
+- ``tokenizer_shape.py``: what a tokenizer.json's normalizer and pre-tokenizer do (Sequences by their steps),
+  for the structural checks of the fast encoders and the line cache.
+- ``encoder_decision.py``: which fast encoder a tokenizer gets, proven in a child process beside the build,
+  once per machine (``machine_notes.py``: the machine's store of proofs).
 - ``exactness.py``: every shortcut is admitted only by checking what it made against the reference.
 - ``source_caches.py``: a build's sources tokenized into their source caches (pipeline/spill.py).
 - ``notes.py``: small remembered answers (decisions, refusals, facts) in the cache directory.

@@ -3,8 +3,10 @@ tokenizer), decided by :func:`choose` in a process beside the build.
 
 Deciding takes seconds on a real vocabulary (the probe text of 1.2M characters through the HF
 tokenizer; for tiktoken also the merges check of 151k tokens: docs/BENCHMARKS.md), once per
-tokenizer: the answer is remembered in the cache, keyed by the tokenizer's content hash and the
-libraries' versions. The first build with a tokenizer does not wait for it:
+tokenizer and machine: the answer is remembered in the cache and in the machine's store
+(pipeline/encode/machine_notes.py), keyed by the tokenizer's content hash and the libraries'
+versions, so a first build in another cache directory takes it too. The first build with a
+tokenizer on a machine does not wait for it:
 
 1. a child process runs :func:`choose`; the quick structural checks answer first (a fraction of a
    second) with the encoder to try: where none passes, the build tokenizes with the HF tokenizer
@@ -36,7 +38,7 @@ import json
 import threading
 from pathlib import Path
 
-from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
+from packtrain.pipeline.encode import fastokens_encoder, machine_notes, tiktoken_encoder
 from packtrain.pipeline.encode.exactness import fast_encoder_candidates
 from packtrain.pipeline.encode.notes import note_file, read_note, write_note
 from packtrain.pipeline.encode.fork_server import children_ignore_ctrl_c
@@ -61,6 +63,8 @@ class EncoderDecision:
         self.guessed: str | None = None  # the encoder the structural checks passed, while the proof runs
         self.unread_checks = False  # the child's structural checks, made in this process already, are unread
         self.settled = False  # the child answered: remember() writes the answer
+        self.notes: dict[Path, dict | None] = {}  # the decision each place remembers (note_places)
+        self.noted: dict | None = None  # the remembered decision this build takes (chosen_note)
         self.child = self.receive = self.starting = self.failed_start = None
         self.tokenizer_file, self.content_hash = str(tokenizer_file), content_hash
         self.checks_here = server is not None  # guess() makes the structural checks in this process
@@ -74,9 +78,11 @@ class EncoderDecision:
             return
         self.about = note_about(content_hash, self.candidates)
         self.path = note_file(cache_dir, self.about)
-        note = read_note(self.path, self.about, lambda n: valid_note(n, self.candidates))
-        if note is not None:
-            self.answer = (note["encoder"], note["why"])
+        # the cache's note and the machine's (pipeline/encode/machine_notes.py): a refusal in either wins
+        self.notes = read_notes(note_places(cache_dir, self.about), self.about, self.candidates)
+        self.noted = chosen_note(self.notes)
+        if self.noted is not None:
+            self.answer = (self.noted["encoder"], self.noted["why"])
             return
         import multiprocessing
 
@@ -139,12 +145,29 @@ class EncoderDecision:
         answer is the HF tokenizer (whatever a note or the proof said), remembered by :meth:`remember`."""
         self._settle(None, why)
 
-    def remember(self) -> None:
-        """Keep the answer for the next builds with this tokenizer; call once the tokenizer files are
-        checked to be the content the key hashes (an answer the child could not give is not kept)."""
-        if self.answer is not None and self.settled:
-            write_note(self.path, self.about, {"encoder": self.answer[0], "why": self.answer[1], "versions": self.versions})
-            self.settled = False
+    def remember(self, log=print) -> None:
+        """Keep the answer for the next builds with this tokenizer, in the cache and in the machine's
+        store: a new answer in both, a remembered one where the other place lacks it (or says yes to
+        what it refuses); a refusal found there now (another build's, written meanwhile) is never
+        overwritten by a yes. Call once the tokenizer files are checked to be the content the key hashes
+        (an answer the child could not give is not kept). A store that cannot be written is said in
+        one line (``log``); the cache's note that cannot be written raises (the caller says so)."""
+        if self.answer is None or not (self.settled or self.noted is not None):
+            return
+        answer = ({"encoder": self.answer[0], "why": self.answer[1], "versions": self.versions}
+                  if self.settled else self.noted)
+        for path, note in read_notes(list(self.notes), self.about, self.candidates).items():  # as they are now
+            if note == answer or (answer["encoder"] is not None and note is not None and note["encoder"] is None):
+                continue  # the same, or a refusal another build wrote meanwhile: never overwritten by a yes
+            try:
+                if path != self.path:
+                    machine_notes.remove_dead_writers(path.parent)
+                write_note(path, self.about, answer)
+            except OSError as e:
+                if path == self.path:
+                    raise
+                log(machine_notes.unwritable(path.parent, e))
+        self.settled, self.noted = False, None
 
     def close(self, stop_forking=None) -> None:
         """Stop the child. ``stop_forking()``: called where the fork server has not forked it yet (it
@@ -188,7 +211,8 @@ class EncoderDecision:
 
 
 ENCODERS = {module.NAME: module for module in (fastokens_encoder, tiktoken_encoder)}
-DECISION_VERSION = 2  # raise when choose() changes, so remembered decisions are made again
+DECISION_VERSION = 3  # raise when choose() changes, so remembered decisions are made again
+# (3: normalizer and pre-tokenizer Sequences judged by their steps, pipeline/encode/tokenizer_shape.py)
 
 
 def choose(text: str, candidates: tuple[str, ...], on_checks=None, loaded: dict | None = None
@@ -257,10 +281,17 @@ def versions(candidates: tuple[str, ...]) -> str | None:
         except PackageNotFoundError:
             return "none"
 
-    found = {name: installed(name) for name in (*candidates, "tokenizers")}
+    found = {name: installed(name) for name in (*candidates, *ID_LIBRARIES)}
     if all(found[name] == "none" for name in candidates):
         return None
     return ", ".join(f"{name} {v}" for name, v in found.items())
+
+
+ID_LIBRARIES = ("tokenizers", "transformers")
+"""Besides the fast encoders, the libraries whose versions a decision is about: the HF tokenizer the
+encoders are compared with, and transformers, which the build does not encode with: in the key all
+the same, since a decision is kept across caches and projects (pipeline/encode/machine_notes.py), so
+an upgrade of the HF stack proves again, once per machine (seconds)."""
 
 
 def note_about(content_hash: str, candidates: tuple[str, ...]) -> str:
@@ -272,6 +303,25 @@ def note_about(content_hash: str, candidates: tuple[str, ...]) -> str:
 def note_path(cache_dir: str | Path, content_hash: str, candidates: tuple[str, ...]) -> Path:
     """Where the decision between ``candidates`` about the tokenizer of ``content_hash`` is remembered."""
     return note_file(cache_dir, note_about(content_hash, candidates))
+
+
+def note_places(cache_dir: str | Path, about: str) -> list[Path]:
+    """Where the decision about ``about`` is remembered: the cache's notes directory ``cache_dir``,
+    then this machine's store where there is one (pipeline/encode/machine_notes.py)."""
+    store = machine_notes.store_dir()
+    return [note_file(cache_dir, about)] + ([note_file(store, about)] if store is not None else [])
+
+
+def read_notes(places: list[Path], about: str, candidates: tuple[str, ...]) -> dict[Path, dict | None]:
+    """Each place's decision (None where it holds none that is valid and sealed about ``about``)."""
+    return {path: read_note(path, about, lambda n: valid_note(n, candidates)) for path in places}
+
+
+def chosen_note(notes: dict[Path, dict | None]) -> dict | None:
+    """The decision the remembered ``notes`` make: a refusal (the HF tokenizer) in any of them, else
+    the first that says yes, else None (the build proves it)."""
+    found = [note for note in notes.values() if note is not None]
+    return next((note for note in found if note["encoder"] is None), found[0] if found else None)
 
 
 def valid_note(note, candidates: tuple[str, ...]) -> bool:
@@ -302,7 +352,7 @@ def _remembered(cache_dir: str | Path, content_hash: str, setting: bool | str) -
     if not candidates or versions(candidates) is None:
         return False, None
     about = note_about(content_hash, candidates)
-    return True, read_note(note_file(cache_dir, about), about, lambda n: valid_note(n, candidates))
+    return True, chosen_note(read_notes(note_places(cache_dir, about), about, candidates))
 
 
 def _decide_and_send(tokenizer_file: str, send, file_hash: str, candidates: tuple[str, ...]) -> None:

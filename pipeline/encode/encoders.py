@@ -121,8 +121,9 @@ def _fastokens(key: tuple[str, str], meanwhile: Callable[[str], object] | None, 
     """fastokens' encoder of ``key``. Its tokenizer loads in a thread from the start (a native load
     that releases the GIL: about 1 s of Qwen3's 1.5) while tokenizer.json is parsed and checked here
     and ``meanwhile(text)`` runs (the HF tokenizer's load holds the GIL), all from ``text``, the one
-    content :func:`tokenizer_text` checked; the thread has ended on return, also on a refusal
-    (:class:`NotExact`, the load then dropped)."""
+    content :func:`tokenizer_text` checked (where its normalizer or pre-tokenizer is not written in
+    its plain form, fastokens loads that again from the plain form: fastokens_encoder.loaded_text);
+    the thread has ended on return, also on a refusal (:class:`NotExact`, the load then dropped)."""
     import fastokens
 
     with ThreadPoolExecutor(1, thread_name_prefix="packtrain-fastokens") as pool:
@@ -131,6 +132,10 @@ def _fastokens(key: tuple[str, str], meanwhile: Callable[[str], object] | None, 
         problem, lengths = fastokens_encoder.checked(spec)
         if problem is not None:
             raise NotExact(f"its structural checks refuse this tokenizer ({problem})")
+        native_text = fastokens_encoder.loaded_text(text, spec)
+        if native_text is not text:  # a Sequence not written in its plain form: fastokens loads the plain one
+            native.exception()  # waited for, and dropped
+            native = pool.submit(fastokens.Tokenizer.from_json_str, native_text)
         layout = fastokens_encoder.Layout(spec, lengths)
         del spec
         release_freed()  # the parse, freed before the load's scratch peaks (fastokens_encoder.Layout)

@@ -9,7 +9,8 @@ It is a shortcut like every encoder that is not the reference, so it is used onl
   a fixed run of bytes, which places the supervised spans without character offsets, which fastokens
   does not give: pipeline/encode/byte_spans.py), behind a byte-level pre-tokenizer whose steps
   neither add nor remove text (no prefix space, no "Removed" split), with no normalizer or NFC (a
-  text NFC would change is left to the HF tokenizer), no added token that strips the whitespace
+  text NFC would change is left to the HF tokenizer; a Sequence is judged by its steps:
+  pipeline/encode/tokenizer_shape.py), no added token that strips the whitespace
   beside it, and no post-processor that trims offsets;
 - :func:`decide` found its ids identical to the HF tokenizer's on the probe text
   (pipeline/encode/probe.py), in the decision process beside the build (pipeline/encode/encoder_decision.py);
@@ -27,6 +28,7 @@ from packtrain.pipeline.encode.byte_level import single_bytes, token_byte_length
 from packtrain.pipeline.encode.byte_spans import SpanPlacer
 from packtrain.pipeline.encode.memory import release_freed
 from packtrain.pipeline.encode.probe import probe_difference, probe_pieces
+from packtrain.pipeline.encode.tokenizer_shape import normalizer_form, normalizer_name, plain_form, pre_tokenizer_steps
 
 NAME = "fastokens"
 KEEPS_EVERY_CHARACTER = {"ByteLevel", "Split", "Digits", "Punctuation"}  # pre-tokenizer steps (not "Removed")
@@ -61,11 +63,9 @@ def _problem(spec: dict) -> str | None:
     if model.get("dropout") or model.get("byte_fallback") or model.get("continuing_subword_prefix") \
             or model.get("end_of_word_suffix"):
         return "the BPE model uses dropout, byte fallback, a subword prefix or a word suffix"
-    normalizer = spec.get("normalizer")
-    if normalizer not in (None, {"type": "NFC"}):
-        return f"the normalizer {normalizer.get('type')} is neither none nor NFC"
-    pre = spec.get("pre_tokenizer") or {}
-    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    if normalizer_form(spec) is None:
+        return f"the normalizer {normalizer_name(spec)} is neither none nor NFC"
+    steps = pre_tokenizer_steps(spec)  # a Sequence judged step by step, nested ones flattened
     if not any(step.get("type") == "ByteLevel" for step in steps):
         return "the pre-tokenizer is not byte-level"
     # every character of the text must land in exactly the bytes of its tokens: no step that adds
@@ -105,9 +105,12 @@ def decide(text: str, on_checks=None, spec: dict | None = None, loaded: dict | N
 
     # one tokenizer at a time, each freed before the next loads (the decision process's memory beside
     # the workers': docs/BENCHMARKS.md): fastokens' ids first, then the HF tokenizer's
-    layout, spec = (None if NAME in loaded else Layout(spec, lengths)), None
+    layout = None if NAME in loaded else Layout(spec, lengths)
+    native_text = None if NAME in loaded else loaded_text(text, spec)
+    spec = None
     release_freed()  # the parse, freed before fastokens loads (memory: the decision runs beside the workers)
-    encoder = loaded[NAME] if layout is None else FastokensEncoder(fastokens.Tokenizer.from_json_str(text), layout)
+    encoder = loaded[NAME] if layout is None else FastokensEncoder(fastokens.Tokenizer.from_json_str(native_text), layout)
+    native_text = None
     release_freed()  # the load's scratch, before the probe is encoded
     nfc = encoder.placer.nfc
     encodable, ids, offsets = encoder.encode_encodable(probe_pieces(nfc))  # one uint32 buffer, not lists (memory)
@@ -128,6 +131,14 @@ def decide(text: str, on_checks=None, spec: dict | None = None, loaded: dict | N
     return True, "the HF tokenizer's ids on the probe text"
 
 
+def loaded_text(text: str, spec: dict) -> str:
+    """What fastokens loads for tokenizer.json ``text`` (``spec``: it parsed): the text itself, or where
+    its normalizer or pre-tokenizer is not written in the plain form, the plain form
+    (pipeline/encode/tokenizer_shape.py ``plain_form``: the same tokenizer, on fastokens' own path)."""
+    plain = plain_form(spec)
+    return text if plain is None else json.dumps(plain)
+
+
 class Layout:
     """What :class:`FastokensEncoder` needs of a parsed tokenizer.json besides fastokens itself. Taken
     before fastokens loads, so the parse (about 60 MiB for Qwen's vocabulary) is freed first instead
@@ -141,7 +152,7 @@ class Layout:
         self.present = None if len(have) == 256 else have  # None: every byte has a token
         self.ascii = all(b in have for b in range(128))  # every ASCII text is encodable
         lengths = token_byte_lengths(spec) if lengths is None else lengths
-        self.placer = SpanPlacer(lengths, nfc=spec.get("normalizer") == {"type": "NFC"}, trims=trims_offsets(spec))
+        self.placer = SpanPlacer(lengths, nfc=normalizer_form(spec) == "NFC", trims=trims_offsets(spec))
 
 
 class FastokensEncoder:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import re
 
+from packtrain.pipeline.encode.tokenizer_shape import normalizer_form, normalizer_name, pre_tokenizer_steps
+
 # Split regexes of tokenizer.json pre-tokenizers whose every newline run ends a pre-token.
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -40,11 +42,11 @@ CUT_VERSION = 2  # raise when a cut rule changes: remembered refusals (pipeline/
 
 def line_cut(spec: dict) -> tuple[re.Pattern | None, str]:
     """Where this tokenizer's texts can be cut into lines (None where nowhere), and why."""
-    model, normalizer, pre = spec.get("model") or {}, spec.get("normalizer"), spec.get("pre_tokenizer")
+    model, pre = spec.get("model") or {}, pre_tokenizer_steps(spec)  # Sequences judged step by step
     if model.get("type") != "BPE":
         return None, f"model is {model.get('type')}, not byte-level BPE"
-    if normalizer not in (None, {"type": "NFC"}):
-        return None, f"normalizer {normalizer.get('type')} is not NFC"
+    if normalizer_form(spec) is None:
+        return None, f"normalizer {normalizer_name(spec)} is not NFC"
     for token in spec.get("added_tokens") or []:
         if "\n" in token["content"] or token.get("lstrip") or token.get("rstrip"):
             return None, f"added token {token['content']!r} can absorb or hold a newline"
@@ -53,10 +55,10 @@ def line_cut(spec: dict) -> tuple[re.Pattern | None, str]:
         return (p.get("type") == "ByteLevel" and not p.get("add_prefix_space", False)
                 and p.get("use_regex", True) == use_regex)
 
-    if pre and byte_level(pre, use_regex=True):
+    if len(pre) == 1 and byte_level(pre[0], use_regex=True):
         return LONE_NEWLINE_CUT, "GPT-2 byte-level pre-tokenizer: cut only at lone newlines"
-    if pre and pre.get("type") == "Sequence" and len(pre["pretokenizers"]) == 2:
-        split, level = pre["pretokenizers"]
+    if len(pre) == 2:
+        split, level = pre
         if (split.get("type") == "Split" and split.get("pattern", {}).get("Regex") in KNOWN_SPLITS
                 and split.get("behavior") == "Isolated" and not split.get("invert") and byte_level(level, False)):
             return NEWLINE_RUN_CUT, "GPT-4 / Llama-3 / Qwen split regex + byte-level"

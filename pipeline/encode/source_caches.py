@@ -139,7 +139,7 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path, 
             break
         log_exactness(stats, log)
         check_inputs_unchanged(config.expert, job.files)  # all read: were they what the source keys describe?
-        remember_answers((("fast encoder", decision.remember),
+        remember_answers((("fast encoder", lambda: decision.remember(log)),
                           ("line cache", lambda: refused_line_cache and line_refusals.remember(refused_line_cache)),
                           ("chat render once", lambda: refused_once and once_refusals.remember(refused_once))), log)
         publish_sources(job, tmps)

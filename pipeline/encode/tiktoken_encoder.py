@@ -9,7 +9,8 @@ text, which holds when
 
 - the model is BPE over the 256 byte-level symbols (all present), without dropout, unknown token,
   byte fallback, subword prefix or word suffix; the normalizer is none or NFC (a text that NFC
-  would change is encoded by the HF tokenizer: see :class:`FastEncoder`);
+  would change is encoded by the HF tokenizer: see :class:`FastEncoder`; a Sequence is judged by its
+  steps, nested ones flattened: pipeline/encode/tokenizer_shape.py);
 - the pre-tokenizer is byte-level without a prefix space, splitting with the GPT-2 regex or a
   GPT-4 / Llama-3 / Qwen split regex (``Isolated``, not inverted). Those regexes match every
   character, so tiktoken, which keeps only matches, drops nothing (a regex outside that list is
@@ -38,6 +39,7 @@ from pathlib import Path
 from packtrain.pipeline.encode.byte_level import token_byte_lengths, token_bytes, trims_offsets
 from packtrain.pipeline.encode.byte_spans import SpanPlacer
 from packtrain.pipeline.encode.probe import probe_difference
+from packtrain.pipeline.encode.tokenizer_shape import normalizer_form, normalizer_name, steps
 
 # The pre-tokenizer regexes known to match every character (each ends in ``\s+`` after
 # alternatives for letters, numbers and everything else), hence safe for tiktoken's find-all.
@@ -107,10 +109,11 @@ def split_regex(pre: dict | None) -> tuple[str | None, str]:
         return (p.get("type") == "ByteLevel" and not p.get("add_prefix_space", False)
                 and p.get("use_regex", True) == use_regex)
 
-    if pre and byte_level(pre, use_regex=True):
+    found = steps(pre, "pretokenizers")  # a Sequence judged step by step, nested ones flattened
+    if len(found) == 1 and byte_level(found[0], use_regex=True):
         return GPT2_SPLIT, "GPT-2 byte-level"
-    if pre and pre.get("type") == "Sequence" and len(pre.get("pretokenizers", [])) == 2:
-        split, level = pre["pretokenizers"]
+    if len(found) == 2:
+        split, level = found
         pattern = (split.get("pattern") or {}).get("Regex")
         if (split.get("type") == "Split" and pattern in TOTAL_SPLITS and split.get("behavior") == "Isolated"
                 and not split.get("invert") and byte_level(level, use_regex=False)):
@@ -166,9 +169,8 @@ def structure(spec: dict) -> tuple[str | None, dict[bytes, int] | None, list[tup
     if model.get("dropout") or model.get("byte_fallback") or model.get("continuing_subword_prefix") \
             or model.get("end_of_word_suffix"):
         return "the BPE model uses dropout, byte fallback, a subword prefix or a word suffix", None, None
-    normalizer = spec.get("normalizer")
-    if normalizer not in (None, {"type": "NFC"}):
-        return f"the normalizer {normalizer.get('type')} is neither none nor NFC", None, None
+    if normalizer_form(spec) is None:
+        return f"the normalizer {normalizer_name(spec)} is neither none nor NFC", None, None
     pattern, why = split_regex(spec.get("pre_tokenizer"))
     if pattern is None:
         return why, None, None
@@ -225,7 +227,7 @@ class FastEncoder:
         self._hf = None
         added = {t["content"]: t["id"] for t in spec.get("added_tokens") or []}
         ranks = ranks or vocabulary_ranks(spec)
-        self.nfc = spec.get("normalizer") == {"type": "NFC"}
+        self.nfc = normalizer_form(spec) == "NFC"
         self.encoding = tiktoken.Encoding("packtrain", pat_str=split_regex(spec.get("pre_tokenizer"))[0],
                                           mergeable_ranks=ranks, special_tokens=added)
         self.placer = SpanPlacer(token_byte_lengths(spec), self.nfc,

@@ -33,6 +33,7 @@ import numpy as np
 
 from packtrain.core.config_build import RowCondition
 from packtrain.pipeline import mix
+from packtrain.pipeline.arrow_columns import num_rows
 from packtrain.pipeline.chat_template import rendered_on
 from packtrain.pipeline.encode import exactness, fastokens_encoder, tokenizer_facts
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
@@ -190,7 +191,7 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
 
 def encode_filtered_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """:func:`encode_rows` on the build's day."""
-    rows = len(next(iter(columns.values()))) if columns else 0
+    rows = num_rows(columns)
     if not task.where:
         return dataclasses.replace(encode_kept_rows(task, columns), rows=rows)
     keep = kept_rows(task.where, columns)
