@@ -3,7 +3,7 @@
 
 The measure. A document is cut in two by its loss mask: the prompt (the tokens the loss is not on)
 and the answer (the tokens it is on). Each part's text is what its tokens read as
-(special tokens left out), lowercased, every run of whitespace one space (:func:`token_table`), and
+(special tokens left out), lowercased, every run of whitespace one space (pipeline/near_words.py), and
 the part is the set of its word :data:`NGRAM`-grams (a part of fewer words: one gram of all of them). Two documents are near-duplicates when the Jaccard similarity of
 their prompts AND of their answers is at least ``build.dedup_threshold`` (two empty parts are equal).
 Both, because a shared long context (a database schema, a system prompt) does not make two different
@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from packtrain.pipeline.near_words import mix64
+
 METHOD = "minhash-lsh/word-3-grams/36x3x12"
 """The measure and search, named in the build id (a change to either is a new build)."""
 NGRAM = 3
@@ -56,64 +58,6 @@ _M = np.uint64(0xFFFFFFFFFFFFFFFF)
 _RNG = np.random.Generator(np.random.PCG64(20261206))
 _A = _RNG.integers(1, 2**63, NUM_PERM, dtype=np.uint64) * np.uint64(2) + np.uint64(1)  # odd multipliers
 _B = _RNG.integers(0, 2**63, NUM_PERM, dtype=np.uint64)
-_POW = np.cumprod(np.full(64, 0x100000001B3, dtype=np.uint64))  # wraps mod 2**64, as meant
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: every bit of each uint64 spread over the whole word.
-
-    >>> mix64(np.array([0, 1], np.uint64)).tolist()
-    [0, 6238072747940578789]
-    """
-    with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * np.uint64(0xBF58476D1CE4E5B9)
-        x = x ^ (x >> np.uint64(27))
-        x = x * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
-def token_table(pieces: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The bytes each token id stands for in the measure (``pieces[id]``: its text as it reads inside
-    a document, a leading space included; a special token's ``""``), lowercased with every run of
-    whitespace one space: a flat uint8 array and each id's offsets into it.
-
-    >>> data, offsets = token_table(["Select", " FROM", "\\n\\n ", ""])
-    >>> bytes(data).decode(), offsets.tolist()
-    ('select from ', [0, 6, 11, 12, 12])
-    """
-    texts = [" ".join(piece.lower().split(None)) if piece.strip() else (" " if piece else "") for piece in pieces]
-    texts = [(" " if piece[:1].isspace() and text != " " else "") + text
-             + (" " if piece[-1:].isspace() and text != " " else "") for piece, text in zip(pieces, texts)]
-    encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
-    offsets = np.zeros(len(encoded) + 1, np.int64)
-    np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    return np.frombuffer(b"".join(encoded), np.uint8), offsets
-
-
-def word_hashes(data: np.ndarray, doc_of_byte: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
-    """A uint64 hash per space-separated word of ``data`` (bytes of ``documents`` documents, the
-    document of each byte in ``doc_of_byte``, in order), in order, and the number of words per document.
-
-    >>> data = np.frombuffer(b"a b" + b"b  a a", np.uint8)
-    >>> h, n = word_hashes(data, np.array([0, 0, 0, 2, 2, 2, 2, 2, 2]), 3)
-    >>> n.tolist(), bool(h[0] == h[3]), bool(h[1] == h[2]), bool(h[0] == h[1])
-    ([2, 0, 3], True, True, False)
-    """
-    sep = data == 32
-    new_doc = np.concatenate([[True], doc_of_byte[1:] != doc_of_byte[:-1]])
-    starts = np.flatnonzero(~sep & (new_doc | np.concatenate([[True], sep[:-1]])))
-    if not len(starts):
-        return np.zeros(0, np.uint64), np.zeros(documents, np.int64)
-    counts = np.bincount(doc_of_byte[starts], minlength=documents)
-    marker = np.zeros(len(data), np.int64)
-    marker[starts] = 1
-    word = np.cumsum(marker) - 1
-    pos = np.arange(len(data)) - starts[np.maximum(word, 0)]
-    with np.errstate(over="ignore"):
-        values = (data.astype(np.uint64) + np.uint64(1)) * _POW[pos & 63]
-    values[sep | (word < 0)] = 0
-    return mix64(np.add.reduceat(values, starts)), counts
 
 
 def grams(words: np.ndarray, counts: np.ndarray, n: int = NGRAM) -> tuple[np.ndarray, np.ndarray]:
@@ -150,14 +94,20 @@ def grams(words: np.ndarray, counts: np.ndarray, n: int = NGRAM) -> tuple[np.nda
 
 def signatures(gram_hashes: np.ndarray, per_text: np.ndarray) -> np.ndarray:
     """The MinHash signature (NUM_PERM uint32 values as uint64) of each text's grams; a text without
-    grams gets all ones (2**32 - 1), which only another gramless text shares."""
+    grams gets all ones (2**32 - 1), which only another gramless text shares. One permutation at a
+    time over one reused buffer, the shift after the minimum (it keeps order): the same values."""
     out = np.full((len(per_text), NUM_PERM), 0xFFFFFFFF, np.uint64)
     has = per_text > 0
     if has.any():
-        with np.errstate(over="ignore"):
-            hashed = (_A[:, None] * gram_hashes[None, :] + _B[:, None]) >> np.uint64(32)
         starts = np.concatenate([[0], np.cumsum(per_text[has])[:-1]])
-        out[has] = np.minimum.reduceat(hashed, starts, axis=1).T
+        hashed = np.empty(len(gram_hashes), np.uint64)
+        lowest = np.empty((NUM_PERM, len(starts)), np.uint64)
+        with np.errstate(over="ignore"):
+            for k in range(NUM_PERM):
+                np.multiply(gram_hashes, _A[k], out=hashed)
+                hashed += _B[k]
+                lowest[k] = np.minimum.reduceat(hashed, starts)
+        out[has] = (lowest >> np.uint64(32)).T
     return out
 
 
@@ -358,49 +308,3 @@ def record(found: Found, kind: str, doc: Doc, match: Doc, sims: tuple[float, flo
     found.dropped["train"][doc.source][doc.index] |= drop
     found.pairs.append({"kind": kind, "dropped": bool(drop), "document": doc.to_dict(), "of": match.to_dict(),
                         "jaccard": {"prompt": round(sims[0], 3), "answer": round(sims[1], 3)}})
-
-
-class SpillWords:
-    """``parts`` for :func:`find` over a build's spills (pipeline/spill.py ``SourceSpill``, per split
-    and source): each document's prompt and answer words (:func:`word_hashes` of the bytes
-    ``table`` (:func:`token_table`) gives its tokens)."""
-
-    def __init__(self, spills: dict, table: tuple[np.ndarray, np.ndarray]):
-        self.spills, (self.data, self.offsets) = spills, table
-
-    def __call__(self, split: str, source: int, indices: np.ndarray):
-        spill = self.spills[split][source]
-        at = ranges(spill.offsets[indices], spill.lengths[indices])
-        tokens, mask = spill.tokens[at], spill.masks[at]
-        doc = np.repeat(np.arange(len(indices)), spill.lengths[indices])
-        out: list[np.ndarray] = []
-        for part in (mask == 0, mask != 0):
-            ids = tokens[part]
-            sizes = self.offsets[ids + 1] - self.offsets[ids]
-            data = self.data[ranges(self.offsets[ids], sizes)]
-            out += list(word_hashes(data, np.repeat(doc[part], sizes), len(indices)))
-        return tuple(out)
-
-
-def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The indices ``starts[i] .. starts[i] + lengths[i] - 1`` of every range, in order.
-
-    >>> ranges(np.array([5, 0]), np.array([2, 3])).tolist()
-    [5, 6, 0, 1, 2]
-    """
-    before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return np.repeat(np.asarray(starts, np.int64) - before, lengths) + np.arange(int(np.sum(lengths)), dtype=np.int64)
-
-
-def tokenizer_table(tokenizer_file, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`token_table` of every id of the tokenizer in ``tokenizer_file`` (a tokenizer.json): a
-    token's text as it reads inside a document is what decoding it after another token adds (alone,
-    a SentencePiece decoder drops its leading space)."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    size = max(vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
-    anchor = tokenizer.encode("a", add_special_tokens=False).ids[:1] or [0]
-    head = tokenizer.decode(anchor, skip_special_tokens=True)
-    both = tokenizer.decode_batch([anchor + [i] for i in range(size)], skip_special_tokens=True)
-    return token_table([text[len(head):] if text.startswith(head) else text for text in both])

@@ -9,7 +9,8 @@ import pytest
 
 
 @pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack", 17), ("packtrain.pipeline.mix", 13),
-                                              ("packtrain.pipeline.near_dup", 11), ("packtrain.pipeline.report", 5),
+                                              ("packtrain.pipeline.near_dup", 4), ("packtrain.pipeline.near_words", 7),
+                                              ("packtrain.pipeline.report", 5),
                                               ("packtrain.trainer.data", 2), ("packtrain.core.blocks", 4),
                                               ("packtrain.trainer.microbatch", 7), ("packtrain.trainer.activations", 6),
                                               ("packtrain.trainer.memory", 8), ("packtrain.trainer.loop", 1),

@@ -11,7 +11,7 @@ import pytest
 
 from build_fixtures import make_project, packed_documents, rows, seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
-from packtrain.pipeline import near_dup
+from packtrain.pipeline import near_dup, near_words
 from packtrain.pipeline.build import build
 from packtrain.pipeline.partition import merge, pretokenize_part
 from packtrain.pipeline.spill import PARTS, SOURCES
@@ -22,10 +22,10 @@ def quiet(*_):
 
 
 def words_of(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`near_dup.word_hashes` of texts, normalized as the token table normalizes a document."""
-    table_data, offsets = near_dup.token_table(texts)
+    """:func:`near_words.word_hashes` of texts, normalized as the token table normalizes a document."""
+    table_data, offsets = near_words.token_table(texts)
     sizes = np.diff(offsets)
-    return near_dup.word_hashes(table_data, np.repeat(np.arange(len(texts)), sizes), len(texts))
+    return near_words.word_hashes(table_data, np.repeat(np.arange(len(texts)), sizes), len(texts))
 
 
 def in_memory(texts: dict[str, list[list[tuple[str, str]]]]):
@@ -95,6 +95,44 @@ def test_recall_at_0_8_and_no_pair_below_the_threshold_dropped():
         a, b = train[pair["document"]["document"]], train[pair["of"]["document"]]
         assert similarity(a, b) >= 0.8 and min(pair["jaccard"].values()) >= 0.8
     assert not dropped[: len(train) - len(pairs)].any()  # the originals are all kept (none is a copy of another)
+
+
+def spill_of(docs: list[tuple[list[int], list[int]]]):
+    """A stand-in for a SourceSpill (pipeline/spill.py) holding ``docs``: (token ids, loss mask) each."""
+    from types import SimpleNamespace
+
+    lengths = np.array([len(ids) for ids, _ in docs])
+    return SimpleNamespace(tokens=np.concatenate([np.array(ids, np.uint32) for ids, _ in docs]),
+                           masks=np.concatenate([np.array(m, np.uint8) for _, m in docs]), lengths=lengths,
+                           offsets=np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+
+
+def test_the_measure_is_pinned_on_literal_documents():
+    """The words, signatures and band keys of a few literal token documents, as the first version
+    computed them: an optimisation that changes what near dedup finds fails here. The pieces cover a
+    special token (""), case, whitespace-only tokens, a piece of two words, a word across tokens and
+    across the answer's tokens, non-ASCII letters, and a 130-byte word (past the 64 positions)."""
+    pieces = ["", "Select", " COUNT", "(*)", " FROM", "\n\n ", " \u00dcn\u00efcode", "x" * 40, "Y" * 50, "a b",
+              " ", "_v2", "SQL\n", "\u00c9"]
+    spill = spill_of([([1, 2, 3, 4, 11, 0, 13], [0, 0, 0, 1, 1, 1, 1]),
+                      ([0, 7, 8, 7, 10, 9, 5, 12], [0, 0, 0, 0, 0, 1, 1, 1]),
+                      ([6, 5, 1, 4, 2, 3], [0, 1, 0, 1, 0, 1]), ([0, 10], [0, 1])])
+    words = near_words.SpillWords({"train": [spill]}, near_words.token_table(pieces))
+    pw, pc, aw, ac = words("train", 0, np.arange(4))
+    assert pc.tolist() == [2, 1, 2, 0] and ac.tolist() == [1, 3, 1, 0]
+    assert pw.tolist() == [12282063399829690630, 7257400638884367443, 16271912657117127805, 4639707062649496601,
+                           17262266562652516759]
+    assert aw.tolist() == [18184667028002229658, 11825466261762436790, 9897417278564598895, 2019926616122178258,
+                           17102710092398943917]
+    assert pw[0] == words_of(["select"])[0][0] and aw[0] == words_of(["from_v2\u00e9"])[0][0]
+    prompt = near_dup.signatures(*near_dup.grams(pw, pc))
+    assert prompt[:, :3].tolist() == [[474305159, 2344155699, 4261926968], [2394532569, 2950708484, 2132500376],
+                                      [2355910108, 4025493204, 1561704658], [4294967295] * 3]
+    keys = near_dup.band_keys(prompt, near_dup.signatures(*near_dup.grams(aw, ac)))
+    assert keys[:, :2].tolist() == [[7931602493018334901, 12857807918175617509],
+                                    [762259472382194872, 4237534490372229423],
+                                    [12004696769599897733, 940009669324409302],
+                                    [5640439496769244039, 13778317778509204560]]
 
 
 def test_case_and_whitespace_changes_are_the_same_grams_renamed_identifiers_are_not():
