@@ -96,7 +96,7 @@ def test_config_prints_the_resolved_config_with_overrides(tmp_path):
     assert resolved["pack"]["block_size"] == 1024 and resolved["train"]["learning_rate"] == 1e-4
     assert resolved["format"]["answer"] == "{cypher}"
     assert resolved["sources"] == [{"name": "bundled", "split": "train", "revision": None, "config": None, "columns": {},
-                                    "max_rows": None, "where": [], "weight": 1.0}]
+                                    "max_rows": None, "where": [], "role": "train", "weight": 1.0}]
 
 
 def test_errors_say_what_is_wrong_and_how_to_fix_it(hf_home, tmp_path):

@@ -203,6 +203,8 @@ def finite_check(loss_sum: torch.Tensor, grad_norm: torch.Tensor, scaled: bool) 
     """The step's one host sync: what is not finite, the loss or the gradient norm (None: both are; with
     fp16's GradScaler, ``scaled``, overflowing gradients are its business). Everything else in a step stays
     on the device (tests/test_gpu.py runs steps under ``torch.cuda.set_sync_debug_mode("error")`` but for this)."""
+    if hasattr(grad_norm, "full_tensor"):  # FSDP's clip_grad_norm_ returns a DTensor (replicated): its value
+        grad_norm = grad_norm.full_tensor()
     loss_ok, grads_ok = torch.isfinite(loss_sum), torch.isfinite(grad_norm)
     ok = torch.stack([loss_ok, grads_ok | scaled]).tolist()
     return None if all(ok) else "loss" if not ok[0] else "gradient norm"

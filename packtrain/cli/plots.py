@@ -11,14 +11,14 @@ from pathlib import Path
 
 import click
 
-from packtrain.cli.options import cache_dir_option
+from packtrain.cli.options import Remembered, cache_dir_option
 from packtrain.core import hints
 from packtrain.core.contract import Manifest, check_build_expert, resolve_build
 from packtrain.core.errors import PacktrainError
 from packtrain.core.rundir import RunRecord, newest_logged_run
 
 
-@click.command()
+@click.command(cls=Remembered)
 @click.argument("expert")
 @cache_dir_option
 @click.option("--build-id", default=None, help="Plot this build (default: the one CURRENT names).")
