@@ -168,12 +168,13 @@ discover: install
 	$(PACKTRAIN) discover
 
 # The layering contract first (pyproject.toml [tool.importlinter]: an import the wrong way fails),
-# then the suite on one worker per CPU (pytest-xdist; TEST_WORKERS=0: in this process, one test after
-# another). --dist loadfile keeps each test file on one worker, so a module's fixtures (tiny models,
+# then the suite on one worker more than the CPUs (pytest-xdist; TEST_WORKERS=0: in this process, one test
+# after another): its tests wait on subprocesses, signals and sleeps (two workers left 13% of two quiet
+# cores idle), and on a busy machine a third worker is a third share of the cores (docs/TESTING.md). --dist loadfile keeps each test file on one worker, so a module's fixtures (tiny models,
 # builds, finished runs) are made once; --no-loadscope-reorder hands the files out in the order
 # tests/conftest.py collects them, the longest first (xdist's own order, most tests first, left the
 # run waiting on a long file of few tests at its end).
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: install
 	$(BIN)/lint-imports --no-cache
 	# packtrain's own bytecode, once: each process a test starts imports it (where PYTHONDONTWRITEBYTECODE
