@@ -11,7 +11,7 @@
   job's or a new project's first build (pipeline/encode/machine_notes.py).
 - packtrain on Ray: the same command with ``--executor ray --parts 4``: a local Ray cluster of
   ``num_proc`` CPUs started by the command (its start-up timed), each part a Ray task, the merge in
-  the command's process (pipeline/ray_build.py); its shards must equal packtrain's.
+  the command's process (pipeline/orchestrate/ray_build.py); its shards must equal packtrain's.
 - packtrain, shortcuts off: the same with ``build.fast_encoder``, ``line_cache`` and ``render_once``
   off (the HF tokenizer, each conversation rendered turn by turn); its shards must equal packtrain's.
 - run_clm (prompt/answer rows): ``datasets.load_dataset("json")``, ``map(tokenize, batched,
@@ -98,7 +98,7 @@ def run_packtrain(corpus: Path, kind: str, name: str, tokenizer: Path, num_proc:
 def run_packtrain_proven(corpus, kind, name, tokenizer, num_proc, work) -> dict:
     """packtrain in a fresh cache on a machine that has proven the tokenizer: the decision is made
     first, untimed, by the build's own EncoderDecision into the store the command reads."""
-    from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+    from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
 
     os.environ["PACKTRAIN_PROOFS_DIR"] = str(work / "proofs")
     path = tokenizer / "tokenizer.json"

@@ -8,9 +8,9 @@ Qwen2.5-0.5B / 7B architecture written below; throughput does not depend on the 
 same LoRA (r 16, all-linear) or QLoRA, the same optimizer step shape (``--batch-size`` x
 ``--grad-accum`` sequences of 2048 tokens, ``--block-size``), for ``--steps`` optimizer steps, each in its own
 process (clean peak-memory numbers, no compile cache shared). Data: the bundled sql sample (3,000
-text-to-SQL rows), built once by ``packtrain.pipeline.build`` into 2048-token packed blocks.
+text-to-SQL rows), built once by ``packtrain.pipeline.orchestrate.build`` into 2048-token packed blocks.
 
-- ``packtrain``: ``packtrain.trainer.train.run`` on the build with its defaults (on CUDA: varlen attention,
+- ``packtrain``: ``packtrain.trainer.run.train.run`` on the build with its defaults (on CUDA: varlen attention,
   the fused loss, torch.compile) at the peers' micro-batch (its own metrics: ``summary.json``);
   ``packtrain-auto``: the same with ``per_device_train_batch_size: auto`` keeping the same global
   batch (the micro-batch it chose is in the table).
@@ -33,7 +33,7 @@ model and building nothing, and exits 1 naming each problem.
 
 Measured over the optimizer steps after the first (start-up, compilation and cache warm-up
 excluded), identically for every contender: real (non-padding) tokens/s, supervised tokens/s,
-MFU (trainer/metrics.py's FLOP count: 4N + 2N_t per token plus causal attention over the actual
+MFU (trainer/report/metrics.py's FLOP count: 4N + 2N_t per token plus causal attention over the actual
 document lengths; null where the peak FLOP/s is unknown, e.g. on CPU), the share of that time spent
 waiting for the data loader, and peak memory (CUDA: max allocated; CPU: peak RSS of the process).
 For the HF contenders tokens are counted on the device in a forward pre-hook (real = not padding
@@ -70,7 +70,7 @@ CONTENDERS = ("packtrain", "packtrain-auto", "hf", "hf-compile", "before", "trl"
 
 
 def run_packtrain(args, config, device) -> dict:
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
 
     cache = Path(os.environ["BENCH_CACHE"])
     started = time.perf_counter()
@@ -107,7 +107,7 @@ def run_one(args) -> None:
         result = run_packtrain(args, config, device)
     else:
         result = run_hf(args, args.run_one, config, Path(os.environ["BENCH_BUILD"]), device)
-    from packtrain.trainer.metrics import peak_flops
+    from packtrain.trainer.report.metrics import peak_flops
 
     peak = peak_flops(device, args.peak_tflops)
     result["mfu_ceiling"] = (result["mfu"] * peak / (args.ceiling_tflops * 1e12)

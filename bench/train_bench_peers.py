@@ -16,9 +16,9 @@ T0 = time.perf_counter()  # the contender's process start (imported first thing)
 
 
 def load_model(args, config, device):
-    """The same base + adapters packtrain builds (packtrain.trainer.model / packtrain.trainer.adapters), same seed."""
-    from packtrain.trainer.adapters import attach_adapters
-    from packtrain.trainer.model import choose_precision, load_base_model, model_source
+    """The same base + adapters packtrain builds (packtrain.trainer.model.model / packtrain.trainer.model.adapters), same seed."""
+    from packtrain.trainer.model.adapters import attach_adapters
+    from packtrain.trainer.model.model import choose_precision, load_base_model, model_source
 
     precision = choose_precision(config.train, device)
     model = load_base_model(config.model, model_source(config.model), precision, config.train.seed,
@@ -117,7 +117,7 @@ def run_hf(args, contender: str, config, build_dir: Path, device) -> dict:
     from transformers import TrainerCallback
 
     from packtrain.core.contract import Manifest
-    from packtrain.trainer.metrics import FlopCounter, peak_flops
+    from packtrain.trainer.report.metrics import FlopCounter, peak_flops
 
     manifest = Manifest.load(build_dir)
     if contender == "unsloth":

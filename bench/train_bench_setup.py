@@ -121,7 +121,7 @@ def workers() -> int:
 
 def build_blocks(args, model: Path, work: Path) -> Path:
     """The packed build of the bundled sql sample for this tokenizer; returns the build directory."""
-    from packtrain.pipeline.build import build
+    from packtrain.pipeline.orchestrate.build import build
 
     cache = work / "cache"
     config = expert_config(args, model, cache, work / "runs")
@@ -134,7 +134,7 @@ class PackedBlocks:
 
     def __init__(self, build_dir: Path):
         from packtrain.core.contract import Manifest
-        from packtrain.trainer.data import BlockDataset
+        from packtrain.trainer.data.data import BlockDataset
 
         self.blocks = BlockDataset(build_dir, Manifest.load(build_dir), "train")
 
@@ -148,7 +148,7 @@ class PackedBlocks:
 
 def raw_rows(config) -> list[tuple[str, str]]:
     """(prompt, full text) of every bundled sample row, formatted as the build formats them."""
-    from packtrain.pipeline.format import RowFormatter
+    from packtrain.pipeline.format.format import RowFormatter
 
     fmt = RowFormatter(config.format)
     path = ROOT / "pipeline/assets/samples/sql.jsonl"
@@ -159,7 +159,7 @@ def raw_rows(config) -> list[tuple[str, str]]:
 def load_tokenizer(config):
     from transformers import AutoTokenizer
 
-    from packtrain.trainer.model import model_source
+    from packtrain.trainer.model.model import model_source
 
     tokenizer = AutoTokenizer.from_pretrained(model_source(config.model).directory)
     if tokenizer.pad_token is None:

@@ -89,7 +89,7 @@ class UnslothBlocks:
 
     def __init__(self, build_dir: Path):
         from packtrain.core.contract import Manifest
-        from packtrain.trainer.data import BlockDataset
+        from packtrain.trainer.data.data import BlockDataset
 
         self.blocks = BlockDataset(build_dir, Manifest.load(build_dir), "train")
 

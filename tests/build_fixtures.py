@@ -25,7 +25,7 @@ BUILD_SCRIPT = f"""
 import json, os, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 configs, cache, go, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 config = load_config("sql", configs, overrides)
 if go != "-":
@@ -187,7 +187,7 @@ def decision_notes(directory: Path, tokenizer_json: str, fast_encoder: bool | st
     """The decision notes (file name -> bytes) for the tokenizer in ``directory`` (``tokenizer_json``: its
     tokenizer.json's sha256), made by the build's own :class:`EncoderDecision` (its child proves the
     encoder, as on a first build)."""
-    from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+    from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
 
     # made from nothing, into the temporary directory alone: neither read from nor left in the asking test's
     # store of proofs (pipeline/encode/machine_notes.py)
@@ -257,7 +257,7 @@ def split_source(project: dict, n_files: int) -> Path:
 
 def swap_two_merged_ids(spec: dict) -> None:
     """Edit a tokenizer.json spec so its merges no longer rise with their ids: structurally a byte-level
-    BPE tiktoken could run, refused by the merges check (pipeline/encode/tiktoken_encoder.py)."""
+    BPE tiktoken could run, refused by the merges check (pipeline/encode/fast/tiktoken_encoder.py)."""
     vocab = spec["model"]["vocab"]
     merges = spec["model"]["merges"]
     first, last = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in (merges[0], merges[-1]))

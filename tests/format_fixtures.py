@@ -9,7 +9,7 @@ from pathlib import Path
 
 from build_fixtures import packed_documents as documents, seed_decision, write_jsonl
 from packtrain.core.configfile import config_from_dict
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 
 
 def conversations(multi_turn: bool) -> list[list[dict]]:

@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from packtrain.pipeline.encode import encoder_decision, fastokens_encoder, probe, tiktoken_encoder
+from packtrain.pipeline.encode.fast import encoder_decision, fastokens_encoder, probe, tiktoken_encoder
 
 if os.environ.get("ATK_SLOW_CHECKS"):  # the structural checks take this long (in the child, and in the build's
     # process, which makes them itself while its decision's child waits for the workers: EncoderDecision.guess)

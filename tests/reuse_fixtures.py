@@ -9,7 +9,7 @@ from pathlib import Path
 import packtrain.cli.commands
 from build_fixtures import make_project
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 
 
 def reuse_project(tmp_path: Path) -> dict:

@@ -15,14 +15,14 @@ from transformers import AutoModelForCausalLM
 
 from packtrain.core.config import ConfigError
 from packtrain.core.config_train import LoraConfig
-from packtrain.trainer import activations, memory, microbatch
-from packtrain.trainer.activations import FULL, LADDER, OFF, OFFLOAD, Checkpointing
-from packtrain.trainer.adapters import attach_adapters
-from packtrain.trainer.memory import GIB, Budget, MemoryModel, choose_by_estimate, layer_bytes_per_token
-from packtrain.trainer.microbatch import Trial, choose
-from packtrain.trainer.run_checks import TrainError
+from packtrain.trainer.model import activations, memory, microbatch
+from packtrain.trainer.model.activations import FULL, LADDER, OFF, OFFLOAD, Checkpointing
+from packtrain.trainer.model.adapters import attach_adapters
+from packtrain.trainer.model.memory import GIB, Budget, MemoryModel, choose_by_estimate, layer_bytes_per_token
+from packtrain.trainer.model.microbatch import Trial, choose
+from packtrain.trainer.run.run_checks import TrainError
 from packtrain.trainer.step import packed_loss_sum
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 
@@ -255,7 +255,7 @@ def test_the_estimate_picks_the_least_recompute_that_fits():
 def test_auto_with_a_fixed_micro_batch_follows_the_estimate(model_dir, monkeypatch, caplog):
     """On a (stood-in) CUDA budget the estimate of the tiny model picks the least recompute that fits; the model
     is switched to it and the resolved value is what the run records."""
-    from packtrain.trainer.model import choose_precision
+    from packtrain.trainer.model.model import choose_precision
     from packtrain.trainer.step import LossPath
 
     model = lora_model(model_dir, "auto")
@@ -299,7 +299,7 @@ def test_auto_on_a_cpu_trains_without_checkpointing_and_a_number_is_kept(tmp_pat
 
 def test_running_out_of_memory_is_one_line_and_keeps_the_checkpoints(tmp_path, model_dir, build, monkeypatch):
     from packtrain.trainer import loop
-    from packtrain.trainer.checkpoint import verify_checkpoint
+    from packtrain.trainer.run.checkpoint import verify_checkpoint
 
     calls = {"n": 0}
     real = loop.forward_loss
@@ -327,7 +327,7 @@ def test_running_out_of_memory_is_one_line_and_keeps_the_checkpoints(tmp_path, m
 
 def test_running_out_of_memory_while_loading_names_the_budget_and_creates_nothing(tmp_path, model_dir, build,
                                                                                   monkeypatch):
-    from packtrain.trainer import context
+    from packtrain.trainer.run import context
 
     def load(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory")
@@ -354,7 +354,7 @@ def test_the_cli_option_sets_the_budget_of_every_stage(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     import packtrain.core.preflight as preflight
-    import packtrain.trainer.curriculum as curriculum
+    import packtrain.trainer.run.curriculum as curriculum
     from packtrain.cli import commands
 
     trained = []

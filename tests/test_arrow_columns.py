@@ -1,11 +1,11 @@
-"""Batches read by pyarrow stay Arrow until a worker uses them (pipeline/arrow_columns.py)."""
+"""Batches read by pyarrow stay Arrow until a worker uses them (pipeline/read/arrow_columns.py)."""
 
 import pickle
 
 import pyarrow as pa
 
-from packtrain.pipeline.arrow_columns import ArrowColumns, cut, joined, num_rows
-from packtrain.pipeline.sources import _rebatch
+from packtrain.pipeline.read.arrow_columns import ArrowColumns, cut, joined, num_rows
+from packtrain.pipeline.read.sources import _rebatch
 
 
 def block(start: int, rows: int) -> pa.RecordBatch:
@@ -44,8 +44,8 @@ def test_arrow_and_python_chunks_join_as_lists():
 
 def test_text_read_as_arrow_formats_column_wise_as_its_lists_do():
     from packtrain.core.config_build import FormatConfig
-    from packtrain.pipeline.format import RowFormatter
-    from packtrain.pipeline.format_columns import format_columns
+    from packtrain.pipeline.format.format import RowFormatter
+    from packtrain.pipeline.format.format_columns import format_columns
 
     formatter = RowFormatter(FormatConfig(prompt="Q: {question}\n", answer="{answer}"), ())
     lists = {"question": ["a", "Ça"], "answer": ["x", " "]}

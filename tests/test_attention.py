@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from packtrain.trainer import attention
-from packtrain.trainer.data import collate, position_ids_from_doc_lens, segment_lens
-from packtrain.trainer.model import packed_forward
+from packtrain.trainer.model import attention
+from packtrain.trainer.data.data import collate, position_ids_from_doc_lens, segment_lens
+from packtrain.trainer.model.model import packed_forward
 from trainer_fixtures import PAD_ID, tiny_model_dir
 
 CALLS: list[dict] = []
@@ -191,8 +191,8 @@ def test_a_whole_run_with_varlen_gives_the_reference_losses_and_generates(tmp_pa
     GPU only: generation has no segment boundaries, so it must not attend with varlen."""
     import json
 
-    from packtrain.trainer import context as context_module
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run import context as context_module
+    from packtrain.trainer.run.train import run
     from trainer_fixtures import RUN_END, make_config, random_blocks, write_build
 
     reference_choice = context_module.choose_attention

@@ -9,7 +9,7 @@ import pytest
 
 from packtrain.core.contract import resolve_build
 from packtrain.trainer.eval import task_eval
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from test_task_eval import memorization_build
 from trainer_fixtures import make_config, tiny_model_dir
 

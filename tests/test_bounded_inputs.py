@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from packtrain.core.config_build import SourceConfig
-from packtrain.pipeline.discover import SourceError, resolve_source
+from packtrain.pipeline.read.discover import SourceError, resolve_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,7 +149,7 @@ BOUND_8 = "longer than 1 MiB (build.read_memory_mb 8 / 8) once decompressed, so 
 
 
 def rows_of(path, bound_mb: int = 8) -> list[str]:
-    from packtrain.pipeline.sources import ReadBound, iter_batches
+    from packtrain.pipeline.read.sources import ReadBound, iter_batches
 
     batches = iter_batches(resolve_source(SourceConfig(name=str(path))), ["prompt", "answer"], 2,
                            bound=ReadBound(bound_mb))
@@ -208,7 +208,7 @@ def test_the_bound_is_the_configs_build_read_memory_mb(tmp_path):
     from build_fixtures import make_tokenizer, seed_decision
 
     from packtrain.core.configfile import load_config
-    from packtrain.pipeline.build import build
+    from packtrain.pipeline.orchestrate.build import build
 
     model = make_tokenizer(tmp_path / "model")
     seed_decision(tmp_path / "cache", model)  # the fast-encoder decision, proved once per run
@@ -282,7 +282,7 @@ def test_a_bad_rows_reason_is_cut_where_it_is_counted(on_bad_rows):
     from packtrain.core.configfile import config_from_dict
     from packtrain.pipeline.encode.source_caches import count_batch
     from packtrain.pipeline.errors import BuildError
-    from packtrain.pipeline.source_stats import Exactness, SourceStats
+    from packtrain.pipeline.pack.source_stats import Exactness, SourceStats
 
     config = config_from_dict({"expert": "x", "sources": [{"name": "bundled"}], "build": {"on_bad_rows": on_bad_rows}})
     stats = SourceStats(10, Exactness("tokenizers", False, False))
@@ -316,11 +316,11 @@ WHY = {"overflow": "OverflowError: Range too big. The sandbox blocks ranges larg
 
 @pytest.mark.parametrize("style", ["messages", "prompt-answer"])
 def test_every_exception_a_chat_template_raises_on_a_row_is_a_bad_row(style):
-    """``range(100000000)`` raised OverflowError out of pipeline/format.py: a traceback that stopped the
+    """``range(100000000)`` raised OverflowError out of pipeline/format/format.py: a traceback that stopped the
     build (issue 46). Any exception is now the row's reason, counted like the Jinja errors were."""
     from packtrain.core.config_build import FormatConfig
     from packtrain.pipeline.encode.worker import format_rows
-    from packtrain.pipeline.format import RowFormatter
+    from packtrain.pipeline.format.format import RowFormatter
 
     cases = ["fine", *WHY]
     if style == "prompt-answer":
@@ -341,7 +341,7 @@ def test_every_exception_a_chat_template_raises_on_a_row_is_a_bad_row(style):
 
 
 def test_a_template_errors_text_is_cut_with_its_length_said():
-    from packtrain.pipeline.format import BadRow, render_conversation
+    from packtrain.pipeline.format.format import BadRow, render_conversation
 
     template = "{% for m in messages %}{{ m[m.content].x }}{% endfor %}"  # names the missing key: 5,000 x
     with pytest.raises(BadRow) as raised:

@@ -17,9 +17,9 @@ from tokenizers import Tokenizer
 from build_fixtures import decided, make_project, make_tokenizer, seed_decision, swap_two_merged_ids
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUNDLED_MODEL_DIR
-from packtrain.pipeline.encode import tiktoken_encoder
-from packtrain.pipeline.encode.encoder_decision import EncoderDecision
-from packtrain.pipeline.build import build
+from packtrain.pipeline.encode.fast import tiktoken_encoder
+from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
+from packtrain.pipeline.orchestrate.build import build
 
 # unicode of every script class the split regexes name, NFD pieces, whitespace runs, digits,
 # contractions and special-token strings inside text
@@ -121,7 +121,7 @@ def test_a_tokenizer_where_equality_is_not_proven_is_refused(tmp_path, change, w
 
 
 def test_a_tiktoken_that_differs_on_one_piece_of_the_probe_text_is_refused(tmp_path, monkeypatch):
-    from packtrain.pipeline.encode.probe import probe_pieces
+    from packtrain.pipeline.encode.fast.probe import probe_pieces
 
     tokenizer_json = make_tokenizer(tmp_path / "model") / "tokenizer.json"
     piece = probe_pieces(nfc=False)[5]
@@ -198,7 +198,7 @@ def test_a_decision_process_that_fails_means_the_hf_tokenizer_and_is_not_remembe
 @pytest.mark.parametrize("mode, made", [("special", 120), ("text", 90)])
 def test_a_build_with_the_fast_encoder_on_and_off_is_byte_identical(tmp_path, mode, made):
     """In either mode of build.special_tokens_in_text; under ``text`` the 30 rows whose hostile text holds a
-    special token's text are the HF tokenizer's (pipeline/special_text.py), the other 90 tiktoken's."""
+    special token's text are the HF tokenizer's (pipeline/format/special_text.py), the other 90 tiktoken's."""
     project = make_project(tmp_path, n_rows=120)
     rows = [json.loads(line) for line in project["data"].read_text().splitlines()]
     rng = random.Random(1)
@@ -272,7 +272,7 @@ def test_a_first_build_packs_while_its_proof_finishes_and_packs_again_where_it_f
     """The first build with a tokenizer packs from its unpublished source caches before the proof
     answers: kept where the proof holds (the bytes of a build that packed after tokenizing), packed
     again from the sources tokenized again where it fails, with nothing of the first packing left."""
-    import packtrain.pipeline.build as build_module
+    import packtrain.pipeline.orchestrate.build as build_module
 
     real, packed, stale = build_module.pack_sources, [], []
 

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 from tokenizers import Tokenizer
 
-import packtrain.pipeline.build
+import packtrain.pipeline.orchestrate.build
 import packtrain.pipeline.encode.source_caches
 from build_fixtures import empty_cache, make_project, make_tokenizer, rows, write_jsonl
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
 from packtrain.core.files import replacing
@@ -162,7 +162,7 @@ def test_kill_9_leaves_current_valid(project, point):
     old = run_build(project, **{"pack.val_fraction": 0.2})  # different tokens: the rerun must tokenize
     script = (
         "import sys; sys.path.insert(0, %r)\n"
-        "from packtrain.core.configfile import load_config\nfrom packtrain.pipeline.build import build\n"
+        "from packtrain.core.configfile import load_config\nfrom packtrain.pipeline.orchestrate.build import build\n"
         "build(load_config('sql', %r), %r, log=lambda *a: None, progress=False)\n"
     ) % (str(ROOT), str(project["configs"]), str(project["cache"]))
     env = dict(os.environ, PACKTRAIN_CRASH_AT=point)

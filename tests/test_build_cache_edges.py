@@ -15,10 +15,10 @@ from filelock import FileLock
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import LOCK, expert_dir
-from packtrain.pipeline import build as build_module
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate import build as build_module
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.status import expert_status, format_status
+from packtrain.pipeline.review.status import expert_status, format_status
 
 
 def quiet(*_):
@@ -71,7 +71,7 @@ def test_a_builder_waiting_for_the_lock_says_so_and_then_builds(tmp_path, holder
     root = expert_dir(project["cache"], "sql")
     root.mkdir(parents=True)
     if holder == "packtrain":
-        from packtrain.pipeline.build_lock import expert_lock
+        from packtrain.pipeline.orchestrate.build_lock import expert_lock
 
         held, who = expert_lock(root, quiet), f"process {os.getpid()}"
     else:
@@ -160,7 +160,7 @@ def test_a_jsonl_column_no_row_has_is_still_named(tmp_path):
 def test_an_empty_jsonl_file_lacks_no_column(tmp_path):
     """A file with no rows (a split that came out empty) is read as no rows, not as one missing every
     column (the check that a column some row has is not missing ran on files with no rows too)."""
-    from packtrain.pipeline import sources
+    from packtrain.pipeline.read import sources
 
     empty = tmp_path / "part-067.jsonl"
     empty.write_text("\n")

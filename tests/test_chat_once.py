@@ -1,4 +1,4 @@
-"""One render per conversation (pipeline/chat_once.py): the same text and spans as rendering turn by
+"""One render per conversation (pipeline/format/chat_once.py): the same text and spans as rendering turn by
 turn, admitted per template by probe conversations, and a template it gets wrong on some rows only is
 caught by the build's check, never published, and remembered."""
 
@@ -13,10 +13,10 @@ from build_fixtures import make_project, write_jsonl
 from hostile_text import hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.core.config_build import FormatConfig
-from packtrain.pipeline.chat_once import chatml_system, render_once, turn_end, unmark
-from packtrain.pipeline.format import BadRow, RowFormatter, render_conversation
+from packtrain.pipeline.format.chat_once import chatml_system, render_once, turn_end, unmark
+from packtrain.pipeline.format.format import BadRow, RowFormatter, render_conversation
 from real_tokenizers import CHATML
 
 # Qwen3's way: earlier turns' reasoning dropped, so a turn renders differently once a later turn follows

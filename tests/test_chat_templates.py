@@ -19,8 +19,8 @@ from inprocess_cli import cli
 from tokenizers import Tokenizer, processors
 
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build, plan_inputs
-from packtrain.pipeline.format import BadRow, render_conversation
+from packtrain.pipeline.orchestrate.build import build, plan_inputs
+from packtrain.pipeline.format.format import BadRow, render_conversation
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 BOS, EOS = "<s>", "</s>"
@@ -208,7 +208,7 @@ def test_llama_3_2_documents_are_apply_chat_template_ids_with_one_bos_whatever_t
 def test_the_next_day_renders_the_sources_again_with_its_date(tmp_path, monkeypatch):
     """The date is part of each source's tokens' identity, not only the build id's: a build on the next
     day renders its date, never the day before's tokens cached under a new build id."""
-    import packtrain.pipeline.chat_template as chat_template
+    import packtrain.pipeline.format.chat_template as chat_template
 
     configs = llama_project(tmp_path, [{"messages": HOSTILE["one exchange"]}])
     seed_decision(tmp_path / "cache", tmp_path / "tok")
@@ -226,7 +226,7 @@ def test_a_build_running_past_midnight_renders_every_row_with_the_day_its_id_nam
     """The clock says 23:59 on 1 Jan 2020 when the build plans (its id's chat_date), the next day from then
     on in this process (num_proc 2: the spawned workers read the real clock, years later): every row is
     rendered with the planned day, in the main process and in the workers."""
-    import packtrain.pipeline.chat_template as chat_template
+    import packtrain.pipeline.format.chat_template as chat_template
 
     times = iter([datetime(2020, 1, 1, 23, 59)])
     clock = staticmethod(lambda: next(times, datetime(2020, 1, 2, 0, 1)))
@@ -275,7 +275,7 @@ def test_an_answers_reasoning_under_any_of_its_names_is_rendered_as_apply_chat_t
 def test_mistral_drops_the_system_message_before_an_answer_so_no_turn_start_is_found_either_way():
     """Mistral v0.3's template renders the system message only before a final user turn: the history
     renders otherwise once the answer follows it, turn by turn or one document per turn."""
-    from packtrain.pipeline.format_messages import render_each_turn
+    from packtrain.pipeline.format.format_messages import render_each_turn
 
     messages = [S("Be brief."), U("Hi"), A("Hello")]
     for render in (lambda: rendered("mistral_v0_3", messages), lambda: render_each_turn(
@@ -357,7 +357,7 @@ def test_generate_prompts_with_the_chat_template_kwargs_the_build_rendered_with(
     """``packtrain generate``/``chat`` make the prompt with format.chat_template_kwargs, as the documents
     were made: Qwen3 with enable_thinking false ends the prompt with the empty <think> block."""
     from packtrain.core.config_build import FormatConfig
-    from packtrain.pipeline.generation_prompt import generation_prompt
+    from packtrain.pipeline.format.generation_prompt import generation_prompt
 
     kwargs = {"enable_thinking": False}
     for fmt in (FormatConfig(style="chat", messages="messages", chat_template_kwargs=kwargs),

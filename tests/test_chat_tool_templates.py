@@ -14,7 +14,7 @@ from format_fixtures import (CHAT, SEARCH, SHORTCUTS_OFF, WEATHER, Builder, ask,
                              expected_turns, quiet, report, shards, tool_rows, write_lines)
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.errors import BuildError
 
 @pytest.mark.parametrize("name", ["llama3_1", "mistral_v0_3"])
@@ -98,7 +98,7 @@ def test_adapter_and_merged_model_directories_keep_the_tool_use_template(tmp_pat
     """The tokenizer files saved beside an adapter or merged weights include the tool_use template
     (part of the tokenizer's hash): the saved model renders a call with tools as the build did."""
     from packtrain.core.contract import tokenizer_fingerprint
-    from packtrain.trainer.adapters import save_adapter_extras
+    from packtrain.trainer.model.adapters import save_adapter_extras
 
     source = tmp_path / "tokenizer"
     (source / "additional_chat_templates").mkdir(parents=True)
@@ -125,7 +125,7 @@ def test_every_yaml_value_of_a_kwarg_is_its_own_build_id_and_a_date_is_refused_i
     import yaml
 
     from packtrain.core.config import ConfigError
-    from packtrain.pipeline.build import plan
+    from packtrain.pipeline.orchestrate.build import plan
 
     builder, _ = qwen
     data = write_lines(tmp_path / "rows.jsonl", [{"messages": ask(0)}])
@@ -148,7 +148,7 @@ def test_generates_prompt_is_the_prompt_the_build_wrote_with_the_kwargs(qwen, tm
     from packtrain.core.contract import Manifest
     from packtrain.core.shardfile import open_shard
     from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
-    from packtrain.pipeline.generation_prompt import generation_prompt
+    from packtrain.pipeline.format.generation_prompt import generation_prompt
 
     builder, _ = qwen
     for fmt in ({**CHAT, "chat_template_kwargs": {"enable_thinking": False}},
@@ -291,7 +291,7 @@ def test_a_tool_use_template_that_renders_the_date_puts_the_day_in_the_build(tem
 
     from real_tokenizers import CHATML
 
-    from packtrain.pipeline.build import plan_inputs
+    from packtrain.pipeline.orchestrate.build import plan_inputs
 
     llama = (Path(__file__).parent / "chat_templates" / "llama3_2.jinja").read_text()
     builder, _ = templated("dated-tool-use", [{"name": "default", "template": CHATML},

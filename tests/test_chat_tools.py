@@ -18,11 +18,11 @@ from format_fixtures import (CHAT, SEARCH, SHORTCUTS_OFF, WEATHER, ask, check, c
                              reference, report, shards, tool_rows, varied_rows, write_lines)
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
-from packtrain.pipeline.build import SOURCES, build
-from packtrain.pipeline.discover import SourceError
+from packtrain.pipeline.orchestrate.build import SOURCES, build
+from packtrain.pipeline.read.discover import SourceError
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.format import RowFormatter
-from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
+from packtrain.pipeline.format.format import RowFormatter
+from packtrain.pipeline.orchestrate.partition import PARTS, merge, pretokenize_part
 
 
 @pytest.mark.parametrize("writer", ["pyarrow", "datasets"])
@@ -207,7 +207,7 @@ def test_jsonl_whose_first_megabyte_of_rows_lacks_the_tools_key(qwen, tmp_path):
 
 
 def test_a_file_without_the_tools_column_says_to_fix_format_tools(qwen, tmp_path):
-    from packtrain.pipeline.discover import SourceError
+    from packtrain.pipeline.read.discover import SourceError
 
     builder, _ = qwen
     with pytest.raises(SourceError) as e:
@@ -306,7 +306,7 @@ def test_tools_a_template_does_not_render_are_refused_not_dropped(real_builder):
     (["get_weather"], "'tools' is list, expected a list of tool definitions"),
 ])
 def test_a_tools_value_that_is_not_a_list_of_schemas_is_a_bad_row_naming_the_column(value, why):
-    from packtrain.pipeline.format import BadRow
+    from packtrain.pipeline.format.format import BadRow
 
     formatter = RowFormatter(config_from_dict({"expert": "x", "sources": [{"name": "d"}], "format": {**CHAT, "tools": "tools"},
                                                "model": {"name": "m"}}).format, chat_template="{{ messages }}")

@@ -34,7 +34,7 @@ from test_chat_templates import A, S, U
 
 from packtrain.core.configfile import load_config
 from packtrain.core.shardfile import open_shard
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 
 BLOCK = 256
 

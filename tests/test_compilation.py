@@ -10,10 +10,10 @@ from transformers import AutoModelForCausalLM
 
 from packtrain.core.config import ConfigError
 from packtrain.core.config_train import LoraConfig
-from packtrain.trainer.adapters import attach_adapters
-from packtrain.trainer.compilation import choose_compile, compile_for_training, repeated_layers
-from packtrain.trainer.data import collate, position_ids_from_doc_lens, segment_lens
-from packtrain.trainer.model import Precision
+from packtrain.trainer.model.adapters import attach_adapters
+from packtrain.trainer.model.compilation import choose_compile, compile_for_training, repeated_layers
+from packtrain.trainer.data.data import collate, position_ids_from_doc_lens, segment_lens
+from packtrain.trainer.model.model import Precision
 from packtrain.trainer.step import LossPath, forward_loss
 from trainer_fixtures import tiny_model_dir
 

@@ -18,9 +18,9 @@ from build_fixtures import make_tokenizer, seed_decision
 
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
-from packtrain.pipeline.discover import SourceError, resolve_source
-from packtrain.pipeline.sources import iter_batches
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.read.discover import SourceError, resolve_source
+from packtrain.pipeline.read.sources import iter_batches
 
 COMPRESS = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}
 FORMATS = ("jsonl", "json", "csv", "tsv")
@@ -81,7 +81,7 @@ def test_json_lines_read_line_by_line_compressed(tmp_path):
 
 
 def test_the_key_search_of_a_compressed_file_finds_keys_across_its_chunks(tmp_path):
-    from packtrain.pipeline.sources import _absent_keys
+    from packtrain.pipeline.read.sources import _absent_keys
 
     keys = ["question", "a\"b", "é✓", "\U0001f600x"]
     line = json.dumps(dict.fromkeys(keys, 1)) + "\n"  # ensure_ascii: every non-ASCII key written escaped

@@ -26,7 +26,7 @@ NOTE = ("no CUDA GPU: the cpu profile (configs/defaults.yaml cpu:) trains 512-to
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A finished 2-step sql run (text=True below reads a bar's \r as a new line)."""
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
 
     root = tmp_path_factory.mktemp("console")
     model_dir = tiny_model_dir(root / "model")

@@ -1,6 +1,6 @@
 """Conversations are trained on as written or not at all: a message field the chat template does not
 render (SmolLM2's ignores ``tool_calls``) and an empty assistant turn make the row a counted bad row,
-whether the conversation is rendered once (pipeline/chat_once.py) or turn by turn."""
+whether the conversation is rendered once (pipeline/format/chat_once.py) or turn by turn."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from build_fixtures import seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
-from packtrain.pipeline.format import BadRow, render_conversation
+from packtrain.pipeline.format.format import BadRow, render_conversation
 from real_tokenizers import CHATML
 from test_conversations import TOOL_CHATML, chat_project, quiet, set_template  # noqa: F401 (a fixture)
 

@@ -11,10 +11,10 @@ from tokenizers import Tokenizer
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import load_config
 from packtrain.core.shardfile import open_shard
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.format import BadRow, render_conversation
-from packtrain.pipeline.inspect import inspect_build
+from packtrain.pipeline.format.format import BadRow, render_conversation
+from packtrain.pipeline.review.inspect import inspect_build
 
 # A tiny ChatML-style template that renders tool calls and tool results, as Qwen's and SmolLM2's do.
 TOOL_CHATML = (

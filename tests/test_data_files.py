@@ -1,5 +1,5 @@
 """Which files of a dataset directory form a split: the ones ``datasets.load_dataset(directory, split=...)``
-reads, in its order (pipeline/data_files.py). Before, a split was any file with the split's name as a
+reads, in its order (pipeline/read/data_files.py). Before, a split was any file with the split's name as a
 word of its path, case-insensitive: push_to_hub's ``data/train_sft-00000-of-00001.parquet`` was not
 ``train_sft`` but part of ``train`` (with ``train_gen``), ``train1.jsonl`` and ``test1.jsonl`` were
 both ``train``, and ``eval.jsonl`` (datasets' test split) and ``training_data.jsonl`` were no split."""
@@ -18,8 +18,8 @@ import pytest
 from conftest import parquet_bytes, write_hub_repo
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.resolve import SourceNotFound
-from packtrain.pipeline.discover import SourceError, resolve_source
-from packtrain.pipeline.sources import iter_batches
+from packtrain.pipeline.read.discover import SourceError, resolve_source
+from packtrain.pipeline.read.sources import iter_batches
 
 
 def jsonl(tag: str, n: int = 2) -> bytes:
@@ -84,7 +84,7 @@ def test_a_directory_of_20000_files_plans_in_one_pass(monkeypatch):
     """Before, each of the 48 keyword patterns parsed every path (PurePosixPath) and the format pick was
     quadratic: 10,000 files took 3 s to plan, 100,000 never finished. The work is counted, not timed:
     one match per split, file and layout (2 layouts x 3 splits), and two format looks per file."""
-    from packtrain.pipeline import data_files
+    from packtrain.pipeline.read import data_files
 
     work = Counter()
 

@@ -13,11 +13,11 @@ import pytest
 from build_fixtures import make_tokenizer, packed_documents as documents, seed_decision, write_jsonl
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
-from packtrain.pipeline.build import build
-from packtrain.pipeline.discover import SourceError
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.read.discover import SourceError
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.format import BadRow, RowFormatter
+from packtrain.pipeline.format.format import BadRow, RowFormatter
 
 
 def config_errors(fmt: dict) -> list[str]:

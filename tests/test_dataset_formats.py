@@ -16,11 +16,11 @@ from build_fixtures import rows as sql_rows
 from format_fixtures import CHAT, conversations, quiet, report, shards
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
-from packtrain.pipeline.build import SOURCES, build, plan
-from packtrain.pipeline.discover import SourceError
+from packtrain.pipeline.orchestrate.build import SOURCES, build, plan
+from packtrain.pipeline.read.discover import SourceError
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.format import RowFormatter
-from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
+from packtrain.pipeline.format.format import RowFormatter
+from packtrain.pipeline.orchestrate.partition import PARTS, merge, pretokenize_part
 
 SHAREGPT_ROLE = {"system": "system", "user": "human", "assistant": "gpt"}
 
@@ -175,7 +175,7 @@ def test_where_keeps_the_rows_whose_columns_match_and_counts_the_rest(tiny, caps
     source = report(strict)["sources"][0]
     assert (source["rows"], source["filtered_rows"], source["documents"], source["bad_rows"]) == (8, 5, 3, 0)
     assert shards(strict) == shards(result) and strict.build_id != result.build_id
-    from packtrain.pipeline.report import summary
+    from packtrain.pipeline.pack.report import summary
 
     assert f"  source {data}: where: dropped 5 of 8 rows" in summary(report(strict)).splitlines()
     with pytest.raises(SourceError) as e:
@@ -270,7 +270,7 @@ def test_each_assistant_turn_keeps_a_conversation_in_one_split(tiny):
 
 def test_generation_prompts_an_alpaca_expert_with_the_prompt_its_row_would_have():
     from packtrain.core.config_build import FormatConfig
-    from packtrain.pipeline.generation_prompt import generation_prompt
+    from packtrain.pipeline.format.generation_prompt import generation_prompt
 
     fmt = FormatConfig(preset="alpaca")
     turns = [{"role": "user", "content": "Count the rows."}]

@@ -11,10 +11,10 @@ from tokenizers import Tokenizer
 
 from packtrain.core.configfile import load_config
 from packtrain.core.shardfile import open_shard
-from packtrain.pipeline.build import build
-from packtrain.pipeline.discover import resolve_source
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.read.discover import resolve_source
 from packtrain.core.config_build import SourceConfig
-from packtrain.pipeline.sources import iter_batches
+from packtrain.pipeline.read.sources import iter_batches
 
 # The snippets of docs/DATASETS.md, with the dataset paths and the tokenizer filled in by the test.
 SPIDER = """\

@@ -11,11 +11,11 @@ import pytest
 from conftest import MODEL_COMMIT, PARQUET_COMMIT, SQL_COMMIT, write_hub_repo
 from huggingface_hub import scan_cache_dir
 
-from packtrain.pipeline import discover
+from packtrain.pipeline.read import discover
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_train import ModelConfig
 from packtrain.core.resolve import SourceNotFound, resolve_model_dir, resolve_tokenizer_dir
-from packtrain.pipeline.discover import SourceError, discover_all, format_discovery, resolve_source
+from packtrain.pipeline.read.discover import SourceError, discover_all, format_discovery, resolve_source
 
 
 def rel_files(source):

@@ -18,8 +18,8 @@ from inprocess_cli import QUICK_END
 from packtrain.cli.commands import main
 from packtrain.core.configfile import config_from_dict, load_config
 from packtrain.core.resolve import SourceNotFound, converted_model_dir, gguf_sha256, resolve_model_dir
-from packtrain.trainer.convert import SOURCE_FILE, prepare_embedded
-from packtrain.trainer.model import ModelError
+from packtrain.trainer.model.convert import SOURCE_FILE, prepare_embedded
+from packtrain.trainer.model.model import ModelError
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "smollm2-135m"
@@ -95,7 +95,7 @@ def tiny_gguf(tmp_path_factory) -> tuple[Path, np.ndarray]:
 def embedded(tiny_gguf, monkeypatch) -> Path:
     """``smollm2-135m`` resolves to the tiny GGUF (not the installed package's); returns the GGUF path."""
     monkeypatch.setattr(resolve, "embedded_gguf", lambda name: tiny_gguf[0])
-    monkeypatch.setattr("packtrain.trainer.convert.embedded_gguf", lambda name: tiny_gguf[0])
+    monkeypatch.setattr("packtrain.trainer.model.convert.embedded_gguf", lambda name: tiny_gguf[0])
     return tiny_gguf[0]
 
 
@@ -123,7 +123,7 @@ def test_the_gguf_is_converted_once_into_a_content_addressed_model_directory(emb
     assert lines[0].startswith(f"model {NAME}: converting tiny.Q4_1.gguf") and lines[-1].endswith(" s")
 
     # the second time nothing is converted: the directory is reused as it is
-    monkeypatch.setattr("packtrain.trainer.convert.convert_gguf", lambda gguf, out: pytest.fail("converted again"))
+    monkeypatch.setattr("packtrain.trainer.model.convert.convert_gguf", lambda gguf, out: pytest.fail("converted again"))
     again = []
     assert prepare_embedded(NAME, log=again.append) == directory
     assert again == [f"model {NAME}: converted copy in {directory}"]
@@ -162,7 +162,7 @@ def test_a_gguf_that_changed_under_a_converted_model_is_said_so(embedded, monkey
         for name in ("config.json", "model.safetensors", "tokenizer.json"):
             (out / name).write_text("{}")
 
-    monkeypatch.setattr("packtrain.trainer.convert.convert_gguf", fake_conversion)
+    monkeypatch.setattr("packtrain.trainer.model.convert.convert_gguf", fake_conversion)
     lines = []
     assert prepare_embedded(NAME, log=lines.append) == converted_model_dir(NAME)
     assert lines[0] == (f"model {NAME}: its GGUF changed since {old} was converted (sha256 {'0' * 16}... then, "
@@ -326,7 +326,7 @@ def test_the_gguf_readers_bar_stays_out_of_the_console_unless_verbose(tiny_gguf,
     from transformers.utils import logging as hf_logging
 
     from packtrain.cli.console import library_output
-    from packtrain.trainer.convert import convert_gguf
+    from packtrain.trainer.model.convert import convert_gguf
 
     hf_logging.enable_progress_bar()  # as in a new process: the command's switch decides
     with library_output(verbose):

@@ -1,4 +1,4 @@
-"""The encoder is part of a build's identity (pipeline/encode/exactness.py ``encoder_identity``): the
+"""The encoder is part of a build's identity (pipeline/encode/fast/exactness.py ``encoder_identity``): the
 tokenizers, fastokens, tiktoken and (for chat) jinja2 versions and the shortcuts allowed change the
 build id and every source-cache key; merge refuses parts made with another encoder; builds from
 before the identity existed are still read."""
@@ -10,8 +10,8 @@ import json
 from build_fixtures import make_project
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
-from packtrain.pipeline.build import build, plan
-from packtrain.pipeline.encode import exactness
+from packtrain.pipeline.orchestrate.build import build, plan
+from packtrain.pipeline.encode.fast import exactness
 from packtrain.pipeline.errors import BuildError
 
 SHORTCUTS_OFF = {"build.line_cache": False, "build.fast_encoder": False}
@@ -75,7 +75,7 @@ def test_merge_refuses_parts_made_with_another_encoder(tmp_path, monkeypatch):
 def test_pruning_reads_a_manifest_from_before_the_encoder_identity(tmp_path):
     """rebuild prunes old builds after every build: one written by an older packtrain (no inputs.encoder)
     is read, not a KeyError."""
-    from packtrain.pipeline.rebuild import prune_builds
+    from packtrain.pipeline.orchestrate.rebuild import prune_builds
 
     project = make_project(tmp_path)
     result = build(load_config("sql", project["configs"]), project["cache"], log=quiet, progress=False)

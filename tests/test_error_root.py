@@ -11,13 +11,13 @@ USER_FACING = [
     "packtrain.core.diskfull.DiskFullError", "packtrain.core.rundir.RunError", "packtrain.core.resolve.SourceNotFound",
     "packtrain.core.plotting.PlotError", "packtrain.pipeline.errors.BuildError",
     "packtrain.pipeline.errors.TokenizerError", "packtrain.pipeline.errors.InputsChanged",
-    "packtrain.pipeline.discover.SourceError", "packtrain.pipeline.sources.MissingColumns",
-    "packtrain.trainer.run_checks.TrainError", "packtrain.trainer.model.ModelError",
-    "packtrain.trainer.checkpoint.CheckpointError", "packtrain.trainer.loop.NonFiniteLossError",
-    "packtrain.trainer.adapters.NonFiniteWeightsError", "packtrain.trainer.distributed.DistributedError",
-    "packtrain.trainer.microbatch.MicroBatchError", "packtrain.trainer.eval.task_eval.TaskEvalError",
-    "packtrain.cli.export.ExportError", "packtrain.trainer.activations.CheckpointingError",
-    "packtrain.trainer.memory.MemoryBudgetError",
+    "packtrain.pipeline.read.discover.SourceError", "packtrain.pipeline.read.sources.MissingColumns",
+    "packtrain.trainer.run.run_checks.TrainError", "packtrain.trainer.model.model.ModelError",
+    "packtrain.trainer.run.checkpoint.CheckpointError", "packtrain.trainer.loop.NonFiniteLossError",
+    "packtrain.trainer.model.adapters.NonFiniteWeightsError", "packtrain.trainer.run.distributed.DistributedError",
+    "packtrain.trainer.model.microbatch.MicroBatchError", "packtrain.trainer.eval.task_eval.TaskEvalError",
+    "packtrain.cli.export.ExportError", "packtrain.trainer.model.activations.CheckpointingError",
+    "packtrain.trainer.model.memory.MemoryBudgetError",
 ]
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from packtrain.cli.commands import main
 from packtrain.trainer.eval.task_eval import TaskEvalError, _write_new
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from test_task_eval import memorization_build
 from trainer_fixtures import make_config, tiny_model_dir
 

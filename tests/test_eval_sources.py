@@ -15,7 +15,7 @@ from packtrain.core.configfile import load_config
 from packtrain.core.contract import EvalSet, Manifest
 from packtrain.core.errors import PacktrainError
 from packtrain.core.shardfile import open_shard
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 
 
 def eval_project(tmp: Path, eval_rows: list[dict], extra: str = "", train_rows: int = 40) -> dict:
@@ -184,7 +184,7 @@ def test_train_and_eval_report_loss_and_task_metric_per_eval_source(tmp_path, mo
 
     from click.testing import CliRunner
     from packtrain.cli.commands import main
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
     from trainer_fixtures import make_config
 
     two_set_build(tmp_path / "cache", model_dir)
@@ -222,7 +222,7 @@ def test_a_cpu_run_sizes_its_end_of_run_answers_to_cpu_generate_tokens(tmp_path,
     import dataclasses
     import logging
 
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
     from trainer_fixtures import make_config
 
     two_set_build(tmp_path / "cache", model_dir, eval_sets=False)  # 4 val prompts of 4 tokens

@@ -24,11 +24,12 @@ from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
 from packtrain.core.resolve import models_cache_dir
-from packtrain.pipeline.encode import exactness, machine_notes, tiktoken_encoder
-from packtrain.pipeline.build import build
-from packtrain.pipeline.encode.line_cache import NEWLINE_RUN_CUT, LineCache, line_cut
+from packtrain.pipeline.encode.fast import exactness, tiktoken_encoder
+from packtrain.pipeline.encode import machine_notes
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.encode.fast.line_cache import NEWLINE_RUN_CUT, LineCache, line_cut
 from packtrain.pipeline.encode.notes import write_note
-from packtrain.pipeline.format import RowFormatter
+from packtrain.pipeline.format.format import RowFormatter
 from real_tokenizers import MARKED_SMOLLM2, REAL_TOKENIZERS, hf_tokenizer as hf
 
 SAMPLES = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
@@ -128,7 +129,7 @@ CHECK_FIRST = 200  # build.check_documents of the bundled-sample builds above
 def sample_checked(expert: str) -> int:
     """How many documents of ``expert``'s bundled sample the build's check re-encodes with
     ``build.check_documents: CHECK_FIRST``: the first CHECK_FIRST rows, then those the keyed hash samples
-    (pipeline/encode/exactness.py), as rendered by the expert's template."""
+    (pipeline/encode/fast/exactness.py), as rendered by the expert's template."""
     formatter = RowFormatter(expert_config(None, expert, SAMPLES).format)
     texts = [formatter(json.loads(line)).text for line in (SAMPLES / f"{expert}.jsonl").read_text().splitlines()]
     assert len(texts) == 3000
@@ -179,7 +180,7 @@ def test_hostile_rows_and_chat_style_build_the_same_bytes_with_each_shortcut_on_
     data = write_jsonl(tmp_path / "hostile.jsonl", hostile_rows(600))
     seeded(tmp_path / "on", directory, SHORTCUTS[shortcut][0])
     # special: the shortcuts encode the hostile special-token strings as special tokens too; text: the rows holding
-    # them are the HF tokenizer's (pipeline/special_text.py), the others the shortcut's
+    # them are the HF tokenizer's (pipeline/format/special_text.py), the others the shortcut's
     for style, (mode, least) in itertools.product(
             ({"format.style": "template"}, {"format.style": "chat", "format.system": "You write SQL."}),
             (("special", 100), ("text", 50))):

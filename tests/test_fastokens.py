@@ -16,11 +16,11 @@ from build_fixtures import decided, make_project, make_tokenizer
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
-from packtrain.pipeline.build import build
-from packtrain.pipeline.encode import fastokens_encoder
-from packtrain.pipeline.encode.encoder_decision import choose
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.encode.fast import fastokens_encoder
+from packtrain.pipeline.encode.fast.encoder_decision import choose
 from packtrain.pipeline.encode.worker import token_spans
-from packtrain.pipeline.format import BadRow, Formatted
+from packtrain.pipeline.format.format import BadRow, Formatted
 from real_tokenizers import REAL_TOKENIZERS, hf_tokenizer
 
 
@@ -81,7 +81,7 @@ def test_a_text_with_a_byte_the_vocabulary_lacks_is_left_to_the_hf_tokenizer(rea
 def test_the_structural_checks_hand_the_encoder_the_token_byte_lengths_they_computed(real_tokenizer, monkeypatch):
     import fastokens
 
-    from packtrain.pipeline.encode import byte_level
+    from packtrain.pipeline.encode.fast import byte_level
 
     text = (real_tokenizer("qwen3") / "tokenizer.json").read_text()
     spec = json.loads(text)
@@ -119,7 +119,7 @@ def test_a_tokenizer_fastokens_cannot_place_spans_for_is_refused(tmp_path, chang
 
 def test_a_fastokens_that_differs_on_the_last_piece_of_the_probe_text_is_refused(tmp_path, monkeypatch):
     """Every piece is compared, the last too (the HF tokenizer's ids made and compared 32 pieces at a time)."""
-    from packtrain.pipeline.encode.probe import probe_pieces
+    from packtrain.pipeline.encode.fast.probe import probe_pieces
 
     text = (make_tokenizer(tmp_path / "model") / "tokenizer.json").read_text()
     real = fastokens_encoder.FastokensEncoder.encode_flat

@@ -18,8 +18,8 @@ from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_train import TrainConfig
 from packtrain.core.configfile import config_from_dict, load_config
 from packtrain.core.resolve import SourceNotFound, resolve_model_dir
-from packtrain.pipeline.build import build
-from packtrain.pipeline.discover import SourceError, resolve_source
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.read.discover import SourceError, resolve_source
 
 SNIPPET = 'sources:\n  - name: bundled\nformat:\n  prompt: "{question}"\n  answer: "{answer}"\n'
 
@@ -84,7 +84,7 @@ def test_names_from_other_tools_are_refused_with_the_field_to_write(data, proble
      "blocks: every packed block has the same length, so there are no lengths to group batches by; remove it)"),
     ({"train": {"dataloader_drop_last": True}}, "train.dataloader_drop_last: unknown key (dataloader_drop_last has no "
      "meaning on packed blocks: no sequence is dropped and every micro-batch is full: an epoch's last one is filled "
-     "with sequences that train nothing (trainer/epochs.py); remove it)"),
+     "with sequences that train nothing (trainer/data/epochs.py); remove it)"),
     ({"pack": {"pad_to_multiple_of": 8}}, "pack.pad_to_multiple_of: unknown key (pad_to_multiple_of has no meaning on "
      "packed blocks: every block has pack.block_size tokens (train.max_seq_length windows of them), so nothing is "
      "padded per batch; remove it)"),

@@ -12,8 +12,9 @@ from multiprocessing import forkserver
 import pytest
 
 from build_fixtures import make_tokenizer
-from packtrain.pipeline.encode import encoders, fastokens_encoder
-from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+from packtrain.pipeline.encode import encoders
+from packtrain.pipeline.encode.fast import fastokens_encoder
+from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
 from packtrain.pipeline.encode.fork_server import ENCODERS, ForkServer
 
 
@@ -123,7 +124,7 @@ def test_the_decisions_child_proves_with_the_encoders_loaded_before_it(tiny_toke
     tokenizer's hash) is what it proves: so it loads nothing of its own."""
     from tokenizers import Tokenizer
 
-    from packtrain.pipeline.encode.encoder_decision import _decide_and_send
+    from packtrain.pipeline.encode.fast.encoder_decision import _decide_and_send
 
     path, sha = tiny_tokenizer
     other = make_tokenizer(tmp_path, vocab_size=300) / "tokenizer.json"
@@ -147,7 +148,7 @@ def test_the_decisions_child_does_not_parse_what_the_server_checked(tiny_tokeniz
     measured 2026-11-27, beside the workers): it goes straight to the probe."""
     from tokenizers import Tokenizer
 
-    from packtrain.pipeline.encode import encoder_decision
+    from packtrain.pipeline.encode.fast import encoder_decision
 
     path, sha = tiny_tokenizer
     fast = encoders.fast_encoder((path, sha), "fastokens")

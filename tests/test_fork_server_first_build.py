@@ -1,4 +1,4 @@
-"""The fork server a first build starts before planning (pipeline/build.py ``first_build_server``), taken
+"""The fork server a first build starts before planning (pipeline/orchestrate/build.py ``first_build_server``), taken
 by the build or stopped, and the server's end (pipeline/encode/fork_server.py)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def first_build(tmp_path, **overrides):
 
 def test_a_first_build_that_proves_its_encoder_starts_the_server_before_planning(tmp_path):
     from build_fixtures import seed_decision
-    from packtrain.pipeline.build import first_build_server
+    from packtrain.pipeline.orchestrate.build import first_build_server
 
     project, config = first_build(tmp_path)
     tokenizer = project["model"] / "tokenizer.json"
@@ -42,9 +42,9 @@ def test_a_first_build_that_proves_its_encoder_starts_the_server_before_planning
 
 
 def test_the_build_takes_the_server_it_started_before_planning_and_stops_it(tmp_path, monkeypatch):
-    import packtrain.pipeline.build as build_module
+    import packtrain.pipeline.orchestrate.build as build_module
     import packtrain.pipeline.encode.source_caches as source_caches
-    from packtrain.pipeline.build import build, first_build_server
+    from packtrain.pipeline.orchestrate.build import build, first_build_server
 
     made, events = [], []
 
@@ -72,7 +72,7 @@ def test_the_build_takes_the_server_it_started_before_planning_and_stops_it(tmp_
 
 def test_a_build_that_fails_while_planning_stops_the_server_it_started(tmp_path):
     from packtrain.core.errors import PacktrainError
-    from packtrain.pipeline.build import build
+    from packtrain.pipeline.orchestrate.build import build
 
     project, config = first_build(tmp_path)
     project["data"].unlink()
@@ -112,7 +112,7 @@ def test_a_server_started_for_other_content_is_stopped_and_not_taken(tiny_tokeni
 def test_a_server_whose_start_is_interrupted_is_handed_back(tmp_path, monkeypatch):
     """A Ctrl-C (or an OSError) while the first build's server starts, before planning: the build
     stops, and the process's fork server is free for the next build, not held by a build that is gone."""
-    from packtrain.pipeline.build import build
+    from packtrain.pipeline.orchestrate.build import build
     from packtrain.pipeline.encode import fork_server
 
     project, config = first_build(tmp_path)

@@ -1,4 +1,4 @@
-"""Prompt/answer rows formatted column-wise (pipeline/format_columns.py) are what the per-row
+"""Prompt/answer rows formatted column-wise (pipeline/format/format_columns.py) are what the per-row
 formatter makes: the same texts, prompt lengths and bad rows; the batches it cannot match exactly go
 to the per-row formatter (None). And the worker builds the same documents either way."""
 
@@ -11,8 +11,8 @@ import numpy as np
 from build_fixtures import make_tokenizer
 from packtrain.core.config_build import FormatConfig
 from packtrain.pipeline.encode import worker
-from packtrain.pipeline.format import RowFormatter
-from packtrain.pipeline.format_columns import format_columns
+from packtrain.pipeline.format.format import RowFormatter
+from packtrain.pipeline.format.format_columns import format_columns
 
 FMT = FormatConfig(prompt="Q: {question}\n{{schema}} {ctx}\n", answer="{answer}")
 FORMATTER = RowFormatter(FMT, (("ctx", "context"),))

@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.config_train import LoraConfig
-from packtrain.trainer import fp8
-from packtrain.trainer.adapters import attach_adapters
-from packtrain.trainer.fp8 import choose_base_precision, convert_base_to_fp8
+from packtrain.trainer.model import fp8
+from packtrain.trainer.model.adapters import attach_adapters
+from packtrain.trainer.model.fp8 import choose_base_precision, convert_base_to_fp8
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 pytest.importorskip("torchao.float8")
@@ -152,7 +152,7 @@ def test_a_run_with_fp8_records_it(tmp_path, monkeypatch):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 64, 0), random_blocks(2, 64, 1), 64, model_dir)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, sample_prompts=0, plots=False)
     config.model.base_precision = "fp8"
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
 
     run_dir = run(config, tmp_path / "cache")
     info = json.loads((run_dir / "run.json").read_text())

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 LOSSES = [10.062490609975962, 9.38414790712554, 9.379556726526332, 9.610353531376008, 9.447713998647837,

@@ -24,11 +24,11 @@ import torch.nn.functional as F
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (make test-gpu on a GPU machine)")]
 
-from packtrain.trainer import attention  # noqa: E402
-from packtrain.trainer.data import collate, segment_lens  # noqa: E402
+from packtrain.trainer.model import attention  # noqa: E402
+from packtrain.trainer.data.data import collate, segment_lens  # noqa: E402
 from packtrain.trainer.loss import chunked_loss_sum, fused_kernel, fused_loss_sum  # noqa: E402
-from packtrain.trainer.model import packed_forward  # noqa: E402
-from packtrain.trainer.train import run  # noqa: E402
+from packtrain.trainer.model.model import packed_forward  # noqa: E402
+from packtrain.trainer.run.train import run  # noqa: E402
 import trainer_fixtures  # noqa: E402
 from trainer_fixtures import RUN_END, random_blocks, tiny_model_dir, write_build  # noqa: E402
 
@@ -221,7 +221,7 @@ def test_torchrun_nccl_one_process(tmp_path, model_dir):
     config = make_config(model_dir, tmp_path / "runs", max_steps=3, run_name="ddp")
     path = tmp_path / "sql.json"
     path.write_text(json.dumps(config.to_dict()))
-    code = ("import json,sys; from packtrain.core.configfile import config_from_dict; from packtrain.trainer.train import run; "
+    code = ("import json,sys; from packtrain.core.configfile import config_from_dict; from packtrain.trainer.run.train import run; "
             f"run(config_from_dict(json.load(open({str(path)!r}))), {str(tmp_path / 'cache')!r})")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--no-python",
                            sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
@@ -307,7 +307,7 @@ def test_regional_compile_gives_the_eager_losses(tmp_path, model_dir):
 def test_training_steps_sync_with_the_host_only_for_the_finiteness_check(tmp_path, model_dir, monkeypatch, fused_loss):
     """Steps 2..6 (after step 1's compile and one-time checks) run under ``set_sync_debug_mode("error")``
     from the forward to the end of the step: any host sync but the loop's finiteness check raises. The
-    batches' attention boundaries and supervised positions come from the loader (trainer/data.py)."""
+    batches' attention boundaries and supervised positions come from the loader (trainer/data/data.py)."""
     from packtrain.trainer import loop
 
     if fused_loss == "auto" and fused_kernel("auto", CUDA) is None:
@@ -358,7 +358,7 @@ def uncapped():
 
 
 def test_the_budget_caps_the_allocator_where_a_smaller_card_would_run_out(uncapped):
-    from packtrain.trainer.memory import GIB, apply_budget
+    from packtrain.trainer.model.memory import GIB, apply_budget
 
     budget = apply_budget(2, CUDA)
     assert budget.limit == pytest.approx(2 * GIB, rel=1e-3)
@@ -368,7 +368,7 @@ def test_the_budget_caps_the_allocator_where_a_smaller_card_would_run_out(uncapp
 
 
 def test_a_run_that_runs_out_of_its_budget_ends_in_one_line(tmp_path, model_dir, uncapped):
-    from packtrain.trainer.run_checks import TrainError
+    from packtrain.trainer.run.run_checks import TrainError
 
     _build(tmp_path, model_dir)
     with pytest.raises(TrainError) as err:  # 1 MiB: not even the model loads
@@ -381,8 +381,8 @@ def test_offloaded_checkpointing_on_cuda_gives_the_same_loss_and_gradients(model
     from transformers import AutoModelForCausalLM
 
     from packtrain.core.config_train import LoraConfig
-    from packtrain.trainer.activations import checkpointed_layers
-    from packtrain.trainer.adapters import attach_adapters
+    from packtrain.trainer.model.activations import checkpointed_layers
+    from packtrain.trainer.model.adapters import attach_adapters
     from packtrain.trainer.step import packed_loss_sum
 
     def loss_and_grads(checkpointing):

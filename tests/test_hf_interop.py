@@ -22,8 +22,8 @@ import pytest
 from packtrain.core.contract import MANIFEST, Manifest, resolve_build
 from packtrain.core.errors import PacktrainError
 from packtrain.hf import PackedCollator, load_build
-from packtrain.trainer.data import BlockDataset
-from packtrain.trainer.train import run
+from packtrain.trainer.data.data import BlockDataset
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def test_the_hf_recipe_in_packtrains_block_order_takes_its_steps(tmp_path, monke
     from torch.utils.data import SequentialSampler
 
     import packtrain.hf
-    from packtrain.trainer.epochs import BlockSampler
+    from packtrain.trainer.data.epochs import BlockSampler
 
     model = tiny_model_dir(tmp_path / "model")
     build_id = write_build(tmp_path / "cache", "sql", boundary_blocks(12, 2), boundary_blocks(2, 3), BLOCK, model)

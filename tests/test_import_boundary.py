@@ -1,7 +1,7 @@
 """The lazy import boundary: a mistake that needs no model fails before torch, transformers or peft is
 imported (they cost tens of seconds on a loaded CPU), and the commands that never need them
 (--help, config, status, discover) never import them (packtrain/core/preflight.py). No command
-here imports ray either: only `pretokenize --executor ray` does (pipeline/ray_build.py).
+here imports ray either: only `pretokenize --executor ray` does (pipeline/orchestrate/ray_build.py).
 
 The commands run in one subprocess whose import system refuses those packages and records every
 attempt, so the test says nothing about time, only about what was imported.

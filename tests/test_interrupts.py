@@ -1,4 +1,4 @@
-"""Issue 47, item 1: nothing trained is lost to an interrupt (trainer/interrupts.py, trainer/loop.py).
+"""Issue 47, item 1: nothing trained is lost to an interrupt (trainer/run/interrupts.py, trainer/loop.py).
 
 A real `packtrain train` in a subprocess (tests/hooked_cli.py sends the signal in step 5's forward) gets
 SIGINT as Ctrl-C sends it (to its process group) or SIGTERM as SLURM and Kubernetes send it: it saves
@@ -23,7 +23,7 @@ from inprocess_cli import ROOT, cli
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
 from packtrain.core.rundir import complete_checkpoints
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 SETTINGS = dict(max_steps=10, per_device_train_batch_size=2, save_steps="auto", eval_steps=4, warmup_ratio=0.1,
@@ -168,7 +168,7 @@ def test_under_torchrun_every_rank_stops_after_the_step_one_rank_was_interrupted
         monkeypatch.delenv(name, raising=False)
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
     (tmp_path / "results").mkdir()
-    mp.set_forkserver_preload(["packtrain.trainer.train"])
+    mp.set_forkserver_preload(["packtrain.trainer.run.train"])
     mp.start_processes(_rank_stopped, nprocs=2, start_method="forkserver", join=True,
                        args=(dict(os.environ), free_port(), model_dir, tmp_path / "cache", tmp_path / "runs",
                              str(tmp_path / "results")))

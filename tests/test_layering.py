@@ -26,7 +26,7 @@ PORTIONS = {"cli": ROOT / "packtrain" / "cli", "core": ROOT / "packtrain" / "cor
 
 def lint_copy(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess:
     """lint-imports with the repository's contract, on a copy of the package where ``module``
-    (``pipeline/report.py``, say) gets ``line`` appended."""
+    (``pipeline/pack/report.py``, say) gets ``line`` appended."""
     for name, source in PORTIONS.items():
         shutil.copytree(source, tmp_path / "packtrain" / name, ignore=shutil.ignore_patterns("assets", "__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
@@ -38,15 +38,15 @@ def lint_copy(tmp_path: Path, module: str, line: str) -> subprocess.CompletedPro
 
 
 @pytest.mark.parametrize("module, line, broken", [
-    ("pipeline/report.py", "import packtrain.trainer.data", "packtrain.pipeline is not allowed to import packtrain.trainer"),
-    ("trainer/optim.py", "from packtrain.pipeline import pack", "packtrain.trainer is not allowed to import packtrain.pipeline"),
-    ("core/inputs.py", "import packtrain.pipeline.pack", "packtrain.core is not allowed to import packtrain.pipeline"),
+    ("pipeline/pack/report.py", "import packtrain.trainer.data.data", "packtrain.pipeline is not allowed to import packtrain.trainer"),
+    ("trainer/optim.py", "from packtrain.pipeline.pack import pack", "packtrain.trainer is not allowed to import packtrain.pipeline"),
+    ("core/inputs.py", "import packtrain.pipeline.pack.pack", "packtrain.core is not allowed to import packtrain.pipeline"),
     ("core/config.py", "from packtrain.cli import commands", "packtrain.core is not allowed to import packtrain.cli"),
-    ("pipeline/pack.py", "import torch", "packtrain.pipeline is not allowed to import torch"),
+    ("pipeline/pack/pack.py", "import torch", "packtrain.pipeline is not allowed to import torch"),
     ("core/contract.py", "from transformers import AutoConfig", "packtrain.core is not allowed to import transformers"),
-    ("pipeline/partition.py", "import ray", "packtrain.pipeline is not allowed to import ray"),
-    ("hf/dataset.py", "from packtrain.trainer import data", "packtrain.hf is not allowed to import packtrain.trainer"),
-    ("trainer/data.py", "import packtrain.hf", "packtrain.trainer is not allowed to import packtrain.hf"),
+    ("pipeline/orchestrate/partition.py", "import ray", "packtrain.pipeline is not allowed to import ray"),
+    ("hf/dataset.py", "from packtrain.trainer.data import data", "packtrain.hf is not allowed to import packtrain.trainer"),
+    ("trainer/data/data.py", "import packtrain.hf", "packtrain.trainer is not allowed to import packtrain.hf"),
 ])
 def test_an_import_the_wrong_way_breaks_the_contract(tmp_path, module, line, broken):
     result = lint_copy(tmp_path, module, line)
@@ -57,7 +57,7 @@ def test_an_import_the_wrong_way_breaks_the_contract(tmp_path, module, line, bro
 def test_the_package_as_it_is_keeps_every_contract(tmp_path):
     result = lint_copy(tmp_path, "", "")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 7 kept, 0 broken." in result.stdout
 
 
 def test_every_import_goes_through_the_packtrain_namespace():
@@ -83,8 +83,8 @@ def test_the_wheel_installs_one_top_level_name_with_its_assets(tmp_path):
     (wheel,) = tmp_path.glob("packtrain-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted({n.split("/")[0].split("-")[0] for n in names}) == ["packtrain"]
-    for needed in ["packtrain/cli/commands.py", "packtrain/core/contract.py", "packtrain/pipeline/build.py",
-                   "packtrain/trainer/train.py", "packtrain/core/assets/demo-model/tokenizer.json",
+    for needed in ["packtrain/cli/commands.py", "packtrain/core/contract.py", "packtrain/pipeline/orchestrate/build.py",
+                   "packtrain/trainer/run/train.py", "packtrain/core/assets/demo-model/tokenizer.json",
                    "packtrain/pipeline/assets/samples/sql.jsonl", "packtrain/hf/dataset.py"]:
         assert needed in names
     assert "packtrain/__init__.py" not in names  # a namespace package: its portions are the ones above

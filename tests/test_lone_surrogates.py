@@ -15,7 +15,7 @@ import pytest
 
 from build_fixtures import make_project, rows
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from test_conversations import CONFIG as CHAT
 
 REASON = "the formatted text holds a lone surrogate '\\ud800' at character "

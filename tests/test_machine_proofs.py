@@ -18,9 +18,10 @@ from pathlib import Path
 from build_fixtures import BUILD_SCRIPT, ROOT, make_project
 from packtrain.core.configfile import load_config
 from packtrain.core.resolve import models_cache_dir
-from packtrain.pipeline.build import build
-from packtrain.pipeline.encode import fastokens_encoder, machine_notes
-from packtrain.pipeline.encode.encoder_decision import note_about, read_notes
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.encode.fast import fastokens_encoder
+from packtrain.pipeline.encode import machine_notes
+from packtrain.pipeline.encode.fast.encoder_decision import note_about, read_notes
 from packtrain.pipeline.encode.notes import note_file
 
 HOOKED_CLI = Path(__file__).with_name("hooked_cli.py")
@@ -173,7 +174,7 @@ def test_two_first_builds_at_once_each_finish_and_the_store_holds_one_whole_note
 def test_a_decision_the_cache_remembers_is_copied_to_the_store_and_dead_writers_temporaries_removed(tmp_path):
     """A cache proven before the store existed: its build hands the store its answer (no proof), and the
     temporary note a killed writer left in the store goes (a live writer's stays)."""
-    from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+    from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
 
     project = make_project(tmp_path)  # its cache holds the decision (build_fixtures.seed_decision)
     store = models_cache_dir() / machine_notes.NOTES
@@ -196,7 +197,7 @@ def test_a_decision_the_cache_remembers_is_copied_to_the_store_and_dead_writers_
 def test_a_refusal_another_build_wrote_meanwhile_is_not_overwritten_by_a_yes(tmp_path):
     """Two builds at once: one proves fastokens (or takes a yes) while the other's check refutes it and
     writes the refusal to the store; the first, remembering last, keeps the refusal there."""
-    from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+    from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
     from packtrain.pipeline.encode.notes import write_note
 
     project = make_project(tmp_path)  # its cache says fastokens (build_fixtures.seed_decision)

@@ -6,7 +6,7 @@ import pytest
 
 from packtrain.core.contract import Manifest, SplitTotals, TokenizerEntry
 from packtrain.core.errors import ContractError
-from packtrain.pipeline.spill import write_json
+from packtrain.pipeline.pack.spill import write_json
 
 SHA = "ab" * 32
 TOTALS = {"documents": 3, "tokens": 40, "supervised_tokens": 12, "blocks": 2, "padding_fraction": 0.375}

@@ -8,12 +8,12 @@ import json
 import pytest
 
 from packtrain.core.config import ConfigError
-from packtrain.trainer import microbatch
-from packtrain.trainer.activations import FULL, LADDER, OFF, OFFLOAD, Checkpointing
-from packtrain.trainer.memory import Budget
-from packtrain.trainer.microbatch import MicroBatchError, Trial, choose, divisors
-from packtrain.trainer.run_checks import TrainError
-from packtrain.trainer.train import run
+from packtrain.trainer.model import microbatch
+from packtrain.trainer.model.activations import FULL, LADDER, OFF, OFFLOAD, Checkpointing
+from packtrain.trainer.model.memory import Budget
+from packtrain.trainer.model.microbatch import MicroBatchError, Trial, choose, divisors
+from packtrain.trainer.run.run_checks import TrainError
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 GIB = 2**30
@@ -161,7 +161,7 @@ def test_auto_measures_real_distinct_sequences_only(tmp_path, model_dir, monkeyp
     import torch
 
     from packtrain.core.contract import Manifest, expert_dir
-    from packtrain.trainer.data import BlockDataset
+    from packtrain.trainer.data.data import BlockDataset
 
     build_id = write_build(tmp_path / "cache", "sql", random_blocks(3, 32, 0), [], 32, model_dir)
     build_dir = expert_dir(tmp_path / "cache", "sql") / build_id

@@ -1,4 +1,4 @@
-"""Mixing weights per source and exact dedup (pipeline/mix.py), end to end through the build."""
+"""Mixing weights per source and exact dedup (pipeline/pack/mix.py), end to end through the build."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from build_fixtures import make_project, rows, seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
 from packtrain.core.shardfile import open_shard
-from packtrain.pipeline.build import build
-from packtrain.pipeline.mix import select, weighted
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.pack.mix import select, weighted
 
 
 def quiet(*_):

@@ -1,4 +1,4 @@
-"""Near-duplicates (build.dedup: near) and contamination (build.decontaminate): pipeline/near_dup.py."""
+"""Near-duplicates (build.dedup: near) and contamination (build.decontaminate): pipeline/pack/near_dup.py."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 
 from build_fixtures import make_project, packed_documents, rows, seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
-from packtrain.pipeline import near_dup, near_words
-from packtrain.pipeline.build import build
-from packtrain.pipeline.partition import merge, pretokenize_part
-from packtrain.pipeline.spill import PARTS, SOURCES
+from packtrain.pipeline.pack import near_dup
+from packtrain.pipeline.pack import near_words
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.orchestrate.partition import merge, pretokenize_part
+from packtrain.pipeline.pack.spill import PARTS, SOURCES
 
 
 def quiet(*_):
@@ -98,7 +99,7 @@ def test_recall_at_0_8_and_no_pair_below_the_threshold_dropped():
 
 
 def spill_of(docs: list[tuple[list[int], list[int]]]):
-    """A stand-in for a SourceSpill (pipeline/spill.py) holding ``docs``: (token ids, loss mask) each."""
+    """A stand-in for a SourceSpill (pipeline/pack/spill.py) holding ``docs``: (token ids, loss mask) each."""
     from types import SimpleNamespace
 
     lengths = np.array([len(ids) for ids, _ in docs])
@@ -239,7 +240,7 @@ def test_the_same_bytes_for_one_and_two_processes_and_for_three_parts(tmp_path):
 
 
 def test_the_build_id_holds_the_threshold_and_decontaminate_only_where_used(tmp_path):
-    from packtrain.pipeline.build import plan_inputs
+    from packtrain.pipeline.orchestrate.build import plan_inputs
 
     project = sql_project(tmp_path, near_copies=False)
     inputs = {name: plan_inputs(configured(project, **build))[2] for name, build in {
@@ -263,7 +264,7 @@ def test_inspect_dropped_lists_each_pair_with_both_texts_and_the_plot_is_drawn(t
     assert shown.stdout.count("\n── ") == o["pairs_total"] == len(o["pairs"]) > 0
     first = o["pairs"][0]
     assert repr(first["document"]["answer_start"][:80]) in shown.stdout
-    from packtrain.pipeline.plots import write_build_plots
+    from packtrain.pipeline.review.plots import write_build_plots
 
     assert "overlap.png" in [p.name for p in write_build_plots(result.path)]
 

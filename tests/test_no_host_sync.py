@@ -16,10 +16,11 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 from packtrain.core.config_train import LoraConfig
-from packtrain.trainer import attention, loss
-from packtrain.trainer.adapters import attach_adapters
-from packtrain.trainer.data import collate, sequence_item
-from packtrain.trainer.model import Precision, causal_lm
+from packtrain.trainer.model import attention
+from packtrain.trainer import loss
+from packtrain.trainer.model.adapters import attach_adapters
+from packtrain.trainer.data.data import collate, sequence_item
+from packtrain.trainer.model.model import Precision, causal_lm
 from packtrain.trainer.step import LossPath, forward_loss
 from trainer_fixtures import tiny_model_dir
 

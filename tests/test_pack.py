@@ -6,8 +6,8 @@ import random
 import numpy as np
 import pytest
 
-import packtrain.pipeline.pack
-from packtrain.pipeline.pack import assemble_block, pack, pack_bfd, pack_flat, pack_wrap, plan_pieces
+import packtrain.pipeline.pack.pack
+from packtrain.pipeline.pack.pack import assemble_block, pack, pack_bfd, pack_flat, pack_wrap, plan_pieces
 
 
 def whole(lengths):
@@ -15,7 +15,7 @@ def whole(lengths):
 
 
 def test_docstring_examples():
-    assert doctest.testmod(packtrain.pipeline.pack).failed == 0
+    assert doctest.testmod(packtrain.pipeline.pack.pack).failed == 0
 
 
 def test_bfd_places_each_piece_in_the_fullest_block_that_fits():

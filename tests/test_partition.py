@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from build_fixtures import make_project, rows, seed_decision, write_jsonl
-from packtrain.pipeline.build import SOURCES, build
+from packtrain.pipeline.orchestrate.build import SOURCES, build
 from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import read_current
-from packtrain.pipeline.partition import PARTS, merge, parse_part, pretokenize_part
+from packtrain.pipeline.orchestrate.partition import PARTS, merge, parse_part, pretokenize_part
 
 ROOT = Path(__file__).resolve().parents[1]
 

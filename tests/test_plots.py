@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 from packtrain.cli.commands import main
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
-from packtrain.pipeline.plots import write_build_plots
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.review.plots import write_build_plots
 from packtrain.core.plotting import PlotError
-from packtrain.trainer.plots import write_run_plots
-from packtrain.trainer.train import run
+from packtrain.trainer.report.plots import write_run_plots
+from packtrain.trainer.run.train import run
 from build_fixtures import make_project
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
@@ -215,7 +215,7 @@ def write_report(build_dir, sources):
 
 def test_build_plots_sort_lengths_and_keep_every_label_apart(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    import packtrain.pipeline.plots as plots
+    import packtrain.pipeline.review.plots as plots
 
     many = [{"name": f"/data/team/experts/sql/{name}-with-a-long-name.jsonl", "documents": 1000 * (i + 1),
              "tokens": 123456 * (i + 1)} for i, name in enumerate(["spider", "wikisql", "bird", "sparc", "cosql"])]
@@ -235,7 +235,7 @@ def test_build_plots_sort_lengths_and_keep_every_label_apart(tmp_path, monkeypat
 
 def test_run_plots_start_at_zero_and_say_which_memory(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    import packtrain.trainer.plots as plots
+    import packtrain.trainer.report.plots as plots
 
     figures = drawn(monkeypatch, plots)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
@@ -254,7 +254,7 @@ def test_run_plots_start_at_zero_and_say_which_memory(tmp_path, monkeypatch):
 def test_run_plots_are_titled_by_the_expert_with_the_run_id_smaller(tmp_path, monkeypatch):
     """Issue 47: the title was the run id alone (``20261206-101500: loss``)."""
     pytest.importorskip("matplotlib")
-    import packtrain.trainer.plots as plots
+    import packtrain.trainer.report.plots as plots
 
     figures = drawn(monkeypatch, plots)
     run_dir = tmp_path / "runs" / "somewhere" / "20261206-101500"
@@ -283,7 +283,7 @@ def test_train_draws_the_plots_of_the_build_it_trained_on(tmp_path, monkeypatch)
     """Issue 47: ``train`` drew the run's plots only; the build's waited for `packtrain plot`. The trainer
     is a stand-in here (the run's own plots: test_a_run_ends_with_its_plots_and_tensorboard_events)."""
     pytest.importorskip("matplotlib")
-    import packtrain.trainer.curriculum as curriculum
+    import packtrain.trainer.run.curriculum as curriculum
     from inprocess_cli import cli
 
     project = make_project(tmp_path)
@@ -304,7 +304,7 @@ def test_train_draws_the_plots_of_the_build_it_trained_on(tmp_path, monkeypatch)
     assert f"build plots: {', '.join(map(str, plots))}" in done.stderr.splitlines()
     assert json.loads(done.stdout.splitlines()[-1])["run_dir"] == str(run_dir)
     assert_png(plots[0], 800, 400)
-    import packtrain.pipeline.plots as build_plots
+    import packtrain.pipeline.review.plots as build_plots
 
     drawn = []
     monkeypatch.setattr(build_plots, "write_build_plots", lambda path: drawn.append(path) or [])

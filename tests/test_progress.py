@@ -1,4 +1,4 @@
-"""What the console shows while the trainer works (trainer/progress.py): off a terminal one line per
+"""What the console shows while the trainer works (trainer/report/progress.py): off a terminal one line per
 logged step with its ETA and lines for evaluation and generation; on a terminal a bar, the step
 lines in train.log only. The end-of-run samples' bound, and the torch thread count (trainer/threads.py)."""
 
@@ -13,8 +13,9 @@ import sys
 import pytest
 import yaml
 
-from packtrain.trainer import progress, threads
-from packtrain.trainer.progress import format_duration, line_marks, step_line
+from packtrain.trainer.report import progress
+from packtrain.trainer import threads
+from packtrain.trainer.report.progress import format_duration, line_marks, step_line
 from packtrain.trainer.eval.task_eval import sample_max_new_tokens
 from packtrain.trainer.threads import choose_threads, decide_threads, parse_cpu_max
 
@@ -34,7 +35,7 @@ def test_a_step_without_a_supervised_token_has_no_loss_not_a_loss_of_0():
     the summary's final loss is the last step's that had one."""
     import torch
 
-    from packtrain.trainer.metrics import FlopCounter, Meter, WindowCounts, summarize
+    from packtrain.trainer.report.metrics import FlopCounter, Meter, WindowCounts, summarize
 
     meter = Meter(torch.device("cpu"), FlopCounter(10, 1, 0.0), None)
     meter.add(WindowCounts(tokens=512, sup=0, pairs=512), 0.0, torch.zeros(()))
@@ -54,7 +55,7 @@ def test_a_log_line_on_a_terminal_is_not_glued_to_the_bar():
 
     from tqdm import tqdm
 
-    from packtrain.trainer.runlog import ConsoleHandler
+    from packtrain.trainer.run.runlog import ConsoleHandler
 
     stream = io.StringIO()
     handler = ConsoleHandler(stream)
@@ -195,8 +196,8 @@ def test_the_thread_count_is_said_once(run_output):
 
 
 def test_on_a_terminal_a_bar_and_the_step_lines_in_train_log_only(tmp_path, monkeypatch, caplog, capsys):
-    from packtrain.trainer.runlog import FILE_ONLY
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.runlog import FILE_ONLY
+    from packtrain.trainer.run.train import run
     from test_task_eval import memorization_build
     from trainer_fixtures import make_config, tiny_model_dir
 

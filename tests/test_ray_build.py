@@ -1,4 +1,4 @@
-"""Issue 27: the build on Ray (pipeline/ray_build.py). Every part is a Ray task on one local cluster of
+"""Issue 27: the build on Ray (pipeline/orchestrate/ray_build.py). Every part is a Ray task on one local cluster of
 2 CPUs, started once for the module (Ray takes seconds to start); the merge publishes the bytes a
 single-machine build writes, a killed task is retried, and an unreachable cluster is one line."""
 
@@ -20,11 +20,11 @@ from filelock import FileLock
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import read_current
-from packtrain.pipeline.build import SOURCES, build
+from packtrain.pipeline.orchestrate.build import SOURCES, build
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.partition import PARTS
-from packtrain.pipeline import ray_build
-from packtrain.pipeline.ray_build import RayCluster, build_on_ray, check_reachable
+from packtrain.pipeline.orchestrate.partition import PARTS
+from packtrain.pipeline.orchestrate import ray_build
+from packtrain.pipeline.orchestrate.ray_build import RayCluster, build_on_ray, check_reachable
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-import packtrain.pipeline.build
+import packtrain.pipeline.orchestrate.build
 import packtrain.pipeline.hashcache
 from build_fixtures import make_project, rows, write_jsonl
-from packtrain.pipeline.build import build, plan
-from packtrain.pipeline.spill import SOURCES
+from packtrain.pipeline.orchestrate.build import build, plan
+from packtrain.pipeline.pack.spill import SOURCES
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import read_current
-from packtrain.pipeline.rebuild import REBUILD_LOCK, prune_builds
-from packtrain.pipeline.status import expert_status
+from packtrain.pipeline.orchestrate.rebuild import REBUILD_LOCK, prune_builds
+from packtrain.pipeline.review.status import expert_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,8 +59,8 @@ def test_only_the_changed_source_is_tokenized_again(two_sources, monkeypatch):
     first = run_build(two_sources)
     write_jsonl(two_sources["b"], rows(35, start=500))  # b grows by 5 rows, a is untouched
     tokenized = []
-    real = packtrain.pipeline.build.tokenize_sources
-    monkeypatch.setattr(packtrain.pipeline.build, "tokenize_sources",
+    real = packtrain.pipeline.orchestrate.build.tokenize_sources
+    monkeypatch.setattr(packtrain.pipeline.orchestrate.build, "tokenize_sources",
                         lambda job, *rest, **kw: (tokenized.extend(job.todo), real(job, *rest, **kw))[1])
     second = run_build(two_sources)
     assert tokenized == [1]
@@ -80,7 +80,7 @@ def test_only_the_changed_source_is_tokenized_again(two_sources, monkeypatch):
 def test_the_summary_says_which_input_made_a_new_build(two_sources, monkeypatch):
     """A source read another way (its weight, columns, where) and the pipeline's own version are named:
     the summary said "no input changed" for both, over a new build id."""
-    import packtrain.pipeline.build as build_module
+    import packtrain.pipeline.orchestrate.build as build_module
 
     first = run_build(two_sources)
     config = two_sources["configs"] / "sql.yaml"

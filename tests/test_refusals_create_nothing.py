@@ -13,11 +13,11 @@ import pytest
 
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
-from packtrain.trainer.checkpoint import CheckpointError
-from packtrain.trainer.curriculum import train_expert
-from packtrain.trainer.model import ModelError
-from packtrain.trainer.run_checks import TrainError
-from packtrain.trainer.train import run
+from packtrain.trainer.run.checkpoint import CheckpointError
+from packtrain.trainer.run.curriculum import train_expert
+from packtrain.trainer.model.model import ModelError
+from packtrain.trainer.run.run_checks import TrainError
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-import packtrain.pipeline.build
+import packtrain.pipeline.orchestrate.build
 import packtrain.core.contract
-import packtrain.pipeline.shards
+import packtrain.pipeline.pack.shards
 from build_fixtures import BUILD_SCRIPT, make_project, rows, seed_decision, split_source, write_jsonl
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, Manifest, read_current, resolve_build, verify_checksums, write_current
@@ -260,7 +260,7 @@ def test_disk_full_keeps_the_previous_build(tmp_path, monkeypatch, where):
     project = make_project(tmp_path)
     old = run_build(project, **{"pack.block_size": 64})
     if where == "second-shard-batch":  # the first record batch is written, the next one hits a full disk
-        flush, calls = packtrain.pipeline.shards.ShardWriter._flush, []
+        flush, calls = packtrain.pipeline.pack.shards.ShardWriter._flush, []
 
         def flush_until_full(self):
             if self._ids:
@@ -269,10 +269,10 @@ def test_disk_full_keeps_the_previous_build(tmp_path, monkeypatch, where):
                     enospc()
             flush(self)
 
-        monkeypatch.setattr(packtrain.pipeline.shards.ShardWriter, "_flush", flush_until_full)
+        monkeypatch.setattr(packtrain.pipeline.pack.shards.ShardWriter, "_flush", flush_until_full)
     else:
-        write_json = packtrain.pipeline.build.write_json
-        monkeypatch.setattr(packtrain.pipeline.build, "write_json",
+        write_json = packtrain.pipeline.orchestrate.build.write_json
+        monkeypatch.setattr(packtrain.pipeline.orchestrate.build, "write_json",
                             lambda path, obj: enospc() if path.name == "manifest.json" else write_json(path, obj))
     with pytest.raises(DiskFullError, match=r"no space left on the device of .* free\) .* CURRENT is unchanged") as err:
         run_build(project)

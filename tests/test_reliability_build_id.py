@@ -16,9 +16,9 @@ import pytest
 from tokenizers import Tokenizer
 
 import packtrain.core.contract
-import packtrain.pipeline.build
+import packtrain.pipeline.orchestrate.build
 from build_fixtures import BUILD_SCRIPT, SQL_CONFIG, make_relative_project, rows, seed_decision, write_jsonl
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest, verify_checksums
 
@@ -92,7 +92,7 @@ def add_vocab_entry(d: Path) -> None:
 
 
 def set_format_version(monkeypatch) -> None:
-    monkeypatch.setattr(packtrain.pipeline.build, "FORMAT_VERSION", packtrain.core.contract.FORMAT_VERSION + 1)
+    monkeypatch.setattr(packtrain.pipeline.orchestrate.build, "FORMAT_VERSION", packtrain.core.contract.FORMAT_VERSION + 1)
     monkeypatch.setattr(packtrain.core.contract, "FORMAT_VERSION", packtrain.core.contract.FORMAT_VERSION + 1)
 
 

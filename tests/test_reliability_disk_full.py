@@ -22,15 +22,15 @@ import pytest
 import torch
 
 import packtrain.core.shardfile
-import packtrain.pipeline.spill
-import packtrain.trainer.checkpoint
+import packtrain.pipeline.pack.spill
+import packtrain.trainer.run.checkpoint
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import read_current
 from packtrain.core.diskfull import DiskFullError, is_disk_full, written
-from packtrain.pipeline.build import build
-from packtrain.trainer.plots import write_run_plots
-from packtrain.trainer.train import run
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.trainer.report.plots import write_run_plots
+from packtrain.trainer.run.train import run
 from trainer_fixtures import RUN_END, make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def to_full_device(real, calls: list, at: int):
 def test_a_checkpoint_save_on_a_full_device_then_resume_auto(tmp_path, model_dir, monkeypatch):
     """The attack's case: torch's zip writer fails (``unexpected pos``) while checkpoint-2 is saved."""
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
-    monkeypatch.setattr(packtrain.trainer.checkpoint.torch, "save",
+    monkeypatch.setattr(packtrain.trainer.run.checkpoint.torch, "save",
                         to_full_device(torch.save, calls := [], at=2))  # checkpoint-2's trainer_state.pt
     config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r", **RUN_END)
     with pytest.raises(DiskFullError) as err:
@@ -215,11 +215,11 @@ def test_an_adapter_save_on_a_full_disk(tmp_path, model_dir, monkeypatch, where)
 
 def test_metrics_on_a_full_device(tmp_path, model_dir, monkeypatch):
     """metrics.jsonl, appended line by line, is on a full device: one line; with space again the run works."""
-    import packtrain.trainer.metrics
+    import packtrain.trainer.report.metrics
 
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
     real_open = open
-    monkeypatch.setattr(packtrain.trainer.metrics, "open", lambda path, mode: real_open(FULL, mode), raising=False)
+    monkeypatch.setattr(packtrain.trainer.report.metrics, "open", lambda path, mode: real_open(FULL, mode), raising=False)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, **RUN_END)
     with pytest.raises(DiskFullError) as err:
         run(config, tmp_path / "cache")
@@ -312,7 +312,7 @@ def test_a_build_on_a_full_device_keeps_the_previous_build(tmp_path, monkeypatch
     old = build(load(), project["cache"], log=lambda *a: None)
     if where == "spill":
         real_save = np.save
-        monkeypatch.setattr(packtrain.pipeline.spill.np, "save", lambda path, array: real_save(open(FULL, "wb"), array))
+        monkeypatch.setattr(packtrain.pipeline.pack.spill.np, "save", lambda path, array: real_save(open(FULL, "wb"), array))
     else:
         real_open = open
         monkeypatch.setattr(packtrain.core.shardfile, "open", lambda path, mode: real_open(FULL, mode), raising=False)
@@ -334,7 +334,7 @@ def test_train_log_on_a_full_device_is_said_once_in_one_line(capsys):
     """logging prints a traceback for each line a FileHandler cannot write; train.log says it once."""
     import logging
 
-    from packtrain.trainer.runlog import RunLogFile
+    from packtrain.trainer.run.runlog import RunLogFile
 
     handler = RunLogFile(Path(FULL))
     logger = logging.getLogger("packtrain.test.diskfull")

@@ -1,4 +1,4 @@
-"""The encoder decision beside tokenizing (pipeline/encode/encoder_decision.py, encode_sources.py) under Ctrl-C,
+"""The encoder decision beside tokenizing (pipeline/encode/fast/encoder_decision.py, encode_sources.py) under Ctrl-C,
 SIGKILL, damaged notes, a tokenizer changed while it runs, a failing proof, bad rows and partitioned builds:
 one line, nothing left behind, the HF tokenizer's bytes, and no answer remembered that was not proven.
 
@@ -23,8 +23,8 @@ import packtrain.pipeline.encode.source_caches
 import build_fixtures
 from build_fixtures import ROOT, ctrl_c_as_in_a_terminal, rows, swap_two_merged_ids, write_jsonl
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
-from packtrain.pipeline.encode.encoder_decision import EncoderDecision, note_path
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision, note_path
 from packtrain.core.resolve import models_cache_dir
 from packtrain.pipeline.encode import machine_notes
 from packtrain.pipeline.encode.notes import write_note
@@ -260,7 +260,7 @@ def test_bad_row_error_while_the_proof_runs(tmp_path):
 
 # 7. partitioned builds
 def test_parts_with_a_refused_tokenizer_merge_to_the_hf_bytes(tmp_path):
-    from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
+    from packtrain.pipeline.orchestrate.partition import PARTS, merge, pretokenize_part
     project = make_project(tmp_path, n_rows=90)
     refuse(project)
     config = load_config("sql", project["configs"])

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-import packtrain.pipeline.build
+import packtrain.pipeline.orchestrate.build
 import packtrain.pipeline.encode.source_caches
-import packtrain.pipeline.partition
+import packtrain.pipeline.orchestrate.partition
 from build_fixtures import make_project, rows, write_jsonl
-from packtrain.pipeline.build import build, plan
+from packtrain.pipeline.orchestrate.build import build, plan
 from packtrain.pipeline.errors import InputsChanged
-from packtrain.pipeline.spill import SOURCES, source_key
+from packtrain.pipeline.pack.spill import SOURCES, source_key
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, check_expert_name, expert_dir, read_current
 from packtrain.core.rundir import record_runs_dir, recorded_runs_dirs
@@ -56,7 +56,7 @@ def leftovers(cache: Path) -> list[str]:
 def edit_after_plan(monkeypatch, edit, times: int) -> list:
     """Run ``edit()`` right after each of the first ``times`` plans: between hashing and the lock."""
     plans = []
-    real = packtrain.pipeline.build.plan
+    real = packtrain.pipeline.orchestrate.build.plan
 
     def hooked(config, cache_dir, log=None):
         planned = real(config, cache_dir, log)
@@ -65,7 +65,7 @@ def edit_after_plan(monkeypatch, edit, times: int) -> list:
             edit()
         return planned
 
-    monkeypatch.setattr(packtrain.pipeline.build, "plan", hooked)
+    monkeypatch.setattr(packtrain.pipeline.orchestrate.build, "plan", hooked)
     return plans
 
 
@@ -215,7 +215,7 @@ def test_hub_cache_blob_replaced_after_hashing(tmp_path, hub_cache, monkeypatch)
 
 
 def test_partitioned_part_is_not_kept_when_its_source_changed(project, monkeypatch):
-    from packtrain.pipeline.partition import PARTS, pretokenize_part
+    from packtrain.pipeline.orchestrate.partition import PARTS, pretokenize_part
 
     edit_while_reading(monkeypatch, packtrain.pipeline.encode.source_caches, lambda: write_jsonl(project["data"], rows(50)), times=1)
     with pytest.raises(InputsChanged):
@@ -249,7 +249,7 @@ def test_rebuild_from_another_directory_keeps_the_build_a_checkpoint_needs(tmp_p
     checkpoint = home / "runs" / "sql" / "run-1" / "checkpoint-2"  # taken on the first build
     checkpoint.mkdir(parents=True)
     (checkpoint / "state.json").write_text(json.dumps({"build_id": ids[0], "step": 2}))
-    record_runs_dir(project["cache"], "sql", Path("runs") / "sql")  # what packtrain.trainer.train.run does
+    record_runs_dir(project["cache"], "sql", Path("runs") / "sql")  # what packtrain.trainer.run.train.run does
     assert recorded_runs_dirs(project["cache"], "sql") == [home / "runs" / "sql"]
     finished = home / "runs" / "sql" / "run-2"  # a finished run on the second build: needs nothing
     finished.mkdir()
@@ -269,7 +269,7 @@ def test_rebuild_from_another_directory_keeps_the_build_a_checkpoint_needs(tmp_p
 
 
 def test_the_trainer_records_where_its_runs_live(tmp_path, monkeypatch):
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
     from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
     model = tiny_model_dir(tmp_path / "model")
@@ -341,7 +341,7 @@ def test_names_used_by_something_else_are_refused(tmp_path, name, why):
 def test_resume_auto_of_a_stage_points_at_checkpoints_of_the_former_layout(tmp_path, caplog):
     import dataclasses
 
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
     from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
     model = tiny_model_dir(tmp_path / "model")

@@ -19,16 +19,16 @@ import torch
 
 import packtrain.pipeline.encode.pool as tokenize_module
 from build_fixtures import ctrl_c_as_in_a_terminal, make_project, write_jsonl
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.errors import BuildError
 from packtrain.cli.commands import resolve
 from packtrain.core.config import ConfigError, ExpertConfig, StageConfig
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import in_range
 from packtrain.core.configfile import apply_cli_overrides, load_config
-from packtrain.pipeline.discover import resolve_source
-from packtrain.trainer.adapters import NonFiniteWeightsError
-from packtrain.trainer.train import run
+from packtrain.pipeline.read.discover import resolve_source
+from packtrain.trainer.model.adapters import NonFiniteWeightsError
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]

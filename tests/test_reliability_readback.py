@@ -20,8 +20,8 @@ from packtrain.core.contract import Manifest, read_current
 from packtrain.core.errors import ContractError
 from packtrain.core.inputs import read_json
 from packtrain.core.schema import COUNT, FILE_NAME, MapOf, TEXT, schema_problem
-from packtrain.pipeline.rebuild import prune_builds
-from packtrain.pipeline.status import expert_status
+from packtrain.pipeline.orchestrate.rebuild import prune_builds
+from packtrain.pipeline.review.status import expert_status
 
 
 @pytest.fixture
@@ -264,7 +264,7 @@ def test_read_json_names_the_file_the_problem_and_the_fix(tmp_path):
     ('{"step": 3, "lr": 1}', "unexpected keyword argument 'lr'"),
 ])
 def test_a_checkpoint_state_with_wrong_types_is_refused_naming_the_file(tmp_path, text, says):
-    from packtrain.trainer.checkpoint import CheckpointError, read_state
+    from packtrain.trainer.run.checkpoint import CheckpointError, read_state
 
     (tmp_path / "state.json").write_text(text)
     with pytest.raises(CheckpointError) as e:
@@ -275,11 +275,11 @@ def test_a_checkpoint_state_with_wrong_types_is_refused_naming_the_file(tmp_path
 
 @pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "adapter/../../x", "a\\b", "./state.json", ""])
 def test_checkpoint_checksums_naming_a_file_outside_are_refused(tmp_path, monkeypatch, name):
-    import packtrain.trainer.checkpoint
-    from packtrain.trainer.checkpoint import CheckpointError, verify_checkpoint
+    import packtrain.trainer.run.checkpoint
+    from packtrain.trainer.run.checkpoint import CheckpointError, verify_checkpoint
 
     read = []
-    monkeypatch.setattr(packtrain.trainer.checkpoint, "sha256_file", lambda p: read.append(p) or "0" * 64)
+    monkeypatch.setattr(packtrain.trainer.run.checkpoint, "sha256_file", lambda p: read.append(p) or "0" * 64)
     (tmp_path / "checksums.json").write_text(json.dumps({"state.json": "0" * 64, name: "0" * 64}))
     (tmp_path / "state.json").write_text("{}")
     with pytest.raises(CheckpointError) as e:
@@ -290,7 +290,7 @@ def test_checkpoint_checksums_naming_a_file_outside_are_refused(tmp_path, monkey
 
 
 def test_damaged_metrics_lines_are_dropped_on_resume(tmp_path):
-    from packtrain.trainer.metrics import MetricsFile
+    from packtrain.trainer.report.metrics import MetricsFile
 
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1, "loss": 2.0}\n[1, 2]\n{"step": "2"}\n"text"\n\xff\xfe\n{"step": 3}\n'

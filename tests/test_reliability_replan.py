@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from packtrain.core.contract import read_current
-from packtrain.pipeline.build import build, plan
+from packtrain.pipeline.orchestrate.build import build, plan
 from packtrain.pipeline.errors import InputsChanged
-from packtrain.pipeline.rebuild import rebuild_expert
+from packtrain.pipeline.orchestrate.rebuild import rebuild_expert
 from test_reliability_inputs_identity import builds, config_of, project, quiet  # noqa: F401 (project: its fixture)
 
 

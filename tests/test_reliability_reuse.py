@@ -15,12 +15,12 @@ import pytest
 
 from build_fixtures import empty_cache
 from reuse_fixtures import build_bytes, config_of, flip_byte, reuse_project, run_build
-from packtrain.pipeline.build import plan
-from packtrain.pipeline.spill import SOURCE_STATS, SOURCES, source_cache_problem
+from packtrain.pipeline.orchestrate.build import plan
+from packtrain.pipeline.pack.spill import SOURCE_STATS, SOURCES, source_cache_problem
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
-from packtrain.pipeline.partition import PARTS, merge, pretokenize_part
-from packtrain.pipeline.rebuild import RebuildOptions
-from packtrain.pipeline.rebuild import rebuild as run_rebuild
+from packtrain.pipeline.orchestrate.partition import PARTS, merge, pretokenize_part
+from packtrain.pipeline.orchestrate.rebuild import RebuildOptions
+from packtrain.pipeline.orchestrate.rebuild import rebuild as run_rebuild
 
 
 @pytest.fixture

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-import packtrain.trainer.checkpoint
+import packtrain.trainer.run.checkpoint
 import packtrain.trainer.loop
-import packtrain.trainer.run_end
+import packtrain.trainer.run.run_end
 from packtrain.core.diskfull import DiskFullError
-from packtrain.trainer.checkpoint import CheckpointError, check_not_finished, find_checkpoint, save_checkpoint
-from packtrain.trainer.train import run
+from packtrain.trainer.run.checkpoint import CheckpointError, check_not_finished, find_checkpoint, save_checkpoint
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_any_final_artifact_makes_a_run_finished(tmp_path, artifact):
     assert str(err.value) == (f"run {run_dir} is finished ({artifact} written): refusing to save checkpoint-2 "
                               f"there; continue it into a new run with --resume {run_dir}, or start a new run")
     with pytest.raises(CheckpointError, match="is finished"):  # the save itself checks, before writing anything
-        save_checkpoint(packtrain.trainer.checkpoint.RunInfo(run_dir, {}, tmp_path), packtrain.trainer.checkpoint.TrainState(step=2),
+        save_checkpoint(packtrain.trainer.run.checkpoint.RunInfo(run_dir, {}, tmp_path), packtrain.trainer.run.checkpoint.TrainState(step=2),
                         None, None, None, None)
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(["checkpoint-1", artifact])
 
@@ -176,7 +176,7 @@ def test_state_json_is_covered_by_the_checksums(tmp_path, model_dir, monkeypatch
                                                   "failed writing file data/0: file write failed")])
 def test_disk_full_during_a_checkpoint_save(tmp_path, model_dir, monkeypatch, failure):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
-    real_save = packtrain.trainer.checkpoint.torch.save
+    real_save = packtrain.trainer.run.checkpoint.torch.save
     calls = []
 
     def full_disk(obj, path, *args, **kwargs):
@@ -185,7 +185,7 @@ def test_disk_full_during_a_checkpoint_save(tmp_path, model_dir, monkeypatch, fa
             raise failure
         return real_save(obj, path, *args, **kwargs)
 
-    monkeypatch.setattr(packtrain.trainer.checkpoint.torch, "save", full_disk)
+    monkeypatch.setattr(packtrain.trainer.run.checkpoint.torch, "save", full_disk)
     config = make_config(model_dir, tmp_path / "runs", max_steps=4, save_steps=1, run_name="r")
     with pytest.raises(DiskFullError) as err:
         run(config, tmp_path / "cache")
@@ -202,13 +202,13 @@ def test_disk_full_during_a_checkpoint_save(tmp_path, model_dir, monkeypatch, fa
 
 def test_disk_full_while_writing_the_final_adapter(tmp_path, model_dir, monkeypatch):
     write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), [], 32, model_dir)
-    real = packtrain.trainer.run_end.save_adapter
+    real = packtrain.trainer.run.run_end.save_adapter
 
     def full_disk(model, directory, *args, **kwargs):
         real(model, directory, *args, **kwargs)
         raise OSError(errno.ENOSPC, "No space left on device", str(directory / "adapter_model.safetensors"))
 
-    monkeypatch.setattr(packtrain.trainer.run_end, "save_adapter", full_disk)
+    monkeypatch.setattr(packtrain.trainer.run.run_end, "save_adapter", full_disk)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, run_name="r")
     with pytest.raises(DiskFullError, match="^no space left on the device of .* while writing the final adapter"):
         run(config, tmp_path / "cache")

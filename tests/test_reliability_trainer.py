@@ -17,14 +17,14 @@ import pyarrow as pa
 import pytest
 import torch
 
-import packtrain.trainer.context
+import packtrain.trainer.run.context
 import packtrain.trainer.loop
 from packtrain.core.contract import Manifest, check_shard_sizes, resolve_build
 from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
-from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
-from packtrain.trainer.run_checks import TrainError
-from packtrain.trainer.train import run
+from packtrain.trainer.run.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint
+from packtrain.trainer.run.run_checks import TrainError
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 
@@ -138,7 +138,7 @@ def test_a_corrupt_build_is_refused_before_step_0(tmp_path, model_dir, monkeypat
     def no_model(*_, **__):
         raise AssertionError("the model was loaded: training got past the checks")
 
-    monkeypatch.setattr(packtrain.trainer.context, "load_base_model", no_model)
+    monkeypatch.setattr(packtrain.trainer.run.context, "load_base_model", no_model)
     with pytest.raises((TrainError, ContractError)) as err:
         run(make_config(model_dir, tmp_path / "runs"), tmp_path / "cache")
     message = str(err.value)

@@ -1,4 +1,4 @@
-"""pipeline/report.py: how documents fit the block, and the block size that would hold 99% of them
+"""pipeline/pack/report.py: how documents fit the block, and the block size that would hold 99% of them
 (not capped at the current block size), in report.json and in the build's summary line."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from build_fixtures import make_project, rows, write_jsonl
 from packtrain.core.configfile import load_config
-from packtrain.pipeline.build import build
-from packtrain.pipeline.report import block_fit, block_fit_line, summary
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.pack.report import block_fit, block_fit_line, summary
 
 
 def ten_thousand() -> dict[str, np.ndarray]:

@@ -1,4 +1,4 @@
-"""``train.report_to``: wandb and mlflow beside TensorBoard (trainer/sinks.py), offline: a wandb run in
+"""``train.report_to``: wandb and mlflow beside TensorBoard (trainer/report/sinks.py), offline: a wandb run in
 ``WANDB_MODE=offline`` read back from its own run file, an MLflow ``file:`` store read back with
 ``MlflowClient``; a missing library refused before anything loads; a dashboard that fails never stops
 training. (TensorBoard's own test: tests/test_plots.py.)"""
@@ -14,7 +14,7 @@ import pytest
 
 from inprocess_cli import ROOT, cli
 from packtrain.core.config import ConfigError
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 
@@ -122,7 +122,7 @@ def test_a_missing_library_is_one_line_before_anything_loads(tmp_path, monkeypat
 def test_wandb_offline_and_mlflow_file_runs_hold_the_metrics_and_the_config(tmp_path, model_dir, offline_dashboards):
     from mlflow import MlflowClient
 
-    from packtrain.trainer.sink_mlflow import config_params
+    from packtrain.trainer.report.sink_mlflow import config_params
 
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
     config = make_config(model_dir, tmp_path / "runs", max_steps=2, eval_steps=2, sample_prompts=0, plots=False,
@@ -166,7 +166,7 @@ def test_wandb_offline_and_mlflow_file_runs_hold_the_metrics_and_the_config(tmp_
 
 def test_a_dashboard_that_fails_is_warned_once_and_training_goes_on(tmp_path, model_dir, monkeypatch):
     pytest.importorskip("tensorboard")
-    from packtrain.trainer.sink_tensorboard import TensorBoardSink  # (its own module, since report_to has several)
+    from packtrain.trainer.report.sink_tensorboard import TensorBoardSink  # (its own module, since report_to has several)
 
     def unreachable(self, metrics, step):
         raise ConnectionError("the dashboard is\nunreachable")
@@ -184,13 +184,13 @@ def test_a_dashboard_that_fails_is_warned_once_and_training_goes_on(tmp_path, mo
 
 @pytest.mark.parametrize("stop, status, code", [(KeyboardInterrupt, "KILLED", 255), (RuntimeError, "FAILED", 1)])
 def test_how_the_run_ended_is_passed_on(tmp_path, model_dir, monkeypatch, offline_dashboards, stop, status, code):
-    import packtrain.trainer.train
+    import packtrain.trainer.run.train
     from mlflow import MlflowClient
 
     def interrupted(*args):
         raise stop("stopped at the end")
 
-    monkeypatch.setattr(packtrain.trainer.train, "finish_run", interrupted)  # after the last step
+    monkeypatch.setattr(packtrain.trainer.run.train, "finish_run", interrupted)  # after the last step
     write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), [], 32, model_dir)
     config = make_config(model_dir, tmp_path / "runs", max_steps=1, sample_prompts=0, plots=False,
                          report_to=["wandb", "mlflow"])
@@ -205,8 +205,8 @@ def test_how_the_run_ended_is_passed_on(tmp_path, model_dir, monkeypatch, offlin
 def test_a_dropped_dashboard_is_ended_as_failed_when_it_is_dropped(tmp_path, model_dir, monkeypatch, offline_dashboards):
     from mlflow import MlflowClient
 
-    from packtrain.trainer.sink_mlflow import MlflowSink
-    from packtrain.trainer.sink_wandb import WandbSink
+    from packtrain.trainer.report.sink_mlflow import MlflowSink
+    from packtrain.trainer.report.sink_wandb import WandbSink
 
     def unreachable(self, metrics, step):
         raise ConnectionError("the dashboard is unreachable")

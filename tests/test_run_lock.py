@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from packtrain.core.run_lock import RUN_LOCK, RunLocked
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from test_reliability_runs_inputs import snapshot, steps_of, unfinished_run
 from trainer_fixtures import make_config, tiny_model_dir
 

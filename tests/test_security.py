@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from build_fixtures import make_project, make_tokenizer
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict, load_config
 from packtrain.core.contract import check_expert_name, expert_dir
@@ -45,7 +45,7 @@ def no_network(monkeypatch):
 
 
 def test_a_full_build_and_a_training_run_never_touch_the_network(tmp_path, no_network, monkeypatch):
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
 
     project = make_project(tmp_path, n_rows=200)
     model = tiny_model_dir(project["model"], vocab_size=400)  # the tiny model, with the build's tokenizer:
@@ -73,7 +73,7 @@ def test_trust_remote_code_is_what_the_config_says(tmp_path, monkeypatch, trust,
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from packtrain.trainer.model import choose_precision, load_base_model, model_source
+    from packtrain.trainer.model.model import choose_precision, load_base_model, model_source
 
     model_dir = tiny_model_dir(tmp_path / "model", weights=weights)  # before the spies: it calls from_config
     calls = []
@@ -169,7 +169,7 @@ BAD_NAMES = ["../x", "a/b", "", ".hidden", "x" * 100, "..", "/etc", "a\\b", "sql
 
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_expert_names_cannot_escape(tmp_path, name, model_dir):
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
 
     with pytest.raises(ContractError, match="invalid expert name"):
         check_expert_name(name)

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from build_fixtures import make_tokenizer
 from packtrain.core.contract import BUNDLED_MODEL_DIR
-from packtrain.pipeline.encode.line_cache import LONE_NEWLINE_CUT, NEWLINE_RUN_CUT, LineCache, line_cut
+from packtrain.pipeline.encode.fast.line_cache import LONE_NEWLINE_CUT, NEWLINE_RUN_CUT, LineCache, line_cut
 
 ALPHABET = ["a", "b", "Z", "é", "\u0301", "中", "7", "42", " ", "  ", "\t", "\n", "\n\n", "\r\n", ".", ")", "#",
             "'s", "'", "<|im_start|>", "<|endoftext|>", "SELECT", " FROM", "x_y", "\u00a0", "🙂"]

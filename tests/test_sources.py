@@ -10,8 +10,8 @@ from conftest import SQL_ROWS
 
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.resolve import resolve_model_dir
-from packtrain.pipeline.discover import SourceError, resolve_source
-from packtrain.pipeline.sources import RowBatch, iter_batches
+from packtrain.pipeline.read.discover import SourceError, resolve_source
+from packtrain.pipeline.read.sources import RowBatch, iter_batches
 
 
 def read_all(source, columns, batch_rows=1000, max_rows=None):
@@ -185,8 +185,8 @@ def test_no_network_during_resolve_and_read(hub_cache, prepared_dataset, saved_d
     [3, 4.5],  # pyarrow: float64, so 3 would read as 3.0
 ])
 def test_jsonl_objects_and_mixed_numbers_read_exactly_as_json_loads(tmp_path, answers):
-    from packtrain.pipeline.discover import ResolvedSource
-    from packtrain.pipeline.sources import iter_batches
+    from packtrain.pipeline.read.discover import ResolvedSource
+    from packtrain.pipeline.read.sources import iter_batches
 
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"q": str(i), "answer": a}) + "\n" for i, a in enumerate(answers)))
@@ -223,7 +223,7 @@ def test_a_column_written_escaped_in_a_later_line_is_found(tmp_path, written):
 @pytest.mark.parametrize("key", ["answer", "a\"b", "back\\slash", "tab\there", "é", "\u2028", "q😀", "/x", "\x7f",
                                  "lone\ud800"])
 def test_every_json_spelling_of_a_key_is_found_and_a_near_miss_is_not(key):
-    from packtrain.pipeline.sources import _json_key
+    from packtrain.pipeline.read.sources import _json_key
 
     units = [u for ch in key for u in _utf16_units(ch)]
     spellings = {json.dumps(key), json.dumps(key, ensure_ascii=False), json.dumps(key).replace("/", "\\/"),

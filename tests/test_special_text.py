@@ -1,4 +1,4 @@
-"""Special-token text in the data (``build.special_tokens_in_text``, pipeline/special_text.py): a field's
+"""Special-token text in the data (``build.special_tokens_in_text``, pipeline/format/special_text.py): a field's
 value or a message's content holding ``<|endoftext|>``, ``<|im_end|>`` or ``<|im_start|>`` never becomes a
 control token by default (``text``): the build's ids are those of the HF tokenizer with
 ``split_special_tokens=True`` on the data's spans, the template's markers and the appended EOS special.
@@ -22,7 +22,7 @@ from build_fixtures import SPECIALS, make_project, packed_documents, rows, seed_
 from packtrain.cli.commands import main
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest, read_current
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from real_tokenizers import CHATML, REAL_TOKENIZERS
 
 PROMPT = "<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
@@ -304,7 +304,7 @@ def test_verify_tokens_agrees_with_the_setting(tmp_path, real_tokenizer, mode):
     if mode == "text":  # the data's text encoded as text does not encode back whole: verify knows the setting
         from tokenizers import Tokenizer
 
-        from packtrain.pipeline.verify_tokens import compare
+        from packtrain.pipeline.review.verify_tokens import compare
 
         build_dir = project["cache"] / "sql" / read_current(project["cache"], "sql")
         documents = [np.asarray(ids) for ids, _ in packed_documents(SimpleNamespace(path=build_dir))]
@@ -317,8 +317,8 @@ def test_the_template_changing_escaped_text_is_a_bad_row():
     """Where the template renders a row otherwise once its special-token text is escaped (here it counts
     characters of the content), the data's text cannot be told from the template's: a bad row."""
     from packtrain.core.config_build import FormatConfig
-    from packtrain.pipeline.format import BadRow, RowFormatter
-    from packtrain.pipeline.special_text import SpecialText
+    from packtrain.pipeline.format.format import BadRow, RowFormatter
+    from packtrain.pipeline.format.special_text import SpecialText
 
     template = CHATML.replace("message['content']", "message['content'] + ('!' if '<' in message['content'] else '')")
     formatter = RowFormatter(FormatConfig(style="chat", messages="messages"), chat_template=template,
@@ -333,8 +333,8 @@ def test_the_template_changing_escaped_text_is_a_bad_row():
 def test_a_row_without_special_token_text_is_formatted_once(monkeypatch):
     """Only a row whose data holds special-token text is formatted a second time (escaped)."""
     from packtrain.core.config_build import FormatConfig
-    from packtrain.pipeline.format import RowFormatter
-    from packtrain.pipeline.special_text import SpecialText
+    from packtrain.pipeline.format.format import RowFormatter
+    from packtrain.pipeline.format.special_text import SpecialText
 
     formatter = RowFormatter(FormatConfig(prompt=PROMPT, answer="{answer}"),
                              special=SpecialText("text", tuple(SPECIALS)))
@@ -380,8 +380,8 @@ def test_the_exactness_check_compares_with_the_reference_under_the_same_setting(
     from build_fixtures import make_tokenizer
     from packtrain.core.config_build import FormatConfig
     from packtrain.pipeline.encode.worker import check_documents
-    from packtrain.pipeline.format import RowFormatter
-    from packtrain.pipeline.special_text import SpecialText
+    from packtrain.pipeline.format.format import RowFormatter
+    from packtrain.pipeline.format.special_text import SpecialText
 
     directory = make_tokenizer(tmp_path / "tiny")
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))

@@ -1,4 +1,4 @@
-"""The source spill (pipeline/spill.py) and the vectorized steps around it: literal outputs."""
+"""The source spill (pipeline/pack/spill.py) and the vectorized steps around it: literal outputs."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 
 import packtrain.pipeline.encode.assemble
 import packtrain.pipeline.encode.worker
-import packtrain.pipeline.format_columns
-from packtrain.pipeline import mix
-from packtrain.pipeline.pack import assemble_block
-from packtrain.pipeline.shards import DocumentView, assemble_blocks, assemble_pieces, cut_piece_list, cut_pieces
-from packtrain.pipeline.source_stats import Exactness, SourceStats
-from packtrain.pipeline.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
+import packtrain.pipeline.format.format_columns
+from packtrain.pipeline.pack import mix
+from packtrain.pipeline.pack.pack import assemble_block
+from packtrain.pipeline.pack.shards import DocumentView, assemble_blocks, assemble_pieces, cut_piece_list, cut_pieces
+from packtrain.pipeline.pack.source_stats import Exactness, SourceStats
+from packtrain.pipeline.pack.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 
 STATS = SourceStats(2, Exactness("tokenizers", line_cache=False, render_once=False), rows=3, documents=3, tokens=9,
@@ -25,7 +25,7 @@ STATS = SourceStats(2, Exactness("tokenizers", line_cache=False, render_once=Fal
 
 def test_tokenize_docstring_examples_hold():
     results = [doctest.testmod(module) for module in (packtrain.pipeline.encode.worker, packtrain.pipeline.encode.assemble,
-                                                      packtrain.pipeline.format_columns)]
+                                                      packtrain.pipeline.format.format_columns)]
     assert [(r.failed, r.attempted) for r in results] == [(0, 3), (0, 6), (0, 3)]
 
 
@@ -82,7 +82,7 @@ def write_spill(directory, batches):
 def test_supervised_tokens_are_summed_in_pieces_of_whole_documents(tmp_path, monkeypatch, sum_tokens):
     """Each piece covers whole documents, however small SUM_TOKENS is (a document longer than it is a
     piece of its own); an empty split has none."""
-    from packtrain.pipeline import spill
+    from packtrain.pipeline.pack import spill
 
     monkeypatch.setattr(spill, "SUM_TOKENS", sum_tokens)
     write_spill(tmp_path / "s", [(0, [1] * 13, [0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 0, 1, 1], [3, 4, 1, 5], [1, 2, 0, 1],

@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from packtrain.core.contract import read_current
-from packtrain.trainer.run_checks import TrainError
-from packtrain.trainer.train import run
+from packtrain.trainer.run.run_checks import TrainError
+from packtrain.trainer.run.train import run
 from build_fixtures import bundled_cache
 from inprocess_cli import QUICK_END, cli
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
@@ -120,7 +120,7 @@ def one_stage_curriculum(model_dir: Path, runs: Path):
 
 def test_resume_auto_of_a_finished_one_stage_curriculum_skips_the_stage(tmp_path):
     """One stage is still a curriculum: --resume auto skips it once finished (it trained it again)."""
-    from packtrain.trainer.curriculum import train_expert
+    from packtrain.trainer.run.curriculum import train_expert
 
     model_dir = tiny_model_dir(tmp_path / "model")
     write_build(tmp_path / "cache", "sql.only", random_blocks(6, 32, 0), [], 32, model_dir)
@@ -141,7 +141,7 @@ def test_a_one_stage_curriculum_refuses_what_a_curriculum_refuses(tmp_path, kwar
     """One stage is a curriculum: --resume PATH (it forked <run>-from-N) and --build-id are refused
     before anything is created, as for two stages (issue 23)."""
     from packtrain.core.config import ConfigError
-    from packtrain.trainer.curriculum import train_expert
+    from packtrain.trainer.run.curriculum import train_expert
 
     model_dir = tiny_model_dir(tmp_path / "model")
     write_build(tmp_path / "cache", "sql.only", random_blocks(6, 32, 0), [], 32, model_dir)

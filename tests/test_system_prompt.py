@@ -10,8 +10,8 @@ from build_fixtures import make_project
 from real_tokenizers import CHATML, MARKED_SMOLLM2
 from test_conversations import CONFIG, CONVERSATION, build_conversations, set_template
 
-from packtrain.pipeline.report import summary
-from packtrain.pipeline.system_prompt import default_system_prompt
+from packtrain.pipeline.pack.report import summary
+from packtrain.pipeline.format.system_prompt import default_system_prompt
 
 SMOLLM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 

@@ -1,7 +1,7 @@
 """``packtrain generate`` and ``packtrain chat``: the prompt is what the run trained on, token for token,
 and the adapter answers.
 
-- The prompt made from a row's fields (pipeline/generation_prompt.py, tokenized by
+- The prompt made from a row's fields (pipeline/format/generation_prompt.py, tokenized by
   trainer/eval/talk.py) equals the prompt ids the build wrote for that row, for every validation
   document of the bundled sql sample, on each real tokenizer, in template and chat style.
 - A tiny adapter that memorized four documents answers their prompts with their answers through the
@@ -19,9 +19,9 @@ import pytest
 from packtrain.core.config_build import FormatConfig
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
-from packtrain.pipeline.generation_prompt import PromptError, generation_prompt, template_values
+from packtrain.pipeline.format.generation_prompt import PromptError, generation_prompt, template_values
 from packtrain.trainer.eval.talk import TextStream, prompt_ids
 from packtrain.trainer.eval.task_eval import val_examples
 from build_fixtures import seed_decision
@@ -80,7 +80,7 @@ def test_an_expert_trained_with_tools_is_prompted_with_the_tools_given():
     assert generation_prompt(fmt, turns, {}, lists_tools, None, "<|im_end|>", (), []).text.startswith(
         "<tools>[]</tools>\n<|im_start|>user")  # [] reaches the template as [], as a row's does
     # the template for a prompt with tools: the tokenizer's tool_use one where it has one, as for a row
-    from packtrain.pipeline.chat_template import template_for
+    from packtrain.pipeline.format.chat_template import template_for
     assert template_for("default", "tool_use", tools) == template_for("default", "tool_use", []) == "tool_use"
     assert template_for("default", "tool_use", None) == template_for("default", None, tools) == "default"
 
@@ -129,7 +129,7 @@ def memorized(tmp_path_factory):
     from test_task_eval import memorization_build
     from trainer_fixtures import make_config, tiny_model_dir
 
-    from packtrain.trainer.train import run
+    from packtrain.trainer.run.train import run
 
     root = tmp_path_factory.mktemp("talk")
     model_dir = tiny_model_dir(root / "model")

@@ -14,7 +14,7 @@ from packtrain.core.contract import Manifest, resolve_build
 from packtrain.trainer.eval.generate import left_pad, until_eos
 from packtrain.trainer.eval.task_eval import Example, split_document, val_examples
 from packtrain.trainer.eval.task_metrics import aggregate, metric_for, normalize_sql, normalize_text, score
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from trainer_fixtures import EOS_ID, make_config, tiny_model_dir, write_build
 
 

@@ -9,7 +9,7 @@ import pytest
 from build_fixtures import make_project, make_tokenizer
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.encode import tokenizer_facts
-from packtrain.pipeline.build import build
+from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 from packtrain.pipeline.encode.notes import write_note
 from packtrain.pipeline.errors import TokenizerError

@@ -15,10 +15,11 @@ import pytest
 
 from build_fixtures import write_jsonl
 from packtrain.core.contract import Manifest
-from packtrain.pipeline.build import build
-from packtrain.pipeline.encode import encoders, fastokens_encoder, tiktoken_encoder
-from packtrain.pipeline.encode.encoder_decision import choose
-from packtrain.pipeline.encode.line_cache import LONE_NEWLINE_CUT, NEWLINE_RUN_CUT, line_cut
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.encode import encoders
+from packtrain.pipeline.encode.fast import fastokens_encoder, tiktoken_encoder
+from packtrain.pipeline.encode.fast.encoder_decision import choose
+from packtrain.pipeline.encode.fast.line_cache import LONE_NEWLINE_CUT, NEWLINE_RUN_CUT, line_cut
 from real_tokenizers import hf_tokenizer
 from test_exactness import expert_config, hostile_rows, shards
 

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-import packtrain.trainer.context as context_module
-from packtrain.trainer.train import run
+import packtrain.trainer.run.context as context_module
+from packtrain.trainer.run.train import run
 from trainer_fixtures import RUN_END, make_config, random_blocks, tiny_model_dir, write_build
 
 

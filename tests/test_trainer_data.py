@@ -1,4 +1,4 @@
-"""trainer/data.py: blocks read from hand-written shards, the resumable sampler, the loader."""
+"""trainer/data/data.py: blocks read from hand-written shards, the resumable sampler, the loader."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from packtrain.core.config_train import TrainConfig
 from packtrain.core.contract import Manifest, expert_dir
 from packtrain.core.errors import ContractError
-from packtrain.trainer.data import (IGNORE_INDEX, PAD, BatchStream, BlockDataset, BlockSampler, PaddedBlocks,
+from packtrain.trainer.data.data import (IGNORE_INDEX, PAD, BatchStream, BlockDataset, BlockSampler, PaddedBlocks,
                                     make_loader, position_ids_from_doc_lens, window_doc_lens)
 from trainer_fixtures import pack_docs, random_blocks, write_build, write_tokenizer
 

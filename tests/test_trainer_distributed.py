@@ -2,7 +2,7 @@
 
 The two ranks are started with torch.multiprocessing, with the environment torchrun would set (RANK,
 LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT) over the test's own, and run the
-real ``packtrain.trainer.train.run``. They are forked from a fork server that imported the trainer (and
+real ``packtrain.trainer.run.train.run``. They are forked from a fork server that imported the trainer (and
 torch, transformers and peft with it) once per test process, so that each rank does not import them
 again (5-6 s of CPU each, 8 ranks in this file and test_trainer_fsdp.py); nothing else runs in it.
 
@@ -27,9 +27,9 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints
-from packtrain.trainer.data import PAD, BlockSampler
-from packtrain.trainer.train import run
+from packtrain.trainer.run.checkpoint import CheckpointError, complete_checkpoints
+from packtrain.trainer.data.data import PAD, BlockSampler
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 WORLD = 2
@@ -53,13 +53,13 @@ def _rank_main(rank: int, environ: dict, port: int, model_dir, cache, out, run_n
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
     import packtrain.trainer.loop
-    import packtrain.trainer.metrics
+    import packtrain.trainer.report.metrics
 
     def record(what):
         with open(os.path.join(calls_dir, f"rank{rank}.txt"), "a") as f:
             f.write(what + "\n")
 
-    save, write = packtrain.trainer.loop.save_checkpoint, packtrain.trainer.metrics.MetricsFile.write
+    save, write = packtrain.trainer.loop.save_checkpoint, packtrain.trainer.report.metrics.MetricsFile.write
 
     def save_recorded(run_info, state, *args):
         record(f"checkpoint {state.step}")
@@ -70,7 +70,7 @@ def _rank_main(rank: int, environ: dict, port: int, model_dir, cache, out, run_n
         return write(self, rec)
 
     packtrain.trainer.loop.save_checkpoint = save_recorded
-    packtrain.trainer.metrics.MetricsFile.write = write_recorded
+    packtrain.trainer.report.metrics.MetricsFile.write = write_recorded
     config = make_config(model_dir, out, run_name=run_name, per_device_train_batch_size=2, **settings)
     run(config, cache, resume=resume)
 
@@ -78,7 +78,7 @@ def _rank_main(rank: int, environ: dict, port: int, model_dir, cache, out, run_n
 def run_two_ranks(tmp_path, model_dir, run_name, settings=SETTINGS, resume=None):
     calls = tmp_path / f"calls-{run_name}-{resume is not None}"
     calls.mkdir()
-    mp.set_forkserver_preload(["packtrain.trainer.train"])  # not this module: the fork server lacks tests/ on its path
+    mp.set_forkserver_preload(["packtrain.trainer.run.train"])  # not this module: the fork server lacks tests/ on its path
     mp.start_processes(_rank_main, nprocs=WORLD, start_method="forkserver", join=True,
                        args=(dict(os.environ), free_port(), model_dir, tmp_path / "cache", tmp_path / "runs", run_name, settings,
                              resume, str(calls)))

@@ -14,10 +14,10 @@ from safetensors.torch import load_file
 import packtrain.trainer.loop
 from packtrain.core.config_train import TrainConfig
 from packtrain.core.contract import Manifest, expert_dir
-from packtrain.trainer.data import BlockDataset, BlockSampler
-from packtrain.trainer.epochs import micro_batches_per_epoch
+from packtrain.trainer.data.data import BlockDataset, BlockSampler
+from packtrain.trainer.data.epochs import micro_batches_per_epoch
 from packtrain.trainer.schedule import total_training_steps
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, pack_docs, random_blocks, tiny_model_dir, write_build
 
 EPOCHS = dict(max_steps=None, per_device_train_batch_size=2, gradient_accumulation_steps=4)

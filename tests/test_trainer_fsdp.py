@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file
 
 from test_trainer_distributed import SETTINGS, assert_same_run, records, run_two_ranks, single_process_reference
-from packtrain.trainer.checkpoint import complete_checkpoints
+from packtrain.trainer.run.checkpoint import complete_checkpoints
 from packtrain.core.config import ConfigError
-from packtrain.trainer.train import run
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 FSDP = {**SETTINGS, "fsdp": True}

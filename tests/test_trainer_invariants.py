@@ -11,12 +11,12 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 import packtrain.trainer.loop
-from packtrain.trainer.checkpoint import complete_checkpoints
-from packtrain.trainer.data import collate
+from packtrain.trainer.run.checkpoint import complete_checkpoints
+from packtrain.trainer.data.data import collate
 from packtrain.trainer.loop import NonFiniteLossError
 from packtrain.trainer.loss import token_loss_sum
-from packtrain.trainer.model import packed_forward
-from packtrain.trainer.train import run
+from packtrain.trainer.model.model import packed_forward
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 
@@ -58,7 +58,7 @@ def test_bs1_ga8_equals_bs8_ga1(tmp_path, model_dir, monkeypatch):
 
     # the logged loss is the token-weighted mean; a mean of per-block means would be another number
     # (at step 1 lora_B is zero, so the adapted model computes exactly what the base model does)
-    from packtrain.trainer.data import BlockDataset
+    from packtrain.trainer.data.data import BlockDataset
     from packtrain.core.contract import Manifest, expert_dir
     build_dir = expert_dir(tmp_path / "cache", "sql") / build_id
     ds = BlockDataset(build_dir, Manifest.load(build_dir), "train")
@@ -124,12 +124,12 @@ def test_repeated_non_finite_losses_stop_without_saving(tmp_path, model_dir, mon
 def test_fp16_grad_scaler_survives_a_skipped_step(tmp_path, model_dir, monkeypatch):
     """With a GradScaler (fp16), a skipped step must still close the scaler's step, or the next
     unscale_ raises 'unscale_() has already been called'."""
-    import packtrain.trainer.context
-    from packtrain.trainer.model import Precision
+    import packtrain.trainer.run.context
+    from packtrain.trainer.model.model import Precision
 
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
     poison_losses(monkeypatch, {2})
-    monkeypatch.setattr(packtrain.trainer.context, "choose_precision",
+    monkeypatch.setattr(packtrain.trainer.run.context, "choose_precision",
                         lambda train, device: Precision(torch.float32, None, True, "test: fp32 with a GradScaler"))
     run_dir = run(make_config(model_dir, tmp_path / "runs", max_steps=4), tmp_path / "cache")
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -14,10 +14,10 @@ import packtrain.trainer.loss
 import packtrain.trainer.step
 from packtrain.core.config import ConfigError
 from packtrain.core.config_train import LoraConfig
-from packtrain.trainer.adapters import attach_adapters
-from packtrain.trainer.data import IGNORE_INDEX, position_ids_from_doc_lens
+from packtrain.trainer.model.adapters import attach_adapters
+from packtrain.trainer.data.data import IGNORE_INDEX, position_ids_from_doc_lens
 from packtrain.trainer.eval.evaluate import evaluate
-from packtrain.trainer.model import Precision
+from packtrain.trainer.model.model import Precision
 from packtrain.trainer.step import LossPath, packed_loss_sum
 from trainer_fixtures import VOCAB, pack_docs, random_blocks, tiny_model_dir
 

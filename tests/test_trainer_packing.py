@@ -1,6 +1,6 @@
 """Packed documents never see each other: a packed block's logits equal each document run alone.
 
-This pins the behaviour trainer/model.py relies on in transformers (5.x): with position ids that
+This pins the behaviour trainer/model/model.py relies on in transformers (5.x): with position ids that
 restart per document, NO 2D attention mask and NO KV cache, ``create_causal_mask`` detects the
 packed sequences and builds a block-diagonal causal mask for SDPA.
 """
@@ -12,9 +12,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from packtrain.core.config_train import LoraConfig
-from packtrain.trainer.adapters import attach_adapters
-from packtrain.trainer.data import position_ids_from_doc_lens
-from packtrain.trainer.model import packed_forward
+from packtrain.trainer.model.adapters import attach_adapters
+from packtrain.trainer.data.data import position_ids_from_doc_lens
+from packtrain.trainer.model.model import packed_forward
 from trainer_fixtures import PAD_ID, tiny_model_dir
 
 LENS = [5, 9, 4]

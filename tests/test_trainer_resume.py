@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 import packtrain.trainer.loop
 from packtrain.trainer import threads
-from packtrain.trainer.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint, save_checkpoint
-from packtrain.trainer.train import run
+from packtrain.trainer.run.checkpoint import CheckpointError, complete_checkpoints, find_checkpoint, save_checkpoint
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
 
 

@@ -1,4 +1,4 @@
-"""End-to-end runs of packtrain.trainer.train.run on tiny hand-written builds (CPU, a 2-layer Qwen2)."""
+"""End-to-end runs of packtrain.trainer.run.train.run on tiny hand-written builds (CPU, a 2-layer Qwen2)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from packtrain.core.config_train import ModelConfig
-from packtrain.trainer.model import ModelError, model_source
-from packtrain.trainer.run_checks import TrainError
-from packtrain.trainer.train import run
+from packtrain.trainer.model.model import ModelError, model_source
+from packtrain.trainer.run.run_checks import TrainError
+from packtrain.trainer.run.train import run
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build, write_tokenizer
 
 TRAIN_KEYS = {"step", "epoch", "loss", "lr", "grad_norm", "tok_s", "sup_tok_s", "mfu", "data_wait", "mem/peak_gib",
@@ -159,7 +159,7 @@ def test_a_hub_model_without_refs_resolves_for_training_as_for_the_build(hf_home
     from packtrain.core.config import ModelConfig
     from packtrain.core.contract import BUNDLED_MODEL_DIR
     from packtrain.core.resolve import resolve_tokenizer_dir
-    from packtrain.trainer.model import model_source
+    from packtrain.trainer.model.model import model_source
 
     files = {name: (BUNDLED_MODEL_DIR / name).read_bytes() for name in ("config.json", "tokenizer.json", "tokenizer_config.json")}
     snapshot = write_hub_repo(hf_home / "hub", "model", "org/tiny", "0123456789" * 4, files, refs=())

@@ -8,7 +8,7 @@ import torch
 from packtrain.core.config import ConfigError
 from packtrain.core.config_train import LoraConfig, TrainConfig
 from packtrain.core.configfile import config_from_dict
-from packtrain.trainer.metrics import FlopCounter, oom_advice
+from packtrain.trainer.report.metrics import FlopCounter, oom_advice
 from packtrain.trainer.optim import build_optimizer
 from packtrain.trainer.schedule import build_scheduler, lr_multiplier, warmup_steps
 from packtrain.trainer.schedule import total_training_steps
@@ -46,7 +46,7 @@ def test_total_steps_from_epochs_or_max_steps():
 def test_flops_count_4n_plus_lora_plus_attention():
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from packtrain.trainer.adapters import attach_adapters
+    from packtrain.trainer.model.adapters import attach_adapters
 
     cfg = Qwen2Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)

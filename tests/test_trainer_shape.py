@@ -45,7 +45,7 @@ def click_command(path: Path, name: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("module", ["loop.py", "eval/evaluate.py", "microbatch.py"])
+@pytest.mark.parametrize("module", ["loop.py", "eval/evaluate.py", "model/microbatch.py"])
 def test_the_loop_the_evaluation_and_the_search_share_one_micro_step(module):
     names = names_in(TRAINER / module)
     assert "forward_loss" in names

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from packtrain.core.contract import Manifest, expert_dir
-from packtrain.trainer.data import BlockDataset, BlockSampler
-from packtrain.trainer.run_checks import TrainError
-from packtrain.trainer.train import run
+from packtrain.trainer.data.data import BlockDataset, BlockSampler
+from packtrain.trainer.run.run_checks import TrainError
+from packtrain.trainer.run.train import run
 from test_trainer_distributed import SETTINGS, assert_same_run, run_two_ranks, single_process_reference
 from test_trainer_epochs import blocks_fed, crashed_and_resumed, metrics, record_feed, same_adapters, step_losses
 from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build

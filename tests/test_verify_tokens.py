@@ -1,5 +1,5 @@
 """``packtrain verify EXPERT --tokens``: every whole document of a build re-tokenized from its decoded
-text with the tokenizer installed here (pipeline/verify_tokens.py); which pieces of a layout are whole."""
+text with the tokenizer installed here (pipeline/review/verify_tokens.py); which pieces of a layout are whole."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from packtrain.cli.commands import main
 from packtrain.core.contract import Manifest, ShardInfo, read_current
 from packtrain.core.hashing import sha256_file
 from packtrain.core.shardfile import ShardWriter, open_shard
-from packtrain.pipeline.verify_tokens import BlockStream, check_tokens, whole_documents
+from packtrain.pipeline.review.verify_tokens import BlockStream, check_tokens, whole_documents
 from test_cli import run_cli
 
 EOS = 9

@@ -2,17 +2,17 @@
 
 One optimizer step =
   1. fetch the whole gradient-accumulation window of micro-batches, or an epoch's leftovers at its last
-     step (trainer/epochs.py; their supervised-token count is known on the CPU before any forward, so no
+     step (trainer/data/epochs.py; their supervised-token count is known on the CPU before any forward, so no
      host sync is needed to normalise);
   2. forward + backward every micro-batch, the loss being the SUM of token losses divided by the
      number of supervised tokens in the whole window (bs1 x ga8 == bs8 x ga1);
   3. unscale (fp16), clip, and check the loss and gradient norm are finite (the one host sync of
      a step); a non-finite one skips the optimizer step; ``max_bad_steps`` in a row stop the run;
   4. optimizer + scheduler step; then, when due: log, evaluate, checkpoint;
-  5. a stop asked by SIGINT or SIGTERM (trainer/interrupts.py): a checkpoint of this step, then
+  5. a stop asked by SIGINT or SIGTERM (trainer/run/interrupts.py): a checkpoint of this step, then
      :class:`packtrain.core.errors.Interrupted` (the CLI says where it is and how to resume).
 
-Under torchrun (``ctx.world``: see trainer/distributed.py) ``model`` is DistributedDataParallel: the
+Under torchrun (``ctx.world``: see trainer/run/distributed.py) ``model`` is DistributedDataParallel: the
 window's counts are summed over ranks before the forward (one small CPU all_reduce), gradients are
 all_reduced once per window (``no_sync()`` on the other micro-batches), the loss sum is summed over
 ranks before the finiteness check, and only rank 0 logs, writes metrics and saves checkpoints. A stop
@@ -31,15 +31,15 @@ from pathlib import Path
 import torch
 
 from packtrain.core.errors import Interrupted, PacktrainError
-from packtrain.trainer.adapters import trainable_parameters
-from packtrain.trainer.checkpoint import prune_checkpoints, save_checkpoint
-from packtrain.trainer.compilation import compile_for_training
-from packtrain.trainer.context import TrainContext
-from packtrain.trainer.distributed import accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
+from packtrain.trainer.model.adapters import trainable_parameters
+from packtrain.trainer.run.checkpoint import prune_checkpoints, save_checkpoint
+from packtrain.trainer.model.compilation import compile_for_training
+from packtrain.trainer.run.context import TrainContext
+from packtrain.trainer.run.distributed import accumulate, all_sum_, all_sum_ints, barrier, reduce_eval, sharded, unwrap
 from packtrain.trainer.eval.evaluate import evaluate, per_set
-from packtrain.trainer.interrupts import NAMES, SaveClock, StopRequests
-from packtrain.trainer.metrics import Meter, MetricsFile, WindowCounts, report_memory
-from packtrain.trainer.progress import TrainProgress
+from packtrain.trainer.run.interrupts import NAMES, SaveClock, StopRequests
+from packtrain.trainer.report.metrics import Meter, MetricsFile, WindowCounts, report_memory
+from packtrain.trainer.report.progress import TrainProgress
 from packtrain.trainer.step import forward_loss
 
 log = logging.getLogger("packtrain.train")
@@ -55,7 +55,7 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
 
     ``model`` is ``ctx.model`` as it trains: DistributedDataParallel under torchrun without FSDP (see
     ``ctx.world``; ``ctx.val_loaders`` then read this rank's slice of the val blocks). ``ctx.train`` is the
-    resolved config (``torch_compile`` ``"regional"`` or a bool, the micro-batch a number: trainer/context.py)."""
+    resolved config (``torch_compile`` ``"regional"`` or a bool, the micro-batch a number: trainer/run/context.py)."""
     train, state, world, total_steps = ctx.train, ctx.state, ctx.world, ctx.total_steps
     module = unwrap(model)  # the PeftModel: evaluated and saved as it is
     params = trainable_parameters(model)
@@ -109,7 +109,7 @@ def train_loop(ctx: TrainContext, model: torch.nn.Module, meter: Meter,
                     record = meter.flush(state.step, ctx.batches.epochs_done, lr, grad_norm)
                     records.append(record)
                     metrics.write(record)
-                    progress.logged(record)  # a bar on a terminal, a line with the ETA elsewhere (trainer/progress.py)
+                    progress.logged(record)  # a bar on a terminal, a line with the ETA elsewhere (trainer/report/progress.py)
                     if len(records) == 1:
                         report_memory(ctx.device, state.step, ctx.budget)
 
@@ -244,7 +244,7 @@ def is_due(step: int, every: int, last: int) -> bool:
 def evaluate_at(ctx: TrainContext, step: int, module: torch.nn.Module, metrics: MetricsFile) -> dict:
     """Evaluate, record and log the eval loss at ``step`` (0: before the first step, the base model): of
     the val split, or of each eval source (``outputs.eval_sets``) and of them all."""
-    # each rank evaluates its slice (capped in trainer/data.py's eval_slice); summed over ranks
+    # each rank evaluates its slice (capped in trainer/data/data.py's eval_slice); summed over ranks
     parts = []
     for name, loader in ctx.val_loaders:
         shown = f"eval at step {step}" + (f", {name}" if name else "") if ctx.world.is_main else None

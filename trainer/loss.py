@@ -1,7 +1,7 @@
 """The loss of one micro-batch as a SUM over its supervised tokens, from what the model returned
 (its final hidden states, or its logits): this module never calls the model; the forward is
 trainer/step.py's :func:`packtrain.trainer.step.forward_loss` (one micro-step for the loop, the
-evaluation and the micro-batch search) over trainer/model.py's packed forwards.
+evaluation and the micro-batch search) over trainer/model/model.py's packed forwards.
 
 The loop divides by the number of supervised tokens in the whole accumulation window, so every
 token weighs the same whatever micro-batch it falls in: ``bs=1 x ga=8`` and ``bs=8 x ga=1`` give
@@ -25,7 +25,7 @@ Two ways to the same number (``train.chunked_loss``, default true):
   logits kept, no weight gradient for the frozen head). Used for a plain bias-free ``nn.Linear``
   head in bf16/fp16; anything else takes the chunked path. tests/test_gpu.py compares it with the
   chunked loss, which stays the CPU path and the reference.
-- **reference** (:func:`token_loss_sum` over :func:`packtrain.trainer.model.packed_forward`'s logits): the
+- **reference** (:func:`token_loss_sum` over :func:`packtrain.trainer.model.model.packed_forward`'s logits): the
   full logits; used when ``chunked_loss`` is false and for architectures whose head does more than
   a linear layer (logit soft-capping or scaling: Gemma 2, Cohere, Granite...), said once in the
   log. tests/test_trainer_loss.py checks both give the same loss and gradients.
@@ -42,8 +42,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from packtrain.core.config import ConfigError
-from packtrain.trainer.data import IGNORE_INDEX
-from packtrain.trainer.model import causal_lm
+from packtrain.trainer.data.data import IGNORE_INDEX
+from packtrain.trainer.model.model import causal_lm
 
 log = logging.getLogger("packtrain.train")
 
@@ -129,7 +129,7 @@ def _supervised_rows(hidden: torch.Tensor, labels: torch.Tensor,
     """The hidden states ``[N, H]`` of the N positions that predict a supervised target, and the targets.
 
     ``index``: those positions over the flattened ``[B, T]``, as the loader found them on the CPU
-    (trainer/data.py's ``collate``: ``sup_index``), so N is known without asking the GPU; None: found here
+    (trainer/data/data.py's ``collate``: ``sup_index``), so N is known without asking the GPU; None: found here
     with ``nonzero``, whose output size makes the host wait for the GPU (a sync)."""
     targets = shifted_targets(labels).flatten()
     if index is None:

@@ -17,7 +17,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from packtrain.core.config_train import TrainConfig
-from packtrain.trainer.epochs import steps_per_epoch
+from packtrain.trainer.data.epochs import steps_per_epoch
 
 
 def warmup_steps(train: TrainConfig, total_steps: int) -> int:
@@ -60,7 +60,7 @@ def rates_at_restored_step(scheduler: LambdaLR) -> None:
 def total_training_steps(train, batches_per_epoch: int) -> int:
     """``max_steps`` when set (as in HF TrainingArguments), else ``num_train_epochs`` epochs of
     ``ceil(batches_per_epoch / gradient_accumulation_steps)`` steps (``batches_per_epoch``: micro-batches per
-    rank; an epoch's last step takes the leftovers: trainer/epochs.py), HF Trainer's count.
+    rank; an epoch's last step takes the leftovers: trainer/data/epochs.py), HF Trainer's count.
 
     >>> from types import SimpleNamespace as Train
     >>> total_training_steps(Train(max_steps=None, num_train_epochs=3, gradient_accumulation_steps=4), 6)

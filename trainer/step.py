@@ -1,9 +1,9 @@
 """One micro-step, written once: a micro-batch of packed blocks in, its summed token loss out.
 
 The training loop (trainer/loop.py), the evaluation (trainer/eval/evaluate.py) and the micro-batch
-search (trainer/microbatch.py) all call :func:`forward_loss`: the batch goes to the device with the
-attention path's inputs (packtrain.trainer.attention.attention_inputs), the model runs once under the
-precision's autocast (trainer/model.py: :func:`packed_hidden_states`, or :func:`packed_forward` for
+search (trainer/model/microbatch.py) all call :func:`forward_loss`: the batch goes to the device with the
+attention path's inputs (packtrain.trainer.model.attention.attention_inputs), the model runs once under the
+precision's autocast (trainer/model/model.py: :func:`packed_hidden_states`, or :func:`packed_forward` for
 the full logits), and trainer/loss.py turns what it returned into the SUM of the supervised tokens'
 losses. The forward lives here and in model.py; loss.py never calls the model.
 """
@@ -15,10 +15,10 @@ from typing import Callable
 
 import torch
 
-from packtrain.trainer.attention import AttentionChoice
-from packtrain.trainer.data import to_device
+from packtrain.trainer.model.attention import AttentionChoice
+from packtrain.trainer.data.data import to_device
 from packtrain.trainer.loss import check_hidden_states, chunked_supported, hidden_loss_sum, token_loss_sum
-from packtrain.trainer.model import Precision, causal_lm, packed_forward, packed_hidden_states
+from packtrain.trainer.model.model import Precision, causal_lm, packed_forward, packed_hidden_states
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def packed_loss_sum(model: torch.nn.Module, input_ids: torch.Tensor, position_id
     states when the head allows it and they check out on first use, else the full logits; ``fused``
     (:func:`packtrain.trainer.loss.fused_kernel`) replaces the chunks where the head allows it;
     ``attention`` are the model's attention keyword arguments; ``sup_index`` the supervised positions the loader
-    found (trainer/data.py's ``collate``; None: found here, a host sync on a GPU)."""
+    found (trainer/data/data.py's ``collate``; None: found here, a host sync on a GPU)."""
     attention = attention or {}
     if chunked and chunked_supported(model):
         hidden, last_logits = packed_hidden_states(model, input_ids, position_ids, **attention)

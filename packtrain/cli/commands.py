@@ -63,7 +63,7 @@ def main(ctx, verbose):
 def discover(model_dirs):
     """List the datasets and models in the local Hugging Face caches, the models packtrain converted
     (PACKTRAIN_MODELS_DIR) and the --model directories given (no network)."""
-    from packtrain.pipeline.discover import discover_all, format_discovery
+    from packtrain.pipeline.read.discover import discover_all, format_discovery
 
     click.echo(format_discovery(discover_all(tuple(model_dirs))))
 
@@ -116,7 +116,7 @@ def prepare_model(cfg, cache_dir):
               help="--executor ray: how many parts (Ray tasks); default: one per CPU of the cluster.")
 def pretokenize(cfg, cache_dir, progress, part, executor, ray_address, parts):
     """Build EXPERT's packed shards into the cache, unless an identical build exists."""
-    from packtrain.pipeline.build import build
+    from packtrain.pipeline.orchestrate.build import build
 
     if executor != "ray" and (ray_address is not None or parts is not None):
         raise click.UsageError("--ray-address and --parts go with --executor ray (for a machine's share: --part I/N)")
@@ -127,7 +127,7 @@ def pretokenize(cfg, cache_dir, progress, part, executor, ray_address, parts):
         return pretokenize_on_ray(cfg, cache_dir, ray_address, parts, progress and sys.stderr.isatty())
     ensure_converted(cfg)
     if part is not None:
-        from packtrain.pipeline.partition import parse_part, pretokenize_part
+        from packtrain.pipeline.orchestrate.partition import parse_part, pretokenize_part
 
         try:
             share = parse_part(part)
@@ -148,7 +148,7 @@ def pretokenize(cfg, cache_dir, progress, part, executor, ray_address, parts):
 @click.option("--parts", type=click.IntRange(min=1), required=True, help="How many parts were tokenized (N of --part I/N).")
 def merge_parts_command(cfg, cache_dir, parts):
     """Merge the parts of a partitioned build of EXPERT and publish it (same bytes as one machine's)."""
-    from packtrain.pipeline.partition import merge as merge_parts
+    from packtrain.pipeline.orchestrate.partition import merge as merge_parts
 
     check_sources(cfg)
     ensure_converted(cfg)
@@ -177,7 +177,7 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
 
     def done(stage: str, run_dir: Path) -> None:
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the whole run
-            if plots[stage]:  # beside the run's own (trainer/run_end.py): the build it trained on
+            if plots[stage]:  # beside the run's own (trainer/run/run_end.py): the build it trained on
                 draw_build_plots(run_dir, stage, say=lambda line: click.echo(line, err=True))
             click.echo(json.dumps({"expert": stage, "run_dir": str(run_dir), "adapter": str(run_dir / "adapter")}))
 
@@ -191,7 +191,7 @@ def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps
         notes = [cfg.cpu_note(max_steps)]
     check_train_inputs(cfg, cache_dir, build_id, resume, warn=warn)
     ensure_converted(cfg)
-    from packtrain.trainer.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
+    from packtrain.trainer.run.curriculum import train_expert  # torch, transformers, peft: once nothing above refused
 
     with note_when_training_begins(notes):
         train_expert(cfg, cache_dir, build_id=build_id, resume=resume, allow_build_change=allow_build_change,
@@ -235,7 +235,7 @@ def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps,
     """
     from packtrain.cli.train_all import train_all as run_all
     from packtrain.cli.train_all import visible_gpus
-    from packtrain.pipeline.rebuild import all_experts as list_experts
+    from packtrain.pipeline.orchestrate.rebuild import all_experts as list_experts
 
     if all_experts == bool(experts):
         raise click.UsageError("name the experts to train, or pass --all (not both)")
@@ -263,7 +263,7 @@ def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps,
 def inspect(expert, cache_dir, build_id, split, blocks, dropped):
     """Decode a few packed blocks of EXPERT: document boundaries and supervised spans (⟦ ⟧)."""
     from packtrain.core.resolve import resolve_model_dir
-    from packtrain.pipeline.inspect import dropped_documents, inspect_build
+    from packtrain.pipeline.review.inspect import dropped_documents, inspect_build
 
     build_dir = resolve_build(cache_dir, expert, build_id)
     check_build_expert(build_dir, Manifest.load(build_dir), expert)  # as train checks it
@@ -303,7 +303,7 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
     check_shard_sizes(build_dir, manifest)
     shards = len(manifest.train) + len(manifest.val)
     click.echo(f"build {manifest.build_id} of {expert}: {shards} shards, all checksums match")
-    from packtrain.pipeline.report import removed_line
+    from packtrain.pipeline.pack.report import removed_line
 
     removed = removed_line(manifest.inputs, manifest.outputs, expert)
     if removed:
@@ -311,7 +311,7 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
     if documents is None:
         return
     from packtrain.core.resolve import resolve_tokenizer_dir
-    from packtrain.pipeline.verify_tokens import check_tokens, format_check
+    from packtrain.pipeline.review.verify_tokens import check_tokens, format_check
 
     # the config's model (the build's config as written); a curriculum stage <expert>.<stage> shares its expert's
     cfg = resolve(expert.partition(".")[0], configs_dir, None, model, None, settings)
@@ -338,9 +338,9 @@ def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
 
     Exit code 0: all up to date or rebuilt; 1: some expert failed; 3: another rebuild is running.
     """
-    from packtrain.pipeline.rebuild import all_experts as list_experts
-    from packtrain.pipeline.rebuild import RebuildOptions
-    from packtrain.pipeline.rebuild import rebuild as run_rebuild
+    from packtrain.pipeline.orchestrate.rebuild import all_experts as list_experts
+    from packtrain.pipeline.orchestrate.rebuild import RebuildOptions
+    from packtrain.pipeline.orchestrate.rebuild import rebuild as run_rebuild
 
     if all_experts == bool(experts):
         raise click.UsageError("name the experts to rebuild, or pass --all (not both)")
@@ -360,8 +360,8 @@ def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per expert instead of a table.")
 def status(experts, configs_dir, cache_dir, as_json):
     """Each expert's current build, age, whether its inputs changed since, tokens and last run."""
-    from packtrain.pipeline.rebuild import all_experts as list_experts
-    from packtrain.pipeline.status import expert_status, format_status
+    from packtrain.pipeline.orchestrate.rebuild import all_experts as list_experts
+    from packtrain.pipeline.review.status import expert_status, format_status
 
     rows = [row for e in (experts or list_experts(configs_dir)) for row in expert_status(e, configs_dir, cache_dir)]
     click.echo("\n".join(json.dumps(r) for r in rows) if as_json else format_status(rows))

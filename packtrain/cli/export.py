@@ -1,6 +1,6 @@
 """``packtrain export EXPERT [--run DIR] --out DIR [--merged]``: a finished run's adapter (PEFT layout), or
 the base model with the adapter merged in (transformers layout, with the tokenizer), in a directory
-that loads elsewhere (trainer/export.py).
+that loads elsewhere (trainer/model/export.py).
 
 Everything that can refuse without a model (the run, ``--out``) refuses before torch is imported.
 ``--out`` is never overwritten: it must not exist or be an empty directory; the export is written
@@ -93,7 +93,7 @@ def export(expert, run_dir, runs_dir, out, merged, dtype):
     say = lambda line: click.echo(line, err=True)  # noqa: E731
     if merged:
         say(f"{run_path}: loading the base model and the adapter to merge ...")
-    from packtrain.trainer.export import export_run  # torch, transformers, peft: once nothing above refused
+    from packtrain.trainer.model.export import export_run  # torch, transformers, peft: once nothing above refused
 
     target = Path(os.path.abspath(out_path))  # `.` or `x/..` have no name to put a temporary one beside
     target.parent.mkdir(parents=True, exist_ok=True)

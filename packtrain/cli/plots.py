@@ -1,5 +1,5 @@
-"""The plots from the command line: ``packtrain plot`` draws a build's (pipeline/plots.py) and a run's
-(trainer/plots.py); ``train`` draws the run's as it ends (trainer/run_end.py) and then, here, the
+"""The plots from the command line: ``packtrain plot`` draws a build's (pipeline/review/plots.py) and a run's
+(trainer/report/plots.py); ``train`` draws the run's as it ends (trainer/run/run_end.py) and then, here, the
 build's the run trained on, saying where they are. The two halves never import each other: the CLI
 calls both.
 """
@@ -28,8 +28,8 @@ from packtrain.core.rundir import RunRecord, newest_logged_run
               help="Where runs live (train.output_dir): <runs-dir>/<expert>/<run>/.")
 def plot(expert, cache_dir, build_id, run_dir, runs_dir):
     """Draw PNG plots of EXPERT's build (<build>/plots/) and of its run (<run>/plots/)."""
-    from packtrain.pipeline.plots import write_build_plots
-    from packtrain.trainer.plots import write_run_plots
+    from packtrain.pipeline.review.plots import write_build_plots
+    from packtrain.trainer.report.plots import write_run_plots
 
     build_dir = resolve_build(cache_dir, expert, build_id)
     check_build_expert(build_dir, Manifest.load(build_dir), expert)  # as train checks it
@@ -46,7 +46,7 @@ def draw_build_plots(run_dir: Path, expert: str, say: Callable[[str], None]) -> 
     """After a run of ``expert`` (``train.plots``): the plots of the build it trained on (run.json's
     ``build_dir``), drawn into ``<build>/plots/`` and said in one line. Where they cannot be drawn (no
     matplotlib, a read-only cache, a full disk) one line says why: the run is finished either way."""
-    from packtrain.pipeline.plots import drawn_build_plots, write_build_plots
+    from packtrain.pipeline.review.plots import drawn_build_plots, write_build_plots
 
     record = RunRecord.read(run_dir)
     if record is None or record.build_dir is None:

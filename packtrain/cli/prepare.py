@@ -13,7 +13,7 @@ import click
 
 def check_sources(cfg) -> None:
     """Every source of every stage of ``cfg`` resolves on this machine (no torch is imported)."""
-    from packtrain.pipeline.discover import resolve_source
+    from packtrain.pipeline.read.discover import resolve_source
 
     for stage in cfg.stage_configs():
         for spec in stage.sources:
@@ -22,7 +22,7 @@ def check_sources(cfg) -> None:
 
 def ensure_converted(cfg) -> None:
     """Convert the embedded model ``cfg`` names (``model.name`` or ``model.tokenizer``: smollm2-135m)
-    when it has no converted copy yet, as ``packtrain prepare-model`` does (trainer/convert.py), saying
+    when it has no converted copy yet, as ``packtrain prepare-model`` does (trainer/model/convert.py), saying
     so; nothing for any other model or once converted. Every command that resolves the model or its
     tokenizer by name calls it first."""
     ensure_names_converted({cfg.model.name, cfg.model.tokenizer})
@@ -41,7 +41,7 @@ def ensure_names_converted(names) -> None:
 def convert_embedded(names) -> None:
     """``prepare_embedded`` for each name (its lines on stderr); its refusals (``ModelError``, a
     :class:`PacktrainError`) reach the CLI's one-line error."""
-    from packtrain.trainer.convert import prepare_embedded
+    from packtrain.trainer.model.convert import prepare_embedded
 
     for name in names:
         prepare_embedded(name, log=lambda line: click.echo(line, err=True))

@@ -1,6 +1,6 @@
 """``packtrain pretokenize --executor ray``: what needs no Ray is checked and done first (ray is not
 installed, a bad address or cache path: one line; an up-to-date build reused without importing ray,
-which alone takes over a second), then pipeline/ray_build.py builds the stages that have work."""
+which alone takes over a second), then pipeline/orchestrate/ray_build.py builds the stages that have work."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ NO_RAY = "--executor ray needs Ray: pip install 'packtrain[ray]' (`make install`
 
 def pretokenize_on_ray(cfg, cache_dir, address: str | None, parts: int | None, progress: bool) -> None:
     from packtrain.core.contract import expert_dir
-    from packtrain.pipeline.build import build, plan
-    from packtrain.pipeline.ray_address import check_cache_dir, check_reachable
+    from packtrain.pipeline.orchestrate.build import build, plan
+    from packtrain.pipeline.orchestrate.ray_address import check_cache_dir, check_reachable
 
     if importlib.util.find_spec("ray") is None:
         raise click.UsageError(NO_RAY)
@@ -43,9 +43,9 @@ def pretokenize_on_ray(cfg, cache_dir, address: str | None, parts: int | None, p
 
 
 def ray_build_module():
-    """pipeline/ray_build.py, which imports ray (packtrain[ray])."""
+    """pipeline/orchestrate/ray_build.py, which imports ray (packtrain[ray])."""
     try:
-        from packtrain.pipeline import ray_build
+        from packtrain.pipeline.orchestrate import ray_build
     except ModuleNotFoundError as e:
         if e.name != "ray":
             raise

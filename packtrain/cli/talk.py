@@ -83,14 +83,14 @@ class Prompter:
 
     @property
     def remembers(self) -> bool:
-        from packtrain.pipeline.generation_prompt import is_conversation
+        from packtrain.pipeline.format.generation_prompt import is_conversation
 
         return is_conversation(self.expert_config.format)
 
     def prompt(self, turns: list[dict]):
-        from packtrain.pipeline.generation_prompt import PromptError, generation_prompt
+        from packtrain.pipeline.format.generation_prompt import PromptError, generation_prompt
 
-        from packtrain.pipeline.chat_template import template_for
+        from packtrain.pipeline.format.chat_template import template_for
 
         tok = self.tokenizer
         template = template_for(tok.chat_template, tok.tool_chat_template, self.tools)
@@ -122,8 +122,8 @@ def finished_run(expert: str, run_dir: str | None, runs_dir: str):
 
 def read_tools(path: str) -> list:
     """``--tools FILE``: a JSON list of tool definitions, checked as the build checks a row's."""
-    from packtrain.pipeline.chat_messages import check_tools
-    from packtrain.pipeline.format import BadRow
+    from packtrain.pipeline.format.chat_messages import check_tools
+    from packtrain.pipeline.format.format import BadRow
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -153,7 +153,7 @@ def open_talker(prompter: Prompter, base: bool, max_new_tokens: int, temperature
     """The run loaded (torch, transformers, peft imported here), ready to answer."""
     from packtrain.trainer.eval.eval_run import open_run
     from packtrain.trainer.eval.talk import Sampling, Talker
-    from packtrain.trainer.runlog import ensure_log_handler
+    from packtrain.trainer.run.runlog import ensure_log_handler
 
     ensure_log_handler()
     click.echo(f"{prompter.run_path}: loading {'the base model' if base else 'the adapter'} ...", err=True)

@@ -1,6 +1,6 @@
 """What a packed block means to a trainer: its attention segments, position ids and labels.
 
-The one definition packtrain's trainer (packtrain/trainer/data.py) and ``packtrain.hf`` (any other
+The one definition packtrain's trainer (packtrain/trainer/data/data.py) and ``packtrain.hf`` (any other
 trainer: HF Trainer, TRL) both read, so a block trains the same wherever it goes. A shard row
 (packtrain/core/shardfile.py) holds ``input_ids``, ``loss_mask`` and ``doc_lens``; from them::
 

@@ -168,7 +168,7 @@ class ExpertConfig:
     def stage_configs(self) -> list["ExpertConfig"]:
         """One config per stage, expert ``<expert>.<stage>``, in order; [self] without stages. A
         stage's ``bundled`` source means this expert's sample (``bundled:<expert>``). The trainer trains
-        them in order, each from the previous stage's adapter (trainer/curriculum.py)."""
+        them in order, each from the previous stage's adapter (trainer/run/curriculum.py)."""
         if not self.stages:
             return [self]
         out = []

@@ -50,7 +50,7 @@ class SourceConfig:
     """Mixing weight of this source's training documents: 0.25 keeps a quarter of them, 3 packs each
     three times, 2.5 each twice plus exactly half of them once more (chosen by a hash of their
     tokens, so the same half every build). Applied after dedup; validation documents are never
-    weighted (pipeline/mix.py)."""
+    weighted (pipeline/pack/mix.py)."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if not self.name:
@@ -384,7 +384,7 @@ class BuildConfig:
     once, within and across sources; a training document equal to a validation one is dropped (a
     document in val is never also in train). ``near``: that, and a training document that is a
     near-duplicate of one kept before it (prompt and answer each at least ``dedup_threshold``
-    similar: pipeline/near_dup.py) is dropped too, and training is compared with validation the same
+    similar: pipeline/pack/near_dup.py) is dropped too, and training is compared with validation the same
     way (contamination). Counted per source in the report, with examples (docs/BUILD.md)."""
     dedup_threshold: float = num(0.8, "[0.5, 1]")
     """``dedup: near`` and ``decontaminate``: the Jaccard similarity (of 3-grams of the tokens' lowercased
@@ -405,18 +405,18 @@ class BuildConfig:
     the data")."""
     line_cache: bool = True
     """Tokenize each distinct line once (schemas repeat across rows), cut where the tokenizer's split
-    regex allows (pipeline/encode/line_cache.py). A shortcut: what it makes is checked against the HF tokenizer
+    regex allows (pipeline/encode/fast/line_cache.py). A shortcut: what it makes is checked against the HF tokenizer
     (check_documents) and it is dropped for a tokenizer on any difference. Part of the build id, like
     fast_encoder; the shards are the same bytes with it on or off."""
     fast_encoder: bool | Literal["fastokens", "tiktoken"] = True
     """Encode with a fast encoder where it is proven to give the HF tokenizer's ids: ``true`` tries
-    fastokens (pipeline/encode/fastokens_encoder.py), then tiktoken (byte-level BPE whose merges agree
-    with its ranks: pipeline/encode/tiktoken_encoder.py); a name tries that one only; ``false``: the HF
+    fastokens (pipeline/encode/fast/fastokens_encoder.py), then tiktoken (byte-level BPE whose merges agree
+    with its ranks: pipeline/encode/fast/tiktoken_encoder.py); a name tries that one only; ``false``: the HF
     tokenizer only. The choice and its reason are logged. A shortcut, checked like line_cache; part of
     the build id (with the libraries' versions), same bytes either way."""
     render_once: bool = True
     """Conversations (format.messages) from one render of the chat template, every assistant span
-    read off it (pipeline/chat_once.py), where probe conversations show the template renders them as
+    read off it (pipeline/format/chat_once.py), where probe conversations show the template renders them as
     the exact way does (a render per turn and one through it); the exact way otherwise. A shortcut,
     checked like line_cache (the checked documents rendered the exact way too and compared); part of
     the build id, same bytes either way."""

@@ -73,13 +73,13 @@ NO_MEANING = {
     "eval_packing": "the val split is packed as the train split is",
     "eval_sample_packing": "the val split is packed as the train split is",
     "padding_free": ("the packed documents are trained without padding between them, each attending only to itself "
-                     "(trainer/attention.py)"),
+                     "(trainer/model/attention.py)"),
     "pad_to_sequence_len": _NO_PADDING,
     # HF TrainingArguments, data collators
     "pad_to_multiple_of": _NO_PADDING,
     "group_by_length": "every packed block has the same length, so there are no lengths to group batches by",
     "dataloader_drop_last": ("no sequence is dropped and every micro-batch is full: an epoch's last one is filled with "
-                             "sequences that train nothing (trainer/epochs.py)"),
+                             "sequences that train nothing (trainer/data/epochs.py)"),
 }
 """A flag of HF, TRL or axolotl that has no meaning on packed blocks -> why (the error says it)."""
 

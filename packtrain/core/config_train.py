@@ -34,7 +34,7 @@ class ModelConfig:
     false: transformers' ``eager`` attention (slower, for debugging or a model without SDPA support)."""
     varlen_attention: bool = True
     """Per-document flash attention (``torch.nn.attention.varlen``, no mask) where it can run: CUDA,
-    sm80+, a model that takes custom attention functions (trainer/attention.py). False, or where it
+    sm80+, a model that takes custom attention functions (trainer/model/attention.py). False, or where it
     cannot run: SDPA with a block-diagonal mask (exact, slower). The choice is logged."""
     base_precision: Literal["bf16", "fp8", "auto"] = "auto"
     """How the frozen base's linear layers compute (the LoRA weights and the optimizer stay as they are):
@@ -44,7 +44,7 @@ class ModelConfig:
     ``pip install 'packtrain[fp8]'``, and not ``lora.method: qlora``; ``auto``: fp8 where that holds, the
     run compiles (``train.torch_compile`` not false) and the model's hidden size is >= 3584 (7B class:
     smaller matrices run slower in fp8), else bf16. The
-    choice is logged and recorded in run.json (trainer/fp8.py, docs/TRAINING.md)."""
+    choice is logged and recorded in run.json (trainer/model/fp8.py, docs/TRAINING.md)."""
 
     def validate(self, errors: list[str], where: str) -> None:
         if not self.name:
@@ -97,7 +97,7 @@ class TrainConfig:
     num_train_epochs: int = num(1, "[1, 1000000]")
     """Passes over the training blocks, unless ``max_steps`` is set. As in HF's Trainer, an epoch trains
     every block once in ``ceil(micro-batches / gradient_accumulation_steps)`` steps, its last step on the
-    micro-batches left (trainer/epochs.py)."""
+    micro-batches left (trainer/data/epochs.py)."""
     max_steps: int | None = num(None, "[1, 1000000000000]", "or unset: num_train_epochs decides")
     """When set, train exactly this many optimizer steps (epoch after epoch as needed, each cut into steps
     as without it), whatever num_train_epochs says: the semantics of HF ``TrainingArguments.max_steps``."""
@@ -106,12 +106,12 @@ class TrainConfig:
     ``pack.block_size``. Shorter: the trainer cuts every block into windows of this many tokens
     (the last one padded when it does not divide the block), splitting the documents at the window
     edges: positions restart, no document attends across an edge, the loss mask is cut alike
-    (trainer/data.py). The build does not change (no rebuild); the batch sizes then count windows.
+    (trainer/data/data.py). The build does not change (no rebuild); the batch sizes then count windows.
     Lower it for shorter, cheaper steps; at most ``pack.block_size``."""
     per_device_train_batch_size: int | Literal["auto"] = num(8, "[1, 1048576]", "or auto")
     """Sequences (blocks, or windows of ``max_seq_length``) per forward on each device, or ``auto``
     (CUDA): measured in the first steps, the fastest micro-batch that fits the GPU with headroom
-    (trainer/microbatch.py), with gradient_accumulation_steps set so that every step still trains
+    (trainer/model/microbatch.py), with gradient_accumulation_steps set so that every step still trains
     ``global_batch_size`` sequences."""
     global_batch_size: int | None = num(None, "[1, 1048576]")
     """Sequences (blocks, or windows of ``max_seq_length``) per optimizer step over all devices
@@ -164,7 +164,7 @@ class TrainConfig:
     gradient_checkpointing: bool | int | Literal["auto", "offload"] = num("auto", "[1, 65536]",
                                                                         "or true, false, auto, offload")
     """Which decoder layers recompute their activations in the backward instead of keeping them
-    (trainer/activations.py): ``false`` none (fastest, most memory); an integer ``k`` every k-th layer
+    (trainer/model/activations.py): ``false`` none (fastest, most memory); an integer ``k`` every k-th layer
     (layers 0, k, 2k, ...: selective, about 1/k of the recompute and of the saving; 1 is ``true``);
     ``true`` every layer (a LoRA step about 1.5x the FLOPs); ``offload`` every layer, their inputs kept
     in pinned CPU memory (the last resort: the least device memory, copies each step). ``auto``: with
@@ -180,7 +180,7 @@ class TrainConfig:
     """``regional``: ``torch.compile`` each decoder layer in place (one compiled graph serves every layer:
     the first step compiles in seconds); ``true``: the whole model (minutes for a 7B); ``false``: eager.
     Default dynamic shapes: one recompile, then none. ``auto``: regional on CUDA, off on CPU (where
-    compiling costs more than it saves on short runs). trainer/compilation.py."""
+    compiling costs more than it saves on short runs). trainer/model/compilation.py."""
     fused_loss: bool | Literal["auto"] = "auto"
     """The fused linear cross-entropy of cut-cross-entropy for the loss head on CUDA (trainer/loss.py);
     ``auto``: used on CUDA when installed (``pip install 'packtrain[cuda]'``), else the chunked loss."""
@@ -235,12 +235,12 @@ class TrainConfig:
     ``tensorboard`` (``<run>/tensorboard/``), ``wandb`` (``WANDB_PROJECT``, ``WANDB_MODE``, ``WANDB_DIR``
     honoured), ``mlflow`` (``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``); each needs its extra
     (``pip install 'packtrain[wandb]'``). ``metrics.jsonl`` stays the record: a dashboard that fails is
-    warned about once and dropped, training goes on (trainer/sinks.py, docs/EVAL.md)."""
+    warned about once and dropped, training goes on (trainer/report/sinks.py, docs/EVAL.md)."""
     save_steps: int | Literal["auto"] = num("auto", "[1, 1000000000000]", "or auto")
     """Save a checkpoint (adapter, optimizer, scheduler and data position, to resume from) every this
     many optimizer steps and at the last step; ``auto``: by time only, every ``save_minutes``. Either way a
     checkpoint is also saved every ``save_minutes`` and when SIGINT (Ctrl-C) or SIGTERM stops the run
-    (at the end of the step it was in: trainer/interrupts.py), so an interrupt loses nothing and a kill
+    (at the end of the step it was in: trainer/run/interrupts.py), so an interrupt loses nothing and a kill
     (SIGKILL, a crash) at most ``save_minutes`` of training."""
     save_minutes: float | None = num(10.0, "(0, 1000000000]", "or unset: by save_steps only")
     """Also save a checkpoint when this many minutes passed since the last save (or the run's start), at
@@ -274,7 +274,7 @@ class TrainConfig:
     """Under torchrun, shard the model over the ranks with FSDP2 (``fully_shard`` on every decoder
     layer and on the root), for a base too large for one device; without torchrun nothing is
     sharded. The type is checked like every field's; ``lora.method: qlora`` and ``merge_adapter``
-    with it are refused when training starts (trainer/train.py); docs/DISTRIBUTED.md."""
+    with it are refused when training starts (trainer/run/train.py); docs/DISTRIBUTED.md."""
 
     def reporters(self) -> list[str]:
         """The dashboards of ``report_to``, as a list (``none``: [])."""

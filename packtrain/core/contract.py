@@ -293,7 +293,7 @@ class Manifest:
         return cls._of(raw)
 
     def to_dict(self) -> dict:
-        """What manifest.json holds (written with sorted keys: pipeline/spill.py ``write_json``)."""
+        """What manifest.json holds (written with sorted keys: pipeline/pack/spill.py ``write_json``)."""
         return {"format_version": FORMAT_VERSION, "build_id": self.build_id, "expert": self.expert,
                 "inputs": self.inputs, "outputs": self.outputs}
 

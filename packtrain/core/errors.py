@@ -89,7 +89,7 @@ def describe_error(error: BaseException) -> str:
 
 class Interrupted(PacktrainError):
     """A command stopped by SIGINT or SIGTERM after it saved what it had (training: a checkpoint at the step
-    boundary, trainer/interrupts.py). The CLI prints the message as one line, not as an error, and exits
+    boundary, trainer/run/interrupts.py). The CLI prints the message as one line, not as an error, and exits
     with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell reports a command that
     the signal ended: what SLURM and Kubernetes expect of a pre-empted job."""
 

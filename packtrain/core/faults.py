@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import signal
 
-CRASH_VARIABLES = ("PACKTRAIN_CRASH_AT", "PACKTRAIN_CRASH_ONCE")  # what a Ray task is given (pipeline/ray_build.py)
+CRASH_VARIABLES = ("PACKTRAIN_CRASH_AT", "PACKTRAIN_CRASH_ONCE")  # what a Ray task is given (pipeline/orchestrate/ray_build.py)
 
 
 def crash_point(name: str) -> None:

@@ -1,4 +1,4 @@
-"""What the build's plots (pipeline/plots.py) and the run's plots (trainer/plots.py) share: the
+"""What the build's plots (pipeline/review/plots.py) and the run's plots (trainer/report/plots.py) share: the
 ``plots/`` directory name, the error they raise, matplotlib on its file-only backend, and the one
 way a figure is saved (never half a PNG; a full disk is one line: core/diskfull.py).
 

@@ -170,7 +170,7 @@ def converted_model_dir(name: str, gguf: Path | None = None) -> Path:
 
 
 CONVERTED_MARK = "packtrain-source.json"
-"""Written last into a converted model directory (packtrain/trainer/convert.py): without it, the
+"""Written last into a converted model directory (packtrain/trainer/model/convert.py): without it, the
 directory is not a finished conversion (copied in part, or left by a conversion killed mid-way)."""
 CONVERTED_FILES = ("config.json", "model.safetensors", "tokenizer.json", CONVERTED_MARK)
 
@@ -199,7 +199,7 @@ def resolve_embedded(name: str) -> Path:
                              f"{gguf_sha256(gguf)[:16]}..., the converted copy {old} is of {old_sha}...): run "
                              "`packtrain prepare-model EXPERT` to convert the new one (`packtrain pretokenize` and "
                              f"`train` do it themselves; {old.name} is kept)")
-    if not directory.is_dir():  # renamed into place only when complete (packtrain/trainer/convert.py)
+    if not directory.is_dir():  # renamed into place only when complete (packtrain/trainer/model/convert.py)
         raise SourceNotFound(f"model {name!r} is not converted yet ({directory} does not exist): run "
                              f"`packtrain prepare-model EXPERT` once (`packtrain pretokenize` and `train` do it themselves)")
     if missing := missing_converted_files(directory):
@@ -275,7 +275,7 @@ def portable_reference(name: str, revision: str | None, seed: int) -> tuple[str,
         return f"packtrain:{BUNDLED}@seed:{seed}", None
     directory = resolve_model_dir(name, revision)
     mark = directory / CONVERTED_MARK
-    if mark.is_file():  # written by packtrain/trainer/convert.py: {"model", "sha256", ...}
+    if mark.is_file():  # written by packtrain/trainer/model/convert.py: {"model", "sha256", ...}
         source = json.loads(mark.read_text(encoding="utf-8"))
         return f"packtrain:{source['model']}@sha256:{source['sha256']}", None
     repo = directory.parent.parent.name  # <hub cache>/models--<org>--<name>/snapshots/<commit>

@@ -3,11 +3,11 @@
 Two ``train --resume auto`` started together on one run both resumed it (the loser died on the other's
 temporary checkpoint, metrics.jsonl recorded its steps twice). The trainer's main rank now holds the
 run's lock from the moment it picks the run (a checkpoint to resume, or a new run directory) to the
-run's end (trainer/train.py); a second process is refused in one line naming the holder (pid, host)
+run's end (trainer/run/train.py); a second process is refused in one line naming the holder (pid, host)
 and the run directory (:class:`RunLocked`). It refuses rather than waits: what it would resume is what
 the first one is changing.
 
-The lock is an OS file lock (``flock``), as the build's (pipeline/build_lock.py): the kernel releases it
+The lock is an OS file lock (``flock``), as the build's (pipeline/orchestrate/build_lock.py): the kernel releases it
 when its holder dies, however it dies. The file holds its holder's pid, host and start time, as a name
 for the refused; it is removed at release, so a run directory holds no lock file once its process ended,
 and a file left behind by a killed holder is taken over with one line saying so (``on_stale``). A
@@ -139,7 +139,7 @@ def stale_line(run_dir: Path, holder: dict) -> str:
 
 
 class RunLocks:
-    """The run directories one training process holds (its main rank: trainer/train.py), each locked once
+    """The run directories one training process holds (its main rank: trainer/run/train.py), each locked once
     (:meth:`hold`), all released at the run's end (:meth:`release`)."""
 
     def __init__(self, on_stale: Callable[[str], None] | None = None):

@@ -44,7 +44,7 @@ class RunError(PacktrainError):
 @dataclass(frozen=True)
 class RunRecord:
     """What ``run.json`` says about a run that the commands reading it use (the trainer writes it at the
-    start of the run: trainer/train.py; every field: docs/TRAINING.md)."""
+    start of the run: trainer/run/train.py; every field: docs/TRAINING.md)."""
 
     run_dir: Path
     build_id: str | None
@@ -86,7 +86,7 @@ def json_object(path: Path) -> dict:
 def recorded_build_id(path: Path) -> object:
     """What the ``build_id`` field of ``path`` (a run's run.json, or a checkpoint's state.json) holds; where
     the file has none (missing, damaged, no such field), the error as ``"<type>: <message>"``. The caller
-    checks that it is a build id (pipeline/rebuild.py: retention protects the build a run needs)."""
+    checks that it is a build id (pipeline/orchestrate/rebuild.py: retention protects the build a run needs)."""
     try:
         return json_object(path)["build_id"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:

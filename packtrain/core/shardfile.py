@@ -1,5 +1,5 @@
 """The shard file format, its one writer (:class:`ShardWriter`, which the build's
-packtrain/pipeline/shards.py feeds) and its one reader (:func:`open_shard`: the trainer, ``packtrain
+packtrain/pipeline/pack/shards.py feeds) and its one reader (:func:`open_shard`: the trainer, ``packtrain
 inspect`` and the tests).
 
 One Arrow IPC *stream* file per shard, uncompressed, one row per packed block. Shard row (``block_size`` = B, default 2048)::

@@ -20,7 +20,7 @@ documents [3, 2] and [6]::
     cu_seq_lens_q/k   [0, 3, 5, 6, 12]                    int32
     max_length_q/k    6                                   the block length: a bound on every segment
 
-The bound, not the longest segment, as packtrain's trainer gives it (packtrain.trainer.data.collate): the
+The bound, not the longest segment, as packtrain's trainer gives it (packtrain.trainer.data.data.collate): the
 kernels are exact for any bound >= the longest segment, and a constant one keeps torch.compile from
 recompiling for every new longest document.
 """

@@ -14,6 +14,6 @@
 - ``encoder_decision.py``: which fast encoder a tokenizer gets, proven in a child process beside the build,
   once per machine (``machine_notes.py``: the machine's store of proofs).
 - ``exactness.py``: every shortcut is admitted only by checking what it made against the reference.
-- ``source_caches.py``: a build's sources tokenized into their source caches (pipeline/spill.py).
+- ``source_caches.py``: a build's sources tokenized into their source caches (pipeline/pack/spill.py).
 - ``notes.py``: small remembered answers (decisions, refusals, facts) in the cache directory.
 """

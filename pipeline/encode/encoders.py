@@ -1,6 +1,6 @@
 """A tokenizing worker's encoders, each built once per process: the HF tokenizer (the reference), the
-line cache (pipeline/encode/line_cache.py) and the fast encoders, fastokens
-(pipeline/encode/fastokens_encoder.py) and tiktoken (pipeline/encode/tiktoken_encoder.py).
+line cache (pipeline/encode/fast/line_cache.py) and the fast encoders, fastokens
+(pipeline/encode/fast/fastokens_encoder.py) and tiktoken (pipeline/encode/fast/tiktoken_encoder.py).
 
 A key is (tokenizer.json path, its sha256): the file is read from the path once per load, its sha256
 checked against the key's, and every encoder is built from those very bytes (:func:`tokenizer_text`),
@@ -22,11 +22,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from packtrain.pipeline.encode import fastokens_encoder, tiktoken_encoder
+from packtrain.pipeline.encode.fast import fastokens_encoder, tiktoken_encoder
 from packtrain.pipeline.encode.memory import release_freed
 from packtrain.core.inputs import parse_json, read_input
 from packtrain.pipeline.errors import TokenizerError, read_as_hashed
-from packtrain.pipeline.encode.line_cache import LineCache, line_cut
+from packtrain.pipeline.encode.fast.line_cache import LineCache, line_cut
 
 KEPT = 1
 """How many tokenizers' encoders a process keeps. One: a build has one tokenizer. The test processes

@@ -20,7 +20,7 @@ program that calls the build runs a fork server of its own (Python's default sta
 3.14 on Linux; stopping it would wait for its pool's processes), the children are spawned and load
 their own.
 
-The first build's encoder decision (pipeline/encode/encoder_decision.py) starts the server and forks
+The first build's encoder decision (pipeline/encode/fast/encoder_decision.py) starts the server and forks
 its child from it as soon as it has loaded: the child proves the encoder with the ones the server
 loaded, and the workers are forked from the same server.
 """

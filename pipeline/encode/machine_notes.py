@@ -4,7 +4,7 @@ prove the encoder again (the probe and the decision's HF encode: 3.5-4 CPU s of 
 build with Qwen3's tokenizer).
 
 A decision is about the tokenizer.json content and the versions of what makes the ids
-(pipeline/encode/encoder_decision.py ``note_about``), not about a cache directory, so it is kept,
+(pipeline/encode/fast/encoder_decision.py ``note_about``), not about a cache directory, so it is kept,
 besides the cache's own note (``<cache>/.fast-encoder/``), in :func:`store_dir`:
 ``PACKTRAIN_PROOFS_DIR`` where set (``off``: no store), else ``<packtrain models directory>/.fast-encoder``
 (``PACKTRAIN_MODELS_DIR``, else ``~/.cache/packtrain/models``: packtrain/core/resolve.py). The notes
@@ -49,7 +49,7 @@ def unwritable(directory: Path, error: OSError) -> str:
 
 def remove_dead_writers(directory: Path) -> None:
     """Remove the temporary notes that writers killed mid-write left in the store (a build removes its
-    cache's under the expert's lock, pipeline/build.py ``remove_leftovers``; no lock covers the store,
+    cache's under the expert's lock, pipeline/orchestrate/build.py ``remove_leftovers``; no lock covers the store,
     so the writer's process is asked): quietly, a store that cannot be changed is used as it is."""
     with contextlib.suppress(OSError):
         for note in directory.glob(f"{TMP_PREFIX}*"):

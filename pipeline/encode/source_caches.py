@@ -1,8 +1,8 @@
-"""Tokenizing the sources of a build into their source caches (pipeline/spill.py), with one pool of
+"""Tokenizing the sources of a build into their source caches (pipeline/pack/spill.py), with one pool of
 workers (pipeline/encode/pool.py) and the encoder the fast-encoder decision allows
-(pipeline/encode/encoder_decision.py): a source directory is written under a temporary name and renamed
+(pipeline/encode/fast/encoder_decision.py): a source directory is written under a temporary name and renamed
 into place only when complete, its inputs checked unchanged, its encoder proven exact and a sample
-of what every shortcut made checked against the HF tokenizer (pipeline/encode/exactness.py)."""
+of what every shortcut made checked against the HF tokenizer (pipeline/encode/fast/exactness.py)."""
 
 from __future__ import annotations
 
@@ -22,20 +22,20 @@ from tqdm import tqdm
 from packtrain.core.files import publish_dir, temporary_path
 from packtrain.core.faults import crash_point
 from packtrain.core.errors import cut
-from packtrain.pipeline.encode import encoder_decision, exactness
-from packtrain.pipeline.encode.encoder_decision import EncoderDecision
+from packtrain.pipeline.encode.fast import encoder_decision, exactness
+from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
 from packtrain.pipeline.encode.memory import release_freed
-from packtrain.pipeline import chat_once
-from packtrain.pipeline.encode.exactness import (Refusals, ShortcutMismatch, line_cache_refusals,
+from packtrain.pipeline.format import chat_once
+from packtrain.pipeline.encode.fast.exactness import (Refusals, ShortcutMismatch, line_cache_refusals,
                                                  render_once_refusals)
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
-from packtrain.pipeline.format import RowFormatter
+from packtrain.pipeline.format.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
-from packtrain.pipeline.report import rate
-from packtrain.pipeline.row_filter import check_kinds
-from packtrain.pipeline.sources import ReadBound, iter_batches
-from packtrain.pipeline.source_stats import BadRow, Exactness, SourceStats
-from packtrain.pipeline.spill import SpillWriter, read_source_stats
+from packtrain.pipeline.pack.report import rate
+from packtrain.pipeline.read.row_filter import check_kinds
+from packtrain.pipeline.read.sources import ReadBound, iter_batches
+from packtrain.pipeline.pack.source_stats import BadRow, Exactness, SourceStats
+from packtrain.pipeline.pack.spill import SpillWriter, read_source_stats
 from packtrain.pipeline.encode.fork_server import ForkServer
 from packtrain.pipeline.encode.pool import encode_stream
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
@@ -52,10 +52,10 @@ class TokenizeJob:
     """What :func:`tokenize_sources` tokenizes: the sources ``todo`` of ``config`` (resolved: ``sources``)
     into ``source_dirs[i]``, as ``dtype`` token ids. ``files`` (:attr:`Plan.files`): the input files,
     checked to be what they were hashed as once read; ``part=(i, n)``: only the batches whose index
-    within their source is ``i`` modulo ``n`` (pipeline/partition.py merges the parts)."""
+    within their source is ``i`` modulo ``n`` (pipeline/orchestrate/partition.py merges the parts)."""
 
     config: Any  # ExpertConfig
-    sources: list  # pipeline/discover.py ResolvedSource, in config order
+    sources: list  # pipeline/read/discover.py ResolvedSource, in config order
     tokenizer: TokenizerInfo
     todo: list[int]
     source_dirs: list[Path]
@@ -66,7 +66,7 @@ class TokenizeJob:
     """The day the build's chat template renders (its inputs' ``chat_date``), whatever the clock says
     when a row is rendered."""
     server: ForkServer | None = None
-    """A fork server the build started before planning (pipeline/build.py ``first_build_server``),
+    """A fork server the build started before planning (pipeline/orchestrate/build.py ``first_build_server``),
     taken by :func:`start_decision` where it is running and loaded this tokenizer's file."""
 
 
@@ -75,15 +75,15 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path, 
     once every input file is checked to be what ``job.files`` hashed.
 
     Every source directory records which batches it holds and how many documents of each split each
-    batch gave (pipeline/spill.py). ``cache_dir``: where the encoder decision is remembered.
+    batch gave (pipeline/pack/spill.py). ``cache_dir``: where the encoder decision is remembered.
 
-    The encoder is fastokens, else tiktoken, where proven exact (pipeline/encode/encoder_decision.py):
+    The encoder is fastokens, else tiktoken, where proven exact (pipeline/encode/fast/encoder_decision.py):
     a first build with a tokenizer tokenizes while the proof runs and waits for it before anything
     is renamed into place; where it fails, the sources are tokenized again with the HF tokenizer.
     ``meanwhile(dirs)`` (each source's directory: this job's unpublished ones, the others' own) is
     called before that wait (the build packs meanwhile); its result is returned where the proof
     holds, else None. A shortcut that makes a checked document differently from the HF tokenizer is
-    dropped (remembered), and the sources tokenized again (pipeline/encode/exactness.py).
+    dropped (remembered), and the sources tokenized again (pipeline/encode/fast/exactness.py).
     """
     config, tokenizer = job.config, job.tokenizer
     tmps = {i: temporary_path(job.source_dirs[i]) for i in job.todo}

@@ -12,7 +12,7 @@ from pathlib import Path
 from packtrain.core.contract import TOOL_CHAT_TEMPLATE, tokenizer_fingerprint
 from packtrain.core.inputs import check_input, parse_json, read_input
 from packtrain.pipeline.encode import tokenizer_facts
-from packtrain.pipeline.encode.line_cache import line_cut
+from packtrain.pipeline.encode.fast.line_cache import line_cut
 from packtrain.pipeline.errors import TokenizerError, read_as_hashed
 
 LINE_SPLITS: dict[str, tuple[bool, str]] = {}
@@ -50,7 +50,7 @@ class TokenizerInfo:
         return tuple(filter(None, (self.chat_template, self.tool_chat_template)))
 
     def line_split(self) -> tuple[bool, str]:
-        """Whether repeated lines can be memoized (packtrain.pipeline.encode.line_cache), and why; read from
+        """Whether repeated lines can be memoized (packtrain.pipeline.encode.fast.line_cache), and why; read from
         tokenizer.json when asked (only a build that tokenizes with HF tokenizers asks), once per process
         and file content (:data:`LINE_SPLITS`)."""
         file_hash = self.fingerprint["files"]["tokenizer.json"]

@@ -1,6 +1,6 @@
 """What a tokenizer.json's normalizer and pre-tokenizer do, judged by their steps rather than by how
-they are written: the structural checks of the fast encoders (pipeline/encode/fastokens_encoder.py,
-pipeline/encode/tiktoken_encoder.py) and of the line cache (pipeline/encode/line_cache.py) ask these.
+they are written: the structural checks of the fast encoders (pipeline/encode/fast/fastokens_encoder.py,
+pipeline/encode/fast/tiktoken_encoder.py) and of the line cache (pipeline/encode/fast/line_cache.py) ask these.
 
 A ``Sequence`` applies its steps one after the other, so a Sequence inside a Sequence is its steps
 in place, an empty Sequence does nothing, and a Sequence of NFC steps is NFC (NFC of an NFC text is

@@ -1,13 +1,13 @@
 """A worker's batch: formatted rows -> token arrays and loss masks (run in the pool, pipeline/encode/pool.py).
 
 Each worker loads the HF tokenizer (the reference) once, and the fast encoder the build decided on
-(fastokens or tiktoken, pipeline/encode/encoder_decision.py) or the line cache
-(pipeline/encode/line_cache.py). A sample of what a shortcut makes is re-encoded with the HF
-tokenizer in the same worker and compared (pipeline/encode/exactness.py); the batch carries any
+(fastokens or tiktoken, pipeline/encode/fast/encoder_decision.py) or the line cache
+(pipeline/encode/fast/line_cache.py). A sample of what a shortcut makes is re-encoded with the HF
+tokenizer in the same worker and compared (pipeline/encode/fast/exactness.py); the batch carries any
 difference back to the build, which then drops that shortcut.
 
 Prompt/answer rows whose template is plain ``{field}`` placeholders over text columns are formatted
-column-wise (pipeline/format_columns.py) and, with fastokens, encoded, placed and assembled for the
+column-wise (pipeline/format/format_columns.py) and, with fastokens, encoded, placed and assembled for the
 whole batch at once (:func:`encode_suffix_rows`): no Python object per row; the same documents,
 bad rows and checks as the per-row path, which takes every other batch.
 
@@ -15,7 +15,7 @@ Per document the worker returns ``[bos?] + tokens(text) + [eos]`` and its loss m
 tokens of every supervised span (the answer; each assistant turn of a conversation), and on the
 EOS when the last span runs to the end of the text. A span must start on a token boundary of the
 whole text (so the prompt's tokens are a prefix of the full text's): the HF tokenizer's character
-offsets say so, or a fast encoder's token byte lengths (pipeline/encode/byte_spans.py); a row
+offsets say so, or a fast encoder's token byte lengths (pipeline/encode/fast/byte_spans.py); a row
 where it does not is rejected.
 """
 
@@ -32,22 +32,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from packtrain.core.config_build import RowCondition
-from packtrain.pipeline import mix
-from packtrain.pipeline.arrow_columns import num_rows
-from packtrain.pipeline.chat_template import rendered_on
-from packtrain.pipeline.encode import exactness, fastokens_encoder, tokenizer_facts
+from packtrain.pipeline.pack import mix
+from packtrain.pipeline.read.arrow_columns import num_rows
+from packtrain.pipeline.format.chat_template import rendered_on
+from packtrain.pipeline.encode.fast import exactness, fastokens_encoder
+from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
 from packtrain.pipeline.errors import TokenizerError
-from packtrain.pipeline.format import BadRow, Formatted, RowFormatter, not_unicode
-from packtrain.pipeline.format_columns import SuffixBatch, format_columns
-from packtrain.pipeline.row_filter import kept_rows
-from packtrain.pipeline.special_text import SpecialText, SpecialTextRefused, reference_encodings, specials_of
+from packtrain.pipeline.format.format import BadRow, Formatted, RowFormatter, not_unicode
+from packtrain.pipeline.format.format_columns import SuffixBatch, format_columns
+from packtrain.pipeline.read.row_filter import kept_rows
+from packtrain.pipeline.format.special_text import SpecialText, SpecialTextRefused, reference_encodings, specials_of
 
 
 @functools.lru_cache(maxsize=8)
 def special_tokens(key: tuple[str, str]) -> tuple[str, ...]:
-    """The texts of the special tokens of the worker's HF tokenizer ``key`` (pipeline/special_text.py)."""
+    """The texts of the special tokens of the worker's HF tokenizer ``key`` (pipeline/format/special_text.py)."""
     return specials_of(hf_tokenizer(key))
 
 
@@ -71,11 +72,11 @@ class EncodeTask:
     """Memoize repeated lines (only set where TokenizerInfo.line_split says the tokenizer has a cut)."""
     fast_encoder: str | None = None
     """The fast encoder to encode with, fastokens or tiktoken (only set where the build's decision,
-    pipeline/encode/encoder_decision.py, found it exact); None: the HF tokenizer."""
+    pipeline/encode/fast/encoder_decision.py, found it exact); None: the HF tokenizer."""
     check_rows: int = 1 << 62
     """Check every document a shortcut makes from the batch's first ``check_rows`` rows against the
     reference (the rows among the first ``build.check_documents`` of a source), and a seeded sample of
-    the rest (pipeline/encode/exactness.py)."""
+    the rest (pipeline/encode/fast/exactness.py)."""
     facts: str | None = None
     """The tokenizer facts planning used (TokenizerInfo.facts as JSON: eos/pad/bos ids, the prefix, the
     vocabulary size), remembered in the cache; checked against the HF tokenizer where ``check_facts``."""
@@ -86,7 +87,7 @@ class EncodeTask:
     chat_date: str | None = None
     """The day the chat template renders (the build's planned ``chat_date``; None: it renders no date)."""
     special_tokens_in_text: str = "text"
-    """``build.special_tokens_in_text``: what the data's special-token text becomes (pipeline/special_text.py)."""
+    """``build.special_tokens_in_text``: what the data's special-token text becomes (pipeline/format/special_text.py)."""
 
 
 @dataclass
@@ -101,10 +102,10 @@ class EncodedBatch:
     by_shortcut: int = 0  # documents a shortcut (a fast encoder, the line cache, one render) made
     checked: int = 0  # of those, how many were re-encoded with the reference and found identical
     mismatches: list = dataclasses.field(default_factory=list)  # exactness.Mismatch of those that differ
-    no_system: int = 0  # chat documents without a system message (pipeline/system_prompt.py)
+    no_system: int = 0  # chat documents without a system message (pipeline/format/system_prompt.py)
     rows: int | None = None  # rows of the batch as read (None: one document or bad row each)
     special_text: list = dataclasses.field(default_factory=list)  # (row index, where) of rows whose data holds
-    # special-token text (pipeline/special_text.py), refused or not
+    # special-token text (pipeline/format/special_text.py), refused or not
     filtered: int = 0  # rows the source's ``where`` dropped
 
 
@@ -282,7 +283,7 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
 
 
 def encode_suffix_rows(task: EncodeTask, fast, batch: SuffixBatch) -> EncodedBatch:
-    """:func:`encode_rows` for prompt + answer rows formatted column-wise (pipeline/format_columns.py),
+    """:func:`encode_rows` for prompt + answer rows formatted column-wise (pipeline/format/format_columns.py),
     with fastokens: the same documents, bad rows and checks, with no Python object per document
     where fastokens places the span (the HF tokenizer makes the rest, as in :func:`encode_rows`)."""
     key = (task.tokenizer_file, task.tokenizer_sha256)
@@ -353,7 +354,7 @@ def refused_batch(mismatch: exactness.Mismatch | None) -> EncodedBatch:
 
 def check_documents(reference, docs, encoded, made_by, kept: list[int], checks: list[int]) -> list[exactness.Mismatch]:
     """Re-encode the documents ``checks`` (made by a shortcut) with the reference, the HF tokenizer on
-    the whole text, and return where the ids or the supervised tokens differ (pipeline/encode/exactness.py).
+    the whole text, and return where the ids or the supervised tokens differ (pipeline/encode/fast/exactness.py).
     ``docs`` (Formatted), ``encoded`` ((ids, token ranges)) and ``made_by`` (the shortcut's label) are
     indexed by document (lists, or dicts holding ``checks``), ``kept`` gives each document's row."""
     mismatches = []
@@ -371,7 +372,7 @@ def check_documents(reference, docs, encoded, made_by, kept: list[int], checks: 
 
 def check_renders(formatter: RowFormatter, columns: dict[str, list], docs: list[Formatted], kept: list[int],
                   checks: list[int]) -> list[exactness.Mismatch]:
-    """Render the conversations ``checks`` (made by one render, pipeline/chat_once.py) the exact way
+    """Render the conversations ``checks`` (made by one render, pipeline/format/chat_once.py) the exact way
     too and return where the text or the spans differ."""
     exact = dataclasses.replace(formatter, render_once=False)
     mismatches = []

@@ -23,13 +23,13 @@ from packtrain.core.configfile import config_from_dict
 from packtrain.core.contract import MANIFEST, Manifest, tokenizer_fingerprint
 from packtrain.core.inputs import one_line, read_json
 from packtrain.core.rundir import RUN_JSON, RunRecord
-from packtrain.trainer.adapters import ADAPTER_WEIGHTS
-from packtrain.trainer.checkpoint import ADAPTER_DIR
-from packtrain.trainer.model import Precision, choose_precision, load_base_model, model_source, tokenizer_dir
+from packtrain.trainer.model.adapters import ADAPTER_WEIGHTS
+from packtrain.trainer.run.checkpoint import ADAPTER_DIR
+from packtrain.trainer.model.model import Precision, choose_precision, load_base_model, model_source, tokenizer_dir
 from packtrain.trainer.eval.task_eval import (Answers, TaskEvalError, EVAL_SUMMARY, check_not_evaluated, example_limit,
                                          format_samples, format_summary, task_eval, eval_parts)
-from packtrain.trainer.run_checks import check_tokenizer
-from packtrain.trainer.runlog import ensure_log_handler
+from packtrain.trainer.run.run_checks import check_tokenizer
+from packtrain.trainer.run.runlog import ensure_log_handler
 from packtrain.trainer.threads import set_torch_threads, threads_restored
 
 log = logging.getLogger("packtrain.train")

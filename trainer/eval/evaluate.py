@@ -7,7 +7,7 @@ import math
 import torch
 from torch.utils.data import DataLoader
 
-from packtrain.trainer.progress import Progress
+from packtrain.trainer.report.progress import Progress
 from packtrain.trainer.step import LossPath, forward_loss
 
 
@@ -16,7 +16,7 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, path: LossPath, progres
     """``{"eval/loss", "eval/ppl", "eval/tokens"}``: the mean loss over every supervised val token,
     computed by the training's micro-step (:func:`packtrain.trainer.step.forward_loss`; ``path.chunked``
     as ``train.chunked_loss``: the same number either way). ``progress``: what the console calls this
-    evaluation while it runs (trainer/progress.py); None: nothing shown."""
+    evaluation while it runs (trainer/report/progress.py); None: nothing shown."""
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros((), device=path.device)

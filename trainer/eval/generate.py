@@ -6,7 +6,7 @@ starts; ``model.generate`` runs greedy (``do_sample=False``) with ``use_cache=Tr
 turns the cache off: a KV cache disables transformers' packed-sequence detection) and stops a row
 at the tokenizer's eos. The base model's answer is the same PEFT model under
 ``disable_adapter()``: one model in memory, not two. A model that trains with varlen attention
-generates with SDPA (packtrain.trainer.attention.reference_attention_for_generation).
+generates with SDPA (packtrain.trainer.model.attention.reference_attention_for_generation).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Sequence
 
 import torch
 
-from packtrain.trainer.attention import reference_attention_for_generation
-from packtrain.trainer.model import Precision, causal_lm
-from packtrain.trainer.progress import Progress
+from packtrain.trainer.model.attention import reference_attention_for_generation
+from packtrain.trainer.model.model import Precision, causal_lm
+from packtrain.trainer.report.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def generate(model: torch.nn.Module, prompts: Sequence[Sequence[int]], how: Gree
     """The greedy continuation of every prompt (token ids, up to and without the eos), in order.
 
     ``adapter=False`` generates with the PEFT adapter disabled (the base model's answers). ``progress``:
-    what the console calls this generation while it runs, prompt by prompt (trainer/progress.py);
+    what the console calls this generation while it runs, prompt by prompt (trainer/report/progress.py);
     None: nothing shown."""
     was_training = model.training
     model.eval()

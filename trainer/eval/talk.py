@@ -1,7 +1,7 @@
 """Answers from a finished run, one prompt at a time, streamed as they generate (``packtrain generate``
 and ``packtrain chat``).
 
-The prompt text comes from the CLI, made by the run's own format (packtrain.pipeline.generation_prompt);
+The prompt text comes from the CLI, made by the run's own format (packtrain.pipeline.format.generation_prompt);
 here it is tokenized the way the build tokenizes (no special tokens added, the format's prefix ids
 first), so the model sees what it trained on. Greedy by default; ``temperature > 0`` samples (with
 ``top_p``, seeded). ``base=True`` answers with the adapter disabled: the base model.
@@ -21,10 +21,10 @@ from typing import Callable, Sequence
 import torch
 
 from packtrain.core.errors import PacktrainError
-from packtrain.trainer.attention import reference_attention_for_generation
+from packtrain.trainer.model.attention import reference_attention_for_generation
 from packtrain.trainer.eval.eval_run import OpenRun
 from packtrain.trainer.eval.generate import until_eos
-from packtrain.trainer.model import causal_lm
+from packtrain.trainer.model.model import causal_lm
 
 
 class PromptTooLong(PacktrainError):

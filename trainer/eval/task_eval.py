@@ -35,11 +35,11 @@ from packtrain.trainer.eval.base_samples import (base_identity, keep_base_answer
                                                  samples_path)
 from packtrain.trainer.eval.budget import Example, fit_samples, fit_task
 from packtrain.trainer.eval.generate import Greedy, generate
-from packtrain.trainer.model import Precision
+from packtrain.trainer.model.model import Precision
 from packtrain.trainer.eval.task_metrics import aggregate, metric_for, score
 
 if TYPE_CHECKING:  # the training run's context; `packtrain eval` does without it (eval_run.py)
-    from packtrain.trainer.context import TrainContext
+    from packtrain.trainer.run.context import TrainContext
 
 log = logging.getLogger("packtrain.train")
 

@@ -1,0 +1,1 @@
+"""Formatting: rows -> documents (templates, chat rendering and its checks, prompts)."""

@@ -1,0 +1,1 @@
+"""The build's orchestration: plan, lock, publish; partitions, Ray and rebuilds."""

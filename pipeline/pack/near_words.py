@@ -1,0 +1,172 @@
+"""A document's words for near dedup (pipeline/pack/near_dup.py, where the measure is defined): each
+token id's text as it reads inside a document, normalized (:func:`token_table`, :func:`tokenizer_table`),
+cut into :class:`Pieces`, and the words of a batch of spilled documents' prompts and answers
+(:class:`SpillWords`) hashed from their tokens' pieces, not their bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_POW = np.cumprod(np.full(64, 0x100000001B3, dtype=np.uint64))  # P ** (i + 1), wrapping mod 2**64 as meant
+_SHIFT = np.concatenate([[np.uint64(1)], _POW[:-1]])  # P ** i
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every bit of each uint64 spread over the whole word.
+
+    >>> mix64(np.array([0, 1], np.uint64)).tolist()
+    [0, 6238072747940578789]
+    """
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def token_table(pieces: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes each token id stands for in the measure (``pieces[id]``: its text as it reads inside
+    a document, a leading space included; a special token's ``""``), lowercased with every run of
+    whitespace one space: a flat uint8 array and each id's offsets into it.
+
+    >>> data, offsets = token_table(["Select", " FROM", "\\n\\n ", ""])
+    >>> bytes(data).decode(), offsets.tolist()
+    ('select from ', [0, 6, 11, 12, 12])
+    """
+    texts = [" ".join(piece.lower().split(None)) if piece.strip() else (" " if piece else "") for piece in pieces]
+    texts = [(" " if piece[:1].isspace() and text != " " else "") + text
+             + (" " if piece[-1:].isspace() and text != " " else "") for piece, text in zip(pieces, texts)]
+    encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), np.uint8), offsets
+
+
+@dataclass
+class Pieces:
+    """The bytes of :func:`token_table` cut at token ends and at spaces, each piece a word fragment or
+    a run of spaces, with what a fragment adds to its word's hash: token ``t``'s pieces are
+    ``first[t] .. first[t] + count[t] - 1``. A document's words then come from its tokens' pieces,
+    not its bytes (a token is one or two pieces, a word of it several bytes)."""
+    first: np.ndarray
+    count: np.ndarray
+    hash: np.ndarray
+    """Per piece: sum of (byte + 1) * P ** (i + 1) over its bytes, i the byte's place in the piece."""
+    length: np.ndarray
+    space: np.ndarray
+    start: np.ndarray
+    """Per piece: where its bytes begin in ``data``."""
+    data: np.ndarray
+
+    @classmethod
+    def of(cls, data: np.ndarray, owner: np.ndarray, tokens: int) -> "Pieces":
+        """The pieces of ``data``, the bytes of ``tokens`` tokens (the token of each byte in ``owner``)."""
+        space = data == 32
+        starts = np.flatnonzero(np.concatenate([[True], (owner[1:] != owner[:-1]) | (space[1:] != space[:-1])])
+                                if len(data) else np.zeros(0, bool))
+        length = np.diff(np.append(starts, len(data))).astype(np.int32)
+        pos = np.arange(len(data), dtype=np.int32) - np.repeat(starts.astype(np.int32), length)
+        with np.errstate(over="ignore"):
+            values = (data.astype(np.uint64) + np.uint64(1)) * _POW[pos & 63]
+        count = np.bincount(owner[starts], minlength=tokens).astype(np.int32)
+        return cls(np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64), count,
+                   np.add.reduceat(values, starts) if len(starts) else np.zeros(0, np.uint64), length,
+                   space[starts], starts, data)
+
+    def words(self, pieces: np.ndarray, doc: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`word_hashes` of the bytes of ``pieces`` (of ``documents`` documents, the document of
+        each piece in ``doc``, in order): a fragment at place s of its word adds P ** (s % 64) times its
+        hash; one that crosses a multiple of 64 (only in words of more than 64 bytes) is hashed by byte."""
+        space, length = self.space[pieces], self.length[pieces]
+        new_doc = np.concatenate([[True], doc[1:] != doc[:-1]])
+        starts = np.flatnonzero(~space & (new_doc | np.concatenate([[True], space[:-1]])))
+        if not len(starts):
+            return np.zeros(0, np.uint64), np.zeros(documents, np.int64)
+        marker = np.zeros(len(pieces), np.int32)
+        marker[starts] = 1
+        word = np.cumsum(marker) - 1
+        at = np.cumsum(length, dtype=np.int64) - length
+        place = at - at[starts[np.maximum(word, 0)]]
+        outside = space | (word < 0)
+        with np.errstate(over="ignore"):
+            values = self.hash[pieces] * _SHIFT[place & 63]
+        values[outside] = 0
+        crossing = np.flatnonzero(~outside & ((place & 63) + length > 64))
+        if len(crossing):
+            values[crossing] = self.by_byte(pieces[crossing], place[crossing])
+        return mix64(np.add.reduceat(values, starts)), np.bincount(doc[starts], minlength=documents)
+
+    def by_byte(self, pieces: np.ndarray, place: np.ndarray) -> np.ndarray:
+        """What each of ``pieces`` adds to its word's hash at byte ``place`` of the word."""
+        length = self.length[pieces]
+        within = ranges(np.zeros(len(pieces), np.int64), length)
+        with np.errstate(over="ignore"):
+            values = ((self.data[ranges(self.start[pieces], length)].astype(np.uint64) + np.uint64(1))
+                      * _POW[(np.repeat(place, length) + within) & 63])
+        return np.add.reduceat(values, np.concatenate([[0], np.cumsum(length)[:-1]]))
+
+
+def word_hashes(data: np.ndarray, doc_of_byte: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
+    """A uint64 hash per space-separated word of ``data`` (bytes of ``documents`` documents, the
+    document of each byte in ``doc_of_byte``, in order), in order, and the number of words per
+    document: mix64 of the sum of (byte + 1) * P ** (i % 64 + 1), i the byte's place in its word.
+
+    >>> data = np.frombuffer(b"a b" + b"b  a a", np.uint8)
+    >>> h, n = word_hashes(data, np.array([0, 0, 0, 2, 2, 2, 2, 2, 2]), 3)
+    >>> n.tolist(), bool(h[0] == h[3]), bool(h[1] == h[2]), bool(h[0] == h[1])
+    ([2, 0, 3], True, True, False)
+    """
+    every = np.arange(len(data))
+    return Pieces.of(data, every, len(data)).words(every, np.asarray(doc_of_byte), documents)
+
+
+class SpillWords:
+    """``parts`` for near_dup.find over a build's spills (pipeline/pack/spill.py ``SourceSpill``, per split
+    and source): each document's prompt and answer words (:func:`word_hashes` of the bytes
+    ``table`` (:func:`token_table`) gives its tokens, from their :class:`Pieces`)."""
+
+    def __init__(self, spills: dict, table: tuple[np.ndarray, np.ndarray]):
+        data, offsets = table
+        self.spills = spills
+        self.pieces = Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)), len(offsets) - 1)
+
+    def __call__(self, split: str, source: int, indices: np.ndarray):
+        spill = self.spills[split][source]
+        at = ranges(spill.offsets[indices], spill.lengths[indices])
+        tokens, mask = spill.tokens[at], spill.masks[at]
+        doc = np.repeat(np.arange(len(indices), dtype=np.int32), spill.lengths[indices])
+        out: list[np.ndarray] = []
+        for part in (mask == 0, mask != 0):
+            ids = tokens[part]
+            count = self.pieces.count[ids]
+            pieces = ranges(self.pieces.first[ids], count)
+            out += list(self.pieces.words(pieces, np.repeat(doc[part], count), len(indices)))
+        return tuple(out)
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices ``starts[i] .. starts[i] + lengths[i] - 1`` of every range, in order.
+
+    >>> ranges(np.array([5, 0]), np.array([2, 3])).tolist()
+    [5, 6, 0, 1, 2]
+    """
+    before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.repeat(np.asarray(starts, np.int64) - before, lengths) + np.arange(int(np.sum(lengths)), dtype=np.int64)
+
+
+def tokenizer_table(tokenizer_file, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`token_table` of every id of the tokenizer in ``tokenizer_file`` (a tokenizer.json): a
+    token's text as it reads inside a document is what decoding it after another token adds (alone,
+    a SentencePiece decoder drops its leading space)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    size = max(vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
+    anchor = tokenizer.encode("a", add_special_tokens=False).ids[:1] or [0]
+    head = tokenizer.decode(anchor, skip_special_tokens=True)
+    both = tokenizer.decode_batch([anchor + [i] for i in range(size)], skip_special_tokens=True)
+    return token_table([text[len(head):] if text.startswith(head) else text for text in both])

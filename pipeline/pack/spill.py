@@ -1,0 +1,264 @@
+"""Spills: one source's tokenized documents on disk, written batch by batch, read memory-mapped.
+
+    cache/<expert>/.sources/<key>/         one source (``key``: what tokenizing it depends on)
+      train.tokens  val.tokens             every document's tokens, concatenated (token dtype)
+      train.mask    val.mask               its loss mask, 1 byte per token
+      <split>.lengths.npy                  tokens per document (int64)
+      <split>.prompts.npy                  tokens before each document's first supervised one
+      <split>.batch_docs.npy               documents of each batch (build.batch_rows rows)
+      <split>.keys                         each document's 16-byte key (mix.document_keys; made by the workers)
+      batch_index.npy                      which batches of the source this directory holds
+      stats.json                           written last, with the sha256 of every file above
+
+:class:`SpillWriter` writes one (the build, as workers return batches; a partitioned build's
+merge, interleaving parts); :class:`SourceSpill` reads one split of it for mixing and packing.
+A directory is written under a temporary name and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from packtrain.core.files import fsync_dir
+from packtrain.core.hashing import sha256_file, sha256_json
+from packtrain.core.errors import ContractError
+from packtrain.core.inputs import read_json
+from packtrain.core.schema import SHA256
+from packtrain.core.faults import crash_point
+from packtrain.pipeline.pack import mix
+from packtrain.pipeline.pack.source_stats import SourceStats
+
+SOURCES = ".sources"
+PARTS = ".parts"  # in .sources/: a partitioned build's parts, .parts/<key>/<i>-of-<n> (pipeline/orchestrate/partition.py)
+PART_IDENTITY = "identity.json"  # in .parts/<key>/: the source without the encoder, and the encoder (see merge)
+SOURCE_STATS = "stats.json"
+SPLITS = ("train", "val")
+# A source cache directory: these files, then stats.json (written last) with their sha256 and its own.
+SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
+                                     for kind in ("tokens", "mask", "keys", "lengths.npy", "prompts.npy",
+                                                  "batch_docs.npy")))
+SPILL_VERSION = 5  # part of every source's key: raise when the files above change (2: document keys, 3: exactness,
+# 4: render_once, 5: no_system in stats.json)
+SOURCE_STATS_SCHEMA = {**SourceStats.SCHEMA, "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256}
+
+
+def concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+
+
+class SpillWriter:
+    """Writes one source's spill into ``directory`` (created here): each batch's documents are
+    appended to the split files as they come; :meth:`close` saves the per-document arrays, checks
+    every file's size, and writes stats.json last. The caller renames the directory into place."""
+
+    def __init__(self, directory: Path, dtype):
+        self.directory = Path(directory)
+        self.dtype = np.dtype(dtype)
+        self.directory.mkdir(parents=True)
+        self.files = {(split, kind): open(self.directory / f"{split}.{kind}", "wb")
+                      for split in SPLITS for kind in ("tokens", "mask", "keys")}
+        self.lengths: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
+        self.prompts: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
+        self.batch_index: list[int] = []
+
+    def add_batch(self, number: int, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray,
+                  prompt_lengths: np.ndarray, is_val: np.ndarray, keys: np.ndarray) -> None:
+        """Batch ``number`` of the source: its documents go to train or val by ``is_val``. ``keys``:
+        each document's key, mix.document_keys of ``tokens`` in this spill's dtype."""
+        self.batch_index.append(number)
+        if not is_val.any():  # the common case: no copy, the whole batch is training data
+            self.write("train", tokens, masks, lengths, prompt_lengths, keys)
+            self.write("val", tokens[:0], masks[:0], lengths[:0], prompt_lengths[:0], keys[:0])
+            return
+        val_tokens = np.repeat(is_val, lengths)
+        for split, selected, docs in (("train", ~val_tokens, ~is_val), ("val", val_tokens, is_val)):
+            self.write(split, tokens[selected], masks[selected], lengths[docs], prompt_lengths[docs], keys[docs])
+
+    def write(self, split: str, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray,
+              prompt_lengths: np.ndarray, keys: np.ndarray) -> None:
+        """One batch's documents of ``split``."""
+        # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills
+        self.files[split, "tokens"].write(tokens.astype(self.dtype, copy=False).tobytes())
+        self.files[split, "mask"].write(masks.tobytes())
+        self.files[split, "keys"].write(np.ascontiguousarray(keys, np.uint8).tobytes())
+        self.lengths[split].append(lengths)
+        self.prompts[split].append(prompt_lengths)
+
+    def close(self, stats: SourceStats) -> None:
+        """Flush, check and complete the directory; ``stats``: the source's counts (stats.json)."""
+        for (split, kind), f in self.files.items():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            if kind == "keys":
+                expected = sum(len(n) for n in self.lengths[split]) * mix.KEY_BYTES
+            else:
+                itemsize = self.dtype.itemsize if kind == "tokens" else 1
+                expected = int(sum(int(n.sum()) for n in self.lengths[split])) * itemsize
+            if os.path.getsize(f.name) != expected:  # never cache a short file as complete
+                raise OSError(errno.ENOSPC, f"{f.name} has {os.path.getsize(f.name)} bytes, expected {expected}: "
+                                            "the disk is full or failing")
+        for split in SPLITS:
+            np.save(self.directory / f"{split}.lengths.npy", concat(self.lengths[split]))
+            np.save(self.directory / f"{split}.prompts.npy", concat(self.prompts[split]))
+            np.save(self.directory / f"{split}.batch_docs.npy",
+                    np.array([len(n) for n in self.lengths[split]], np.int64))
+        np.save(self.directory / "batch_index.npy", np.array(self.batch_index, np.int64))
+        write_source_stats(self.directory, stats)  # last: its presence marks a complete source
+        fsync_dir(self.directory)
+
+    def abort(self) -> None:
+        for f in self.files.values():
+            with contextlib.suppress(OSError):  # on a full disk, closing fails too; the error is on its way
+                f.close()
+
+
+SUM_TOKENS = 1 << 22
+"""Tokens per reduceat of :meth:`SourceSpill.supervised`: its int32 sums (a document is far below
+2**31 tokens) cast the mask to int32 first, and a 34M-token spill's at once is a 136 MB temporary
+whose page faults cost 0.24 s (int64 sums: 0.5 s); 4M tokens at a time: 0.016 s (docs/BENCHMARKS.md)."""
+
+
+class SourceSpill:
+    """One source's documents of one split: tokens and loss mask memory-mapped, lengths in memory."""
+
+    def __init__(self, directory: Path, split: str, dtype):
+        self.lengths = np.load(directory / f"{split}.lengths.npy")
+        self.prompt_lengths = np.load(directory / f"{split}.prompts.npy")
+        self.batch_first_doc = np.concatenate([[0], np.cumsum(np.load(directory / f"{split}.batch_docs.npy"))])
+        self.tokens = mapped(directory / f"{split}.tokens", dtype)
+        self.masks = mapped(directory / f"{split}.mask", np.uint8)
+        self.key_rows = mapped(directory / f"{split}.keys", np.uint8).reshape(-1, mix.KEY_BYTES)
+        self.offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=self.offsets[1:])
+
+    def supervised(self) -> np.ndarray:
+        """Supervised tokens per document (every document has at least its EOS token), summed
+        :data:`SUM_TOKENS` tokens of whole documents at a time."""
+        starts, out = self.offsets[:-1], np.zeros(len(self.lengths), np.int64)
+        first = 0
+        while first < len(starts):
+            last = max(first + 1, int(np.searchsorted(starts, starts[first] + SUM_TOKENS, "right")))
+            a, b = int(starts[first]), int(self.offsets[last])
+            out[first:last] = np.add.reduceat(self.masks[a:b], starts[first:last] - a, dtype=np.int32)
+            first = last
+        return out
+
+    def keys(self) -> list[bytes]:
+        """Each document's key (mix.document_keys), as the workers computed it."""
+        data = self.key_rows.tobytes()
+        return [data[i : i + mix.KEY_BYTES] for i in range(0, len(data), mix.KEY_BYTES)]
+
+    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens, masks, lengths, prompt lengths, keys) of the ``k``-th batch this spill holds."""
+        a, b = int(self.batch_first_doc[k]), int(self.batch_first_doc[k + 1])
+        start, stop = int(self.offsets[a]), int(self.offsets[b])
+        return (self.tokens[start:stop], self.masks[start:stop], self.lengths[a:b], self.prompt_lengths[a:b],
+                self.key_rows[a:b])
+
+
+def mapped(path: Path, dtype) -> np.ndarray:
+    # a plain ndarray view of the mapping: slicing an np.memmap goes through Python-level hooks
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r")) if path.stat().st_size else np.zeros(0, dtype)
+
+
+def merge_spills(parts: list[Path], out: Path, dtype, stats: SourceStats) -> None:
+    """Write ``out`` from the spills ``parts`` (each holding some batches of one source, together
+    every batch once), their batches interleaved back into batch order: what one machine would
+    have written. The caller checks the parts cover every batch once."""
+    index = [np.load(p / "batch_index.npy") for p in parts]
+    order = sorted((int(g), p, k) for p, batches in enumerate(index) for k, g in enumerate(batches))
+    readers = {split: [SourceSpill(p, split, dtype) for p in parts] for split in SPLITS}
+    writer = SpillWriter(out, dtype)
+    try:
+        for number, p, k in order:
+            writer.batch_index.append(number)
+            for split in SPLITS:
+                writer.write(split, *readers[split][p].batch(k))
+        writer.close(stats)
+    finally:
+        writer.abort()
+
+
+def source_key(inputs: dict, index: int, encoder: bool = True) -> str:
+    """Identity of one source's tokenized documents: what tokenizing that source depends on.
+    ``encoder=False``: the same without the encoding libraries and shortcuts (inputs.encoder), to
+    recognise a partitioned build's parts made under other versions (pipeline/orchestrate/partition.py)."""
+    tokenizer = {k: v for k, v in inputs["tokenizer"].items() if k != "source"}
+    source = {k: v for k, v in inputs["sources"][index].items() if k != "weight"}  # weights apply when packing
+    return sha256_json({
+        "format_version": inputs["format_version"], "pipeline_version": inputs["pipeline_version"],
+        "spill_version": SPILL_VERSION,
+        "source": source, "tokenizer": tokenizer,
+        # a manifest written before the encoder was part of the identity has none (rebuild's pruning reads those)
+        **({"encoder": inputs["encoder"]} if encoder and "encoder" in inputs else {}),
+        "format": inputs["format"], "val_fraction": inputs["pack"]["val_fraction"],
+        "on_bad_rows": inputs["on_bad_rows"],
+        # what the data's special-token text becomes (a manifest written before it was a setting has none)
+        **({"special_tokens_in_text": inputs["special_tokens_in_text"]} if "special_tokens_in_text" in inputs else {}),
+        # a template that renders today's date (pipeline/orchestrate/build.py): another day's documents are others
+        **({"chat_date": inputs["chat_date"]} if "chat_date" in inputs else {}),
+    })[:16]
+
+
+def uncached_sources(root: Path, inputs: dict, log=None) -> list[int]:
+    """Indices of the sources whose tokens are not in ``root/.sources/<key>/`` yet, or are there but
+    damaged (``log`` says which, once: they are tokenized again and replaced); a source listed twice
+    (or with another weight) appears once: it is tokenized once."""
+    keys = [source_key(inputs, i) for i in range(len(inputs["sources"]))]
+    todo = []
+    for i, key in enumerate(keys):
+        directory = root / SOURCES / key
+        if key in keys[:i]:
+            continue
+        if not os.path.lexists(directory):
+            todo.append(i)
+        elif problem := source_cache_problem(directory):
+            if log is not None:
+                log(f"damaged source token cache, tokenizing that source again: {problem}")
+            todo.append(i)
+    return todo
+
+
+def write_source_stats(directory: Path, source_stats: SourceStats) -> None:
+    """Write stats.json last, with the sha256 of every other file of the source cache and its own."""
+    stats = {**source_stats.to_dict(), "files": {name: sha256_file(directory / name) for name in SOURCE_FILES}}
+    write_json(directory / SOURCE_STATS, {**stats, "sha256": sha256_json(stats)})
+
+
+def read_source_stats(directory: Path, fix: str = "build again") -> SourceStats:
+    """The counts in ``directory``'s stats.json (checked: :func:`source_cache_problem`)."""
+    return SourceStats.from_dict(read_json(directory / SOURCE_STATS, fix, schema=SOURCE_STATS_SCHEMA))
+
+
+def source_cache_problem(directory: Path) -> str | None:
+    """None when ``directory`` is a complete, intact source cache, else what is wrong with it, naming
+    the file: every file is checked against its sha256 in stats.json before its tokens are reused."""
+    try:
+        stats = read_json(directory / SOURCE_STATS, "it is rebuilt", schema=SOURCE_STATS_SCHEMA)
+    except ContractError as e:
+        return str(e)
+    if sha256_json({k: v for k, v in stats.items() if k != "sha256"}) != stats["sha256"]:
+        return f"{directory / SOURCE_STATS} differs from its own sha256 (edited or corrupt)"
+    for name, digest in sorted(stats["files"].items()):
+        if not (directory / name).is_file():
+            return f"{directory / name} is missing"
+        if sha256_file(directory / name) != digest:
+            return f"{directory / name} differs from its sha256 in {SOURCE_STATS} (corrupt)"
+    return None
+
+
+def write_json(path: Path, obj) -> None:
+    """Write a JSON file whole and fsync it (stats.json here; the build's manifest and report too)."""
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
+        crash_point(f"mid_{path.stem}")  # PACKTRAIN_CRASH_AT=mid_manifest: killed with part of manifest.json written
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())

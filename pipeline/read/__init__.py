@@ -1,0 +1,1 @@
+"""Reading: the sources a build names found, opened and read row by row."""

@@ -1,0 +1,1 @@
+"""Looking at a build: status, plots, inspect, verify --tokens."""

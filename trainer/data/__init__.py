@@ -1,0 +1,1 @@
+"""The data side: a build's packed blocks and their epochs."""

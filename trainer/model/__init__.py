@@ -1,0 +1,1 @@
+"""The model side: loading, adapters, attention, memory, compilation, export."""

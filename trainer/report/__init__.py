@@ -1,0 +1,1 @@
+"""Reporting a run: metrics, progress, plots and the sinks."""

@@ -1,0 +1,1 @@
+"""A training run's set-up and end: torchrun, checks, checkpoints, interrupts, the run log."""

@@ -1,0 +1,396 @@
+"""Checkpoints: everything needed to continue a run exactly where it stopped.
+
+``runs/<expert>/<run>/checkpoint-<step>/``::
+
+    adapter/               the LoRA weights in PEFT format (PeftModel.from_pretrained loads it)
+    trainer_state.pt       optimizer, scheduler, grad scaler, RNG states (python, numpy, torch, cuda);
+                           with train.fsdp the optimizer state is gathered, full and keyed by
+                           parameter name (``optimizer_layout: fsdp-full``)
+    state.json             step, data position (epoch, index in the permutation over all ranks),
+                           build id, tokenizer hash, token counters, world size
+    config.json            the resolved packtrain config
+    checksums.json         the sha256 of every other file, state.json included, checked before a
+                           resume (a flipped byte in a weight or in the data position would otherwise
+                           load silently)
+
+A checkpoint is written into ``.tmp-checkpoint-<step>-<pid>/`` and renamed into place when
+complete, so a crash never leaves a directory named ``checkpoint-*`` that is half written; a full
+disk (in any form a library reports it: packtrain/core/diskfull.py) removes the temporary directory
+and stops the run with one line naming the checkpoint, the free space and the fix.
+
+A run is *finished* once it wrote any of its final artifacts (``summary.json``, ``adapter/``,
+``merged/``). A finished run is never resumed into nor written to: ``--resume auto`` takes only
+unfinished runs' checkpoints, and ``--resume PATH`` into a finished run continues in a new run
+directory (:func:`fork_dir`), so what a run finished with stays as it was.
+``trainer_state.pt`` holds only tensors, numbers, strings, lists and dicts, so it loads with
+``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from packtrain.core.errors import PacktrainError
+from packtrain.core.contract import CONFIG_SNAPSHOT
+from packtrain.core.files import TMP_PREFIX, fsync_dir, publish_dir
+from packtrain.core.hashing import sha256_file
+from packtrain.core.diskfull import written
+from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_NAME, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON,
+                                   TRAINER_STATE, RunError, complete_checkpoints, finished_artifacts,
+                                   resume_checkpoint, run_dirs)
+from packtrain.core.rundir import SUMMARY as _SUMMARY
+from packtrain.core.faults import crash_point
+from packtrain.trainer.model.adapters import check_finite_weights, load_adapter_weights, save_adapter
+from packtrain.trainer.run.distributed import (full_optimizer_state, full_trainable_state, load_full_optimizer_state,
+                                 sharded)
+from packtrain.trainer.schedule import rates_at_restored_step
+
+log = logging.getLogger("packtrain.train")
+
+CHECKSUMS = "checksums.json"
+# how trainer_state.pt holds the optimizer: optimizer.state_dict() of one process (parameters
+# numbered), or, with train.fsdp, the full unsharded state keyed by parameter name (get_optimizer_state_dict)
+LOCAL_LAYOUT, FSDP_LAYOUT = "local", "fsdp-full"
+SUMMARY = _SUMMARY  # run_end.py imports it from here
+
+
+class CheckpointError(PacktrainError):
+    """A checkpoint is missing, corrupt or does not fit this run; the message says what to do."""
+
+
+@dataclass
+class TrainState:
+    """The run's position: saved in state.json, restored on resume."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0          # index of the next block in this epoch's permutation, over all ranks
+    tokens: int = 0            # non-padding tokens trained on so far (all ranks)
+    sup_tokens: int = 0        # supervised targets trained on so far (all ranks)
+    build_id: str = ""
+    tokenizer_hash: str = ""
+    world_size: int = 1        # training processes (checkpoints from before it was recorded: 1)
+    seq_length: int = 0        # tokens per training sequence (train.max_seq_length; 0 in checkpoints from
+                               # before it was recorded: the build's block size)
+    cpu_threads: int = 0       # torch's CPU threads the run trained with (0: not recorded); a resumed run
+                               # with train.cpu_threads auto keeps them (trainer/threads.py)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What every artifact of a run is saved with."""
+
+    run_dir: Path
+    config: dict               # resolved ExpertConfig as a dict
+    tokenizer_dir: Path
+
+
+# ----------------------------------------------------------------------------------------------
+# RNG states as plain lists/tensors (weights_only-loadable)
+
+
+def rng_state() -> dict:
+    version, keys, gauss = random.getstate()
+    name, np_keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": [version, list(keys), gauss],
+        "numpy": [name, torch.from_numpy(np_keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, keys, gauss = state["python"]
+    random.setstate((version, tuple(keys), gauss))
+    name, np_keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np_keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Save
+
+
+def save_checkpoint(run: RunInfo, state: TrainState, model, optimizer, scheduler, scaler) -> Path | None:
+    """Rank 0 (or the only process) writes the checkpoint. A model sharded with FSDP is first gathered:
+    then EVERY rank calls this (the gathers are collectives) and the others return None."""
+    check_not_finished(run.run_dir, f"save {CHECKPOINT_PREFIX}{state.step}")
+    if sharded(model):
+        adapter_state = full_trainable_state(model)
+        optimizer_state = full_optimizer_state(model, optimizer)
+        if torch.distributed.get_rank() != 0:
+            return None
+    else:
+        adapter_state, optimizer_state = None, optimizer.state_dict()
+    final = run.run_dir / f"{CHECKPOINT_PREFIX}{state.step}"
+    check_finite_weights(model, final, adapter_state)  # before anything is written
+    tmp = run.run_dir / f"{TMP_PREFIX}{CHECKPOINT_PREFIX}{state.step}-{os.getpid()}"
+    with written_or_removed(tmp, final, f"{CHECKPOINT_PREFIX}{state.step} of run {run.run_dir}"):
+        save_adapter(model, tmp / ADAPTER_DIR, run.config, state_dict=adapter_state)
+        torch.save({
+            "optimizer": optimizer_state,
+            "optimizer_layout": FSDP_LAYOUT if adapter_state is not None else LOCAL_LAYOUT,
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "rng": rng_state(),
+        }, tmp / TRAINER_STATE)
+        (tmp / CONFIG_SNAPSHOT).write_text(json.dumps(run.config, indent=2, sort_keys=True) + "\n")
+        (tmp / STATE_JSON).write_text(json.dumps(asdict(state), indent=2) + "\n")
+        sums = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=2, sort_keys=True) + "\n")  # covers state.json
+        for path in tmp.rglob("*"):  # on disk before the rename makes the checkpoint visible
+            if path.is_file():
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+        fsync_dir(tmp)
+    crash_point("checkpoint_save")
+    publish_dir(tmp, final, replace=True)  # a previous attempt of this very step (resumed run): replaced
+    return final
+
+
+class written_or_removed:
+    """``with written_or_removed(tmp, final, what):`` writes into the temporary directory ``tmp``
+    (created empty), which becomes ``final``; when writing fails, ``tmp`` is removed, so a full disk
+    stays no fuller than before. A full disk, in any form the libraries report it (torch's zip writer,
+    safetensors, OSError ENOSPC/EDQUOT: core/diskfull.py), becomes one DiskFullError naming ``final``,
+    the free space and the fix; another OSError one CheckpointError."""
+
+    def __init__(self, tmp: Path, final: Path, what: str):
+        self.tmp, self.what = tmp, what
+        self.guard = written(final, what, RUN_DISK_FULL_FIX, partial=[tmp])
+
+    def __enter__(self) -> Path:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir(parents=True)
+        return self.tmp
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if error is None:
+            return False
+        self.guard.__exit__(kind, error, tb)  # removes tmp; a full disk is raised as DiskFullError
+        if isinstance(error, OSError):
+            raise CheckpointError(f"cannot write {self.what} in {self.tmp.parent} ({type(error).__name__}: {error}): "
+                                  "the partial files were removed; fix the directory and continue with --resume "
+                                  "auto") from error
+        return False  # not a disk problem: the original error goes on
+
+
+def check_not_finished(run_dir: Path, action: str) -> None:
+    """The one guard before anything is written into a run directory: a finished run is never touched."""
+    done = finished_artifacts(run_dir)
+    if done:
+        raise CheckpointError(f"run {run_dir} is finished ({', '.join(done)} written): refusing to {action} there; "
+                              f"continue it into a new run with --resume {run_dir}, or start a new run")
+
+
+def fork_dir(finished: Path, step: int) -> Path:
+    """A new run directory beside a finished run, for continuing it from its checkpoint at ``step``."""
+    base = finished.with_name(f"{finished.name}-from-{step}")
+    path, n = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+
+
+def discard_later_checkpoints(run_dir: Path, step: int) -> list[Path]:
+    """Resuming an older checkpoint of a run abandons the steps after it: remove the checkpoints of
+    that abandoned trajectory, so ``--resume auto`` can never pick one of them later."""
+    later = [p for p in complete_checkpoints(run_dir) if int(CHECKPOINT_NAME.match(p.name).group(1)) > step]
+    for path in later:
+        shutil.rmtree(path)
+    return later
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> None:
+    """Delete the oldest complete checkpoints beyond ``keep``, and stale temporary ones."""
+    for stale in run_dir.glob(f"{TMP_PREFIX}{CHECKPOINT_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for old in complete_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old)
+
+
+# ----------------------------------------------------------------------------------------------
+# Find
+
+
+def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
+    """``auto``: the newest complete checkpoint (highest step) of the unfinished run that most recently
+    wrote one; None when no unfinished run has any. A path: that checkpoint, or the newest complete checkpoint of
+    that run directory."""
+    if resume == "auto":
+        runs = run_dirs(expert_runs)
+        done = sorted(p.name for p in runs if finished_artifacts(p))
+        if done:
+            log.info("resume auto: %d finished run(s) of %s are never resumed (%s)", len(done), expert_runs,
+                     ", ".join(done))
+        runs = [p for p in runs if not finished_artifacts(p)]
+        newest = [found[-1] for found in map(complete_checkpoints, runs) if found]
+        if not newest:
+            return None
+        # the newest run is the one that wrote a checkpoint last (run names need not sort by age)
+        return max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name))
+    try:
+        return resume_checkpoint(resume)
+    except RunError as e:
+        raise CheckpointError(str(e)) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Load
+
+
+def read_state(path: Path) -> TrainState:
+    file = path / STATE_JSON
+    try:
+        state = TrainState(**json.loads(file.read_text()))
+        for name, value in asdict(state).items():  # each field has its default's type; counts are >= 0
+            if type(value) is not type(getattr(TrainState, name)) or (type(value) is int and value < 0):
+                raise TypeError(f"field {name} is {value!r}, expected {type(getattr(TrainState, name)).__name__}"
+                                + (" >= 0" if type(getattr(TrainState, name)) is int else ""))
+        return state
+    except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError, RecursionError) as e:
+        raise CheckpointError(f"checkpoint file {file} is corrupt ({e}); resume from another checkpoint "
+                              "with --resume PATH or start a new run") from None
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Every file of the checkpoint against its sha256 in checksums.json; the error names each bad file."""
+    file = path / CHECKSUMS
+    try:
+        sums = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        sums = f"{type(e).__name__}: {e}"
+    if not isinstance(sums, dict) or not sums:
+        raise CheckpointError(f"checkpoint file {file} is missing or corrupt ({sums}); resume from another "
+                              "checkpoint with --resume PATH or start a new run")
+    outside = [name for name in sorted(sums) if name.startswith("/") or "\\" in name or "\0" in name
+               or any(part in ("", ".", "..") for part in name.split("/"))]
+    if outside:  # never read a file outside the checkpoint through a name in it
+        raise CheckpointError(f"checkpoint file {file} is corrupt (it names {outside[0]!r}, not a file inside the "
+                              "checkpoint); resume from another checkpoint with --resume PATH or start a new run")
+    if STATE_JSON not in sums:
+        raise CheckpointError(f"checkpoint file {file} does not cover {STATE_JSON} (the data position cannot be "
+                              "trusted); resume from another checkpoint with --resume PATH or start a new run")
+    bad = [f"{path / name} ({'missing' if not (path / name).is_file() else 'sha256 differs'})"
+           for name, digest in sorted(sums.items())
+           if not (path / name).is_file() or sha256_file(path / name) != digest]
+    if bad:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {', '.join(bad)} do not match {CHECKSUMS}; resume "
+                              "from another checkpoint with --resume PATH or start a new run")
+
+
+def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: str, allow_build_change: bool,
+                 world_size: int = 1, seq_length: int = 0, block_size: int = 0) -> None:
+    if state.world_size != world_size:
+        raise CheckpointError(
+            f"checkpoint {path} was taken with world size {state.world_size}, this run has world size {world_size}: "
+            "the global batch (per_device_train_batch_size x world size x gradient_accumulation_steps), the "
+            "schedule and each rank's slice of the data would change mid-run. Resume with "
+            f"{state.world_size} process(es) (torchrun --nnodes ... --nproc-per-node ... with WORLD_SIZE "
+            f"{state.world_size}{', or without torchrun' if state.world_size == 1 else ''}), or start a new run")
+    if (state.seq_length or block_size) != (seq_length or block_size):
+        raise CheckpointError(
+            f"checkpoint {path} was taken on sequences of {state.seq_length or block_size} tokens, this run has "
+            f"{seq_length or block_size} (train.max_seq_length; the cpu profile sets it on a machine without a CUDA "
+            "GPU): the data position counts sequences, so it would point elsewhere. Resume with --set "
+            f"train.max_seq_length={state.seq_length or block_size} (on the machine kind it was taken on), or start "
+            "a new run")
+    if state.tokenizer_hash != tokenizer_hash:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with tokenizer {state.tokenizer_hash[:12]}, the build and model use "
+            f"{tokenizer_hash[:12]}: an adapter cannot continue on another tokenizer; start a new run")
+    if state.build_id != build_id and not allow_build_change:
+        raise CheckpointError(
+            f"checkpoint {path} was taken on build {state.build_id}, this run would train on build {build_id}: "
+            "resuming would mix two datasets. Train on the old build with --build-id "
+            f"{state.build_id}, or pass --allow-build-change to continue on the new one "
+            "(the data position then restarts at the beginning of an epoch)")
+
+
+def check_same_adapter(path: Path, lora: dict) -> None:
+    """Refuse to continue a checkpoint with other ``lora`` settings (method, r, alpha, dropout,
+    target_modules): the adapter would train on with another scale or another base (QLoRA's 4-bit vs
+    LoRA's full weights) without a word; its config.json says what it was trained with."""
+    _check_same(path, "lora", lora, sorted(lora), "LoRA settings")
+
+
+OPTIMIZER_FIELDS = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon")
+"""What the optimizer's and the schedule's saved state carry (their ``param_groups`` and ``base_lrs``): a
+resume restores the checkpoint's, whatever the config says."""
+
+
+def check_same_training(path: Path, train: dict) -> None:
+    """Refuse to continue a checkpoint with other :data:`OPTIMIZER_FIELDS` (the restored optimizer state would
+    keep the checkpoint's values while the run's config.json recorded the new ones), or another ``seed``."""
+    _check_same(path, "train", train, OPTIMIZER_FIELDS, "optimizer settings (the restored optimizer keeps them)")
+    _check_same(path, "train", train, ("seed",), "seed (it orders every epoch's blocks, so the saved data position "
+                "would point into another order; and it draws a random-init base's weights)")
+
+
+def _check_same(path: Path, section: str, ours: dict, keys, what: str) -> None:
+    file = path / CONFIG_SNAPSHOT
+    try:
+        saved = json.loads(file.read_text())[section]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint file {file} is corrupt ({type(e).__name__}: {e}); resume from another "
+                              "checkpoint with --resume PATH or start a new run") from None
+    differ = [key for key in keys if key in saved and saved[key] != ours[key]]
+    if differ:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with other {what}: "
+            + ", ".join(f"{section}.{key} {saved[key]!r} (this run: {ours[key]!r})" for key in differ)
+            + "; resume with the checkpoint's (" + " ".join(f"--set {section}.{key}={json.dumps(saved[key])}"
+                                                           for key in differ)
+            + "), or start a new run, from its adapter with train.init_adapter")
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:
+    """Restore adapter weights, optimizer, scheduler, scaler and RNG states (RNG last). A model sharded
+    with FSDP: every rank calls this and reads the same files (each keeps its shards)."""
+    try:
+        load_adapter_weights(model, path / ADAPTER_DIR)
+    except (RuntimeError, ValueError) as e:
+        raise CheckpointError(str(e)) from None
+    file = path / TRAINER_STATE
+    try:
+        blob = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle/zip errors of a truncated or foreign file
+        raise CheckpointError(f"checkpoint file {file} cannot be loaded ({type(e).__name__}: {e}); it is corrupt. "
+                              "Resume from another checkpoint with --resume PATH or start a new run") from None
+    layout = blob.get("optimizer_layout", LOCAL_LAYOUT) if isinstance(blob, dict) else LOCAL_LAYOUT
+    ours = FSDP_LAYOUT if sharded(model) else LOCAL_LAYOUT
+    if layout != ours:
+        raise CheckpointError(f"checkpoint {path} was taken with train.fsdp {str(layout == FSDP_LAYOUT).lower()}, "
+                              f"this run has train.fsdp {str(ours == FSDP_LAYOUT).lower()}: the optimizer state is "
+                              "stored differently; resume with the setting it was taken with")
+    try:
+        if ours == FSDP_LAYOUT:
+            load_full_optimizer_state(model, optimizer, blob["optimizer"])
+        else:
+            optimizer.load_state_dict(blob["optimizer"])
+        scheduler.load_state_dict(blob["scheduler"])
+        rates_at_restored_step(scheduler)  # this run's schedule, which a resume may have changed
+        if scaler is not None and blob["scaler"] is not None:
+            scaler.load_state_dict(blob["scaler"])
+        set_rng_state(blob["rng"])
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint file {file} does not fit this run ({e}): it was written by another "
+                              "optimizer or lora setup; resume with the settings it was taken with") from None

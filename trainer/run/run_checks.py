@@ -1,0 +1,116 @@
+"""What :func:`packtrain.trainer.run.train.run` checks before anything expensive: every shard against the
+manifest's sha256, the model's tokenizer against the build's, the batch shape against the world
+size; and which run directory it writes (a new one, never an existing or finished one). Each refusal
+is a :class:`TrainError` whose message says what differs and how to fix it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from packtrain.core import hints
+from packtrain.core.errors import PacktrainError
+from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_checksums
+from packtrain.core.rundir import finished_artifacts
+from packtrain.trainer.run.checkpoint import fork_dir
+from packtrain.trainer.run.distributed import World
+
+log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
+
+
+class TrainError(PacktrainError):
+    """The run cannot start; the message says what differs and how to fix it."""
+
+
+def check_batch_shape(train, world: World) -> None:
+    """``global_batch_size`` agrees with the numbers given, and auto can split it over the ranks."""
+    micro, global_batch = train.per_device_train_batch_size, train.global_batch_size
+    if global_batch is None:
+        return
+    if micro == "auto":
+        if train.fsdp and world.enabled:
+            raise TrainError("train.per_device_train_batch_size: auto cannot measure a model sharded with FSDP; "
+                             "give a number")
+        if global_batch % world.world_size:
+            raise TrainError(f"train.global_batch_size {global_batch} is not a multiple of the world size "
+                             f"{world.world_size}: make it one")
+        return
+    if micro * train.gradient_accumulation_steps * world.world_size != global_batch:
+        raise TrainError(f"train.global_batch_size {global_batch} != per_device_train_batch_size {micro} x "
+                         f"gradient_accumulation_steps {train.gradient_accumulation_steps} x world size "
+                         f"{world.world_size}: fix one of them, or set per_device_train_batch_size: auto")
+
+
+def verify_shards(build_dir: Path, manifest: Manifest) -> None:
+    """Refuse a build whose shards are missing or differ from their sha256 in the manifest (a flipped
+    byte keeps the size, so sizes alone would train on corrupt tokens), naming every bad file."""
+    started = time.perf_counter()
+    problems = verify_checksums(build_dir, manifest)
+    seconds = time.perf_counter() - started
+    if problems:
+        raise TrainError(
+            f"build {manifest.build_id} of expert {manifest.expert!r} is corrupt, refusing to train on it:\n  "
+            + "\n  ".join(problems)
+            + f"\nDelete {build_dir} and rebuild it with {hints.command('pretokenize', manifest.expert)}; "
+            f"{hints.command('verify', manifest.expert)} checks a build")
+    shards = manifest.train + manifest.val
+    log.info("build %s: %d shards (%.1f MiB) match the manifest's sha256 (checked in %.2f s)", manifest.build_id,
+             len(shards), sum(s.bytes for s in shards) / 2**20, seconds)
+
+
+def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
+    """Refuse shards tokenized with another tokenizer than the model's, naming the files that differ."""
+    ours = tokenizer_fingerprint(tok_dir)
+    if ours["hash"] == manifest.tokenizer_hash:
+        return
+    theirs = manifest.tokenizer.files
+    diffs = []
+    for name in sorted(set(theirs) | set(ours["files"])):
+        if name not in ours["files"]:
+            diffs.append(f"{name} (only in the build's tokenizer)")
+        elif name not in theirs:
+            diffs.append(f"{name} (only in the model's tokenizer)")
+        elif theirs[name] != ours["files"][name]:
+            diffs.append(f"{name} (build {theirs[name][:12]}, model {ours['files'][name][:12]})")
+    raise TrainError(
+        f"tokenizer mismatch: build {manifest.build_id} was tokenized with tokenizer {manifest.tokenizer_hash[:12]} "
+        f"(source: {manifest.tokenizer.source or '?'}), the model {model_name} has tokenizer {ours['hash'][:12]} ({tok_dir}). "
+        f"Files that differ: {', '.join(diffs) or 'none (the hash scheme differs: rebuild)'}. "
+        f"Rebuild with {hints.command('pretokenize', manifest.expert, model=model_name)}, or train with the model "
+        f"the build used (model.name: {manifest.tokenizer.source or '?'})")
+
+
+def choose_run_dir(checkpoint: Path | None, step: int, expert_runs: Path, run_name: str | None,
+                   build_id: str) -> Path:
+    """A resumed run continues in its own directory; from a finished run's checkpoint, in a new one
+    beside it (``<run>-from-<step>``, its metrics up to that step copied); else a new run directory."""
+    if checkpoint is None:
+        return new_run_dir(expert_runs, run_name, build_id)
+    if not finished_artifacts(checkpoint.parent):
+        return checkpoint.parent
+    path = fork_dir(checkpoint.parent, step)
+    if (checkpoint.parent / "metrics.jsonl").is_file():
+        shutil.copy2(checkpoint.parent / "metrics.jsonl", path / "metrics.jsonl")  # cut back to the step on open
+    return path
+
+
+def new_run_dir(expert_runs: Path, run_name: str | None, build_id: str) -> Path:
+    if run_name:
+        path = expert_runs / run_name
+        if path.exists():
+            raise TrainError(f"run directory {path} already exists: continue it with --resume {path}, "
+                             "or choose another train.run_name")
+    else:
+        base = expert_runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{build_id[:8]}"
+        path, n = base, 1
+        while path.exists():
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+    try:
+        path.mkdir(parents=True)  # never into an existing directory, even one made a moment ago
+    except FileExistsError:
+        raise TrainError(f"run directory {path} was just created by another run: start this one again") from None
+    return path
