@@ -6,14 +6,14 @@
 - ``pool.py``: ``num_proc`` worker processes, results taken back in order; ``fork_server.py``: the
   server that loads the build's encoders once and forks the workers and the encoder decision's child.
 - ``encoders.py``: a worker's encoders, built once per process: the HF tokenizer (the reference) and the
-  shortcuts, ``fastokens_encoder.py`` and ``tiktoken_encoder.py`` (fast exact encoders) and
+  shortcuts in ``fast/``: ``fastokens_encoder.py`` and ``tiktoken_encoder.py`` (fast exact encoders) and
   ``line_cache.py`` (repeated lines once); ``byte_spans.py`` places supervised spans on the tokens of
   the fast encoders, which give no character offsets.
 - ``tokenizer_shape.py``: what a tokenizer.json's normalizer and pre-tokenizer do (Sequences by their steps),
   for the structural checks of the fast encoders and the line cache.
-- ``encoder_decision.py``: which fast encoder a tokenizer gets, proven in a child process beside the build,
+- ``fast/encoder_decision.py``: which fast encoder a tokenizer gets, proven in a child process beside the build,
   once per machine (``machine_notes.py``: the machine's store of proofs).
-- ``exactness.py``: every shortcut is admitted only by checking what it made against the reference.
+- ``fast/exactness.py``: every shortcut is admitted only by checking what it made against the reference.
 - ``source_caches.py``: a build's sources tokenized into their source caches (pipeline/pack/spill.py).
 - ``notes.py``: small remembered answers (decisions, refusals, facts) in the cache directory.
 """
