@@ -54,7 +54,6 @@ LISTED = 1000
 SHOWN = 160
 """Characters of a listed document shown: the end of its prompt, the start of its answer."""
 
-_M = np.uint64(0xFFFFFFFFFFFFFFFF)
 _RNG = np.random.Generator(np.random.PCG64(20261206))
 _A = _RNG.integers(1, 2**63, NUM_PERM, dtype=np.uint64) * np.uint64(2) + np.uint64(1)  # odd multipliers
 _B = _RNG.integers(0, 2**63, NUM_PERM, dtype=np.uint64)
