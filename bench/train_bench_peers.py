@@ -92,9 +92,9 @@ def peer_trainer(args, contender: str, config, build_dir: Path, model, training_
     if contender in ("hf", "hf-compile"):
         return TimedTrainer(model=model, args=TrainingArguments(**training_args), train_dataset=PackedBlocks(build_dir))
     if contender == "unsloth":
-        from bench.train_bench_unsloth import UnslothBlocks, collate_packed
+        from bench.train_bench_unsloth import UNSLOTH_KEYS, collate_packed
 
-        return TimedTrainer(model=model, args=TrainingArguments(**training_args), train_dataset=UnslothBlocks(build_dir),
+        return TimedTrainer(model=model, args=TrainingArguments(**training_args), train_dataset=PackedBlocks(build_dir, UNSLOTH_KEYS),
                             data_collator=collate_packed)
     if contender == "before":
         return TimedTrainer(model=model, args=TrainingArguments(**training_args),

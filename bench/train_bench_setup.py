@@ -130,20 +130,22 @@ def build_blocks(args, model: Path, work: Path) -> Path:
 
 
 class PackedBlocks:
-    """The build's blocks for transformers.Trainer: only the keys the model's forward takes."""
+    """The build's blocks for transformers.Trainer: only ``keys``, by default the ones the model's forward
+    takes (Unsloth's collator also reads ``seq_lens``: bench/train_bench_unsloth.py)."""
 
-    def __init__(self, build_dir: Path):
+    def __init__(self, build_dir: Path, keys: tuple[str, ...] = ("input_ids", "labels", "position_ids")):
         from packtrain.core.contract import Manifest
         from packtrain.trainer.data.data import BlockDataset
 
         self.blocks = BlockDataset(build_dir, Manifest.load(build_dir), "train")
+        self.keys = keys
 
     def __len__(self):
         return len(self.blocks)
 
     def __getitem__(self, i):
         item = self.blocks[i]
-        return {k: item[k] for k in ("input_ids", "labels", "position_ids")}
+        return {k: item[k] for k in self.keys}
 
 
 def raw_rows(config) -> list[tuple[str, str]]:

@@ -84,18 +84,6 @@ def collate_packed(items: list[dict]) -> dict:
     return row
 
 
-class UnslothBlocks:
-    """The build's blocks with their segment lengths (what :func:`collate_packed` needs)."""
-
-    def __init__(self, build_dir: Path):
-        from packtrain.core.contract import Manifest
-        from packtrain.trainer.data.data import BlockDataset
-
-        self.blocks = BlockDataset(build_dir, Manifest.load(build_dir), "train")
-
-    def __len__(self):
-        return len(self.blocks)
-
-    def __getitem__(self, i):
-        item = self.blocks[i]
-        return {k: item[k] for k in ("input_ids", "labels", "position_ids", "seq_lens")}
+UNSLOTH_KEYS = ("input_ids", "labels", "position_ids", "seq_lens")
+"""What the Unsloth contender takes of each block (:func:`collate_packed` reads the segment lengths):
+``train_bench_setup.PackedBlocks(build_dir, UNSLOTH_KEYS)``."""

@@ -269,3 +269,14 @@ def ctrl_c_as_in_a_terminal() -> None:
     A test suite started in the background of a non-interactive shell (``make test &``) ignores
     SIGINT, and a child inherits that: Python would then never raise KeyboardInterrupt in it."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def every_tenth_off_by_one(documents: list) -> list:
+    """A fast encoder's ``(ids, spans)`` documents with every tenth one's first id changed (mod 300, the
+    tiny vocabulary): what a wrong shortcut would make, for the tests of its refusal."""
+    for k in range(0, len(documents), 10):
+        if documents[k] is not None:
+            ids = documents[k][0].copy()
+            ids[0] = (int(ids[0]) + 1) % 300
+            documents[k] = (ids, documents[k][1])
+    return documents

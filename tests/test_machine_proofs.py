@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from build_fixtures import BUILD_SCRIPT, ROOT, make_project
+from build_fixtures import BUILD_SCRIPT, ROOT, every_tenth_off_by_one, make_project
 from packtrain.core.configfile import load_config
 from packtrain.core.resolve import models_cache_dir
 from packtrain.pipeline.orchestrate.build import build
@@ -85,13 +85,7 @@ def test_a_mismatch_in_one_cache_refuses_the_encoder_in_every_cache(tmp_path, mo
     real_suffixes = fastokens_encoder.FastokensEncoder.encode_suffixes
 
     def wrong_documents(self, docs):  # in this process: num_proc 1
-        out = real_documents(self, docs)
-        for k in range(0, len(out), 10):
-            if out[k] is not None:
-                ids = out[k][0].copy()
-                ids[0] = (int(ids[0]) + 1) % 300
-                out[k] = (ids, out[k][1])
-        return out
+        return every_tenth_off_by_one(real_documents(self, docs))
 
     def wrong_suffixes(self, texts, prompt_chars):  # prompt/answer rows formatted column-wise come this way
         ids, offsets, firsts = real_suffixes(self, texts, prompt_chars)
