@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -86,26 +87,60 @@ def marked_processes(mark: str) -> list[int]:
 # SIGKILL at random moments
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of process ``root`` and its live descendants so far, their reaped children included
+    (/proc/<pid>/stat: utime, stime, cutime, cstime), 0.0 once it is gone."""
+    parent, ticks = {}, {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                data = (Path("/proc") / name / "stat").read_bytes()
+            except OSError:
+                continue
+            fields = data[data.rindex(b")") + 2:].split()
+            parent[int(name)] = int(fields[1])
+            ticks[int(name)] = sum(int(f) for f in fields[11:15])
+    tree, frontier = set(), {root} & ticks.keys()
+    while frontier:
+        tree |= frontier
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - tree
+    return sum(ticks[pid] for pid in tree) / os.sysconf("SC_CLK_TCK")
+
+
+def start_when_ready(project, go: Path, **kwargs) -> tuple[subprocess.Popen, float]:
+    """A build started, imported and configured (BUILD_SCRIPT's ready file), then let go; and the CPU
+    seconds its start-up took (the share of a small build a kill drawn over the whole would mostly hit)."""
+    proc = start_build(project, go=str(go), **kwargs)
+    while not list(go.parent.glob(f"{go.name}.ready-*")):
+        assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+        time.sleep(0.005)
+    started = tree_cpu_seconds(proc.pid)
+    go.touch()
+    return proc, started
+
+
 def test_sigkill_at_20_random_moments(tmp_path):
-    """20 builds of a ~1-2 s corpus, each killed with SIGKILL after a delay drawn from a seeded RNG
+    """20 builds of a ~1-2 s corpus, each killed with SIGKILL at a moment drawn from a seeded RNG
     (every 4th with num_proc 2, so spawn workers are orphaned too); some start from an empty cache,
-    the others with an older build CURRENT, with or without the per-source token cache. The delays
-    are drawn over the length of an uninterrupted build, scaled by how the last kill landed (a kill
-    before any write stretches the next delays, one after the publish shortens them): a machine that
-    slows down or speeds up mid-test still has its builds killed mid-way."""
+    the others with an older build CURRENT, with or without the per-source token cache. The moment is
+    a share of an uninterrupted build's CPU seconds after its start-up, drawn uniformly, reached by the
+    killed build's process tree: a wall-clock delay landed wherever the machine's load put it (on
+    2026-12-06, at load 5-6, 19 of 20 kills landed before any write or after the publish)."""
     project = make_project(tmp_path, n_rows=4000)
     root = project["cache"] / "sql"
-    references, seconds = {}, {}
-    for num_proc in (1, 2):  # uninterrupted builds, timed: the delays are drawn over their length
+    references, work = {}, {}
+    for num_proc in (1, 2):  # uninterrupted builds, their CPU seconds: the moments are drawn over them
         cache = tmp_path / f"ref-{num_proc}"
         # the rounds below build with the encoder decision remembered (cache/.fast-encoder outlives
-        # cache/sql): time the same, not a first build that also proves the encoder
+        # cache/sql): measure the same, not a first build that also proves the encoder
         seed_decision(cache, project["model"])
         for tokenizes in (True, False):  # from nothing, then with the sources' tokens cached
-            started = time.monotonic()
-            proc = start_build(project, cache=cache, **{"build.num_proc": num_proc})
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            proc, started = start_when_ready(project, tmp_path / f"go-{num_proc}-{tokenizes}", cache=cache,
+                                             **{"build.num_proc": num_proc})
             out, err = proc.communicate(timeout=120)
-            seconds[num_proc, tokenizes] = time.monotonic() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            work[num_proc, tokenizes] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime - started
             assert proc.returncode == 0, err.decode()[-2000:]
             ref_id = json.loads(out)["build_id"]
             references[num_proc] = build_bytes(cache / "sql" / ref_id)
@@ -116,8 +151,6 @@ def test_sigkill_at_20_random_moments(tmp_path):
 
     rng = random.Random(5)
     landed = {"before any write": 0, "mid-build": 0, "published": 0}
-    scale = 1.0  # the machine's speed now against the timed builds'
-    scale_after = {"before any write": 1.3, "mid-build": 1.0, "published": 0.75}
     for round_ in range(20):
         empty = round_ % 5 == 0
         tokenizes = empty or rng.random() < 0.5
@@ -126,10 +159,13 @@ def test_sigkill_at_20_random_moments(tmp_path):
         elif tokenizes:
             shutil.rmtree(root / ".sources", ignore_errors=True)  # tokenize again (no-op where absent)
         num_proc = 2 if round_ % 4 == 3 else 1
-        delay = scale * rng.uniform(0.15, 0.95) * seconds[num_proc, tokenizes or not (root / ".sources").is_dir()]
+        share = rng.uniform(0.05, 1.0)
         mark = f"{os.getpid()}-{round_}"
-        proc = start_build(project, env={"PACKTRAIN_TEST_MARK": mark}, **{"build.num_proc": num_proc})
-        time.sleep(delay)
+        proc, started = start_when_ready(project, tmp_path / f"go-{round_}", env={"PACKTRAIN_TEST_MARK": mark},
+                                         **{"build.num_proc": num_proc})
+        moment = started + share * work[num_proc, tokenizes or not (root / ".sources").is_dir()]
+        while proc.poll() is None and tree_cpu_seconds(proc.pid) < moment:
+            time.sleep(0.003)  # a build without tokenization is ~0.15 CPU s after its start-up
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)  # a worker left alive holding the pipes would hang here
         deadline = time.monotonic() + 10
@@ -144,7 +180,6 @@ def test_sigkill_at_20_random_moments(tmp_path):
         else:
             where = "mid-build" if leftovers(project["cache"]) or (root / ref_id).exists() else "before any write"
         landed[where] += 1
-        scale *= scale_after[where]
 
         rerun = run_build(project)
         assert rerun.build_id == ref_id and read_current(project["cache"], "sql") == ref_id
