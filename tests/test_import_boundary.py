@@ -137,3 +137,28 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
     assert errors["train with a bad --set"][1].startswith("error: invalid config (--set train.learnig_rate=1): "
                                                           "train.learnig_rate: unknown key (did you mean learning_rate?)")
 
+
+
+def test_reading_a_shard_imports_no_pandas(tmp_path):
+    """pyarrow's ``to_numpy`` imports pandas where it is installed (0.3 CPU s of every process that opens
+    a shard: the trainer, inspect, verify): packtrain/core/shardfile.py views the buffers instead, and
+    reads the same blocks."""
+    import numpy as np
+
+    from packtrain.core.shardfile import ShardWriter, open_shard
+    from trainer_fixtures import pack_docs, random_blocks
+
+    blocks = random_blocks(5, 16, 0)
+    writer = ShardWriter(tmp_path, "train", 16, np.uint16, 0, 1 << 30, 2)
+    for docs in blocks:
+        writer.add(*pack_docs(docs, 16))
+    (name,) = [shard["file"] for shard in writer.close()]
+    script = ("import json, sys\nfrom packtrain.core.shardfile import open_shard\n"
+              f"ids, mask, lens = open_shard({str(tmp_path / name)!r}, 16).arrays()\n"
+              "print(json.dumps([ids.tolist(), mask.tolist(), lens, 'pandas' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    ids, mask, lens, pandas = json.loads(done.stdout)
+    assert pandas is False
+    want = open_shard(tmp_path / name, 16).arrays()
+    assert (ids, mask, lens) == (want[0].tolist(), want[1].tolist(), want[2])
+    assert [sum(doc_lens) for doc_lens in lens] == [sum(len(tokens) for tokens, _ in docs) for docs in blocks]

@@ -178,6 +178,21 @@ class ShardBlocks:
                 [b[2].tolist() for b in blocks])
 
 
+# The Arrow types a shard's columns hold, as numpy reads their values buffer.
+_NUMPY_TYPES = {pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.int32(): np.int32}
+
+
+def _view(array: pa.Array) -> np.ndarray:
+    """The values of a primitive Arrow array without nulls, as a numpy view of its buffer (no copy).
+    pyarrow's own ``to_numpy`` imports pandas where it is installed: 0.3 CPU s of every process that
+    opens a shard, the trainer's start-up among them."""
+    dtype = _NUMPY_TYPES.get(array.type)
+    if dtype is None or array.null_count:
+        raise ValueError(f"a column of {array.type} with {array.null_count} nulls, not {sorted(map(str, _NUMPY_TYPES))} without")
+    itemsize = np.dtype(dtype).itemsize
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * itemsize)
+
+
 def open_shard(path: str | os.PathLike, block_size: int) -> ShardBlocks:
     """Memory-map one shard; a file that is not an Arrow stream of ``block_size`` blocks is a ContractError."""
     try:
@@ -187,10 +202,10 @@ def open_shard(path: str | os.PathLike, block_size: int) -> ShardBlocks:
             rows = batch.num_rows
             shard.starts[i + 1] = shard.starts[i] + rows
             for name, views in (("input_ids", shard.input_ids), ("loss_mask", shard.loss_mask)):
-                views.append(batch.column(name).flatten().to_numpy(zero_copy_only=True).reshape(rows, block_size))
+                views.append(_view(batch.column(name).flatten()).reshape(rows, block_size))
             doc_lens = batch.column("doc_lens")
-            shard.doc_offsets.append(doc_lens.offsets.to_numpy(zero_copy_only=True))
-            shard.doc_values.append(doc_lens.values.to_numpy(zero_copy_only=True))
+            shard.doc_offsets.append(_view(doc_lens.offsets))
+            shard.doc_values.append(_view(doc_lens.values))
     except (pa.ArrowInvalid, OSError, KeyError, ValueError) as e:
         raise ContractError(f"shard {path} cannot be read as packed blocks of {block_size} tokens ({e}): "
                          "corrupt; rebuild it") from None
