@@ -7,12 +7,16 @@ corpus and tokenizer, each from a fresh cache, in one run. Prints a table with t
 
 Corpus and tokenizer: bench/build_corpora.py (``unique`` prompt/answer rows, Qwen3's tokenizer).
 Peak RSS: the largest resident set of any one process of the build (getrusage of its children).
+The machine's store of near dedup's token tables (pipeline/pack/near_tables.py) is the bench's own,
+warmed before the clock (a machine that has built with this tokenizer before); ``--cold-tables``:
+left empty, so each near build makes the table (about 1 s with Qwen3's tokenizer).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -42,6 +46,19 @@ def child(args) -> None:
     print(json.dumps(result))
 
 
+def warm_tables(tokenizer: Path, store: Path, cold: bool) -> str:
+    """Point the builds at ``store`` and, unless ``cold``, keep the tokenizer's token table there first."""
+    from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
+    from packtrain.pipeline.pack import near_tables
+
+    os.environ["PACKTRAIN_NEAR_TABLES_DIR"] = str(store)
+    if cold:
+        return "cold"
+    info = load_tokenizer_info(tokenizer)
+    near_tables.token_table(tokenizer / "tokenizer.json", info.fingerprint["files"]["tokenizer.json"], info.vocab_size)
+    return "warm"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -50,11 +67,13 @@ def main() -> None:
     parser.add_argument("--child", choices=list(SETTINGS))
     parser.add_argument("--corpus")
     parser.add_argument("--tokenizer-dir")
+    parser.add_argument("--cold-tables", action="store_true", help="no token table kept before the clock")
     args = parser.parse_args()
     if args.child:
         return child(args)
     corpus = make_corpus(Path(args.work) / f"dedup-bench-unique-{args.rows}.jsonl", args.rows, "unique")
     tokenizer = tokenizer_dir("qwen3", Path(args.work))
+    tables = warm_tables(tokenizer, Path(tempfile.mkdtemp(prefix="near-tables-", dir=args.work)), args.cold_tables)
     results = {}
     for name in SETTINGS:
         out = subprocess.run([sys.executable, __file__, "--child", name, "--corpus", str(corpus), "--tokenizer-dir",
@@ -62,7 +81,8 @@ def main() -> None:
                              capture_output=True, text=True, check=True)
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
     base = results["dedup: exact"]["seconds"]
-    print(f"{args.rows:,} rows, Qwen3 tokenizer, num_proc {args.num_proc}, each from a fresh cache\n")
+    print(f"{args.rows:,} rows, Qwen3 tokenizer, num_proc {args.num_proc}, each from a fresh cache, token table "
+          f"store {tables}\n")
     print("| setting | seconds | vs exact | peak RSS GiB (one process) | near-duplicates dropped | val docs with a near copy |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, r in results.items():

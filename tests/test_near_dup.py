@@ -12,7 +12,7 @@ import pytest
 from build_fixtures import make_project, packed_documents, rows, seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.pack import near_dup
-from packtrain.pipeline.pack import near_words
+from packtrain.pipeline.pack import near_tables, near_words
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.orchestrate.partition import merge, pretokenize_part
 from packtrain.pipeline.pack.spill import PARTS, SOURCES
@@ -237,6 +237,33 @@ def test_the_same_bytes_for_one_and_two_processes_and_for_three_parts(tmp_path):
     shards.append({p.name: p.read_bytes() for p in sorted(merged.path.glob("*.arrow"))})
     assert shards[0] == shards[1] == shards[2]
     assert merged.report["overlap"]["near_duplicates"] > 0
+
+
+def test_the_token_table_store_changes_no_byte(tmp_path, monkeypatch):
+    """The machine's store of token tables (pipeline/pack/near_tables.py): the same shards with it off,
+    cold (the table made and kept) and warm (read back: the table is not made again), and a damaged
+    table in it is made again and written over whole."""
+    project = sql_project(tmp_path)
+    store = tmp_path / "tables"
+    made = []
+    tokenizer_table = near_words.tokenizer_table
+    monkeypatch.setattr(near_words, "tokenizer_table", lambda *a: made.append(1) or tokenizer_table(*a))
+    shards = {}
+    for name, value in (("off", "off"), ("cold", str(store)), ("warm", str(store)), ("damaged", str(store))):
+        monkeypatch.setenv(near_tables.STORE_VARIABLE, value)
+        if name == "damaged":
+            table.write_bytes(table.read_bytes()[:-100])
+        cache = tmp_path / f"cache-{name}"
+        seed_decision(cache, project["model"])
+        result = build(configured(project, dedup="near"), cache, log=quiet, progress=False)
+        shards[name] = {p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))}
+        assert result.report["overlap"]["near_duplicates"] > 0
+        if name == "cold":
+            (table,) = store.iterdir()
+            whole = table.read_bytes()
+    assert shards["off"] == shards["cold"] == shards["warm"] == shards["damaged"]
+    assert len(made) == 3  # off, cold, damaged: warm read it
+    assert table.read_bytes() == whole and list(store.iterdir()) == [table]
 
 
 def test_the_build_id_holds_the_threshold_and_decontaminate_only_where_used(tmp_path):

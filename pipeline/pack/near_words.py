@@ -158,13 +158,13 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(starts, np.int64) - before, lengths) + np.arange(int(np.sum(lengths)), dtype=np.int64)
 
 
-def tokenizer_table(tokenizer_file, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`token_table` of every id of the tokenizer in ``tokenizer_file`` (a tokenizer.json): a
+def tokenizer_table(content: str, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`token_table` of every id of the tokenizer whose tokenizer.json holds ``content``: a
     token's text as it reads inside a document is what decoding it after another token adds (alone,
-    a SentencePiece decoder drops its leading space)."""
+    a SentencePiece decoder drops its leading space). Kept per machine: pipeline/pack/near_tables.py."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    tokenizer = Tokenizer.from_str(content)
     size = max(vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
     anchor = tokenizer.encode("a", add_special_tokens=False).ids[:1] or [0]
     head = tokenizer.decode(anchor, skip_special_tokens=True)
