@@ -136,6 +136,34 @@ def test_the_measure_is_pinned_on_literal_documents():
                                     [5640439496769244039, 13778317778509204560]]
 
 
+@pytest.mark.parametrize("two_words", [True, False])
+def test_the_words_of_token_units_are_the_words_of_the_bytes(two_words):
+    """SpillWords (one unit per token, a piece range only for a token of two words or more) against
+    word_hashes of the documents' bytes, over random documents of tokens that are empty, all space,
+    two or three words, spaced on either side, longer than 64 bytes, or not ASCII; every document's
+    prompt and answer cut at random places, for consecutive documents (a slice) and every other one."""
+    pieces = ["", " ", "  \n", "a", " b", "c ", " d e ", "x" * 70, " " + "y" * 63, "zz", "\u00c9t\u00e9", "q r s",
+              "SELECT", "(*)", " 12", "w" * 40]
+    if not two_words:  # every token one unit: no piece range at all
+        pieces = [p if p.strip().count(" ") == 0 else "v" for p in pieces]
+    data, offsets = near_words.token_table(pieces)
+    rng = np.random.default_rng(49)
+    docs = [(rng.integers(0, len(pieces), n).tolist(), rng.integers(0, 2, n).tolist())
+            for n in rng.integers(0, 40, 300)]
+    spill = spill_of(docs)
+    words = near_words.SpillWords({"train": [spill]}, (data, offsets))
+    assert words.units.single is not two_words
+    for indices in (np.arange(300), np.arange(1, 300, 2)):
+        got = words("train", 0, indices)
+        for part, (hashes, counts) in enumerate((got[:2], got[2:])):
+            chosen = [[t for t, m in zip(*docs[i]) if (m != 0) == part] for i in indices]
+            texts = [b"".join(bytes(data[offsets[t]:offsets[t + 1]]) for t in ids) for ids in chosen]
+            expected = near_words.word_hashes(np.frombuffer(b"".join(texts), np.uint8),
+                                              np.repeat(np.arange(len(texts)), [len(t) for t in texts]), len(texts))
+            assert hashes.tolist() == expected[0].tolist() and counts.tolist() == expected[1].tolist()
+            assert counts.sum() > 100
+
+
 def test_case_and_whitespace_changes_are_the_same_grams_renamed_identifiers_are_not():
     base = ("Question: How many heads are older than 56?", "SELECT count(*) FROM head WHERE age > 56")
     assert similarity(base, (base[0].upper(), "select  count(*)\n FROM head   where age > 56")) == 1.0

@@ -124,27 +124,119 @@ def word_hashes(data: np.ndarray, doc_of_byte: np.ndarray, documents: int) -> tu
     return Pieces.of(data, every, len(data)).words(every, np.asarray(doc_of_byte), documents)
 
 
+@dataclass
+class Units:
+    """Each token's :class:`Pieces` as units of at most one word fragment each, with whether a space
+    comes before the fragment (or the unit is all space) and after it: every token is one unit but a
+    token holding two fragments or more (``"a b"``). A document's words then come from one unit per
+    token, most of the time: no piece ranges. Unit ``t`` is token ``t``'s first; a token of several
+    units lists them in ``listed[first[t] : first[t] + count[t]]`` (its others from ``len(first)`` on)."""
+    pieces: Pieces
+    length: np.ndarray
+    """Per unit: its fragment's length in bytes (0 without one)."""
+    spaces: np.ndarray
+    """Per unit: spaces before its fragment (or the unit all space) and after it, 0 to 2."""
+    after: np.ndarray
+    """Per unit: a space after its fragment, 0 or 1."""
+    hash: np.ndarray
+    """Per unit: its fragment's :attr:`Pieces.hash` (0 without one)."""
+    piece: np.ndarray
+    """Per unit: its fragment's piece (-1 without one)."""
+    first: np.ndarray
+    count: np.ndarray
+    listed: np.ndarray
+    single: bool
+    """Every token is one unit (Qwen's, GPT-2's: no token holds two words)."""
+
+    @classmethod
+    def of(cls, pieces: Pieces) -> "Units":
+        tokens, n = len(pieces.first), len(pieces.hash)
+        owner = np.repeat(np.arange(tokens), pieces.count)
+        same = owner[1:] == owner[:-1]
+        before, after = np.zeros(n, bool), np.zeros(n, bool)
+        before[1:] = pieces.space[:-1] & same  # pieces alternate: a space, a fragment, ...
+        last = np.zeros(n, bool)
+        last[(pieces.first + pieces.count - 1)[pieces.count > 0]] = True
+        after[:-1] = pieces.space[1:] & same & last[1:]
+        fragments = np.flatnonzero(~pieces.space)
+        per_token = np.bincount(owner[fragments], minlength=tokens)
+        count = np.maximum(per_token, 1)
+        rank = np.arange(len(fragments)) - (np.cumsum(per_token) - per_token)[owner[fragments]]
+        extra = np.cumsum(count - 1) - (count - 1) + tokens  # where a token's second unit goes
+        unit = np.where(rank == 0, owner[fragments], extra[owner[fragments]] + rank - 1)
+        units = tokens + int((count - 1).sum())
+        length, spaces, behind = np.zeros(units, np.int32), np.zeros(units, np.int8), np.zeros(units, np.int8)
+        hashes, piece = np.zeros(units, np.uint64), np.full(units, -1, np.int64)
+        spaces[:tokens] = pieces.count > 0  # a token without a fragment: all space, or nothing
+        length[unit], hashes[unit], piece[unit] = pieces.length[fragments], pieces.hash[fragments], fragments
+        spaces[unit] = before[fragments].astype(np.int8) + after[fragments]
+        behind[unit] = after[fragments]
+        listed = np.zeros(int(count.sum()), np.int64)
+        first = np.cumsum(count) - count
+        listed[first] = np.arange(tokens)
+        several = np.flatnonzero(count > 1)
+        if len(several):
+            at = ranges(first[several] + 1, count[several] - 1)
+            listed[at] = ranges(extra[several], count[several] - 1)
+        return cls(pieces, length, spaces, behind, hashes, piece, first, count, listed, bool((count == 1).all()))
+
+    def of_tokens(self, ids: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The units of the tokens ``ids`` (of the documents ``doc``), in order, and each one's document."""
+        if self.single:
+            return ids, doc
+        count = self.count[ids]
+        if (count == 1).all():
+            return ids, doc
+        return self.listed[ranges(self.first[ids], count)], np.repeat(doc, count)
+
+    def words(self, units: np.ndarray, doc: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`Pieces.words` of the pieces of ``units`` (the same hashes and counts): a word starts at
+        a fragment with a space since the previous fragment, or the first of its document."""
+        spaces = np.cumsum(self.spaces[units], dtype=np.int64)
+        fragments = np.flatnonzero(self.length[units])
+        if not len(fragments):
+            return np.zeros(0, np.uint64), np.zeros(documents, np.int64)
+        units = units[fragments]
+        length, doc = self.length[units].astype(np.int64), doc[fragments]
+        spaces = spaces[fragments] - self.after[units]  # before each fragment
+        starting = np.ones(len(fragments), bool)
+        starting[1:] = (spaces[1:] != spaces[:-1]) | (doc[1:] != doc[:-1])
+        at = np.cumsum(length) - length
+        place = at - np.maximum.accumulate(np.where(starting, at, 0))
+        with np.errstate(over="ignore"):
+            values = self.hash[units] * _SHIFT[place & 63]
+        crossing = np.flatnonzero((place & 63) + length > 64)
+        if len(crossing):
+            values[crossing] = self.pieces.by_byte(self.piece[units[crossing]], place[crossing])
+        starts = np.flatnonzero(starting)
+        return mix64(np.add.reduceat(values, starts)), np.bincount(doc[starts], minlength=documents)
+
+
 class SpillWords:
     """``parts`` for near_dup.find over a build's spills (pipeline/pack/spill.py ``SourceSpill``, per split
     and source): each document's prompt and answer words (:func:`word_hashes` of the bytes
-    ``table`` (:func:`token_table`) gives its tokens, from their :class:`Pieces`)."""
+    ``table`` (:func:`token_table`) gives its tokens, from their :class:`Units`)."""
 
     def __init__(self, spills: dict, table: tuple[np.ndarray, np.ndarray]):
         data, offsets = table
         self.spills = spills
-        self.pieces = Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)), len(offsets) - 1)
+        self.units = Units.of(Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)),
+                                        len(offsets) - 1))
 
     def __call__(self, split: str, source: int, indices: np.ndarray):
         spill = self.spills[split][source]
-        at = ranges(spill.offsets[indices], spill.lengths[indices])
-        tokens, mask = spill.tokens[at], spill.masks[at]
-        doc = np.repeat(np.arange(len(indices), dtype=np.int32), spill.lengths[indices])
+        lengths = spill.lengths[indices]
+        a = int(spill.offsets[indices[0]]) if len(indices) else 0
+        if len(indices) and (np.diff(indices) == 1).all():  # consecutive documents: one slice, no gather
+            tokens, mask = spill.tokens[a : a + int(lengths.sum())], spill.masks[a : a + int(lengths.sum())]
+        else:
+            at = ranges(spill.offsets[indices], lengths)
+            tokens, mask = spill.tokens[at], spill.masks[at]
+        doc = np.repeat(np.arange(len(indices), dtype=np.int32), lengths)
         out: list[np.ndarray] = []
         for part in (mask == 0, mask != 0):
-            ids = tokens[part]
-            count = self.pieces.count[ids]
-            pieces = ranges(self.pieces.first[ids], count)
-            out += list(self.pieces.words(pieces, np.repeat(doc[part], count), len(indices)))
+            units, of = self.units.of_tokens(tokens[part], doc[part])
+            out += list(self.units.words(units, of, len(indices)))
         return tuple(out)
 
 
