@@ -124,6 +124,9 @@ def word_hashes(data: np.ndarray, doc_of_byte: np.ndarray, documents: int) -> tu
     return Pieces.of(data, every, len(data)).words(every, np.asarray(doc_of_byte), documents)
 
 
+FRAGMENT, BEFORE, TRAIL, EMPTY = 1, 2, 4, 8
+
+
 @dataclass
 class Units:
     """Each token's :class:`Pieces` as units of at most one word fragment each, with whether a space
@@ -134,10 +137,9 @@ class Units:
     pieces: Pieces
     length: np.ndarray
     """Per unit: its fragment's length in bytes (0 without one)."""
-    spaces: np.ndarray
-    """Per unit: spaces before its fragment (or the unit all space) and after it, 0 to 2."""
-    after: np.ndarray
-    """Per unit: a space after its fragment, 0 or 1."""
+    flags: np.ndarray
+    """Per unit: :data:`FRAGMENT` (it has one), :data:`BEFORE` (a space before it), :data:`TRAIL` (a space
+    after it, or the unit is all space), :data:`EMPTY` (no byte at all: a special token)."""
     hash: np.ndarray
     """Per unit: its fragment's :attr:`Pieces.hash` (0 without one)."""
     piece: np.ndarray
@@ -165,12 +167,11 @@ class Units:
         extra = np.cumsum(count - 1) - (count - 1) + tokens  # where a token's second unit goes
         unit = np.where(rank == 0, owner[fragments], extra[owner[fragments]] + rank - 1)
         units = tokens + int((count - 1).sum())
-        length, spaces, behind = np.zeros(units, np.int32), np.zeros(units, np.int8), np.zeros(units, np.int8)
+        length, flags = np.zeros(units, np.int32), np.zeros(units, np.uint8)
         hashes, piece = np.zeros(units, np.uint64), np.full(units, -1, np.int64)
-        spaces[:tokens] = pieces.count > 0  # a token without a fragment: all space, or nothing
+        flags[:tokens] = np.where(pieces.count > 0, TRAIL, EMPTY)  # a token without a fragment: all space, or nothing
         length[unit], hashes[unit], piece[unit] = pieces.length[fragments], pieces.hash[fragments], fragments
-        spaces[unit] = before[fragments].astype(np.int8) + after[fragments]
-        behind[unit] = after[fragments]
+        flags[unit] = FRAGMENT | before[fragments] * BEFORE | after[fragments] * TRAIL
         listed = np.zeros(int(count.sum()), np.int64)
         first = np.cumsum(count) - count
         listed[first] = np.arange(tokens)
@@ -178,7 +179,7 @@ class Units:
         if len(several):
             at = ranges(first[several] + 1, count[several] - 1)
             listed[at] = ranges(extra[several], count[several] - 1)
-        return cls(pieces, length, spaces, behind, hashes, piece, first, count, listed, bool((count == 1).all()))
+        return cls(pieces, length, flags, hashes, piece, first, count, listed, bool((count == 1).all()))
 
     def of_tokens(self, ids: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The units of the tokens ``ids`` (of the documents ``doc``), in order, and each one's document."""
@@ -192,15 +193,21 @@ class Units:
     def words(self, units: np.ndarray, doc: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`Pieces.words` of the pieces of ``units`` (the same hashes and counts): a word starts at
         a fragment with a space since the previous fragment, or the first of its document."""
-        spaces = np.cumsum(self.spaces[units], dtype=np.int64)
-        fragments = np.flatnonzero(self.length[units])
+        flags = self.flags[units]
+        fragments = np.flatnonzero(flags & FRAGMENT)
         if not len(fragments):
             return np.zeros(0, np.uint64), np.zeros(documents, np.int64)
-        units = units[fragments]
-        length, doc = self.length[units].astype(np.int64), doc[fragments]
-        spaces = spaces[fragments] - self.after[units]  # before each fragment
-        starting = np.ones(len(fragments), bool)
-        starting[1:] = (spaces[1:] != spaces[:-1]) | (doc[1:] != doc[:-1])
+        trail = flags & TRAIL
+        empty = np.flatnonzero(flags[1:] & EMPTY) + 1  # a special token: the space before it goes on past it
+        while len(moved := empty[(trail[empty] == 0) & (trail[empty - 1] != 0)]):  # a run of them: one a round
+            trail[moved] = TRAIL
+        spaced = flags & BEFORE
+        spaced[1:] |= trail[:-1] >> 1  # a space between a fragment and the unit before it
+        units, doc = units[fragments], doc[fragments]
+        starting = spaced[fragments] != 0
+        starting[0] = True
+        starting[1:] |= doc[1:] != doc[:-1]
+        length = self.length[units].astype(np.int64)
         at = np.cumsum(length) - length
         place = at - np.maximum.accumulate(np.where(starting, at, 0))
         with np.errstate(over="ignore"):
