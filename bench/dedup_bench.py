@@ -9,7 +9,9 @@ Corpus and tokenizer: bench/build_corpora.py (``unique`` prompt/answer rows, Qwe
 Peak RSS: the largest resident set of any one process of the build (getrusage of its children).
 The machine's store of near dedup's token tables (pipeline/pack/near_tables.py) is the bench's own,
 warmed before the clock (a machine that has built with this tokenizer before); ``--cold-tables``:
-left empty, so each near build makes the table (about 1 s with Qwen3's tokenizer).
+left empty, so each near build makes the table (about 1 s with Qwen3's tokenizer). The disks are
+synced before each setting (without it, the second setting, ``dedup: near``, paid for the first's
+writeback: 3-8 s more than ``near + decontaminate`` at 200k rows, 50 s at 1M, on this machine).
 """
 
 from __future__ import annotations
@@ -48,12 +50,12 @@ def child(args) -> None:
 
 def warm_tables(tokenizer: Path, store: Path, cold: bool) -> str:
     """Point the builds at ``store`` and, unless ``cold``, keep the tokenizer's token table there first."""
+    os.environ["PACKTRAIN_NEAR_TABLES_DIR"] = str(store)
+    if cold:  # nothing imported: the bench runs on code from before the store too
+        return "cold"
     from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
     from packtrain.pipeline.pack import near_tables
 
-    os.environ["PACKTRAIN_NEAR_TABLES_DIR"] = str(store)
-    if cold:
-        return "cold"
     info = load_tokenizer_info(tokenizer)
     near_tables.token_table(tokenizer / "tokenizer.json", info.fingerprint["files"]["tokenizer.json"], info.vocab_size)
     return "warm"
@@ -76,6 +78,7 @@ def main() -> None:
     tables = warm_tables(tokenizer, Path(tempfile.mkdtemp(prefix="near-tables-", dir=args.work)), args.cold_tables)
     results = {}
     for name in SETTINGS:
+        os.sync()  # the previous setting's files on disk before the clock: its writeback is not this one's time
         out = subprocess.run([sys.executable, __file__, "--child", name, "--corpus", str(corpus), "--tokenizer-dir",
                               str(tokenizer), "--num-proc", str(args.num_proc), "--work", args.work],
                              capture_output=True, text=True, check=True)

@@ -1,7 +1,8 @@
 """A document's words for near dedup (pipeline/pack/near_dup.py, where the measure is defined): each
-token id's text as it reads inside a document, normalized (:func:`token_table`, :func:`tokenizer_table`),
-cut into :class:`Pieces`, and the words of a batch of spilled documents' prompts and answers
-(:class:`SpillWords`) hashed from their tokens' pieces, not their bytes.
+token id's text as it reads inside a document, normalized (:func:`token_table`, :func:`tokenizer_table`;
+kept per machine: pipeline/pack/near_tables.py), cut into :class:`Pieces` and made :class:`Units` (a
+word fragment each, with the spaces around it), and the words of a batch of spilled documents' prompts
+and answers (:class:`SpillWords`) hashed from their tokens' units, not their bytes.
 """
 
 from __future__ import annotations
