@@ -164,6 +164,22 @@ def test_the_words_of_token_units_are_the_words_of_the_bytes(two_words):
             assert counts.sum() > 100
 
 
+@pytest.mark.parametrize("bits", [3, 22])
+def test_colliding_finds_the_documents_sharing_a_bucket_and_no_other(bits):
+    """The count by top bits only narrows the search: keys equal in their top bits but not in the rest
+    (all of them at 3 bits) are no collision, equal keys are, in any band."""
+    from collections import Counter
+
+    rng = np.random.default_rng(bits)
+    keys = rng.integers(0, 2**64 - 1, (3000, 4), dtype=np.uint64, endpoint=True)
+    bands = rng.integers(0, 4, 40)
+    keys[rng.integers(0, 3000, 40), bands] = keys[rng.integers(0, 3000, 40), bands]
+    keys[:20, 2] = keys[20:40, 2] ^ np.uint64(1)  # the same top bits, other keys
+    shared = [Counter(keys[:, b].tolist()) for b in range(4)]
+    expected = [p for p in range(3000) if any(shared[b][int(keys[p, b])] > 1 for b in range(4))]
+    assert near_dup.colliding(keys, bits).tolist() == expected and 40 <= len(expected) < 3000
+
+
 def test_case_and_whitespace_changes_are_the_same_grams_renamed_identifiers_are_not():
     base = ("Question: How many heads are older than 56?", "SELECT count(*) FROM head WHERE age > 56")
     assert similarity(base, (base[0].upper(), "select  count(*)\n FROM head   where age > 56")) == 1.0
