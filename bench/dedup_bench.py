@@ -12,8 +12,9 @@ Peak RSS: the largest resident set of any one process of the build (getrusage of
 The machine's store of near dedup's token tables (pipeline/pack/near_tables.py) is the bench's own,
 warmed before the clock (a machine that has built with this tokenizer before); ``--cold-tables``:
 left empty, so each near build makes the table (about 1 s with Qwen3's tokenizer). The disks are
-synced before each setting (without it, the second setting, ``dedup: near``, paid for the first's
-writeback: 3-8 s more than ``near + decontaminate`` at 200k rows, 50 s at 1M, on this machine).
+synced before each setting, so no setting's time holds the previous one's writeback (``dedup: near``, run
+second, was 3-8 s slower than ``near + decontaminate`` at 200k rows in most runs here, synced or not: not
+the writeback, and not understood; docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
