@@ -36,6 +36,7 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # No store of fast-encoder proofs outside a test (pipeline/encode/machine_notes.py): each test gets its own
 # (_hermetic_models), and a test that undoes its monkeypatch falls back to none, never to this machine's.
 os.environ["PACKTRAIN_PROOFS_DIR"] = "off"
+os.environ["PACKTRAIN_NEAR_TABLES_DIR"] = "off"  # the same for near dedup's token tables (pipeline/pack/near_tables.py)
 
 
 # A test process keeps the encoders of 16 tokenizers (a build process keeps one): test after test it
@@ -153,6 +154,7 @@ def _hermetic_models(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PACKTRAIN_MODELS_DIR", str(tmp_path_factory.mktemp("models")))
     monkeypatch.setenv("PACKTRAIN_MODEL", "bundled")
     monkeypatch.delenv("PACKTRAIN_PROOFS_DIR", raising=False)  # the store of fast-encoder proofs: the default, in those models
+    monkeypatch.delenv("PACKTRAIN_NEAR_TABLES_DIR", raising=False)  # near dedup's token tables: the same
 
 
 def _quiet_datasets():

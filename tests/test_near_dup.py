@@ -12,7 +12,7 @@ import pytest
 from build_fixtures import make_project, packed_documents, rows, seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.pack import near_dup
-from packtrain.pipeline.pack import near_words
+from packtrain.pipeline.pack import near_tables, near_words
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.orchestrate.partition import merge, pretokenize_part
 from packtrain.pipeline.pack.spill import PARTS, SOURCES
@@ -136,6 +136,50 @@ def test_the_measure_is_pinned_on_literal_documents():
                                     [5640439496769244039, 13778317778509204560]]
 
 
+@pytest.mark.parametrize("two_words", [True, False])
+def test_the_words_of_token_units_are_the_words_of_the_bytes(two_words):
+    """SpillWords (one unit per token, a piece range only for a token of two words or more) against
+    word_hashes of the documents' bytes, over random documents of tokens that are empty, all space,
+    two or three words, spaced on either side, longer than 64 bytes, or not ASCII; every document's
+    prompt and answer cut at random places, for consecutive documents (a slice) and every other one."""
+    pieces = ["", " ", "  \n", "a", " b", "c ", " d e ", "x" * 70, " " + "y" * 63, "zz", "\u00c9t\u00e9", "q r s",
+              "SELECT", "(*)", " 12", "w" * 40]
+    if not two_words:  # every token one unit: no piece range at all
+        pieces = [p if p.strip().count(" ") == 0 else "v" for p in pieces]
+    data, offsets = near_words.token_table(pieces)
+    rng = np.random.default_rng(49)
+    docs = [(rng.integers(0, len(pieces), n).tolist(), rng.integers(0, 2, n).tolist())
+            for n in rng.integers(0, 40, 300)]
+    spill = spill_of(docs)
+    words = near_words.SpillWords({"train": [spill]}, (data, offsets))
+    assert words.units.single is not two_words
+    for indices in (np.arange(300), np.arange(1, 300, 2)):
+        got = words("train", 0, indices)
+        for part, (hashes, counts) in enumerate((got[:2], got[2:])):
+            chosen = [[t for t, m in zip(*docs[i]) if (m != 0) == part] for i in indices]
+            texts = [b"".join(bytes(data[offsets[t]:offsets[t + 1]]) for t in ids) for ids in chosen]
+            expected = near_words.word_hashes(np.frombuffer(b"".join(texts), np.uint8),
+                                              np.repeat(np.arange(len(texts)), [len(t) for t in texts]), len(texts))
+            assert hashes.tolist() == expected[0].tolist() and counts.tolist() == expected[1].tolist()
+            assert counts.sum() > 100
+
+
+@pytest.mark.parametrize("bits", [3, 22])
+def test_colliding_finds_the_documents_sharing_a_bucket_and_no_other(bits):
+    """The count by top bits only narrows the search: keys equal in their top bits but not in the rest
+    (all of them at 3 bits) are no collision, equal keys are, in any band."""
+    from collections import Counter
+
+    rng = np.random.default_rng(bits)
+    keys = rng.integers(0, 2**64 - 1, (3000, 4), dtype=np.uint64, endpoint=True)
+    bands = rng.integers(0, 4, 40)
+    keys[rng.integers(0, 3000, 40), bands] = keys[rng.integers(0, 3000, 40), bands]
+    keys[:20, 2] = keys[20:40, 2] ^ np.uint64(1)  # the same top bits, other keys
+    shared = [Counter(keys[:, b].tolist()) for b in range(4)]
+    expected = [p for p in range(3000) if any(shared[b][int(keys[p, b])] > 1 for b in range(4))]
+    assert near_dup.colliding(keys, bits).tolist() == expected and 40 <= len(expected) < 3000
+
+
 def test_case_and_whitespace_changes_are_the_same_grams_renamed_identifiers_are_not():
     base = ("Question: How many heads are older than 56?", "SELECT count(*) FROM head WHERE age > 56")
     assert similarity(base, (base[0].upper(), "select  count(*)\n FROM head   where age > 56")) == 1.0
@@ -237,6 +281,33 @@ def test_the_same_bytes_for_one_and_two_processes_and_for_three_parts(tmp_path):
     shards.append({p.name: p.read_bytes() for p in sorted(merged.path.glob("*.arrow"))})
     assert shards[0] == shards[1] == shards[2]
     assert merged.report["overlap"]["near_duplicates"] > 0
+
+
+def test_the_token_table_store_changes_no_byte(tmp_path, monkeypatch):
+    """The machine's store of token tables (pipeline/pack/near_tables.py): the same shards with it off,
+    cold (the table made and kept) and warm (read back: the table is not made again), and a damaged
+    table in it is made again and written over whole."""
+    project = sql_project(tmp_path)
+    store = tmp_path / "tables"
+    made = []
+    tokenizer_table = near_words.tokenizer_table
+    monkeypatch.setattr(near_words, "tokenizer_table", lambda *a: made.append(1) or tokenizer_table(*a))
+    shards = {}
+    for name, value in (("off", "off"), ("cold", str(store)), ("warm", str(store)), ("damaged", str(store))):
+        monkeypatch.setenv(near_tables.STORE_VARIABLE, value)
+        if name == "damaged":
+            table.write_bytes(table.read_bytes()[:-100])
+        cache = tmp_path / f"cache-{name}"
+        seed_decision(cache, project["model"])
+        result = build(configured(project, dedup="near"), cache, log=quiet, progress=False)
+        shards[name] = {p.name: p.read_bytes() for p in sorted(result.path.glob("*.arrow"))}
+        assert result.report["overlap"]["near_duplicates"] > 0
+        if name == "cold":
+            (table,) = store.iterdir()
+            whole = table.read_bytes()
+    assert shards["off"] == shards["cold"] == shards["warm"] == shards["damaged"]
+    assert len(made) == 3  # off, cold, damaged: warm read it
+    assert table.read_bytes() == whole and list(store.iterdir()) == [table]
 
 
 def test_the_build_id_holds_the_threshold_and_decontaminate_only_where_used(tmp_path):

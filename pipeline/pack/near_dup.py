@@ -224,12 +224,21 @@ def find(parts, kept: dict[str, list[np.ndarray]], sizes: dict[str, list[int]], 
     return found
 
 
-def colliding(keys: np.ndarray) -> np.ndarray:
-    """Positions (in visiting order) of the documents that share a bucket with another one in any band."""
+def colliding(keys: np.ndarray, bits: int = 22) -> np.ndarray:
+    """Positions (in visiting order) of the documents that share a bucket with another one in any band.
+    A band's keys are mixed 64-bit hashes: only those whose top ``bits`` bits some other key has too
+    (a count per value of them, O(n)) can be equal, and only these are sorted (a fifth of a million
+    keys at 22 bits, instead of all of them: 0.4 s of CPU instead of 1.1 s for a million documents).
+
+    >>> colliding(np.array([[5, 1 << 63], [6, 1 << 63], [5, 7]], np.uint64), bits=2).tolist()
+    [0, 1, 2]
+    """
     hit = np.zeros(len(keys), bool)
     for b in range(keys.shape[1]):
-        _, inverse, counts = np.unique(keys[:, b], return_inverse=True, return_counts=True)
-        hit |= counts[inverse] > 1
+        top = (keys[:, b] >> np.uint64(64 - bits)).astype(np.intp)
+        maybe = np.flatnonzero(np.bincount(top, minlength=1 << bits)[top] > 1)
+        _, inverse, counts = np.unique(keys[maybe, b], return_inverse=True, return_counts=True)
+        hit[maybe[counts[inverse] > 1]] = True
     return np.flatnonzero(hit)
 
 

@@ -1,7 +1,8 @@
 """A document's words for near dedup (pipeline/pack/near_dup.py, where the measure is defined): each
-token id's text as it reads inside a document, normalized (:func:`token_table`, :func:`tokenizer_table`),
-cut into :class:`Pieces`, and the words of a batch of spilled documents' prompts and answers
-(:class:`SpillWords`) hashed from their tokens' pieces, not their bytes.
+token id's text as it reads inside a document, normalized (:func:`token_table`, :func:`tokenizer_table`;
+kept per machine: pipeline/pack/near_tables.py), cut into :class:`Pieces` and made :class:`Units` (a
+word fragment each, with the spaces around it), and the words of a batch of spilled documents' prompts
+and answers (:class:`SpillWords`) hashed from their tokens' units, not their bytes.
 """
 
 from __future__ import annotations
@@ -124,27 +125,126 @@ def word_hashes(data: np.ndarray, doc_of_byte: np.ndarray, documents: int) -> tu
     return Pieces.of(data, every, len(data)).words(every, np.asarray(doc_of_byte), documents)
 
 
+FRAGMENT, BEFORE, TRAIL, EMPTY = 1, 2, 4, 8
+
+
+@dataclass
+class Units:
+    """Each token's :class:`Pieces` as units of at most one word fragment each, with whether a space
+    comes before the fragment (or the unit is all space) and after it: every token is one unit but a
+    token holding two fragments or more (``"a b"``). A document's words then come from one unit per
+    token, most of the time: no piece ranges. Unit ``t`` is token ``t``'s first; a token of several
+    units lists them in ``listed[first[t] : first[t] + count[t]]`` (its others from ``len(first)`` on)."""
+    pieces: Pieces
+    length: np.ndarray
+    """Per unit: its fragment's length in bytes (0 without one)."""
+    flags: np.ndarray
+    """Per unit: :data:`FRAGMENT` (it has one), :data:`BEFORE` (a space before it), :data:`TRAIL` (a space
+    after it, or the unit is all space), :data:`EMPTY` (no byte at all: a special token)."""
+    hash: np.ndarray
+    """Per unit: its fragment's :attr:`Pieces.hash` (0 without one)."""
+    piece: np.ndarray
+    """Per unit: its fragment's piece (-1 without one)."""
+    first: np.ndarray
+    count: np.ndarray
+    listed: np.ndarray
+    single: bool
+    """Every token is one unit (Qwen's, GPT-2's: no token holds two words)."""
+
+    @classmethod
+    def of(cls, pieces: Pieces) -> "Units":
+        tokens, n = len(pieces.first), len(pieces.hash)
+        owner = np.repeat(np.arange(tokens), pieces.count)
+        same = owner[1:] == owner[:-1]
+        before, after = np.zeros(n, bool), np.zeros(n, bool)
+        before[1:] = pieces.space[:-1] & same  # pieces alternate: a space, a fragment, ...
+        last = np.zeros(n, bool)
+        last[(pieces.first + pieces.count - 1)[pieces.count > 0]] = True
+        after[:-1] = pieces.space[1:] & same & last[1:]
+        fragments = np.flatnonzero(~pieces.space)
+        per_token = np.bincount(owner[fragments], minlength=tokens)
+        count = np.maximum(per_token, 1)
+        rank = np.arange(len(fragments)) - (np.cumsum(per_token) - per_token)[owner[fragments]]
+        extra = np.cumsum(count - 1) - (count - 1) + tokens  # where a token's second unit goes
+        unit = np.where(rank == 0, owner[fragments], extra[owner[fragments]] + rank - 1)
+        units = tokens + int((count - 1).sum())
+        length, flags = np.zeros(units, np.int32), np.zeros(units, np.uint8)
+        hashes, piece = np.zeros(units, np.uint64), np.full(units, -1, np.int64)
+        flags[:tokens] = np.where(pieces.count > 0, TRAIL, EMPTY)  # a token without a fragment: all space, or nothing
+        length[unit], hashes[unit], piece[unit] = pieces.length[fragments], pieces.hash[fragments], fragments
+        flags[unit] = FRAGMENT | before[fragments] * BEFORE | after[fragments] * TRAIL
+        listed = np.zeros(int(count.sum()), np.int64)
+        first = np.cumsum(count) - count
+        listed[first] = np.arange(tokens)
+        several = np.flatnonzero(count > 1)
+        if len(several):
+            at = ranges(first[several] + 1, count[several] - 1)
+            listed[at] = ranges(extra[several], count[several] - 1)
+        return cls(pieces, length, flags, hashes, piece, first, count, listed, bool((count == 1).all()))
+
+    def of_tokens(self, ids: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The units of the tokens ``ids`` (of the documents ``doc``), in order, and each one's document."""
+        if self.single:
+            return ids, doc
+        count = self.count[ids]
+        if (count == 1).all():
+            return ids, doc
+        return self.listed[ranges(self.first[ids], count)], np.repeat(doc, count)
+
+    def words(self, units: np.ndarray, doc: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`Pieces.words` of the pieces of ``units`` (the same hashes and counts): a word starts at
+        a fragment with a space since the previous fragment, or the first of its document."""
+        flags = self.flags[units]
+        fragments = np.flatnonzero(flags & FRAGMENT)
+        if not len(fragments):
+            return np.zeros(0, np.uint64), np.zeros(documents, np.int64)
+        trail = flags & TRAIL
+        empty = np.flatnonzero(flags[1:] & EMPTY) + 1  # a special token: the space before it goes on past it
+        while len(moved := empty[(trail[empty] == 0) & (trail[empty - 1] != 0)]):  # a run of them: one a round
+            trail[moved] = TRAIL
+        spaced = flags & BEFORE
+        spaced[1:] |= trail[:-1] >> 1  # a space between a fragment and the unit before it
+        units, doc = units[fragments], doc[fragments]
+        starting = spaced[fragments] != 0
+        starting[0] = True
+        starting[1:] |= doc[1:] != doc[:-1]
+        length = self.length[units].astype(np.int64)
+        at = np.cumsum(length) - length
+        place = at - np.maximum.accumulate(np.where(starting, at, 0))
+        with np.errstate(over="ignore"):
+            values = self.hash[units] * _SHIFT[place & 63]
+        crossing = np.flatnonzero((place & 63) + length > 64)
+        if len(crossing):
+            values[crossing] = self.pieces.by_byte(self.piece[units[crossing]], place[crossing])
+        starts = np.flatnonzero(starting)
+        return mix64(np.add.reduceat(values, starts)), np.bincount(doc[starts], minlength=documents)
+
+
 class SpillWords:
     """``parts`` for near_dup.find over a build's spills (pipeline/pack/spill.py ``SourceSpill``, per split
     and source): each document's prompt and answer words (:func:`word_hashes` of the bytes
-    ``table`` (:func:`token_table`) gives its tokens, from their :class:`Pieces`)."""
+    ``table`` (:func:`token_table`) gives its tokens, from their :class:`Units`)."""
 
     def __init__(self, spills: dict, table: tuple[np.ndarray, np.ndarray]):
         data, offsets = table
         self.spills = spills
-        self.pieces = Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)), len(offsets) - 1)
+        self.units = Units.of(Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)),
+                                        len(offsets) - 1))
 
     def __call__(self, split: str, source: int, indices: np.ndarray):
         spill = self.spills[split][source]
-        at = ranges(spill.offsets[indices], spill.lengths[indices])
-        tokens, mask = spill.tokens[at], spill.masks[at]
-        doc = np.repeat(np.arange(len(indices), dtype=np.int32), spill.lengths[indices])
+        lengths = spill.lengths[indices]
+        a = int(spill.offsets[indices[0]]) if len(indices) else 0
+        if len(indices) and (np.diff(indices) == 1).all():  # consecutive documents: one slice, no gather
+            tokens, mask = spill.tokens[a : a + int(lengths.sum())], spill.masks[a : a + int(lengths.sum())]
+        else:
+            at = ranges(spill.offsets[indices], lengths)
+            tokens, mask = spill.tokens[at], spill.masks[at]
+        doc = np.repeat(np.arange(len(indices), dtype=np.int32), lengths)
         out: list[np.ndarray] = []
         for part in (mask == 0, mask != 0):
-            ids = tokens[part]
-            count = self.pieces.count[ids]
-            pieces = ranges(self.pieces.first[ids], count)
-            out += list(self.pieces.words(pieces, np.repeat(doc[part], count), len(indices)))
+            units, of = self.units.of_tokens(tokens[part], doc[part])
+            out += list(self.units.words(units, of, len(indices)))
         return tuple(out)
 
 
@@ -158,13 +258,13 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(starts, np.int64) - before, lengths) + np.arange(int(np.sum(lengths)), dtype=np.int64)
 
 
-def tokenizer_table(tokenizer_file, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`token_table` of every id of the tokenizer in ``tokenizer_file`` (a tokenizer.json): a
+def tokenizer_table(content: str, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`token_table` of every id of the tokenizer whose tokenizer.json holds ``content``: a
     token's text as it reads inside a document is what decoding it after another token adds (alone,
-    a SentencePiece decoder drops its leading space)."""
+    a SentencePiece decoder drops its leading space). Kept per machine: pipeline/pack/near_tables.py."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    tokenizer = Tokenizer.from_str(content)
     size = max(vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
     anchor = tokenizer.encode("a", add_special_tokens=False).ids[:1] or [0]
     head = tokenizer.decode(anchor, skip_special_tokens=True)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from packtrain.pipeline.pack import mix, near_dup
-from packtrain.pipeline.pack import near_words
+from packtrain.pipeline.pack import near_tables, near_words
 from packtrain.pipeline.pack import report as reporting
 from packtrain.core.contract import token_dtype
 from packtrain.core.shardfile import ShardWriter
@@ -79,7 +79,8 @@ def find_near(config, tokenizer: TokenizerInfo, spills: dict[str, list[SourceSpi
     ``build.decontaminate`` asks for them."""
     if config.build.dedup != "near" and not config.build.decontaminate:
         return None
-    table = near_words.tokenizer_table(tokenizer.directory / "tokenizer.json", tokenizer.vocab_size)
+    table = near_tables.token_table(tokenizer.directory / "tokenizer.json", tokenizer.fingerprint["files"]["tokenizer.json"],
+                                    tokenizer.vocab_size)
     return near_dup.find(near_words.SpillWords(spills, table), mix.deduplicated(keys, config.build.dedup != "none"),
                          {split: [len(s.lengths) for s in spills[split]] for split in SPLITS},
                          config.build.dedup_threshold, config.build.decontaminate, config.build.dedup == "near",
