@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import socket
 
 import pytest
@@ -159,10 +160,16 @@ def test_missing_column_in_parquet_and_arrow(hub_cache, prepared_dataset):
 
 
 def test_bad_json_line_is_named(tmp_path):
+    """Said where the batch's rows are used (its worker parses its lines: pipeline/read/json_rows.py), with
+    the file and the line: the third line of a file after a blank one, read past the first batch."""
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"q": "a"}\n{"q": \n')
-    with pytest.raises(SourceError, match=r"bad.jsonl, line 2: not valid JSON"):
-        list(iter_batches(resolve_source(SourceConfig(name=str(path))), ["q"], 2))
+    path.write_text('{"q": "a"}\n{"q": "b"}\n\n{"q": \n')
+    batches = list(iter_batches(resolve_source(SourceConfig(name=str(path))), ["q"], 1))
+    assert batches[0].columns["q"] == ["a"] and batches[1].columns["q"] == ["b"]
+    with pytest.raises(SourceError, match=r"bad.jsonl, line 4: not valid JSON"):
+        batches[2].columns["q"]
+    with pytest.raises(SourceError, match=r"bad.jsonl, line 4: not valid JSON"):
+        pickle.loads(pickle.dumps(batches[2].columns))["q"]  # as a worker gets it
 
 
 def test_no_network_during_resolve_and_read(hub_cache, prepared_dataset, saved_datasets, monkeypatch):
