@@ -15,19 +15,26 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 
-from packtrain.pipeline.read.discover import SourceError
 
 
 def parse_row(path: str, lineno: int, line: str) -> dict:
-    """The JSON object on line ``lineno`` of ``path``, or the :class:`SourceError` that says why not."""
+    """The JSON object on line ``lineno`` of ``path``, or the ``SourceError`` that says why not."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
-        raise SourceError(f"{path}, line {lineno}: not valid JSON ({e.msg}); fix or remove that line") from None
+        raise source_error(f"{path}, line {lineno}: not valid JSON ({e.msg}); fix or remove that line") from None
     if not isinstance(row, dict):
-        raise SourceError(f"{path}, line {lineno}: expected one JSON object per line, got "
-                          f"{type(row).__name__}; write one {{\"field\": value}} object per line")
+        raise source_error(f"{path}, line {lineno}: expected one JSON object per line, got "
+                           f"{type(row).__name__}; write one {{\"field\": value}} object per line")
     return row
+
+
+def source_error(message: str) -> Exception:
+    """discover.SourceError, imported only here: discover's imports (the hub's client) cost each worker
+    about a CPU second, and a worker that parses good lines needs none of them."""
+    from packtrain.pipeline.read.discover import SourceError
+
+    return SourceError(message)
 
 
 class JsonLines(Mapping):
