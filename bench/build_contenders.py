@@ -7,7 +7,7 @@
   tokenizer: the encoder decision and the tokenizer facts included; the machine's store of proofs,
   ``PACKTRAIN_PROOFS_DIR``, empty), then the same command again (nothing changed: the no-op rebuild).
 - packtrain, proven on this machine: the same in a fresh cache, where the machine's store holds the
-  fast-encoder decision (made before the clock starts, as a build in another cache leaves it): a CI
+  fast-encoder decision and the tokenizer facts (made before the clock starts, as a build in another cache leaves them): a CI
   job's or a new project's first build (pipeline/encode/machine_notes.py).
 - packtrain on Ray: the same command with ``--executor ray --parts 4``: a local Ray cluster of
   ``num_proc`` CPUs started by the command (its start-up timed), each part a Ray task, the merge in
@@ -100,12 +100,15 @@ def run_packtrain_proven(corpus, kind, name, tokenizer, num_proc, work) -> dict:
     first, untimed, by the build's own EncoderDecision into the store the command reads."""
     from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
 
+    from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
+
     os.environ["PACKTRAIN_PROOFS_DIR"] = str(work / "proofs")
     path = tokenizer / "tokenizer.json"
     with tempfile.TemporaryDirectory() as notes, \
             EncoderDecision(True, path, hashlib.sha256(path.read_bytes()).hexdigest(), Path(notes)) as decision:
         decision.result()
         decision.remember()
+        load_tokenizer_info(tokenizer, facts_dir=Path(notes) / "facts")  # the tokenizer facts, left in the store too
     return run_packtrain(corpus, kind, name, tokenizer, num_proc, work)
 
 

@@ -245,7 +245,8 @@ def test_sources_cached_with_a_shortcut_refused_later_are_tokenized_again(real_t
     project = smollm2_project(tmp_path, real_tokenizer, bad)
     other = write_jsonl(tmp_path / "data" / "b.jsonl", bad[:5])
     a_only = {"build.fast_encoder": False, "build.check_documents": 0}
-    monkeypatch.setattr(exactness, "sampled", lambda text: False)  # nothing of a falls in the sample
+    # nothing of a falls in the sample
+    monkeypatch.setattr(exactness, "sampled_mask", lambda digests: np.zeros(len(digests), bool))
     monkeypatch.setattr("packtrain.pipeline.encode.encoders.line_cut", lambda spec: (NEWLINE_RUN_CUT, "the old cut"))
     monkeypatch.setattr("packtrain.pipeline.encode.encoders.LOADED", {})
     lines: list[str] = []

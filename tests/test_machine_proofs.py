@@ -29,7 +29,8 @@ PROVEN = "fast encoder: on (fastokens) (fastokens: the HF tokenizer's ids on the
 
 
 def notes(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.glob("*"))} if directory.is_dir() else {}
+    """The fast-encoder notes in ``directory`` (the store's ``.tokenizer-facts/`` beside them is not one)."""
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("*")) if p.is_file()} if directory.is_dir() else {}
 
 
 def shard_bytes(cache: Path) -> dict[str, bytes]:

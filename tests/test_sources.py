@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import socket
 
 import pytest
@@ -159,10 +160,16 @@ def test_missing_column_in_parquet_and_arrow(hub_cache, prepared_dataset):
 
 
 def test_bad_json_line_is_named(tmp_path):
+    """Said where the batch's rows are used (its worker parses its lines: pipeline/read/json_rows.py), with
+    the file and the line: the third line of a file after a blank one, read past the first batch."""
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"q": "a"}\n{"q": \n')
-    with pytest.raises(SourceError, match=r"bad.jsonl, line 2: not valid JSON"):
-        list(iter_batches(resolve_source(SourceConfig(name=str(path))), ["q"], 2))
+    path.write_text('{"q": "a"}\n{"q": "b"}\n\n{"q": \n')
+    batches = list(iter_batches(resolve_source(SourceConfig(name=str(path))), ["q"], 1))
+    assert batches[0].columns["q"] == ["a"] and batches[1].columns["q"] == ["b"]
+    with pytest.raises(SourceError, match=r"bad.jsonl, line 4: not valid JSON"):
+        batches[2].columns["q"]
+    with pytest.raises(SourceError, match=r"bad.jsonl, line 4: not valid JSON"):
+        pickle.loads(pickle.dumps(batches[2].columns))["q"]  # as a worker gets it
 
 
 def test_no_network_during_resolve_and_read(hub_cache, prepared_dataset, saved_datasets, monkeypatch):
@@ -243,3 +250,21 @@ def test_every_json_spelling_of_a_key_is_found_and_a_near_miss_is_not(key):
 def _utf16_units(ch: str) -> list[int]:
     data = ch.encode("utf-16-be", "surrogatepass")
     return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def test_a_worker_imports_neither_discover_nor_the_hub_client_for_json_lines():
+    """A worker (pipeline/encode/pool.py) parses JSON lines (pipeline/read/json_rows.py) without importing
+    discover, whose imports (huggingface_hub) cost each worker about a CPU second; a bad line still says why."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pickle, packtrain.pipeline.encode.pool\n"
+            "from packtrain.pipeline.read.json_rows import JsonLines\n"
+            "rows = pickle.loads(pickle.dumps(JsonLines('f.jsonl', ['{\"q\": 1}\\n'], [1], ['q'])))\n"
+            "assert rows['q'] == [1]\n"
+            "print(sorted(m for m in ('packtrain.pipeline.read.discover', 'huggingface_hub') if m in sys.modules))\n"
+            "try:\n    JsonLines('f.jsonl', ['{'], [3], ['q'])['q']\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[]", "SourceError f.jsonl, line 3: not valid JSON (Expecting property name enclosed "
+                                      "in double quotes); fix or remove that line"]

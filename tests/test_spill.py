@@ -14,7 +14,8 @@ import packtrain.pipeline.encode.worker
 import packtrain.pipeline.format.format_columns
 from packtrain.pipeline.pack import mix
 from packtrain.pipeline.pack.pack import assemble_block
-from packtrain.pipeline.pack.shards import DocumentView, assemble_blocks, assemble_pieces, cut_piece_list, cut_pieces
+from packtrain.pipeline.pack.shards import (DocumentView, assemble_blocks, assemble_pieces, cut_piece_list, cut_pieces,
+                                            packed_lengths)
 from packtrain.pipeline.pack.source_stats import Exactness, SourceStats
 from packtrain.pipeline.pack.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
@@ -26,7 +27,7 @@ STATS = SourceStats(2, Exactness("tokenizers", line_cache=False, render_once=Fal
 def test_tokenize_docstring_examples_hold():
     results = [doctest.testmod(module) for module in (packtrain.pipeline.encode.worker, packtrain.pipeline.encode.assemble,
                                                       packtrain.pipeline.format.format_columns)]
-    assert [(r.failed, r.attempted) for r in results] == [(0, 3), (0, 6), (0, 3)]
+    assert [(r.failed, r.attempted) for r in results] == [(0, 4), (0, 6), (0, 3)]
 
 
 def test_assemble_documents_adds_head_and_eos_and_masks_the_spans():
@@ -144,6 +145,26 @@ def test_assemble_blocks_gives_assemble_blocks_bytes_across_sources(tmp_path):
     for row, block in enumerate(blocks):
         one = assemble_block(block, view, view.masks(), 6, 0, np.uint16)
         assert (one[0].tolist(), one[1].tolist(), one[2]) == (ids[row].tolist(), mask[row].tolist(), lens[row])
+
+
+def test_regular_masks_are_made_from_the_prompt_length_not_read(tmp_path):
+    """Once irregular_masks has looked, a document whose loss is on every token after its prompt gets its mask
+    made from its prompt length (the spill's mask pages are not read again); an irregular one (two supervised
+    runs) is read. Same bytes as reading every mask: here the regular ones' spill masks are spoilt after the look."""
+    write_spill(tmp_path / "a", [(0, [7, 8, 9, 4, 5, 6, 3], [0, 1, 1, 0, 1, 0, 1], [3, 4], [1, 1], [False, False])])
+    write_spill(tmp_path / "b", [(0, [11, 12, 13], [0, 0, 1], [3], [2], [False])])
+    spills = [SourceSpill(tmp_path / s, "train", np.uint16) for s in ("a", "b")]
+    selections = [np.array([1, 0]), np.array([0, 0])]  # docs: a1 (irregular) a0 b0 b0
+    blocks = [[(0, 0, 4), (1, 1, 3)], [(2, 0, 3), (1, 0, 1), (3, 1, 3)]]
+    want = assemble_blocks(blocks, DocumentView(spills, selections), 8, pad_id=0, dtype=np.uint16)
+    view = DocumentView(spills, selections)
+    lengths, prompts = packed_lengths(spills, selections), np.array([1, 1, 2, 2])
+    assert list(view.irregular_masks(lengths, prompts)) == [0] and view.regular.tolist() == [False, True, True, True]
+    spills[0].masks = np.array([0, 0, 0, 0, 1, 0, 1], np.uint8)  # a0's mask spoilt, a1's kept
+    spills[1].masks = np.zeros(3, np.uint8)
+    ids, mask, lens = assemble_blocks(blocks, view, 8, pad_id=0, dtype=np.uint16)
+    assert mask.tolist() == [[0, 1, 0, 1, 0, 1, 0, 0], [0, 0, 1, 0, 0, 1, 0, 0]] == want[1].tolist()
+    assert ids.tolist() == want[0].tolist() and lens == want[2] == [[4, 2], [3, 1, 2]]
 
 
 def test_assemble_pieces_and_cut_piece_list_take_blocks_as_flat_arrays(tmp_path):

@@ -181,3 +181,20 @@ def test_every_tokenizer_file_is_read_as_the_bytes_its_hash_describes(tmp_path, 
     monkeypatch.setattr(tokenizer_info, "LINE_SPLITS", {})  # made from checked reads, so the files are read again
     with pytest.raises(ContentChanged, match="changed while the build read it"):
         load_tokenizer_info(directory, by_name).line_split()
+
+
+def test_a_first_build_in_another_cache_takes_the_facts_from_the_machines_store(tmp_path, monkeypatch):
+    """The facts are left beside the machine's fast-encoder proofs (PACKTRAIN_PROOFS_DIR): planning in a
+    new cache, in a new process, reads them there and loads no HF tokenizer; with no store it does."""
+    model = make_tokenizer(tmp_path / "model")
+    monkeypatch.setenv("PACKTRAIN_PROOFS_DIR", str(tmp_path / "store"))
+    monkeypatch.setattr(tokenizer_facts, "COMPUTED", {})
+    first = load_tokenizer_info(model, facts_dir=tmp_path / "facts-a")
+    (kept,) = (tmp_path / "store" / tokenizer_facts.FACTS_DIR).iterdir()
+    assert json.loads(kept.read_text())["answer"] == FACTS
+    monkeypatch.setattr(tokenizer_facts, "COMPUTED", {})  # another process
+    no_hf_load(monkeypatch)
+    assert load_tokenizer_info(model, facts_dir=tmp_path / "facts-b") == first
+    monkeypatch.setenv("PACKTRAIN_PROOFS_DIR", "off")
+    with pytest.raises(AssertionError, match="loaded the HF tokenizer"):
+        load_tokenizer_info(model, facts_dir=tmp_path / "facts-c")

@@ -13,7 +13,8 @@ atomically under a name unique to the writer, so two builds at once each write a
 last rename wins; both are the same answer). A store that cannot be read is no store; one that
 cannot be written is used read-only, said in one line, never a failure. The store decides nothing
 about a build's bytes: the per-build exactness check compares a sample of what the encoder made in
-every build, and a refusal in the store or in the cache wins over any yes.
+every build, and a refusal in the store or in the cache wins over any yes. The tokenizer facts planning
+needs are kept there too, in ``.tokenizer-facts/`` (pipeline/encode/tokenizer_facts.py ``machine_facts``).
 """
 
 from __future__ import annotations

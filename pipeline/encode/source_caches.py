@@ -80,10 +80,10 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path, 
     The encoder is fastokens, else tiktoken, where proven exact (pipeline/encode/fast/encoder_decision.py):
     a first build with a tokenizer tokenizes while the proof runs and waits for it before anything
     is renamed into place; where it fails, the sources are tokenized again with the HF tokenizer.
-    ``meanwhile(dirs)`` (each source's directory: this job's unpublished ones, the others' own) is
-    called before that wait (the build packs meanwhile); its result is returned where the proof
-    holds, else None. A shortcut that makes a checked document differently from the HF tokenizer is
-    dropped (remembered), and the sources tokenized again (pipeline/encode/fast/exactness.py).
+    ``meanwhile(dirs)`` (each source's directory: this job's unpublished ones, the others' own) is called
+    before that wait where the proof has not answered (else the build packs once the fork server is gone); its
+    result is returned where the proof holds, else None. A shortcut that makes a checked document differently from
+    the HF tokenizer is dropped (remembered), and the sources tokenized again (pipeline/encode/fast/exactness.py).
     """
     config, tokenizer = job.config, job.tokenizer
     tmps = {i: temporary_path(job.source_dirs[i]) for i in job.todo}
@@ -125,9 +125,9 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path, 
                 log(f"exactness check: {e}; not using it for this {about} again, tokenizing again without it")
                 continue
             early = None
-            if proving:  # the proof ran beside tokenizing: the tokens are kept only where it holds
+            if proving:  # the proof ran beside tokenizing: the tokens are kept only where it holds (docstring)
                 proving = False
-                early = meanwhile([tmps.get(i, d) for i, d in enumerate(job.source_dirs)]) if meanwhile else None
+                early = meanwhile([tmps.get(i, d) for i, d in enumerate(job.source_dirs)]) if meanwhile and not decision.ready() else None
                 guessed, (fast, why) = fast, decision.result()
                 if fast == guessed:
                     log(f"fast encoder: proven exact ({why})")

@@ -10,18 +10,21 @@ content hash (tokenizer.json, tokenizer_config.json, ...), the ``tokenizers`` ve
 pipeline/encode/notes.py) is computed again and written atomically; a changed tokenizer file changes
 the key. A process keeps the facts it computed (:data:`COMPUTED`, by tokenizer.json's content), so
 another cache of the same tokenizer file (``packtrain rebuild --all``: one per expert) does not load it
-again.
+again; and the machine keeps them beside its fast-encoder proofs (:func:`machine_facts`), so a first
+build in a new cache on a machine that has built with the tokenizer does not either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from importlib.metadata import version
 from pathlib import Path
 
 from packtrain.core.inputs import read_input
 from packtrain.pipeline.errors import read_as_hashed
-from packtrain.pipeline.encode.notes import note_file, remembered_note
+from packtrain.pipeline.encode import machine_notes
+from packtrain.pipeline.encode.notes import note_file, read_note, remembered_note, write_note
 
 FACTS_VERSION = 1  # raise when compute() changes, so remembered facts are computed again
 FACTS_DIR = ".tokenizer-facts"  # inside SOURCES
@@ -68,7 +71,27 @@ def remembered(tokenizer_file: Path, file_hash: str, content_hash: str, tokens: 
     if cache_dir is None:
         return computed()
     about = f"{content_hash} tokenizers {version('tokenizers')} {FACTS_VERSION} {' '.join(tokens)}"
-    return remembered_note(note_file(cache_dir, about), about, lambda facts: valid(facts, tokens), computed)
+    return remembered_note(note_file(cache_dir, about), about, lambda facts: valid(facts, tokens),
+                           lambda: machine_facts(about, tokens, computed))
+
+
+def machine_facts(about: str, tokens: list[str], computed) -> dict:
+    """The facts from this machine's store (pipeline/encode/machine_notes.py, beside its fast-encoder proofs),
+    where a build in another cache left them, else ``computed()`` and left there: a first build in a new
+    cache then loads no HF tokenizer in planning. The same sealed notes as a cache's; each source's first
+    batch checks them against the HF tokenizer (pipeline/encode/worker.py ``check_facts``), so a note cannot
+    change a byte. A store that cannot be written is used as it is (the build's proof says so in one line)."""
+    store = machine_notes.store_dir()
+    if store is None:
+        return computed()
+    path = note_file(store / FACTS_DIR, about)
+    facts = read_note(path, about, lambda facts: valid(facts, tokens))
+    if facts is None:
+        facts = computed()
+        with contextlib.suppress(OSError):
+            machine_notes.remove_dead_writers(path.parent)
+            write_note(path, about, facts)
+    return facts
 
 
 def valid(facts, tokens: list[str]) -> bool:

@@ -117,21 +117,38 @@ def is_validation(text: str, val_fraction: float) -> bool:
     return int.from_bytes(digest, "big") < val_fraction * 2**64
 
 
-def validation_mask(encoded: list[bytes], val_fraction: float) -> np.ndarray:
-    """:func:`is_validation` of many texts at once, given UTF-8 encoded: one bool each. The same
-    comparison with no float rounding (an integer is below x exactly when it is below ceil(x)).
+def text_digests(encoded: list[bytes]) -> np.ndarray:
+    """The 64-bit blake2b of each UTF-8 encoded text, as uint64: the one hash of a document's text, from
+    which both its split (:func:`validation_mask`) and the exactness sample (exactness.sampled_mask) follow."""
+    return np.frombuffer(b"".join([hashlib.blake2b(text, digest_size=8).digest() for text in encoded]), ">u8").astype(
+        np.uint64)
+
+
+def validation_mask(digests: np.ndarray, val_fraction: float) -> np.ndarray:
+    """:func:`is_validation` of many texts at once, given their :func:`text_digests`: one bool each. The
+    same comparison with no float rounding (an integer is below x exactly when it is below ceil(x)).
 
     >>> texts = [f"row {i}" for i in range(1000)]
-    >>> validation_mask([t.encode("utf-8") for t in texts], 0.3).tolist() == [is_validation(t, 0.3) for t in texts]
+    >>> digests = text_digests([t.encode("utf-8") for t in texts])
+    >>> validation_mask(digests, 0.3).tolist() == [is_validation(t, 0.3) for t in texts]
     True
     """
     if val_fraction <= 0:
-        return np.zeros(len(encoded), bool)
+        return np.zeros(len(digests), bool)
     below = math.ceil(val_fraction * 2**64)
     if below >= 2**64:
-        return np.ones(len(encoded), bool)
-    digests = b"".join([hashlib.blake2b(text, digest_size=8).digest() for text in encoded])
-    return np.frombuffer(digests, ">u8") < np.uint64(below)
+        return np.ones(len(digests), bool)
+    return digests < np.uint64(below)
+
+
+def split_of(docs: list[Formatted], good: list[int], digests: np.ndarray, val_fraction: float) -> np.ndarray:
+    """:func:`is_validation` of the documents ``good``: from their text's digest, or of the text that
+    chooses their split where that is another (``split_text``: a conversation's last document)."""
+    is_val = validation_mask(digests[np.asarray(good, np.int64)], val_fraction)
+    for i, k in enumerate(good):
+        if docs[k].split_text is not None and docs[k].split_text != docs[k].text:
+            is_val[i] = is_validation(docs[k].split_text, val_fraction)
+    return is_val
 
 
 PROMPT_BOUNDARY = ("the prompt does not end on a token boundary of prompt + answer, so its tokens are not a prefix; "
@@ -258,7 +275,9 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
         except BadRow as e:
             bad.append((kept[k], str(e)))
     by_shortcut = [k for k, m in enumerate(made_by) if m is not None or docs[k].rendered_once]
-    checks = [k for k in by_shortcut if kept[k] < task.check_rows or exactness.sampled(docs[k].text)]
+    digests = text_digests([doc.text.encode("utf-8") for doc in docs])  # the sample's, and most splits'
+    sampled = exactness.sampled_mask(digests)
+    checks = [k for k in by_shortcut if kept[k] < task.check_rows or sampled[k]]
     mismatches = check_renders(task.formatter, columns, docs, kept, [k for k in checks if docs[k].rendered_once])
     encoded_checks = [k for k in checks if made_by[k] is not None and encoded[k] is not None]
     mismatches += check_documents(hf_tokenizer(key) if encoded_checks else None, docs, encoded, made_by, kept,
@@ -274,8 +293,7 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
     batch = assemble_documents([encoded[k] for k in good], [docs[k].spans[-1][1] == len(docs[k].text) for k in good],
                                task.head, task.eos_id)
     batch["tokens"] = batch["tokens"].astype(task.token_dtype, copy=False)
-    return EncodedBatch(**batch, is_val=np.fromiter((is_validation(docs[k].split_text or docs[k].text, task.val_fraction)
-                                                    for k in good), bool, len(good)),
+    return EncodedBatch(**batch, is_val=split_of(docs, good, digests, task.val_fraction),
                         keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad,
                         by_shortcut=len(by_shortcut), checked=len(checks) - len(mismatches), mismatches=mismatches,
                         no_system=sum(docs[k].no_system for k in good),
@@ -306,10 +324,10 @@ def encode_suffix_rows(task: EncodeTask, fast, batch: SuffixBatch) -> EncodedBat
             encoded[k] = (np.asarray(encoding.ids, np.uint32), token_spans(encoding, doc(k)))
         except BadRow as e:
             bad.append((batch.kept[k], str(e)))
-    encoded_texts = [text.encode("utf-8") for text in batch.texts]
+    digests = text_digests([text.encode("utf-8") for text in batch.texts])  # the split's and the sample's
     whole = np.asarray(batch.kept, np.int64) < task.check_rows
     checks = made.tolist() if whole.all() else \
-        np.flatnonzero((firsts >= 0) & (whole | exactness.sampled_mask(encoded_texts))).tolist()
+        np.flatnonzero((firsts >= 0) & (whole | exactness.sampled_mask(digests))).tolist()
     def made_by_fast(k: int):  # (ids, supervised token range) of a document fastokens made
         return ids[offsets[k]:offsets[k + 1]], [(int(firsts[k]), int(offsets[k + 1] - offsets[k]))]
 
@@ -326,7 +344,7 @@ def encode_suffix_rows(task: EncodeTask, fast, batch: SuffixBatch) -> EncodedBat
         assembled = assemble_suffixes(ids, offsets, firsts, task.head, task.eos_id)
     tokens = assembled.pop("tokens").astype(task.token_dtype, copy=False)
     return EncodedBatch(tokens=tokens, **assembled,
-                        is_val=validation_mask(encoded_texts, task.val_fraction)[np.asarray(good, np.int64)],
+                        is_val=validation_mask(digests, task.val_fraction)[np.asarray(good, np.int64)],
                         keys=mix.document_keys(tokens, assembled["masks"], assembled["lengths"]), bad_rows=bad,
                         by_shortcut=len(made), checked=len(checks) - len(mismatches), mismatches=mismatches)
 

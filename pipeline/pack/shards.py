@@ -29,7 +29,7 @@ from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
 from packtrain.pipeline.pack.pack import pack_groups
 from packtrain.pipeline.pack.source_stats import Exactness
-from packtrain.pipeline.pack.spill import SPLITS, SourceSpill, concat, read_source_stats
+from packtrain.pipeline.pack.spill import SPLITS, SourceSpill, concat, drop_pages, read_source_stats
 
 
 class Packed(NamedTuple):
@@ -61,6 +61,7 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(dirs))]}
     outputs["overlap"] = overlap_outputs(near, mix.exact_overlap(keys))
+    del keys  # a bytes object per document (70 MB a million): not held while the blocks are gathered
     evals = [i for i, spec in enumerate(config.sources) if spec.role == "eval"]
     for split in SPLITS:
         shards, totals, per_source = pack_split(config, spills[split], selections[split], split, dtype,
@@ -250,11 +251,10 @@ def assemble_pieces(pieces: np.ndarray, per_block: np.ndarray, documents: "Docum
     source, token_first = documents.locate_many(pieces[:, 0])
     src = np.repeat(token_first + pieces[:, 1] - piece_first, n) + np.arange(int(n.sum()))  # spill position
     tokens = np.empty(len(src), dtype=dtype)
-    masks = np.empty(len(src), dtype=np.uint8)
     for s, spill in enumerate(documents.spills):
         here = slice(None) if len(documents.spills) == 1 else np.repeat(source == s, n)
         tokens[here] = spill.tokens[src[here]]
-        masks[here] = spill.masks[src[here]]
+    masks = documents.gather_masks(pieces[:, 0], n, source, src, src - np.repeat(token_first, n))
     masks[piece_first[n > 0]] = 0  # a piece's first token: nothing before it in the block is its document
     # a block's pieces lie one after another from its row's start, in the order of the pieces' tokens: a slice
     # per block (a few hundred per call), not an index per token
@@ -273,6 +273,10 @@ class DocumentView:
         self.spills = spills
         self.selections = selections
         self.first_doc = np.cumsum([0] + [len(sel) for sel in selections])[:-1].tolist()
+        self.prompt_lengths: np.ndarray | None = None
+        """Each packed document's prompt length, and (``regular``) whether its loss mask is 0 on the prompt and 1 on
+        every token after it, once :meth:`irregular_masks` has looked: such a mask is made, not read from the spill."""
+        self.regular: np.ndarray | None = None
 
     def locate(self, doc: int) -> tuple[SourceSpill, int, int]:
         source = bisect_right(self.first_doc, doc) - 1
@@ -300,8 +304,30 @@ class DocumentView:
         """The masks of the documents whose loss is not on every token from the prompt's end on
         (conversations with several assistant turns), for plan_pieces; the others need none."""
         supervised = concat([s.supervised()[sel] for s, sel in zip(self.spills, self.selections)])
-        irregular = np.flatnonzero(supervised != lengths - prompt_lengths)
-        return {int(doc): self.masks()[int(doc)] for doc in irregular}
+        self.prompt_lengths, self.regular = prompt_lengths, supervised == lengths - prompt_lengths
+        irregular = {int(doc): self.masks()[int(doc)] for doc in np.flatnonzero(~self.regular)}
+        for spill in self.spills:  # read whole once: its pages leave this process (gather_masks reads the irregular)
+            drop_pages(spill.masks)
+        return irregular
+
+    def gather_masks(self, docs: np.ndarray, n: np.ndarray, source: np.ndarray, src: np.ndarray,
+                     within: np.ndarray) -> np.ndarray:
+        """The loss mask of every token of pieces of the packed documents ``docs``, ``n`` tokens each
+        (``source``: each piece's source; ``src``: each token's position in its spill, ``within``: in its
+        document). A regular mask (:meth:`irregular_masks`) is ``within >= prompt length``: a conversation's
+        with several turns, or every mask before that is known, is read from the spill."""
+        if self.regular is None:
+            masks = np.empty(len(src), np.uint8)
+            for s, spill in enumerate(self.spills):
+                here = slice(None) if len(self.spills) == 1 else np.repeat(source == s, n)
+                masks[here] = spill.masks[src[here]]
+            return masks
+        masks = (within >= np.repeat(self.prompt_lengths[docs], n)).view(np.uint8)
+        odd = ~self.regular[docs]
+        for s, spill in enumerate(self.spills) if odd.any() else ():
+            here = np.repeat(odd & (source == s), n)
+            masks[here] = spill.masks[src[here]]
+        return masks
 
 
 class MaskView:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import mmap
 import os
 from pathlib import Path
 
@@ -161,6 +162,17 @@ class SourceSpill:
         start, stop = int(self.offsets[a]), int(self.offsets[b])
         return (self.tokens[start:stop], self.masks[start:stop], self.lengths[a:b], self.prompt_lengths[a:b],
                 self.key_rows[a:b])
+
+
+def drop_pages(array: np.ndarray) -> None:
+    """Take the pages of the spill file ``array`` maps (:func:`mapped`) out of this process: a page read
+    stays mapped, and counted in the build's memory, until the mapping closes. The file's pages stay in the
+    page cache; a later read maps them again. A plain array (an empty file's) has none."""
+    base = array
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    if base is not None and isinstance(base.base, mmap.mmap):
+        base.base.madvise(mmap.MADV_DONTNEED)
 
 
 def mapped(path: Path, dtype) -> np.ndarray:

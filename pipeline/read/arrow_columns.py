@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
+from packtrain.pipeline.read.json_rows import JsonLines, joined_lines
+
 
 class ArrowColumns(Mapping):
     """``columns[name]``: a column's values as a Python list (made once, on first use);
@@ -62,15 +64,18 @@ def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def num_rows(columns: Mapping[str, list]) -> int:
-    """Rows of a batch's columns, :class:`ArrowColumns` or a dict of lists, without making any value."""
-    if isinstance(columns, ArrowColumns):
+    """Rows of a batch's columns, :class:`ArrowColumns`, JSON lines (pipeline/read/json_rows.py) or a dict of
+    lists, without making any value."""
+    if isinstance(columns, (ArrowColumns, JsonLines)):
         return columns.num_rows
     return len(next(iter(columns.values()))) if columns else 0
 
 
 def joined(chunks: list[Mapping[str, list]], names: list[str]) -> Mapping[str, list]:
     """The rows of ``chunks`` in order, as one batch of the columns ``names``: Arrow where every chunk
-    is, else a dict of lists."""
+    is, JSON lines where every chunk is, else a dict of lists."""
+    if all(isinstance(chunk, JsonLines) for chunk in chunks):
+        return joined_lines(chunks, names)
     if all(isinstance(chunk, ArrowColumns) for chunk in chunks):
         if len(chunks) == 1:
             return ArrowColumns(chunks[0].batch.select(names))
@@ -87,4 +92,6 @@ def cut(columns: Mapping[str, list], at: int) -> tuple[Mapping[str, list], Mappi
     """(the first ``at`` rows, the rest)."""
     if isinstance(columns, ArrowColumns):
         return ArrowColumns(columns.batch.slice(0, at)), ArrowColumns(columns.batch.slice(at))
+    if isinstance(columns, JsonLines):
+        return columns.cut(at)
     return {c: v[:at] for c, v in columns.items()}, {c: v[at:] for c, v in columns.items()}

@@ -34,6 +34,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from packtrain.pipeline.read.arrow_columns import ArrowColumns, cut, joined, num_rows
+from packtrain.pipeline.read.json_rows import JsonLines, parse_row
 from packtrain.pipeline.read.compression import (DECOMPRESSION_ERRORS, arrow_input, compressed_unnamed, damaged_fix,
                                             describe, file_format, open_binary, open_text)
 from packtrain.pipeline.read.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
@@ -312,10 +313,12 @@ def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0,
                 bound: ReadBound = ReadBound()) -> Iterator[Columns]:
     """One JSON object per non-blank line; the first ``skip`` rows were already read. A column some
     rows lack is null there (a bad row, counted); one that no row has is an error: said before any row
-    is read where the file's bytes hold its key nowhere (:func:`_keys_nowhere`), else at the end."""
+    is read where the file's bytes hold its key nowhere (:func:`_keys_nowhere`), else at the end. The
+    batches are the lines, parsed where they are used (pipeline/read/json_rows.py)."""
     if skip == 0:
         _keys_nowhere(path, columns, bound)
-    buf: Columns = {c: [] for c in columns}
+    lines: list[str] = []
+    linenos: list[int] = []
     row = 0
     seen: dict[str, None] = {}  # every key of the rows read, while a column is still unseen
     unseen = set(columns) if skip == 0 else set()  # pyarrow's schema (every key of its rows) had them all
@@ -326,24 +329,18 @@ def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0,
             if row < skip:
                 row += 1
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SourceError(f"{path}, line {lineno}: not valid JSON ({e.msg}); fix or remove that line") from None
-            if not isinstance(obj, dict):
-                raise SourceError(f"{path}, line {lineno}: expected one JSON object per line, got "
-                                  f"{type(obj).__name__}; write one {{\"field\": value}} object per line")
-            if unseen:
+            if unseen:  # parsed here only until every column is seen (in the worker that uses it, after)
+                obj = parse_row(str(path), lineno, line)
                 seen.update(dict.fromkeys(obj))
                 unseen.difference_update(obj)
-            for c in columns:
-                buf[c].append(obj.get(c))
+            lines.append(line)
+            linenos.append(lineno)
             row += 1
-            if len(buf[columns[0]]) == batch_rows:
-                yield buf
-                buf = {c: [] for c in columns}
-    if buf[columns[0]]:
-        yield buf
+            if len(lines) == batch_rows:
+                yield JsonLines(str(path), lines, linenos, columns)
+                lines, linenos = [], []
+    if lines:
+        yield JsonLines(str(path), lines, linenos, columns)
     if unseen and row:  # a file with no rows lacks nothing
         _check_columns(path, columns, list(seen))
 

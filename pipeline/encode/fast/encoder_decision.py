@@ -141,6 +141,14 @@ class EncoderDecision:
                     self._settle(*answer)
         return self.answer
 
+    def ready(self) -> bool:
+        """Whether :meth:`result` answers without waiting: the answer is known, or the child has sent it."""
+        self.guess()
+        if self.answer is None and self.unread_checks and self.receive.poll():
+            self.unread_checks = False
+            self._next()  # its structural checks (made by guess() already), or its failure
+        return self.answer is not None or (not self.unread_checks and self.receive.poll())
+
     def refute(self, why: str) -> None:
         """The build found a document the fast encoder encodes differently from the HF tokenizer: the
         answer is the HF tokenizer (whatever a note or the proof said), remembered by :meth:`remember`."""

@@ -9,8 +9,11 @@ Which documents are checked (in the worker that made them, before anything is ca
 
 - every document a shortcut made in the first ``build.check_documents`` rows of each source
   (so a small build is checked whole);
-- and one in :data:`SAMPLE_ONE_IN` of the rest, chosen by a keyed hash of the document's text
-  (seeded: the same documents on every machine and every run, whatever ``num_proc``).
+- and one in :data:`SAMPLE_ONE_IN` of the rest, chosen by the low bits of the hash of the document's
+  text that also chooses its split (pipeline/encode/worker.py ``is_validation`` compares the whole
+  64-bit value with the fraction: the split follows the high bits, the sample the low nine, so val
+  documents are sampled as often as train ones; one hash per text, not two), the same documents on
+  every machine and every run, whatever ``num_proc``.
 
 A difference in ids or mask never reaches a shard: the build stops tokenizing, drops that
 shortcut for this tokenizer (remembered in the cache directory: ``.fast-encoder/`` for the fast encoders,
@@ -37,7 +40,6 @@ from packtrain.pipeline.encode.fast.line_cache import CUT_VERSION
 from packtrain.pipeline.encode.notes import note_file, read_note, write_note
 
 SAMPLE_ONE_IN = 512
-SAMPLE_KEY = b"packtrain-exactness-sample-v1"
 LINE_CACHE_NOTES = ".line-cache"  # in the cache directory: remembered line-cache refusals, one file per tokenizer
 RENDER_ONCE_NOTES = ".render-once"  # and the one-render shortcut's, one file per chat template
 LINE_CACHE = "line cache"
@@ -94,20 +96,21 @@ def describe_identity(identity: dict) -> str:
 
 def sampled(text: str) -> bool:
     """Whether a document beyond the first ``build.check_documents`` rows is checked: one in
-    :data:`SAMPLE_ONE_IN`, by a keyed hash of its text."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=SAMPLE_KEY).digest()
+    :data:`SAMPLE_ONE_IN`, by the low bits of the 64-bit blake2b of its text (the split's hash)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % SAMPLE_ONE_IN == 0
 
 
-def sampled_mask(encoded: list[bytes]) -> np.ndarray:
-    """:func:`sampled` of many texts at once, given UTF-8 encoded: one bool each.
+def sampled_mask(digests: np.ndarray) -> np.ndarray:
+    """:func:`sampled` of many texts at once, given their hashes (pipeline/encode/worker.py ``text_digests``).
 
     >>> texts = [f"row {i}" for i in range(2000)]
-    >>> sampled_mask([t.encode("utf-8") for t in texts]).tolist() == [sampled(t) for t in texts]
+    >>> digests = np.array([int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "big") for t in texts],
+    ...                    np.uint64)
+    >>> sampled_mask(digests).tolist() == [sampled(t) for t in texts]
     True
     """
-    digests = b"".join([hashlib.blake2b(text, digest_size=8, key=SAMPLE_KEY).digest() for text in encoded])
-    return np.frombuffer(digests, ">u8") % SAMPLE_ONE_IN == 0
+    return digests % np.uint64(SAMPLE_ONE_IN) == 0
 
 
 def first_difference(got: np.ndarray, got_spans: list[tuple[int, int]], want: list[int],
