@@ -30,16 +30,22 @@ OFF = "off"
 NOTES = ".fast-encoder"  # under the models directory, as under a cache directory
 
 
-def store_dir() -> Path | None:
-    """Where this machine's fast-encoder decisions are remembered (read at call time), or None where
-    ``PACKTRAIN_PROOFS_DIR`` is ``off``."""
-    value = os.environ.get(STORE_VARIABLE, "").strip()
+def machine_store(variable: str, name: str) -> Path | None:
+    """A store of this machine's (read at call time): where the environment variable ``variable`` points,
+    else ``name`` under the models directory; None where the variable is ``off``."""
+    value = os.environ.get(variable, "").strip()
     if value.lower() == OFF:
         return None
     # here, not at the top: the decision's child imports this module, and resolve imports huggingface_hub
     from packtrain.core.resolve import cache_path, models_cache_dir
 
-    return cache_path(value) if value else models_cache_dir() / NOTES
+    return cache_path(value) if value else models_cache_dir() / name
+
+
+def store_dir() -> Path | None:
+    """Where this machine's fast-encoder decisions are remembered, or None where ``PACKTRAIN_PROOFS_DIR``
+    is ``off``."""
+    return machine_store(STORE_VARIABLE, NOTES)
 
 
 def unwritable(directory: Path, error: OSError) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import os
 import unicodedata
 import zipfile
 from importlib.metadata import version
@@ -29,26 +28,19 @@ from pathlib import Path
 import numpy as np
 
 from packtrain.core.files import write_atomic
-from packtrain.pipeline.encode.machine_notes import remove_dead_writers
+from packtrain.pipeline.encode.machine_notes import machine_store, remove_dead_writers
 from packtrain.pipeline.errors import read_as_hashed
 from packtrain.pipeline.pack import near_words
 
 STORE_VARIABLE = "PACKTRAIN_NEAR_TABLES_DIR"
-OFF = "off"
 TABLES = ".near-tables"  # under the models directory
 TABLE_VERSION = 1
 """Raise when :func:`near_words.token_table` or :func:`near_words.tokenizer_table` changes what it makes."""
 
 
 def store_dir() -> Path | None:
-    """Where this machine's token tables are kept (read at call time), or None where
-    ``PACKTRAIN_NEAR_TABLES_DIR`` is ``off``."""
-    value = os.environ.get(STORE_VARIABLE, "").strip()
-    if value.lower() == OFF:
-        return None
-    from packtrain.core.resolve import cache_path, models_cache_dir
-
-    return cache_path(value) if value else models_cache_dir() / TABLES
+    """Where this machine's token tables are kept, or None where ``PACKTRAIN_NEAR_TABLES_DIR`` is ``off``."""
+    return machine_store(STORE_VARIABLE, TABLES)
 
 
 def about(content_hash: str, vocab_size: int) -> str:
