@@ -280,3 +280,27 @@ def every_tenth_off_by_one(documents: list) -> list:
             ids[0] = (int(ids[0]) + 1) % 300
             documents[k] = (ids, documents[k][1])
     return documents
+
+
+def patch_fastokens_wrong(patch) -> None:
+    """Make fastokens change every tenth document's first id on both its paths (``patch``: a monkeypatch or
+    one of its contexts): whole documents (:func:`every_tenth_off_by_one`), and the suffixes of prompt/answer
+    rows formatted column-wise."""
+    from packtrain.pipeline.encode.fast import fastokens_encoder
+
+    encoder = fastokens_encoder.FastokensEncoder
+    real_documents, real_suffixes = encoder.encode_documents, encoder.encode_suffixes
+
+    def wrong_documents(self, docs):
+        return every_tenth_off_by_one(real_documents(self, docs))
+
+    def wrong_suffixes(self, texts, prompt_chars):
+        ids, offsets, firsts = real_suffixes(self, texts, prompt_chars)
+        ids = ids.copy()
+        for k in range(0, len(texts), 10):
+            if offsets[k + 1] > offsets[k]:
+                ids[offsets[k]] = (int(ids[offsets[k]]) + 1) % 300
+        return ids, offsets, firsts
+
+    patch.setattr(encoder, "encode_documents", wrong_documents)
+    patch.setattr(encoder, "encode_suffixes", wrong_suffixes)

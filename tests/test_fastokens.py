@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from build_fixtures import decided, every_tenth_off_by_one, make_project, make_tokenizer
+from build_fixtures import decided, make_project, make_tokenizer, patch_fastokens_wrong
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
@@ -170,26 +170,11 @@ def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered
     project = make_project(tmp_path, n_rows=120)
     reference = build(load_config("sql", project["configs"], {"build.fast_encoder": False, "build.line_cache": False}),
                       tmp_path / "ref", log=lambda *_: None, progress=False)
-    real = fastokens_encoder.FastokensEncoder.encode_documents
-
-    def wrong(self, docs):
-        return every_tenth_off_by_one(real(self, docs))
-
-    real_suffixes = fastokens_encoder.FastokensEncoder.encode_suffixes
-
-    def wrong_suffixes(self, texts, prompt_chars):  # prompt/answer rows formatted column-wise come this way
-        ids, offsets, firsts = real_suffixes(self, texts, prompt_chars)
-        ids = ids.copy()
-        for k in range(0, len(texts), 10):
-            if offsets[k + 1] > offsets[k]:
-                ids[offsets[k]] = (int(ids[offsets[k]]) + 1) % 300
-        return ids, offsets, firsts
-
-    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_documents", wrong)
-    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_suffixes", wrong_suffixes)
     config = load_config("sql", project["configs"], {"build.line_cache": False})
     lines: list[str] = []
-    result = build(config, project["cache"], log=lines.append, progress=False)
+    with monkeypatch.context() as wrong:
+        patch_fastokens_wrong(wrong)
+        result = build(config, project["cache"], log=lines.append, progress=False)
     said = [line for line in lines if line.startswith("exactness check:")]
     assert len(said) == 2 and said[0].startswith(
         "exactness check: fast encoder (fastokens) differs from the HF tokenizer on row ")
@@ -200,9 +185,7 @@ def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered
     assert Manifest.load(result.path, full=True).outputs["exactness"]["encoders"] == ["tokenizers"]
     (note,) = (project["cache"] / ".fast-encoder").glob("*.json")
     assert json.loads(note.read_text())["answer"]["encoder"] is None
-    # the next build asks nothing of any fast encoder, even with fastokens put right
-    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_documents", real)
-    monkeypatch.setattr(fastokens_encoder.FastokensEncoder, "encode_suffixes", real_suffixes)
+    # the next build asks nothing of any fast encoder, with fastokens right again
     shutil.rmtree(project["cache"] / "sql")
     lines = []
     build(config, project["cache"], log=lines.append, progress=False)

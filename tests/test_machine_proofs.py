@@ -15,11 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from build_fixtures import BUILD_SCRIPT, ROOT, every_tenth_off_by_one, make_project
+from build_fixtures import BUILD_SCRIPT, ROOT, make_project, patch_fastokens_wrong
 from packtrain.core.configfile import load_config
 from packtrain.core.resolve import models_cache_dir
 from packtrain.pipeline.orchestrate.build import build
-from packtrain.pipeline.encode.fast import fastokens_encoder
 from packtrain.pipeline.encode import machine_notes
 from packtrain.pipeline.encode.fast.encoder_decision import note_about, read_notes
 from packtrain.pipeline.encode.notes import note_file
@@ -82,24 +81,9 @@ def test_a_mismatch_in_one_cache_refuses_the_encoder_in_every_cache(tmp_path, mo
     project = make_project(tmp_path, n_rows=120, decided=False)
     config = load_config("sql", project["configs"], {"build.line_cache": False})
     build(config, tmp_path / "a", log=lambda *_: None, progress=False)
-    real_documents = fastokens_encoder.FastokensEncoder.encode_documents
-    real_suffixes = fastokens_encoder.FastokensEncoder.encode_suffixes
-
-    def wrong_documents(self, docs):  # in this process: num_proc 1
-        return every_tenth_off_by_one(real_documents(self, docs))
-
-    def wrong_suffixes(self, texts, prompt_chars):  # prompt/answer rows formatted column-wise come this way
-        ids, offsets, firsts = real_suffixes(self, texts, prompt_chars)
-        ids = ids.copy()
-        for k in range(0, len(texts), 10):
-            if offsets[k + 1] > offsets[k]:
-                ids[offsets[k]] = (int(ids[offsets[k]]) + 1) % 300
-        return ids, offsets, firsts
-
     lines: list[str] = []
     with monkeypatch.context() as patched:
-        patched.setattr(fastokens_encoder.FastokensEncoder, "encode_documents", wrong_documents)
-        patched.setattr(fastokens_encoder.FastokensEncoder, "encode_suffixes", wrong_suffixes)
+        patch_fastokens_wrong(patched)  # one id in ten changed, in this process (num_proc 1)
         build(config, tmp_path / "b", log=lines.append, progress=False)
     assert lines.count(PROVEN) == 1  # the machine's proof, taken
     refusal = lines_refusal(lines)
