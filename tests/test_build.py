@@ -22,6 +22,7 @@ from packtrain.pipeline.errors import BuildError
 from packtrain.core.configfile import load_config
 from packtrain.core.files import replacing
 from packtrain.core.shardfile import open_shard
+from packtrain.pipeline.pack.spill import SOURCE_FILES
 from packtrain.core.contract import (
     Manifest,
     read_current,
@@ -109,15 +110,28 @@ def test_first_block_literal_content(tmp_path):
     assert len(ids) == 1
 
 
+def source_caches(build: Path) -> dict[str, bytes]:
+    """Every file of the build's source token caches (.sources/<key>/, those with a stats.json), by name."""
+    return {f"{d.name}/{f.name}": f.read_bytes() for d in sorted((build.parent / ".sources").iterdir())
+            if (d / "stats.json").is_file() for f in sorted(d.iterdir())}
+
+
 def test_num_proc_does_not_change_the_bytes(project, tmp_path):
+    """Nor the source caches (the workers write their batches' tokens into them: pipeline/pack/spill.py),
+    nor the report's counts (60 rows, 16 a batch: 4 batches, 2 workers)."""
     one = run_build(project, **{"build.num_proc": 1})
-    saved = shard_bytes(one.path)
+    saved, caches = shard_bytes(one.path), source_caches(one.path)
     manifest = (one.path / "manifest.json").read_bytes()
+    report = json.loads((one.path / "report.json").read_text())
     empty_cache(project)
     two = run_build(project, **{"build.num_proc": 2})
     assert two.build_id == one.build_id
     assert shard_bytes(two.path) == saved
     assert (two.path / "manifest.json").read_bytes() == manifest
+    assert source_caches(two.path) == caches and len(caches) == len(SOURCE_FILES) + 1
+    counted = json.loads((two.path / "report.json").read_text())
+    assert counted["processes"] == 2 and counted["sources"] == report["sources"]
+    assert counted["sources"][0]["tokens"] == report["train"]["document_tokens"] + report["val"]["document_tokens"] > 0
 
 
 def test_manifest_is_byte_identical_across_rebuilds(project):

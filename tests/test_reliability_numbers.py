@@ -262,8 +262,8 @@ def test_num_proc_is_capped_at_the_number_of_batches(monkeypatch, tasks, num_pro
         "Pool": FakePool, "get_start_method": lambda _: "spawn"})()})()
     monkeypatch.setattr(tokenize_module, "encode_rows", lambda task, columns: (task, columns))
     lines = []
-    task = typing.NamedTuple("Task", [("fast_encoder", None), ("line_cache", bool), ("i", int)])
-    out = list(tokenize_module.encode_stream(((task(None, False, i), {"i": i}) for i in range(tasks)),
+    task = typing.NamedTuple("Task", [("fast_encoder", None), ("line_cache", bool), ("i", int), ("batch_files", None)])
+    out = list(tokenize_module.encode_stream(((task(None, False, i, None), {"i": i}) for i in range(tasks)),
                                              num_proc, server, lines.append))
     assert [(t.i, columns) for t, columns in out] == [(i, {"i": i}) for i in range(tasks)]
     assert FakePool.sizes == pool

@@ -17,7 +17,8 @@ from packtrain.pipeline.pack.pack import assemble_block
 from packtrain.pipeline.pack.shards import (DocumentView, assemble_blocks, assemble_pieces, cut_piece_list, cut_pieces,
                                             packed_lengths)
 from packtrain.pipeline.pack.source_stats import Exactness, SourceStats
-from packtrain.pipeline.pack.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
+from packtrain.pipeline.pack.spill import (INCOMING, SOURCE_STATS, SourceSpill, SpillWriter, merge_spills,
+                                          source_cache_problem, write_batch_files)
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 
 STATS = SourceStats(2, Exactness("tokenizers", line_cache=False, render_once=False), rows=3, documents=3, tokens=9,
@@ -66,17 +67,43 @@ def test_assemble_suffixes_is_assemble_documents_for_prompt_answer_documents():
     assert [len(empty[k]) for k in ("tokens", "masks", "lengths", "prompt_lengths")] == [0, 0, 0, 0]
 
 
-def write_spill(directory, batches):
-    """batches: (number, tokens, masks, lengths, prompt lengths, is_val)."""
+def write_spill(directory, batches, through_files=False):
+    """batches: (number, tokens, masks, lengths, prompt lengths, is_val). ``through_files``: each batch's
+    arrays written as a worker does (write_batch_files), then appended (add_batch_files)."""
     writer = SpillWriter(directory, np.uint16)
     try:
         for number, tokens, masks, lengths, prompts, is_val in batches:
             tokens, masks, lengths = np.array(tokens, np.uint16), np.array(masks, np.uint8), np.array(lengths, np.int64)
-            writer.add_batch(number, tokens, masks, lengths, np.array(prompts, np.int64), np.array(is_val, bool),
-                             mix.document_keys(tokens, masks, lengths))
+            prompts, is_val, keys = np.array(prompts, np.int64), np.array(is_val, bool), mix.document_keys(tokens, masks, lengths)
+            if through_files:
+                write_batch_files(writer.incoming(number), tokens, masks, lengths, is_val, keys)
+                writer.add_batch_files(number, lengths, prompts, is_val)
+            else:
+                writer.add_batch(number, tokens, masks, lengths, prompts, is_val, keys)
         writer.close(dataclasses.replace(STATS, batches=4))
     finally:
         writer.abort()
+
+
+@pytest.mark.parametrize("kernel_copy", [True, False])
+def test_batches_a_worker_wrote_to_files_make_the_same_spill(tmp_path, monkeypatch, kernel_copy):
+    """A worker's batch files, appended in the kernel (or, where copy_file_range is missing or refused,
+    through this process), give the bytes the arrays give when written here; none is left."""
+    import errno
+    import os
+
+    if not kernel_copy:
+        def refused(*_):
+            raise OSError(errno.ENOSYS, "copy_file_range")
+        monkeypatch.setattr(os, "copy_file_range", refused, raising=False)
+    batches = [(0, [7, 8, 9, 4, 5], [0, 1, 1, 0, 1], [3, 2], [1, 1], [False, True]),
+               (1, [6, 6, 6, 6], [0, 0, 1, 1], [4], [2], [False]), (2, [1, 2], [0, 1], [2], [1], [True])]
+    write_spill(tmp_path / "here", batches)
+    write_spill(tmp_path / "files", batches, through_files=True)
+    here, files = ({f.name: f.read_bytes() for f in (tmp_path / d).iterdir()} for d in ("here", "files"))
+    assert files == here and INCOMING not in files
+    assert SourceSpill(tmp_path / "files", "val", np.uint16).tokens.tolist() == [4, 5, 1, 2]
+    assert SourceSpill(tmp_path / "files", "train", np.uint16).tokens.tolist() == [7, 8, 9, 6, 6, 6, 6]
 
 
 @pytest.mark.parametrize("sum_tokens", [1, 2, 4, 1 << 22])

@@ -205,14 +205,17 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
     try:
         for i in todo:
             writers[i] = SpillWriter(tmps[i], job.dtype)
-        tasks = batch_tasks(job, stats, headers, shortcuts)
+        tasks = batch_tasks(job, stats, headers, shortcuts, writers)
         with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream:
             for encoded in stream:
                 i, file, start, number = headers.popleft()
                 rows = count_batch(config, i, stats[i], (file, start, number), encoded)
-                writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths,
-                                     encoded.prompt_lengths, encoded.is_val, encoded.keys)
-                tokens_seen += len(encoded.tokens)
+                if encoded.files:  # a worker wrote the batch's arrays
+                    writers[i].add_batch_files(number, encoded.lengths, encoded.prompt_lengths, encoded.is_val)
+                else:
+                    writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths,
+                                         encoded.prompt_lengths, encoded.is_val, encoded.keys)
+                tokens_seen += int(encoded.lengths.sum())
                 bar.update(rows)
                 bar.set_postfix_str(rate(tokens_seen / max(bar.format_dict["elapsed"], 1e-9)),
                                     refresh=False)
@@ -226,9 +229,10 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
             writer.abort()
 
 
-def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple):
+def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple, writers: dict[int, SpillWriter]):
     """The (task, columns) of every batch to tokenize, in order; each batch's header is appended to
-    ``headers`` as it is handed out, and each source's batch count to ``stats``."""
+    ``headers`` as it is handed out, and each source's batch count to ``stats``. A worker writes a
+    batch's token arrays into its source's spill ``writers`` (``EncodeTask.batch_files``)."""
     config, tokenizer, part = job.config, job.tokenizer, job.part
     fast, line_cache, once = shortcuts
     for i in job.todo:
@@ -256,7 +260,7 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple)
                 check_kinds(spec.where, batch.columns, f"sources[{i}]")
                 headers.append((i, batch.file, batch.start, number))
                 checked = dataclasses.replace(task, check_rows=max(0, config.build.check_documents - before),
-                                              check_facts=not facts_checked)
+                                              check_facts=not facts_checked, batch_files=writers[i].incoming(number))
                 facts_checked = True  # the first batch tokenized here checks them
                 yield checked, batch.columns
             before += batch.num_rows
@@ -292,7 +296,7 @@ def count_batch(config, i: int, stats: SourceStats, where: tuple, encoded) -> in
     if stats.filtered_rows is not None:  # only where a filter is set: other sources' stats stay as they were
         stats.filtered_rows += encoded.filtered
     stats.documents += len(encoded.lengths)
-    stats.tokens += len(encoded.tokens)
+    stats.tokens += int(encoded.lengths.sum())
     stats.no_system += encoded.no_system
     for row, at in encoded.special_text:
         stats.add_special_text(f"{config.sources[i].name}:{file}#{start + row}: {at}")

@@ -88,6 +88,9 @@ class EncodeTask:
     """The day the chat template renders (the build's planned ``chat_date``; None: it renders no date)."""
     special_tokens_in_text: str = "text"
     """``build.special_tokens_in_text``: what the data's special-token text becomes (pipeline/format/special_text.py)."""
+    batch_files: str | None = None
+    """Where a worker process writes the batch's token arrays (the spill's incoming files,
+    pipeline/pack/spill.py ``write_batch_files``) instead of returning them; None: they come back."""
 
 
 @dataclass
@@ -107,6 +110,7 @@ class EncodedBatch:
     special_text: list = dataclasses.field(default_factory=list)  # (row index, where) of rows whose data holds
     # special-token text (pipeline/format/special_text.py), refused or not
     filtered: int = 0  # rows the source's ``where`` dropped
+    files: str | None = None  # where tokens, masks and keys went (EncodeTask.batch_files): those fields are empty
 
 
 def is_validation(text: str, val_fraction: float) -> bool:
