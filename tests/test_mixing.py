@@ -12,7 +12,7 @@ from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
 from packtrain.core.shardfile import open_shard
 from packtrain.pipeline.orchestrate.build import build
-from packtrain.pipeline.pack.mix import select, weighted
+from packtrain.pipeline.pack.mix import exact_overlap, key_rows, select, weighted
 
 
 def quiet(*_):
@@ -106,7 +106,7 @@ def test_no_document_is_in_both_train_and_val(tmp_path):
 
 
 def test_select_drops_a_training_document_equal_to_a_validation_one():
-    keys = {"val": [[b"v1", b"v2"]], "train": [[b"t1", b"v2", b"t2", b"t1"]]}
+    keys = {"val": [key_rows(b"v1", b"v2")], "train": [key_rows(b"t1", b"v2", b"t2", b"t1")]}
     selection, duplicates = select(keys, [1.0], dedup=True)
     assert [s.tolist() for s in selection["train"]] == [[0, 2]]
     assert duplicates == {"val": [0], "train": [2]}
@@ -115,7 +115,7 @@ def test_select_drops_a_training_document_equal_to_a_validation_one():
 
 
 def test_weighted_rounds_the_fraction_and_keeps_index_order():
-    keys = [bytes([k]) for k in (5, 1, 4, 2, 3)]
+    keys = key_rows(*(bytes([k]) for k in (5, 1, 4, 2, 3)))
     # 0.5 x 5 = 2.5 documents, rounded half up: the 3 of smallest key (1, 2, 3)
     assert weighted(np.arange(5), keys, 1.5).tolist() == [0, 1, 2, 3, 4, 1, 3, 4]
     assert weighted(np.array([0, 2, 4]), keys, 0.5).tolist() == [2, 4]  # 1.5 -> 2: keys 3 and 4
@@ -128,3 +128,32 @@ def test_a_whole_weight_repeats_every_document_without_sorting_the_keys():
 
     assert weighted(np.arange(3), Unread([b"c", b"a", b"b"]), 2.0).tolist() == [0, 1, 2, 0, 1, 2]
     assert weighted(np.arange(3), Unread([b"c", b"a", b"b"]), 1.0).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("dedup", [True, False])
+def test_mixing_on_key_rows_chooses_what_sets_and_sorted_bytes_choose(dedup):
+    """The key rows are sorted as numbers (no Python object per document); what they choose is what a
+    set of bytes and ``sorted(key=bytes)`` choose, copies (ties) and keys differing in their last byte included."""
+    rng = np.random.default_rng(5)
+    def keys(n):  # few distinct keys: many copies, within and across sources and splits
+        rows = rng.integers(0, 3, size=(n, 16)).astype(np.uint8)
+        rows[:, :14] = 7
+        return rows
+    keys_of = {"val": [keys(9), keys(0)], "train": [keys(40), keys(25)]}
+    weights = [1.7, 0.3]
+    as_bytes = {split: [[bytes(k) for k in source] for source in sources] for split, sources in keys_of.items()}
+    seen, want, want_duplicates = set(), {}, {}
+    for split in ("val", "train"):
+        want[split], want_duplicates[split] = [], []
+        for source, weight in zip(as_bytes[split], weights):
+            kept = [i for i, key in enumerate(source) if not dedup or (key not in seen and not seen.add(key))]
+            want_duplicates[split].append(len(source) - len(kept))
+            if split == "train":
+                extra = int(weight % 1 * len(kept) + 0.5)
+                kept = kept * int(weight) + sorted(sorted(kept, key=lambda i: source[i])[:extra])
+            want[split].append(kept)
+    got, duplicates = select(keys_of, weights, dedup)
+    assert {split: [s.tolist() for s in sources] for split, sources in got.items()} == want
+    assert duplicates == want_duplicates
+    train = {key for source in as_bytes["train"] for key in source}
+    assert exact_overlap(keys_of) == [sum(key in train for key in source) for source in as_bytes["val"]]

@@ -129,9 +129,9 @@ def test_a_spill_reads_back_what_was_written_split_by_is_val(tmp_path):
     assert val.tokens.tolist() == [4, 5] and val.lengths.tolist() == [2]
     assert [a.tolist() for a in train.batch(1)[:4]] == [[6, 6, 6, 6], [0, 0, 1, 1], [4], [2]]
     # each document's key as written, split with its document: [7 8 9] is train, [4 5] val
-    assert train.keys() == [bytes(k) for k in mix.document_keys(train.tokens, train.masks, train.lengths)]
-    assert val.keys() == [bytes(mix.document_keys(np.array([4, 5], np.uint16), np.array([0, 1], np.uint8),
-                                                  np.array([2]))[0])]
+    assert train.key_rows.tolist() == mix.document_keys(train.tokens, train.masks, train.lengths).tolist()
+    assert val.key_rows.tolist() == mix.document_keys(np.array([4, 5], np.uint16), np.array([0, 1], np.uint8),
+                                                      np.array([2])).tolist()
     assert np.load(tmp_path / "s" / "batch_index.npy").tolist() == [0, 1]
     assert source_cache_problem(tmp_path / "s") is None
     assert json.loads((tmp_path / "s" / SOURCE_STATS).read_text())["documents"] == 3
@@ -146,7 +146,7 @@ def test_merge_interleaves_parts_back_into_batch_order(tmp_path):
     assert SourceSpill(tmp_path / "out", "val", np.uint16).tokens.tolist() == [3, 4]
     assert np.load(tmp_path / "out" / "batch_index.npy").tolist() == [0, 1, 2, 3]
     assert np.load(tmp_path / "out" / "train.batch_docs.npy").tolist() == [1, 0, 1, 1]
-    assert train.keys() == [bytes(k) for k in mix.document_keys(train.tokens, train.masks, train.lengths)]
+    assert train.key_rows.tolist() == mix.document_keys(train.tokens, train.masks, train.lengths).tolist()
 
 
 def test_a_short_spill_file_is_never_completed(tmp_path):

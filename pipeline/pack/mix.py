@@ -48,26 +48,53 @@ def document_keys(tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray) ->
     return np.frombuffer(bytes(out), np.uint8).reshape(-1, KEY_BYTES)
 
 
-def unique(keys: Sequence[bytes], seen: set[bytes]) -> np.ndarray:
-    """Indices of the documents whose key is not in ``seen`` nor earlier in ``keys``; adds their keys to ``seen``.
+def key_rows(*keys: bytes) -> np.ndarray:
+    """Keys given as bytes, as the uint8 [n, KEY_BYTES] rows every function here takes (each padded with
+    zero bytes): for examples and tests.
 
-    >>> seen = {b"x"}
-    >>> unique([b"a", b"x", b"a", b"b"], seen).tolist(), sorted(seen)
-    ([0, 3], [b'a', b'b', b'x'])
+    >>> key_rows(b"ab").tolist() == [[97, 98] + [0] * 14]
+    True
     """
-    keep = []
-    for i, key in enumerate(keys):
-        if key not in seen:
-            seen.add(key)
-            keep.append(i)
-    return np.asarray(keep, dtype=np.int64)
+    return np.frombuffer(b"".join(k.ljust(KEY_BYTES, b"\0") for k in keys), np.uint8).reshape(-1, KEY_BYTES)
 
 
-def weighted(indices: np.ndarray, keys: Sequence[bytes], weight: float) -> np.ndarray:
+def sort_order(keys: np.ndarray) -> np.ndarray:
+    """The stable order of the key rows ``keys`` (uint8 [n, KEY_BYTES]) by their bytes: equal keys in row
+    order. Sorted as two big-endian 64-bit halves, no Python object per document (a million keys as bytes
+    objects and sets held 0.1 GiB: docs/BENCHMARKS.md).
+
+    >>> sort_order(key_rows(b"b", b"a", b"b", b"ab")).tolist()
+    [1, 3, 0, 2]
+    """
+    halves = np.ascontiguousarray(keys, np.uint8).view(">u8").reshape(len(keys), 2)
+    return np.lexsort((halves[:, 1], halves[:, 0]))
+
+
+def runs(keys: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """bool per position of ``order`` (:func:`sort_order` of ``keys``): where a new key starts."""
+    ordered = np.ascontiguousarray(keys, np.uint8)[order]
+    start = np.ones(len(order), bool)
+    start[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    return start
+
+
+def first_copies(keys: np.ndarray) -> np.ndarray:
+    """bool per row: no earlier row has its key.
+
+    >>> first_copies(key_rows(b"a", b"x", b"a", b"b", b"x")).tolist()
+    [True, True, False, True, False]
+    """
+    order = sort_order(keys)
+    first = np.zeros(len(keys), bool)
+    first[order[runs(keys, order)]] = True
+    return first
+
+
+def weighted(indices: np.ndarray, keys: np.ndarray, weight: float) -> np.ndarray:
     """``indices`` repeated ``floor(weight)`` times, then the ``fraction * n`` (rounded half up) of them
-    with the smallest keys, in index order.
+    with the smallest keys (``keys``: uint8 rows), in index order.
 
-    >>> keys = [b"d", b"a", b"c", b"b"]
+    >>> keys = key_rows(b"d", b"a", b"c", b"b")
     >>> weighted(np.arange(4), keys, 2.5).tolist()
     [0, 1, 2, 3, 0, 1, 2, 3, 1, 3]
     >>> weighted(np.arange(4), keys, 0.25).tolist()
@@ -76,31 +103,39 @@ def weighted(indices: np.ndarray, keys: Sequence[bytes], weight: float) -> np.nd
     whole = math.floor(weight)
     fraction = weight - whole
     extra = math.floor(fraction * len(indices) + 0.5)  # half up (Python's round() goes to even)
-    chosen = sorted(sorted(indices.tolist(), key=lambda i: keys[i])[:extra]) if extra else []  # no sort for none
-    return np.concatenate([np.tile(indices, whole), np.asarray(chosen, dtype=np.int64)]).astype(np.int64)
+    chosen = np.sort(indices[sort_order(keys[indices])[:extra]]) if extra else indices[:0]  # no sort for none
+    return np.concatenate([np.tile(indices, whole), chosen]).astype(np.int64)
 
 
-def deduplicated(keys: dict[str, list[list[bytes]]], dedup: bool) -> dict[str, list[np.ndarray]]:
-    """Per split, per source: the indices of the documents exact dedup keeps (all with ``dedup`` off).
-    Validation first: a training document equal to a validation one is dropped.
+def deduplicated(keys: dict[str, list[np.ndarray]], dedup: bool) -> dict[str, list[np.ndarray]]:
+    """Per split, per source: the indices of the documents exact dedup keeps (all with ``dedup`` off):
+    the first copy of each key, validation first (a training document equal to a validation one is
+    dropped), then source by source.
 
-    >>> kept = deduplicated({"val": [[b"v"], []], "train": [[b"a", b"v", b"a"], [b"a", b"b"]]}, dedup=True)
+    >>> kept = deduplicated({"val": [key_rows(b"v"), key_rows()], "train": [key_rows(b"a", b"v", b"a"),
+    ...                                                                     key_rows(b"a", b"b")]}, dedup=True)
     >>> [s.tolist() for s in kept["val"]], [s.tolist() for s in kept["train"]]
     ([[0], []], [[0], [1]])
     """
-    seen: set[bytes] = set()
-    return {split: [unique(source_keys, seen) if dedup else np.arange(len(source_keys), dtype=np.int64)
-                    for source_keys in keys[split]] for split in ("val", "train")}
+    parts = [source_keys for split in ("val", "train") for source_keys in keys[split]]
+    if not dedup:
+        first = np.ones(sum(len(k) for k in parts), bool)
+    else:
+        first = first_copies(np.concatenate(parts) if parts else np.zeros((0, KEY_BYTES), np.uint8))
+    bounds = np.cumsum([0] + [len(k) for k in parts])
+    kept = [np.flatnonzero(first[a:b]).astype(np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
+    return {"val": kept[: len(keys["val"])], "train": kept[len(keys["val"]) :]}
 
 
-def select(keys: dict[str, list[list[bytes]]], weights: Sequence[float], dedup: bool,
+def select(keys: dict[str, list[np.ndarray]], weights: Sequence[float], dedup: bool,
            dropped: dict[str, list[np.ndarray]] | None = None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
     """Per split (``"train"``, ``"val"``), per source: the indices of the documents to pack, in order
     (a document repeated as its weight says), and the number of exact duplicates dropped.
-    ``keys[split][source]`` lists that source's document keys; ``dropped[split][source]``, a boolean per
-    document, drops more (near-duplicates: pipeline/pack/near_dup.py) before the weights.
+    ``keys[split][source]``: that source's document keys (uint8 rows, as the spill holds them);
+    ``dropped[split][source]``, a boolean per document, drops more (near-duplicates:
+    pipeline/pack/near_dup.py) before the weights.
 
-    >>> keys = {"val": [[b"v"], []], "train": [[b"a", b"v", b"a"], [b"a", b"b"]]}
+    >>> keys = {"val": [key_rows(b"v"), key_rows()], "train": [key_rows(b"a", b"v", b"a"), key_rows(b"a", b"b")]}
     >>> out, duplicates = select(keys, [1.0, 2.0], dedup=True)
     >>> [s.tolist() for s in out["val"]], [s.tolist() for s in out["train"]], duplicates
     ([[0], []], [[0], [1, 1]], {'val': [0, 0], 'train': [2, 1]})
@@ -119,14 +154,22 @@ def select(keys: dict[str, list[list[bytes]]], weights: Sequence[float], dedup: 
     return out, duplicates
 
 
-def exact_overlap(keys: dict[str, list[list[bytes]]]) -> list[int]:
+def exact_overlap(keys: dict[str, list[np.ndarray]]) -> list[int]:
     """Per source: its validation documents that have an exact copy among the training documents.
 
-    >>> exact_overlap({"val": [[b"v", b"w"], [b"x"]], "train": [[b"a", b"v"], [b"v"]]})
+    >>> exact_overlap({"val": [key_rows(b"v", b"w"), key_rows(b"x")], "train": [key_rows(b"a", b"v"), key_rows(b"v")]})
     [1, 0]
     """
-    train = {key for source_keys in keys["train"] for key in source_keys}
-    return [sum(key in train for key in source_keys) for source_keys in keys["val"]]
+    val, train = keys["val"], keys["train"]
+    if not sum(len(k) for k in val):
+        return [0] * len(val)
+    everything = np.concatenate(val + train)
+    order = sort_order(everything)
+    source = np.concatenate([np.full(len(k), i) for i, k in enumerate(val)] + [np.full(len(k), -1) for k in train])[order]
+    key = np.cumsum(runs(everything, order)) - 1  # each sorted document's key, numbered
+    has_train = np.zeros(key[-1] + 1, bool)
+    has_train[key[source < 0]] = True
+    return np.bincount(source[(source >= 0) & has_train[key]], minlength=len(val)).tolist()
 
 
 def counts(lengths: np.ndarray, duplicates: int, selection: np.ndarray) -> dict:

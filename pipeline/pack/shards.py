@@ -29,6 +29,7 @@ from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
 from packtrain.pipeline.pack.pack import pack_groups
 from packtrain.pipeline.pack.source_stats import Exactness
+from packtrain.core.memory import release_freed
 from packtrain.pipeline.pack.spill import SPLITS, SourceSpill, concat, drop_pages, read_source_stats
 
 
@@ -52,7 +53,7 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
     source_stats = [read_source_stats(d) for d in dirs]
     dtype = token_dtype(tokenizer.vocab_size)
     spills = {split: [SourceSpill(d, split, dtype) for d in dirs] for split in SPLITS}
-    keys = {split: [s.keys() for s in spills[split]] for split in SPLITS}
+    keys = {split: [s.key_rows for s in spills[split]] for split in SPLITS}  # memory-mapped uint8 rows
     near = find_near(config, tokenizer, spills, keys)
     selections, duplicates = mix.select(keys, [spec.weight for spec in config.sources], config.build.dedup != "none",
                                         near.dropped if near else None)
@@ -61,7 +62,8 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(dirs))]}
     outputs["overlap"] = overlap_outputs(near, mix.exact_overlap(keys))
-    del keys  # a bytes object per document (70 MB a million): not held while the blocks are gathered
+    for spill in (s for split in SPLITS for s in spills[split]):
+        drop_pages(spill.key_rows)  # read once: not held mapped while the blocks are gathered (16 MB a million)
     evals = [i for i, spec in enumerate(config.sources) if spec.role == "eval"]
     for split in SPLITS:
         shards, totals, per_source = pack_split(config, spills[split], selections[split], split, dtype,
@@ -75,7 +77,7 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
 
 
 def find_near(config, tokenizer: TokenizerInfo, spills: dict[str, list[SourceSpill]],
-              keys: dict[str, list[list[bytes]]]) -> near_dup.Found | None:
+              keys: dict[str, list[np.ndarray]]) -> near_dup.Found | None:
     """Near-duplicates and contamination (pipeline/pack/near_dup.py), where ``build.dedup: near`` or
     ``build.decontaminate`` asks for them."""
     if config.build.dedup != "near" and not config.build.decontaminate:
@@ -146,6 +148,7 @@ def pack_split(config, spills: list[SourceSpill], selections: list[np.ndarray], 
     pieces, per_block, counts, group_blocks = pack_groups(lengths, prompt_lengths, block_size, config.pack.strategy,
                                                           config.pack.overlong, masks, first_docs)
     writer = ShardWriter(tmp, split, block_size, dtype, config.pack.shard_size_mb)
+    release_freed()  # what mixing and planning the blocks freed, before the gather maps every spill page
     firsts = np.concatenate([[0], np.cumsum(per_block)])  # each block's first piece
 
     def assemble(first: int) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:

@@ -239,11 +239,6 @@ class SourceSpill:
             first = last
         return out
 
-    def keys(self) -> list[bytes]:
-        """Each document's key (mix.document_keys), as the workers computed it."""
-        data = self.key_rows.tobytes()
-        return [data[i : i + mix.KEY_BYTES] for i in range(0, len(data), mix.KEY_BYTES)]
-
     def batch(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(tokens, masks, lengths, prompt lengths, keys) of the ``k``-th batch this spill holds."""
         a, b = int(self.batch_first_doc[k]), int(self.batch_first_doc[k + 1])
