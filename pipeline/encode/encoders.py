@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packtrain.pipeline.encode.fast import fastokens_encoder, tiktoken_encoder
-from packtrain.pipeline.encode.memory import release_freed
+from packtrain.core.memory import release_freed
 from packtrain.core.inputs import parse_json, read_input
 from packtrain.pipeline.errors import TokenizerError, read_as_hashed
 from packtrain.pipeline.encode.fast.line_cache import LineCache, line_cut

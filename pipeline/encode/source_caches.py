@@ -24,7 +24,7 @@ from packtrain.core.faults import crash_point
 from packtrain.core.errors import cut
 from packtrain.pipeline.encode.fast import encoder_decision, exactness
 from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
-from packtrain.pipeline.encode.memory import release_freed
+from packtrain.core.memory import release_freed
 from packtrain.pipeline.format import chat_once
 from packtrain.pipeline.encode.fast.exactness import (Refusals, ShortcutMismatch, line_cache_refusals,
                                                  render_once_refusals)

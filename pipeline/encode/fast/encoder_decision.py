@@ -24,7 +24,7 @@ tokenizer on a machine does not wait for it:
 The answer is remembered (:meth:`EncoderDecision.remember`) only once the build has checked that
 the tokenizer files still hold the content its hash names. A spawned child loads one tokenizer at a
 time (fastokens' ids on the probe, then the HF tokenizer's), handing the parse and the first back
-to the system before the next (pipeline/encode/memory.py): about 0.3 GiB for Qwen's vocabulary,
+to the system before the next (packtrain/core/memory.py): about 0.3 GiB for Qwen's vocabulary,
 given back when it exits. It is stopped when the build ends, fails or
 is interrupted; a build killed with SIGKILL leaves it running until its answer finds the pipe
 closed (seconds). A child that dies or fails without an answer means the HF tokenizer (always
@@ -43,7 +43,7 @@ from packtrain.pipeline.encode import machine_notes
 from packtrain.pipeline.encode.fast.exactness import fast_encoder_candidates
 from packtrain.pipeline.encode.notes import note_file, read_note, write_note
 from packtrain.pipeline.encode.fork_server import children_ignore_ctrl_c
-from packtrain.pipeline.encode.memory import release_freed
+from packtrain.core.memory import release_freed
 
 
 class EncoderDecision:

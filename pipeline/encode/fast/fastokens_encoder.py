@@ -26,7 +26,7 @@ import numpy as np
 
 from packtrain.pipeline.encode.fast.byte_level import single_bytes, token_byte_lengths, trims_offsets
 from packtrain.pipeline.encode.fast.byte_spans import SpanPlacer
-from packtrain.pipeline.encode.memory import release_freed
+from packtrain.core.memory import release_freed
 from packtrain.pipeline.encode.fast.probe import probe_difference, probe_pieces
 from packtrain.pipeline.encode.tokenizer_shape import normalizer_form, normalizer_name, plain_form, pre_tokenizer_steps
 
