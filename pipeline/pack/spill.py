@@ -17,8 +17,8 @@ A directory is written under a temporary name and renamed into place only when c
 A worker process writes its batch's token arrays into the writer's ``incoming/`` directory
 (:func:`write_batch_files`), and the writer appends them to the split files in the kernel
 (``copy_file_range``) as the batch's turn comes: the arrays never pass through a pipe, pickled,
-copied and unpickled in the build's process (docs/BENCHMARKS.md: 2.0 CPU s of that process per
-800 MB through the pool's pipe, 0.5 s this way).
+copied and unpickled (800 MB through the pool's pipe: 2.6 CPU s of the build's process and 1.7-2.0
+of the workers'; as files, 0.5 and 0.3: bench/spill_transfer.py, docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
