@@ -131,11 +131,16 @@ def test_a_whole_weight_repeats_every_document_without_sorting_the_keys():
 
 
 @pytest.mark.parametrize("dedup", [True, False])
-def test_mixing_on_key_rows_chooses_what_sets_and_sorted_bytes_choose(dedup):
+@pytest.mark.parametrize("shared_first_half", [True, False])
+def test_mixing_on_key_rows_chooses_what_sets_and_sorted_bytes_choose(dedup, shared_first_half):
     """The key rows are sorted as numbers (no Python object per document); what they choose is what a
-    set of bytes and ``sorted(key=bytes)`` choose, copies (ties) and keys differing in their last byte included."""
+    set of bytes and ``sorted(key=bytes)`` choose: copies (ties), and keys that differ only in their last
+    bytes (``shared_first_half``: the sort by both halves) or in their first (the sort by the first alone)."""
     rng = np.random.default_rng(5)
+    distinct = rng.integers(0, 256, size=(6, 16)).astype(np.uint8)  # distinct first halves
     def keys(n):  # few distinct keys: many copies, within and across sources and splits
+        if not shared_first_half:
+            return distinct[rng.integers(0, len(distinct), size=n)]
         rows = rng.integers(0, 3, size=(n, 16)).astype(np.uint8)
         rows[:, :14] = 7
         return rows

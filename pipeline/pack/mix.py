@@ -66,8 +66,13 @@ def sort_order(keys: np.ndarray) -> np.ndarray:
     >>> sort_order(key_rows(b"b", b"a", b"b", b"ab")).tolist()
     [1, 3, 0, 2]
     """
-    halves = np.ascontiguousarray(keys, np.uint8).view(">u8").reshape(len(keys), 2)
-    return np.lexsort((halves[:, 1], halves[:, 0]))
+    halves = np.ascontiguousarray(keys, np.uint8).view(">u8").reshape(len(keys), 2).astype(np.uint64)
+    order = np.argsort(halves[:, 0], kind="stable")  # the first half decides all but copies (0.2 s a million)
+    first = halves[order, 0]
+    tied = np.flatnonzero(first[1:] == first[:-1])
+    if len(tied) and (halves[order[tied], 1] != halves[order[tied + 1], 1]).any():  # equal first halves, not copies
+        return np.lexsort((halves[:, 1], halves[:, 0]))  # (2**-64 a pair for hashes: both halves, 0.4-0.8 s)
+    return order
 
 
 def runs(keys: np.ndarray, order: np.ndarray) -> np.ndarray:
