@@ -143,3 +143,38 @@ def test_the_cli_on_a_real_full_tmpfs_then_resume_auto(tmp_path, tmpfs_disk, mod
     assert read("resumed.listing").split() == ["adapter", "checkpoint-1", "checkpoint-2", "checkpoint-3",
                                                "config.json", "metrics.jsonl", "run.json", "summary.json", "train.log"]
     print(last)
+
+
+BUILD_SCRIPT = """
+import os, sys
+from packtrain.cli.commands import run
+cache, args = sys.argv[1], sys.argv[2:]
+sys.argv = ["packtrain", *args]
+try:
+    run()
+    code = 0
+except SystemExit as e:
+    code = e.code
+sys.stderr.flush()
+print("EXIT", code, sorted(os.path.relpath(os.path.join(d, f), cache) for d, _, fs in os.walk(cache) for f in fs))
+"""
+
+
+def test_a_build_whose_workers_fill_a_real_tmpfs(tmp_path, tmpfs_disk):
+    """Two workers write their batches' tokens into the spill (pipeline/pack/spill.py) on a 256 KiB tmpfs
+    that cannot hold them: the CLI exits 2 with one line, and no partial file is left on it."""
+    from build_fixtures import make_project, rows, write_jsonl
+
+    project = make_project(tmp_path, decided=False)
+    write_jsonl(project["data"], rows(3000))
+    result = in_tmpfs(tmpfs_disk, "256k", sys.executable, "-c", BUILD_SCRIPT, str(tmpfs_disk / "cache"),
+                      "pretokenize", "sql", "--configs-dir", str(project["configs"]), "--cache-dir",
+                      str(tmpfs_disk / "cache"), "--num-proc", "2", "--no-progress", "--set", "build.batch_rows=64")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and re.match(r"error: no space left on the device of .*/cache/sql .*CURRENT is unchanged",
+                                         errors[0]), result.stderr[-3000:]
+    code, files = result.stdout.splitlines()[-1].split(" ", 2)[1:]
+    planned = r"sql/(\.lock|\.stat-cache\.json|\.sources/\.tokenizer-facts/\w+\.json)"  # the lock, what planning noted
+    assert code == "2" and [f for f in eval(files) if not re.fullmatch(planned, f)] == [], files  # no spill, no batch file
