@@ -222,14 +222,12 @@ class Units:
 
 class SpillWords:
     """``parts`` for near_dup.find over a build's spills (pipeline/pack/spill.py ``SourceSpill``, per split
-    and source): each document's prompt and answer words (:func:`word_hashes` of the bytes
-    ``table`` (:func:`token_table`) gives its tokens, from their :class:`Units`)."""
+    and source): each document's prompt and answer words (:func:`word_hashes` of the bytes its tokens
+    stand for, from their :class:`Units`: :func:`table_units` of a :func:`token_table`)."""
 
-    def __init__(self, spills: dict, table: tuple[np.ndarray, np.ndarray]):
-        data, offsets = table
+    def __init__(self, spills: dict, units: Units):
         self.spills = spills
-        self.units = Units.of(Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)),
-                                        len(offsets) - 1))
+        self.units = units
 
     def __call__(self, split: str, source: int, indices: np.ndarray):
         spill = self.spills[split][source]
@@ -240,12 +238,26 @@ class SpillWords:
         else:
             at = ranges(spill.offsets[indices], lengths)
             tokens, mask = spill.tokens[at], spill.masks[at]
-        doc = np.repeat(np.arange(len(indices), dtype=np.int32), lengths)
-        out: list[np.ndarray] = []
-        for part in (mask == 0, mask != 0):
-            units, of = self.units.of_tokens(tokens[part], doc[part])
-            out += list(self.units.words(units, of, len(indices)))
-        return tuple(out)
+        return document_words(self.units, tokens, mask, lengths)
+
+
+def table_units(table: tuple[np.ndarray, np.ndarray]) -> Units:
+    """The :class:`Units` of every token of ``table`` (:func:`token_table`)."""
+    data, offsets = table
+    return Units.of(Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)), len(offsets) - 1))
+
+
+def document_words(units: Units, tokens: np.ndarray, mask: np.ndarray, lengths: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The prompt's word hashes and counts, then the answer's, of the documents whose ``tokens`` (and
+    loss ``mask``) are concatenated, ``lengths`` tokens each: the spill's (:class:`SpillWords`) or an
+    encode worker's batch (pipeline/pack/near_bands.py)."""
+    doc = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+    out: list[np.ndarray] = []
+    for part in (mask == 0, mask != 0):
+        of_units, of = units.of_tokens(tokens[part], doc[part])
+        out += list(units.words(of_units, of, len(lengths)))
+    return tuple(out)
 
 
 def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
