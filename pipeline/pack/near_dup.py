@@ -117,15 +117,14 @@ def signatures(gram_hashes: np.ndarray, per_text: np.ndarray) -> np.ndarray:
 
 
 def band_keys(prompt_sig: np.ndarray, answer_sig: np.ndarray) -> np.ndarray:
-    """One uint64 bucket key per document and band, from ROWS hashes of each part's signature."""
-    keys = np.zeros((len(prompt_sig), BANDS), np.uint64)
-    for b in range(BANDS):
-        h = np.full(len(prompt_sig), np.uint64(b))
-        for sig in (prompt_sig, answer_sig):
-            for r in range(ROWS):
-                with np.errstate(over="ignore"):
-                    h = mix64(h * np.uint64(0x100000001B3) + sig[:, b * ROWS + r])
-        keys[:, b] = h
+    """One uint64 bucket key per document and band, from ROWS hashes of each part's signature: band b's
+    key mixes b, then hashes b * ROWS .. b * ROWS + ROWS - 1 of the prompt's, then of the answer's (every
+    band at once: its r-th hash of a part is that part's column b * ROWS + r)."""
+    keys = np.repeat(np.arange(BANDS, dtype=np.uint64)[None, :], len(prompt_sig), 0)
+    for sig in (prompt_sig, answer_sig):
+        for r in range(ROWS):
+            with np.errstate(over="ignore"):
+                keys = mix64(keys * np.uint64(0x100000001B3) + sig[:, r::ROWS])
     return keys
 
 

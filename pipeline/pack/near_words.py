@@ -208,15 +208,21 @@ class Units:
         starting = spaced[fragments] != 0
         starting[0] = True
         starting[1:] |= doc[1:] != doc[:-1]
-        length = self.length[units].astype(np.int64)
-        at = np.cumsum(length) - length
-        place = at - np.maximum.accumulate(np.where(starting, at, 0))
+        # the places in int32 where the fragments' bytes cannot reach 2**31 (always, but for gigabytes of text at once)
+        wide = np.int32 if len(units) * int(self.length.max(initial=0)) < 2**31 else np.int64
+        length = self.length[units].astype(wide, copy=False)
+        at = np.cumsum(length, dtype=wide)
+        at -= length
+        starts = np.flatnonzero(starting)
+        word = np.cumsum(starting, dtype=wide)
+        word -= 1
+        place = at - at[starts][word]
         with np.errstate(over="ignore"):
             values = self.hash[units] * _SHIFT[place & 63]
-        crossing = np.flatnonzero((place & 63) + length > 64)
-        if len(crossing):
-            values[crossing] = self.pieces.by_byte(self.piece[units[crossing]], place[crossing])
-        starts = np.flatnonzero(starting)
+        if len(place) and (place + length).max() > 64:  # a word of more than 64 bytes
+            crossing = np.flatnonzero((place & 63) + length > 64)
+            if len(crossing):
+                values[crossing] = self.pieces.by_byte(self.piece[units[crossing]], place[crossing])
         return mix64(np.add.reduceat(values, starts)), np.bincount(doc[starts], minlength=documents)
 
 
