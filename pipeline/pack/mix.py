@@ -94,18 +94,20 @@ def deduplicated(keys: dict[str, list[list[bytes]]], dedup: bool) -> dict[str, l
 
 
 def select(keys: dict[str, list[list[bytes]]], weights: Sequence[float], dedup: bool,
-           dropped: dict[str, list[np.ndarray]] | None = None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
+           dropped: dict[str, list[np.ndarray]] | None = None, kept: dict[str, list[np.ndarray]] | None = None
+           ) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
     """Per split (``"train"``, ``"val"``), per source: the indices of the documents to pack, in order
     (a document repeated as its weight says), and the number of exact duplicates dropped.
     ``keys[split][source]`` lists that source's document keys; ``dropped[split][source]``, a boolean per
-    document, drops more (near-duplicates: pipeline/pack/near_dup.py) before the weights.
+    document, drops more (near-duplicates: pipeline/pack/near_dup.py) before the weights; ``kept``:
+    :func:`deduplicated` of ``keys`` where the caller made it already (the near pass needs it first).
 
     >>> keys = {"val": [[b"v"], []], "train": [[b"a", b"v", b"a"], [b"a", b"b"]]}
     >>> out, duplicates = select(keys, [1.0, 2.0], dedup=True)
     >>> [s.tolist() for s in out["val"]], [s.tolist() for s in out["train"]], duplicates
     ([[0], []], [[0], [1, 1]], {'val': [0, 0], 'train': [2, 1]})
     """
-    kept = deduplicated(keys, dedup)
+    kept = deduplicated(keys, dedup) if kept is None else kept
     out: dict[str, list[np.ndarray]] = {}
     duplicates: dict[str, list[int]] = {}
     for split in ("val", "train"):

@@ -52,9 +52,10 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
     dtype = token_dtype(tokenizer.vocab_size)
     spills = {split: [SourceSpill(d, split, dtype) for d in dirs] for split in SPLITS}
     keys = {split: [s.keys() for s in spills[split]] for split in SPLITS}
-    near = find_near(config, tokenizer, spills, keys)
+    kept = mix.deduplicated(keys, config.build.dedup != "none")
+    near = find_near(config, tokenizer, spills, kept)
     selections, duplicates = mix.select(keys, [spec.weight for spec in config.sources], config.build.dedup != "none",
-                                        near.dropped if near else None)
+                                        near.dropped if near else None, kept)
     outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
                "exactness": manifest_exactness([s.exactness for s in source_stats]),
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
@@ -74,14 +75,15 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
 
 
 def find_near(config, tokenizer: TokenizerInfo, spills: dict[str, list[SourceSpill]],
-              keys: dict[str, list[list[bytes]]]) -> near_dup.Found | None:
+              kept: dict[str, list[np.ndarray]]) -> near_dup.Found | None:
     """Near-duplicates and contamination (pipeline/pack/near_dup.py), where ``build.dedup: near`` or
     ``build.decontaminate`` asks for them: the documents' band keys from the spills (the workers made them,
-    pipeline/pack/near_bands.py), the words of those sharing a bucket made again from their tokens."""
+    pipeline/pack/near_bands.py), the words of those sharing a bucket made again from their tokens; ``kept``:
+    per split and source, the documents exact dedup keeps (mix.deduplicated)."""
     if not near_dup.asked(config.build):
         return None
     found = near_dup.find(near_bands.SpillParts(spills, tokenizer), near_bands.spilled(spills),
-                          mix.deduplicated(keys, config.build.dedup != "none"),
+                          kept,
                           {split: [len(s.lengths) for s in spills[split]] for split in SPLITS},
                           config.build.dedup_threshold, config.build.decontaminate, config.build.dedup == "near")
     near_bands.units.cache_clear()  # a later build in this process reads its table again
