@@ -85,7 +85,8 @@ def test_recall_at_0_8_and_no_pair_below_the_threshold_dropped():
     train, pairs = corpus()
     texts = {"val": [[]], "train": [train]}
     kept = {"val": [np.arange(0)], "train": [np.arange(len(train))]}
-    found = near_dup.find(in_memory(texts), kept, {"val": [0], "train": [len(train)]}, 0.8, False, True)
+    parts = in_memory(texts)
+    found = near_dup.find(parts, near_dup.bands_of(parts), kept, {"val": [0], "train": [len(train)]}, 0.8, False, True)
     dropped = found.dropped["train"][0]
     above = [(i, j) for i, j in pairs if similarity(train[i], train[j]) >= 0.8]
     recall = sum(dropped[j] for _, j in above) / len(above)
@@ -118,7 +119,7 @@ def test_the_measure_is_pinned_on_literal_documents():
     spill = spill_of([([1, 2, 3, 4, 11, 0, 13], [0, 0, 0, 1, 1, 1, 1]),
                       ([0, 7, 8, 7, 10, 9, 5, 12], [0, 0, 0, 0, 0, 1, 1, 1]),
                       ([6, 5, 1, 4, 2, 3], [0, 1, 0, 1, 0, 1]), ([0, 10], [0, 1])])
-    words = near_words.SpillWords({"train": [spill]}, near_words.token_table(pieces))
+    words = near_words.SpillWords({"train": [spill]}, near_words.table_units(near_words.token_table(pieces)))
     pw, pc, aw, ac = words("train", 0, np.arange(4))
     assert pc.tolist() == [2, 1, 2, 0] and ac.tolist() == [1, 3, 1, 0]
     assert pw.tolist() == [12282063399829690630, 7257400638884367443, 16271912657117127805, 4639707062649496601,
@@ -151,7 +152,7 @@ def test_the_words_of_token_units_are_the_words_of_the_bytes(two_words):
     docs = [(rng.integers(0, len(pieces), n).tolist(), rng.integers(0, 2, n).tolist())
             for n in rng.integers(0, 40, 300)]
     spill = spill_of(docs)
-    words = near_words.SpillWords({"train": [spill]}, (data, offsets))
+    words = near_words.SpillWords({"train": [spill]}, near_words.table_units((data, offsets)))
     assert words.units.single is not two_words
     for indices in (np.arange(300), np.arange(1, 300, 2)):
         got = words("train", 0, indices)
@@ -192,7 +193,8 @@ def test_a_shared_schema_alone_does_not_make_two_questions_duplicates():
     a = (schema + "How many singers are there?", "SELECT count(*) FROM singer")
     b = (schema + "List the names of singers.", "SELECT name FROM singer")
     texts = {"val": [[]], "train": [[a, b, a]]}
-    found = near_dup.find(in_memory(texts), {"val": [np.arange(0)], "train": [np.arange(3)]},
+    parts = in_memory(texts)
+    found = near_dup.find(parts, near_dup.bands_of(parts), {"val": [np.arange(0)], "train": [np.arange(3)]},
                           {"val": [0], "train": [3]}, 0.8, False, True)
     assert found.dropped["train"][0].tolist() == [False, False, True] and found.clusters == [2]
 

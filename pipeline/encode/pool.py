@@ -29,9 +29,10 @@ def encode_into_files(task: EncodeTask, columns: dict[str, list]) -> EncodedBatc
     encoded = encode_rows(task, columns)
     if task.batch_files is None:
         return encoded
-    write_batch_files(task.batch_files, encoded.tokens, encoded.masks, encoded.lengths, encoded.is_val, encoded.keys)
+    write_batch_files(task.batch_files, encoded.tokens, encoded.masks, encoded.lengths, encoded.is_val, encoded.keys,
+                      encoded.bands)
     return dataclasses.replace(encoded, tokens=encoded.tokens[:0], masks=encoded.masks[:0], keys=encoded.keys[:0],
-                               files=task.batch_files)
+                               bands=None, files=task.batch_files)
 
 
 def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc: int, server: ForkServer,

@@ -35,6 +35,7 @@ from packtrain.pipeline.pack.report import rate
 from packtrain.pipeline.read.row_filter import check_kinds
 from packtrain.pipeline.read.sources import ReadBound, iter_batches
 from packtrain.pipeline.pack.source_stats import BadRow, Exactness, SourceStats
+from packtrain.pipeline.pack import near_dup
 from packtrain.pipeline.pack.spill import SpillWriter, read_source_stats
 from packtrain.pipeline.encode.fork_server import ForkServer
 from packtrain.pipeline.encode.pool import encode_stream
@@ -204,7 +205,7 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
     tokens_seen = 0
     try:
         for i in todo:
-            writers[i] = SpillWriter(tmps[i], job.dtype)
+            writers[i] = SpillWriter(tmps[i], job.dtype, bands=near_dup.asked(config.build))
         tasks = batch_tasks(job, stats, headers, shortcuts, writers)
         with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream:
             for encoded in stream:
@@ -214,7 +215,7 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
                     writers[i].add_batch_files(number, encoded.lengths, encoded.prompt_lengths, encoded.is_val)
                 else:
                     writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths,
-                                         encoded.prompt_lengths, encoded.is_val, encoded.keys)
+                                         encoded.prompt_lengths, encoded.is_val, encoded.keys, encoded.bands)
                 tokens_seen += int(encoded.lengths.sum())
                 bar.update(rows)
                 bar.set_postfix_str(rate(tokens_seen / max(bar.format_dict["elapsed"], 1e-9)),
@@ -246,7 +247,8 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple,
                           1.0 if spec.role == "eval" else config.held_out_fraction(), job.dtype.name, line_cache=line_cache, fast_encoder=fast,
                           facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
                           where=tuple(spec.where), chat_date=job.chat_date,
-                          special_tokens_in_text=config.build.special_tokens_in_text)
+                          special_tokens_in_text=config.build.special_tokens_in_text,
+                          near_vocab_size=tokenizer.vocab_size if near_dup.asked(config.build) else None)
         filtered = [c.column for c in spec.where]
         batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
                                where_fix(spec, i, formatter),

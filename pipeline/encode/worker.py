@@ -91,6 +91,9 @@ class EncodeTask:
     batch_files: str | None = None
     """Where a worker process writes the batch's token arrays (the spill's incoming files,
     pipeline/pack/spill.py ``write_batch_files``) instead of returning them; None: they come back."""
+    near_vocab_size: int | None = None
+    """Where set (the build asks for near dedup), the batch's band keys are made too (pipeline/pack/near_bands.py),
+    from the token table of the tokenizer and this vocabulary size."""
 
 
 @dataclass
@@ -110,7 +113,8 @@ class EncodedBatch:
     special_text: list = dataclasses.field(default_factory=list)  # (row index, where) of rows whose data holds
     # special-token text (pipeline/format/special_text.py), refused or not
     filtered: int = 0  # rows the source's ``where`` dropped
-    files: str | None = None  # where tokens, masks and keys went (EncodeTask.batch_files): those fields are empty
+    files: str | None = None  # where tokens, masks, keys and bands went (EncodeTask.batch_files): those fields are empty
+    bands: np.ndarray | None = None  # uint64 [documents, BANDS]: near dedup's band keys, where the task asks for them
 
 
 def is_validation(text: str, val_fraction: float) -> bool:
@@ -208,7 +212,13 @@ def encode_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """Format and tokenize one batch of rows given column-wise (as read from Arrow): those the source's
     ``where`` keeps; bad rows and mismatches name the rows as read."""
     with rendered_on(task.chat_date):
-        return encode_filtered_rows(task, columns)
+        batch = encode_filtered_rows(task, columns)
+    if task.near_vocab_size is None:
+        return batch
+    from packtrain.pipeline.pack import near_bands  # only where asked: no other build's worker imports it
+
+    units = near_bands.units(task.tokenizer_file, task.tokenizer_sha256, task.near_vocab_size)
+    return dataclasses.replace(batch, bands=near_bands.batch_bands(units, batch.tokens, batch.masks, batch.lengths))
 
 
 def encode_filtered_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:

@@ -133,19 +133,21 @@ def deduplicated(keys: dict[str, list[np.ndarray]], dedup: bool) -> dict[str, li
 
 
 def select(keys: dict[str, list[np.ndarray]], weights: Sequence[float], dedup: bool,
-           dropped: dict[str, list[np.ndarray]] | None = None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
+           dropped: dict[str, list[np.ndarray]] | None = None, kept: dict[str, list[np.ndarray]] | None = None
+           ) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
     """Per split (``"train"``, ``"val"``), per source: the indices of the documents to pack, in order
     (a document repeated as its weight says), and the number of exact duplicates dropped.
     ``keys[split][source]``: that source's document keys (uint8 rows, as the spill holds them);
     ``dropped[split][source]``, a boolean per document, drops more (near-duplicates:
-    pipeline/pack/near_dup.py) before the weights.
+    pipeline/pack/near_dup.py) before the weights; ``kept``: :func:`deduplicated` of ``keys`` where the
+    caller made it already (the near pass needs it first).
 
     >>> keys = {"val": [key_rows(b"v"), key_rows()], "train": [key_rows(b"a", b"v", b"a"), key_rows(b"a", b"b")]}
     >>> out, duplicates = select(keys, [1.0, 2.0], dedup=True)
     >>> [s.tolist() for s in out["val"]], [s.tolist() for s in out["train"]], duplicates
     ([[0], []], [[0], [1, 1]], {'val': [0, 0], 'train': [2, 1]})
     """
-    kept = deduplicated(keys, dedup)
+    kept = deduplicated(keys, dedup) if kept is None else kept
     out: dict[str, list[np.ndarray]] = {}
     duplicates: dict[str, list[int]] = {}
     for split in ("val", "train"):

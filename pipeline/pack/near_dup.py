@@ -27,7 +27,6 @@ reported (dropped with ``decontaminate``) when it is one of a validation documen
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,7 +45,9 @@ LIKELY = 0.55
 """A candidate pair is checked exactly only where its MinHash estimate of both similarities is at
 least this (at a true 0.8 the estimate of 36 hashes falls below 0.55 with probability about 1e-4)."""
 BATCH = 2048
-"""Documents decoded and hashed at once."""
+"""Documents hashed at once (a batch's band keys do not depend on it)."""
+GATHERED = 1 << 16
+"""Documents whose band keys :func:`find` reads from a spill at once."""
 EXAMPLES = 3
 """Pairs the build's summary prints per kind (near-duplicates, contamination)."""
 LISTED = 1000
@@ -57,6 +58,11 @@ SHOWN = 160
 _RNG = np.random.Generator(np.random.PCG64(20261206))
 _A = _RNG.integers(1, 2**63, NUM_PERM, dtype=np.uint64) * np.uint64(2) + np.uint64(1)  # odd multipliers
 _B = _RNG.integers(0, 2**63, NUM_PERM, dtype=np.uint64)
+
+
+def asked(build) -> bool:
+    """Whether the build settings ``build`` (the config's ``build``) ask for near dedup or the contamination check."""
+    return build.dedup == "near" or build.decontaminate
 
 
 def grams(words: np.ndarray, counts: np.ndarray, n: int = NGRAM) -> tuple[np.ndarray, np.ndarray]:
@@ -111,15 +117,14 @@ def signatures(gram_hashes: np.ndarray, per_text: np.ndarray) -> np.ndarray:
 
 
 def band_keys(prompt_sig: np.ndarray, answer_sig: np.ndarray) -> np.ndarray:
-    """One uint64 bucket key per document and band, from ROWS hashes of each part's signature."""
-    keys = np.zeros((len(prompt_sig), BANDS), np.uint64)
-    for b in range(BANDS):
-        h = np.full(len(prompt_sig), np.uint64(b))
-        for sig in (prompt_sig, answer_sig):
-            for r in range(ROWS):
-                with np.errstate(over="ignore"):
-                    h = mix64(h * np.uint64(0x100000001B3) + sig[:, b * ROWS + r])
-        keys[:, b] = h
+    """One uint64 bucket key per document and band, from ROWS hashes of each part's signature: band b's
+    key mixes b, then hashes b * ROWS .. b * ROWS + ROWS - 1 of the prompt's, then of the answer's (every
+    band at once: its r-th hash of a part is that part's column b * ROWS + r)."""
+    keys = np.repeat(np.arange(BANDS, dtype=np.uint64)[None, :], len(prompt_sig), 0)
+    for sig in (prompt_sig, answer_sig):
+        for r in range(ROWS):
+            with np.errstate(over="ignore"):
+                keys = mix64(keys * np.uint64(0x100000001B3) + sig[:, r::ROWS])
     return keys
 
 
@@ -190,30 +195,24 @@ class Found:
     """Sizes of the near-duplicate clusters (a kept document and those dropped for it), 2 and up."""
 
 
-def find(parts, kept: dict[str, list[np.ndarray]], sizes: dict[str, list[int]], threshold: float,
-         decontaminate: bool, dedup: bool, threads: int = 1) -> Found:
+def find(parts, bands, kept: dict[str, list[np.ndarray]], sizes: dict[str, list[int]], threshold: float,
+         decontaminate: bool, dedup: bool) -> Found:
     """Near-duplicates among the documents ``kept`` (per split, per source: the indices exact dedup
-    kept, of ``sizes[split][source]`` documents) of ``parts(split, source, indices) -> (prompt texts,
-    answer texts)``. ``dedup``: drop training near-duplicates of kept training documents;
-    ``decontaminate``: drop training near-duplicates of validation documents (always counted and paired).
-    ``threads``: threads hashing the batches (the result is the same for any number)."""
+    kept, of ``sizes[split][source]`` documents). ``bands(split, source, indices)``: those documents'
+    band keys, uint64 [documents, BANDS] (the encode workers made them: pipeline/pack/near_bands.py;
+    :func:`bands_of` makes them from ``parts``); ``parts(split, source, indices) -> (prompt words,
+    counts, answer words, counts)``: the words of the documents sharing a bucket, for the exact check.
+    ``dedup``: drop training near-duplicates of kept training documents; ``decontaminate``: drop
+    training near-duplicates of validation documents (always counted and paired)."""
     order = Visiting(kept)
     keys = np.zeros((len(order), BANDS), np.uint64)
-    chunks, at = [], 0
-    for split in ("val", "train"):
+    at = 0
+    for split in Visiting.SPLITS:
         for s, indices in enumerate(kept[split]):
-            for a in range(0, len(indices), BATCH):
-                chunks.append((split, s, indices[a : a + BATCH], at + a))
+            for a in range(0, len(indices), GATHERED):  # a source's keys a slice at a time: no second copy of them
+                chunk = indices[a : a + GATHERED]
+                keys[at + a : at + a + len(chunk)] = bands(split, s, chunk)
             at += len(indices)
-
-    def bands(chunk) -> None:  # numpy's loops release the GIL: threads share the cores
-        split, s, indices, first = chunk
-        pw, pc, aw, ac = parts(split, s, indices)
-        sigs = [signatures(*grams(w, c)) for w, c in ((pw, pc), (aw, ac))]
-        keys[first : first + len(indices)] = band_keys(*sigs)
-
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(bands, chunks))
     candidates = colliding(keys)
     sources = len(kept["train"])
     found = Found({split: [np.zeros(n, bool) for n in sizes[split]] for split in ("val", "train")},
@@ -222,6 +221,24 @@ def find(parts, kept: dict[str, list[np.ndarray]], sizes: dict[str, list[int]], 
         return found
     greedy(order, keys, candidates, parts, threshold, decontaminate, dedup, found)
     return found
+
+
+def words_bands(prompt_words: np.ndarray, prompt_counts: np.ndarray, answer_words: np.ndarray,
+                answer_counts: np.ndarray) -> np.ndarray:
+    """The band keys (:func:`band_keys`) of documents from their prompts' and answers' words (and word counts)."""
+    return band_keys(signatures(*grams(prompt_words, prompt_counts)), signatures(*grams(answer_words, answer_counts)))
+
+
+def bands_of(parts):
+    """``bands`` for :func:`find` made from ``parts``, :data:`BATCH` documents at a time: the keys the
+    encode workers spill (pipeline/pack/near_bands.py) for the same words."""
+    def bands(split: str, source: int, indices: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(indices), BANDS), np.uint64)
+        for a in range(0, len(indices), BATCH):
+            out[a : a + BATCH] = words_bands(*parts(split, source, indices[a : a + BATCH]))
+        return out
+
+    return bands
 
 
 def colliding(keys: np.ndarray, bits: int = 22) -> np.ndarray:

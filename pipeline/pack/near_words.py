@@ -208,28 +208,32 @@ class Units:
         starting = spaced[fragments] != 0
         starting[0] = True
         starting[1:] |= doc[1:] != doc[:-1]
-        length = self.length[units].astype(np.int64)
-        at = np.cumsum(length) - length
-        place = at - np.maximum.accumulate(np.where(starting, at, 0))
+        # the places in int32 where the fragments' bytes cannot reach 2**31 (always, but for gigabytes of text at once)
+        wide = np.int32 if len(units) * int(self.length.max(initial=0)) < 2**31 else np.int64
+        length = self.length[units].astype(wide, copy=False)
+        at = np.cumsum(length, dtype=wide)
+        at -= length
+        starts = np.flatnonzero(starting)
+        word = np.cumsum(starting, dtype=wide)
+        word -= 1
+        place = at - at[starts][word]
         with np.errstate(over="ignore"):
             values = self.hash[units] * _SHIFT[place & 63]
-        crossing = np.flatnonzero((place & 63) + length > 64)
-        if len(crossing):
-            values[crossing] = self.pieces.by_byte(self.piece[units[crossing]], place[crossing])
-        starts = np.flatnonzero(starting)
+        if len(place) and (place + length).max() > 64:  # a word of more than 64 bytes
+            crossing = np.flatnonzero((place & 63) + length > 64)
+            if len(crossing):
+                values[crossing] = self.pieces.by_byte(self.piece[units[crossing]], place[crossing])
         return mix64(np.add.reduceat(values, starts)), np.bincount(doc[starts], minlength=documents)
 
 
 class SpillWords:
     """``parts`` for near_dup.find over a build's spills (pipeline/pack/spill.py ``SourceSpill``, per split
-    and source): each document's prompt and answer words (:func:`word_hashes` of the bytes
-    ``table`` (:func:`token_table`) gives its tokens, from their :class:`Units`)."""
+    and source): each document's prompt and answer words (:func:`word_hashes` of the bytes its tokens
+    stand for, from their :class:`Units`: :func:`table_units` of a :func:`token_table`)."""
 
-    def __init__(self, spills: dict, table: tuple[np.ndarray, np.ndarray]):
-        data, offsets = table
+    def __init__(self, spills: dict, units: Units):
         self.spills = spills
-        self.units = Units.of(Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)),
-                                        len(offsets) - 1))
+        self.units = units
 
     def __call__(self, split: str, source: int, indices: np.ndarray):
         spill = self.spills[split][source]
@@ -240,12 +244,26 @@ class SpillWords:
         else:
             at = ranges(spill.offsets[indices], lengths)
             tokens, mask = spill.tokens[at], spill.masks[at]
-        doc = np.repeat(np.arange(len(indices), dtype=np.int32), lengths)
-        out: list[np.ndarray] = []
-        for part in (mask == 0, mask != 0):
-            units, of = self.units.of_tokens(tokens[part], doc[part])
-            out += list(self.units.words(units, of, len(indices)))
-        return tuple(out)
+        return document_words(self.units, tokens, mask, lengths)
+
+
+def table_units(table: tuple[np.ndarray, np.ndarray]) -> Units:
+    """The :class:`Units` of every token of ``table`` (:func:`token_table`)."""
+    data, offsets = table
+    return Units.of(Pieces.of(data, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)), len(offsets) - 1))
+
+
+def document_words(units: Units, tokens: np.ndarray, mask: np.ndarray, lengths: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The prompt's word hashes and counts, then the answer's, of the documents whose ``tokens`` (and
+    loss ``mask``) are concatenated, ``lengths`` tokens each: the spill's (:class:`SpillWords`) or an
+    encode worker's batch (pipeline/pack/near_bands.py)."""
+    doc = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+    out: list[np.ndarray] = []
+    for part in (mask == 0, mask != 0):
+        of_units, of = units.of_tokens(tokens[part], doc[part])
+        out += list(units.words(of_units, of, len(lengths)))
+    return tuple(out)
 
 
 def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

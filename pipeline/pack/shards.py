@@ -11,7 +11,6 @@ Each finished shard is fsynced and hashed.
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
@@ -21,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from packtrain.pipeline.pack import mix, near_dup
-from packtrain.pipeline.pack import near_tables, near_words
+from packtrain.pipeline.pack import near_bands
 from packtrain.pipeline.pack import report as reporting
 from packtrain.core.contract import token_dtype
 from packtrain.core.shardfile import ShardWriter
@@ -54,9 +53,10 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
     dtype = token_dtype(tokenizer.vocab_size)
     spills = {split: [SourceSpill(d, split, dtype) for d in dirs] for split in SPLITS}
     keys = {split: [s.key_rows for s in spills[split]] for split in SPLITS}  # memory-mapped uint8 rows
-    near = find_near(config, tokenizer, spills, keys)
+    kept = mix.deduplicated(keys, config.build.dedup != "none")
+    near = find_near(config, tokenizer, spills, kept)
     selections, duplicates = mix.select(keys, [spec.weight for spec in config.sources], config.build.dedup != "none",
-                                        near.dropped if near else None)
+                                        near.dropped if near else None, kept)
     outputs = {"token_dtype": dtype.name, "shards": {}, "totals": {},
                "exactness": manifest_exactness([s.exactness for s in source_stats]),
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
@@ -77,17 +77,21 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
 
 
 def find_near(config, tokenizer: TokenizerInfo, spills: dict[str, list[SourceSpill]],
-              keys: dict[str, list[np.ndarray]]) -> near_dup.Found | None:
+              kept: dict[str, list[np.ndarray]]) -> near_dup.Found | None:
     """Near-duplicates and contamination (pipeline/pack/near_dup.py), where ``build.dedup: near`` or
-    ``build.decontaminate`` asks for them."""
-    if config.build.dedup != "near" and not config.build.decontaminate:
+    ``build.decontaminate`` asks for them: the documents' band keys from the spills (the workers made them,
+    pipeline/pack/near_bands.py), the words of those sharing a bucket made again from their tokens; ``kept``:
+    per split and source, the documents exact dedup keeps (mix.deduplicated)."""
+    if not near_dup.asked(config.build):
         return None
-    table = near_tables.token_table(tokenizer.directory / "tokenizer.json", tokenizer.fingerprint["files"]["tokenizer.json"],
-                                    tokenizer.vocab_size)
-    return near_dup.find(near_words.SpillWords(spills, table), mix.deduplicated(keys, config.build.dedup != "none"),
-                         {split: [len(s.lengths) for s in spills[split]] for split in SPLITS},
-                         config.build.dedup_threshold, config.build.decontaminate, config.build.dedup == "near",
-                         threads=max(1, min(config.build.num_proc, os.cpu_count() or 1)))
+    found = near_dup.find(near_bands.SpillParts(spills, tokenizer), near_bands.spilled(spills),
+                          kept,
+                          {split: [len(s.lengths) for s in spills[split]] for split in SPLITS},
+                          config.build.dedup_threshold, config.build.decontaminate, config.build.dedup == "near")
+    near_bands.units.cache_clear()  # a later build in this process reads its table again
+    for spill in (s for split in SPLITS for s in spills[split]):
+        drop_pages(spill.bands)  # read once: not held in the build's memory while it packs
+    return found
 
 
 def overlap_outputs(near: near_dup.Found | None, exact: list[int]) -> dict:

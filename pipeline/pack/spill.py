@@ -7,6 +7,9 @@
       <split>.prompts.npy                  tokens before each document's first supervised one
       <split>.batch_docs.npy               documents of each batch (build.batch_rows rows)
       <split>.keys                         each document's 16-byte key (mix.document_keys; made by the workers)
+      <split>.bands                        each document's near dedup band keys, uint64 [BANDS] (made by the
+                                           workers, pipeline/pack/near_bands.py; empty where the build
+                                           that tokenized the source asked for no near dedup)
       batch_index.npy                      which batches of the source this directory holds
       stats.json                           written last, with the sha256 of every file above
 
@@ -41,6 +44,7 @@ from packtrain.core.inputs import read_json
 from packtrain.core.schema import SHA256
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.pack import mix
+from packtrain.pipeline.pack.near_dup import BANDS
 from packtrain.pipeline.pack.source_stats import SourceStats
 
 SOURCES = ".sources"
@@ -50,15 +54,16 @@ SOURCE_STATS = "stats.json"
 SPLITS = ("train", "val")
 # A source cache directory: these files, then stats.json (written last) with their sha256 and its own.
 SOURCE_FILES = ("batch_index.npy", *(f"{split}.{kind}" for split in SPLITS
-                                     for kind in ("tokens", "mask", "keys", "lengths.npy", "prompts.npy",
+                                     for kind in ("tokens", "mask", "keys", "bands", "lengths.npy", "prompts.npy",
                                                   "batch_docs.npy")))
-SPILL_VERSION = 5  # part of every source's key: raise when the files above change (2: document keys, 3: exactness,
-# 4: render_once, 5: no_system in stats.json)
+SPILL_VERSION = 6  # part of every source's key: raise when the files above change (2: document keys, 3: exactness,
+# 4: render_once, 5: no_system in stats.json, 6: near dedup's band keys)
 SOURCE_STATS_SCHEMA = {**SourceStats.SCHEMA, "files": {name: SHA256 for name in SOURCE_FILES}, "sha256": SHA256}
 
 
 INCOMING = "incoming"  # in a spill being written: the workers' batch files (write_batch_files), each appended, then deleted
-BATCH_KINDS = ("tokens", "mask", "keys")  # the split files a batch appends to, in this order
+BATCH_KINDS = ("tokens", "mask", "keys", "bands")  # the split files a batch appends to, in this order (bands:
+# near dedup's band keys, only where the spill keeps them)
 
 
 def concat(arrays: list[np.ndarray]) -> np.ndarray:
@@ -66,20 +71,22 @@ def concat(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def split_batch(tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray, prompt_lengths: np.ndarray,
-                is_val: np.ndarray, keys: np.ndarray) -> dict[str, tuple[np.ndarray, ...]]:
+                is_val: np.ndarray, keys: np.ndarray, bands: np.ndarray | None = None) -> dict[str, tuple]:
     """One batch's documents by split, ``is_val``'s in val, each split's (tokens, masks, lengths,
-    prompt lengths, keys).
+    prompt lengths, keys, band keys or None).
 
     >>> out = split_batch(np.array([5, 6, 7]), np.array([0, 1, 1]), np.array([1, 2]), np.array([1, 1]),
     ...                   np.array([False, True]), np.array([[1], [2]]))
-    >>> {split: [a.tolist() for a in arrays] for split, arrays in out.items()}
+    >>> {split: [a.tolist() for a in arrays[:5]] for split, arrays in out.items()}
     {'train': [[5], [0], [1], [1], [[1]]], 'val': [[6, 7], [1, 1], [2], [1], [[2]]]}
     """
     if not is_val.any():  # the common case: no copy, the whole batch is training data
-        return {"train": (tokens, masks, lengths, prompt_lengths, keys),
-                "val": (tokens[:0], masks[:0], lengths[:0], prompt_lengths[:0], keys[:0])}
+        return {"train": (tokens, masks, lengths, prompt_lengths, keys, bands),
+                "val": (tokens[:0], masks[:0], lengths[:0], prompt_lengths[:0], keys[:0],
+                        None if bands is None else bands[:0])}
     val_tokens = np.repeat(is_val, lengths)
-    return {split: (tokens[selected], masks[selected], lengths[docs], prompt_lengths[docs], keys[docs])
+    return {split: (tokens[selected], masks[selected], lengths[docs], prompt_lengths[docs], keys[docs],
+                    None if bands is None else bands[docs])
             for split, selected, docs in (("train", ~val_tokens, ~is_val), ("val", val_tokens, is_val))}
 
 
@@ -93,14 +100,15 @@ def batch_file(prefix: str, split: str, kind: str) -> str:
 
 
 def write_batch_files(prefix: str, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray, is_val: np.ndarray,
-                      keys: np.ndarray) -> None:
-    """Write one batch's token arrays (``tokens`` in the spill's dtype) as files ``prefix.<split>.<kind>``,
-    for :meth:`SpillWriter.add_batch_files` (``prefix``: its :meth:`SpillWriter.incoming`); a split
-    without documents gets none."""
-    for split, (split_tokens, split_masks, split_lengths, _, split_keys) in split_batch(
-            tokens, masks, lengths, lengths, is_val, keys).items():
+                      keys: np.ndarray, bands: np.ndarray | None = None) -> None:
+    """Write one batch's token arrays (``tokens`` in the spill's dtype; ``bands``, where the spill keeps
+    them) as files ``prefix.<split>.<kind>``, for :meth:`SpillWriter.add_batch_files` (``prefix``: its
+    :meth:`SpillWriter.incoming`); a split without documents gets none."""
+    for split, (split_tokens, split_masks, split_lengths, _, split_keys, split_bands) in split_batch(
+            tokens, masks, lengths, lengths, is_val, keys, bands).items():
         if len(split_lengths):
-            for kind, array in zip(BATCH_KINDS, (split_tokens, split_masks, split_keys)):
+            arrays = (split_tokens, split_masks, split_keys) + (() if bands is None else (split_bands.astype("<u8"),))
+            for kind, array in zip(BATCH_KINDS, arrays):
                 with open(batch_file(prefix, split, kind), "wb") as f:
                     f.write(as_bytes(array))
 
@@ -132,11 +140,13 @@ NO_KERNEL_COPY = {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, err
 class SpillWriter:
     """Writes one source's spill into ``directory`` (created here): each batch's documents are
     appended to the split files as they come; :meth:`close` saves the per-document arrays, checks
-    every file's size, and writes stats.json last. The caller renames the directory into place."""
+    every file's size, and writes stats.json last. The caller renames the directory into place.
+    ``bands``: each batch comes with its documents' near dedup band keys (else the bands files stay empty)."""
 
-    def __init__(self, directory: Path, dtype):
+    def __init__(self, directory: Path, dtype, bands: bool = False):
         self.directory = Path(directory)
         self.dtype = np.dtype(dtype)
+        self.bands = bands
         self.directory.mkdir(parents=True)
         self.files = {(split, kind): open(self.directory / f"{split}.{kind}", "wb")
                       for split in SPLITS for kind in BATCH_KINDS}
@@ -146,11 +156,13 @@ class SpillWriter:
         self.batch_index: list[int] = []
 
     def add_batch(self, number: int, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray,
-                  prompt_lengths: np.ndarray, is_val: np.ndarray, keys: np.ndarray) -> None:
+                  prompt_lengths: np.ndarray, is_val: np.ndarray, keys: np.ndarray, bands: np.ndarray | None = None
+                  ) -> None:
         """Batch ``number`` of the source: its documents go to train or val by ``is_val``. ``keys``:
-        each document's key, mix.document_keys of ``tokens`` in this spill's dtype."""
+        each document's key, mix.document_keys of ``tokens`` in this spill's dtype; ``bands``: their
+        band keys (pipeline/pack/near_bands.py) where the spill keeps them."""
         self.batch_index.append(number)
-        for split, arrays in split_batch(tokens, masks, lengths, prompt_lengths, is_val, keys).items():
+        for split, arrays in split_batch(tokens, masks, lengths, prompt_lengths, is_val, keys, bands).items():
             self.write(split, *arrays)
 
     def incoming(self, number: int) -> str:
@@ -159,22 +171,27 @@ class SpillWriter:
 
     def add_batch_files(self, number: int, lengths: np.ndarray, prompt_lengths: np.ndarray, is_val: np.ndarray) -> None:
         """:meth:`add_batch` of batch ``number`` whose token arrays a worker wrote (:func:`write_batch_files`
-        at :meth:`incoming`): they are appended to the split files, and deleted. :meth:`close` checks
-        every split file's size against the lengths."""
+        at :meth:`incoming`, with the band keys where this spill keeps them): they are appended to the split
+        files, and deleted. :meth:`close` checks every split file's size against the lengths."""
         self.batch_index.append(number)
         for split, docs in (("train", ~is_val), ("val", is_val)):
             if docs.any():
-                for kind in BATCH_KINDS:
+                for kind in BATCH_KINDS if self.bands else BATCH_KINDS[:3]:
                     append_file(batch_file(self.incoming(number), split, kind), self.files[split, kind])
             self.lengths[split].append(lengths[docs])
             self.prompts[split].append(prompt_lengths[docs])
 
     def write(self, split: str, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray,
-              prompt_lengths: np.ndarray, keys: np.ndarray) -> None:
+              prompt_lengths: np.ndarray, keys: np.ndarray, bands: np.ndarray | None = None) -> None:
         """One batch's documents of ``split``."""
+        wrong = (bands is None or bands.shape != (len(lengths), BANDS)) if self.bands else bands is not None and len(bands)
+        if wrong:
+            raise ValueError(f"{self.directory}: band keys {None if bands is None else bands.shape} for "
+                             f"{len(lengths)} documents, a spill {'with' if self.bands else 'without'} them")
         # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills; of the array's
         # own bytes where it is contiguous (tobytes would copy them first)
-        for kind, array in zip(BATCH_KINDS, (tokens.astype(self.dtype, copy=False), masks, keys.astype(np.uint8, copy=False))):
+        arrays = (tokens.astype(self.dtype, copy=False), masks, keys.astype(np.uint8, copy=False))
+        for kind, array in zip(BATCH_KINDS, arrays + ((bands.astype("<u8", copy=False),) if self.bands else ())):
             self.files[split, kind].write(as_bytes(array))
         self.lengths[split].append(lengths)
         self.prompts[split].append(prompt_lengths)
@@ -190,6 +207,8 @@ class SpillWriter:
             for (split, kind), f in self.files.items():
                 if kind == "keys":
                     expected = sum(len(n) for n in self.lengths[split]) * mix.KEY_BYTES
+                elif kind == "bands":
+                    expected = sum(len(n) for n in self.lengths[split]) * BANDS * 8 * self.bands
                 else:
                     itemsize = self.dtype.itemsize if kind == "tokens" else 1
                     expected = int(sum(int(n.sum()) for n in self.lengths[split])) * itemsize
@@ -232,6 +251,8 @@ class SourceSpill:
         self.tokens = mapped(directory / f"{split}.tokens", dtype)
         self.masks = mapped(directory / f"{split}.mask", np.uint8)
         self.key_rows = mapped(directory / f"{split}.keys", np.uint8).reshape(-1, mix.KEY_BYTES)
+        self.bands = mapped(directory / f"{split}.bands", np.dtype("<u8")).reshape(-1, BANDS)
+        """Each document's near dedup band keys, [documents, BANDS]; none (0 rows) where not kept."""
         self.offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=self.offsets[1:])
 
@@ -247,12 +268,16 @@ class SourceSpill:
             first = last
         return out
 
-    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(tokens, masks, lengths, prompt lengths, keys) of the ``k``-th batch this spill holds."""
+    def has_bands(self) -> bool:
+        """Whether the spill holds documents and keeps their band keys."""
+        return len(self.lengths) > 0 and len(self.bands) == len(self.lengths)
+
+    def batch(self, k: int) -> tuple[np.ndarray, ...]:
+        """(tokens, masks, lengths, prompt lengths, keys, band keys or None) of the ``k``-th batch this spill holds."""
         a, b = int(self.batch_first_doc[k]), int(self.batch_first_doc[k + 1])
         start, stop = int(self.offsets[a]), int(self.offsets[b])
         return (self.tokens[start:stop], self.masks[start:stop], self.lengths[a:b], self.prompt_lengths[a:b],
-                self.key_rows[a:b])
+                self.key_rows[a:b], self.bands[a:b] if len(self.bands) == len(self.lengths) else None)
 
 
 def drop_pages(array: np.ndarray) -> None:
@@ -278,7 +303,7 @@ def merge_spills(parts: list[Path], out: Path, dtype, stats: SourceStats) -> Non
     index = [np.load(p / "batch_index.npy") for p in parts]
     order = sorted((int(g), p, k) for p, batches in enumerate(index) for k, g in enumerate(batches))
     readers = {split: [SourceSpill(p, split, dtype) for p in parts] for split in SPLITS}
-    writer = SpillWriter(out, dtype)
+    writer = SpillWriter(out, dtype, bands=any(r.has_bands() for split in SPLITS for r in readers[split]))
     try:
         for number, p, k in order:
             writer.batch_index.append(number)
@@ -298,6 +323,8 @@ def source_key(inputs: dict, index: int, encoder: bool = True) -> str:
     return sha256_json({
         "format_version": inputs["format_version"], "pipeline_version": inputs["pipeline_version"],
         "spill_version": SPILL_VERSION,
+        # the spill keeps near dedup's band keys (made by the workers) where the build asks for near dedup
+        **({"near_bands": inputs["near_dedup"]["method"]} if "near_dedup" in inputs else {}),
         "source": source, "tokenizer": tokenizer,
         # a manifest written before the encoder was part of the identity has none (rebuild's pruning reads those)
         **({"encoder": inputs["encoder"]} if encoder and "encoder" in inputs else {}),
