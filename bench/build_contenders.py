@@ -95,20 +95,32 @@ def run_packtrain(corpus: Path, kind: str, name: str, tokenizer: Path, num_proc:
             "shards_sha256": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(build.glob("*.arrow"))}}
 
 
-def run_packtrain_proven(corpus, kind, name, tokenizer, num_proc, work) -> dict:
-    """packtrain in a fresh cache on a machine that has proven the tokenizer: the decision is made
-    first, untimed, by the build's own EncoderDecision into the store the command reads."""
+def prove(tokenizer: Path, proofs: Path) -> None:
+    """The build's own EncoderDecision into the store ``proofs``, and the tokenizer facts."""
     from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
 
     from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 
-    os.environ["PACKTRAIN_PROOFS_DIR"] = str(work / "proofs")
+    os.environ["PACKTRAIN_PROOFS_DIR"] = str(proofs)
     path = tokenizer / "tokenizer.json"
     with tempfile.TemporaryDirectory() as notes, \
             EncoderDecision(True, path, hashlib.sha256(path.read_bytes()).hexdigest(), Path(notes)) as decision:
         decision.result()
         decision.remember()
         load_tokenizer_info(tokenizer, facts_dir=Path(notes) / "facts")  # the tokenizer facts, left in the store too
+
+
+def run_packtrain_proven(corpus, kind, name, tokenizer, num_proc, work) -> dict:
+    """packtrain in a fresh cache on a machine that has proven the tokenizer: the decision is made
+    first, untimed, in a process of its own (this one, whose memory the bench counts with the build's,
+    holds no tokenizer while the command runs), into the store the command reads."""
+    import multiprocessing
+
+    proving = multiprocessing.get_context("spawn").Process(target=prove, args=(tokenizer, work / "proofs"))
+    proving.start()
+    proving.join()
+    if proving.exitcode != 0:
+        raise SystemExit(f"proving the tokenizer failed (exit {proving.exitcode})")
     return run_packtrain(corpus, kind, name, tokenizer, num_proc, work)
 
 
