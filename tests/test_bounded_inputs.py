@@ -20,6 +20,7 @@ import json
 import lzma
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from packtrain.core.config_build import SourceConfig
@@ -286,7 +287,7 @@ def test_a_bad_rows_reason_is_cut_where_it_is_counted(on_bad_rows):
 
     config = config_from_dict({"expert": "x", "sources": [{"name": "bundled"}], "build": {"on_bad_rows": on_bad_rows}})
     stats = SourceStats(10, Exactness("tokenizers", False, False))
-    encoded = SimpleNamespace(mismatches=[], rows=None, lengths=[], tokens=[], filtered=0, no_system=0, by_shortcut=0,
+    encoded = SimpleNamespace(mismatches=[], rows=None, lengths=np.zeros(0, np.int64), tokens=[], filtered=0, no_system=0, by_shortcut=0,
                               special_text=[], checked=0, bad_rows=[(0, f"'messages' message 0 has a field {LONG!r}: remove it")])
     if on_bad_rows == "error":
         with pytest.raises(BuildError) as raised:
