@@ -43,7 +43,6 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 from fsspec.utils import glob_translate
-from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from packtrain.core.yaml_reader import load_yaml
 from packtrain.core.errors import quote
@@ -140,6 +139,8 @@ def readme_configs(readme: Path) -> list[dict]:
     README.md), as ``datasets`` reads it; [] where there is none."""
     if not readme.is_file():
         return []
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK  # here: a build of local files imports no hub client
+
     text = readme.read_text(encoding="utf-8-sig", errors="replace")
     if not (header := REGEX_YAML_BLOCK.search(text)):  # huggingface_hub's: blank lines and a BOM before it too
         return []
