@@ -73,9 +73,10 @@ def preload(spec: dict) -> None:
         return  # unreadable, or not the content the build hashed: the children load their own and say so
     try:
         for name in spec["fast_encoders"]:
-            try:  # fastokens loads natively in a thread while the HF tokenizer loads here (0.3-0.5 s less on Qwen3's)
-                encoders.fast_encoder(key, name, meanwhile=lambda content: encoders.hf_tokenizer(key, content),
-                                      text=text)
+            try:  # fastokens loads natively in a thread while the HF tokenizer loads here (0.3-0.5 s less on Qwen3's),
+                # and the workers' modules are imported
+                encoders.fast_encoder(key, name, meanwhile=lambda content: (encoders.hf_tokenizer(key, content),
+                                                                           import_worker()), text=text)
                 break
             except encoders.NotExact:
                 continue
@@ -203,7 +204,7 @@ def _preload_from_environment() -> None:
             preload(json.loads(spec))
         except Exception:  # each child loads what it needs itself and says what fails, where it would
             pass
-    import_worker()
+    import_worker()  # where no fast encoder loaded (imported meanwhile: preload)
 
 
 def import_worker() -> None:
