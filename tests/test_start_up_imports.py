@@ -24,12 +24,12 @@ def test_the_fork_server_imports_the_workers_modules_without_pyarrow_or_its_thre
     code = ("import os, sys\n"
             "from packtrain.pipeline.encode import fork_server\n"
             "fork_server.import_worker()\n"
-            "print(*sorted(m for m in ('packtrain.pipeline.encode.worker', 'jinja2.sandbox', 'pyarrow') "
-            "if m in sys.modules))\n"
+            "print(*sorted(m for m in ('packtrain.pipeline.encode.pool', 'packtrain.pipeline.encode.worker', "
+            "'jinja2.sandbox', 'pyarrow') if m in sys.modules))\n"
             "print(*sorted({open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}))\n"
             "import pyarrow\n"
             "print(*sorted({open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}))\n")
     modules, threads, with_pyarrow = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                                     check=True).stdout.splitlines()
-    assert modules.split() == ["jinja2.sandbox", "packtrain.pipeline.encode.worker"]
+    assert modules.split() == ["jinja2.sandbox", "packtrain.pipeline.encode.pool", "packtrain.pipeline.encode.worker"]
     assert "jemalloc_bg_thd" not in threads.split() and "jemalloc_bg_thd" in with_pyarrow.split()

@@ -208,13 +208,14 @@ def _preload_from_environment() -> None:
 
 
 def import_worker() -> None:
-    """Import what every worker runs (pipeline/encode/worker.py, the formatters, Jinja), once here rather
-    than in each child after its fork (0.1-0.3 CPU s a child). None of it starts a thread (pyarrow, whose
-    allocator does, is imported where a batch is Arrow: pipeline/read/arrow_columns.py)."""
+    """Import what every worker runs (pipeline/encode/pool.py's ``encode_into_files``: worker.py, the
+    formatters, the spill's batch files, Jinja), once here rather than in each child after its fork
+    (0.1-0.3 CPU s a child). None of it starts a thread (pyarrow, whose allocator does, is imported where a
+    batch is Arrow: pipeline/read/arrow_columns.py)."""
     import jinja2.ext  # noqa: F401
     import jinja2.sandbox  # noqa: F401
 
-    from packtrain.pipeline.encode import worker  # noqa: F401
+    from packtrain.pipeline.encode import pool, worker  # noqa: F401
 
 
 # imported as the fork server's preload (the server is no multiprocessing child; a spawned process,
