@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.config_names import close_choices

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_build import SourceConfig
