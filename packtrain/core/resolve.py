@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from huggingface_hub import scan_cache_dir
-
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.config_names import close_choices
@@ -74,6 +72,8 @@ def hub_repo(repo_id: str, repo_type: str):
     hub = hub_cache_dir()
     if not hub.is_dir():
         return None, "directory does not exist", []
+    from huggingface_hub import scan_cache_dir  # here: the hub's client costs a build of local files 0.15 s of start-up
+
     info, folder = scan_cache_dir(hub), f"{repo_type}s--{repo_id.replace('/', '--')}"
     ids = sorted(r.repo_id for r in info.repos if r.repo_type == repo_type)
     found = sorted((r for r in info.repos if r.repo_type == repo_type and r.repo_id.lower() == repo_id.lower()),

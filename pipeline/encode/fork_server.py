@@ -73,9 +73,10 @@ def preload(spec: dict) -> None:
         return  # unreadable, or not the content the build hashed: the children load their own and say so
     try:
         for name in spec["fast_encoders"]:
-            try:  # fastokens loads natively in a thread while the HF tokenizer loads here (0.3-0.5 s less on Qwen3's)
-                encoders.fast_encoder(key, name, meanwhile=lambda content: encoders.hf_tokenizer(key, content),
-                                      text=text)
+            try:  # fastokens loads natively in a thread while the HF tokenizer loads here (0.3-0.5 s less on Qwen3's),
+                # and the workers' modules are imported
+                encoders.fast_encoder(key, name, meanwhile=lambda content: (encoders.hf_tokenizer(key, content),
+                                                                           import_worker()), text=text)
                 break
             except encoders.NotExact:
                 continue
@@ -203,6 +204,18 @@ def _preload_from_environment() -> None:
             preload(json.loads(spec))
         except Exception:  # each child loads what it needs itself and says what fails, where it would
             pass
+    import_worker()  # where no fast encoder loaded (imported meanwhile: preload)
+
+
+def import_worker() -> None:
+    """Import what every worker runs (pipeline/encode/pool.py's ``encode_into_files``: worker.py, the
+    formatters, the spill's batch files, Jinja), once here rather than in each child after its fork
+    (0.1-0.3 CPU s a child). None of it starts a thread (pyarrow, whose allocator does, is imported where a
+    batch is Arrow: pipeline/read/arrow_columns.py)."""
+    import jinja2.ext  # noqa: F401
+    import jinja2.sandbox  # noqa: F401
+
+    from packtrain.pipeline.encode import pool, worker  # noqa: F401
 
 
 # imported as the fork server's preload (the server is no multiprocessing child; a spawned process,

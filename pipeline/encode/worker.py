@@ -40,6 +40,7 @@ from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
 from packtrain.pipeline.errors import TokenizerError
+from packtrain.pipeline.format.chat_columns import format_conversations
 from packtrain.pipeline.format.format import BadRow, Formatted, RowFormatter, not_unicode
 from packtrain.pipeline.format.format_columns import SuffixBatch, format_columns
 from packtrain.pipeline.read.row_filter import kept_rows
@@ -428,7 +429,14 @@ def format_rows(formatter: RowFormatter, columns: dict[str, list], special: list
     names = list(columns)
     docs: list[Formatted] = []
     kept, bad = [], []
+    at_once = format_conversations(formatter, columns)  # plain conversations, the batch at once (chat_columns.py)
+    if at_once is not None and None not in at_once:
+        return at_once, list(range(len(at_once))), []
     for i, values in enumerate(zip(*columns.values())):
+        if at_once is not None and at_once[i] is not None:
+            docs.append(at_once[i])
+            kept.append(i)
+            continue
         try:
             made = formatter.documents(dict(zip(names, values)))
         except BadRow as e:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import pyarrow as pa
 
 from packtrain.pipeline.read.arrow_columns import ArrowColumns
 from packtrain.pipeline.format.format import RowFormatter
@@ -81,6 +80,8 @@ def answer_literal(template: str) -> str:
 def all_text(columns: Mapping[str, list], column: str) -> bool:
     """Whether every value of the column is text (str), from its Arrow type where it was read as Arrow."""
     if isinstance(columns, ArrowColumns):
+        import pyarrow as pa  # here: a worker of JSON lines rows imports no pyarrow
+
         array = columns.arrow(column)
         return len(array) == 0 or ((pa.types.is_string(array.type) or pa.types.is_large_string(array.type))
                                    and array.null_count == 0)

@@ -16,10 +16,12 @@ the columns are text (no null), a worker can format them column-wise without mak
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from packtrain.pipeline.read.json_rows import JsonLines, joined_lines
+
+if TYPE_CHECKING:  # pyarrow is imported where a batch is Arrow: a worker of JSON lines rows imports none of it
+    import pyarrow as pa
 
 
 class ArrowColumns(Mapping):
@@ -60,6 +62,8 @@ class ArrowColumns(Mapping):
 
 def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` with buffers of its own rows only (a slice of a reader's block keeps the whole block's)."""
+    import pyarrow as pa
+
     return pa.RecordBatch.from_arrays([pa.concat_arrays([column]) for column in batch.columns], schema=batch.schema)
 
 
@@ -79,6 +83,8 @@ def joined(chunks: list[Mapping[str, list]], names: list[str]) -> Mapping[str, l
     if all(isinstance(chunk, ArrowColumns) for chunk in chunks):
         if len(chunks) == 1:
             return ArrowColumns(chunks[0].batch.select(names))
+        import pyarrow as pa
+
         table = pa.Table.from_batches([chunk.batch.select(names) for chunk in chunks]).combine_chunks()
         return ArrowColumns(pa.RecordBatch.from_arrays([column.chunk(0) if column.num_chunks else
                                                         pa.array([], column.type) for column in table.columns],

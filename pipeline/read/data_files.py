@@ -42,8 +42,6 @@ from glob import has_magic
 from pathlib import Path, PurePosixPath
 
 import yaml
-from fsspec.utils import glob_translate
-from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from packtrain.core.yaml_reader import load_yaml
 from packtrain.core.errors import quote
@@ -140,6 +138,8 @@ def readme_configs(readme: Path) -> list[dict]:
     README.md), as ``datasets`` reads it; [] where there is none."""
     if not readme.is_file():
         return []
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK  # here: a build of local files imports no hub client
+
     text = readme.read_text(encoding="utf-8-sig", errors="replace")
     if not (header := REGEX_YAML_BLOCK.search(text)):  # huggingface_hub's: blank lines and a BOM before it too
         return []
@@ -232,6 +232,8 @@ def _glob(pattern: str, where: str) -> re.Pattern:
     """fsspec's glob as ``datasets`` resolves a data_files pattern (``fsspec.utils.glob_translate``: ``*`` and ``?``
     within a name, ``**`` as a whole component across them, ``[!a]`` negates and ``[^a]`` is a ``^`` or an ``a``,
     no ``{a,b}``), on paths relative to the directory (a leading ``./`` is the directory)."""
+    from fsspec.utils import glob_translate  # here: a build with no data_files pattern imports no fsspec
+
     while pattern.startswith("./"):
         pattern = pattern[2:]
     try:

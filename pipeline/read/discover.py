@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from huggingface_hub import scan_cache_dir
-
 from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_build import SourceConfig
@@ -354,6 +352,8 @@ def discover_all(model_dirs: tuple[Path, ...] = ()) -> list[dict]:
     items: list[dict] = converted_models() + [local_model(Path(d)) for d in model_dirs]
     hub = hub_cache_dir()
     if hub.is_dir():
+        from huggingface_hub import scan_cache_dir  # here: a build of local files imports no hub client
+
         info = scan_cache_dir(hub)
         for repo in info.repos:
             revisions = [{"commit": r.commit_hash, "refs": sorted(r.refs), "files": len(r.files),

@@ -61,37 +61,29 @@ class SpanPlacer:
         ends = np.cumsum(self.byte_lengths[ids])  # byte end of every token, all documents
         first = np.cumsum(counts) - counts  # each document's first token
         base = np.concatenate([[0], ends])[first]  # each document's first byte
-        edges, owner = [], []
-        for d, (text, doc_spans) in enumerate(zip(texts, spans)):
-            owner += [d] * len(doc_spans)
-            if text.isascii():  # a character is a byte
-                edges += [edge for span in doc_spans for edge in span]
-                continue
-            at = byte = 0  # character -> byte positions, the text encoded once in pieces between the edges
-            for start, stop in doc_spans:
-                for edge in (start, stop):
-                    byte += len(text[at:edge].encode("utf-8"))
-                    edges.append(byte)
-                    at = edge
-        if not owner:
+        edges = [edge for doc_spans in spans for span in doc_spans for edge in span]  # characters: bytes where ASCII
+        numbers = [len(doc_spans) for doc_spans in spans]
+        if not edges:
             return [[] for _ in texts]
-        owner_ = np.asarray(owner)
-        at = base[owner_].repeat(2) + np.asarray(edges, np.int64)
+        at = 0
+        for text, doc_spans, n in zip(texts, spans, numbers):
+            if not text.isascii():  # character -> byte positions, the text encoded once in pieces between the edges
+                edges[at : at + 2 * n] = byte_edges(text, doc_spans)
+            at += 2 * n
+        owner = np.repeat(np.arange(len(texts)), numbers)
+        at = base[owner].repeat(2) + np.asarray(edges, np.int64)
         # a token starts at byte b when the previous token ends there (or b is the document's first byte)
         starts = np.concatenate([[0], ends[:-1]]) if len(ends) else np.zeros(0, np.int64)
         k = np.searchsorted(starts, at, side="left")  # the first token starting at or after each edge
-        lo, hi = first[owner_].repeat(2), (first + counts)[owner_].repeat(2)
+        lo, hi = first[owner].repeat(2), (first + counts)[owner].repeat(2)
         k = np.clip(k, lo, hi)
         on_start = (k < hi) & (starts[np.minimum(k, max(len(starts) - 1, 0))] == at) if len(starts) else k < hi
-        out: list = [[] for _ in texts]
-        for j, d in enumerate(owner):
-            if out[d] is None:
-                continue
-            if not on_start[2 * j]:  # the span starts inside a token: the reference decides (and refuses)
-                out[d] = None
-                continue
-            out[d].append((int(k[2 * j] - first[d]), int(k[2 * j + 1] - first[d])))
-        return out
+        # a span that starts inside a token leaves its document to the reference (which refuses it)
+        inside = (np.bincount(owner, ~on_start[0::2], len(texts)) > 0).tolist()
+        token = (k - lo).tolist()  # each edge's token, counted from its document's first
+        pairs = list(zip(token[0::2], token[1::2]))
+        bounds = np.concatenate([[0], np.cumsum(numbers)]).tolist()
+        return [None if inside[d] else pairs[bounds[d] : bounds[d + 1]] for d in range(len(texts))]
 
     def suffixes_placeable(self, texts: list[str], prompt_chars: np.ndarray) -> np.ndarray:
         """:meth:`placeable` of prompt + answer documents (one span, from ``prompt_chars`` to the end), as bools.
@@ -125,3 +117,18 @@ class SpanPlacer:
         k = np.clip(np.searchsorted(starts, at, side="left"), first, first + counts)
         on_start = (k < first + counts) & (starts[np.minimum(k, len(starts) - 1)] == at)
         return np.where(on_start, k - first, -1)
+
+
+def byte_edges(text: str, spans) -> list[int]:
+    """The spans' edges (character positions in ``text``) as UTF-8 byte positions, in order.
+
+    >>> byte_edges("\u00e9?\\nSELECT 1", ((3, 11),))
+    [4, 12]
+    """
+    out, at, byte = [], 0, 0
+    for start, stop in spans:
+        for edge in (start, stop):
+            byte += len(text[at:edge].encode("utf-8"))
+            out.append(byte)
+            at = edge
+    return out

@@ -204,9 +204,10 @@ class FastokensEncoder:
         texts = [docs[k].text for k in todo]
         ids, offsets = self.encode_flat(texts)
         placed = self.placer.place(texts, [docs[k].spans for k in todo], ids.astype(np.int64), np.diff(offsets))
+        bounds = offsets.tolist()
         for j, (k, spans) in enumerate(zip(todo, placed)):
             if spans is not None:
-                out[k] = (ids[offsets[j]:offsets[j + 1]], spans)
+                out[k] = (ids[bounds[j]:bounds[j + 1]], spans)
         return out
 
     def encode_suffixes(self, texts: list[str], prompt_chars: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

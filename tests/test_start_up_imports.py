@@ -1,0 +1,35 @@
+"""A build's start-up imports what it uses: the command's process imports no hub client and no fsspec
+until a source asks for the hub or a data_files pattern, and the fork server imports the workers'
+modules once (pipeline/encode/fork_server.py ``import_worker``) without pyarrow, whose allocator
+starts a thread the server must not fork with (a batch of Arrow columns imports it where it is used)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def imported(code: str) -> list[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_the_build_command_imports_no_hub_client_nor_fsspec():
+    code = ("import sys, packtrain.cli.commands, packtrain.pipeline.orchestrate.build\n"
+            "print(*sorted(m for m in ('huggingface_hub', 'fsspec', 'packtrain.pipeline.orchestrate.build') "
+            "if m in sys.modules))\n")
+    assert imported(code) == ["packtrain.pipeline.orchestrate.build"]
+
+
+def test_the_fork_server_imports_the_workers_modules_without_pyarrow_or_its_thread():
+    code = ("import os, sys\n"
+            "from packtrain.pipeline.encode import fork_server\n"
+            "fork_server.import_worker()\n"
+            "print(*sorted(m for m in ('packtrain.pipeline.encode.pool', 'packtrain.pipeline.encode.worker', "
+            "'jinja2.sandbox', 'pyarrow') if m in sys.modules))\n"
+            "print(*sorted({open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}))\n"
+            "import pyarrow\n"
+            "print(*sorted({open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}))\n")
+    modules, threads, with_pyarrow = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                    check=True).stdout.splitlines()
+    assert modules.split() == ["jinja2.sandbox", "packtrain.pipeline.encode.pool", "packtrain.pipeline.encode.worker"]
+    assert "jemalloc_bg_thd" not in threads.split() and "jemalloc_bg_thd" in with_pyarrow.split()
