@@ -24,9 +24,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
-import hashlib
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +37,7 @@ from packtrain.pipeline.encode.fast import exactness, fastokens_encoder
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
+from packtrain.pipeline.encode.splits import split_of, text_digests, validation_mask
 from packtrain.pipeline.errors import TokenizerError
 from packtrain.pipeline.format.chat_columns import format_conversations
 from packtrain.pipeline.format.format import BadRow, Formatted, RowFormatter, not_unicode
@@ -116,48 +115,6 @@ class EncodedBatch:
     filtered: int = 0  # rows the source's ``where`` dropped
     files: str | None = None  # where tokens, masks, keys and bands went (EncodeTask.batch_files): those fields are empty
     bands: np.ndarray | None = None  # uint64 [documents, BANDS]: near dedup's band keys, where the task asks for them
-
-
-def is_validation(text: str, val_fraction: float) -> bool:
-    """Hold out a document by a hash of its content: appending data never moves old documents."""
-    if val_fraction <= 0:
-        return False
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") < val_fraction * 2**64
-
-
-def text_digests(encoded: list[bytes]) -> np.ndarray:
-    """The 64-bit blake2b of each UTF-8 encoded text, as uint64: the one hash of a document's text, from
-    which both its split (:func:`validation_mask`) and the exactness sample (exactness.sampled_mask) follow."""
-    return np.frombuffer(b"".join([hashlib.blake2b(text, digest_size=8).digest() for text in encoded]), ">u8").astype(
-        np.uint64)
-
-
-def validation_mask(digests: np.ndarray, val_fraction: float) -> np.ndarray:
-    """:func:`is_validation` of many texts at once, given their :func:`text_digests`: one bool each. The
-    same comparison with no float rounding (an integer is below x exactly when it is below ceil(x)).
-
-    >>> texts = [f"row {i}" for i in range(1000)]
-    >>> digests = text_digests([t.encode("utf-8") for t in texts])
-    >>> validation_mask(digests, 0.3).tolist() == [is_validation(t, 0.3) for t in texts]
-    True
-    """
-    if val_fraction <= 0:
-        return np.zeros(len(digests), bool)
-    below = math.ceil(val_fraction * 2**64)
-    if below >= 2**64:
-        return np.ones(len(digests), bool)
-    return digests < np.uint64(below)
-
-
-def split_of(docs: list[Formatted], good: list[int], digests: np.ndarray, val_fraction: float) -> np.ndarray:
-    """:func:`is_validation` of the documents ``good``: from their text's digest, or of the text that
-    chooses their split where that is another (``split_text``: a conversation's last document)."""
-    is_val = validation_mask(digests[np.asarray(good, np.int64)], val_fraction)
-    for i, k in enumerate(good):
-        if docs[k].split_text is not None and docs[k].split_text != docs[k].text:
-            is_val[i] = is_validation(docs[k].split_text, val_fraction)
-    return is_val
 
 
 PROMPT_BOUNDARY = ("the prompt does not end on a token boundary of prompt + answer, so its tokens are not a prefix; "

@@ -10,7 +10,7 @@ Which documents are checked (in the worker that made them, before anything is ca
 - every document a shortcut made in the first ``build.check_documents`` rows of each source
   (so a small build is checked whole);
 - and one in :data:`SAMPLE_ONE_IN` of the rest, chosen by the low bits of the hash of the document's
-  text that also chooses its split (pipeline/encode/worker.py ``is_validation`` compares the whole
+  text that also chooses its split (pipeline/encode/splits.py ``is_validation`` compares the whole
   64-bit value with the fraction: the split follows the high bits, the sample the low nine, so val
   documents are sampled as often as train ones; one hash per text, not two), the same documents on
   every machine and every run, whatever ``num_proc``.
@@ -102,7 +102,7 @@ def sampled(text: str) -> bool:
 
 
 def sampled_mask(digests: np.ndarray) -> np.ndarray:
-    """:func:`sampled` of many texts at once, given their hashes (pipeline/encode/worker.py ``text_digests``).
+    """:func:`sampled` of many texts at once, given their hashes (pipeline/encode/splits.py ``text_digests``).
 
     >>> texts = [f"row {i}" for i in range(2000)]
     >>> digests = np.array([int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "big") for t in texts],
