@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -75,24 +76,28 @@ def sort_order(keys: np.ndarray) -> np.ndarray:
     return order
 
 
-def runs(keys: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """bool per position of ``order`` (:func:`sort_order` of ``keys``): where a new key starts."""
-    ordered = np.ascontiguousarray(keys, np.uint8)[order]
-    start = np.ones(len(order), bool)
-    start[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
-    return start
+class Ranked(NamedTuple):
+    """Every source's documents, validation's sources first, then training's (in that concatenation),
+    sorted by key once (:func:`ranked`), for dedup and the overlap both."""
+
+    order: np.ndarray  # the documents by key, copies in document order
+    key: np.ndarray  # each of them, in that order, its key numbered from 0: copies share a number
 
 
-def first_copies(keys: np.ndarray) -> np.ndarray:
-    """bool per row: no earlier row has its key.
+def ranked(keys: dict[str, list[np.ndarray]]) -> Ranked:
+    """:class:`Ranked` of the key rows ``keys[split][source]``.
 
-    >>> first_copies(key_rows(b"a", b"x", b"a", b"b", b"x")).tolist()
-    [True, True, False, True, False]
+    >>> r = ranked({"val": [key_rows(b"b")], "train": [key_rows(b"a", b"b")]})
+    >>> r.order.tolist(), r.key.tolist()
+    ([1, 0, 2], [0, 1, 1])
     """
-    order = sort_order(keys)
-    first = np.zeros(len(keys), bool)
-    first[order[runs(keys, order)]] = True
-    return first
+    parts = [source_keys for split in ("val", "train") for source_keys in keys[split]]
+    everything = np.ascontiguousarray(np.concatenate(parts) if parts else np.zeros((0, KEY_BYTES), np.uint8), np.uint8)
+    order = sort_order(everything)
+    ordered = everything[order]
+    starts = np.ones(len(order), bool)  # where a new key starts
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    return Ranked(order, np.cumsum(starts) - 1)
 
 
 def weighted(indices: np.ndarray, keys: np.ndarray, weight: float) -> np.ndarray:
@@ -112,10 +117,11 @@ def weighted(indices: np.ndarray, keys: np.ndarray, weight: float) -> np.ndarray
     return np.concatenate([np.tile(indices, whole), chosen]).astype(np.int64)
 
 
-def deduplicated(keys: dict[str, list[np.ndarray]], dedup: bool) -> dict[str, list[np.ndarray]]:
+def deduplicated(keys: dict[str, list[np.ndarray]], dedup: bool, rank: Ranked | None = None
+                 ) -> dict[str, list[np.ndarray]]:
     """Per split, per source: the indices of the documents exact dedup keeps (all with ``dedup`` off):
     the first copy of each key, validation first (a training document equal to a validation one is
-    dropped), then source by source.
+    dropped), then source by source. ``rank``: :func:`ranked` of ``keys``, where the caller has it.
 
     >>> kept = deduplicated({"val": [key_rows(b"v"), key_rows()], "train": [key_rows(b"a", b"v", b"a"),
     ...                                                                     key_rows(b"a", b"b")]}, dedup=True)
@@ -123,10 +129,10 @@ def deduplicated(keys: dict[str, list[np.ndarray]], dedup: bool) -> dict[str, li
     ([[0], []], [[0], [1]])
     """
     parts = [source_keys for split in ("val", "train") for source_keys in keys[split]]
-    if not dedup:
-        first = np.ones(sum(len(k) for k in parts), bool)
-    else:
-        first = first_copies(np.concatenate(parts) if parts else np.zeros((0, KEY_BYTES), np.uint8))
+    first = np.ones(sum(len(k) for k in parts), bool)
+    if dedup:
+        rank = ranked(keys) if rank is None else rank
+        first[rank.order[1:][rank.key[1:] == rank.key[:-1]]] = False  # a later copy of the key before it
     bounds = np.cumsum([0] + [len(k) for k in parts])
     kept = [np.flatnonzero(first[a:b]).astype(np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
     return {"val": kept[: len(keys["val"])], "train": kept[len(keys["val"]) :]}
@@ -161,8 +167,9 @@ def select(keys: dict[str, list[np.ndarray]], weights: Sequence[float], dedup: b
     return out, duplicates
 
 
-def exact_overlap(keys: dict[str, list[np.ndarray]]) -> list[int]:
+def exact_overlap(keys: dict[str, list[np.ndarray]], rank: Ranked | None = None) -> list[int]:
     """Per source: its validation documents that have an exact copy among the training documents.
+    ``rank``: :func:`ranked` of ``keys``, where the caller has it.
 
     >>> exact_overlap({"val": [key_rows(b"v", b"w"), key_rows(b"x")], "train": [key_rows(b"a", b"v"), key_rows(b"v")]})
     [1, 0]
@@ -170,10 +177,8 @@ def exact_overlap(keys: dict[str, list[np.ndarray]]) -> list[int]:
     val, train = keys["val"], keys["train"]
     if not sum(len(k) for k in val):
         return [0] * len(val)
-    everything = np.concatenate(val + train)
-    order = sort_order(everything)
+    order, key = ranked(keys) if rank is None else rank
     source = np.concatenate([np.full(len(k), i) for i, k in enumerate(val)] + [np.full(len(k), -1) for k in train])[order]
-    key = np.cumsum(runs(everything, order)) - 1  # each sorted document's key, numbered
     has_train = np.zeros(key[-1] + 1, bool)
     has_train[key[source < 0]] = True
     return np.bincount(source[(source >= 0) & has_train[key]], minlength=len(val)).tolist()

@@ -53,7 +53,8 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
     dtype = token_dtype(tokenizer.vocab_size)
     spills = {split: [SourceSpill(d, split, dtype) for d in dirs] for split in SPLITS}
     keys = {split: [s.key_rows for s in spills[split]] for split in SPLITS}  # memory-mapped uint8 rows
-    kept = mix.deduplicated(keys, config.build.dedup != "none")
+    rank = mix.ranked(keys)  # the keys sorted once, for dedup and the overlap
+    kept = mix.deduplicated(keys, config.build.dedup != "none", rank)
     near = find_near(config, tokenizer, spills, kept)
     selections, duplicates = mix.select(keys, [spec.weight for spec in config.sources], config.build.dedup != "none",
                                         near.dropped if near else None, kept)
@@ -61,7 +62,7 @@ def pack_sources(config, tokenizer: TokenizerInfo, dirs: list[Path], tmp: Path) 
                "exactness": manifest_exactness([s.exactness for s in source_stats]),
                "sources": [{split: mix.counts(spills[split][i].lengths, duplicates[split][i], selections[split][i])
                             for split in SPLITS} for i in range(len(dirs))]}
-    outputs["overlap"] = overlap_outputs(near, mix.exact_overlap(keys))
+    outputs["overlap"] = overlap_outputs(near, mix.exact_overlap(keys, rank))
     for spill in (s for split in SPLITS for s in spills[split]):
         drop_pages(spill.key_rows)  # read once: not held mapped while the blocks are gathered (16 MB a million)
     evals = [i for i, spec in enumerate(config.sources) if spec.role == "eval"]
