@@ -95,6 +95,11 @@ def as_bytes(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
+def kind_arrays(tokens: np.ndarray, masks: np.ndarray, keys: np.ndarray, bands: np.ndarray | None) -> tuple:
+    """A split's arrays in :data:`BATCH_KINDS` order, as their files hold them (band keys where given)."""
+    return (tokens, masks, keys.astype(np.uint8, copy=False)) + (() if bands is None else (bands.astype("<u8", copy=False),))
+
+
 def batch_file(prefix: str, split: str, kind: str) -> str:
     return f"{prefix}.{split}.{kind}"
 
@@ -107,8 +112,7 @@ def write_batch_files(prefix: str, tokens: np.ndarray, masks: np.ndarray, length
     for split, (split_tokens, split_masks, split_lengths, _, split_keys, split_bands) in split_batch(
             tokens, masks, lengths, lengths, is_val, keys, bands).items():
         if len(split_lengths):
-            arrays = (split_tokens, split_masks, split_keys) + (() if bands is None else (split_bands.astype("<u8"),))
-            for kind, array in zip(BATCH_KINDS, arrays):
+            for kind, array in zip(BATCH_KINDS, kind_arrays(split_tokens, split_masks, split_keys, split_bands)):
                 with open(batch_file(prefix, split, kind), "wb") as f:
                     f.write(as_bytes(array))
 
@@ -190,8 +194,8 @@ class SpillWriter:
                              f"{len(lengths)} documents, a spill {'with' if self.bands else 'without'} them")
         # file.write, not ndarray.tofile: tofile can drop data silently when the disk fills; of the array's
         # own bytes where it is contiguous (tobytes would copy them first)
-        arrays = (tokens.astype(self.dtype, copy=False), masks, keys.astype(np.uint8, copy=False))
-        for kind, array in zip(BATCH_KINDS, arrays + ((bands.astype("<u8", copy=False),) if self.bands else ())):
+        arrays = kind_arrays(tokens.astype(self.dtype, copy=False), masks, keys, bands if self.bands else None)
+        for kind, array in zip(BATCH_KINDS, arrays):
             self.files[split, kind].write(as_bytes(array))
         self.lengths[split].append(lengths)
         self.prompts[split].append(prompt_lengths)
