@@ -39,8 +39,8 @@ def batch_bands(token_units: near_words.Units, tokens: np.ndarray, masks: np.nda
     for a in range(0, len(lengths), near_dup.BATCH):
         b = min(a + near_dup.BATCH, len(lengths))
         start, stop = int(offsets[a]), int(offsets[b])
-        out[a:b] = near_dup.words_bands(*near_words.document_words(token_units, tokens[start:stop], masks[start:stop],
-                                                                   lengths[a:b]))
+        out[a:b] = near_dup.texts_bands(*near_words.text_words(token_units, tokens[start:stop], masks[start:stop],
+                                                               lengths[a:b]))
     return out
 
 

@@ -112,7 +112,8 @@ def signatures(gram_hashes: np.ndarray, per_text: np.ndarray) -> np.ndarray:
                 np.multiply(gram_hashes, _A[k], out=hashed)
                 hashed += _B[k]
                 lowest[k] = np.minimum.reduceat(hashed, starts)
-        out[has] = (lowest >> np.uint64(32)).T
+        lowest >>= np.uint64(32)
+        out[has] = lowest.T
     return out
 
 
@@ -227,6 +228,13 @@ def words_bands(prompt_words: np.ndarray, prompt_counts: np.ndarray, answer_word
                 answer_counts: np.ndarray) -> np.ndarray:
     """The band keys (:func:`band_keys`) of documents from their prompts' and answers' words (and word counts)."""
     return band_keys(signatures(*grams(prompt_words, prompt_counts)), signatures(*grams(answer_words, answer_counts)))
+
+
+def texts_bands(words: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """:func:`words_bands` of documents whose prompts and answers are texts 2i and 2i + 1 of ``words``
+    (pipeline/pack/near_words.py ``text_words``): every text's signature in one pass."""
+    signature = signatures(*grams(words, counts))
+    return band_keys(signature[0::2], signature[1::2])
 
 
 def bands_of(parts):

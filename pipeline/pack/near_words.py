@@ -193,33 +193,35 @@ class Units:
 
     def words(self, units: np.ndarray, doc: np.ndarray, documents: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`Pieces.words` of the pieces of ``units`` (the same hashes and counts): a word starts at
-        a fragment with a space since the previous fragment, or the first of its document."""
+        a fragment with a space since the previous fragment, or the first of its document. Every unit
+        stays in place (one without a fragment adds nothing to a word: no hash, no bytes), so no array
+        is compressed to the fragments."""
         flags = self.flags[units]
-        fragments = np.flatnonzero(flags & FRAGMENT)
-        if not len(fragments):
+        fragment = flags & FRAGMENT
+        if not len(units) or not fragment.any():
             return np.zeros(0, np.uint64), np.zeros(documents, np.int64)
         trail = flags & TRAIL
+        begun = np.flatnonzero(np.concatenate([[True], doc[1:] != doc[:-1]]))  # each document's first unit
+        trail[begun[fragment[begun] == 0]] = TRAIL  # a document begun without a fragment: as after a space
         empty = np.flatnonzero(flags[1:] & EMPTY) + 1  # a special token: the space before it goes on past it
         while len(moved := empty[(trail[empty] == 0) & (trail[empty - 1] != 0)]):  # a run of them: one a round
             trail[moved] = TRAIL
         spaced = flags & BEFORE
         spaced[1:] |= trail[:-1] >> 1  # a space between a fragment and the unit before it
-        units, doc = units[fragments], doc[fragments]
-        starting = spaced[fragments] != 0
-        starting[0] = True
-        starting[1:] |= doc[1:] != doc[:-1]
-        # the places in int32 where the fragments' bytes cannot reach 2**31 (always, but for gigabytes of text at once)
+        spaced[begun] = BEFORE  # a document's first fragment begins a word
+        starting = (spaced >> 1) & fragment
+        starts = np.flatnonzero(starting)
+        # the places in int32 where the units' bytes cannot reach 2**31 (always, but for gigabytes of text at once)
         wide = np.int32 if len(units) * int(self.length.max(initial=0)) < 2**31 else np.int64
         length = self.length[units].astype(wide, copy=False)
         at = np.cumsum(length, dtype=wide)
         at -= length
-        starts = np.flatnonzero(starting)
         word = np.cumsum(starting, dtype=wide)
-        word -= 1
+        word -= 1  # -1 before the first word: units without a fragment, which add nothing
         place = at - at[starts][word]
         with np.errstate(over="ignore"):
             values = self.hash[units] * _SHIFT[place & 63]
-        if len(place) and (place + length).max() > 64:  # a word of more than 64 bytes
+        if (place + length).max() > 64:  # a word of more than 64 bytes
             crossing = np.flatnonzero((place & 63) + length > 64)
             if len(crossing):
                 values[crossing] = self.pieces.by_byte(self.piece[units[crossing]], place[crossing])
@@ -256,14 +258,30 @@ def table_units(table: tuple[np.ndarray, np.ndarray]) -> Units:
 def document_words(units: Units, tokens: np.ndarray, mask: np.ndarray, lengths: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The prompt's word hashes and counts, then the answer's, of the documents whose ``tokens`` (and
-    loss ``mask``) are concatenated, ``lengths`` tokens each: the spill's (:class:`SpillWords`) or an
-    encode worker's batch (pipeline/pack/near_bands.py)."""
-    doc = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
-    out: list[np.ndarray] = []
-    for part in (mask == 0, mask != 0):
-        of_units, of = units.of_tokens(tokens[part], doc[part])
-        out += list(units.words(of_units, of, len(lengths)))
-    return tuple(out)
+    loss ``mask``) are concatenated, ``lengths`` tokens each: :func:`text_words` parted."""
+    words, counts = text_words(units, tokens, mask, lengths)
+    answer = np.repeat(np.arange(len(counts)) & 1 == 1, counts)
+    return words[~answer], counts[0::2], words[answer], counts[1::2]
+
+
+def text_words(units: Units, tokens: np.ndarray, mask: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The word hashes of the documents whose ``tokens`` (and loss ``mask``) are concatenated, ``lengths``
+    tokens each, as texts: document i's prompt (its tokens the loss is not on) is text 2i, its answer
+    2i + 1; and the number of words of each text. One pass over a batch (the spill's, :class:`SpillWords`, or
+    an encode worker's, pipeline/pack/near_bands.py): a prompt/answer row's tokens are in their texts'
+    order already; a conversation's turns are put in it (a stable sort keeps each text's tokens in order).
+
+    >>> table = table_units(token_table(["SELECT", " a", "b", " x"]))  # the second document: a conversation
+    >>> w, n = text_words(table, np.array([0, 1, 3, 1, 3, 2]), np.array([0, 0, 1, 0, 1, 0]), np.array([3, 3]))
+    >>> n.tolist(), bool(w[2] == w[4]), bool(w[1] == w[3])  # "select a", "x"; "ab", "x"
+    ([2, 1, 1, 1], True, False)
+    """
+    text = np.repeat(np.arange(0, 2 * len(lengths), 2, dtype=np.int32), lengths)
+    text += mask != 0
+    if len(text) > 1 and (text[1:] < text[:-1]).any():  # a conversation: a prompt after an answer
+        order = np.argsort(text, kind="stable")
+        tokens, text = tokens[order], text[order]
+    return units.words(*units.of_tokens(tokens, text), 2 * len(lengths))
 
 
 def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
