@@ -1,7 +1,7 @@
 # packtrain: every target is a thin wrapper over the `packtrain` CLI in .venv/.
 # Variables: EXPERT, NUM_PROC, CACHE_DIR, DATASET, MODEL, PART, PARTS, EXECUTOR, RAY_ADDRESS (build); MAX_STEPS, RESUME, NPROC,
 # MAX_MEMORY_GIB (train);
-# TOKENS (verify); ROWS, CORPUS, TOKENIZER (bench-build).
+# TOKENS (verify); ROWS, CORPUS, TOKENIZER (bench-build); REPEAT (bench-dedup).
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -213,7 +213,8 @@ bench-build: install
 
 # What build.dedup: near and decontaminate cost beside dedup: exact (docs/BUILD.md), same corpus, one run.
 bench-dedup: install
-	$(BIN)/python bench/dedup_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS))
+	$(BIN)/python bench/dedup_bench.py $(if $(NUM_PROC),--num-proc $(NUM_PROC)) $(if $(ROWS),--rows $(ROWS)) \
+		$(if $(REPEAT),--repeat $(REPEAT))
 
 # Exactness on real data (../shared/data: Spider, text2cypher) with every real tokenizer, shortcuts
 # on vs off: byte-identical shards, and verify --tokens all (docs/BUILD.md).
