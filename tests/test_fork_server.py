@@ -203,6 +203,8 @@ def test_the_pool_starts_with_ctrl_c_reaching_the_build_unless_its_workers_are_s
     seen = []
 
     class Pool:
+        _pool: list = []  # the processes it started (pool.py watches them for one that dies)
+
         def __init__(self, *_, **__):
             seen.append(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
 
@@ -213,7 +215,7 @@ def test_the_pool_starts_with_ctrl_c_reaching_the_build_unless_its_workers_are_s
             return False
 
         def apply_async(self, fn, args):
-            return type("Done", (), {"get": lambda _: args[1]})()
+            return type("Done", (), {"get": lambda _, timeout=None: args[1]})()
 
     context = type("Context", (), {"Pool": Pool, "get_start_method": lambda _: method})()
     server = type("Server", (), {"context": lambda *_: context})()

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -349,3 +350,29 @@ def test_disk_full_on_a_real_small_tmpfs(tmp_path, small_disk):
     print(f"tmpfs used: {used_before} bytes before, {shutil.disk_usage(small_disk).used} after the failed build")
     write_jsonl(project["data"], rows(40))
     assert run_build(project).build_id == old.build_id  # the old inputs are still up to date
+
+
+# ----------------------------------------------------------------------------------------------
+# An encode worker killed mid-batch
+
+
+def test_an_encode_worker_killed_mid_batch_fails_the_build_in_one_line(tmp_path):
+    """A worker SIGKILLed (the kernel's out-of-memory killer) after writing its batch's files into the spill:
+    multiprocessing's Pool replaces it and never returns the batch, so the build waited forever. Now it
+    exits 2 with one line naming the source and the fix; nothing is left, and the next build finishes."""
+    project = make_project(tmp_path)
+    env = {**os.environ, "PACKTRAIN_CRASH_AT": "mid_encode", "PACKTRAIN_CRASH_ONCE": str(tmp_path / "killed")}
+    result = subprocess.run([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
+                             str(project["configs"]), "--cache-dir", str(project["cache"]), "--num-proc", "2",
+                             "--no-progress", "--set", "build.batch_rows=16"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert (tmp_path / "killed").exists(), result.stderr[-3000:]  # a worker did die
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and re.fullmatch(
+        r"error: an encode worker process \(pid \d+\) was killed by signal 9 \(SIGKILL\) while source "
+        r"\S+sql\.jsonl was tokenized \(at its rows from \S+#\d+\); nothing of it was cached: the system may have run "
+        r"out of memory; lower build\.num_proc or build\.batch_rows, then build again", errors[0]), errors
+    assert read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
+    rerun = run_build(project, **{"build.num_proc": 2, "build.batch_rows": 16})
+    assert read_current(project["cache"], "sql") == rerun.build_id and leftovers(project["cache"]) == []

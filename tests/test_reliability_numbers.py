@@ -235,6 +235,7 @@ class FakePool:
     """Stands in for a spawn pool: records its size, runs each task in this process."""
 
     sizes: list[int] = []
+    _pool: list = []  # the processes it started (pool.py watches them for one that dies)
 
     def __init__(self, processes, initializer=None):
         FakePool.sizes.append(processes)
@@ -247,7 +248,7 @@ class FakePool:
 
     def apply_async(self, fn, args):
         result = fn(*args)
-        return type("Done", (), {"get": lambda _: result})()
+        return type("Done", (), {"get": lambda _, timeout=None: result})()
 
 
 @pytest.mark.parametrize("tasks, num_proc, pool, said", [

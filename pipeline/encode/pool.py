@@ -1,19 +1,58 @@
 """The worker processes: ``num_proc`` of them, each task one fixed-size batch of rows, results taken
-back in submission order, so the output never depends on ``num_proc``."""
+back in submission order, so the output never depends on ``num_proc``.
+
+A worker that dies (the kernel's out-of-memory killer, a signal) is one the Pool replaces, and the batch
+it held never comes back: the wait for a batch looks at the workers every :data:`POLL_SECONDS` and
+raises :class:`WorkerDied` where one has ended (as HF datasets' ``iflatmap_unordered`` does)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import itertools
+import multiprocessing
 import os
 import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
 
+from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode.fork_server import ForkServer, children_ignore_ctrl_c
 from packtrain.pipeline.encode.worker import EncodedBatch, EncodeTask, encode_rows
+from packtrain.pipeline.errors import BuildError
 from packtrain.pipeline.pack.spill import write_batch_files
+
+
+POLL_SECONDS = 0.5
+"""How often a wait for a batch looks whether a worker has died (a batch that is ready returns at once)."""
+
+
+class WorkerDied(BuildError):
+    """A worker process ended while the build waited for a batch; ``how``: its pid and how it ended."""
+
+    def __init__(self, how: str):
+        super().__init__(f"an encode worker process {how}")
+        self.how = how
+
+
+def how_it_ended(process) -> str:
+    """``(pid N) was killed by signal 9 (SIGKILL)``, or ``(pid N) exited with code 1``."""
+    code = process.exitcode
+    if code < 0:
+        return f"(pid {process.pid}) was killed by signal {-code} ({signal.Signals(-code).name})"
+    return f"(pid {process.pid}) exited with code {code}"
+
+
+def awaited(result, workers: list) -> EncodedBatch:
+    """The batch ``result`` (a Pool's AsyncResult) holds, once ready; :class:`WorkerDied` where one of
+    ``workers`` (the pool's processes as it started them) has ended meanwhile: its batch would never come."""
+    while True:
+        try:
+            return result.get(POLL_SECONDS)
+        except multiprocessing.TimeoutError:
+            dead = next((w for w in workers if w.exitcode is not None), None)
+            if dead is not None:
+                raise WorkerDied(how_it_ended(dead)) from None
 
 
 def _init_worker() -> None:
@@ -31,6 +70,7 @@ def encode_into_files(task: EncodeTask, columns: dict[str, list]) -> EncodedBatc
         return encoded
     write_batch_files(task.batch_files, encoded.tokens, encoded.masks, encoded.lengths, encoded.is_val, encoded.keys,
                       encoded.bands)
+    crash_point("mid_encode")  # PACKTRAIN_CRASH_AT=mid_encode: a worker killed with its batch's files written
     return dataclasses.replace(encoded, tokens=encoded.tokens[:0], masks=encoded.masks[:0], keys=encoded.keys[:0],
                                bands=None, files=task.batch_files)
 
@@ -61,11 +101,12 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
     # Ctrl-C then must reach this process (it would be lost while ignored here)
     with children_ignore_ctrl_c() if context.get_start_method() == "spawn" else contextlib.nullcontext():
         pool = context.Pool(num_proc, initializer=_init_worker)
+    workers = list(pool._pool)  # the Pool's own list, which it changes: a dead worker is replaced there
     with pool:
         pending: deque = deque()
         for task, columns in tasks:
             pending.append(pool.apply_async(encode_into_files, (task, columns)))
             if len(pending) >= 2 * num_proc:
-                yield pending.popleft().get()
+                yield awaited(pending.popleft(), workers)
         while pending:
-            yield pending.popleft().get()
+            yield awaited(pending.popleft(), workers)

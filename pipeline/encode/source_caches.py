@@ -38,7 +38,7 @@ from packtrain.pipeline.pack.source_stats import BadRow, Exactness, SourceStats
 from packtrain.pipeline.pack import near_dup
 from packtrain.pipeline.pack.spill import SpillWriter, read_source_stats
 from packtrain.pipeline.encode.fork_server import ForkServer
-from packtrain.pipeline.encode.pool import encode_stream
+from packtrain.pipeline.encode.pool import WorkerDied, encode_stream
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
 from packtrain.pipeline.encode.worker import EncodeTask
 
@@ -207,7 +207,8 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
         for i in todo:
             writers[i] = SpillWriter(tmps[i], job.dtype, bands=near_dup.asked(config.build))
         tasks = batch_tasks(job, stats, headers, shortcuts, writers)
-        with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream:
+        with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream, \
+                worker_death_named(config, headers):
             for encoded in stream:
                 i, file, start, number = headers.popleft()
                 rows = count_batch(config, i, stats[i], (file, start, number), encoded)
@@ -228,6 +229,19 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
         bar.close()
         for writer in writers.values():
             writer.abort()
+
+
+@contextlib.contextmanager
+def worker_death_named(config, headers: deque):
+    """A worker's death (pipeline/encode/pool.py :class:`WorkerDied`) as one line naming the source and the
+    batch the build waited for (``headers[0]``), and the fix."""
+    try:
+        yield
+    except WorkerDied as e:
+        i, file, start, _ = headers[0]
+        raise BuildError(f"{e} while source {config.sources[i].name} was tokenized (at its rows from {file}#{start}); "
+                         "nothing of it was cached: the system may have run out of memory; lower build.num_proc or "
+                         "build.batch_rows, then build again") from None
 
 
 def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple, writers: dict[int, SpillWriter]):

@@ -119,7 +119,9 @@ def write_batch_files(prefix: str, tokens: np.ndarray, masks: np.ndarray, length
 
 def append_file(path: str, out) -> None:
     """Append the file ``path`` to the open file ``out``, copied in the kernel (``copy_file_range``),
-    then delete it. A file system or platform without that call gets the same bytes through this process."""
+    then delete it. Where that call is missing or refused (:data:`NO_KERNEL_COPY`), or copies nothing
+    before the file's end (a file system that does not implement it), the rest of the bytes come through
+    this process, as Go's, Rust's and Portage's copies do; :meth:`SpillWriter.close` checks every size."""
     out.flush()
     with open(path, "rb") as f:
         size, done = os.fstat(f.fileno()).st_size, 0
@@ -127,18 +129,22 @@ def append_file(path: str, out) -> None:
             while done < size:
                 copied = os.copy_file_range(f.fileno(), out.fileno(), size - done)
                 if copied == 0:
-                    raise OSError(errno.EIO, f"{path} ended after {done} of its {size} bytes while being copied")
+                    break  # nothing copied short of the end: not on this file system
                 done += copied
         except (AttributeError, OSError) as e:  # no copy_file_range here (not Linux), or not on this file system
             if isinstance(e, OSError) and e.errno not in NO_KERNEL_COPY:
                 raise
+        if done < size:
             f.seek(done)
             shutil.copyfileobj(f, out, 1 << 20)
             out.flush()
     os.unlink(path)
 
 
-NO_KERNEL_COPY = {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP}
+NO_KERNEL_COPY = {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM}
+"""copy_file_range's refusals that the copy through this process follows: an old kernel (ENOSYS), another
+file system (EXDEV), one that cannot (EINVAL, EOPNOTSUPP), and a container's seccomp filter, which answers
+EPERM for a call it does not allow (older Docker profiles, CircleCI, snaps: golang/go#40893, rust-lang/rust#75428)."""
 
 
 class SpillWriter:
