@@ -199,12 +199,70 @@ def test_regular_masks_are_made_from_the_prompt_length_not_read(tmp_path):
     want = assemble_blocks(blocks, DocumentView(spills, selections), 8, pad_id=0, dtype=np.uint16)
     view = DocumentView(spills, selections)
     lengths, prompts = packed_lengths(spills, selections), np.array([1, 1, 2, 2])
-    assert list(view.irregular_masks(lengths, prompts)) == [0] and view.regular.tolist() == [False, True, True, True]
+    assert view.irregular_masks(lengths, prompts).docs.tolist() == [0] and view.regular.tolist() == [False, True, True, True]
     spills[0].masks = np.array([0, 0, 0, 0, 1, 0, 1], np.uint8)  # a0's mask spoilt, a1's kept
     spills[1].masks = np.zeros(3, np.uint8)
     ids, mask, lens = assemble_blocks(blocks, view, 8, pad_id=0, dtype=np.uint16)
     assert mask.tolist() == [[0, 1, 0, 1, 0, 1, 0, 0], [0, 0, 1, 0, 0, 1, 0, 0]] == want[1].tolist()
     assert ids.tolist() == want[0].tolist() and lens == want[2] == [[4, 2], [3, 1, 2]]
+
+
+def plan_reading_every_turn(lengths, prompts, block_size, overlong, masks):
+    """The pieces as plan_piece_array made them before conversations were decided from counts: every
+    conversation's mask read, one document at a time."""
+    out, dropped = [], 0
+    for doc, (length, prompt) in enumerate(zip(lengths.tolist(), prompts.tolist())):
+        if length > block_size and overlong == "drop":
+            continue
+        cuts = [(0, length)] if length <= block_size else [(0, block_size)] if overlong == "truncate" else \
+            [(s, min(s + block_size, length)) for s in range(0, length, block_size)]
+        for a, b in cuts:
+            if masks[doc][a + 1 : b].any() if doc in masks else b > max(prompt, a + 1):
+                out.append((doc, a, b))
+            else:
+                dropped += 1
+    return out, dropped
+
+
+@pytest.mark.parametrize("overlong", ["split", "truncate", "drop"])
+def test_conversations_that_fit_a_block_are_planned_without_reading_their_masks(tmp_path, monkeypatch, overlong):
+    """Packing decides a conversation that fits a block (several supervised runs: its mask is not the prompt's
+    length) from its supervised count and its first token's mask, with no mask read per document; a longer one's
+    mask is read. The same pieces and counts as reading every conversation's mask, on conversations whose only
+    supervised token is the first, and on long ones whose middle piece has none."""
+    from packtrain.pipeline.pack import shards
+    from packtrain.pipeline.pack.pack import plan_piece_array
+
+    rng = np.random.default_rng(5)
+    docs = []
+    for k in range(300):
+        length = int(rng.integers(2, 30))
+        mask = (rng.random(length) < 0.3).astype(np.uint8)
+        if k % 7 == 0:
+            mask[:] = 0
+            mask[0] = 1  # supervised on its first token only: nothing to learn in a block, dropped
+        elif k % 11 == 0:
+            mask[:] = 0
+            mask[[1, length - 1]] = 1  # two runs from the second token on
+        docs.append(mask)
+    docs.append(np.r_[np.ones(3), np.zeros(12), np.ones(5)].astype(np.uint8))  # long: its middle piece has no target
+    lengths = np.array([len(m) for m in docs], np.int64)
+    prompts = np.array([int(np.argmax(m)) if m.any() else len(m) for m in docs], np.int64)
+    masks = np.concatenate(docs)
+    write_spill(tmp_path / "a", [(0, rng.integers(1, 9, len(masks)), masks, lengths, prompts, [False] * len(docs))])
+    spill = SourceSpill(tmp_path / "a", "train", np.uint16)
+    view = DocumentView([spill], [np.arange(len(docs))])
+    read = []
+    masks_of = shards.MaskView.__getitem__
+    monkeypatch.setattr(shards.MaskView, "__getitem__", lambda self, doc: read.append(doc) or masks_of(self, doc))
+    turns = view.irregular_masks(lengths, prompts)
+    irregular = {doc: docs[doc] for doc in turns.docs.tolist()}
+    assert read == [] and len(irregular) > 100 and sum(irregular[d].sum() == 1 == irregular[d][0] for d in irregular) > 10
+    pieces, counts = plan_piece_array(lengths, prompts, 8, overlong, turns)
+    want, dropped = plan_reading_every_turn(lengths, prompts, 8, overlong, irregular)
+    assert pieces.tolist() == [list(p) for p in want] and counts.dropped_unsupervised == dropped > 0
+    assert set(read) == {doc for doc in irregular if lengths[doc] > 8} if overlong != "drop" else read == []
+    assert plan_piece_array(lengths, prompts, 8, overlong, irregular)[0].tolist() == pieces.tolist()
 
 
 def test_assemble_pieces_and_cut_piece_list_take_blocks_as_flat_arrays(tmp_path):

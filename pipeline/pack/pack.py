@@ -39,7 +39,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import deque
 from itertools import islice
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,7 +81,7 @@ def pack(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int,
 
 
 def pack_flat(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int, strategy: str = "bfd",
-              overlong: str = "split", masks: Mapping[int, np.ndarray] | None = None,
+              overlong: str = "split", masks: Mapping[int, np.ndarray] | Turns | None = None,
               ) -> tuple[np.ndarray, np.ndarray, PieceCounts | None]:
     """:func:`pack` as arrays, with no Python object per piece: every block's pieces one after the
     other (``[pieces, 3]`` int64 rows ``(doc, start, stop)``) and the number of pieces in each block.
@@ -102,7 +102,7 @@ def pack_flat(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size:
 
 
 def pack_groups(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int, strategy: str,
-                overlong: str, masks: Mapping[int, np.ndarray] | None, first_docs: Sequence[int],
+                overlong: str, masks: Mapping[int, np.ndarray] | Turns | None, first_docs: Sequence[int],
                 ) -> tuple[np.ndarray, np.ndarray, PieceCounts | None, list[int]]:
     """:func:`pack_flat` where no block holds documents of two groups (the val split's eval sources,
     each reported on its own): group ``g`` is documents ``first_docs[g]`` to ``first_docs[g + 1] - 1``
@@ -167,45 +167,71 @@ def plan_pieces(
     return list(map(tuple, pieces.tolist())), counts
 
 
+@dataclass(frozen=True)
+class Turns:
+    """The documents whose supervised tokens are not simply those after the prompt (conversations of
+    several turns), as :func:`plan_piece_array` needs them: ``docs`` (sorted), ``later`` (for each, whether
+    a token after its first is supervised: all a document that fits a block needs) and ``mask_of(doc)``, the
+    loss mask, asked only for a document longer than a block (pipeline/pack/shards.py gives the first two
+    from the spill's counts, with no mask read per document)."""
+
+    docs: np.ndarray
+    later: np.ndarray
+    mask_of: Callable[[int], np.ndarray]
+
+    @staticmethod
+    def of(masks: Mapping[int, np.ndarray]) -> "Turns":
+        """The turns of documents given by their masks.
+
+        >>> Turns.of({4: np.array([1, 0, 0]), 2: np.array([0, 1, 0, 1])}).later.tolist()
+        [True, False]
+        """
+        docs = np.asarray(sorted(masks), np.int64)
+        return Turns(docs, np.asarray([bool(masks[doc][1:].any()) for doc in docs.tolist()], bool), masks.__getitem__)
+
+
 def plan_piece_array(lengths: Sequence[int], prompt_lengths: Sequence[int], block_size: int, overlong: str = "split",
-                     masks: Mapping[int, np.ndarray] | None = None) -> tuple[np.ndarray, PieceCounts]:
-    """:func:`plan_pieces`' pieces as one ``[pieces, 3]`` int64 array (by document, then start)."""
+                     masks: Mapping[int, np.ndarray] | Turns | None = None) -> tuple[np.ndarray, PieceCounts]:
+    """:func:`plan_pieces`' pieces as one ``[pieces, 3]`` int64 array (by document, then start); ``masks``
+    may be given as :class:`Turns`."""
     if overlong not in ("split", "truncate", "drop"):
         raise ValueError(f"overlong must be split, truncate or drop, got {overlong!r}")
     counts = PieceCounts(documents=len(lengths))
     lengths_a = np.asarray(lengths, np.int64).reshape(-1)
     prompts_a = np.asarray(prompt_lengths, np.int64).reshape(-1)
-    # most documents fit a block whole and are supervised after the prompt: one piece each, decided at once
-    regular = lengths_a <= block_size
-    if masks:
-        regular[[doc for doc in masks if doc < len(regular)]] = False
-    whole = regular & (lengths_a > np.maximum(prompts_a, 1))  # a supervised token after the first
-    unsupervised = np.flatnonzero(regular & ~whole)
+    turns = masks if isinstance(masks, Turns) else Turns.of(masks or {})
+    # a document that fits a block is one piece, decided at once: whole where a token after its first is
+    # supervised (after the prompt; a conversation's by its turns), else dropped; the longer ones one at a time
+    fits = lengths_a <= block_size
+    inside = turns.docs < len(fits)
+    docs, later = turns.docs[inside], turns.later[inside]
+    supervised = lengths_a > np.maximum(prompts_a, 1)
+    supervised[docs] = later
+    whole = fits & supervised
+    unsupervised = np.flatnonzero(fits & ~supervised)
     counts.dropped_unsupervised += len(unsupervised)
     counts.tokens_lost += int(lengths_a[unsupervised].sum())
-    pieces: list[Piece] = []  # of the other documents, one at a time
-    for doc in np.flatnonzero(~regular).tolist():
+    pieces: list[Piece] = []  # of the documents longer than a block
+    irregular = set(docs[~fits[docs]].tolist())
+    for doc in np.flatnonzero(~fits).tolist():
         length, prompt = int(lengths_a[doc]), int(prompts_a[doc])
-        if length <= block_size:
-            candidates = [(doc, 0, length)]
+        counts.overlong += 1
+        if overlong == "drop":
+            counts.dropped_overlong += 1
+            counts.tokens_lost += length
+            _example(counts, "dropped_overlong", doc)
+            continue
+        if overlong == "truncate":
+            counts.truncated += 1
+            counts.tokens_lost += length - block_size
+            _example(counts, "truncated", doc)
+            candidates = [(doc, 0, block_size)]
         else:
-            counts.overlong += 1
-            if overlong == "drop":
-                counts.dropped_overlong += 1
-                counts.tokens_lost += length
-                _example(counts, "dropped_overlong", doc)
-                continue
-            if overlong == "truncate":
-                counts.truncated += 1
-                counts.tokens_lost += length - block_size
-                _example(counts, "truncated", doc)
-                candidates = [(doc, 0, block_size)]
-            else:
-                counts.split += 1
-                _example(counts, "split", doc)
-                candidates = [(doc, s, min(s + block_size, length)) for s in range(0, length, block_size)]
+            counts.split += 1
+            _example(counts, "split", doc)
+            candidates = [(doc, s, min(s + block_size, length)) for s in range(0, length, block_size)]
         for piece in candidates:
-            if (masks[doc][piece[1] + 1 : piece[2]].any() if masks and doc in masks
+            if (turns.mask_of(doc)[piece[1] + 1 : piece[2]].any() if doc in irregular
                     else piece[2] > max(prompt, piece[1] + 1)):  # a supervised token after the piece's first
                 pieces.append(piece)
             else:

@@ -26,7 +26,7 @@ from packtrain.core.contract import token_dtype
 from packtrain.core.shardfile import ShardWriter
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
-from packtrain.pipeline.pack.pack import pack_groups
+from packtrain.pipeline.pack.pack import Turns, pack_groups
 from packtrain.pipeline.pack.source_stats import Exactness
 from packtrain.core.memory import release_freed
 from packtrain.pipeline.pack.spill import SPLITS, SourceSpill, concat, drop_pages, read_source_stats
@@ -308,15 +308,22 @@ class DocumentView:
     def masks(self) -> "MaskView":
         return MaskView(self)
 
-    def irregular_masks(self, lengths: np.ndarray, prompt_lengths: np.ndarray) -> dict[int, np.ndarray]:
-        """The masks of the documents whose loss is not on every token from the prompt's end on
-        (conversations with several assistant turns), for plan_pieces; the others need none."""
+    def irregular_masks(self, lengths: np.ndarray, prompt_lengths: np.ndarray) -> Turns:
+        """The documents whose loss is not on every token from the prompt's end on (conversations with several
+        assistant turns), for plan_pieces (pipeline/pack/pack.py ``Turns``): whether a token after each one's
+        first is supervised is its supervised count less its first token's mask (a mask is 0 or 1), with no mask
+        read per document; a whole mask is read only for a document longer than a block. The others need none."""
         supervised = concat([s.supervised()[sel] for s, sel in zip(self.spills, self.selections)])
         self.prompt_lengths, self.regular = prompt_lengths, supervised == lengths - prompt_lengths
-        irregular = {int(doc): self.masks()[int(doc)] for doc in np.flatnonzero(~self.regular)}
+        docs = np.flatnonzero(~self.regular)
+        source, first = self.locate_many(docs)
+        first_mask = np.zeros(len(docs), np.int64)
+        for s, spill in enumerate(self.spills):
+            here = source == s
+            first_mask[here] = spill.masks[first[here]]
         for spill in self.spills:  # read whole once: its pages leave this process (gather_masks reads the irregular)
             drop_pages(spill.masks)
-        return irregular
+        return Turns(docs, supervised[docs] > first_mask, self.masks().__getitem__)
 
     def gather_masks(self, docs: np.ndarray, n: np.ndarray, source: np.ndarray, src: np.ndarray,
                      within: np.ndarray) -> np.ndarray:
