@@ -61,6 +61,10 @@ TRAIN_ARGS := --cache-dir $(CACHE_DIR) $(if $(DATASET),--dataset $(DATASET)) $(i
 .PHONY: install pretokenize merge-parts merge export train train-all rebuild status inspect eval plot verify discover test test-gpu gpu-report bench bench-train bench-build bench-dedup real-data-check gpu-wheel unsloth-wheel clean-venv locks test-latest lock
 
 install: $(VENV)/.installed
+	@# packtrain's own bytecode, which an editable install has none of: where PYTHONDONTWRITEBYTECODE is set (as on
+	@# this machine) every process would compile the modules it imports again (a build's 0.1 CPU s, its fork server's
+	@# 0.06, before any work: docs/benchmarks-history.md); only what changed is compiled (0.05 s when none did)
+	@$(BIN)/python -m compileall -q pipeline trainer packtrain > /dev/null
 
 # uv installs packtrain and its dependencies at the versions of the lock (LOCK above), nothing newer,
 # with their bytecode compiled, as pip does (where PYTHONDONTWRITEBYTECODE is set, Python would

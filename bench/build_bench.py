@@ -19,6 +19,7 @@ workers are forked from its fork server the RSS sum counts the loaded tokenizer 
 from __future__ import annotations
 
 import argparse
+import compileall
 import itertools
 import json
 import os
@@ -100,6 +101,10 @@ def main() -> None:
         print(json.dumps(result))
         return
     Path(args.work).mkdir(parents=True, exist_ok=True)
+    # packtrain's bytecode, as an installed packtrain and the peers' packages (uv --compile-bytecode) have theirs:
+    # where PYTHONDONTWRITEBYTECODE is set, no contender compiles its modules again in every process it starts
+    for package in ("packtrain", "pipeline"):
+        compileall.compile_dir(ROOT / package, quiet=1)
     corpus = make_corpus(Path(args.work) / f"sql-{args.corpus_kind}-{args.rows}.jsonl", args.rows, args.corpus_kind)
     tokenizer = tokenizer_dir(args.tokenizer, Path(args.work))
     peer = PEER.get(args.corpus_kind, "run_clm")

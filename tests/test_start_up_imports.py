@@ -33,3 +33,15 @@ def test_the_fork_server_imports_the_workers_modules_without_pyarrow_or_its_thre
                                                     check=True).stdout.splitlines()
     assert modules.split() == ["jinja2.sandbox", "packtrain.pipeline.encode.pool", "packtrain.pipeline.encode.worker"]
     assert "jemalloc_bg_thd" not in threads.split() and "jemalloc_bg_thd" in with_pyarrow.split()
+
+
+def test_make_install_compiles_packtrains_own_bytecode():
+    """An editable install has no bytecode of packtrain's own modules: where PYTHONDONTWRITEBYTECODE is set,
+    every process (a build's, its fork server, a trainer's) compiled them again on import. `make install`
+    compiles them (what changed since), as uv does the dependencies'."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    dry = subprocess.run(["make", "-n", "-s", "install"], cwd=root, capture_output=True, text=True, check=True).stdout
+    compiles = [line.split() for line in dry.splitlines() if "-m compileall" in line]
+    assert compiles and {"pipeline", "trainer", "packtrain"} <= set(compiles[-1])
