@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack.pack", 17), ("packtrain.pipeline.pack.mix", 15),
+@pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack.pack", 18), ("packtrain.pipeline.pack.mix", 15),
                                               ("packtrain.pipeline.pack.near_dup", 5), ("packtrain.pipeline.pack.near_words", 10),
                                               ("packtrain.pipeline.pack.report", 5),
                                               ("packtrain.trainer.data.data", 2), ("packtrain.core.blocks", 4),
