@@ -18,7 +18,7 @@ import pytest
                                               ("packtrain.trainer.eval.task_metrics", 4), ("packtrain.trainer.eval.generate", 3),
                                               ("packtrain.trainer.eval.task_eval", 4), ("packtrain.trainer.eval.budget", 9),
                                               ("packtrain.trainer.eval.evaluate", 2), ("packtrain.trainer.report.progress", 5),
-                                              ("packtrain.trainer.threads", 7), ("packtrain.pipeline.encode.fast.byte_spans", 10),
+                                              ("packtrain.trainer.threads", 7), ("packtrain.pipeline.encode.fast.byte_spans", 13),
                                               ("packtrain.pipeline.encode.fast.byte_level", 5),
                                               ("packtrain.pipeline.format.chat_once", 4), ("packtrain.pipeline.format.chat_columns", 6),
                                               ("packtrain.pipeline.encode.fast.exactness", 11),

@@ -2,7 +2,9 @@
 
 - ``tokenizer_info.py``: what the build needs to know about a tokenizer (vocabulary size, special ids);
   ``tokenizer_facts.py`` remembers the facts only the loaded tokenizer knows.
-- ``worker.py``: one batch of rows -> formatted documents -> ids and masks (in a worker process).
+- ``worker.py``: one batch of rows -> formatted documents -> ids and masks (in a worker process);
+  ``shortcut_encode.py``: the documents a fast encoder or the line cache makes (a chat batch fastokens
+  makes whole as arrays), ``assemble.py``: the documents as the spill's arrays.
 - ``pool.py``: ``num_proc`` worker processes, results taken back in order; ``fork_server.py``: the
   server that loads the build's encoders once and forks the workers and the encoder decision's child.
 - ``encoders.py``: a worker's encoders, built once per process: the HF tokenizer (the reference) and the

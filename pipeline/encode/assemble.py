@@ -4,6 +4,8 @@ pipeline/encode/worker.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -76,3 +78,64 @@ def assemble_suffixes(ids: np.ndarray, offsets: np.ndarray, firsts: np.ndarray, 
     edges = (np.bincount(supervised, minlength=len(tokens) + 1) - np.bincount(stops, minlength=len(tokens) + 1))
     return {"tokens": tokens, "masks": (np.cumsum(edges[:len(tokens)]) > 0).astype(np.uint8),
             "lengths": lengths.astype(np.int64), "prompt_lengths": (len(head) + firsts).astype(np.int64)}
+
+
+@dataclass(frozen=True)
+class FlatDocuments:
+    """Documents a fast encoder made and placed as arrays (pipeline/encode/fast/fastokens_encoder.py
+    ``encode_documents_flat``): every document's ids concatenated (``ids``, uint32; document d at
+    ``offsets[d]:offsets[d + 1]``), its number of supervised spans (``numbers``), every span's token range
+    (``edges``: start, stop, start, ...; counted from its document's first token) and whether a span of the
+    document starts inside a token (``inside``: its ranges mean nothing, the reference makes it). ``flat[d]``
+    is document d as ``encode_documents`` gives it: (its ids, its ranges), None where ``inside``."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    numbers: np.ndarray
+    edges: np.ndarray
+    inside: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __getitem__(self, d: int) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
+        if self.inside[d]:
+            return None
+        first = 2 * int(self.numbers[:d].sum())
+        edges = self.edges[first : first + 2 * int(self.numbers[d])].tolist()
+        return self.ids[int(self.offsets[d]) : int(self.offsets[d + 1])], list(zip(edges[0::2], edges[1::2]))
+
+
+def assemble_flat(flat: FlatDocuments, to_end: np.ndarray, head: tuple[int, ...], eos_id: int) -> dict[str, np.ndarray]:
+    """:func:`assemble_documents` of documents given as :class:`FlatDocuments` (each with a span, none
+    ``inside``), with no per-document Python: the same arrays.
+
+    >>> flat = FlatDocuments(np.array([5, 6, 7, 8, 2], np.uint32), np.array([0, 3, 5]), np.array([1, 1]),
+    ...                      np.array([1, 3, 0, 1]), np.zeros(2, bool))
+    >>> batch = assemble_flat(flat, np.array([True, False]), (1,), eos_id=2)
+    >>> batch["tokens"].tolist(), batch["masks"].tolist()
+    ([1, 5, 6, 7, 2, 1, 8, 2], [0, 0, 1, 1, 1, 0, 1, 0])
+    >>> batch["lengths"].tolist(), batch["prompt_lengths"].tolist()
+    ([5, 3], [2, 1])
+    """
+    ids, offsets, numbers = flat.ids, flat.offsets, flat.numbers
+    counts = np.diff(offsets)
+    last = np.maximum(offsets[1:] - 1, 0)
+    add_eos = (counts == 0) | (ids[last] != eos_id) if len(ids) else np.ones(len(counts), bool)
+    lengths = len(head) + counts + add_eos
+    stops = np.cumsum(lengths)
+    starts = stops - lengths
+    tokens = np.empty(int(stops[-1]) if len(stops) else 0, np.uint32)
+    for j, token in enumerate(head):
+        tokens[starts + j] = token
+    doc = np.repeat(np.arange(len(counts)), counts)
+    tokens[np.arange(len(ids)) + (starts - offsets[:-1] + len(head))[doc]] = ids
+    tokens[(starts + len(head) + counts)[add_eos]] = eos_id
+    at = (starts + len(head))[np.repeat(np.arange(len(counts)), numbers)]  # each span's document's first id
+    begin, end = at + flat.edges[0::2], at + flat.edges[1::2]
+    reach = add_eos & to_end  # the answer runs to the end: so does the loss, onto EOS
+    end[(np.cumsum(numbers) - 1)[reach]] = (starts + len(head) + counts + 1)[reach]
+    edges = np.bincount(begin, minlength=len(tokens) + 1) - np.bincount(end, minlength=len(tokens) + 1)
+    return {"tokens": tokens, "masks": (np.cumsum(edges[: len(tokens)]) > 0).astype(np.uint8),
+            "lengths": lengths.astype(np.int64),
+            "prompt_lengths": (len(head) + flat.edges[0::2][np.cumsum(numbers) - numbers]).astype(np.int64)}

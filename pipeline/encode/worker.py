@@ -35,8 +35,9 @@ from packtrain.pipeline.read.arrow_columns import num_rows
 from packtrain.pipeline.format.chat_template import rendered_on
 from packtrain.pipeline.encode.fast import exactness, fastokens_encoder
 from packtrain.pipeline.encode import tokenizer_facts
-from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
+from packtrain.pipeline.encode.assemble import FlatDocuments, assemble_documents, assemble_flat, assemble_suffixes
 from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
+from packtrain.pipeline.encode.shortcut_encode import encode_by_shortcut
 from packtrain.pipeline.encode.splits import split_of, text_digests, validation_mask
 from packtrain.pipeline.errors import TokenizerError
 from packtrain.pipeline.format.chat_columns import format_conversations
@@ -224,22 +225,10 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
             bad += [(kept[k], why) for k, why in refused]
             drop = {k for k, _ in refused}
             docs, kept = [d for k, d in enumerate(docs) if k not in drop], [r for k, r in enumerate(kept) if k not in drop]
-    encoded: list = [None] * len(docs)  # (ids as a uint32 array, supervised token ranges) per document
-    made_by: list[str | None] = [None] * len(docs)  # the shortcut that made each document, if one did
-    # a document holding the data's special-token text to encode as text is the reference's (special_text.py)
-    plain = [k for k, d in enumerate(docs) if not d.special_text]
-    if fast:  # every document, conversations too (the HF tokenizer makes those it leaves: None)
-        for k, m in zip(plain, fast.encode_documents([docs[k] for k in plain])):
-            if m is not None:
-                encoded[k], made_by[k] = m, exactness.fast_encoder_label(fast.name)
-    elif task.line_cache:
-        simple = [k for k in plain if docs[k].is_suffix]  # prompt + answer: the answer to the end
-        for k, m in zip(simple, line_cache(key).encode(
-                [docs[k].text[:docs[k].prompt_chars] for k in simple], [docs[k].text[docs[k].prompt_chars:] for k in simple])):
-            if m is not None:
-                encoded[k] = (np.asarray(m[0], np.uint32), [(m[1], len(m[0]))])
-                made_by[k] = exactness.LINE_CACHE
-    whole = [k for k, m in enumerate(encoded) if m is None]
+    # (ids as a uint32 array, supervised token ranges) per document, and the shortcut that made it, if one did
+    encoded, made_by = encode_by_shortcut(docs, fast, (lambda: line_cache(key)) if task.line_cache else None)
+    flat = encoded if isinstance(encoded, FlatDocuments) else None  # fastokens made every one: no None
+    whole = [] if flat is not None else [k for k, m in enumerate(encoded) if m is None]
     chat = task.formatter.fmt.style == "chat"  # a bad row says why in the terms of its format
     for k, encoding in zip(whole, reference_encodings(hf_tokenizer(key), [docs[k] for k in whole])):
         try:
@@ -261,9 +250,10 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
         first.setdefault(row, why)
     bad = sorted(first.items())
     failed = {row for row, _ in bad}  # a row one of whose documents is bad gives none
-    good = [k for k, m in enumerate(encoded) if m is not None and kept[k] not in failed]
-    batch = assemble_documents([encoded[k] for k in good], [docs[k].spans[-1][1] == len(docs[k].text) for k in good],
-                               task.head, task.eos_id)
+    good = [k for k in range(len(docs)) if kept[k] not in failed and (flat is not None or encoded[k] is not None)]
+    to_end = [docs[k].spans[-1][1] == len(docs[k].text) for k in good]
+    batch = assemble_flat(flat, np.asarray(to_end, bool), task.head, task.eos_id) if flat is not None and \
+        len(good) == len(docs) else assemble_documents([encoded[k] for k in good], to_end, task.head, task.eos_id)
     batch["tokens"] = batch["tokens"].astype(task.token_dtype, copy=False)
     return EncodedBatch(**batch, is_val=split_of(docs, good, digests, task.val_fraction),
                         keys=mix.document_keys(batch["tokens"], batch["masks"], batch["lengths"]), bad_rows=bad,

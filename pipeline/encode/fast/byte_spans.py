@@ -20,6 +20,7 @@ spans out of order or overlapping, and, where the post-processor trims offsets (
 from __future__ import annotations
 
 import unicodedata
+from itertools import chain
 
 import numpy as np
 
@@ -58,20 +59,40 @@ class SpanPlacer:
         >>> placer.place(["\u00e9?\\nSELECT 1"] * 2, [((3, 11),), ((2, 11),)], np.concatenate([two, two]), np.array([4, 4]))
         [[(2, 4)], None]
         """
+        numbers = [len(doc_spans) for doc_spans in spans]
+        if not sum(numbers):
+            return [[] for _ in texts]
+        token, inside = self.place_flat(texts, spans, ids, counts)
+        token, inside = token.tolist(), inside.tolist()
+        pairs = list(zip(token[0::2], token[1::2]))
+        bounds = np.concatenate([[0], np.cumsum(numbers)]).tolist()
+        return [None if inside[d] else pairs[bounds[d] : bounds[d + 1]] for d in range(len(texts))]
+
+    def place_flat(self, texts: list[str], spans: list, ids: np.ndarray, counts: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`place` as arrays, with no Python list per document: every span edge's token (the spans
+        of every document in order, start and stop; counted from its document's first token), and
+        whether each document has a span starting inside a token (its edges are then meaningless).
+
+        >>> placer = SpanPlacer(np.array([1, 2, 6, 2]), nfc=False, trims=False)
+        >>> token, inside = placer.place_flat(["Q?\\nSELECT 1", "QSELECT?\\n"], [((3, 11),), ((1, 9),)],
+        ...                                   np.array([0, 1, 2, 3, 0, 2, 1]), np.array([4, 3]))
+        >>> token.tolist(), inside.tolist()
+        ([2, 4, 1, 3], [False, False])
+        """
         ends = np.cumsum(self.byte_lengths[ids])  # byte end of every token, all documents
         first = np.cumsum(counts) - counts  # each document's first token
         base = np.concatenate([[0], ends])[first]  # each document's first byte
-        edges = [edge for doc_spans in spans for span in doc_spans for edge in span]  # characters: bytes where ASCII
-        numbers = [len(doc_spans) for doc_spans in spans]
-        if not edges:
-            return [[] for _ in texts]
+        numbers = np.fromiter(map(len, spans), np.int64, len(spans))
+        # characters: bytes where ASCII
+        edges = np.fromiter(chain.from_iterable(chain.from_iterable(spans)), np.int64, 2 * int(numbers.sum()))
         at = 0
-        for text, doc_spans, n in zip(texts, spans, numbers):
+        for text, doc_spans, n in zip(texts, spans, numbers.tolist()):
             if not text.isascii():  # character -> byte positions, the text encoded once in pieces between the edges
                 edges[at : at + 2 * n] = byte_edges(text, doc_spans)
             at += 2 * n
         owner = np.repeat(np.arange(len(texts)), numbers)
-        at = base[owner].repeat(2) + np.asarray(edges, np.int64)
+        at = base[owner].repeat(2) + edges
         # a token starts at byte b when the previous token ends there (or b is the document's first byte)
         starts = np.concatenate([[0], ends[:-1]]) if len(ends) else np.zeros(0, np.int64)
         k = np.searchsorted(starts, at, side="left")  # the first token starting at or after each edge
@@ -79,11 +100,8 @@ class SpanPlacer:
         k = np.clip(k, lo, hi)
         on_start = (k < hi) & (starts[np.minimum(k, max(len(starts) - 1, 0))] == at) if len(starts) else k < hi
         # a span that starts inside a token leaves its document to the reference (which refuses it)
-        inside = (np.bincount(owner, ~on_start[0::2], len(texts)) > 0).tolist()
-        token = (k - lo).tolist()  # each edge's token, counted from its document's first
-        pairs = list(zip(token[0::2], token[1::2]))
-        bounds = np.concatenate([[0], np.cumsum(numbers)]).tolist()
-        return [None if inside[d] else pairs[bounds[d] : bounds[d + 1]] for d in range(len(texts))]
+        inside = np.bincount(owner, ~on_start[0::2], len(texts)) > 0
+        return k - lo, inside
 
     def suffixes_placeable(self, texts: list[str], prompt_chars: np.ndarray) -> np.ndarray:
         """:meth:`placeable` of prompt + answer documents (one span, from ``prompt_chars`` to the end), as bools.

@@ -24,6 +24,7 @@ import json
 
 import numpy as np
 
+from packtrain.pipeline.encode.assemble import FlatDocuments
 from packtrain.pipeline.encode.fast.byte_level import single_bytes, token_byte_lengths, trims_offsets
 from packtrain.pipeline.encode.fast.byte_spans import SpanPlacer
 from packtrain.core.memory import release_freed
@@ -209,6 +210,18 @@ class FastokensEncoder:
             if spans is not None:
                 out[k] = (ids[bounds[j]:bounds[j + 1]], spans)
         return out
+
+    def encode_documents_flat(self, docs) -> FlatDocuments | None:
+        """:meth:`encode_documents` as arrays (pipeline/encode/assemble.py ``FlatDocuments``: no Python
+        object per document), where every document has a span, can be placed and encoded; None otherwise
+        (the caller takes :meth:`encode_documents`). A document whose span starts inside a token is marked
+        (``inside``), as :meth:`encode_documents` leaves it to the HF tokenizer."""
+        if not all(doc.spans and self.placer.placeable(doc.text, doc.spans) and self.encodable(doc.text) for doc in docs):
+            return None
+        texts, spans = [doc.text for doc in docs], [doc.spans for doc in docs]
+        ids, offsets = self.encode_flat(texts)
+        edges, inside = self.placer.place_flat(texts, spans, ids.astype(np.int64), np.diff(offsets))
+        return FlatDocuments(ids, offsets, np.fromiter(map(len, spans), np.int64, len(spans)), edges, inside)
 
     def encode_suffixes(self, texts: list[str], prompt_chars: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Prompt + answer documents, given column-wise (pipeline/format/format_columns.py): one supervised
