@@ -376,3 +376,29 @@ def test_an_encode_worker_killed_mid_batch_fails_the_build_in_one_line(tmp_path)
     assert read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
     rerun = run_build(project, **{"build.num_proc": 2, "build.batch_rows": 16})
     assert read_current(project["cache"], "sql") == rerun.build_id and leftovers(project["cache"]) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Many sources, few file descriptors
+
+
+def test_many_sources_build_within_a_small_open_files_limit(tmp_path):
+    """Each source's spill writer holds 8 files open (4 kinds x 2 splits); every source's was opened before
+    the first batch, so 128 sources met a common 1,024-descriptor limit ('[Errno 24] Too many open files').
+    Sources are tokenized one after another: here 24 sources (192 files at once before) build with 100
+    descriptors to spare, and give the bytes they give without the limit."""
+    project = make_project(tmp_path, n_rows=0)
+    names = [write_jsonl(tmp_path / "data" / f"s{i:02d}.jsonl", rows(2, start=2 * i)) for i in range(24)]
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace(f"  - name: {project['data']}\n",
+                                                 "".join(f"  - name: {name}\n" for name in names)))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100, hard))
+    try:
+        limited = run_build(project)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    seed_decision(tmp_path / "unlimited", project["model"])
+    unlimited = run_build({**project, "cache": tmp_path / "unlimited"})
+    assert limited.build_id == unlimited.build_id and limited.report["train"]["documents"] == 45
+    assert build_bytes(limited.path) == build_bytes(unlimited.path) and leftovers(project["cache"]) == []
