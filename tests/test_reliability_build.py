@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+import packtrain.pipeline.errors
 import packtrain.pipeline.orchestrate.build
 import packtrain.core.contract
 import packtrain.pipeline.pack.shards
@@ -402,3 +403,25 @@ def test_many_sources_build_within_a_small_open_files_limit(tmp_path):
     unlimited = run_build({**project, "cache": tmp_path / "unlimited"})
     assert limited.build_id == unlimited.build_id and limited.report["train"]["documents"] == 45
     assert build_bytes(limited.path) == build_bytes(unlimited.path) and leftovers(project["cache"]) == []
+
+
+def test_a_batch_that_runs_out_of_memory_is_one_line_naming_the_source(tmp_path, monkeypatch):
+    """A MemoryError while a batch is encoded (in a worker, whose Pool hands it back, or in the build's
+    process): one BuildError naming the source, its rows and the fix, not a traceback; nothing is left."""
+    from packtrain.pipeline.encode import pool
+
+    project = make_project(tmp_path)
+    real, calls = pool.encode_rows, []
+
+    def short_of_memory(task, columns):
+        calls.append(task)
+        if len(calls) == 2:
+            raise MemoryError()
+        return real(task, columns)
+
+    monkeypatch.setattr(pool, "encode_rows", short_of_memory)
+    with pytest.raises(packtrain.pipeline.errors.BuildError, match=(
+            r"^tokenizing ran out of memory \(MemoryError\) while source \S+sql\.jsonl was tokenized \(at its rows "
+            r"from sql\.jsonl#16\); nothing of it was cached: lower build\.num_proc or build\.batch_rows, then build again$")):
+        run_build(project)
+    assert read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []

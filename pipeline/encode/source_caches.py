@@ -211,7 +211,7 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
     try:
         tasks = batch_tasks(job, stats, headers, shortcuts, writer)
         with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream, \
-                worker_death_named(config, headers):
+                encode_failure_named(config, headers):
             for encoded in stream:
                 i, file, start, number = headers.popleft()
                 close_finished(writers, todo, stats, i)
@@ -248,16 +248,19 @@ def close_finished(writers: dict[int, SpillWriter], todo: list[int], stats: dict
 
 
 @contextlib.contextmanager
-def worker_death_named(config, headers: deque):
-    """A worker's death (pipeline/encode/pool.py :class:`WorkerDied`) as one line naming the source and the
-    batch the build waited for (``headers[0]``), and the fix."""
+def encode_failure_named(config, headers: deque):
+    """A worker's death (pipeline/encode/pool.py :class:`WorkerDied`) or a MemoryError while a batch is
+    encoded (a worker's, which the Pool hands back, or this process's) as one line naming the source and
+    the batch the build waited for (``headers[0]``), and the fix."""
     try:
         yield
-    except WorkerDied as e:
+    except (WorkerDied, MemoryError) as e:
+        what, why = (str(e), "the system may have run out of memory; ") if isinstance(e, WorkerDied) else \
+            ("tokenizing ran out of memory (MemoryError)", "")
         i, file, start, _ = headers[0]
-        raise BuildError(f"{e} while source {config.sources[i].name} was tokenized (at its rows from {file}#{start}); "
-                         "nothing of it was cached: the system may have run out of memory; lower build.num_proc or "
-                         "build.batch_rows, then build again") from None
+        raise BuildError(f"{what} while source {config.sources[i].name} was tokenized (at its rows from {file}#{start}); "
+                         f"nothing of it was cached: {why}lower build.num_proc or build.batch_rows, then build again"
+                         ) from None
 
 
 def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple, writer):
