@@ -373,8 +373,9 @@ def test_an_encode_worker_killed_mid_batch_fails_the_build_in_one_line(tmp_path)
     assert len(errors) == 1 and re.fullmatch(
         # (code 255: the Pool's own thread read the worker's status from the fork server in the same instant)
         r"error: an encode worker process \(pid \d+\) (was killed by signal 9 \(SIGKILL\)|exited with code 255) while source "
-        r"\S+sql\.jsonl was tokenized \(at its rows from \S+#\d+\); nothing of it was cached: the system may have run "
-        r"out of memory; lower build\.num_proc or build\.batch_rows, then build again", errors[0]), errors
+        r"\S+sql\.jsonl was tokenized \(at its rows from \S+#\d+\); nothing of it was cached: (the system may have run "
+        r"out of memory \(the kernel's out-of-memory killer sends SIGKILL\)|it crashed); lower build\.num_proc or "
+        r"build\.batch_rows, then build again", errors[0]), errors
     assert read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
     rerun = run_build(project, **{"build.num_proc": 2, "build.batch_rows": 16})
     assert read_current(project["cache"], "sql") == rerun.build_id and leftovers(project["cache"]) == []
@@ -426,3 +427,15 @@ def test_a_batch_that_runs_out_of_memory_is_one_line_naming_the_source(tmp_path,
             r"from sql\.jsonl#16\); nothing of it was cached: lower build\.num_proc or build\.batch_rows, then build again$")):
         run_build(project)
     assert read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
+
+
+def test_a_dead_workers_line_says_how_it_ended_and_guesses_why():
+    from packtrain.pipeline.encode.pool import WorkerDied
+
+    said = [(str(e), e.why) for e in (WorkerDied(7, -9), WorkerDied(7, -11), WorkerDied(7, 1), WorkerDied(7, -99))]
+    assert said == [
+        ("an encode worker process (pid 7) was killed by signal 9 (SIGKILL)",
+         "the system may have run out of memory (the kernel's out-of-memory killer sends SIGKILL)"),
+        ("an encode worker process (pid 7) was killed by signal 11 (SIGSEGV)", "it crashed"),
+        ("an encode worker process (pid 7) exited with code 1", "it crashed"),
+        ("an encode worker process (pid 7) was killed by signal 99 (unnamed)", "it crashed")]

@@ -28,19 +28,18 @@ POLL_SECONDS = 0.5
 
 
 class WorkerDied(BuildError):
-    """A worker process ended while the build waited for a batch; ``how``: its pid and how it ended."""
+    """A worker process ended while the build waited for a batch: its pid and exit code (negative: the
+    signal that killed it); :attr:`why` guesses the cause."""
 
-    def __init__(self, how: str):
-        super().__init__(f"an encode worker process {how}")
-        self.how = how
-
-
-def how_it_ended(process) -> str:
-    """``(pid N) was killed by signal 9 (SIGKILL)``, or ``(pid N) exited with code 1``."""
-    code = process.exitcode
-    if code < 0:
-        return f"(pid {process.pid}) was killed by signal {-code} ({signal.Signals(-code).name})"
-    return f"(pid {process.pid}) exited with code {code}"
+    def __init__(self, pid: int, exitcode: int):
+        if exitcode < 0:
+            name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else "unnamed"
+            how = f"was killed by signal {-exitcode} ({name})"
+        else:
+            how = f"exited with code {exitcode}"
+        super().__init__(f"an encode worker process (pid {pid}) {how}")
+        self.why = ("the system may have run out of memory (the kernel's out-of-memory killer sends SIGKILL)"
+                    if exitcode == -signal.SIGKILL else "it crashed")
 
 
 def awaited(result, workers: list) -> EncodedBatch:
@@ -52,7 +51,7 @@ def awaited(result, workers: list) -> EncodedBatch:
         except multiprocessing.TimeoutError:
             dead = next((w for w in workers if w.exitcode is not None), None)
             if dead is not None:
-                raise WorkerDied(how_it_ended(dead)) from None
+                raise WorkerDied(dead.pid, dead.exitcode) from None
 
 
 def _init_worker() -> None:

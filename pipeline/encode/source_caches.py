@@ -255,7 +255,7 @@ def encode_failure_named(config, headers: deque):
     try:
         yield
     except (WorkerDied, MemoryError) as e:
-        what, why = (str(e), "the system may have run out of memory; ") if isinstance(e, WorkerDied) else \
+        what, why = (str(e), f"{e.why}; ") if isinstance(e, WorkerDied) else \
             ("tokenizing ran out of memory (MemoryError)", "")
         i, file, start, _ = headers[0]
         raise BuildError(f"{what} while source {config.sources[i].name} was tokenized (at its rows from {file}#{start}); "
