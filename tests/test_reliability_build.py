@@ -439,3 +439,17 @@ def test_a_dead_workers_line_says_how_it_ended_and_guesses_why():
         ("an encode worker process (pid 7) was killed by signal 11 (SIGSEGV)", "it crashed"),
         ("an encode worker process (pid 7) exited with code 1", "it crashed"),
         ("an encode worker process (pid 7) was killed by signal 99 (unnamed)", "it crashed")]
+
+
+def test_a_build_killed_mid_batch_leaves_no_worker_to_print_a_traceback(tmp_path):
+    """The build SIGKILLed (the out-of-memory killer; SIGTERM does the same) while its workers encode: each
+    finished its batch and died on the broken pipe, printing multiprocessing's traceback where the build's
+    output goes. Now the kernel kills them with their fork server, which exits as the build does."""
+    project = make_project(tmp_path, n_rows=4000)
+    result = subprocess.run([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
+                             str(project["configs"]), "--cache-dir", str(project["cache"]), "--num-proc", "2",
+                             "--no-progress", "--set", "build.batch_rows=500"],  # each batch long enough to be busy
+                            cwd=ROOT, env={**os.environ, "PACKTRAIN_CRASH_AT": "mid_tokenize"}, capture_output=True,
+                            text=True, timeout=120)  # the output ends once every process holding it has exited
+    assert result.returncode == -signal.SIGKILL and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert run_build(project).build_id and leftovers(project["cache"]) == []

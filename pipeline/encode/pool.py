@@ -11,8 +11,10 @@ import contextlib
 import dataclasses
 import itertools
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 
@@ -54,7 +56,25 @@ def awaited(result, workers: list) -> EncodedBatch:
                 raise WorkerDied(dead.pid, dead.exitcode) from None
 
 
+def exit_with_the_build() -> None:
+    """End this worker the moment the build that started it ends, from a thread watching the build's end of
+    their pipe (``parent_process().sentinel``). A build killed while its workers encode (SIGKILL, SIGTERM,
+    the out-of-memory killer) otherwise left each to finish its batch and die on the broken pipe, printing
+    multiprocessing's traceback where the build's output goes. (The fork server outlives the build until its
+    last child has exited: every child holds its end of the server's own pipe.)"""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=exit_when_ready, args=(parent.sentinel,), name="exit-with-the-build",
+                         daemon=True).start()
+
+
+def exit_when_ready(sentinel) -> None:
+    multiprocessing.connection.wait([sentinel])
+    os._exit(0)  # quietly: the build is gone, nothing reads what this process would say
+
+
 def _init_worker() -> None:
+    exit_with_the_build()
     # one process per core: keep the Rust tokenizer from starting its own thread pool in each
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
