@@ -282,6 +282,16 @@ def test_no_training_blocks_says_where_the_documents_went(project):
         run_build(project, **{"pack.block_size": 16, "pack.overlong": "drop"})
 
 
+def test_no_training_blocks_where_only_the_eval_sources_made_documents(project):
+    sources = [{"name": str(project["data"]), "role": "eval"},
+               {"name": str(project["data"]), "where": [{"column": "answer", "equals": "none"}]}]
+    with pytest.raises(BuildError, match=r"^the build of 'sql' has no training blocks: 0 of 120 rows were bad, 60 "
+                       r"filtered out by sources\[\]\.where \(sources\[1\]\.where kept none of its 60 rows; all 60 "
+                       r"documents are of sources with role: eval, which are validation only\); loosen its conditions to "
+                       r"match the values the column holds$"):
+        run_build(project, **{"sources": sources, "pack.val_fraction": 0.0})
+
+
 def test_a_build_with_no_usable_rows_fails_and_keeps_current(project):
     good = run_build(project)
     write_jsonl(project["data"], [{"question": "q", "context": "c", "answer": None}])

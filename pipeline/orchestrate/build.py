@@ -404,9 +404,11 @@ def no_training_blocks(expert: str, source_stats: list[SourceStats], lost: tuple
     lost = lost if sum(s.documents for s in source_stats) else None
     why = "; ".join([f"{row.row}: {row.reason}" for row in bad] + emptied + ([lost[0]] if lost else [])) or \
         "the sources have no rows"
-    fix = lost[1] if lost else ("loosen its conditions to match the values the column holds" if len(emptied) == 1 else
-                                "loosen their conditions to match the values the columns hold") if emptied and not bad \
-        else "check the sources and the format templates"
+    if emptied and not bad:
+        fix = ("loosen its conditions to match the values the column holds" if len(emptied) == 1 else
+               "loosen their conditions to match the values the columns hold")
+    else:
+        fix = lost[1] if lost and not bad else "check the sources and the format templates"
     return BuildError(f"the build of {expert!r} has no training blocks: "
                       f"{sum(s.bad_rows for s in source_stats)} of {sum(s.rows for s in source_stats)} "
                       f"rows were bad{f', {filtered} filtered out by sources[].where' if filtered else ''} ({why}); "
@@ -421,9 +423,11 @@ def lost_documents(config: ExpertConfig, outputs: dict) -> tuple[str, str]:
     before, kept = sum(m["documents_before"] for m in mixed), sum(m["documents"] for m in mixed)
     if not before:
         val = sum(source["val"]["documents_before"] for source in outputs["sources"])
-        evals = " and sources with role: eval" if any(s.role == "eval" for s in config.sources) else ""
-        return (f"all {val:,} documents went to validation: pack.val_fraction is {config.pack.val_fraction}{evals}",
-                "lower pack.val_fraction" + (" or give a source role: train" if evals else ""))
+        if config.eval_sources():  # the training sources hold none out: they made no document
+            return (f"all {val:,} documents are of sources with role: eval, which are validation only",
+                    "add a training source (role: train) whose rows make documents")
+        return (f"all {val:,} documents went to validation: pack.val_fraction is {config.pack.val_fraction}",
+                "lower pack.val_fraction")
     overlap = outputs["overlap"]
     if not kept:
         counts = [(sum(m["duplicates"] for m in mixed), "exact copies of other documents (build.dedup)"),
