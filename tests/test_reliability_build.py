@@ -453,3 +453,49 @@ def test_a_build_killed_mid_batch_leaves_no_worker_to_print_a_traceback(tmp_path
                             text=True, timeout=120)  # the output ends once every process holding it has exited
     assert result.returncode == -signal.SIGKILL and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert run_build(project).build_id and leftovers(project["cache"]) == []
+
+
+IDLE_WORKERS_KILLED = """
+import multiprocessing.pool, os, signal, sys, time
+from packtrain.core.configfile import load_config
+from packtrain.pipeline.encode import source_caches
+from packtrain.pipeline.orchestrate.build import build
+handed = []
+apply_async = multiprocessing.pool.Pool.apply_async
+def recorded(self, *args, **kwargs):
+    handed.append((self, apply_async(self, *args, **kwargs)))
+    return handed[-1][1]
+multiprocessing.pool.Pool.apply_async = recorded
+batch_tasks = source_caches.batch_tasks
+def tasks(*args, **kwargs):
+    for n, task in enumerate(batch_tasks(*args, **kwargs)):
+        if n == 2:  # the first two batches done, both workers idle: one holds the task queue's lock in its wait
+            pool = handed[0][0]
+            for _, result in handed:
+                result.wait()
+            lock = pool._inqueue._rlock
+            while lock.acquire(False):  # not taken yet: a worker is on its way back to its wait
+                lock.release()
+                time.sleep(0.001)
+            for worker in pool._pool:
+                os.kill(worker.pid, signal.SIGKILL)
+        yield task
+source_caches.batch_tasks = tasks
+try:
+    build(load_config("sql", sys.argv[1], {"build.num_proc": 2, "build.batch_rows": 16}), sys.argv[2],
+          log=lambda *_: None, progress=False)
+    print("built")
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_idle_encode_workers_killed_fail_the_build_rather_than_hang_it(tmp_path):
+    """Workers killed while they wait for a batch: one holds the Pool's task-queue lock, so its replacement never
+    gets a batch, and the Pool's terminate waited for that lock forever. The build now fails in its line."""
+    project = make_project(tmp_path)
+    result = subprocess.run([sys.executable, "-c", IDLE_WORKERS_KILLED, str(project["configs"]), str(project["cache"])],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert re.fullmatch(r"BuildError an encode worker process \(pid \d+\) (was killed by signal 9 \(SIGKILL\)|exited "
+                        r"with code 255) while source \S+ was tokenized .*\n", result.stdout), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and leftovers(project["cache"]) == [], result.stderr[-3000:]

@@ -3,7 +3,10 @@ back in submission order, so the output never depends on ``num_proc``.
 
 A worker that dies (the kernel's out-of-memory killer, a signal) is one the Pool replaces, and the batch
 it held never comes back: the wait for a batch looks at the workers every :data:`POLL_SECONDS` and
-raises :class:`WorkerDied` where one has ended (as HF datasets' ``iflatmap_unordered`` does)."""
+raises :class:`WorkerDied` where one has ended (as HF datasets' ``iflatmap_unordered`` does); a worker
+killed while it waited for a batch held the Pool's task-queue lock, which is freed before the Pool is
+terminated (:func:`unlock_after_a_death`). A worker ends the moment the build does
+(:func:`exit_with_the_build`)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import dataclasses
 import itertools
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.pool
 import os
 import signal
 import threading
@@ -123,9 +127,40 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
     workers = list(pool._pool)  # the Pool's own list, which it changes: a dead worker is replaced there
     with pool:
         pending: deque = deque()
-        for task, columns in tasks:
-            pending.append(pool.apply_async(encode_into_files, (task, columns)))
-            if len(pending) >= 2 * num_proc:
+        try:
+            for task, columns in tasks:
+                pending.append(pool.apply_async(encode_into_files, (task, columns)))
+                if len(pending) >= 2 * num_proc:
+                    yield awaited(pending.popleft(), workers)
+            while pending:
                 yield awaited(pending.popleft(), workers)
-        while pending:
-            yield awaited(pending.popleft(), workers)
+        except WorkerDied:
+            unlock_after_a_death(pool)  # then the Pool's terminate (leaving the with) can take its lock
+            raise
+
+
+LOCK_SECONDS = 5
+"""How long :func:`unlock_after_a_death` waits for the result queue's lock before it takes it for a dead
+worker's (the build's own thread holds it for one small write)."""
+
+
+def unlock_after_a_death(pool) -> None:
+    """Free the locks a killed worker may hold forever, which the Pool's ``terminate`` takes (CPython's
+    multiprocessing.pool, 3.8 to 3.14): the task queue's, which a worker holds while it waits for a task,
+    and the result queue's, which it holds while it sends one. The Pool stops replacing workers, every
+    worker is killed and reaped, then each lock is released where a dead worker held it. Private to the
+    stdlib, as :func:`awaited`'s ``_pool``."""
+    handler = pool._worker_handler
+    handler._state = multiprocessing.pool.TERMINATE  # no worker started from here on
+    pool._change_notifier.put(None)  # wakes it to see that
+    handler.join()
+    for worker in pool._pool:
+        worker.kill()
+    for worker in pool._pool:
+        worker.join()
+    tasks_lock = pool._inqueue._rlock  # only workers take it, and none is alive
+    tasks_lock.acquire(False)  # free: now held here; held by a dead worker: not
+    tasks_lock.release()
+    results_lock = pool._outqueue._wlock  # the build's task thread takes it too, for its last write
+    results_lock.acquire(timeout=LOCK_SECONDS)  # taken here, or held by a dead worker all that while
+    results_lock.release()
