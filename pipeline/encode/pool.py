@@ -134,8 +134,9 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
                     yield awaited(pending.popleft(), workers)
             while pending:
                 yield awaited(pending.popleft(), workers)
-        except WorkerDied:
-            unlock_after_a_death(pool)  # then the Pool's terminate (leaving the with) can take its lock
+        except BaseException:  # WorkerDied, or a Ctrl-C or a failure after one died unseen
+            if any(w.exitcode is not None for w in workers):
+                unlock_after_a_death(pool)  # then the Pool's terminate (leaving the with) can take its locks
             raise
 
 
