@@ -499,3 +499,25 @@ def test_idle_encode_workers_killed_fail_the_build_rather_than_hang_it(tmp_path)
     assert re.fullmatch(r"BuildError an encode worker process \(pid \d+\) (was killed by signal 9 \(SIGKILL\)|exited "
                         r"with code 255) while source \S+ was tokenized .*\n", result.stdout), result.stderr[-3000:]
     assert "Traceback" not in result.stderr and leftovers(project["cache"]) == [], result.stderr[-3000:]
+
+
+def test_the_last_batch_out_of_memory_while_spilled_is_one_line_too(tmp_path, monkeypatch):
+    """A MemoryError while the build's process spills the last batch (no other batch in flight): the line names
+    that batch's rows (it raised an IndexError looking for a batch in flight)."""
+    from packtrain.pipeline.pack.spill import SpillWriter
+
+    project = make_project(tmp_path)
+    real, calls = SpillWriter.add_batch, []
+
+    def short_of_memory(self, *args):
+        calls.append(args[0])
+        if len(calls) == 4:  # 60 rows, 16 a batch: the last
+            raise MemoryError()
+        return real(self, *args)
+
+    monkeypatch.setattr(SpillWriter, "add_batch", short_of_memory)
+    with pytest.raises(packtrain.pipeline.errors.BuildError, match=(
+            r"^tokenizing ran out of memory \(MemoryError\) while source \S+sql\.jsonl was tokenized \(at its rows "
+            r"from sql\.jsonl#48\); nothing of it was cached: lower build\.num_proc or build\.batch_rows, then build again$")):
+        run_build(project)
+    assert calls == [0, 1, 2, 3] and leftovers(project["cache"]) == []

@@ -213,7 +213,7 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
         with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream, \
                 encode_failure_named(config, headers):
             for encoded in stream:
-                i, file, start, number = headers.popleft()
+                i, file, start, number = headers[0]  # taken off once spilled: a failure names the batch
                 close_finished(writers, todo, stats, i)
                 rows = count_batch(config, i, stats[i], (file, start, number), encoded)
                 if encoded.files:  # a worker wrote the batch's arrays
@@ -221,6 +221,7 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
                 else:
                     writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths,
                                          encoded.prompt_lengths, encoded.is_val, encoded.keys, encoded.bands)
+                headers.popleft()
                 tokens_seen += int(encoded.lengths.sum())
                 bar.update(rows)
                 bar.set_postfix_str(rate(tokens_seen / max(bar.format_dict["elapsed"], 1e-9)),
@@ -251,7 +252,7 @@ def close_finished(writers: dict[int, SpillWriter], todo: list[int], stats: dict
 def encode_failure_named(config, headers: deque):
     """A worker's death (pipeline/encode/pool.py :class:`WorkerDied`) or a MemoryError while a batch is
     encoded (a worker's, which the Pool hands back, or this process's) as one line naming the source and
-    the batch the build waited for (``headers[0]``), and the fix."""
+    the batch the build waited for or was spilling (``headers[0]``), and the fix."""
     try:
         yield
     except (WorkerDied, MemoryError) as e:
