@@ -252,6 +252,46 @@ def test_chat_style_masks_the_rendered_prompt(project):
     assert answer.startswith("SELECT COUNT(*)") and answer.endswith("<|im_end|>\n<|endoftext|>")
 
 
+def test_no_training_blocks_says_where_the_documents_went(project):
+    """Rows that made documents, none of them packed for training: every one held out for validation, every
+    training one dropped as a near copy of a validation one, or every one longer than the block. The line said
+    '0 of N rows were bad (the sources have no rows); check the sources and the format templates'; it says
+    where they went and the setting to change (the counts are those the builds that do pack report)."""
+    with pytest.raises(BuildError, match=r"^the build of 'sql' has no training blocks: 0 of 60 rows were bad \(all 60 "
+                       r"documents went to validation: pack\.val_fraction is 0\.999999\); lower pack\.val_fraction$"):
+        run_build(project, **{"pack.val_fraction": 0.999999})
+
+    first = rows(1)[0]
+    write_jsonl(project["data"], [dict(first, question=first["question"] + " " * i) for i in range(40)])
+    found = run_build(project, **{"pack.val_fraction": 0.5, "build.dedup": "near"}).report
+    before = found["sources"][0]["mix"]["train"]["documents_before"]
+    assert 0 < before == found["overlap"]["contaminated"]  # every training document nears a validation one
+    with pytest.raises(BuildError, match=rf"^the build of 'sql' has no training blocks: 0 of 40 rows were bad \(all "
+                       rf"{before} training documents were dropped: {before} near copies of validation documents "
+                       rf"\(build\.decontaminate\)\); add training data unlike the validation data, or loosen those "
+                       rf"settings$"):
+        run_build(project, **{"pack.val_fraction": 0.5, "build.dedup": "near", "build.decontaminate": True})
+
+    write_jsonl(project["data"], rows(30))
+    split = run_build(project, **{"pack.block_size": 16}).report["train"]
+    assert split["documents"] == split["overlong"] > 0
+    with pytest.raises(BuildError, match=rf"^the build of 'sql' has no training blocks: 0 of 30 rows were bad \(all "
+                       rf"{split['documents']} training documents were dropped when packed: {split['documents']} longer "
+                       rf"than pack\.block_size 16 \(pack\.overlong: drop\)\); set pack\.overlong: split or truncate, "
+                       rf"or raise pack\.block_size$"):
+        run_build(project, **{"pack.block_size": 16, "pack.overlong": "drop"})
+
+
+def test_no_training_blocks_where_only_the_eval_sources_made_documents(project):
+    sources = [{"name": str(project["data"]), "role": "eval"},
+               {"name": str(project["data"]), "where": [{"column": "answer", "equals": "none"}]}]
+    with pytest.raises(BuildError, match=r"^the build of 'sql' has no training blocks: 0 of 120 rows were bad, 60 "
+                       r"filtered out by sources\[\]\.where \(sources\[1\]\.where kept none of its 60 rows; all 60 "
+                       r"documents are of sources with role: eval, which are validation only\); loosen its conditions to "
+                       r"match the values the column holds$"):
+        run_build(project, **{"sources": sources, "pack.val_fraction": 0.0})
+
+
 def test_a_build_with_no_usable_rows_fails_and_keeps_current(project):
     good = run_build(project)
     write_jsonl(project["data"], [{"question": "q", "context": "c", "answer": None}])

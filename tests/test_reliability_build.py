@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+import packtrain.pipeline.errors
 import packtrain.pipeline.orchestrate.build
 import packtrain.core.contract
 import packtrain.pipeline.pack.shards
@@ -370,9 +371,153 @@ def test_an_encode_worker_killed_mid_batch_fails_the_build_in_one_line(tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and re.fullmatch(
-        r"error: an encode worker process \(pid \d+\) was killed by signal 9 \(SIGKILL\) while source "
-        r"\S+sql\.jsonl was tokenized \(at its rows from \S+#\d+\); nothing of it was cached: the system may have run "
-        r"out of memory; lower build\.num_proc or build\.batch_rows, then build again", errors[0]), errors
+        # (code 255: the Pool's own thread read the worker's status from the fork server in the same instant)
+        r"error: an encode worker process \(pid \d+\) (was killed by signal 9 \(SIGKILL\)|exited with code 255) while source "
+        r"\S+sql\.jsonl was tokenized \(at its rows from \S+#\d+\); nothing of it was cached: (the system may have run "
+        r"out of memory \(the kernel's out-of-memory killer sends SIGKILL\)|it crashed); lower build\.num_proc or "
+        r"build\.batch_rows, then build again", errors[0]), errors
     assert read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
     rerun = run_build(project, **{"build.num_proc": 2, "build.batch_rows": 16})
     assert read_current(project["cache"], "sql") == rerun.build_id and leftovers(project["cache"]) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Many sources, few file descriptors
+
+
+def test_many_sources_build_within_a_small_open_files_limit(tmp_path):
+    """Each source's spill writer holds 8 files open (4 kinds x 2 splits); every source's was opened before
+    the first batch, so 128 sources met a common 1,024-descriptor limit ('[Errno 24] Too many open files').
+    Sources are tokenized one after another: here 24 sources (192 files at once before) build with 100
+    descriptors to spare, and give the bytes they give without the limit."""
+    project = make_project(tmp_path, n_rows=0)
+    names = [write_jsonl(tmp_path / "data" / f"s{i:02d}.jsonl", rows(2, start=2 * i)) for i in range(24)]
+    config = project["configs"] / "sql.yaml"
+    config.write_text(config.read_text().replace(f"  - name: {project['data']}\n",
+                                                 "".join(f"  - name: {name}\n" for name in names)))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100, hard))
+    try:
+        limited = run_build(project)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    seed_decision(tmp_path / "unlimited", project["model"])
+    unlimited = run_build({**project, "cache": tmp_path / "unlimited"})
+    assert limited.build_id == unlimited.build_id and limited.report["train"]["documents"] == 45
+    assert build_bytes(limited.path) == build_bytes(unlimited.path) and leftovers(project["cache"]) == []
+
+
+def test_a_batch_that_runs_out_of_memory_is_one_line_naming_the_source(tmp_path, monkeypatch):
+    """A MemoryError while a batch is encoded (in a worker, whose Pool hands it back, or in the build's
+    process): one BuildError naming the source, its rows and the fix, not a traceback; nothing is left."""
+    from packtrain.pipeline.encode import pool
+
+    project = make_project(tmp_path)
+    real, calls = pool.encode_rows, []
+
+    def short_of_memory(task, columns):
+        calls.append(task)
+        if len(calls) == 2:
+            raise MemoryError()
+        return real(task, columns)
+
+    monkeypatch.setattr(pool, "encode_rows", short_of_memory)
+    with pytest.raises(packtrain.pipeline.errors.BuildError, match=(
+            r"^tokenizing ran out of memory \(MemoryError\) while source \S+sql\.jsonl was tokenized \(at its rows "
+            r"from sql\.jsonl#16\); nothing of it was cached: lower build\.num_proc or build\.batch_rows, then build again$")):
+        run_build(project)
+    assert read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
+
+
+def test_a_dead_workers_line_says_how_it_ended_and_guesses_why():
+    from packtrain.pipeline.encode.pool import WorkerDied
+
+    said = [(str(e), e.why) for e in (WorkerDied(7, -9), WorkerDied(7, -11), WorkerDied(7, 1), WorkerDied(7, -99))]
+    assert said == [
+        ("an encode worker process (pid 7) was killed by signal 9 (SIGKILL)",
+         "the system may have run out of memory (the kernel's out-of-memory killer sends SIGKILL)"),
+        ("an encode worker process (pid 7) was killed by signal 11 (SIGSEGV)", "it crashed"),
+        ("an encode worker process (pid 7) exited with code 1", "it crashed"),
+        ("an encode worker process (pid 7) was killed by signal 99 (unnamed)", "it crashed")]
+
+
+def test_a_build_killed_mid_batch_leaves_no_worker_to_print_a_traceback(tmp_path):
+    """The build SIGKILLed (the out-of-memory killer; SIGTERM does the same) while its workers encode: each
+    finished its batch and died on the broken pipe, printing multiprocessing's traceback where the build's
+    output goes. Now the kernel kills them with their fork server, which exits as the build does."""
+    project = make_project(tmp_path, n_rows=4000)
+    result = subprocess.run([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
+                             str(project["configs"]), "--cache-dir", str(project["cache"]), "--num-proc", "2",
+                             "--no-progress", "--set", "build.batch_rows=500"],  # each batch long enough to be busy
+                            cwd=ROOT, env={**os.environ, "PACKTRAIN_CRASH_AT": "mid_tokenize"}, capture_output=True,
+                            text=True, timeout=120)  # the output ends once every process holding it has exited
+    assert result.returncode == -signal.SIGKILL and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert run_build(project).build_id and leftovers(project["cache"]) == []
+
+
+IDLE_WORKERS_KILLED = """
+import multiprocessing.pool, os, signal, sys, time
+from packtrain.core.configfile import load_config
+from packtrain.pipeline.encode import source_caches
+from packtrain.pipeline.orchestrate.build import build
+handed = []
+apply_async = multiprocessing.pool.Pool.apply_async
+def recorded(self, *args, **kwargs):
+    handed.append((self, apply_async(self, *args, **kwargs)))
+    return handed[-1][1]
+multiprocessing.pool.Pool.apply_async = recorded
+batch_tasks = source_caches.batch_tasks
+def tasks(*args, **kwargs):
+    for n, task in enumerate(batch_tasks(*args, **kwargs)):
+        if n == 2:  # the first two batches done, both workers idle: one holds the task queue's lock in its wait
+            pool = handed[0][0]
+            for _, result in handed:
+                result.wait()
+            lock = pool._inqueue._rlock
+            while lock.acquire(False):  # not taken yet: a worker is on its way back to its wait
+                lock.release()
+                time.sleep(0.001)
+            for worker in pool._pool:
+                os.kill(worker.pid, signal.SIGKILL)
+        yield task
+source_caches.batch_tasks = tasks
+try:
+    build(load_config("sql", sys.argv[1], {"build.num_proc": 2, "build.batch_rows": 16}), sys.argv[2],
+          log=lambda *_: None, progress=False)
+    print("built")
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_idle_encode_workers_killed_fail_the_build_rather_than_hang_it(tmp_path):
+    """Workers killed while they wait for a batch: one holds the Pool's task-queue lock, so its replacement never
+    gets a batch, and the Pool's terminate waited for that lock forever. The build now fails in its line."""
+    project = make_project(tmp_path)
+    result = subprocess.run([sys.executable, "-c", IDLE_WORKERS_KILLED, str(project["configs"]), str(project["cache"])],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert re.fullmatch(r"BuildError an encode worker process \(pid \d+\) (was killed by signal 9 \(SIGKILL\)|exited "
+                        r"with code 255) while source \S+ was tokenized .*\n", result.stdout), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and leftovers(project["cache"]) == [], result.stderr[-3000:]
+
+
+def test_the_last_batch_out_of_memory_while_spilled_is_one_line_too(tmp_path, monkeypatch):
+    """A MemoryError while the build's process spills the last batch (no other batch in flight): the line names
+    that batch's rows (it raised an IndexError looking for a batch in flight)."""
+    from packtrain.pipeline.pack.spill import SpillWriter
+
+    project = make_project(tmp_path)
+    real, calls = SpillWriter.add_batch, []
+
+    def short_of_memory(self, *args):
+        calls.append(args[0])
+        if len(calls) == 4:  # 60 rows, 16 a batch: the last
+            raise MemoryError()
+        return real(self, *args)
+
+    monkeypatch.setattr(SpillWriter, "add_batch", short_of_memory)
+    with pytest.raises(packtrain.pipeline.errors.BuildError, match=(
+            r"^tokenizing ran out of memory \(MemoryError\) while source \S+sql\.jsonl was tokenized \(at its rows "
+            r"from sql\.jsonl#48\); nothing of it was cached: lower build\.num_proc or build\.batch_rows, then build again$")):
+        run_build(project)
+    assert calls == [0, 1, 2, 3] and leftovers(project["cache"]) == []

@@ -3,7 +3,10 @@ back in submission order, so the output never depends on ``num_proc``.
 
 A worker that dies (the kernel's out-of-memory killer, a signal) is one the Pool replaces, and the batch
 it held never comes back: the wait for a batch looks at the workers every :data:`POLL_SECONDS` and
-raises :class:`WorkerDied` where one has ended (as HF datasets' ``iflatmap_unordered`` does)."""
+raises :class:`WorkerDied` where one has ended (as HF datasets' ``iflatmap_unordered`` does); a worker
+killed while it waited for a batch held the Pool's task-queue lock, which is freed before the Pool is
+terminated (:func:`unlock_after_a_death`). A worker ends the moment the build does
+(:func:`exit_with_the_build`)."""
 
 from __future__ import annotations
 
@@ -11,8 +14,11 @@ import contextlib
 import dataclasses
 import itertools
 import multiprocessing
+import multiprocessing.connection
+import multiprocessing.pool
 import os
 import signal
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 
@@ -28,19 +34,18 @@ POLL_SECONDS = 0.5
 
 
 class WorkerDied(BuildError):
-    """A worker process ended while the build waited for a batch; ``how``: its pid and how it ended."""
+    """A worker process ended while the build waited for a batch: its pid and exit code (negative: the
+    signal that killed it); :attr:`why` guesses the cause."""
 
-    def __init__(self, how: str):
-        super().__init__(f"an encode worker process {how}")
-        self.how = how
-
-
-def how_it_ended(process) -> str:
-    """``(pid N) was killed by signal 9 (SIGKILL)``, or ``(pid N) exited with code 1``."""
-    code = process.exitcode
-    if code < 0:
-        return f"(pid {process.pid}) was killed by signal {-code} ({signal.Signals(-code).name})"
-    return f"(pid {process.pid}) exited with code {code}"
+    def __init__(self, pid: int, exitcode: int):
+        if exitcode < 0:
+            name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else "unnamed"
+            how = f"was killed by signal {-exitcode} ({name})"
+        else:
+            how = f"exited with code {exitcode}"
+        super().__init__(f"an encode worker process (pid {pid}) {how}")
+        self.why = ("the system may have run out of memory (the kernel's out-of-memory killer sends SIGKILL)"
+                    if exitcode == -signal.SIGKILL else "it crashed")
 
 
 def awaited(result, workers: list) -> EncodedBatch:
@@ -52,10 +57,28 @@ def awaited(result, workers: list) -> EncodedBatch:
         except multiprocessing.TimeoutError:
             dead = next((w for w in workers if w.exitcode is not None), None)
             if dead is not None:
-                raise WorkerDied(how_it_ended(dead)) from None
+                raise WorkerDied(dead.pid, dead.exitcode) from None
+
+
+def exit_with_the_build() -> None:
+    """End this worker the moment the build that started it ends, from a thread watching the build's end of
+    their pipe (``parent_process().sentinel``). A build killed while its workers encode (SIGKILL, SIGTERM,
+    the out-of-memory killer) otherwise left each to finish its batch and die on the broken pipe, printing
+    multiprocessing's traceback where the build's output goes. (The fork server outlives the build until its
+    last child has exited: every child holds its end of the server's own pipe.)"""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=exit_when_ready, args=(parent.sentinel,), name="exit-with-the-build",
+                         daemon=True).start()
+
+
+def exit_when_ready(sentinel) -> None:
+    multiprocessing.connection.wait([sentinel])
+    os._exit(0)  # quietly: the build is gone, nothing reads what this process would say
 
 
 def _init_worker() -> None:
+    exit_with_the_build()
     # one process per core: keep the Rust tokenizer from starting its own thread pool in each
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
@@ -104,9 +127,41 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
     workers = list(pool._pool)  # the Pool's own list, which it changes: a dead worker is replaced there
     with pool:
         pending: deque = deque()
-        for task, columns in tasks:
-            pending.append(pool.apply_async(encode_into_files, (task, columns)))
-            if len(pending) >= 2 * num_proc:
+        try:
+            for task, columns in tasks:
+                pending.append(pool.apply_async(encode_into_files, (task, columns)))
+                if len(pending) >= 2 * num_proc:
+                    yield awaited(pending.popleft(), workers)
+            while pending:
                 yield awaited(pending.popleft(), workers)
-        while pending:
-            yield awaited(pending.popleft(), workers)
+        except BaseException:  # WorkerDied, or a Ctrl-C or a failure after one died unseen
+            if any(w.exitcode is not None for w in workers):
+                unlock_after_a_death(pool)  # then the Pool's terminate (leaving the with) can take its locks
+            raise
+
+
+LOCK_SECONDS = 5
+"""How long :func:`unlock_after_a_death` waits for the result queue's lock before it takes it for a dead
+worker's (the build's own thread holds it for one small write)."""
+
+
+def unlock_after_a_death(pool) -> None:
+    """Free the locks a killed worker may hold forever, which the Pool's ``terminate`` takes (CPython's
+    multiprocessing.pool, 3.8 to 3.14): the task queue's, which a worker holds while it waits for a task,
+    and the result queue's, which it holds while it sends one. The Pool stops replacing workers, every
+    worker is killed and reaped, then each lock is released where a dead worker held it. Private to the
+    stdlib, as :func:`awaited`'s ``_pool``."""
+    handler = pool._worker_handler
+    handler._state = multiprocessing.pool.TERMINATE  # no worker started from here on
+    pool._change_notifier.put(None)  # wakes it to see that
+    handler.join()
+    for worker in pool._pool:
+        worker.kill()
+    for worker in pool._pool:
+        worker.join()
+    tasks_lock = pool._inqueue._rlock  # only workers take it, and none is alive
+    tasks_lock.acquire(False)  # free: now held here; held by a dead worker: not
+    tasks_lock.release()
+    results_lock = pool._outqueue._wlock  # the build's task thread takes it too, for its last write
+    results_lock.acquire(timeout=LOCK_SECONDS)  # taken here, or held by a dead worker all that while
+    results_lock.release()

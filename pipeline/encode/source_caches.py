@@ -200,30 +200,34 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
     stats = {i: SourceStats(config.build.batch_rows, Exactness(fast or "tokenizers", line_cache, once),
                             filtered_rows=0 if config.sources[i].where else None) for i in todo}
     headers: deque = deque()  # (source index, file, start, batch index) of each batch in flight
-    writers = {}
+    writers: dict[int, SpillWriter] = {}  # the open ones: see close_finished
+
+    def writer(i: int) -> SpillWriter:
+        writers[i] = SpillWriter(tmps[i], job.dtype, bands=near_dup.asked(config.build))
+        return writers[i]
+
     bar = tqdm(desc=f"tokenize {config.expert}", unit=" rows", disable=not progress, smoothing=0.1)
     tokens_seen = 0
     try:
-        for i in todo:
-            writers[i] = SpillWriter(tmps[i], job.dtype, bands=near_dup.asked(config.build))
-        tasks = batch_tasks(job, stats, headers, shortcuts, writers)
+        tasks = batch_tasks(job, stats, headers, shortcuts, writer)
         with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream, \
-                worker_death_named(config, headers):
+                encode_failure_named(config, headers):
             for encoded in stream:
-                i, file, start, number = headers.popleft()
+                i, file, start, number = headers[0]  # taken off once spilled: a failure names the batch
+                close_finished(writers, todo, stats, i)
                 rows = count_batch(config, i, stats[i], (file, start, number), encoded)
                 if encoded.files:  # a worker wrote the batch's arrays
                     writers[i].add_batch_files(number, encoded.lengths, encoded.prompt_lengths, encoded.is_val)
                 else:
                     writers[i].add_batch(number, encoded.tokens, encoded.masks, encoded.lengths,
                                          encoded.prompt_lengths, encoded.is_val, encoded.keys, encoded.bands)
+                headers.popleft()
                 tokens_seen += int(encoded.lengths.sum())
                 bar.update(rows)
                 bar.set_postfix_str(rate(tokens_seen / max(bar.format_dict["elapsed"], 1e-9)),
                                     refresh=False)
                 crash_point("mid_tokenize")
-        for i in todo:
-            writers[i].close(stats[i])
+        close_finished(writers, todo, stats)
         return stats
     finally:
         bar.close()
@@ -231,27 +235,45 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
             writer.abort()
 
 
+def close_finished(writers: dict[int, SpillWriter], todo: list[int], stats: dict, upto: int | None = None) -> None:
+    """Complete (stats.json) and forget the open ``writers`` of the sources before ``upto`` in ``todo`` (None:
+    every one): batches come back in order, so theirs are all in. A source's spill holds 8 files open, from its
+    first batch handed out to the first of a later source back, not every source's for the whole pass (a
+    common limit of 1,024 descriptors was 128 sources' files)."""
+    for j in todo:
+        if j == upto:
+            return
+        if j in writers:
+            writers[j].close(stats[j])
+            del writers[j]
+
+
 @contextlib.contextmanager
-def worker_death_named(config, headers: deque):
-    """A worker's death (pipeline/encode/pool.py :class:`WorkerDied`) as one line naming the source and the
-    batch the build waited for (``headers[0]``), and the fix."""
+def encode_failure_named(config, headers: deque):
+    """A worker's death (pipeline/encode/pool.py :class:`WorkerDied`) or a MemoryError while a batch is
+    encoded (a worker's, which the Pool hands back, or this process's) as one line naming the source and
+    the batch the build waited for or was spilling (``headers[0]``), and the fix."""
     try:
         yield
-    except WorkerDied as e:
+    except (WorkerDied, MemoryError) as e:
+        what, why = (str(e), f"{e.why}; ") if isinstance(e, WorkerDied) else \
+            ("tokenizing ran out of memory (MemoryError)", "")
         i, file, start, _ = headers[0]
-        raise BuildError(f"{e} while source {config.sources[i].name} was tokenized (at its rows from {file}#{start}); "
-                         "nothing of it was cached: the system may have run out of memory; lower build.num_proc or "
-                         "build.batch_rows, then build again") from None
+        raise BuildError(f"{what} while source {config.sources[i].name} was tokenized (at its rows from {file}#{start}); "
+                         f"nothing of it was cached: {why}lower build.num_proc or build.batch_rows, then build again"
+                         ) from None
 
 
-def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple, writers: dict[int, SpillWriter]):
+def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple, writer):
     """The (task, columns) of every batch to tokenize, in order; each batch's header is appended to
     ``headers`` as it is handed out, and each source's batch count to ``stats``. A worker writes a
-    batch's token arrays into its source's spill ``writers`` (``EncodeTask.batch_files``)."""
+    batch's token arrays into its source's spill, ``writer(i)``, opened as the source's turn comes
+    (``EncodeTask.batch_files``)."""
     config, tokenizer, part = job.config, job.tokenizer, job.part
     fast, line_cache, once = shortcuts
     for i in job.todo:
         spec, source = config.sources[i], job.sources[i]
+        spill = writer(i)
         formatter = RowFormatter(config.format, tuple(sorted(spec.columns.items())), tokenizer.chat_template,
                                  tokenizer.bos_token, tokenizer.eos_token, render_once=once,
                                  tool_chat_template=tokenizer.tool_chat_template)
@@ -276,7 +298,7 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple,
                 check_kinds(spec.where, batch.columns, f"sources[{i}]")
                 headers.append((i, batch.file, batch.start, number))
                 checked = dataclasses.replace(task, check_rows=max(0, config.build.check_documents - before),
-                                              check_facts=not facts_checked, batch_files=writers[i].incoming(number))
+                                              check_facts=not facts_checked, batch_files=spill.incoming(number))
                 facts_checked = True  # the first batch tokenized here checks them
                 yield checked, batch.columns
             before += batch.num_rows

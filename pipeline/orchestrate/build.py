@@ -60,9 +60,9 @@ from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.pack.near_dup import METHOD as NEAR_DUP_METHOD
 from packtrain.pipeline.pack.shards import Packed, pack_sources, packed_lengths
-from packtrain.pipeline.pack.source_stats import SourceStats
 from packtrain.pipeline.pack.spill import PART_IDENTITY, PARTS, SOURCES, SPLITS, source_key, uncached_sources, write_json
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
+from packtrain.pipeline.orchestrate.no_blocks import lost_documents, no_training_blocks
 
 
 @dataclass
@@ -342,7 +342,7 @@ def write_build(config: ExpertConfig, planned: Plan, tmp: Path, previous: Manife
     source_stats, spills, selections, outputs, pairs = packed
     crash_point("after_shards")
     if outputs["totals"]["train"]["blocks"] == 0:
-        raise no_training_blocks(config.expert, source_stats)
+        raise no_training_blocks(config.expert, source_stats, lost_documents(config, outputs))
 
     manifest = Manifest.create(planned.build_id, config.expert, planned.inputs, outputs)
     write_json(tmp / MANIFEST, manifest.to_dict())
@@ -392,18 +392,3 @@ def tokenize_changed(config: ExpertConfig, planned: Plan, root: Path, source_dir
                          progress, log=log, cache_dir=root.parent)
         todo, packed = sorted(todo + again), None  # packed without these sources' new tokens
     return todo, packed
-
-
-def no_training_blocks(expert: str, source_stats: list[SourceStats]) -> BuildError:
-    bad = [row for stats in source_stats for row in stats.first_bad_rows][:3]
-    filtered = sum(s.filtered_rows or 0 for s in source_stats)
-    emptied = [f"sources[{i}].where kept none of its {s.rows:,} rows" for i, s in enumerate(source_stats)
-               if s.rows and s.filtered_rows == s.rows]
-    why = "; ".join([f"{row.row}: {row.reason}" for row in bad] + emptied) or "the sources have no rows"
-    fix = ("loosen its conditions to match the values the column holds" if len(emptied) == 1 else
-           "loosen their conditions to match the values the columns hold") if emptied and not bad else \
-        "check the sources and the format templates"
-    return BuildError(f"the build of {expert!r} has no training blocks: "
-                      f"{sum(s.bad_rows for s in source_stats)} of {sum(s.rows for s in source_stats)} "
-                      f"rows were bad{f', {filtered} filtered out by sources[].where' if filtered else ''} ({why}); "
-                      f"{fix}")
