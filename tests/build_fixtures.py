@@ -14,7 +14,7 @@ from unittest import mock
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
+from packtrain.pipeline.encode.shortcut_choices import FAST_ENCODER_NOTES
 from run_shared import made_once
 
 ROOT = Path(__file__).resolve().parents[1]

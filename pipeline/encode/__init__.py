@@ -17,5 +17,6 @@
   once per machine (``machine_notes.py``: the machine's store of proofs).
 - ``fast/exactness.py``: every shortcut is admitted only by checking what it made against the reference.
 - ``source_caches.py``: a build's sources tokenized into their source caches (pipeline/pack/spill.py).
+  ``shortcut_choices.py``: which shortcuts a build takes, and which cached sources a since-refused one made.
 - ``notes.py``: small remembered answers (decisions, refusals, facts) in the cache directory.
 """

@@ -48,8 +48,8 @@ from packtrain.core.errors import ContractError, PacktrainError
 from packtrain.core.resolve import resolve_tokenizer_dir
 from packtrain.pipeline.read.discover import ResolvedSource, resolve_source
 from packtrain.pipeline.format.system_prompt import default_system_prompt
-from packtrain.pipeline.encode.source_caches import (FAST_ENCODER_NOTES, TokenizeJob, refused_shortcut_sources,
-                                                      tokenize_sources)
+from packtrain.pipeline.encode.shortcut_choices import FAST_ENCODER_NOTES, refused_shortcut_sources
+from packtrain.pipeline.encode.source_caches import TokenizeJob, tokenize_sources
 from packtrain.pipeline.errors import BuildError, ContentChanged, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.encode.fast.exactness import (LINE_CACHE_NOTES, RENDER_ONCE_NOTES, encoder_identity,
                                                  fast_encoder_candidates)

@@ -50,7 +50,7 @@ from packtrain.core.inputs import one_line
 from packtrain.pipeline.orchestrate.build import BuildResult, build, plan, publish_locked
 from packtrain.pipeline.orchestrate.build_lock import expert_lock
 from packtrain.pipeline.encode.fast.encoder_decision import EncoderDecision
-from packtrain.pipeline.encode.source_caches import FAST_ENCODER_NOTES
+from packtrain.pipeline.encode.shortcut_choices import FAST_ENCODER_NOTES
 from packtrain.pipeline.errors import BuildError, check_inputs_unchanged
 from packtrain.pipeline.orchestrate.ray_address import check_reachable
 from packtrain.pipeline.orchestrate.partition import PART_IDENTITY, merge_locked, part_dir, pretokenize_part
