@@ -49,6 +49,25 @@ def assemble_documents(encoded: list[tuple[np.ndarray, list[tuple[int, int]]]], 
     }
 
 
+def laid_out(ids: np.ndarray, offsets: np.ndarray, head: tuple[int, ...], eos_id: int) -> tuple[np.ndarray, ...]:
+    """The tokens of documents given column-wise (``ids``, document d at ``offsets[d]:offsets[d + 1]``), each
+    after ``head`` and before an EOS (unless it ends with one): (the tokens, each document's id count, whether
+    an EOS was added, its length, its start and stop in the tokens), with no per-document Python."""
+    counts = np.diff(offsets)
+    last = np.maximum(offsets[1:] - 1, 0)
+    add_eos = (counts == 0) | (ids[last] != eos_id) if len(ids) else np.ones(len(counts), bool)
+    lengths = len(head) + counts + add_eos
+    stops = np.cumsum(lengths)
+    starts = stops - lengths
+    tokens = np.empty(int(stops[-1]) if len(stops) else 0, np.uint32)
+    for j, token in enumerate(head):
+        tokens[starts + j] = token
+    doc = np.repeat(np.arange(len(counts)), counts)
+    tokens[np.arange(len(ids)) + (starts - offsets[:-1] + len(head))[doc]] = ids
+    tokens[(starts + len(head) + counts)[add_eos]] = eos_id
+    return tokens, counts, add_eos, lengths, starts, stops
+
+
 def assemble_suffixes(ids: np.ndarray, offsets: np.ndarray, firsts: np.ndarray, head: tuple[int, ...],
                       eos_id: int) -> dict[str, np.ndarray]:
     """:func:`assemble_documents` of prompt + answer documents given column-wise: every document's ids
@@ -62,18 +81,7 @@ def assemble_suffixes(ids: np.ndarray, offsets: np.ndarray, firsts: np.ndarray, 
     >>> batch["lengths"].tolist(), batch["prompt_lengths"].tolist()
     ([5, 3], [2, 1])
     """
-    counts = np.diff(offsets)
-    last = np.maximum(offsets[1:] - 1, 0)
-    add_eos = (counts == 0) | (ids[last] != eos_id) if len(ids) else np.ones(len(counts), bool)
-    lengths = len(head) + counts + add_eos
-    stops = np.cumsum(lengths)
-    starts = stops - lengths
-    tokens = np.empty(int(stops[-1]) if len(stops) else 0, np.uint32)
-    for j, token in enumerate(head):
-        tokens[starts + j] = token
-    doc = np.repeat(np.arange(len(counts)), counts)
-    tokens[np.arange(len(ids)) + (starts - offsets[:-1] + len(head))[doc]] = ids
-    tokens[(starts + len(head) + counts)[add_eos]] = eos_id
+    tokens, counts, add_eos, lengths, starts, stops = laid_out(ids, offsets, head, eos_id)
     supervised = starts + len(head) + firsts
     edges = (np.bincount(supervised, minlength=len(tokens) + 1) - np.bincount(stops, minlength=len(tokens) + 1))
     return {"tokens": tokens, "masks": (np.cumsum(edges[:len(tokens)]) > 0).astype(np.uint8),
@@ -118,19 +126,8 @@ def assemble_flat(flat: FlatDocuments, to_end: np.ndarray, head: tuple[int, ...]
     >>> batch["lengths"].tolist(), batch["prompt_lengths"].tolist()
     ([5, 3], [2, 1])
     """
-    ids, offsets, numbers = flat.ids, flat.offsets, flat.numbers
-    counts = np.diff(offsets)
-    last = np.maximum(offsets[1:] - 1, 0)
-    add_eos = (counts == 0) | (ids[last] != eos_id) if len(ids) else np.ones(len(counts), bool)
-    lengths = len(head) + counts + add_eos
-    stops = np.cumsum(lengths)
-    starts = stops - lengths
-    tokens = np.empty(int(stops[-1]) if len(stops) else 0, np.uint32)
-    for j, token in enumerate(head):
-        tokens[starts + j] = token
-    doc = np.repeat(np.arange(len(counts)), counts)
-    tokens[np.arange(len(ids)) + (starts - offsets[:-1] + len(head))[doc]] = ids
-    tokens[(starts + len(head) + counts)[add_eos]] = eos_id
+    numbers = flat.numbers
+    tokens, counts, add_eos, lengths, starts, stops = laid_out(flat.ids, flat.offsets, head, eos_id)
     at = (starts + len(head))[np.repeat(np.arange(len(counts)), numbers)]  # each span's document's first id
     begin, end = at + flat.edges[0::2], at + flat.edges[1::2]
     reach = add_eos & to_end  # the answer runs to the end: so does the loss, onto EOS
