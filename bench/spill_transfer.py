@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from packtrain.pipeline.pack.spill import append_file  # noqa: E402
+from packtrain.pipeline.pack.spill_batches import append_file  # noqa: E402
 
 BATCHES, BATCH_BYTES = 800, 1_000_000
 

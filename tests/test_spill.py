@@ -18,8 +18,8 @@ from packtrain.pipeline.pack.pack import assemble_block
 from packtrain.pipeline.pack.shards import (DocumentView, assemble_blocks, assemble_pieces, cut_piece_list, cut_pieces,
                                             packed_lengths)
 from packtrain.pipeline.pack.source_stats import Exactness, SourceStats
-from packtrain.pipeline.pack.spill import (INCOMING, SOURCE_STATS, SourceSpill, SpillWriter, merge_spills,
-                                          source_cache_problem, write_batch_files)
+from packtrain.pipeline.pack.spill import SOURCE_STATS, SourceSpill, SpillWriter, merge_spills, source_cache_problem
+from packtrain.pipeline.pack.spill_batches import INCOMING, write_batch_files
 from packtrain.pipeline.encode.assemble import assemble_documents, assemble_suffixes
 
 STATS = SourceStats(2, Exactness("tokenizers", line_cache=False, render_once=False), rows=3, documents=3, tokens=9,

@@ -26,7 +26,7 @@ from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode.fork_server import ForkServer, children_ignore_ctrl_c
 from packtrain.pipeline.encode.worker import EncodedBatch, EncodeTask, encode_rows
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.pack.spill import write_batch_files
+from packtrain.pipeline.pack.spill_batches import write_batch_files
 
 
 POLL_SECONDS = 0.5

@@ -91,7 +91,7 @@ class EncodeTask:
     """``build.special_tokens_in_text``: what the data's special-token text becomes (pipeline/format/special_text.py)."""
     batch_files: str | None = None
     """Where a worker process writes the batch's token arrays (the spill's incoming files,
-    pipeline/pack/spill.py ``write_batch_files``) instead of returning them; None: they come back."""
+    pipeline/pack/spill_batches.py ``write_batch_files``) instead of returning them; None: they come back."""
     near_vocab_size: int | None = None
     """Where set (the build asks for near dedup), the batch's band keys are made too (pipeline/pack/near_bands.py),
     from the token table of the tokenizer and this vocabulary size."""
