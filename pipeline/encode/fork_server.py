@@ -20,6 +20,10 @@ program that calls the build runs a fork server of its own (Python's default sta
 3.14 on Linux; stopping it would wait for its pool's processes), the children are spawned and load
 their own.
 
+Where the build asks for near dedup or the contamination check (``near``), the server also imports
+pipeline/pack/near_kernel.py, so numba and the compiled band keys load once, not in every worker
+(0.3 s a process).
+
 The first build's encoder decision (pipeline/encode/fast/encoder_decision.py) starts the server and forks
 its child from it as soon as it has loaded: the child proves the encoder with the ones the server
 loaded, and the workers are forked from the same server.
@@ -90,8 +94,9 @@ def preload(spec: dict) -> None:
 class ForkServer:
     """The fork server of one build (use as a context manager: stopped on exit, after its children)."""
 
-    def __init__(self, tokenizer_file: str, tokenizer_sha256: str):
+    def __init__(self, tokenizer_file: str, tokenizer_sha256: str, near: bool = False):
         self.key = (str(tokenizer_file), tokenizer_sha256)
+        self.near = near  # the server imports near dedup's kernel (pipeline/pack/near_kernel.py)
         self.started = None  # the context children start from, once asked for
         self.held = False  # this build owns the process's fork server
 
@@ -108,7 +113,8 @@ class ForkServer:
                     self.held = True
                     try:
                         self._start({"tokenizer_file": self.key[0], "tokenizer_sha256": self.key[1],
-                                     "fast_encoders": list(fast_encoders), "line_cache": line_cache})
+                                     "fast_encoders": list(fast_encoders), "line_cache": line_cache,
+                                     "near": self.near})
                         self.started = multiprocessing.get_context("forkserver")
                     except BaseException:  # a Ctrl-C or an OSError while starting: handed back, never held
                         self.kill()
@@ -120,9 +126,10 @@ class ForkServer:
                 self.started = multiprocessing.get_context("spawn")
         return self.started
 
-    def running_for(self, tokenizer_file, tokenizer_sha256: str) -> bool:
-        """Whether this build's server runs (started, not stopped) for this file and content."""
-        return self.held and self.key == (str(tokenizer_file), tokenizer_sha256)
+    def running_for(self, tokenizer_file, tokenizer_sha256: str, near: bool = False) -> bool:
+        """Whether this build's server runs (started, not stopped) for this file and content, and
+        imported near dedup's kernel where ``near`` asks for it."""
+        return self.held and self.key == (str(tokenizer_file), tokenizer_sha256) and (self.near or not near)
 
     def _start(self, spec: dict) -> None:
         server = _stdlib_server()
@@ -205,6 +212,9 @@ def _preload_from_environment() -> None:
         except Exception:  # each child loads what it needs itself and says what fails, where it would
             pass
     import_worker()  # where no fast encoder loaded (imported meanwhile: preload)
+    if spec and json.loads(spec).get("near"):
+        with contextlib.suppress(Exception):  # as above: a worker that needs it imports it, and says what fails
+            from packtrain.pipeline.pack import near_kernel  # noqa: F401
 
 
 def import_worker() -> None:

@@ -58,7 +58,7 @@ from packtrain.pipeline.encode.fork_server import ForkServer
 from packtrain.pipeline.format.chat_template import check_chat_template, strftime_now, uses_the_date
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
-from packtrain.pipeline.pack.near_dup import METHOD as NEAR_DUP_METHOD
+from packtrain.pipeline.pack import near_dup
 from packtrain.pipeline.pack.shards import Packed, pack_sources, packed_lengths
 from packtrain.pipeline.pack.spill import PART_IDENTITY, PARTS, SOURCES, SPLITS, source_key, uncached_sources, write_json
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
@@ -108,7 +108,7 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
         "special_tokens_in_text": config.build.special_tokens_in_text,
     }
     if config.build.dedup == "near" or config.build.decontaminate:  # absent otherwise: earlier build ids stay
-        inputs["near_dedup"] = {"threshold": config.build.dedup_threshold, "method": NEAR_DUP_METHOD,
+        inputs["near_dedup"] = {"threshold": config.build.dedup_threshold, "method": near_dup.METHOD,
                                 "decontaminate": config.build.decontaminate}
     if config.format.style == "chat" and any(map(uses_the_date, tokenizer.chat_templates)):
         inputs["chat_date"] = strftime_now("%Y-%m-%d")  # a template renders today's date: a new day, a new build
@@ -217,7 +217,7 @@ def first_build_server(config: ExpertConfig, cache_dir: str | os.PathLike) -> Fo
         return None
     if not to_prove(Path(cache_dir) / FAST_ENCODER_NOTES, tokenizer_json, config.build.fast_encoder):
         return None
-    server = ForkServer(tokenizer_file, tokenizer_json)
+    server = ForkServer(tokenizer_file, tokenizer_json, near_dup.asked(config.build))
     server.context(fast_encoder_candidates(config.build.fast_encoder), False)  # as the decision asks
     return server
 

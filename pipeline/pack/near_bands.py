@@ -4,9 +4,9 @@ keys beside their tokens (``<split>.bands``, pipeline/pack/spill.py). The build'
 uint64 per document and band to bucket them, and hashes again only the documents that share a bucket
 (their exact check), not every document's words after tokenizing.
 
-The keys are those :func:`near_dup.bands_of` makes from the spill's words (:class:`near_words.SpillWords`):
-a document's keys depend on its tokens and loss mask only, not on the batch it came in
-(tests/test_near_bands.py).
+The keys are those :func:`near_dup.bands_of` makes from the spill's words (:class:`near_words.SpillWords`),
+the reference, made by one compiled pass (pipeline/pack/near_kernel.py): a document's keys depend on its
+tokens and loss mask only, not on the batch it came in (tests/test_near_bands.py, tests/test_near_kernel.py).
 """
 
 from __future__ import annotations
@@ -32,16 +32,12 @@ def units(tokenizer_file: str, content_hash: str, vocab_size: int) -> near_words
 
 def batch_bands(token_units: near_words.Units, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The band keys, uint64 [documents, BANDS], of the documents whose ``tokens`` and loss ``masks``
-    are concatenated, ``lengths`` tokens each (a batch as a worker assembles it), :data:`near_dup.BATCH`
-    documents at a time."""
-    out = np.zeros((len(lengths), near_dup.BANDS), np.uint64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    for a in range(0, len(lengths), near_dup.BATCH):
-        b = min(a + near_dup.BATCH, len(lengths))
-        start, stop = int(offsets[a]), int(offsets[b])
-        out[a:b] = near_dup.texts_bands(*near_words.text_words(token_units, tokens[start:stop], masks[start:stop],
-                                                               lengths[a:b]))
-    return out
+    are concatenated, ``lengths`` tokens each (a batch as a worker assembles it): compiled
+    (pipeline/pack/near_kernel.py, imported here only: the build's own process, which buckets the
+    keys, never loads numba where its workers encode)."""
+    from packtrain.pipeline.pack import near_kernel
+
+    return near_kernel.batch_bands(token_units, tokens, masks, lengths)
 
 
 def spilled(spills: dict) -> Callable[[str, int, np.ndarray], np.ndarray]:

@@ -230,13 +230,6 @@ def words_bands(prompt_words: np.ndarray, prompt_counts: np.ndarray, answer_word
     return band_keys(signatures(*grams(prompt_words, prompt_counts)), signatures(*grams(answer_words, answer_counts)))
 
 
-def texts_bands(words: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """:func:`words_bands` of documents whose prompts and answers are texts 2i and 2i + 1 of ``words``
-    (pipeline/pack/near_words.py ``text_words``): every text's signature in one pass."""
-    signature = signatures(*grams(words, counts))
-    return band_keys(signature[0::2], signature[1::2])
-
-
 def bands_of(parts):
     """``bands`` for :func:`find` made from ``parts``, :data:`BATCH` documents at a time: the keys the
     encode workers spill (pipeline/pack/near_bands.py) for the same words."""

@@ -267,9 +267,10 @@ def document_words(units: Units, tokens: np.ndarray, mask: np.ndarray, lengths: 
 def text_words(units: Units, tokens: np.ndarray, mask: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The word hashes of the documents whose ``tokens`` (and loss ``mask``) are concatenated, ``lengths``
     tokens each, as texts: document i's prompt (its tokens the loss is not on) is text 2i, its answer
-    2i + 1; and the number of words of each text. One pass over a batch (the spill's, :class:`SpillWords`, or
-    an encode worker's, pipeline/pack/near_bands.py): a prompt/answer row's tokens are in their texts'
-    order already; a conversation's turns are put in it (a stable sort keeps each text's tokens in order).
+    2i + 1; and the number of words of each text. One pass over a batch of the spill's (:class:`SpillWords`;
+    the encode workers' band keys come from pipeline/pack/near_kernel.py, which makes the same words): a
+    prompt/answer row's tokens are in their texts' order already; a conversation's turns are put in it (a
+    stable sort keeps each text's tokens in order).
 
     >>> table = table_units(token_table(["SELECT", " a", "b", " x"]))  # the second document: a conversation
     >>> w, n = text_words(table, np.array([0, 1, 3, 1, 3, 2]), np.array([0, 0, 1, 0, 1, 0]), np.array([3, 3]))
