@@ -32,7 +32,7 @@ import pytest
                                               ("packtrain.pipeline.format.field_text", 1), ("packtrain.pipeline.format.special_text", 3),
                                               ("packtrain.core.yaml_reader", 3), ("packtrain.core.errors", 1),
                                               ("packtrain.trainer.eval.talk", 3), ("packtrain.cli.talk", 1),
-                                              ("packtrain.trainer.eval.base_samples", 3)])
+                                              ("packtrain.trainer.eval.base_samples", 3), ("packtrain.pipeline.encode.pool", 2)])
 def test_docstring_examples_hold(module, examples):
     result = doctest.testmod(importlib.import_module(module))
     assert (result.failed, result.attempted) == (0, examples)

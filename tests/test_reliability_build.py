@@ -429,6 +429,72 @@ def test_a_batch_that_runs_out_of_memory_is_one_line_naming_the_source(tmp_path,
     assert read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
 
 
+class TwoArguments(Exception):
+    """An exception that pickles but does not unpickle: its class takes two arguments, its args hold one."""
+
+    def __init__(self, path, why):
+        super().__init__(f"{path}: {why}")
+
+
+def raise_two_arguments(_):
+    raise TwoArguments("a.json", "bad row")
+
+
+def test_an_exception_that_does_not_unpickle_fails_the_wait_instead_of_hanging_it():
+    """Such an exception sent back by a worker killed the Pool's result thread in the build's process, and
+    the build waited for its batch forever: the wait now sees the thread gone and fails in one line."""
+    import multiprocessing
+    import time
+
+    from packtrain.pipeline.encode.pool import awaited
+
+    with multiprocessing.get_context("fork").Pool(1) as workers:
+        result = workers.apply_async(raise_two_arguments, (None,))
+        started = time.monotonic()
+        with pytest.raises(packtrain.pipeline.errors.BuildError, match="could not read back an encode worker's result"):
+            awaited(result, list(workers._pool), workers._result_handler)
+        assert time.monotonic() - started < 60  # not the forever it was
+        workers._cache.clear()  # as pipeline/encode/pool.py's encode_stream does before the Pool's terminate
+
+
+def test_a_result_the_build_cannot_read_back_fails_the_build_in_one_line(tmp_path, monkeypatch):
+    """A batch the build's process cannot unpickle (here its third: out of memory while reading it back is
+    one way) killed the Pool's result thread: the build waited forever, and the Pool then refused to stop
+    ("Cannot have cache with result_hander not alive"). Now one BuildError, nothing left behind."""
+    from packtrain.pipeline.encode import worker
+
+    project = make_project(tmp_path)
+    read = []
+
+    def unreadable(batch, state):
+        read.append(1)
+        if len(read) == 3:
+            raise OSError("read back")
+        batch.__dict__.update(state)
+
+    monkeypatch.setattr(worker.EncodedBatch, "__setstate__", unreadable, raising=False)  # here, not in the workers
+    with pytest.raises(packtrain.pipeline.errors.BuildError, match="could not read back an encode worker's result"):
+        run_build(project, **{"build.num_proc": 2, "build.batch_rows": 16})
+    assert len(read) == 3 and read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
+
+
+def test_a_worker_sends_back_an_exception_the_build_can_read(monkeypatch):
+    """A worker raises what the build can unpickle: the exception itself where it can, else a BuildError
+    with its class and message (a MemoryError as it is: the build names it)."""
+    import pickle
+
+    from packtrain.pipeline.encode import pool
+
+    for raised, expected in ((TwoArguments("a.json", "bad row"), "TwoArguments: a.json: bad row"),
+                             (ValueError("plain"), "plain"), (MemoryError(), "")):
+        monkeypatch.setattr(pool, "encoded_into_files", lambda task, columns: (_ for _ in ()).throw(raised))
+        with pytest.raises(Exception) as caught:
+            pool.encode_into_files(None, {})
+        sent = pickle.loads(pickle.dumps(caught.value))
+        assert str(sent) == expected and type(sent) is (type(raised) if expected != "TwoArguments: a.json: bad row"
+                                                        else packtrain.pipeline.errors.BuildError)
+
+
 def test_a_dead_workers_line_says_how_it_ended_and_guesses_why():
     from packtrain.pipeline.encode.pool import WorkerDied
 

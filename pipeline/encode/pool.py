@@ -6,7 +6,9 @@ it held never comes back: the wait for a batch looks at the workers every :data:
 raises :class:`WorkerDied` where one has ended (as HF datasets' ``iflatmap_unordered`` does); a worker
 killed while it waited for a batch held the Pool's task-queue lock, which is freed before the Pool is
 terminated (:func:`unlock_after_a_death`). A worker ends the moment the build does
-(:func:`exit_with_the_build`)."""
+(:func:`exit_with_the_build`). An exception a worker raises reaches the build as one it can read back
+(:func:`sendable`), and a result the build cannot read back fails the build rather than leaving it waiting
+(:func:`awaited`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.pool
 import os
+import pickle
 import signal
 import threading
 from collections import deque
@@ -48,9 +51,11 @@ class WorkerDied(BuildError):
                     if exitcode == -signal.SIGKILL else "it crashed")
 
 
-def awaited(result, workers: list) -> EncodedBatch:
+def awaited(result, workers: list, results_thread: threading.Thread | None = None) -> EncodedBatch:
     """The batch ``result`` (a Pool's AsyncResult) holds, once ready; :class:`WorkerDied` where one of
-    ``workers`` (the pool's processes as it started them) has ended meanwhile: its batch would never come."""
+    ``workers`` (the pool's processes as it started them) has ended meanwhile: its batch would never come.
+    A :class:`BuildError` where the Pool's ``results_thread`` has died (a result it could not read back:
+    out of memory while unpickling it, an exception that does not unpickle): no result would come either."""
     while True:
         try:
             return result.get(POLL_SECONDS)
@@ -58,6 +63,30 @@ def awaited(result, workers: list) -> EncodedBatch:
             dead = next((w for w in workers if w.exitcode is not None), None)
             if dead is not None:
                 raise WorkerDied(dead.pid, dead.exitcode) from None
+            if results_thread is not None and not results_thread.is_alive():
+                raise BuildError("the build could not read back an encode worker's result (the error above says "
+                                 "why): build again; where it happens again, lower build.batch_rows") from None
+
+
+def sendable(error: Exception) -> Exception:
+    """``error``, where the build's process can read it back from the Pool's pipe; else a :class:`BuildError`
+    with its class's name and message. An exception whose class takes other arguments than its ``args``
+    (``__init__(self, path, why)`` calling ``super().__init__(message)``) pickles but does not unpickle: in
+    the build's process that kills the Pool's result thread, and no result comes back (CPython 3.8-3.14).
+
+    >>> class Custom(Exception):
+    ...     def __init__(self, path, why):
+    ...         super().__init__(f"{path}: {why}")
+    >>> str(sendable(Custom("a.json", "bad"))), type(sendable(ValueError("x"))).__name__
+    ('Custom: a.json: bad', 'ValueError')
+    """
+    if isinstance(error, MemoryError):  # as it is (the build names it), with no memory spent to pickle it
+        return error
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return BuildError(f"{type(error).__name__}: {error}")
+    return error
 
 
 def exit_with_the_build() -> None:
@@ -87,7 +116,15 @@ def _init_worker() -> None:
 
 def encode_into_files(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     """:func:`encode_rows` in a worker process, the batch's tokens, masks and keys written to
-    ``task.batch_files`` (the spill appends them) rather than sent back through the pool's pipe."""
+    ``task.batch_files`` (the spill appends them) rather than sent back through the pool's pipe; an
+    exception raised as one the build can read back (:func:`sendable`)."""
+    try:
+        return encoded_into_files(task, columns)
+    except Exception as error:
+        raise sendable(error) from None
+
+
+def encoded_into_files(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch:
     encoded = encode_rows(task, columns)
     if task.batch_files is None:
         return encoded
@@ -131,12 +168,14 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
             for task, columns in tasks:
                 pending.append(pool.apply_async(encode_into_files, (task, columns)))
                 if len(pending) >= 2 * num_proc:
-                    yield awaited(pending.popleft(), workers)
+                    yield awaited(pending.popleft(), workers, pool._result_handler)
             while pending:
-                yield awaited(pending.popleft(), workers)
+                yield awaited(pending.popleft(), workers, pool._result_handler)
         except BaseException:  # WorkerDied, or a Ctrl-C or a failure after one died unseen
             if any(w.exitcode is not None for w in workers):
                 unlock_after_a_death(pool)  # then the Pool's terminate (leaving the with) can take its locks
+            if not pool._result_handler.is_alive():  # no result comes now; the Pool's terminate refuses
+                pool._cache.clear()  # to run while it waits for one ("Cannot have cache with result_hander not alive")
             raise
 
 
