@@ -105,3 +105,16 @@ def test_the_fork_server_imports_numba_only_for_a_build_that_asks_for_near_dedup
             "line_cache": False}
     assert imports_numba({**spec, "near": True})
     assert not imports_numba({**spec, "near": False}) and not imports_numba(spec) and not imports_numba(None)
+
+
+def test_the_kernel_compiles_where_numba_can_keep_no_cache():
+    """Where numba finds no directory to keep the compiled kernel in (a read-only install run by a user
+    without a home; here: no cache locator that applies), each process compiles it: the same keys."""
+    code = ("import numpy as np\nfrom packtrain.pipeline.pack import near_kernel, near_words\n"
+            "units = near_words.table_units(near_words.token_table(['a', ' b', '']))\n"
+            "keys = near_kernel.batch_bands(units, np.array([0, 1, 2, 1], np.uint32), np.array([0, 0, 1, 1], np.uint8), "
+            "np.array([3, 1]))\n"
+            "print(type(near_kernel._bands._cache).__name__, keys[:, 0].tolist())\n")
+    runs = [subprocess.run([sys.executable, "-c", code], env={**os.environ, **extra}, capture_output=True, text=True,
+                           check=True).stdout.split(" ", 1) for extra in ({"NUMBA_CACHE_LOCATOR_CLASSES": "ZipCacheLocator"}, {})]
+    assert [run[0] for run in runs] == ["NullCache", "FunctionCache"] and runs[0][1] == runs[1][1]

@@ -9,8 +9,9 @@ in about 15 passes over its tokens; this is one, about 2.9x fewer CPU seconds (d
 costs").
 
 Compiled once per machine and kept: numba writes the machine code beside this file (``__pycache__``; its
-user cache directory where that cannot be written) the first time the module is imported (about 2 s) and
-loads it after that (0.15 s, and 0.15 s to import numba). The build's fork server imports it before it
+user cache directory where that cannot be written; nowhere where neither can: then each process compiles
+it) the first time the module is imported (about 2 s) and loads it after that (0.15 s, and 0.15 s to
+import numba). The build's fork server imports it before it
 forks the workers, where a build asks for near dedup or the contamination check
 (pipeline/encode/fork_server.py); no other build, and not the build's own process, imports numba.
 """
@@ -117,7 +118,17 @@ _SIGNATURE = numba.void(_array(numba.uint32), _array(numba.uint8), _array(numba.
 loaded from numba's cache, as this module is imported."""
 
 
-@numba.njit(_SIGNATURE, cache=True)
+def _compiled(function):
+    """``function`` compiled for :data:`_SIGNATURE`, kept in numba's cache; compiled in each process that
+    imports this (2 s) where numba has no directory to write its cache to (neither this module's nor the
+    user's cache directory: a read-only install run by a user without a home)."""
+    try:
+        return numba.njit(_SIGNATURE, cache=True)(function)
+    except RuntimeError:  # numba's "cannot cache function ...: no locator available"
+        return numba.njit(_SIGNATURE)(function)
+
+
+@_compiled
 def _bands(tokens, masks, lengths, single, first, count, listed, flags, length, hashes, piece, piece_start, data,
            power, shift, mult, add, rows, out):
     perms = mult.shape[0]
