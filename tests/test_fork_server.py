@@ -7,6 +7,7 @@ import hashlib
 import multiprocessing
 import os
 import signal
+import threading
 from multiprocessing import forkserver
 
 import pytest
@@ -204,6 +205,7 @@ def test_the_pool_starts_with_ctrl_c_reaching_the_build_unless_its_workers_are_s
 
     class Pool:
         _pool: list = []  # the processes it started (pool.py watches them for one that dies)
+        _result_handler = threading.main_thread()  # the thread reading results back, alive (pool.py watches it)
 
         def __init__(self, *_, **__):
             seen.append(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)

@@ -83,7 +83,9 @@ def test_a_build_that_fails_while_planning_stops_the_server_it_started(tmp_path)
 
 def test_a_server_started_for_other_content_is_stopped_and_not_taken(tiny_tokenizer, tmp_path):
     """tokenizer.json changed between the server's start (before planning) and the plan: the tokenize
-    pass stops that server and starts its own for the content it planned."""
+    pass stops that server and starts its own for the content it planned. The same for a server that did not
+    import near dedup's kernel, which a near build asks for (and a server that did serves a build without)."""
+    from packtrain.core.config_build import BuildConfig
     from packtrain.pipeline.encode.source_caches import start_decision
 
     path, sha = tiny_tokenizer
@@ -92,7 +94,7 @@ def test_a_server_started_for_other_content_is_stopped_and_not_taken(tiny_tokeni
     early = ForkServer(path, "0" * 64)
     early.context(("fastokens",), False)
     assert early.running_for(path, "0" * 64)
-    server, decision = start_decision(False, tokenizer, tmp_path / "notes", early)
+    server, decision = start_decision(BuildConfig(fast_encoder=False), tokenizer, tmp_path / "notes", early)
     try:
         assert server is not early and not early.held and server.key == (path, sha)
     finally:
@@ -100,12 +102,23 @@ def test_a_server_started_for_other_content_is_stopped_and_not_taken(tiny_tokeni
         server.close()
     taken = ForkServer(path, sha)
     taken.context(("fastokens",), False)
-    server, decision = start_decision(False, tokenizer, tmp_path / "notes", taken)
+    server, decision = start_decision(BuildConfig(fast_encoder=False), tokenizer, tmp_path / "notes", taken)
     try:
         assert server is taken and taken.held
     finally:
         decision.close()
         server.close()
+    for started_near, build_near, kept in ((False, True, False), (True, True, True), (True, False, True)):
+        started = ForkServer(path, sha, near=started_near)
+        started.context(("fastokens",), False)
+        server, decision = start_decision(BuildConfig(fast_encoder=False, dedup="near" if build_near else "exact"),
+                                          tokenizer, tmp_path / "notes", started)
+        try:
+            assert (server is started) is kept and server.near is (started_near or build_near)
+        finally:
+            decision.close()
+            server.close()
+            started.close()
     assert forkserver._forkserver._forkserver_pid is None
 
 

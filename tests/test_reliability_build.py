@@ -444,16 +444,13 @@ def test_an_exception_that_does_not_unpickle_fails_the_wait_instead_of_hanging_i
     """Such an exception sent back by a worker killed the Pool's result thread in the build's process, and
     the build waited for its batch forever: the wait now sees the thread gone and fails in one line."""
     import multiprocessing
-    import time
 
     from packtrain.pipeline.encode.pool import awaited
 
     with multiprocessing.get_context("fork").Pool(1) as workers:
         result = workers.apply_async(raise_two_arguments, (None,))
-        started = time.monotonic()
         with pytest.raises(packtrain.pipeline.errors.BuildError, match="could not read back an encode worker's result"):
-            awaited(result, list(workers._pool), workers._result_handler)
-        assert time.monotonic() - started < 60  # not the forever it was
+            awaited(result, list(workers._pool), workers._result_handler)  # it waited forever
         workers._cache.clear()  # as pipeline/encode/pool.py's encode_stream does before the Pool's terminate
 
 

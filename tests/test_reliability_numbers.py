@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import typing
 from pathlib import Path
@@ -236,6 +237,7 @@ class FakePool:
 
     sizes: list[int] = []
     _pool: list = []  # the processes it started (pool.py watches them for one that dies)
+    _result_handler = threading.main_thread()  # the thread reading results back, alive (pool.py watches it)
 
     def __init__(self, processes, initializer=None):
         FakePool.sizes.append(processes)

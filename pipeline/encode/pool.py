@@ -19,7 +19,6 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.pool
 import os
-import pickle
 import signal
 import threading
 from collections import deque
@@ -80,10 +79,11 @@ def sendable(error: Exception) -> Exception:
     >>> str(sendable(Custom("a.json", "bad"))), type(sendable(ValueError("x"))).__name__
     ('Custom: a.json: bad', 'ValueError')
     """
-    if isinstance(error, MemoryError):  # as it is (the build names it), with no memory spent to pickle it
+    if isinstance(error, MemoryError):  # as it is (the build names it), with no memory spent on it
         return error
     try:
-        pickle.loads(pickle.dumps(error))
+        rebuild, arguments = error.__reduce__()[:2]
+        rebuild(*arguments)  # what unpickling it calls
     except Exception:
         return BuildError(f"{type(error).__name__}: {error}")
     return error

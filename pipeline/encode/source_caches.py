@@ -89,8 +89,7 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path, 
     release_freed()  # what planning parsed and loaded (the tokenizer facts' HF tokenizer), before the children start
     line_refusals = line_cache_refusals(cache_dir, tokenizer.fingerprint["hash"])
     once_refusals = render_once_refusals(cache_dir, tokenizer.chat_template)
-    server, decision = start_decision(config.build.fast_encoder, tokenizer, cache_dir / FAST_ENCODER_NOTES, job.server,
-                                      near=near_dup.asked(config.build))
+    server, decision = start_decision(config.build, tokenizer, cache_dir / FAST_ENCODER_NOTES, job.server)
     refused_line_cache: str | None = None  # why the line cache was dropped by this build's check
     refused_once: str | None = None  # why the one-render shortcut was
     try:
@@ -151,12 +150,14 @@ def tokenize_sources(job: TokenizeJob, progress, log=print, *, cache_dir: Path, 
         discard(tmps)
 
 
-def start_decision(wanted, tokenizer: TokenizerInfo, notes: Path, started: ForkServer | None = None,
-                   near: bool = False) -> tuple[ForkServer, EncoderDecision]:
+def start_decision(build, tokenizer: TokenizerInfo, notes: Path, started: ForkServer | None = None
+                   ) -> tuple[ForkServer, EncoderDecision]:
     """The build's fork server (pipeline/encode/fork_server.py) and its encoder decision, whose child
-    the server forks; the server is stopped where the decision cannot start. ``started``: a server
-    started before planning, taken where it runs for this tokenizer file and content (and imported near
-    dedup's kernel where ``near``: the build asks for it), else stopped."""
+    the server forks; the server is stopped where the decision cannot start. ``build``: the config's build
+    settings (the fast encoder wanted; near dedup, whose kernel the server imports where asked).
+    ``started``: a server started before planning, taken where it runs for this tokenizer file and content
+    (and imported the kernel where asked), else stopped."""
+    near = near_dup.asked(build)
     tokenizer_file = tokenizer.directory / "tokenizer.json"
     tokenizer_json = tokenizer.fingerprint["files"]["tokenizer.json"]
     if started is not None and started.running_for(tokenizer_file, tokenizer_json, near):
@@ -166,7 +167,7 @@ def start_decision(wanted, tokenizer: TokenizerInfo, notes: Path, started: ForkS
             started.close()
         server = ForkServer(tokenizer_file, tokenizer_json, near)
     try:
-        return server, EncoderDecision(wanted, tokenizer_file, tokenizer_json, notes, server)
+        return server, EncoderDecision(build.fast_encoder, tokenizer_file, tokenizer_json, notes, server)
     except BaseException:
         server.close()
         raise

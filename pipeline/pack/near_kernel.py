@@ -41,12 +41,13 @@ def _mix64(x):
 
 
 @numba.njit(inline="always")
-def _text_words(tokens, masks, a, b, answer, single, first, count, listed, flags, length, hashes, piece,
-                piece_start, data, power, shift, words):
+def _text_words(tokens, masks, a, b, answer, table, words):
     """The word hashes of one text into ``words`` (the tokens ``a .. b - 1`` the loss is on where
-    ``answer``, else those it is not on), their number returned: near_words.Units.words for one text.
-    A fragment after a space (its own, or a unit's before it, which an empty unit passes on) or first
-    in its text begins a word; each word's hash is written at every unit and kept where the next begins."""
+    ``answer``, else those it is not on), their number returned: near_words.Units.words for one text
+    (``table``: the tokenizer's units, :func:`_table`). A fragment after a space (its own, or a unit's
+    before it, which an empty unit passes on) or first in its text begins a word; each word's hash is
+    written at every unit and kept where the next begins."""
+    single, first, count, listed, flags, length, hashes, piece, piece_start, data, power, shift = table
     n = 0
     acc = np.uint64(0)
     place = 0
@@ -110,10 +111,13 @@ def _array(dtype, ndim: int = 1, readonly: bool = True):
     return numba.types.Array(dtype, ndim, "C", readonly=readonly)
 
 
-_SIGNATURE = numba.void(_array(numba.uint32), _array(numba.uint8), _array(numba.int64), numba.boolean,
-                        *[_array(numba.int64)] * 3, _array(numba.uint8), _array(numba.int64), _array(numba.uint64),
-                        *[_array(numba.int64)] * 2, _array(numba.uint8), *[_array(numba.uint64)] * 4, numba.int64,
-                        _array(numba.uint64, 2, readonly=False))
+_INT, _U64 = _array(numba.int64), _array(numba.uint64)
+_SIGNATURE = numba.void(
+    numba.types.Tuple((_array(numba.uint32), _array(numba.uint8), _INT)),  # tokens, masks, lengths
+    numba.types.Tuple((numba.boolean, _INT, _INT, _INT, _array(numba.uint8), _array(numba.int32), _U64, _INT, _INT,
+                       _array(numba.uint8), _U64, _U64)),  # :func:`_table`
+    numba.types.Tuple((_U64, _U64, numba.int64)),  # the permutations' multipliers and addends, the band's rows
+    _array(numba.uint64, 2, readonly=False))
 """Its one compiled signature (every input read-only, which writable arrays also pass as): compiled, or
 loaded from numba's cache, as this module is imported."""
 
@@ -129,9 +133,10 @@ def _compiled(function):
 
 
 @_compiled
-def _bands(tokens, masks, lengths, single, first, count, listed, flags, length, hashes, piece, piece_start, data,
-           power, shift, mult, add, rows, out):
-    perms = mult.shape[0]
+def _bands(batch, table, permutations, out):
+    tokens, masks, lengths = batch
+    mult, add, rows = permutations
+    count = table[2]
     most = 1
     for d in range(lengths.shape[0]):
         most = max(most, lengths[d])
@@ -139,14 +144,13 @@ def _bands(tokens, masks, lengths, single, first, count, listed, flags, length, 
     for t in range(count.shape[0]):
         most_units = max(most_units, count[t])
     words = np.empty(most * most_units + 1, np.uint64)
-    signature = np.empty((2, perms), np.uint64)
-    lowest = np.empty(perms, np.uint64)
+    signature = np.empty((2, mult.shape[0]), np.uint64)
+    lowest = np.empty(mult.shape[0], np.uint64)
     a = 0
     for d in range(lengths.shape[0]):
         b = a + lengths[d]
         for part in range(2):
-            n = _text_words(tokens, masks, a, b, part == 1, single, first, count, listed, flags, length, hashes, piece,
-                            piece_start, data, power, shift, words)
+            n = _text_words(tokens, masks, a, b, part == 1, table, words)
             _signature(words, n, mult, add, lowest, signature[part])
         a = b
         for band in range(out.shape[1]):  # near_dup.band_keys
@@ -157,17 +161,22 @@ def _bands(tokens, masks, lengths, single, first, count, listed, flags, length, 
             out[d, band] = key
 
 
+def _table(units: near_words.Units) -> tuple:
+    """What the kernel reads of ``units`` (near_words.Units and its Pieces), in its dtypes: theirs, so a
+    batch copies none of them."""
+    pieces = units.pieces
+    ints = [np.ascontiguousarray(a, np.int64) for a in (units.first, units.count, units.listed, units.piece, pieces.start)]
+    return (units.single, *ints[:3], np.ascontiguousarray(units.flags, np.uint8),
+            np.ascontiguousarray(units.length, np.int32), np.ascontiguousarray(units.hash, np.uint64), *ints[3:],
+            np.ascontiguousarray(pieces.data, np.uint8), near_words._POW, near_words._SHIFT)
+
+
 def batch_bands(units: near_words.Units, tokens: np.ndarray, masks: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The band keys, uint64 [documents, near_dup.BANDS], of the documents whose ``tokens`` and loss
     ``masks`` are concatenated, ``lengths`` tokens each (ids of the tokenizer ``units`` describes)."""
     out = np.zeros((len(lengths), near_dup.BANDS), np.uint64)
-    if not len(lengths):
-        return out
-    pieces = units.pieces
-    _bands(np.ascontiguousarray(tokens, np.uint32), np.ascontiguousarray(masks, np.uint8),
-           np.ascontiguousarray(lengths, np.int64), units.single, units.first.astype(np.int64, copy=False),
-           units.count.astype(np.int64, copy=False), units.listed.astype(np.int64, copy=False), np.ascontiguousarray(units.flags, np.uint8),
-           units.length.astype(np.int64, copy=False), units.hash, units.piece.astype(np.int64, copy=False),
-           pieces.start.astype(np.int64, copy=False), np.ascontiguousarray(pieces.data, np.uint8), near_words._POW, near_words._SHIFT,
-           near_dup._A, near_dup._B, near_dup.ROWS, out)
+    if len(lengths):
+        batch = (np.ascontiguousarray(tokens, np.uint32), np.ascontiguousarray(masks, np.uint8),
+                 np.ascontiguousarray(lengths, np.int64))
+        _bands(batch, _table(units), (near_dup._A, near_dup._B, near_dup.ROWS), out)
     return out
