@@ -5,15 +5,15 @@ its answer's words (pipeline/pack/near_words.py), their grams, MinHash signature
 The NumPy functions define the measure and stay its reference: this makes their keys bit for bit
 (tests/test_near_kernel.py against ``near_dup.bands_of`` over ``near_words.SpillWords``), and the build
 still uses them for the few documents that share a bucket (their exact check). They made a batch's keys
-in about 15 passes over its tokens; this is one, about 2.9x fewer CPU seconds (docs/BUILD.md, "What it
+in about 15 passes over its tokens; this is one, about 2.8x fewer CPU seconds (docs/BUILD.md, "What it
 costs").
 
 Compiled once per machine and kept: numba writes the machine code beside this file (``__pycache__``; its
 user cache directory where that cannot be written; nowhere where neither can: then each process compiles
-it) the first time the module is imported (about 2 s) and loads it after that (0.15 s, and 0.15 s to
-import numba). The build's fork server imports it before it
-forks the workers, where a build asks for near dedup or the contamination check
-(pipeline/encode/fork_server.py); no other build, and not the build's own process, imports numba.
+it) the first time the module is imported (about 2 s; `make install` does it) and loads it after that
+(0.15 s, and 0.15 s to import numba). A near build's fork server imports it before it forks the workers
+(pipeline/encode/fork_server.py); no other build imports numba, nor the build's own process unless it
+encodes itself (``num_proc`` 1).
 """
 
 from __future__ import annotations
