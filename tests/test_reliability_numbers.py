@@ -359,3 +359,41 @@ def test_ctrl_c_during_a_multi_process_build_is_one_line(tmp_path):
     else:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail("a worker of the interrupted build is still alive")
+
+
+@pytest.mark.parametrize("to_the_group", [True, False])
+def test_sigterm_stops_a_multi_process_build_as_ctrl_c_does(tmp_path, to_the_group):
+    """SIGTERM (systemd stopping a service: the whole group; `docker stop`, `kill`: the build's process
+    alone) while the workers tokenize ended the process at once, silently, its temporary files left for
+    the next build. Now: one line, exit 143, nothing left, every worker gone; the next build finishes."""
+    project = make_project(tmp_path, n_rows=3000 if to_the_group else 20000)
+    env = {**os.environ, **({"PACKTRAIN_INTERRUPT_AT": "mid_tokenize", "PACKTRAIN_INTERRUPT_WITH": "SIGTERM"}
+                            if to_the_group else {})}
+    proc = subprocess.Popen([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
+                             str(project["configs"]), "--cache-dir", str(project["cache"]), "--num-proc", "2",
+                             "--no-progress", "--set", "build.batch_rows=200"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if not to_the_group:
+        for line in proc.stdout:
+            if line.startswith("fast encoder: "):  # the workers are about to tokenize
+                proc.send_signal(signal.SIGTERM)
+                break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "stopped by SIGTERM: what this build had written is removed (the last finished build is kept)"], err
+    root = project["cache"] / "sql"
+    assert not (root / "CURRENT").exists() and not [p for p in root.iterdir() if p.name.startswith(".tmp")]
+    assert [p.name for p in (root / ".sources").iterdir() if p.name != ".tokenizer-facts"] == []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # every worker is gone too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("a worker of the stopped build is still alive")
+    config = load_config("sql", project["configs"], {"build.num_proc": 2})
+    assert build(config, project["cache"], log=lambda _: None, progress=False).build_id

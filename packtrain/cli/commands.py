@@ -21,6 +21,7 @@ from packtrain.cli.plots import draw_build_plots, plot
 from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.quick_exit import QUICK_EXIT, exit_now
+from packtrain.cli.terminate import STOPPED, Terminated, stops_on_sigterm
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core import hints
 from packtrain.core.configfile import apply_cli_overrides
@@ -114,6 +115,7 @@ def prepare_model(cfg, cache_dir):
               help="--executor ray: join this running cluster (default: start a local one of build.num_proc CPUs).")
 @click.option("--parts", type=click.IntRange(min=1), default=None,
               help="--executor ray: how many parts (Ray tasks); default: one per CPU of the cluster.")
+@stops_on_sigterm
 def pretokenize(cfg, cache_dir, progress, part, executor, ray_address, parts):
     """Build EXPERT's packed shards into the cache, unless an identical build exists."""
     from packtrain.pipeline.orchestrate.build import build
@@ -146,6 +148,7 @@ def pretokenize(cfg, cache_dir, progress, part, executor, ray_address, parts):
 @main.command("merge-parts")
 @with_config()
 @click.option("--parts", type=click.IntRange(min=1), required=True, help="How many parts were tokenized (N of --part I/N).")
+@stops_on_sigterm
 def merge_parts_command(cfg, cache_dir, parts):
     """Merge the parts of a partitioned build of EXPERT and publish it (same bytes as one machine's)."""
     from packtrain.pipeline.orchestrate.partition import merge as merge_parts
@@ -333,6 +336,7 @@ def verify(expert, cache_dir, build_id, documents, seed, configs_dir, model, set
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="When another rebuild runs: wait for it, or exit at once with code 3.")
 @click.option("--num-proc", type=int, default=None, help="Tokenizer processes (default: the config's).")
+@stops_on_sigterm
 def rebuild(experts, all_experts, configs_dir, cache_dir, keep, wait, num_proc):
     """Rebuild the experts whose inputs changed (scheduled job); one JSON line per expert.
 
@@ -379,9 +383,10 @@ def run() -> object:
     returned (:data:`QUICK_EXIT` from a finished ``train`` or ``eval``)."""
     try:
         return main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as e:
+        stopped = isinstance(e.__cause__, Terminated)
+        click.echo(STOPPED if stopped else "aborted", err=True)
+        sys.exit(143 if stopped else 130)
     except Interrupted as e:  # a signal, after what it stopped was saved: its line, and 128 + the signal's number
         click.echo(bounded(str(e)), err=True)
         sys.exit(e.exit_code)

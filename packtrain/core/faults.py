@@ -22,11 +22,11 @@ def crash_point(name: str) -> None:
     """Kill this process with SIGKILL here when ``PACKTRAIN_CRASH_AT`` is ``name`` (once, with
     ``PACKTRAIN_CRASH_ONCE``); or, when ``PACKTRAIN_INTERRUPT_AT`` is ``name``, send SIGINT to the
     whole process group, as Ctrl-C in a terminal does (workers included; run such a test in its own
-    session)."""
+    session), or the signal ``PACKTRAIN_INTERRUPT_WITH`` names (SIGTERM: as systemd stops a service)."""
     if os.environ.get("PACKTRAIN_CRASH_AT") == name and _first_to_crash():
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("PACKTRAIN_INTERRUPT_AT") == name:
-        os.killpg(os.getpgrp(), signal.SIGINT)
+        os.killpg(os.getpgrp(), signal.Signals[os.environ.get("PACKTRAIN_INTERRUPT_WITH", "SIGINT")])
 
 
 def _first_to_crash() -> bool:

@@ -171,9 +171,11 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
                     yield awaited(pending.popleft(), workers, pool._result_handler)
             while pending:
                 yield awaited(pending.popleft(), workers, pool._result_handler)
-        except BaseException:  # WorkerDied, or a Ctrl-C or a failure after one died unseen
-            if any(w.exitcode is not None for w in workers):
-                unlock_after_a_death(pool)  # then the Pool's terminate (leaving the with) can take its locks
+        except BaseException:  # WorkerDied, a failure, a Ctrl-C, a SIGTERM (which may be killing the workers too)
+            # every worker killed and reaped, and any lock one died holding freed, so the Pool's terminate
+            # (leaving the with) can take its locks: a worker SIGTERM reached a moment after the build, while it
+            # sent its result, would hold the result queue's lock by the time terminate wants it
+            unlock_after_a_death(pool)
             if not pool._result_handler.is_alive():  # no result comes now; the Pool's terminate refuses
                 pool._cache.clear()  # to run while it waits for one ("Cannot have cache with result_hander not alive")
             raise
