@@ -118,3 +118,27 @@ def test_the_kernel_compiles_where_numba_can_keep_no_cache():
     runs = [subprocess.run([sys.executable, "-c", code], env={**os.environ, **extra}, capture_output=True, text=True,
                            check=True).stdout.split(" ", 1) for extra in ({"NUMBA_CACHE_LOCATOR_CLASSES": "ZipCacheLocator"}, {})]
     assert [run[0] for run in runs] == ["NullCache", "FunctionCache"] and runs[0][1] == runs[1][1]
+
+
+def test_a_cache_numba_cannot_read_back_is_compiled_again_and_written_over(tmp_path):
+    """numba's cache files cut short (a copy or a disk that failed): importing the kernel raised numba's
+    UnpicklingError in every worker of every near build, a traceback; now it compiles again, the same keys,
+    and keeps a whole cache that the next process loads."""
+    code = ("import numpy as np\nfrom packtrain.pipeline.pack import near_kernel, near_words\n"
+            "units = near_words.table_units(near_words.token_table(['a', ' b', '']))\n"
+            "keys = near_kernel.batch_bands(units, np.array([0, 1, 2, 1], np.uint32), np.array([0, 0, 1, 1], np.uint8), "
+            "np.array([3, 1]))\n"
+            "print(sum(near_kernel._bands.stats.cache_hits.values()), keys[:, 0].tolist())\n")
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+
+    def run() -> list[str]:
+        return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                              check=True).stdout.split(" ", 1)
+
+    compiled = run()
+    kept = sorted(tmp_path.rglob("near_kernel._bands-*.nb*"))
+    assert compiled[0] == "0" and [p.suffix for p in kept] == [".nbc", ".nbi"]
+    for path in kept:
+        path.write_bytes(path.read_bytes()[:100])
+    again = run()
+    assert again == compiled and run() == ["1", compiled[1]]  # compiled again; then loaded from the cache it wrote

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -475,6 +476,15 @@ def test_a_result_the_build_cannot_read_back_fails_the_build_in_one_line(tmp_pat
     assert len(read) == 3 and read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
 
 
+class Locked(Exception):
+    """An exception that does not pickle: it holds a lock (sent back, it was the Pool's MaybeEncodingError,
+    its class and message lost, and the CLI's traceback)."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
 def test_a_worker_sends_back_an_exception_the_build_can_read(monkeypatch):
     """A worker raises what the build can unpickle: the exception itself where it can, else a BuildError
     with its class and message (a MemoryError as it is: the build names it)."""
@@ -483,13 +493,13 @@ def test_a_worker_sends_back_an_exception_the_build_can_read(monkeypatch):
     from packtrain.pipeline.encode import pool
 
     for raised, expected in ((TwoArguments("a.json", "bad row"), "TwoArguments: a.json: bad row"),
-                             (ValueError("plain"), "plain"), (MemoryError(), "")):
+                             (Locked("held"), "Locked: held"), (ValueError("plain"), "plain"), (MemoryError(), "")):
         monkeypatch.setattr(pool, "encoded_into_files", lambda task, columns: (_ for _ in ()).throw(raised))
         with pytest.raises(Exception) as caught:
             pool.encode_into_files(None, {})
         sent = pickle.loads(pickle.dumps(caught.value))
-        assert str(sent) == expected and type(sent) is (type(raised) if expected != "TwoArguments: a.json: bad row"
-                                                        else packtrain.pipeline.errors.BuildError)
+        assert str(sent) == expected and type(sent) is (packtrain.pipeline.errors.BuildError if ": " in expected
+                                                        else type(raised))
 
 
 def test_a_dead_workers_line_says_how_it_ended_and_guesses_why():

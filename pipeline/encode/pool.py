@@ -23,6 +23,7 @@ import signal
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
+from multiprocessing.reduction import ForkingPickler
 
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode.fork_server import ForkServer, children_ignore_ctrl_c
@@ -72,6 +73,8 @@ def sendable(error: Exception) -> Exception:
     with its class's name and message. An exception whose class takes other arguments than its ``args``
     (``__init__(self, path, why)`` calling ``super().__init__(message)``) pickles but does not unpickle: in
     the build's process that kills the Pool's result thread, and no result comes back (CPython 3.8-3.14).
+    One holding what does not pickle (a lock, a generator) would come back as the Pool's MaybeEncodingError,
+    its class and message lost.
 
     >>> class Custom(Exception):
     ...     def __init__(self, path, why):
@@ -82,6 +85,7 @@ def sendable(error: Exception) -> Exception:
     if isinstance(error, MemoryError):  # as it is (the build names it), with no memory spent on it
         return error
     try:
+        ForkingPickler.dumps(error)  # what the Pool sends
         rebuild, arguments = error.__reduce__()[:2]
         rebuild(*arguments)  # what unpickling it calls
     except Exception:

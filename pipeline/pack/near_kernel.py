@@ -125,11 +125,16 @@ loaded from numba's cache, as this module is imported."""
 def _compiled(function):
     """``function`` compiled for :data:`_SIGNATURE`, kept in numba's cache; compiled in each process that
     imports this (2 s) where numba has no directory to write its cache to (neither this module's nor the
-    user's cache directory: a read-only install run by a user without a home)."""
+    user's cache directory: a read-only install run by a user without a home). A cache numba cannot read
+    back (a file cut short or damaged: numba's unpickling error, on every import) is compiled again and
+    written over, as a damaged token table is (pipeline/pack/near_tables.py)."""
     try:
         return numba.njit(_SIGNATURE, cache=True)(function)
     except RuntimeError:  # numba's "cannot cache function ...: no locator available"
         return numba.njit(_SIGNATURE)(function)
+    except Exception:  # the cache's files do not read back: emptied, then compiled and kept anew
+        numba.njit(cache=True)(function)._cache.flush()
+        return numba.njit(_SIGNATURE, cache=True)(function)
 
 
 @_compiled
