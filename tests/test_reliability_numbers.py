@@ -331,6 +331,19 @@ def test_a_cache_next_to_a_single_data_file_is_fine(project, tmp_path):
     assert again.up_to_date and again.build_id == first.build_id
 
 
+def assert_every_process_gone(group: int) -> None:
+    """Every process of the build's session ``group`` (its workers, its fork server) exits within 20 s."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.killpg(group, signal.SIGKILL)
+    pytest.fail("a process of the stopped build is still alive")
+
+
 def test_ctrl_c_during_a_multi_process_build_is_one_line(tmp_path):
     """SIGINT to the whole process group, as Ctrl-C in a terminal sends it, once 4 workers are
     tokenizing (PACKTRAIN_INTERRUPT_AT=mid_tokenize): one line, exit 130, nothing left."""
@@ -349,16 +362,7 @@ def test_ctrl_c_during_a_multi_process_build_is_one_line(tmp_path):
     # no source cache: only the remembered tokenizer facts (the encoder's proof, still running beside
     # tokenizing, was stopped unanswered: nothing remembered)
     assert sorted(p.name for p in (root / ".sources").iterdir()) == [".tokenizer-facts"]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # every worker is gone too
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("a worker of the interrupted build is still alive")
+    assert_every_process_gone(proc.pid)
 
 
 @pytest.mark.parametrize("to_the_group", [True, False])
@@ -385,15 +389,6 @@ def test_sigterm_stops_a_multi_process_build_as_ctrl_c_does(tmp_path, to_the_gro
     root = project["cache"] / "sql"
     assert not (root / "CURRENT").exists() and not [p for p in root.iterdir() if p.name.startswith(".tmp")]
     assert [p.name for p in (root / ".sources").iterdir() if p.name != ".tokenizer-facts"] == []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # every worker is gone too
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("a worker of the stopped build is still alive")
+    assert_every_process_gone(proc.pid)
     config = load_config("sql", project["configs"], {"build.num_proc": 2})
     assert build(config, project["cache"], log=lambda _: None, progress=False).build_id
