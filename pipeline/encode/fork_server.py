@@ -205,14 +205,14 @@ def _preload_from_environment() -> None:
     # build waited for before packing. It writes nothing and owns nothing to clean up; its children
     # never run atexit handlers (multiprocessing ends them with os._exit).
     atexit.register(os._exit, 0)
-    spec = os.environ.get(ENCODERS)
+    spec = json.loads(os.environ.get(ENCODERS) or "{}")
     if spec:
         try:
-            preload(json.loads(spec))
+            preload(spec)
         except Exception:  # each child loads what it needs itself and says what fails, where it would
             pass
     import_worker()  # where no fast encoder loaded (imported meanwhile: preload)
-    if spec and json.loads(spec).get("near"):
+    if spec.get("near"):
         with contextlib.suppress(Exception):  # as above: a worker that needs it imports it, and says what fails
             from packtrain.pipeline.pack import near_kernel  # noqa: F401
 

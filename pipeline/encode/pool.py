@@ -5,7 +5,7 @@ A worker that dies (the kernel's out-of-memory killer, a signal) is one the Pool
 it held never comes back: the wait for a batch looks at the workers every :data:`POLL_SECONDS` and
 raises :class:`WorkerDied` where one has ended (as HF datasets' ``iflatmap_unordered`` does); a worker
 killed while it waited for a batch held the Pool's task-queue lock, which is freed before the Pool is
-terminated (:func:`unlock_after_a_death`). A worker ends the moment the build does
+terminated (:func:`stop_workers`, on any exception). A worker ends the moment the build does
 (:func:`exit_with_the_build`). An exception a worker raises reaches the build as one it can read back
 (:func:`sendable`), and a result the build cannot read back fails the build rather than leaving it waiting
 (:func:`awaited`)."""
@@ -51,7 +51,7 @@ class WorkerDied(BuildError):
                     if exitcode == -signal.SIGKILL else "it crashed")
 
 
-def awaited(result, workers: list, results_thread: threading.Thread | None = None) -> EncodedBatch:
+def awaited(result, workers: list, results_thread: threading.Thread) -> EncodedBatch:
     """The batch ``result`` (a Pool's AsyncResult) holds, once ready; :class:`WorkerDied` where one of
     ``workers`` (the pool's processes as it started them) has ended meanwhile: its batch would never come.
     A :class:`BuildError` where the Pool's ``results_thread`` has died (a result it could not read back:
@@ -63,7 +63,7 @@ def awaited(result, workers: list, results_thread: threading.Thread | None = Non
             dead = next((w for w in workers if w.exitcode is not None), None)
             if dead is not None:
                 raise WorkerDied(dead.pid, dead.exitcode) from None
-            if results_thread is not None and not results_thread.is_alive():
+            if not results_thread.is_alive():
                 raise BuildError("the build could not read back an encode worker's result (the error above says "
                                  "why): build again; where it happens again, lower build.batch_rows") from None
 
@@ -179,23 +179,23 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
             # every worker killed and reaped, and any lock one died holding freed, so the Pool's terminate
             # (leaving the with) can take its locks: a worker SIGTERM reached a moment after the build, while it
             # sent its result, would hold the result queue's lock by the time terminate wants it
-            unlock_after_a_death(pool)
+            stop_workers(pool)
             if not pool._result_handler.is_alive():  # no result comes now; the Pool's terminate refuses
                 pool._cache.clear()  # to run while it waits for one ("Cannot have cache with result_hander not alive")
             raise
 
 
 LOCK_SECONDS = 5
-"""How long :func:`unlock_after_a_death` waits for the result queue's lock before it takes it for a dead
+"""How long :func:`stop_workers` waits for the result queue's lock before it takes it for a dead
 worker's (the build's own thread holds it for one small write)."""
 
 
-def unlock_after_a_death(pool) -> None:
-    """Free the locks a killed worker may hold forever, which the Pool's ``terminate`` takes (CPython's
-    multiprocessing.pool, 3.8 to 3.14): the task queue's, which a worker holds while it waits for a task,
-    and the result queue's, which it holds while it sends one. The Pool stops replacing workers, every
-    worker is killed and reaped, then each lock is released where a dead worker held it. Private to the
-    stdlib, as :func:`awaited`'s ``_pool``."""
+def stop_workers(pool) -> None:
+    """Kill every worker, then free the locks a killed worker may hold forever, which the Pool's
+    ``terminate`` takes (CPython's multiprocessing.pool, 3.8 to 3.14): the task queue's, which a worker
+    holds while it waits for a task, and the result queue's, which it holds while it sends one. The Pool
+    stops replacing workers, every worker is killed and reaped, then each lock is released where a dead
+    worker held it. Private to the stdlib, as :func:`awaited`'s ``_pool``."""
     handler = pool._worker_handler
     handler._state = multiprocessing.pool.TERMINATE  # no worker started from here on
     pool._change_notifier.put(None)  # wakes it to see that

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from packtrain.pipeline.pack.near_words import mix64
+from packtrain.pipeline.pack.near_words import P, mix64
 
 METHOD = "minhash-lsh/word-3-grams/36x3x12"
 """The measure and search, named in the build id (a change to either is a new build)."""
@@ -54,6 +54,9 @@ LISTED = 1000
 """Pairs listed in report.json (``packtrain inspect --dropped``); the rest counted."""
 SHOWN = 160
 """Characters of a listed document shown: the end of its prompt, the start of its answer."""
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+"""What :func:`grams` multiplies a gram by before it adds the next word (2**64 / the golden ratio)."""
 
 _RNG = np.random.Generator(np.random.PCG64(20261206))
 _A = _RNG.integers(1, 2**63, NUM_PERM, dtype=np.uint64) * np.uint64(2) + np.uint64(1)  # odd multipliers
@@ -85,7 +88,7 @@ def grams(words: np.ndarray, counts: np.ndarray, n: int = NGRAM) -> tuple[np.nda
     by_length = {1: g.copy()}
     for m in range(2, n + 1):
         with np.errstate(over="ignore"):
-            g = mix64(g[:-1] * np.uint64(0x9E3779B97F4A7C15) + words[m - 1:])
+            g = mix64(g[:-1] * GOLDEN + words[m - 1:])
         by_length[m] = g
     if n > len(words):
         valid = np.zeros(0, bool)
@@ -125,7 +128,7 @@ def band_keys(prompt_sig: np.ndarray, answer_sig: np.ndarray) -> np.ndarray:
     for sig in (prompt_sig, answer_sig):
         for r in range(ROWS):
             with np.errstate(over="ignore"):
-                keys = mix64(keys * np.uint64(0x100000001B3) + sig[:, r::ROWS])
+                keys = mix64(keys * P + sig[:, r::ROWS])
     return keys
 
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from packtrain.pipeline.pack import near_dup, near_words
 
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # near_words.mix64's
-_FNV, _GOLD = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15)  # near_dup.band_keys's, near_dup.grams's
+_M1, _M2 = near_words.MIX  # near_words.mix64's
+_FNV, _GOLD = near_words.P, near_dup.GOLDEN  # near_dup.band_keys's, near_dup.grams's
 _FRAGMENT, _BEFORE, _TRAIL, _EMPTY = near_words.FRAGMENT, near_words.BEFORE, near_words.TRAIL, near_words.EMPTY
 _NONE = np.uint64(0xFFFFFFFF)  # near_dup.signatures's hash of a text without grams
 _TOP = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -11,7 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_POW = np.cumprod(np.full(64, 0x100000001B3, dtype=np.uint64))  # P ** (i + 1), wrapping mod 2**64 as meant
+P = np.uint64(0x100000001B3)
+"""The words' polynomial base (FNV-1's 64-bit prime); near_dup.band_keys mixes with it too."""
+MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+""":func:`mix64`'s two multipliers (splitmix64's)."""
+_POW = np.cumprod(np.full(64, P, dtype=np.uint64))  # P ** (i + 1), wrapping mod 2**64 as meant
 _SHIFT = np.concatenate([[np.uint64(1)], _POW[:-1]])  # P ** i
 
 
@@ -23,9 +27,9 @@ def mix64(x: np.ndarray) -> np.ndarray:
     """
     with np.errstate(over="ignore"):
         x = x ^ (x >> np.uint64(30))
-        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x * MIX[0]
         x = x ^ (x >> np.uint64(27))
-        x = x * np.uint64(0x94D049BB133111EB)
+        x = x * MIX[1]
         return x ^ (x >> np.uint64(31))
 
 
