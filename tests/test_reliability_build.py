@@ -485,6 +485,35 @@ class Locked(Exception):
         self.lock = threading.Lock()
 
 
+def nap(seconds):
+    import time
+
+    time.sleep(seconds)
+
+
+def test_a_half_read_task_left_in_the_pipe_does_not_break_stopping_the_pool():
+    """A worker killed while it read a task leaves half a message in the Pool's task pipe; the Pool's terminate
+    read that pipe by message while its task thread was still writing a batch (larger than the pipe) into it,
+    and unpickling the half raised EOFError ("Ran out of input") where the build's one line belonged (5 of 60
+    runs of test_idle_encode_workers_killed_fail_the_build_rather_than_hang_it under load). stop_workers reads
+    the pipe away as bytes until the task thread is done. Here the half message is written by hand: a length of
+    0, then a batch of 1 MB the busy worker never reads."""
+    import multiprocessing
+    import struct
+
+    from packtrain.pipeline.encode.pool import stop_workers
+
+    workers = multiprocessing.get_context("fork").Pool(1)
+    busy = workers.apply_async(nap, (60,))
+    inqueue = workers._inqueue
+    with inqueue._wlock:
+        os.write(inqueue._writer.fileno(), struct.pack("!i", 0))  # a message of no bytes: b"" does not unpickle
+    workers.apply_async(nap, (b"x" * (1 << 20),))  # the task thread blocks writing it: the pipe holds 64 KiB
+    stop_workers(workers)
+    assert not workers._task_handler.is_alive() and not busy.ready()
+    workers.terminate()  # raised EOFError before
+
+
 def test_a_worker_sends_back_an_exception_the_build_can_read(monkeypatch):
     """A worker raises what the build can unpickle: the exception itself where it can, else a BuildError
     with its class and message (a MemoryError as it is: the build names it)."""

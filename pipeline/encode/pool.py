@@ -21,6 +21,7 @@ import multiprocessing.pool
 import os
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from multiprocessing.reduction import ForkingPickler
@@ -195,7 +196,8 @@ def stop_workers(pool) -> None:
     ``terminate`` takes (CPython's multiprocessing.pool, 3.8 to 3.14): the task queue's, which a worker
     holds while it waits for a task, and the result queue's, which it holds while it sends one. The Pool
     stops replacing workers, every worker is killed and reaped, then each lock is released where a dead
-    worker held it. Private to the stdlib, as :func:`awaited`'s ``_pool``."""
+    worker held it; the task thread is stopped too (:func:`drain_tasks`). Private to the stdlib, as
+    :func:`awaited`'s ``_pool``."""
     handler = pool._worker_handler
     handler._state = multiprocessing.pool.TERMINATE  # no worker started from here on
     pool._change_notifier.put(None)  # wakes it to see that
@@ -210,3 +212,19 @@ def stop_workers(pool) -> None:
     results_lock = pool._outqueue._wlock  # the build's task thread takes it too, for its last write
     results_lock.acquire(timeout=LOCK_SECONDS)  # taken here, or held by a dead worker all that while
     results_lock.release()
+    drain_tasks(pool)
+
+
+def drain_tasks(pool) -> None:
+    """Stop the Pool's task thread, reading away as bytes what it writes meanwhile into the task pipe no
+    worker reads now (a batch larger than the pipe would block it forever). The Pool's ``terminate`` would
+    read that pipe by message while the thread lives, and a worker killed while it read a task left half a
+    message there: its unpickling raised (EOFError: Ran out of input) where the build's line belonged."""
+    tasks = pool._task_handler
+    tasks._state = multiprocessing.pool.TERMINATE  # it stops after the task it is writing, then writes its sentinels
+    reader = pool._inqueue._reader
+    deadline = time.monotonic() + LOCK_SECONDS
+    while tasks.is_alive() and time.monotonic() < deadline:
+        if reader.poll(POLL_SECONDS / 10):
+            os.read(reader.fileno(), 1 << 16)
+    tasks.join(POLL_SECONDS)
