@@ -37,7 +37,67 @@ def test_a_first_build_that_proves_its_encoder_starts_the_server_before_planning
     _, off = first_build(tmp_path / "off", **{"build.fast_encoder": False})
     assert first_build_server(off, tmp_path / "off" / "cache") is None  # nothing to prove: no server before planning
     seed_decision(project["cache"], project["model"])  # remembered: the build proves nothing
-    assert first_build_server(config, project["cache"]) is None
+    assert first_build_server(config, project["cache"]) is None  # and encodes in its own process (num_proc 1)
+    assert forkserver._forkserver._forkserver_pid is None
+
+
+def test_a_first_build_of_a_proven_tokenizer_starts_the_workers_server_before_planning(tmp_path, monkeypatch):
+    """A decision remembered (in the cache or on the machine) and num_proc > 1: the server the workers are
+    forked from loads the proven encoder while the build plans. None where a refusal is remembered (the
+    HF tokenizer, maybe the line cache: decided after planning) or the build encodes in its own process."""
+    from build_fixtures import decided, seed_decision
+    from packtrain.pipeline.encode import fork_server
+    from packtrain.pipeline.encode.fast.encoder_decision import note_about, note_path, versions
+    from packtrain.pipeline.encode.notes import write_note
+    from packtrain.pipeline.encode.shortcut_choices import FAST_ENCODER_NOTES
+    from packtrain.pipeline.orchestrate.build import first_build_server
+
+    project, config = first_build(tmp_path, **{"build.num_proc": 2})
+    seed_decision(project["cache"], project["model"])
+    encoder, _ = decided(project["model"])
+    assert encoder == "fastokens"
+    asked = []
+    monkeypatch.setattr(fork_server.ForkServer, "start", lambda self, encoders, line_cache: asked.append(
+        (encoders, line_cache)))
+    server = first_build_server(config, project["cache"])
+    assert server is not None and asked == [(("fastokens",), False)]
+    one = first_build(tmp_path / "one", **{"build.num_proc": 1})[1]
+    assert first_build_server(one, project["cache"]) is None and len(asked) == 1
+    content = hashlib.sha256((project["model"] / "tokenizer.json").read_bytes()).hexdigest()
+    candidates = ("fastokens", "tiktoken")
+    write_note(note_path(project["cache"] / FAST_ENCODER_NOTES, content, candidates), note_about(content, candidates),
+               {"encoder": None, "why": "a refusal", "versions": versions(candidates)})  # remembered instead
+    assert first_build_server(config, project["cache"]) is None and len(asked) == 1
+
+
+def test_a_server_no_tokenize_pass_took_is_killed_at_the_end(tmp_path, monkeypatch):
+    """A proven tokenizer, num_proc 2, and a source of one batch (encoded in the build's own process): the
+    server started before planning is never taken; the build kills it rather than waiting for its loads."""
+    import packtrain.pipeline.orchestrate.build as build_module
+    from build_fixtures import seed_decision
+    from packtrain.pipeline.orchestrate.build import build
+
+    made, killed = [], []
+
+    class Counted(ForkServer):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+        def kill(self):
+            killed.append(self.held)
+            super().kill()
+
+    monkeypatch.setattr(build_module, "ForkServer", Counted)
+    project, config = first_build(tmp_path, **{"build.num_proc": 2, "build.batch_rows": 1000})
+    seed_decision(project["cache"], project["model"])
+    result = build(config, project["cache"], log=lambda *_: None, progress=False)
+    assert result.build_id and len(made) == 1 and killed == [True] and not made[0].held
+    made.clear(), killed.clear()
+    project, config = first_build(tmp_path / "batches", **{"build.num_proc": 2})  # batches of 16 rows: the workers'
+    seed_decision(project["cache"], project["model"])
+    build(config, project["cache"], log=lambda *_: None, progress=False)
+    assert len(made) == 1 and killed == [] and not made[0].held  # stopped once its workers had exited
     assert forkserver._forkserver._forkserver_pid is None
 
 

@@ -99,9 +99,16 @@ class ForkServer:
         self.near = near  # the server imports near dedup's kernel (pipeline/pack/near_kernel.py)
         self.started = None  # the context children start from, once asked for
         self.held = False  # this build owns the process's fork server
+        self.used = False  # a child was asked of it (context()): else close() kills it, waiting for nothing
 
     def context(self, fast_encoders: tuple[str, ...], line_cache: bool):
-        """The multiprocessing context to start children from. The first call starts the fork server
+        """The multiprocessing context to start children from: :meth:`start`'s, the server asked for a
+        child now (:meth:`close` then waits for it rather than killing it)."""
+        self.used = True
+        return self.start(fast_encoders, line_cache)
+
+    def start(self, fast_encoders: tuple[str, ...], line_cache: bool):
+        """The multiprocessing context children would start from. The first call starts the fork server
         with these encoders to load (:func:`preload`; it loads while the build goes on); later calls
         get the same server, whatever they ask. Spawn where there is none for this build: no
         ``forkserver`` on this platform, another build of this process holds it, or this process
@@ -147,7 +154,11 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server (it exits once every process it forked has) and hand it back, with the
-        preload the process had set before."""
+        preload the process had set before. One no child was asked of (a first build's server, started
+        before planning, whose sources were all cached or encoded in the build's own process) is killed:
+        nothing waits for its loads."""
+        if self.held and not self.used:
+            self.kill()
         if self.held:
             self.held = False
             try:

@@ -53,7 +53,7 @@ from packtrain.pipeline.encode.source_caches import TokenizeJob, tokenize_source
 from packtrain.pipeline.errors import BuildError, ContentChanged, InputsChanged, check_inputs_unchanged
 from packtrain.pipeline.encode.fast.exactness import (LINE_CACHE_NOTES, RENDER_ONCE_NOTES, encoder_identity,
                                                  fast_encoder_candidates)
-from packtrain.pipeline.encode.fast.encoder_decision import to_prove
+from packtrain.pipeline.encode.fast.encoder_decision import proven, to_prove
 from packtrain.pipeline.encode.fork_server import ForkServer
 from packtrain.pipeline.format.chat_template import check_chat_template, strftime_now, uses_the_date
 from packtrain.core.faults import crash_point
@@ -200,14 +200,16 @@ def build(config: ExpertConfig, cache_dir: str | os.PathLike, log=print, progres
 
 
 def first_build_server(config: ExpertConfig, cache_dir: str | os.PathLike) -> ForkServer | None:
-    """A first build's fork server (pipeline/encode/fork_server.py), started before planning where
-    the build will prove a fast encoder for its tokenizer (its decision's child is forked from the
-    server): the tokenizer then loads while the build plans (the tokenizer's facts, the inputs'
-    hashes: 0.3-0.5 s on 200k rows with Qwen3's tokenizer) rather than after. Only where no build
-    of the expert is published yet (the sources are to be tokenized), and no decision about this
-    tokenizer is remembered (pipeline/encode/fast/encoder_decision.py ``to_prove``), so it is never
-    started where the build would not start one; the first tokenize pass takes it where it loaded
-    the planned tokenizer. None otherwise, or where the tokenizer cannot be found (planning says why)."""
+    """A first build's fork server (pipeline/encode/fork_server.py), started before planning, so the
+    tokenizer loads while the build plans (imports, the inputs' hashes, the tokenizer's facts: 0.3-0.5 s)
+    rather than after it, where the workers would wait for it. Started where no build of the expert is
+    published yet (the sources are to be tokenized) and a fast encoder is to be loaded
+    (pipeline/encode/fast/encoder_decision.py): where the build proves one (``to_prove``: its decision's
+    child is forked from the server), and where one is ``proven`` (remembered in the cache or on the
+    machine) and ``build.num_proc`` > 1 (the workers are forked from it). The first tokenize pass
+    takes it where it loaded the planned tokenizer; one nothing forked from (every source cached already, or
+    a source of one batch, encoded in the build's own process) is killed at the end (``ForkServer.close``). None
+    otherwise, or where the tokenizer cannot be found (planning says why)."""
     if (expert_dir(cache_dir, config.expert) / CURRENT).exists():
         return None
     try:
@@ -215,10 +217,15 @@ def first_build_server(config: ExpertConfig, cache_dir: str | os.PathLike) -> Fo
         tokenizer_json = sha256_file(tokenizer_file)
     except (PacktrainError, OSError):
         return None
-    if not to_prove(Path(cache_dir) / FAST_ENCODER_NOTES, tokenizer_json, config.build.fast_encoder):
+    notes, wanted = Path(cache_dir) / FAST_ENCODER_NOTES, config.build.fast_encoder
+    if to_prove(notes, tokenizer_json, wanted):
+        encoders = fast_encoder_candidates(wanted)
+    elif config.build.num_proc > 1 and (encoder := proven(notes, tokenizer_json, wanted)) is not None:
+        encoders = (encoder,)
+    else:
         return None
     server = ForkServer(tokenizer_file, tokenizer_json, near_dup.asked(config.build))
-    server.context(fast_encoder_candidates(config.build.fast_encoder), False)  # as the decision asks
+    server.start(encoders, False)  # as the decision, or the workers, ask
     return server
 
 

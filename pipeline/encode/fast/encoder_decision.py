@@ -354,6 +354,13 @@ def to_prove(cache_dir: str | Path, content_hash: str, setting: bool | str) -> b
     return decides and note is None
 
 
+def proven(cache_dir: str | Path, content_hash: str, setting: bool | str) -> str | None:
+    """The fast encoder a build proved exact for this tokenizer (remembered in the cache or on the
+    machine, and allowed by ``build.fast_encoder``), or None (none proven, or a refusal remembered)."""
+    decides, note = _remembered(cache_dir, content_hash, setting)
+    return note["encoder"] if decides and note is not None else None
+
+
 def _remembered(cache_dir: str | Path, content_hash: str, setting: bool | str) -> tuple[bool, dict | None]:
     """(whether there is a decision to make: a fast encoder ``setting`` allows is installed; the
     decision remembered, or None)."""
