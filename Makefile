@@ -77,9 +77,12 @@ PIP_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.fi
 LINKS = $(foreach links,$(PIP_LINKS),--find-links $(links))
 UV = $(BIN)/uv pip install -q --native-tls --compile-bytecode --python $(BIN)/python $(LINKS)
 
+# The installers, pinned as the locks pin what they install: a new pip or uv (new flags, other defaults)
+# reaches a fresh clone only as a deliberate change of this line, with the suite run on it.
+INSTALLERS := pip==26.3 uv==0.13.9
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip uv
+	$(BIN)/python -m pip install -q $(INSTALLERS)
 
 $(VENV)/.installed: pyproject.toml $(LOCK_DIR)/requirements-cpu.lock $(LOCK_DIR)/requirements-cuda.lock $(BIN)/uv
 	$(UV) -r $(LOCK) -e '.[$(EXTRAS)]'

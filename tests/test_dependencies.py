@@ -141,3 +141,22 @@ def test_the_drift_check_catches_another_version_and_keeps_the_build_label_aside
     installed = {"torch": "2.13.0+cpu", "transformers": "5.25.0", "kernels": "0.19.1"}.__getitem__
     assert drift({"torch": "2.13.0", "transformers": "5.24.0", "kernels": "0.19.1"}, installed) == [
         "transformers 5.25.0 is installed, the lock pins 5.24.0: run `make install`"]
+
+
+MAKEFILE = PYPROJECT.parent / "Makefile"
+
+
+def installers() -> dict[str, str]:
+    """The installers the Makefile pins (``INSTALLERS := pip==X uv==Y``), by name."""
+    line = next(line for line in MAKEFILE.read_text().splitlines() if line.startswith("INSTALLERS :="))
+    return dict(pin.split("==") for pin in line.split(":=")[1].split())
+
+
+def test_the_installers_are_pinned_and_this_environment_has_them():
+    """pip and uv install the lock: a new release of either (a flag renamed, another default) reached a fresh
+    clone unasked while they were installed with --upgrade. Pinned, and in a `make install` venv, the pins."""
+    pinned = installers()
+    assert sorted(pinned) == ["pip", "uv"] and all(Version(v) for v in pinned.values())
+    if installed_lock() is None:
+        pytest.skip(f"no .installed in {sys.prefix}: not a `make install` environment")
+    assert {name: version(name) for name in pinned} == pinned
