@@ -441,21 +441,25 @@ def raise_two_arguments(_):
     raise TwoArguments("a.json", "bad row")
 
 
-def test_an_exception_that_does_not_unpickle_fails_the_wait_instead_of_hanging_it():
+def test_an_exception_that_does_not_unpickle_fails_the_wait_instead_of_hanging_it(capsys):
     """Such an exception sent back by a worker killed the Pool's result thread in the build's process, and
-    the build waited for its batch forever: the wait now sees the thread gone and fails in one line."""
+    the build waited for its batch forever: the wait now sees the thread gone and fails in one line, which
+    says why (the thread's traceback is not printed above it)."""
     import multiprocessing
 
-    from packtrain.pipeline.encode.pool import awaited
+    from packtrain.pipeline.encode.pool import ResultsThread, awaited
 
-    with multiprocessing.get_context("fork").Pool(1) as workers:
+    with multiprocessing.get_context("fork").Pool(1) as workers, ResultsThread(workers._result_handler) as results:
         result = workers.apply_async(raise_two_arguments, (None,))
-        with pytest.raises(packtrain.pipeline.errors.BuildError, match="could not read back an encode worker's result"):
-            awaited(result, list(workers._pool), workers._result_handler)  # it waited forever
+        with pytest.raises(packtrain.pipeline.errors.BuildError, match=(
+                r"^the build could not read back an encode worker's result \(TypeError: .*__init__\(\) missing 1 "
+                r"required positional argument: 'why'\): build again; where it happens again, lower build.batch_rows$")):
+            awaited(result, list(workers._pool), results)  # it waited forever
         workers._cache.clear()  # as pipeline/encode/pool.py's encode_stream does before the Pool's terminate
+    assert "Traceback" not in capsys.readouterr().err
 
 
-def test_a_result_the_build_cannot_read_back_fails_the_build_in_one_line(tmp_path, monkeypatch):
+def test_a_result_the_build_cannot_read_back_fails_the_build_in_one_line(tmp_path, monkeypatch, capsys):
     """A batch the build's process cannot unpickle (here its third: out of memory while reading it back is
     one way) killed the Pool's result thread: the build waited forever, and the Pool then refused to stop
     ("Cannot have cache with result_hander not alive"). Now one BuildError, nothing left behind."""
@@ -467,13 +471,15 @@ def test_a_result_the_build_cannot_read_back_fails_the_build_in_one_line(tmp_pat
     def unreadable(batch, state):
         read.append(1)
         if len(read) == 3:
-            raise OSError("read back")
+            raise MemoryError("unpickling a batch")
         batch.__dict__.update(state)
 
     monkeypatch.setattr(worker.EncodedBatch, "__setstate__", unreadable, raising=False)  # here, not in the workers
-    with pytest.raises(packtrain.pipeline.errors.BuildError, match="could not read back an encode worker's result"):
+    with pytest.raises(packtrain.pipeline.errors.BuildError,
+                       match=r"could not read back an encode worker's result \(MemoryError: unpickling a batch\): build again"):
         run_build(project, **{"build.num_proc": 2, "build.batch_rows": 16})
     assert len(read) == 3 and read_current(project["cache"], "sql") is None and leftovers(project["cache"]) == []
+    assert "Traceback" not in capsys.readouterr().err
 
 
 class Locked(Exception):

@@ -52,11 +52,11 @@ class WorkerDied(BuildError):
                     if exitcode == -signal.SIGKILL else "it crashed")
 
 
-def awaited(result, workers: list, results_thread: threading.Thread) -> EncodedBatch:
+def awaited(result, workers: list, results: "ResultsThread") -> EncodedBatch:
     """The batch ``result`` (a Pool's AsyncResult) holds, once ready; :class:`WorkerDied` where one of
     ``workers`` (the pool's processes as it started them) has ended meanwhile: its batch would never come.
-    A :class:`BuildError` where the Pool's ``results_thread`` has died (a result it could not read back:
-    out of memory while unpickling it, an exception that does not unpickle): no result would come either."""
+    A :class:`BuildError` where the Pool's result thread (``results``) has died (a result it could not read
+    back: out of memory while unpickling it, an exception that does not unpickle): no result would come either."""
     while True:
         try:
             return result.get(POLL_SECONDS)
@@ -64,9 +64,35 @@ def awaited(result, workers: list, results_thread: threading.Thread) -> EncodedB
             dead = next((w for w in workers if w.exitcode is not None), None)
             if dead is not None:
                 raise WorkerDied(dead.pid, dead.exitcode) from None
-            if not results_thread.is_alive():
-                raise BuildError("the build could not read back an encode worker's result (the error above says "
-                                 "why): build again; where it happens again, lower build.batch_rows") from None
+            if not results.thread.is_alive():
+                why = "its thread ended" if results.error is None else \
+                    f"{type(results.error).__name__}: {results.error}".rstrip(": ")
+                raise BuildError(f"the build could not read back an encode worker's result ({why}): build again; "
+                                 "where it happens again, lower build.batch_rows") from None
+
+
+class ResultsThread:
+    """A Pool's result thread, watched while the build waits (a context manager): the exception that kills
+    it (a result it cannot read back) is kept for :func:`awaited`'s one line instead of printed as a
+    traceback by ``threading.excepthook``, which is the one before for every other thread."""
+
+    def __init__(self, thread: threading.Thread):
+        self.thread = thread
+        self.error: BaseException | None = None
+
+    def _hook(self, args) -> None:
+        if args.thread is self.thread:
+            self.error = args.exc_value
+        else:
+            self.before(args)
+
+    def __enter__(self) -> "ResultsThread":
+        self.before = threading.excepthook
+        threading.excepthook = self._hook
+        return self
+
+    def __exit__(self, *exc) -> None:
+        threading.excepthook = self.before
 
 
 def sendable(error: Exception) -> Exception:
@@ -167,15 +193,15 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
     with children_ignore_ctrl_c() if context.get_start_method() == "spawn" else contextlib.nullcontext():
         pool = context.Pool(num_proc, initializer=_init_worker)
     workers = list(pool._pool)  # the Pool's own list, which it changes: a dead worker is replaced there
-    with pool:
+    with pool, ResultsThread(pool._result_handler) as results:
         pending: deque = deque()
         try:
             for task, columns in tasks:
                 pending.append(pool.apply_async(encode_into_files, (task, columns)))
                 if len(pending) >= 2 * num_proc:
-                    yield awaited(pending.popleft(), workers, pool._result_handler)
+                    yield awaited(pending.popleft(), workers, results)
             while pending:
-                yield awaited(pending.popleft(), workers, pool._result_handler)
+                yield awaited(pending.popleft(), workers, results)
         except BaseException:  # WorkerDied, a failure, a Ctrl-C, a SIGTERM (which may be killing the workers too)
             # every worker killed and reaped, and any lock one died holding freed, so the Pool's terminate
             # (leaving the with) can take its locks: a worker SIGTERM reached a moment after the build, while it
