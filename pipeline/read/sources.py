@@ -34,7 +34,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from packtrain.pipeline.read.arrow_columns import ArrowColumns, cut, joined, num_rows
-from packtrain.pipeline.read.json_rows import JsonLines, parse_row
+from packtrain.pipeline.read.json_rows import JsonLines, json_problem, parse_row
 from packtrain.pipeline.read.compression import (DECOMPRESSION_ERRORS, arrow_input, compressed_unnamed, damaged_fix,
                                             describe, file_format, open_binary, open_text)
 from packtrain.pipeline.read.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
@@ -354,7 +354,7 @@ def _keys_nowhere(path: Path, columns: list[str], bound: ReadBound = ReadBound()
         with open_text(path) as f:  # the first line bounded: it may be the 1 GiB one
             first = next((line for line in bounded_lines(f, bound, path) if line.strip()), None)
         row = json.loads(first) if first is not None else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # said, with its line, by the line-by-line read
         return
     if not isinstance(row, dict):
         return
@@ -417,8 +417,9 @@ def _json(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = Re
         if len(text) > bound.limit:
             raise bound.refuse(str(path), "a JSON array file (parsed whole)")
         rows = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SourceError(f"{path}, line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); fix the file") from None
+    except (ValueError, RecursionError) as e:
+        at = f", line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise SourceError(f"{path}{at}: {json_problem(e)}; fix the file") from None
     keys: dict[str, None] = {}
     for i, row in enumerate(rows):
         if not isinstance(row, dict):

@@ -1,0 +1,69 @@
+"""Round four (attack 52): hostile data files through the real ``packtrain pretokenize``.
+
+Each case is a data file a user could hand packtrain (JSON lines a library wrote, parquet from another
+tool, a directory with a broken link) that stopped the build with a traceback, crashed it, or lost rows
+without a word. Each is now one ``error:`` line naming the file (and the line or row) and the fix, or a
+counted bad row naming the field; the CLI is run in this process (tests/inprocess_cli.py), except where
+the old behaviour was a crash of the process itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from build_fixtures import make_project, rows
+from inprocess_cli import cli
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> dict:
+    """configs/sql.yaml (the prompt reads context and question, the answer answer) over a local
+    tokenizer, the cache holding its fast-encoder decision."""
+    return make_project(tmp_path_factory.mktemp("project"))
+
+
+def pretokenize(project: dict, data: Path, *more: str):
+    return cli("pretokenize", "sql", "--configs-dir", project["configs"], "--cache-dir", project["cache"],
+               "--dataset", data, "--no-progress", *more)
+
+
+def one_error_line(result) -> str:
+    """The one ``error:`` line a refused build prints last, with exit code 2 and no traceback."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert result.stderr.rstrip("\n").split("\n")[-1] == errors[0]
+    return errors[0]
+
+
+def jsonl(records: list[dict], last: str = "") -> str:
+    return "".join(json.dumps(r) + "\n" for r in records) + last
+
+
+# --- JSON that json.loads refuses with something else than a JSONDecodeError -----------------------
+
+DEEP = "[" * 3000 + "]" * 3000  # Python's JSON reader stops at about 1,000 levels (pyarrow's reads it)
+
+
+@pytest.mark.parametrize("value, problem", [
+    (DEEP, "lists or objects nested deeper than Python's JSON reader goes (about 1,000 levels)"),
+    ("9" * 5000, "an integer of more than 4,300 digits, which Python's JSON reader refuses"),
+])
+@pytest.mark.parametrize("suffix", ["jsonl", "json"])
+def test_json_python_cannot_read_is_one_line_naming_the_line(project, tmp_path, value, problem, suffix):
+    """A RecursionError and the integer-digits ValueError escaped the line's parse as tracebacks (only
+    json.JSONDecodeError was caught), from the build's process or an encode worker."""
+    data = tmp_path / f"rows.{suffix}"
+    data.write_text(jsonl(rows(9), '{"question": "q", "context": "c", "answer": ' + value + '}\n'))
+    assert one_error_line(pretokenize(project, data)) == (
+        f"error: {data}, line 10: {problem}; fix or remove that line")
+
+
+def test_a_json_array_file_python_cannot_read_is_one_line(project, tmp_path):
+    data = tmp_path / "rows.json"
+    data.write_text('[{"question": "q", "context": "c", "answer": ' + "9" * 5000 + "}]")
+    assert one_error_line(pretokenize(project, data)) == (
+        f"error: {data}: an integer of more than 4,300 digits, which Python's JSON reader refuses; fix the file")
