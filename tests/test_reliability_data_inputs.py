@@ -67,3 +67,25 @@ def test_a_json_array_file_python_cannot_read_is_one_line(project, tmp_path):
     data.write_text('[{"question": "q", "context": "c", "answer": ' + "9" * 5000 + "}]")
     assert one_error_line(pretokenize(project, data)) == (
         f"error: {data}: an integer of more than 4,300 digits, which Python's JSON reader refuses; fix the file")
+
+
+# --- pyarrow's JSON reader never infers a field the build does not read -----------------------------
+
+
+def test_a_field_nested_20000_deep_builds_and_does_not_crash_the_process(project, tmp_path):
+    """pyarrow inferred every field's type, and inferring one nested about 10,000 levels deep crashed the
+    build with a segmentation fault (exit -11, no word), also where the build reads no such field: a
+    real process, so a crash is seen as one."""
+    import subprocess
+    import sys
+
+    records = rows(10)
+    data = tmp_path / "rows.jsonl"
+    data.write_text(jsonl(records[:5]) + json.dumps(records[5])[:-1] + ', "meta": ' + "[" * 20000 + "]" * 20000
+                    + "}\n" + jsonl(records[6:]))
+    done = subprocess.run([sys.executable, "-m", "packtrain.cli", "pretokenize", "sql", "--configs-dir",
+                           str(project["configs"]), "--cache-dir", str(project["cache"]), "--dataset", str(data),
+                           "--no-progress", "--set", "pack.val_fraction=0"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "  train: 10 documents" in done.stdout + done.stderr

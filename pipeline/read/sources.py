@@ -272,67 +272,59 @@ def _tsv(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = Rea
 _JSON_BLOCK = 1 << 20  # pyarrow's default block for JSON lines
 
 
-class _Fallback(Exception):
-    pass
-
-
 def _jsonl(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = ReadBound()) -> Iterator[Columns]:
-    """JSON lines through pyarrow's streaming reader; where it cannot give exactly what ``json.loads``
-    would (types that change between rows, strings it would parse as timestamps, a column its first
-    block lacks, which later rows may hold), line by line."""
-    done = 0
+    """JSON lines through pyarrow's streaming reader, the requested columns as text and every other field
+    skipped; where a requested column holds anything but text or null in some row (a number, a list, an
+    object: what pyarrow would convert otherwise than ``json.loads``), line by line from that block on.
+
+    pyarrow is given the schema rather than asked to infer it: inferring the type of a field nested about
+    10,000 levels deep crashed the process with a segmentation fault, even a field the build does not read
+    (its parser reads any depth; the inference recurses). A column no row has is said before any row is
+    read where the file's bytes hold its key nowhere (:func:`_keys_nowhere`), else after the rows."""
+    _keys_nowhere(path, columns, bound)
+    done, unseen = 0, set(columns)  # unseen: no row read so far holds a value in that column
+    schema = pa.schema([(c, pa.string()) for c in columns])
     try:
         with arrow_input(path) as stream:
             # pyarrow reads an object up to two blocks long: blocks of half the bound, where its default
             # (1 MiB) is more, leave every longer line to the bounded line-by-line read
-            reader = pjson.open_json(stream, pjson.ReadOptions(block_size=min(_JSON_BLOCK, bound.limit // 2)))
-            names = reader.schema.names
-            if not all(c in names and _json_native(reader.schema.field(c).type) for c in columns):
-                raise _Fallback
+            reader = pjson.open_json(stream, pjson.ReadOptions(block_size=min(_JSON_BLOCK, bound.limit // 2)),
+                                     pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
             for batch in reader:
+                unseen -= {c for c in unseen if batch.column(c).null_count < batch.num_rows}
                 for piece in _pieces(batch.select(columns), batch_rows):
                     yield piece
                     done += num_rows(piece)
+    except pa.ArrowInvalid:
+        yield from _json_lines(path, columns, batch_rows, skip=done, bound=bound, unseen=unseen)
         return
-    except (pa.ArrowInvalid, _Fallback):
-        pass
-    yield from _json_lines(path, columns, batch_rows, skip=done, bound=bound)
-
-
-def _json_native(t: pa.DataType) -> bool:
-    """Types pyarrow reads exactly as ``json.loads`` does. Not structs (Arrow takes the union of
-    keys across rows, fills missing ones with null and reorders them) and not floats (a column
-    mixing 3 and 4.5 becomes 3.0 and 4.5): those columns are read line by line."""
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _json_native(t.value_type)
-    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_int64(t)
-            or pa.types.is_boolean(t) or pa.types.is_null(t))
+    if unseen and done:  # null in every row: lacking from every row is an error (a file with no rows lacks nothing)
+        yield from _json_lines(path, columns, batch_rows, skip=done, bound=bound, unseen=unseen)
 
 
 def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0,
-                bound: ReadBound = ReadBound()) -> Iterator[Columns]:
+                bound: ReadBound = ReadBound(), unseen: Iterable[str] | None = None) -> Iterator[Columns]:
     """One JSON object per non-blank line; the first ``skip`` rows were already read. A column some
-    rows lack is null there (a bad row, counted); one that no row has is an error: said before any row
-    is read where the file's bytes hold its key nowhere (:func:`_keys_nowhere`), else at the end. The
-    batches are the lines, parsed where they are used (pipeline/read/json_rows.py)."""
-    if skip == 0:
-        _keys_nowhere(path, columns, bound)
+    rows lack is null there (a bad row, counted); one that no row has is an error, said at the end: the
+    lines are parsed here (from the first, skipped ones included) only while a column of ``unseen``
+    (default: all) is in no row parsed yet. The batches are the lines, parsed where they are used
+    (pipeline/read/json_rows.py)."""
     lines: list[str] = []
     linenos: list[int] = []
     row = 0
-    seen: dict[str, None] = {}  # every key of the rows read, while a column is still unseen
-    unseen = set(columns) if skip == 0 else set()  # pyarrow's schema (every key of its rows) had them all
+    seen: dict[str, None] = {}  # every key of the rows parsed, while a column is still unseen
+    unseen = set(columns if unseen is None else unseen)
     with open_text(path) as f:
         for lineno, line in enumerate(bounded_lines(f, bound, path), 1):
             if not line.strip():
-                continue
-            if row < skip:
-                row += 1
                 continue
             if unseen:  # parsed here only until every column is seen (in the worker that uses it, after)
                 obj = parse_row(str(path), lineno, line)
                 seen.update(dict.fromkeys(obj))
                 unseen.difference_update(obj)
+            if row < skip:
+                row += 1
+                continue
             lines.append(line)
             linenos.append(lineno)
             row += 1
