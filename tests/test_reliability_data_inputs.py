@@ -89,3 +89,52 @@ def test_a_field_nested_20000_deep_builds_and_does_not_crash_the_process(project
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "  train: 10 documents" in done.stdout + done.stderr
+
+
+# --- text that is not UTF-8 ---------------------------------------------------------------------------
+
+NOT_UTF8_FIX = ("not UTF-8 text; data files are read as UTF-8 (as datasets reads them): convert it (e.g. "
+                "`iconv -f latin1 -t utf-8`) or remove it from the source")
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.jsonl.gz", "rows.csv"])
+def test_latin1_text_is_one_line_naming_the_line_and_the_conversion(project, tmp_path, name):
+    """pyarrow's JSON reader took latin-1 bytes as they were, and the worker that made the values stopped
+    with a UnicodeDecodeError traceback; CSV's said "CSV conversion error to string: invalid UTF8 data"
+    or a decoder's position in a chunk, without the line."""
+    import csv
+    import gzip
+    import io
+
+    records = rows(30) + [{"question": "café?", "context": "c", "answer": "SELECT 1"}]
+    if name.endswith(".csv"):
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=["question", "context", "answer"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+        text, line = out.getvalue(), 32
+    else:
+        text, line = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), 31
+    data = tmp_path / name
+    raw = text.encode("latin-1")
+    data.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+    assert one_error_line(pretokenize(project, data)) == f"error: {data}, line {line} (byte 0xe9): {NOT_UTF8_FIX}"
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "arrow"])
+def test_a_parquet_or_arrow_column_that_is_not_utf8_is_one_line_naming_the_column(project, tmp_path, suffix):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    answers = pa.array([b"SELECT 1", b"caf\xe9"], pa.binary()).view(pa.string())  # written unchecked, as other tools can
+    table = pa.table({"question": ["q1?", "q2?"], "context": ["c", "c"], "answer": answers})
+    data = tmp_path / f"rows.{suffix}"
+    if suffix == "parquet":
+        pq.write_table(table, data)
+    else:
+        with pa.ipc.new_stream(str(data), table.schema) as writer:
+            writer.write_table(table)
+    assert one_error_line(pretokenize(project, data)) == (
+        f"error: {data}: a text column holds bytes that are not UTF-8 (ArrowInvalid: column 'answer': Invalid UTF8 "
+        f"sequence at string index 1); write the file again with that column's text decoded to UTF-8, or remove it "
+        f"from the source")

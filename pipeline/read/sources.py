@@ -35,8 +35,9 @@ import pyarrow.parquet as pq
 
 from packtrain.pipeline.read.arrow_columns import ArrowColumns, cut, joined, num_rows
 from packtrain.pipeline.read.json_rows import JsonLines, json_problem, parse_row
-from packtrain.pipeline.read.compression import (DECOMPRESSION_ERRORS, arrow_input, compressed_unnamed, damaged_fix,
-                                            describe, file_format, open_binary, open_text)
+from packtrain.pipeline.read.compression import (DECOMPRESSION_ERRORS, TEXT_SUFFIXES, arrow_input, compressed_unnamed,
+                                            damaged_fix, describe, file_format, first_not_utf8, open_binary,
+                                            open_text)
 from packtrain.pipeline.read.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
 from packtrain.pipeline.format.format import template_columns_fix
 from packtrain.core.config_build import BuildConfig
@@ -184,8 +185,21 @@ def _read_chunks(path: Path, columns: list[str], batch_rows: int, bound: ReadBou
     try:
         yield from readers[suffix](path, columns, batch_rows)
     except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error, RecursionError, *DECOMPRESSION_ERRORS) as e:
+        if isinstance(e, UnicodeDecodeError) or re.search(r"\bUTF-?8\b", str(e), re.IGNORECASE):
+            raise SourceError(_not_utf8(path, e)) from None
         raise SourceError(f"{path}: cannot be read as {describe(path)} ({one_line(e) or type(e).__name__}); "
                           f"{damaged_fix(path)}") from None
+
+
+def _not_utf8(path: Path, error: Exception) -> str:
+    """The one line for a data file holding text that is not UTF-8 (latin-1, UTF-16, ...): where (a text
+    file's first such line; a parquet or Arrow file's column) and how to convert it."""
+    if file_format(path.name)[0] in TEXT_SUFFIXES:
+        where = first_not_utf8(path)
+        return (f"{path}{f', {where}' if where else ''}: not UTF-8 text; data files are read as UTF-8 (as datasets "
+                f"reads them): convert it (e.g. `iconv -f latin1 -t utf-8`) or remove it from the source")
+    return (f"{path}: a text column holds bytes that are not UTF-8 ({one_line(error)}); write the file again with "
+            f"that column's text decoded to UTF-8, or remove it from the source")
 
 
 class MissingColumns(SourceError):
@@ -204,6 +218,17 @@ def _check_columns(path: Path, columns: list[str], available: list[str]) -> None
 
 
 def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:
+    """``batch`` in pieces of ``batch_rows``, checked first: pyarrow's JSON, parquet and Arrow readers
+    take text that is not UTF-8 as it is, which failed where a worker made its values (a traceback)."""
+    try:
+        batch.validate(full=True)
+    except pa.ArrowInvalid:
+        for name, column in zip(batch.schema.names, batch.columns):
+            try:
+                column.validate(full=True)
+            except pa.ArrowInvalid as e:  # "Invalid UTF8 sequence at string index 9": said by _not_utf8
+                raise pa.ArrowInvalid(f"column {name!r}: {' '.join(str(e).split())}") from None
+        raise
     for offset in range(0, batch.num_rows, batch_rows):
         yield ArrowColumns(batch.slice(offset, batch_rows))
 
