@@ -138,3 +138,33 @@ def test_a_parquet_or_arrow_column_that_is_not_utf8_is_one_line_naming_the_colum
         f"error: {data}: a text column holds bytes that are not UTF-8 (ArrowInvalid: column 'answer': Invalid UTF8 "
         f"sequence at string index 1); write the file again with that column's text decoded to UTF-8, or remove it "
         f"from the source")
+
+
+# --- a template field's nested value that JSON has no text for ---------------------------------------
+
+
+def test_a_struct_holding_a_timestamp_or_decimal_is_a_bad_row_naming_the_field(project, tmp_path):
+    """A parquet struct or list field is written as compact JSON; a timestamp, date, decimal or bytes
+    inside one stopped the build with json's TypeError traceback (a scalar one was already a bad row)."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = [{"question": r["question"], "context": r["context"], "answer": {"sql": r["answer"], "at": None, "n": None}}
+            for r in rows(8)]
+    table = pa.Table.from_pylist(good + [
+        {"question": "q8?", "context": "c", "answer": {"sql": "SELECT 8", "at": datetime.datetime(2024, 1, 1), "n": None}},
+        {"question": "q9?", "context": "c", "answer": {"sql": "SELECT 9", "at": None, "n": decimal.Decimal("1.50")}}])
+    data = tmp_path / "rows.parquet"
+    pq.write_table(table, data)
+    result = pretokenize(project, data, "--set", "pack.val_fraction=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((Path(json.loads(result.stdout.splitlines()[-1])["path"]) / "report.json").read_text())
+    assert (report["bad_rows"], report["train"]["documents"]) == (2, 8)
+    assert [row["reason"] for row in report["sources"][0]["first_bad_rows"]] == [
+        "field 'answer' holds a datetime inside its list or object, which JSON has no text for; store that value as "
+        "text or a number in the data",
+        "field 'answer' holds a Decimal inside its list or object, which JSON has no text for; store that value as "
+        "text or a number in the data"]
