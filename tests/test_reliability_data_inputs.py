@@ -168,3 +168,25 @@ def test_a_struct_holding_a_timestamp_or_decimal_is_a_bad_row_naming_the_field(p
         "text or a number in the data",
         "field 'answer' holds a Decimal inside its list or object, which JSON has no text for; store that value as "
         "text or a number in the data"]
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "arrow"])
+def test_a_column_named_twice_in_a_parquet_or_arrow_file_is_one_line(project, tmp_path, suffix):
+    """pyarrow writes two columns of one name when given them; selecting it by name was a KeyError
+    traceback ('Field "answer" exists 2 times in schema'). A CSV header naming it twice reads the first,
+    as datasets (pandas) does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_arrays([pa.array(["q?"]), pa.array(["c"]), pa.array(["SELECT 1"]), pa.array(["SELECT 2"])],
+                                 names=["question", "context", "answer", "answer"])
+    data = tmp_path / f"rows.{suffix}"
+    if suffix == "parquet":
+        pq.write_table(table, data)
+    else:
+        with pa.ipc.new_stream(str(data), table.schema) as writer:
+            writer.write_table(table)
+    assert one_error_line(pretokenize(project, data)) == (
+        f"error: {data}: the column 'answer' appears 2 times in the file, so which one to read is not known; write "
+        f"the file again with one column of each name, or map the field to another column with `columns:` under the "
+        f"source")

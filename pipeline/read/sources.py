@@ -217,6 +217,16 @@ def _check_columns(path: Path, columns: list[str], available: list[str]) -> None
                              f"(it has: {', '.join(map(repr, available)) or 'none'})", missing, available)
 
 
+def _check_unique(path: Path, columns: list[str], names: list[str]) -> None:
+    """A parquet or Arrow schema may name two columns alike (pyarrow writes what it is given); reading
+    one of them by name failed with a KeyError traceback: refused in one line naming it."""
+    twice = [c for c in columns if names.count(c) > 1]
+    if twice:
+        raise SourceError(f"{path}: the column {twice[0]!r} appears {names.count(twice[0])} times in the file, so "
+                          f"which one to read is not known; write the file again with one column of each name, or map "
+                          f"the field to another column with `columns:` under the source")
+
+
 def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:
     """``batch`` in pieces of ``batch_rows``, checked first: pyarrow's JSON, parquet and Arrow readers
     take text that is not UTF-8 as it is, which failed where a worker made its values (a traceback)."""
@@ -236,6 +246,7 @@ def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:
 def _parquet(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
     parquet = pq.ParquetFile(path, memory_map=True)
     _check_columns(path, columns, parquet.schema_arrow.names)
+    _check_unique(path, columns, parquet.schema_arrow.names)
     for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
         yield from _pieces(batch, batch_rows)
 
@@ -249,6 +260,7 @@ def _arrow(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
         reader = pa.ipc.open_file(pa.memory_map(str(path)))
         batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
     _check_columns(path, columns, reader.schema.names)
+    _check_unique(path, columns, reader.schema.names)
     for batch in batches:
         yield from _pieces(batch.select(columns), batch_rows)
 
