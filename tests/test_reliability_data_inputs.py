@@ -190,3 +190,40 @@ def test_a_column_named_twice_in_a_parquet_or_arrow_file_is_one_line(project, tm
         f"error: {data}: the column 'answer' appears 2 times in the file, so which one to read is not known; write "
         f"the file again with one column of each name, or map the field to another column with `columns:` under the "
         f"source")
+
+
+# --- a file of the split that is not there ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["broken-link", "fifo"])
+def test_a_file_of_the_split_that_cannot_be_read_is_named_not_left_out(project, tmp_path, kind):
+    """A directory listed its regular files only: a data file that is a link to nothing (a blob on a disk
+    not mounted) or a FIFO was left out of the source without a word, its rows never built. A broken link
+    of another split is still only ignored."""
+    import os
+
+    source = tmp_path / "data"
+    source.mkdir()
+    (source / "train-0.jsonl").write_text(jsonl(rows(10)))
+    os.symlink(tmp_path / "gone" / "test.jsonl", source / "test.jsonl")  # another split: ignored, as before
+    if kind == "broken-link":
+        os.symlink(tmp_path / "gone" / "b.jsonl", source / "train-1.jsonl")
+        what = f"a link to {tmp_path / 'gone' / 'b.jsonl'}, which does not exist"
+    else:
+        os.mkfifo(source / "train-1.jsonl")
+        what = "not a regular file (a FIFO, a device or a socket)"
+    assert one_error_line(pretokenize(project, source)) == (
+        f"error: {source / 'train-1.jsonl'}: a data file of split 'train' of {source} is {what}, so its rows cannot be "
+        f"read; restore the file, or remove it from the directory")
+    (source / "train-1.jsonl").unlink()
+    assert pretokenize(project, source).returncode == 0
+
+
+def test_a_source_that_is_a_fifo_says_so(project, tmp_path):
+    """It said 'no data file for split 'train' among no files; set split: ...'."""
+    import os
+
+    os.mkfifo(tmp_path / "rows.jsonl")
+    assert one_error_line(pretokenize(project, tmp_path / "rows.jsonl")) == (
+        f"error: {tmp_path / 'rows.jsonl'}: not a regular file or a directory (a FIFO, a device or a socket); point "
+        f"the source at a data file or a directory of them")
