@@ -227,3 +227,39 @@ def test_a_source_that_is_a_fifo_says_so(project, tmp_path):
     assert one_error_line(pretokenize(project, tmp_path / "rows.jsonl")) == (
         f"error: {tmp_path / 'rows.jsonl'}: not a regular file or a directory (a FIFO, a device or a socket); point "
         f"the source at a data file or a directory of them")
+
+
+# --- a document whose encoding would not fit build.read_memory_mb -----------------------------------
+
+
+@pytest.mark.parametrize("how", ["template", "where", "num_proc 2", "chat"])
+def test_a_document_longer_than_the_encode_bound_is_one_line_naming_its_row(project, tmp_path, how):
+    """A 50 MB JSON line (a fifth of the line bound) took a build past 13 GB before it was stopped: the
+    model's tokenizer holds ~460 bytes per byte of text at one token per byte. A document may be at most
+    build.read_memory_mb / 512 bytes of text (16 KiB under 8 here), refused before it is encoded, in the
+    build's process or a worker, named by its row as read (a ``where`` keeps the numbering)."""
+    records = rows(12)
+    records[9]["answer"] = "SELECT " + "x, " * 6000
+    records[2]["question"] = "drop me"
+    text = "### Schema\n{context}\n### Question\n{question}\n### SQL\n{answer}".format(**records[9])
+    data = tmp_path / "rows.jsonl"
+    data.write_text(jsonl(records))
+    more = {"template": [], "where": ["--set", "sources=[{name: %s, where: [{column: question, one_of: [%s]}]}]" % (
+                data, ", ".join(json.dumps(r["question"]) for r in records if r["question"] != "drop me"))],
+            "num_proc 2": ["--num-proc", "2"],
+            "chat": ["--set", "format.style=chat"]}[how]
+    args = ("--set", "build.read_memory_mb=8", *more)
+    if how == "where":
+        result = cli("pretokenize", "sql", "--configs-dir", project["configs"], "--cache-dir", project["cache"],
+                     "--no-progress", *args)
+    else:
+        result = pretokenize(project, data, *args)
+    line = one_error_line(result)
+    if how == "chat":  # the chat template's text around the row: its size is the template's
+        assert line.startswith(f"error: {data}:rows.jsonl#9: a document of 17.") and "more than 16.0 KiB" in line
+        return
+    assert line == (
+        f"error: {data}:rows.jsonl#9: a document of {len(text) / 1024:.1f} KiB of text once formatted, more than 16.0 "
+        f"KiB (build.read_memory_mb 8 / 512): the model's tokenizer holds up to 512 bytes per byte of text while it "
+        f"encodes one (up to {len(text) * 512 / (1 << 20):.1f} MiB here), so it is not encoded; remove or split that "
+        f"row, or raise build.read_memory_mb if this machine has the memory")
