@@ -263,3 +263,29 @@ def test_a_document_longer_than_the_encode_bound_is_one_line_naming_its_row(proj
         f"KiB (build.read_memory_mb 8 / 512): the model's tokenizer holds up to 512 bytes per byte of text while it "
         f"encodes one (up to {len(text) * 512 / (1 << 20):.1f} MiB here), so it is not encoded; remove or split that "
         f"row, or raise build.read_memory_mb if this machine has the memory")
+
+
+# --- a CSV quote that never closes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rows.csv", "rows.tsv.gz"])
+def test_a_csv_quote_that_never_closes_is_one_line_not_rows_swallowed(project, tmp_path, name):
+    """pyarrow read an unclosed quoted cell to the end of the file: the 8 rows after it became part of
+    one answer, and the build published 2 documents without a word (a file cut short in a quoted cell
+    ends so). A quote inside an unquoted cell (5" tall) is text, as before."""
+    import gzip
+
+    sep = "\t" if ".tsv" in name else ","
+    lines = ["question", "context", "answer"]
+    text = sep.join(lines) + "\n" + "".join(sep.join([f"q{i} 5\" tall?", "c", f"SELECT {i}"]) + "\n" for i in range(2))
+    text += sep.join(["q2?", "c", '"SELECT 2']) + "\n" + "".join(sep.join([f"q{i}?", "c", f"SELECT {i}"]) + "\n"
+                                                                   for i in range(3, 11))
+    data = tmp_path / name
+    data.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    assert one_error_line(pretokenize(project, data)) == (
+        f"error: {data}: a quoted cell of the row on line 4 is never closed, so every line after it was read as part "
+        f"of that one cell; close its quote (a quote inside a quoted cell is written twice, \"\"), or remove that row "
+        f"(a file cut short ends so: download it again)")
+    data.write_bytes(text.replace('"SELECT 2', '"SELECT 2"').encode() if not name.endswith(".gz") else
+                     gzip.compress(text.replace('"SELECT 2', '"SELECT 2"').encode()))
+    assert pretokenize(project, data).returncode == 0

@@ -292,6 +292,10 @@ def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",",
                         yield piece
                         done += num_rows(piece)
                     skip = 0
+            if (line := _unclosed_quote(path, delimiter, bound)) is not None:
+                raise SourceError(f"{path}: a quoted cell of the row on line {line} is never closed, so every line after "
+                                  f"it was read as part of that one cell; close its quote (a quote inside a quoted cell is "
+                                  f"written twice, \"\"), or remove that row (a file cut short ends so: download it again)")
             return
         except pa.ArrowInvalid as e:
             if "straddl" not in str(e):
@@ -299,6 +303,30 @@ def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",",
             if block >= min(bound.limit, _CSV_MAX_BLOCK):
                 raise bound.refuse(str(path), f"a row (after the first {done:,})") from None
             block = min(block * 4, bound.limit, _CSV_MAX_BLOCK)  # a row longer than the block (a 10 MB cell): read again from the row it stopped at
+
+
+def _unclosed_quote(path: Path, delimiter: str, bound: ReadBound) -> int | None:
+    """The line where the file's last quoted cell starts, where it never closes (the file ends inside it);
+    None otherwise. pyarrow's reader takes such a cell to the end of the file, the rows after its quote
+    with it, and says nothing. An even number of quotes cannot leave one open, unless a quote inside an
+    unquoted cell (``5" tall``, taken as it is) pairs with it: the quotes are counted first (one pass,
+    bytes), and only an odd count is parsed, by Python's strict reader, whose other complaints (``"a"b``,
+    which pyarrow takes) leave the file as pyarrow read it."""
+    quotes = 0
+    with open_binary(path) as f:
+        while chunk := f.read(1 << 20):
+            quotes += chunk.count(b'"')
+    if quotes % 2 == 0:
+        return None
+    with open_text(path, newline="") as f:
+        reader = csv.reader(bounded_lines(f, bound, path), delimiter=delimiter, strict=True)
+        start = 1
+        try:
+            for _ in reader:
+                start = reader.line_num + 1
+        except csv.Error as e:
+            return start if "unexpected end of data" in str(e) else None
+    return None
 
 
 def _tsv(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = ReadBound()) -> Iterator[Columns]:
