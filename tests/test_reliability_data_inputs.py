@@ -289,3 +289,35 @@ def test_a_csv_quote_that_never_closes_is_one_line_not_rows_swallowed(project, t
     data.write_bytes(text.replace('"SELECT 2', '"SELECT 2"').encode() if not name.endswith(".gz") else
                      gzip.compress(text.replace('"SELECT 2', '"SELECT 2"').encode()))
     assert pretokenize(project, data).returncode == 0
+
+
+# --- a cache on a read-only file system ------------------------------------------------------------------
+
+
+def test_a_cache_on_a_read_only_file_system_says_what_to_do(project, tmp_path):
+    """It was Python's ``[Errno 30] Read-only file system: '<cache>/sql'``, with no word of what to do."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()})")
+    try:
+        result = cli("pretokenize", "sql", "--configs-dir", project["configs"], "--cache-dir", disk, "--no-progress")
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+    assert one_error_line(result) == (
+        f"error: {disk / 'sql'} cannot be written: it is on a read-only file system; point packtrain at a writable "
+        f"place: --cache-dir (CACHE_DIR) for builds, train.output_dir for runs")
+
+
+def test_an_access_error_says_what_to_do():
+    from packtrain.core.errors import describe_error, error_text
+
+    denied = PermissionError(13, "Permission denied", "/srv/cache/sql/.lock")
+    assert error_text(denied) == ("/srv/cache/sql/.lock: Permission denied; give this user access to it, or point "
+                                  "packtrain at a writable place: --cache-dir (CACHE_DIR) for builds, train.output_dir "
+                                  "for runs")
+    assert describe_error(denied).startswith("PermissionError: /srv/cache/sql/.lock: Permission denied; give")
+    assert error_text(FileNotFoundError(2, "No such file or directory", "x")) == "[Errno 2] No such file or directory: 'x'"
