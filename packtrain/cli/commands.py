@@ -27,7 +27,7 @@ from packtrain.core import hints
 from packtrain.core.configfile import apply_cli_overrides
 from packtrain.core.contract import (Manifest, check_build_expert, check_shard_sizes, load_build_config, resolve_build,
                                      verify_checksums)
-from packtrain.core.errors import ContractError, Interrupted, PacktrainError, bounded, cut
+from packtrain.core.errors import ContractError, Interrupted, PacktrainError, bounded, cut, error_text
 from packtrain.core.rundir import find_run
 
 
@@ -402,7 +402,7 @@ def run() -> object:
         e.show()
         sys.exit(e.exit_code)
     except (PacktrainError, OSError) as e:  # every message bounded (errors.bounded): long values cut, said
-        click.echo(f"error: {bounded(str(e))}", err=True)
+        click.echo(f"error: {bounded(error_text(e))}", err=True)
         sys.exit(2)
 
 

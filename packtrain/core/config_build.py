@@ -432,8 +432,11 @@ class BuildConfig:
     times over (the bytes, the decoded text, the parsed values), so each may be at most
     read_memory_mb / 8 once decompressed (256 MiB by default); a longer one stops the build in one line
     naming the file, the line and the bound, before it is held (a 1 MB ``.jsonl.gz`` can expand to a
-    1 GiB line). Raise it for a dataset that really holds such rows. Not part of the build id: it
-    changes whether a build runs, never its bytes."""
+    1 GiB line). A document is held far more while the model's tokenizer encodes it (up to 512 bytes per
+    byte of its text), so a formatted document may be at most read_memory_mb / 512 bytes of text (4 MiB by
+    default): a longer one stops the build in one line naming its row, before it is encoded. Raise it for
+    a dataset that really holds such rows. Not part of the build id: it changes whether a build runs,
+    never its bytes."""
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers

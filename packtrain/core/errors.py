@@ -84,7 +84,23 @@ def bounded(message: str) -> str:
 
 def describe_error(error: BaseException) -> str:
     """``Type: message``, bounded: an error in a JSON line (rebuild, status) or a log."""
-    return bounded(f"{type(error).__name__}: {error}")
+    return bounded(f"{type(error).__name__}: {error_text(error)}")
+
+
+def error_text(error: BaseException) -> str:
+    """The message of an expected error (the CLI's ``error:`` line): the error's own, and for an
+    ``OSError`` of access (a read-only file system, no permission: a cache or runs directory mounted
+    read-only) also what to do, where it said only ``[Errno 30] Read-only file system: 'cache/sql'``."""
+    import errno
+
+    if not isinstance(error, OSError) or not error.filename:
+        return str(error)
+    where = ("point packtrain at a writable place: --cache-dir (CACHE_DIR) for builds, train.output_dir for runs")
+    if error.errno == errno.EROFS:
+        return f"{error.filename} cannot be written: it is on a read-only file system; {where}"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return f"{error.filename}: {error.strerror}; give this user access to it, or {where}"
+    return str(error)
 
 
 class Interrupted(PacktrainError):

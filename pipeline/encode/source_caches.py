@@ -36,6 +36,7 @@ from packtrain.pipeline.pack.source_stats import BadRow, Exactness, SourceStats
 from packtrain.pipeline.pack import near_dup
 from packtrain.pipeline.pack.spill import SpillWriter
 from packtrain.pipeline.encode.fork_server import ForkServer
+from packtrain.pipeline.encode.document_bound import DocumentTooLong, document_limit
 from packtrain.pipeline.encode.pool import WorkerDied, encode_stream
 from packtrain.pipeline.encode.shortcut_choices import FAST_ENCODER_NOTES, line_cache_choice, render_once_choice
 from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo
@@ -255,6 +256,9 @@ def encode_failure_named(config, headers: deque):
     the batch the build waited for or was spilling (``headers[0]``), and the fix."""
     try:
         yield
+    except DocumentTooLong as e:  # a worker's, or this process's
+        i, file, start, _ = headers[0]
+        raise e.named(f"{config.sources[i].name}:{file}#{start + e.row}", config.build.read_memory_mb) from None
     except (WorkerDied, MemoryError) as e:
         what, why = (str(e), f"{e.why}; ") if isinstance(e, WorkerDied) else \
             ("tokenizing ran out of memory (MemoryError)", "")
@@ -284,7 +288,8 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple,
                           facts=json.dumps(tokenizer.facts, sort_keys=True) if tokenizer.facts else None,
                           where=tuple(spec.where), chat_date=job.chat_date,
                           special_tokens_in_text=config.build.special_tokens_in_text,
-                          near_vocab_size=tokenizer.vocab_size if near_dup.asked(config.build) else None)
+                          near_vocab_size=tokenizer.vocab_size if near_dup.asked(config.build) else None,
+                          document_limit=document_limit(config.build.read_memory_mb))
         filtered = [c.column for c in spec.where]
         batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
                                where_fix(spec, i, formatter),

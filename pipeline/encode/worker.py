@@ -35,6 +35,8 @@ from packtrain.pipeline.read.arrow_columns import num_rows
 from packtrain.pipeline.format.chat_template import rendered_on
 from packtrain.pipeline.encode.fast import exactness, fastokens_encoder
 from packtrain.pipeline.encode import tokenizer_facts
+from packtrain.core.config_build import BuildConfig
+from packtrain.pipeline.encode.document_bound import DocumentTooLong, check_lengths, document_limit
 from packtrain.pipeline.encode.assemble import FlatDocuments, assemble_documents, assemble_flat, assemble_suffixes
 from packtrain.pipeline.encode.encoders import NotExact, fast_encoder, hf_tokenizer, line_cache
 from packtrain.pipeline.encode.shortcut_encode import encode_by_shortcut
@@ -95,6 +97,8 @@ class EncodeTask:
     near_vocab_size: int | None = None
     """Where set (the build asks for near dedup), the batch's band keys are made too (pipeline/pack/near_bands.py),
     from the token table of the tokenizer and this vocabulary size."""
+    document_limit: int = document_limit(BuildConfig.read_memory_mb)
+    """The longest document's text encoded, in UTF-8 bytes (build.read_memory_mb: pipeline/encode/document_bound.py)."""
 
 
 @dataclass
@@ -189,8 +193,11 @@ def encode_filtered_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedB
     if not keep:
         return dataclasses.replace(refused_batch(None), rows=rows, filtered=rows)
     checked = dataclasses.replace(task, check_rows=bisect.bisect_left(keep, task.check_rows))  # of the kept rows
-    batch = encode_kept_rows(checked, {name: [values[i] for i in keep] for name, values in columns.items()}
-                             if len(keep) < rows else columns)
+    try:
+        batch = encode_kept_rows(checked, {name: [values[i] for i in keep] for name, values in columns.items()}
+                                 if len(keep) < rows else columns)
+    except DocumentTooLong as e:  # named by the row as read
+        raise DocumentTooLong(keep[e.row], e.size, e.limit) from None
     return dataclasses.replace(batch, rows=rows, filtered=rows - len(keep),
                                bad_rows=[(keep[i], why) for i, why in batch.bad_rows],
                                mismatches=[dataclasses.replace(m, row=keep[m.row]) for m in batch.mismatches])
@@ -213,6 +220,7 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
     columnar = format_columns(task.formatter, columns)
     if columnar is not None:
         columnar = columnar.without(not_unicode(columnar.texts))
+        check_lengths(columnar.texts, columnar.kept, task.document_limit)
     if columnar is not None and fast is not None and fast.name == fastokens_encoder.NAME:
         return encode_suffix_rows(task, fast, columnar)
     if columnar is not None:
@@ -221,6 +229,7 @@ def encode_kept_rows(task: EncodeTask, columns: dict[str, list]) -> EncodedBatch
     else:
         special: list = []
         docs, kept, bad = format_rows(task.formatter, columns, special)
+        check_lengths([doc.text for doc in docs], kept, task.document_limit)
         if refused := not_unicode([doc.text for doc in docs]):  # their rows are bad (a row gives none then)
             bad += [(kept[k], why) for k, why in refused]
             drop = {k for k, _ in refused}

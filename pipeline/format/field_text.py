@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import string
+from functools import partial
 from typing import Any
 
 from packtrain.pipeline.format.chat_template import BadRow
@@ -71,8 +72,22 @@ def text_value(value: Any, name: str) -> str:
                      "format.style: chat (with format.messages or a preset)")
     if isinstance(value, (list, dict)):
         try:
-            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                              default=partial(_no_json_text, name))
+        except BadRow:  # a ValueError too
+            raise
         except ValueError:
             raise BadRow(f"field {name!r} holds a NaN or infinite number, which JSON has no text for; fix that value "
                          "in the data") from None
+        except RecursionError:
+            raise BadRow(f"field {name!r} holds lists or objects nested deeper than Python's JSON writer goes (about "
+                         "1,000 levels); flatten that value in the data") from None
     raise BadRow(f"field {name!r} has type {type(value).__name__}, expected text")
+
+
+def _no_json_text(name: str, value: Any) -> Any:
+    """``json.dumps``' ``default``: a value inside a list or object that JSON has no text for (a parquet
+    struct's timestamp, date, decimal or bytes) makes the row a bad row naming the field and the type,
+    where it stopped the build with a TypeError traceback."""
+    raise BadRow(f"field {name!r} holds a {type(value).__name__} inside its list or object, which JSON has no text "
+                 "for; store that value as text or a number in the data")

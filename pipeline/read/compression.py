@@ -14,6 +14,7 @@ The source's fingerprint hashes a file as stored (compressed); the rows are what
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
 import io
 import lzma
@@ -100,3 +101,25 @@ def arrow_input(path: Path):
     if comp in _ARROW_CODECS:
         return pa.CompressedInputStream(pa.OSFile(str(path)), _ARROW_CODECS[comp])
     return open_binary(path)
+
+
+NEWLINE = b"\n"
+
+
+def first_not_utf8(path: Path, chunk_bytes: int = 1 << 20) -> str | None:
+    """Where a text data file (decompressed as it is read) first holds bytes that are not UTF-8, for
+    errors: ``line 10 (byte 0xe9)``; None where it is all UTF-8. Memory stays one chunk, however long
+    its lines."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines = 1
+    with open_binary(path) as f:
+        while True:
+            chunk = f.read(chunk_bytes)
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as e:  # e.object: the bytes the decoder held back (part of a character), then chunk
+                line = lines + e.object[:e.start].count(NEWLINE)
+                return f"line {line} (byte 0x{e.object[e.start]:02x})"
+            if not chunk:
+                return None
+            lines += chunk.count(NEWLINE)

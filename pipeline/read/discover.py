@@ -170,8 +170,17 @@ def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
         return _resolve_saved(spec, path, path / spec.split)
     if (path / "state.json").is_file():
         return _resolve_saved(spec, path, path)
-    seen = sorted(p for p in path.rglob("*") if p.is_file())
+    if not path.is_dir():
+        raise SourceError(f"{path}: not a regular file or a directory (a FIFO, a device or a socket); point the "
+                          "source at a data file or a directory of them")
+    # a link to nothing (or a FIFO) is listed too: a file of the split that is one is refused, not left out silently
+    seen = sorted(p for p in path.rglob("*") if not p.is_dir())
     files, note, other_format = _select_split(path, seen, spec.split, spec.config)
+    if unreadable := next((f for f in files if not f.is_file()), None):
+        what = (f"a link to {os.readlink(unreadable)}, which does not exist" if unreadable.is_symlink() and
+                not unreadable.exists() else "not a regular file (a FIFO, a device or a socket)")
+        raise SourceError(f"{unreadable}: a data file of split {spec.split!r} of {path} is {what}, so its rows cannot "
+                          "be read; restore the file, or remove it from the directory")
     if not files:
         raise SourceNotFound(f"{path}: {_no_split(path, seen, spec)}; set split: under the source to one of "
                              "them, name files after their split (train.jsonl, test.jsonl) or point sources: at one file")

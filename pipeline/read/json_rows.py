@@ -13,20 +13,35 @@ is first asked, with the same values and the same errors (``path, line N: not va
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Mapping
 
 
 
 def parse_row(path: str, lineno: int, line: str) -> dict:
-    """The JSON object on line ``lineno`` of ``path``, or the ``SourceError`` that says why not."""
+    """The JSON object on line ``lineno`` of ``path``, or the ``SourceError`` that says why not: not JSON,
+    and also JSON that ``json.loads`` refuses otherwise (an integer of more than 4,300 digits, a
+    ValueError; values nested past Python's recursion limit, about 1,000 levels, a RecursionError)."""
     try:
         row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise source_error(f"{path}, line {lineno}: not valid JSON ({e.msg}); fix or remove that line") from None
+    except (ValueError, RecursionError) as e:
+        raise source_error(f"{path}, line {lineno}: {json_problem(e)}; fix or remove that line") from None
     if not isinstance(row, dict):
         raise source_error(f"{path}, line {lineno}: expected one JSON object per line, got "
                            f"{type(row).__name__}; write one {{\"field\": value}} object per line")
     return row
+
+
+def json_problem(error: ValueError | RecursionError) -> str:
+    """What ``json.loads`` refused, in a few words: not JSON (its message, ``Expecting value``), or JSON
+    Python's reader does not take (values nested too deep, an integer with too many digits)."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"not valid JSON ({error.msg})"
+    if isinstance(error, RecursionError):
+        return "lists or objects nested deeper than Python's JSON reader goes (about 1,000 levels)"
+    if "digits" in str(error):  # int(): "Exceeds the limit (4300 digits) for integer string conversion ..."
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits, which Python's JSON reader refuses"
+    return f"not valid JSON ({' '.join(str(error).split())[:200]})"
 
 
 def source_error(message: str) -> Exception:

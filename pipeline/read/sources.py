@@ -34,9 +34,10 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from packtrain.pipeline.read.arrow_columns import ArrowColumns, cut, joined, num_rows
-from packtrain.pipeline.read.json_rows import JsonLines, parse_row
-from packtrain.pipeline.read.compression import (DECOMPRESSION_ERRORS, arrow_input, compressed_unnamed, damaged_fix,
-                                            describe, file_format, open_binary, open_text)
+from packtrain.pipeline.read.json_rows import JsonLines, json_problem, parse_row
+from packtrain.pipeline.read.compression import (DECOMPRESSION_ERRORS, TEXT_SUFFIXES, arrow_input, compressed_unnamed,
+                                            damaged_fix, describe, file_format, first_not_utf8, open_binary,
+                                            open_text)
 from packtrain.pipeline.read.discover import DATA_SUFFIXES_TEXT, ResolvedSource, SourceError
 from packtrain.pipeline.format.format import template_columns_fix
 from packtrain.core.config_build import BuildConfig
@@ -184,8 +185,21 @@ def _read_chunks(path: Path, columns: list[str], batch_rows: int, bound: ReadBou
     try:
         yield from readers[suffix](path, columns, batch_rows)
     except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error, RecursionError, *DECOMPRESSION_ERRORS) as e:
+        if isinstance(e, UnicodeDecodeError) or re.search(r"\bUTF-?8\b", str(e), re.IGNORECASE):
+            raise SourceError(_not_utf8(path, e)) from None
         raise SourceError(f"{path}: cannot be read as {describe(path)} ({one_line(e) or type(e).__name__}); "
                           f"{damaged_fix(path)}") from None
+
+
+def _not_utf8(path: Path, error: Exception) -> str:
+    """The one line for a data file holding text that is not UTF-8 (latin-1, UTF-16, ...): where (a text
+    file's first such line; a parquet or Arrow file's column) and how to convert it."""
+    if file_format(path.name)[0] in TEXT_SUFFIXES:
+        where = first_not_utf8(path)
+        return (f"{path}{f', {where}' if where else ''}: not UTF-8 text; data files are read as UTF-8 (as datasets "
+                f"reads them): convert it (e.g. `iconv -f latin1 -t utf-8`) or remove it from the source")
+    return (f"{path}: a text column holds bytes that are not UTF-8 ({one_line(error)}); write the file again with "
+            f"that column's text decoded to UTF-8, or remove it from the source")
 
 
 class MissingColumns(SourceError):
@@ -203,7 +217,28 @@ def _check_columns(path: Path, columns: list[str], available: list[str]) -> None
                              f"(it has: {', '.join(map(repr, available)) or 'none'})", missing, available)
 
 
+def _check_unique(path: Path, columns: list[str], names: list[str]) -> None:
+    """A parquet or Arrow schema may name two columns alike (pyarrow writes what it is given); reading
+    one of them by name failed with a KeyError traceback: refused in one line naming it."""
+    twice = [c for c in columns if names.count(c) > 1]
+    if twice:
+        raise SourceError(f"{path}: the column {twice[0]!r} appears {names.count(twice[0])} times in the file, so "
+                          f"which one to read is not known; write the file again with one column of each name, or map "
+                          f"the field to another column with `columns:` under the source")
+
+
 def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:
+    """``batch`` in pieces of ``batch_rows``, checked first: pyarrow's JSON, parquet and Arrow readers
+    take text that is not UTF-8 as it is, which failed where a worker made its values (a traceback)."""
+    try:
+        batch.validate(full=True)
+    except pa.ArrowInvalid:
+        for name, column in zip(batch.schema.names, batch.columns):
+            try:
+                column.validate(full=True)
+            except pa.ArrowInvalid as e:  # "Invalid UTF8 sequence at string index 9": said by _not_utf8
+                raise pa.ArrowInvalid(f"column {name!r}: {' '.join(str(e).split())}") from None
+        raise
     for offset in range(0, batch.num_rows, batch_rows):
         yield ArrowColumns(batch.slice(offset, batch_rows))
 
@@ -211,6 +246,7 @@ def _pieces(batch: pa.RecordBatch, batch_rows: int) -> Iterator[Columns]:
 def _parquet(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]:
     parquet = pq.ParquetFile(path, memory_map=True)
     _check_columns(path, columns, parquet.schema_arrow.names)
+    _check_unique(path, columns, parquet.schema_arrow.names)
     for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
         yield from _pieces(batch, batch_rows)
 
@@ -224,6 +260,7 @@ def _arrow(path: Path, columns: list[str], batch_rows: int) -> Iterator[Columns]
         reader = pa.ipc.open_file(pa.memory_map(str(path)))
         batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
     _check_columns(path, columns, reader.schema.names)
+    _check_unique(path, columns, reader.schema.names)
     for batch in batches:
         yield from _pieces(batch.select(columns), batch_rows)
 
@@ -255,6 +292,10 @@ def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",",
                         yield piece
                         done += num_rows(piece)
                     skip = 0
+            if (line := _unclosed_quote(path, delimiter, bound)) is not None:
+                raise SourceError(f"{path}: a quoted cell of the row on line {line} is never closed, so every line after "
+                                  f"it was read as part of that one cell; close its quote (a quote inside a quoted cell is "
+                                  f"written twice, \"\"), or remove that row (a file cut short ends so: download it again)")
             return
         except pa.ArrowInvalid as e:
             if "straddl" not in str(e):
@@ -262,6 +303,30 @@ def _csv(path: Path, columns: list[str], batch_rows: int, delimiter: str = ",",
             if block >= min(bound.limit, _CSV_MAX_BLOCK):
                 raise bound.refuse(str(path), f"a row (after the first {done:,})") from None
             block = min(block * 4, bound.limit, _CSV_MAX_BLOCK)  # a row longer than the block (a 10 MB cell): read again from the row it stopped at
+
+
+def _unclosed_quote(path: Path, delimiter: str, bound: ReadBound) -> int | None:
+    """The line where the file's last quoted cell starts, where it never closes (the file ends inside it);
+    None otherwise. pyarrow's reader takes such a cell to the end of the file, the rows after its quote
+    with it, and says nothing. An even number of quotes cannot leave one open, unless a quote inside an
+    unquoted cell (``5" tall``, taken as it is) pairs with it: the quotes are counted first (one pass,
+    bytes), and only an odd count is parsed, by Python's strict reader, whose other complaints (``"a"b``,
+    which pyarrow takes) leave the file as pyarrow read it."""
+    quotes = 0
+    with open_binary(path) as f:
+        while chunk := f.read(1 << 20):
+            quotes += chunk.count(b'"')
+    if quotes % 2 == 0:
+        return None
+    with open_text(path, newline="") as f:
+        reader = csv.reader(bounded_lines(f, bound, path), delimiter=delimiter, strict=True)
+        start = 1
+        try:
+            for _ in reader:
+                start = reader.line_num + 1
+        except csv.Error as e:
+            return start if "unexpected end of data" in str(e) else None
+    return None
 
 
 def _tsv(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = ReadBound()) -> Iterator[Columns]:
@@ -272,67 +337,59 @@ def _tsv(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = Rea
 _JSON_BLOCK = 1 << 20  # pyarrow's default block for JSON lines
 
 
-class _Fallback(Exception):
-    pass
-
-
 def _jsonl(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = ReadBound()) -> Iterator[Columns]:
-    """JSON lines through pyarrow's streaming reader; where it cannot give exactly what ``json.loads``
-    would (types that change between rows, strings it would parse as timestamps, a column its first
-    block lacks, which later rows may hold), line by line."""
-    done = 0
+    """JSON lines through pyarrow's streaming reader, the requested columns as text and every other field
+    skipped; where a requested column holds anything but text or null in some row (a number, a list, an
+    object: what pyarrow would convert otherwise than ``json.loads``), line by line from that block on.
+
+    pyarrow is given the schema rather than asked to infer it: inferring the type of a field nested about
+    10,000 levels deep crashed the process with a segmentation fault, even a field the build does not read
+    (its parser reads any depth; the inference recurses). A column no row has is said before any row is
+    read where the file's bytes hold its key nowhere (:func:`_keys_nowhere`), else after the rows."""
+    _keys_nowhere(path, columns, bound)
+    done, unseen = 0, set(columns)  # unseen: no row read so far holds a value in that column
+    schema = pa.schema([(c, pa.string()) for c in columns])
     try:
         with arrow_input(path) as stream:
             # pyarrow reads an object up to two blocks long: blocks of half the bound, where its default
             # (1 MiB) is more, leave every longer line to the bounded line-by-line read
-            reader = pjson.open_json(stream, pjson.ReadOptions(block_size=min(_JSON_BLOCK, bound.limit // 2)))
-            names = reader.schema.names
-            if not all(c in names and _json_native(reader.schema.field(c).type) for c in columns):
-                raise _Fallback
+            reader = pjson.open_json(stream, pjson.ReadOptions(block_size=min(_JSON_BLOCK, bound.limit // 2)),
+                                     pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
             for batch in reader:
+                unseen -= {c for c in unseen if batch.column(c).null_count < batch.num_rows}
                 for piece in _pieces(batch.select(columns), batch_rows):
                     yield piece
                     done += num_rows(piece)
+    except pa.ArrowInvalid:
+        yield from _json_lines(path, columns, batch_rows, skip=done, bound=bound, unseen=unseen)
         return
-    except (pa.ArrowInvalid, _Fallback):
-        pass
-    yield from _json_lines(path, columns, batch_rows, skip=done, bound=bound)
-
-
-def _json_native(t: pa.DataType) -> bool:
-    """Types pyarrow reads exactly as ``json.loads`` does. Not structs (Arrow takes the union of
-    keys across rows, fills missing ones with null and reorders them) and not floats (a column
-    mixing 3 and 4.5 becomes 3.0 and 4.5): those columns are read line by line."""
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _json_native(t.value_type)
-    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_int64(t)
-            or pa.types.is_boolean(t) or pa.types.is_null(t))
+    if unseen and done:  # null in every row: lacking from every row is an error (a file with no rows lacks nothing)
+        yield from _json_lines(path, columns, batch_rows, skip=done, bound=bound, unseen=unseen)
 
 
 def _json_lines(path: Path, columns: list[str], batch_rows: int, skip: int = 0,
-                bound: ReadBound = ReadBound()) -> Iterator[Columns]:
+                bound: ReadBound = ReadBound(), unseen: Iterable[str] | None = None) -> Iterator[Columns]:
     """One JSON object per non-blank line; the first ``skip`` rows were already read. A column some
-    rows lack is null there (a bad row, counted); one that no row has is an error: said before any row
-    is read where the file's bytes hold its key nowhere (:func:`_keys_nowhere`), else at the end. The
-    batches are the lines, parsed where they are used (pipeline/read/json_rows.py)."""
-    if skip == 0:
-        _keys_nowhere(path, columns, bound)
+    rows lack is null there (a bad row, counted); one that no row has is an error, said at the end: the
+    lines are parsed here (from the first, skipped ones included) only while a column of ``unseen``
+    (default: all) is in no row parsed yet. The batches are the lines, parsed where they are used
+    (pipeline/read/json_rows.py)."""
     lines: list[str] = []
     linenos: list[int] = []
     row = 0
-    seen: dict[str, None] = {}  # every key of the rows read, while a column is still unseen
-    unseen = set(columns) if skip == 0 else set()  # pyarrow's schema (every key of its rows) had them all
+    seen: dict[str, None] = {}  # every key of the rows parsed, while a column is still unseen
+    unseen = set(columns if unseen is None else unseen)
     with open_text(path) as f:
         for lineno, line in enumerate(bounded_lines(f, bound, path), 1):
             if not line.strip():
-                continue
-            if row < skip:
-                row += 1
                 continue
             if unseen:  # parsed here only until every column is seen (in the worker that uses it, after)
                 obj = parse_row(str(path), lineno, line)
                 seen.update(dict.fromkeys(obj))
                 unseen.difference_update(obj)
+            if row < skip:
+                row += 1
+                continue
             lines.append(line)
             linenos.append(lineno)
             row += 1
@@ -354,7 +411,7 @@ def _keys_nowhere(path: Path, columns: list[str], bound: ReadBound = ReadBound()
         with open_text(path) as f:  # the first line bounded: it may be the 1 GiB one
             first = next((line for line in bounded_lines(f, bound, path) if line.strip()), None)
         row = json.loads(first) if first is not None else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # said, with its line, by the line-by-line read
         return
     if not isinstance(row, dict):
         return
@@ -417,8 +474,9 @@ def _json(path: Path, columns: list[str], batch_rows: int, bound: ReadBound = Re
         if len(text) > bound.limit:
             raise bound.refuse(str(path), "a JSON array file (parsed whole)")
         rows = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SourceError(f"{path}, line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); fix the file") from None
+    except (ValueError, RecursionError) as e:
+        at = f", line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise SourceError(f"{path}{at}: {json_problem(e)}; fix the file") from None
     keys: dict[str, None] = {}
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
