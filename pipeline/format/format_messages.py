@@ -146,7 +146,7 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
             if messages[k]["role"] != "assistant":
                 continue
             through = render(messages[: k + 1], False)
-            head = turn_head(render, messages, k, through)
+            head = turn_head(render, messages, k, through, column)
             stop = len(through.rstrip())  # the end-of-turn token is supervised, the newline after it is not
             if not through.startswith(head):
                 raise BadRow(no_turn_start(k, column) if k else

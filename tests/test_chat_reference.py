@@ -1,0 +1,39 @@
+"""Conversations the build refuses, refused for what they are (bench/chat_reference_check.py, the differential
+harness against transformers' ``apply_chat_template``, found each; docs/BUILD.md, Conversations)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from packtrain.pipeline.format.format import BadRow, render_conversation
+from packtrain.pipeline.format.format_messages import render_each_turn
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3 = (ROOT / "tests" / "chat_templates" / "qwen3.jinja").read_text()
+
+
+def U(text):
+    return {"role": "user", "content": text}
+
+
+def A(text, **extra):
+    return {"role": "assistant", "content": text, **extra}
+
+
+def test_an_answer_first_conversation_says_so_where_the_template_fails_on_no_messages():
+    """Qwen3's template reads ``messages[0]``: the empty history before an opening answer fails to render.
+    The row is refused for what it is, not for the template's error (until 2026-12-06: 'the chat template
+    fails on this row (UndefinedError: list object has no element 0)')."""
+    messages = [A("I start."), U("q"), A("ok")]
+    for render in (lambda: render_conversation(QWEN3, None, messages, "messages", None, "<|im_end|>", once=True),
+                   lambda: render_each_turn(QWEN3, None, messages, "messages", None, "<|im_end|>")):
+        with pytest.raises(BadRow) as e:
+            render()
+        assert str(e.value) == (
+            "the conversation in 'messages' opens with an assistant turn, and the chat template fails on the empty "
+            "conversation before it (UndefinedError: list object has no element 0), so the turn's start cannot be "
+            "found; open the conversation with a system or user message (format.system adds one)")
+    doc = render_conversation(QWEN3, "Be brief.", messages, "messages", None, "<|im_end|>")  # format.system: fixed
+    assert [doc.text[a:b] for a, b in doc.spans] == ["I start.<|im_end|>", "<think>\n\n</think>\n\nok<|im_end|>"]
