@@ -22,6 +22,23 @@ def A(text, **extra):
     return {"role": "assistant", "content": text, **extra}
 
 
+def test_qwen3s_reasoning_in_earlier_turns_trains_one_document_per_turn():
+    """Qwen3's template renders an answer's ``reasoning_content`` only while the answer is the last turn:
+    with ``format.each_assistant_turn`` each turn's document renders its own. Until 2026-12-06 the check
+    that refuses a field the template drops looked at the whole conversation only, and refused the row."""
+    messages = [U("q1"), A("a1", reasoning_content="r1"), U("q2"), A("a2", reasoning_content="r2")]
+    docs = render_each_turn(QWEN3, None, messages, "messages", None, "<|im_end|>")
+    assert [d.text for d in docs] == [
+        "<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\n<think>\nr1\n</think>\n\na1<|im_end|>",
+        "<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\nr2\n</think>\n\na2<|im_end|>"]
+    assert [d.text[a:b] for d in docs for a, b in d.spans] == ["<think>\nr1\n</think>\n\na1<|im_end|>",
+                                                                "<think>\nr2\n</think>\n\na2<|im_end|>"]
+    with pytest.raises(BadRow, match="message 1 .assistant. has a field 'reasoning_content' that the chat template "
+                                     "does not render"):  # the whole conversation drops turn 1's: one document cannot
+        render_conversation(QWEN3, None, messages, "messages", None, "<|im_end|>")
+
+
 def test_an_answer_first_conversation_says_so_where_the_template_fails_on_no_messages():
     """Qwen3's template reads ``messages[0]``: the empty history before an opening answer fails to render.
     The row is refused for what it is, not for the template's error (until 2026-12-06: 'the chat template
