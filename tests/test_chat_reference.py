@@ -54,3 +54,16 @@ def test_an_answer_first_conversation_says_so_where_the_template_fails_on_no_mes
             "found; open the conversation with a system or user message (format.system adds one)")
     doc = render_conversation(QWEN3, "Be brief.", messages, "messages", None, "<|im_end|>")  # format.system: fixed
     assert [doc.text[a:b] for a, b in doc.spans] == ["I start.<|im_end|>", "<think>\n\n</think>\n\nok<|im_end|>"]
+
+
+def test_content_given_as_parts_is_refused_saying_how_to_fix_it():
+    """OpenAI-style content parts: transformers hands the list to the template (SmolLM2's raises, a Llama 3
+    style ``| trim`` renders the list's Python text); the build refuses the row naming the fix (until
+    2026-12-06: "'messages' message 0: content is list, expected text")."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}, A("Hello")]
+    with pytest.raises(BadRow) as e:
+        render_conversation(QWEN3, None, messages, "messages", None, "<|im_end|>")
+    assert str(e.value) == (
+        "'messages' message 0: content is a list of 1 parts, expected text (the chat template renders text; "
+        "SmolLM2's fails on a list, Llama 3's writes its Python text); join the parts' text into one string in "
+        "the data")

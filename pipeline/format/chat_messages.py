@@ -169,6 +169,10 @@ def check_messages(messages: Any, column: str) -> list[dict]:
                          "data's keys and roles with format.message_property_mappings and format.roles (ShareGPT's: "
                          "format.preset: sharegpt)")
         content = message.get("content")
+        if isinstance(content, list):  # OpenAI's content parts: apply_chat_template passes them to the template as is
+            raise BadRow(f"{column!r} message {i}: content is a list of {len(content)} parts, expected text (the chat "
+                         "template renders text; SmolLM2's fails on a list, Llama 3's writes its Python text); join "
+                         "the parts' text into one string in the data")
         if content is not None and not isinstance(content, str):
             raise BadRow(f"{column!r} message {i}: content is {type(content).__name__}, expected text")
         if content is None and not message.get("tool_calls"):
