@@ -1,25 +1,62 @@
-"""Conversations the build refuses, refused for what they are (bench/chat_reference_check.py, the differential
-harness against transformers' ``apply_chat_template``, found each; docs/BUILD.md, Conversations)."""
+"""Conversations through the build's worker (pipeline/encode/worker.py ``encode_rows``: the chat template
+rendered once and turn by turn, fastokens and the HF tokenizer) against transformers'
+``apply_chat_template`` with the real tokenizers' own chat templates (SmolLM2, Qwen3 with and without
+thinking, Qwen2-Instruct's) and synthetic ones: the same text, the same ids, and the assistant mask that
+transformers gives the template with ``{% generation %}`` markers. The cases of the differential harness
+bench/chat_reference_check.py (docs/BUILD.md, Conversations) that guard a rule or found a bug."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from packtrain.pipeline.format.format import BadRow, render_conversation
-from packtrain.pipeline.format.format_messages import render_each_turn
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import chat_reference_check as harness  # noqa: E402
+from bench.chat_reference_setups import setups as all_setups  # noqa: E402
+from bench.chat_reference_check import A, S, U  # noqa: E402
+from build_fixtures import chat_configs, packed_documents  # noqa: E402
+
+from packtrain.pipeline.format.format import BadRow, render_conversation  # noqa: E402
+from packtrain.pipeline.format.format_messages import render_each_turn  # noqa: E402
+
 QWEN3 = (ROOT / "tests" / "chat_templates" / "qwen3.jinja").read_text()
+CASES = ("plain", "system + 2 exchanges", "system in the middle", "tool call + result", "content parts",
+         "reasoning_content twice", "<think> earlier turn", "whitespace assistant", "injection", "combining marks",
+         "NUL", "ends on user", "starts with assistant")
+# the build's outcome for each of CASES, in the default build (one render, fastokens: the first letter) and
+# with both off (the second), data's special-token text encoded as text: = text, ids and mask are the
+# reference's; R a bad row with its reason (x: apply_chat_template fails too); m the mask differs only as
+# docs/BUILD.md says (Qwen3 without thinking: the empty reasoning block is the generation prompt's)
+EXPECTED = {
+    "smollm2": "== == == RR xx RR == RR == == == == RR",
+    "qwen3": "== RR RR RR xx RR RR RR == == == RR RR",
+    "qwen3 thinking off": "mm RR RR RR xx RR RR RR == mm mm RR RR",
+    # one document per assistant turn: Qwen3's reasoning, under either name, trained in the turn's own document
+    "qwen3 each turn": "== == == == xx == == RR == == == == RR",
+    "qwen2": "== == == RR xx RR == RR == == == == RR",
+    "qwen2 + format.system": "== == == RR xx RR == RR == == == == ==",
+    "llama3-style": "== == == RR RR RR == RR == == == == RR",
+}
 
 
-def U(text):
-    return {"role": "user", "content": text}
+@pytest.fixture(scope="module")
+def setups(real_tokenizer, tmp_path_factory):
+    made = {name: real_tokenizer(name) for name in ("smollm2", "qwen3", "qwen2")}
+    return {setup.name: setup for setup in all_setups(made, tmp_path_factory.mktemp("synthetic"))}
 
 
-def A(text, **extra):
-    return {"role": "assistant", "content": text, **extra}
+@pytest.mark.parametrize("name", EXPECTED)
+def test_hostile_conversations_build_apply_chat_templates_text_ids_and_mask(setups, name):
+    modes = ((True, True, "text"), (False, False, "text"))
+    conversations = {case: harness.CONVERSATIONS[case] for case in CASES}
+    outcomes, problems = harness.check(setups[name], conversations, modes, alone=False)  # one batch: the harness does both
+    assert not problems
+    assert " ".join(outcomes.values()) == EXPECTED[name]
 
 
 def test_qwen3s_reasoning_in_earlier_turns_trains_one_document_per_turn():
@@ -54,6 +91,42 @@ def test_an_answer_first_conversation_says_so_where_the_template_fails_on_no_mes
             "found; open the conversation with a system or user message (format.system adds one)")
     doc = render_conversation(QWEN3, "Be brief.", messages, "messages", None, "<|im_end|>")  # format.system: fixed
     assert [doc.text[a:b] for a, b in doc.spans] == ["I start.<|im_end|>", "<think>\n\n</think>\n\nok<|im_end|>"]
+
+
+@pytest.mark.parametrize("shortcuts", ["on", "off"])
+def test_a_build_of_hostile_conversations_counts_every_refused_row_and_writes_the_references_tokens(
+        setups, tmp_path, shortcuts):
+    """The whole build (``build()``, as ``packtrain pretokenize`` runs it) over SmolLM2, one render and
+    fastokens on or off: each conversation is a document whose ids and mask are apply_chat_template's (the
+    marked template's mask, without the newline after the last ``<|im_end|>``), or a bad row counted in
+    the report with its reason; none is dropped silently."""
+    from packtrain.core.configfile import load_config
+    from packtrain.pipeline.orchestrate.build import build
+    from transformers import AutoTokenizer
+
+    setup = setups["smollm2"]
+    cases = [case for case in CASES if case not in ("content parts", "injection")]
+    configs = chat_configs(tmp_path, [{"messages": harness.CONVERSATIONS[case]} for case in cases], setup.directory,
+                           block_size=512)
+    overrides = {} if shortcuts == "on" else {"build.render_once": False, "build.fast_encoder": False}
+    result = build(load_config("chat", configs, overrides), tmp_path / "cache", log=lambda *_: None, progress=False)
+    report = json.loads((result.path / "report.json").read_text())["sources"][0]
+    refused = ["tool call + result", "reasoning_content twice", "whitespace assistant", "starts with assistant"]
+    assert report["bad_rows"] == len(refused)
+    assert [row["reason"][:60] for row in report["first_bad_rows"]] == [
+        "'messages' message 1 (assistant) has a field 'tool_calls' th",
+        "'messages' message 1 (assistant) has a field 'reasoning_cont",
+        "'messages' message 1 (assistant) is empty, and an empty answ",
+        "the chat template does not render assistant turn 0 of 'messa"]
+    tokenizer = AutoTokenizer.from_pretrained(str(setup.directory))
+    want = []
+    for case in cases:
+        if case not in refused:
+            marked = tokenizer.apply_chat_template(harness.CONVERSATIONS[case], chat_template=setup.marked,
+                                                   return_dict=True, return_assistant_tokens_mask=True)
+            assert tokenizer.decode(marked["input_ids"][-1:]) == "\n"
+            want.append((marked["input_ids"][:-1], marked["assistant_masks"][:-1]))
+    assert sorted(packed_documents(result)) == sorted(want)
 
 
 def test_content_given_as_parts_is_refused_saying_how_to_fix_it():
