@@ -96,7 +96,9 @@ def qwen3_marked(template: str) -> str:
 
 
 SYNTHETIC_SPECIALS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<bos>",
-                      "<start_of_turn>", "<end_of_turn>", "<s>", "</s>")
+                      "<start_of_turn>", "<end_of_turn>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>",
+                      "<|end|>", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>")
+SYNTHETIC_ADDED = ("<｜User｜>", "<｜Assistant｜>")  # DeepSeek's turn markers: added tokens, not special ones
 
 
 def with_specials(source: Path, directory: Path) -> Path:
@@ -106,6 +108,7 @@ def with_specials(source: Path, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SYNTHETIC_SPECIALS])
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in SYNTHETIC_ADDED])
     tokenizer.save(str(directory / "tokenizer.json"))
     config = json.loads((source / "tokenizer_config.json").read_text())
     config.pop("added_tokens_decoder", None)  # tokenizer.json lists every added token, these too
@@ -142,4 +145,10 @@ def setups(made: dict[str, Path], root: Path) -> list[Setup]:
         Setup("gemma-style", synthetic, GEMMA, MARKED_GEMMA, "<end_of_turn>", bos="<bos>"),
         Setup("mistral [INST]", synthetic, MISTRAL, MARKED_MISTRAL, "</s>", bos="<s>"),
         Setup("generation-tagged", made["smollm2"], TAGGED, TAGGED, "<|im_end|>"),
+        # the models' own templates as TRL stores them, TRL's training templates the mask reference; Phi-3 ends the
+        # conversation with the EOS (supervised with the last turn), DeepSeek-V3's generation prompt adds <think>
+        Setup("phi3", synthetic, (ROOT / "tests/chat_templates/phi3.jinja").read_text(), trl_template("phi3_training"),
+              "<|endoftext|>", prompt_side=("\n",)),
+        Setup("deepseekv3", synthetic, (ROOT / "tests/chat_templates/deepseekv3.jinja").read_text(),
+              trl_template("deepseekv3_training"), "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>"),
     ]

@@ -41,6 +41,9 @@ EXPECTED = {
     "qwen2": "== == == RR xx RR == RR == == == == RR",
     "qwen2 + format.system": "== == == RR xx RR == RR == == == == ==",
     "llama3-style": "== == == RR RR RR == RR == == == == RR",
+    # DeepSeek-V3's generation prompt ends in <think>, its turns do not: the turn's header is supervised, as TRL's
+    # deepseekv3_training marks it (the mask reference); its system messages gather at the start
+    "deepseekv3": "== == RR xx xx RR == RR == == == == RR",
 }
 
 
