@@ -10,13 +10,17 @@ through its end-of-turn token.
 
 What a document is allowed to differ in from ``apply_chat_template`` (docs/BUILD.md, Conversations):
 the whitespace after the last end-of-turn EOS is not written, and the EOS is appended where the text does
-not end with it; under ``build.special_tokens_in_text: text`` (the default) the data's special-token
-text encodes as text, so such rows are compared under ``special`` (HF's default) and, under ``text``,
-checked to hold no more special ids than the template writes. A row the build refuses must be a bad row
-with a one-line reason (``R``), never a silent drop. Each outcome per conversation and mode:
+not end with it. Under ``build.special_tokens_in_text: special`` the ids are ``apply_chat_template``'s;
+under ``text`` (the default) the data's special-token text encodes as text, so the reference is the
+rendered text cut at the template's special tokens (found by rendering the data's special-token text as
+private-use characters), each piece encoded with ``split_special_tokens=True`` (:func:`text_mode_ids`).
+A row the build refuses must be a bad row with a one-line reason, never a silent drop. Each outcome per
+conversation and mode:
 
     =  text, ids and mask equal the reference's
-    R  a bad row with a reason (the reason is printed with --verbose); apply_chat_template fails (x) or not
+    m  text and ids equal; the mask differs only on tokens the setup names (``Setup.prompt_side``: where
+       the references disagree on what an assistant token is, docs/BUILD.md)
+    R  a bad row with a one-line reason (printed with --verbose); x: apply_chat_template fails on it too
     !  a difference: printed, and the exit status is 1
 """
 
@@ -275,6 +279,7 @@ def compare_document(setup: Setup, tokenizer, messages: list, got: tuple, specia
 
 
 MODES = tuple((once, fast, special) for once in (True, False) for fast in (True, False) for special in ("special", "text"))
+MODE_NAMES = tuple(f"{'TF'[not once]}{'TF'[not fast]}{special[0]}" for once, fast, special in MODES)  # TTs TTt ... FFt
 
 
 def outcome(setup: Setup, tokenizer, name: str, messages: list, got: Result, special: str) -> tuple[str, str | None]:
@@ -328,7 +333,7 @@ def main() -> int:
         for setup in setups(made, Path(root)):
             if args.only and setup.name not in args.only.split(","):
                 continue
-            print(f"{setup.name}: render_once, fastokens, special_tokens_in_text: TTs TTt TFs TFt FTs FTt FFs FFt", flush=True)
+            print(f"{setup.name}: render_once, fastokens, special_tokens_in_text: {' '.join(MODE_NAMES)}", flush=True)
             outcomes, found = check(setup, CONVERSATIONS, verbose=args.verbose)
             print("\n".join(f"  {name:28} {letters}" for name, letters in outcomes.items()), flush=True)
             problems += found
