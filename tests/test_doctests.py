@@ -23,7 +23,7 @@ import pytest
                                               ("packtrain.pipeline.format.chat_once", 4), ("packtrain.pipeline.format.chat_columns", 6),
                                               ("packtrain.pipeline.encode.fast.exactness", 11),
                                               ("packtrain.pipeline.pack.source_stats", 1), ("packtrain.pipeline.pack.spill_batches", 2),
-                                              ("packtrain.pipeline.format.chat_messages", 3), ("packtrain.pipeline.format.format_columns", 3),
+                                              ("packtrain.pipeline.format.chat_messages", 7), ("packtrain.pipeline.format.format_columns", 3),
                                               ("packtrain.pipeline.format.generation_prompt", 2),
                                               ("packtrain.pipeline.format.format_messages", 2),
                                               ("packtrain.core.config_build", 5),

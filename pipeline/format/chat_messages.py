@@ -73,11 +73,16 @@ def check_row_kwargs(value: Any, column: str, read: frozenset[str]) -> dict:
 
 
 def check_fields_rendered(template: str, messages: list[dict], column: str, bos_token: str | None = None,
-                          eos_token: str | None = None, variables: dict | None = None) -> None:
+                          eos_token: str | None = None, variables: dict | None = None,
+                          ends: tuple[int, ...] | None = None) -> None:
     """Refuse (:class:`BadRow`) a conversation with a message field the chat template does not render:
     a field is rendered when the conversation renders differently without it. Training on such a row
     would silently drop the field (SmolLM2's template ignores ``tool_calls``: the assistant's tool call
     would become an empty answer). Only rows with fields besides role and content are rendered here.
+    ``ends``: the row's documents are the conversations ``messages[:end]`` (``format.each_assistant_turn``),
+    and a field is rendered when one of the documents holding its message renders differently without
+    it (Qwen3's template renders an answer's ``reasoning_content`` while it is the last turn only: in
+    that turn's own document); None: one document, the whole conversation.
 
     >>> ignores = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\\n{% endfor %}"
     >>> try:
@@ -86,6 +91,15 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
     ... except BadRow as e:
     ...     print(e)
     'messages' message 0 (user) has a field 'name' that the chat template does not render, so it would be dropped silently; remove the field from the data or use a chat template that renders it
+    >>> last_only = ("{% for m in messages %}{{ m['content'] }}{% if loop.last %}{{ m.get('reasoning_content', '') }}"
+    ...              "{% endif %}|{% endfor %}")
+    >>> twice = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "r"},
+    ...          {"role": "user", "content": "q2"}, {"role": "assistant", "content": "b"}]
+    >>> check_fields_rendered(last_only, twice, "messages", ends=(2, 4))  # rendered in the document of its turn
+    >>> check_fields_rendered(last_only, twice, "messages")
+    Traceback (most recent call last):
+    ...
+    packtrain.pipeline.format.chat_template.BadRow: 'messages' message 1 (assistant) has a field 'reasoning_content' that the chat template does not render, so it would be dropped silently; remove the field from the data or use a chat template that renders it
     """
     fields = list(dict.fromkeys((i, REASONING if key in REASONING else (key,))
                                 for i, message in enumerate(messages) for key in extra_fields(message)))
@@ -93,15 +107,26 @@ def check_fields_rendered(template: str, messages: list[dict], column: str, bos_
         return
     compiled = compile_chat_template(template)
     extra = template_variables(bos_token, eos_token, variables)
+    documents: dict[int, str] = {}
+
+    def render(turns: list[dict]) -> str:
+        return compiled.render(messages=turns, add_generation_prompt=False, **extra)
+
+    def document(end: int) -> str:  # the conversation through message end - 1, rendered once
+        if end not in documents:
+            documents[end] = render(messages[:end])
+        return documents[end]
+
     try:
-        full = compiled.render(messages=messages, add_generation_prompt=False, **extra)
+        document(len(messages))
     except Exception:  # the template fails on the row: rendering it says why (a bad row, or the error)
         return
     for i, keys in fields:  # a message's reasoning goes under all its names at once (with_reasoning)
         key = keys[0] if len(keys) == 1 else "reasoning_content"
         without = messages[:i] + [{k: v for k, v in messages[i].items() if k not in keys}] + messages[i + 1:]
+        holding = [end for end in ends or () if end > i] or [len(messages)]  # the documents holding message i
         try:
-            ignored = compiled.render(messages=without, add_generation_prompt=False, **extra) == full
+            ignored = all(render(without[:end]) == document(end) for end in holding)
         except Exception:  # the template needs the field: it is rendered (or looked at)
             ignored = False
         if ignored:
@@ -144,6 +169,10 @@ def check_messages(messages: Any, column: str) -> list[dict]:
                          "data's keys and roles with format.message_property_mappings and format.roles (ShareGPT's: "
                          "format.preset: sharegpt)")
         content = message.get("content")
+        if isinstance(content, list):  # OpenAI's content parts: apply_chat_template passes them to the template as is
+            raise BadRow(f"{column!r} message {i}: content is a list of {len(content)} parts, expected text (the chat "
+                         "template renders text; SmolLM2's fails on a list, Llama 3's writes its Python text); join "
+                         "the parts' text into one string in the data")
         if content is not None and not isinstance(content, str):
             raise BadRow(f"{column!r} message {i}: content is {type(content).__name__}, expected text")
         if content is None and not message.get("tool_calls"):

@@ -386,7 +386,7 @@ def render_turns(template: str, messages: list[dict], column: str, bos_token: st
         if message["role"] != "assistant":
             continue
         through = render(messages[: k + 1], False)
-        head = turn_head(render, messages, k, through)
+        head = turn_head(render, messages, k, through, column)
         if eos_token and through.endswith(eos_token) and not full.startswith(through) and full.endswith(eos_token) \
                 and full.startswith(through[: -len(eos_token)]):
             through = through[: -len(eos_token)]  # the EOS closing the conversation (Phi-3's), not this turn's end
@@ -419,13 +419,25 @@ def no_turn_start(k: int, column: str) -> str:
             "before a final user turn: put its text in the first user message), or use another chat template")
 
 
-def turn_head(render, messages: list[dict], k: int, through: str) -> str:
+def turn_head(render, messages: list[dict], k: int, through: str, column: str = "messages") -> str:
     """The text before assistant turn ``k``'s span, ``through`` being the conversation rendered through
     it: the conversation up to it with the generation prompt, where that is how the template starts
     the turn; else, where the generation prompt is not (DeepSeek-V3's and R1's add ``<think>\n``,
     which their turns do not have), the conversation up to it without (the generation prompt follows
-    it): the turn's header is then supervised with it, as TRL's training templates for them mark it."""
-    head = render(messages[:k], True)
+    it): the turn's header is then supervised with it, as TRL's training templates for them mark it.
+    A conversation that opens with an assistant turn, under a template that fails on no messages at
+    all (Qwen3's reads ``messages[0]``), is a :class:`BadRow` saying so, not the template's error."""
+    try:
+        head = render(messages[:k], True)
+    except Exception as e:  # noqa: BLE001 - whatever the template raises on the empty history
+        if k:
+            raise
+        from packtrain.core.errors import cut
+
+        raise BadRow(f"the conversation in {column!r} opens with an assistant turn, and the chat template fails on the "
+                     f"empty conversation before it ({type(e).__name__}: {cut(' '.join(str(e).split()), 80)}), so the "
+                     "turn's start cannot be found; open the conversation with a system or user message (format.system "
+                     "adds one)") from None
     if through.startswith(head) or k == 0:  # no history: the turn's start is the generation prompt's, or unknown
         return head
     bare = render(messages[:k], False)

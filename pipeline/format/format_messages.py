@@ -134,7 +134,8 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
     extra = template_variables(bos_token, eos_token, variables)
     docs = []
     with template_errors_are_bad_rows():
-        check_fields_rendered(template, messages, column, bos_token, eos_token, variables)
+        ends = tuple(k + 1 for k in range(train_from, len(messages)) if messages[k]["role"] == "assistant")
+        check_fields_rendered(template, messages, column, bos_token, eos_token, variables, ends)
         if variables:
             check_tools_rendered(template, messages, variables, bos_token, eos_token)
         compiled = compile_chat_template(template)
@@ -146,7 +147,7 @@ def render_each_turn(template: str | None, system: str | None, messages: Any, co
             if messages[k]["role"] != "assistant":
                 continue
             through = render(messages[: k + 1], False)
-            head = turn_head(render, messages, k, through)
+            head = turn_head(render, messages, k, through, column)
             stop = len(through.rstrip())  # the end-of-turn token is supervised, the newline after it is not
             if not through.startswith(head):
                 raise BadRow(no_turn_start(k, column) if k else

@@ -75,12 +75,14 @@ class BuildResult:
 
 # Bump when the build's logic changes its output for the same inputs (it is part of the build id,
 # so old builds are never reused by a pipeline that would write them differently).
-PIPELINE_VERSION = 6  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights;
+PIPELINE_VERSION = 7  # 3: per-token loss masks (multi-turn chat), exact dedup and source weights;
 # 4: the line cache cuts GPT-2-regex texts only at lone newlines, and shortcuts are checked per build;
 # 5: a conversation with a message field the chat template does not render, or an empty assistant turn, is a bad row;
 # 6: bfd breaks a tie between blocks with the same free space as TRL does (the one that has had it longest); a NaN or
 # infinite number in a field is a bad row (it was the text 'nan' or 'inf'); a number's format spec in a template
-# ({price:.2f}, {n:06}) formats the number (every row was bad, or the digits were padded as text)
+# ({price:.2f}, {n:06}) formats the number (every row was bad, or the digits were padded as text);
+# 7: with format.each_assistant_turn, a message field is checked in the documents that hold its message (a row
+# with reasoning_content on an earlier turn under Qwen3's template builds; it was a bad row)
 
 
 def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
