@@ -1,0 +1,51 @@
+"""What a checkpoint is, checked before it is resumed (attack 52, 2026-12-06): the base model it was trained
+on (trainer/run/resume_checks.py ``check_same_base``; before, `--resume auto --model <another base with the same
+tokenizer>` continued the adapter on the other base's weights without a word) and the step its directory is
+named for."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from packtrain.trainer.run.checkpoint import CheckpointError
+from packtrain.trainer.run.train import run
+from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def unfinished_run(tmp_path: Path, model_dir: Path) -> Path:
+    """runs/sql/open: a run stopped after its step-2 checkpoint (a finished run's files, its end left out)."""
+    finished = run(make_config(model_dir, tmp_path / "runs", max_steps=2, save_steps=1, run_name="done"),
+                   tmp_path / "cache")
+    unfinished = finished.with_name("open")
+    unfinished.mkdir()
+    for name in ("checkpoint-1", "checkpoint-2", "config.json", "run.json", "metrics.jsonl", "train.log"):
+        (shutil.copytree if (finished / name).is_dir() else shutil.copy2)(finished / name, unfinished / name)
+    shutil.rmtree(finished)
+    return unfinished
+
+
+def test_a_checkpoint_resumed_on_another_base_model_is_refused(tmp_path):
+    base = tiny_model_dir(tmp_path / "base-a" / "model", seed=0)
+    other = tiny_model_dir(tmp_path / "base-b" / "other", seed=1)  # the same tokenizer and shapes, other weights
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, base)
+    unfinished = unfinished_run(tmp_path, base)
+    before = tree(tmp_path / "runs")
+
+    with pytest.raises(CheckpointError) as refused:
+        run(make_config(other, tmp_path / "runs", max_steps=4), tmp_path / "cache", resume="auto")
+    assert str(refused.value) == (
+        f"checkpoint {unfinished / 'checkpoint-2'} was trained on base model model, this run's is other (model.name "
+        f"{other}): its adapter continues only on the base it was trained on; resume with the checkpoint's "
+        f"(--set model.name=\"{base}\"), or start a new run, from its adapter with train.init_adapter")
+    assert tree(tmp_path / "runs") == before  # nothing written, nothing discarded
+
+    moved = tmp_path / "moved" / "model"  # the same base at another path: its name means it, it resumes
+    shutil.copytree(base, moved)
+    assert run(make_config(moved, tmp_path / "runs", max_steps=4), tmp_path / "cache", resume="auto") == unfinished
