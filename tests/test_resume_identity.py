@@ -49,3 +49,23 @@ def test_a_checkpoint_resumed_on_another_base_model_is_refused(tmp_path):
     moved = tmp_path / "moved" / "model"  # the same base at another path: its name means it, it resumes
     shutil.copytree(base, moved)
     assert run(make_config(moved, tmp_path / "runs", max_steps=4), tmp_path / "cache", resume="auto") == unfinished
+
+
+def test_a_checkpoint_named_for_another_step_is_refused_and_nothing_is_removed(tmp_path):
+    model_dir = tiny_model_dir(tmp_path / "model")
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    unfinished = unfinished_run(tmp_path, model_dir)
+    (unfinished / "checkpoint-1").rename(unfinished / "checkpoint-9")  # step 1's files under a later step's name
+    before = tree(tmp_path / "runs")
+
+    for resume in ("auto", str(unfinished / "checkpoint-9")):
+        with pytest.raises(CheckpointError) as refused:
+            run(make_config(model_dir, tmp_path / "runs", max_steps=4), tmp_path / "cache", resume=resume)
+        assert str(refused.value) == (
+            f"checkpoint {unfinished / 'checkpoint-9'} holds step 1 (its state.json), not the step its name says: it "
+            "was renamed or copied under another name; rename it to checkpoint-1, or remove it, and resume again")
+    assert tree(tmp_path / "runs") == before  # before: resumed at step 1 as the newest, checkpoint-2 removed
+
+    (unfinished / "checkpoint-9").rename(unfinished / "checkpoint-1")
+    assert run(make_config(model_dir, tmp_path / "runs", max_steps=4), tmp_path / "cache", resume="auto") == unfinished
+    assert sorted(p.name for p in unfinished.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-4"]

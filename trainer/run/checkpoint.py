@@ -258,6 +258,10 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
 
 
 def read_state(path: Path) -> TrainState:
+    """The state of checkpoint ``path``, which must be the step its name says: ``--resume auto`` picks the
+    highest name and a resume removes the checkpoints named after its step, so a checkpoint renamed or copied
+    under another step's name (checkpoint-4's files as checkpoint-9) was resumed at step 4 as the newest, and
+    the run's real newer checkpoints were removed as "later" ones."""
     file = path / STATE_JSON
     try:
         state = TrainState(**json.loads(file.read_text()))
@@ -265,10 +269,17 @@ def read_state(path: Path) -> TrainState:
             if type(value) is not type(getattr(TrainState, name)) or (type(value) is int and value < 0):
                 raise TypeError(f"field {name} is {value!r}, expected {type(getattr(TrainState, name)).__name__}"
                                 + (" >= 0" if type(getattr(TrainState, name)) is int else ""))
-        return state
     except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"checkpoint file {file} is corrupt ({e}); resume from another checkpoint "
                               "with --resume PATH or start a new run") from None
+    named = CHECKPOINT_NAME.match(path.name)
+    if named is not None and int(named.group(1)) != state.step:
+        right = path.with_name(f"{CHECKPOINT_PREFIX}{state.step}")
+        raise CheckpointError(f"checkpoint {path} holds step {state.step} (its {STATE_JSON}), not the step its name "
+                              f"says: it was renamed or copied under another name; rename it to {right.name}"
+                              f"{' (that name is taken: remove one of them)' if right.exists() else ''}, or remove it, "
+                              "and resume again")
+    return state
 
 
 def verify_checkpoint(path: Path) -> None:
