@@ -48,7 +48,7 @@ from packtrain.trainer.model.memory import Budget, apply_budget
 from packtrain.trainer.model.microbatch import resolve
 from packtrain.trainer.model.model import ModelSource, Precision, choose_precision, load_base_model
 from packtrain.trainer.optim import build_optimizer
-from packtrain.trainer.run.run_checks import TrainError
+from packtrain.trainer.run.run_checks import TrainError, check_build_fits_model
 from packtrain.trainer.schedule import build_scheduler, total_training_steps
 from packtrain.trainer.step import LossPath
 from packtrain.trainer.threads import set_torch_threads
@@ -141,10 +141,7 @@ def setup_model(ctx: TrainContext) -> None:
     config, train, device = ctx.config, ctx.train, ctx.device
     model = load_base_model(config.model, ctx.source, ctx.precision, train.seed, config.lora.method == "qlora",
                             device)
-    vocab = model.get_input_embeddings().num_embeddings
-    if vocab < ctx.manifest.vocab_size:
-        raise TrainError(f"model {config.model.name} has {vocab} token embeddings, the build's tokenizer "
-                         f"{ctx.manifest.vocab_size} tokens: this model cannot read these shards")
+    check_build_fits_model(ctx.build_dir, ctx.manifest, model, config.model.name, ctx.state.seq_length)
     ctx.attention = attention = choose_attention(device, config.model.use_sdpa, ctx.state.seq_length, model,
                                                  varlen=config.model.varlen_attention,
                                                  dtype=ctx.precision.autocast_dtype)
