@@ -169,7 +169,7 @@ def merge_parts_command(cfg, cache_dir, parts):
                    "PATH: that checkpoint or run directory.")
 @click.option("--allow-build-change", is_flag=True,
               help="Resume a checkpoint taken on another build of the same tokenizer.")
-@click.option("--max-steps", type=int, default=None, help="Train exactly this many optimizer steps.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Train exactly this many optimizer steps.")
 @click.option("--max-memory-gib", type=FiniteRange(min=0, max=1048576, min_open=True), default=None,
               help="Train as on a GPU with this much memory (train.max_memory_gib), e.g. 24 for an RTX 4090.")
 @stops_on_sigterm(line=TRAIN_STOPPED)  # outside the training steps; inside them, a checkpoint first (interrupts.py)
@@ -229,7 +229,7 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 @click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False))
 @cache_dir_option
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Config override for every expert.")
-@click.option("--max-steps", type=int, default=None, help="Train exactly this many steps per expert.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Train exactly this many steps per expert.")
 @click.option("--log-dir", default="runs/train-all", show_default=True, type=click.Path(file_okay=False),
               help="Where each expert's output goes (<expert>.log).")
 def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps, log_dir):

@@ -118,8 +118,8 @@ def check_build_fits_model(build_dir: Path, manifest: Manifest, model, model_nam
     largest, where, longest = build_extent(build_dir, manifest)
     if largest >= vocab:
         raise TrainError(f"build {manifest.build_id} holds token id {largest} ({build_dir / where}), and model "
-                         f"{model_name} has {vocab} token embeddings (ids 0..{vocab - 1}): this model cannot read these "
-                         f"shards; {fix}")
+                         f"{model_name} has {vocab} token embeddings (ids 0..{vocab - 1}): this model cannot read "
+                         f"these shards; {fix}")
     context = context_length(model.config.get_text_config())
     positions = min(longest, seq_length)  # a window cuts every run at its edges
     if context is not None and positions > context[0]:
@@ -160,4 +160,7 @@ def new_run_dir(expert_runs: Path, run_name: str | None, build_id: str) -> Path:
         path.mkdir(parents=True)  # never into an existing directory, even one made a moment ago
     except FileExistsError:
         raise TrainError(f"run directory {path} was just created by another run: start this one again") from None
+    except OSError as e:  # a file in the way, no permission, a read-only file system: said with the field to change
+        raise TrainError(f"cannot create the run directory {path} ({e.strerror or e}: {e.filename or path}): set "
+                         f"train.output_dir (now {expert_runs.parent}) to a directory this user can write") from None
     return path

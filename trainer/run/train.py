@@ -155,8 +155,9 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
     directory, sequence length)."""
     errors: list[str] = []
     config.validate(errors)  # a config made in code, not loaded from a file, is checked too
-    if errors:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+    if errors:  # one problem, one line (as a config file's: core/configfile.py)
+        raise ConfigError(f"invalid config: {errors[0]}" if len(errors) == 1 else
+                          "invalid config:\n  - " + "\n  - ".join(errors))
     train = config.train
     build_dir = resolve_build(cache_dir, config.expert, build_id)
     manifest = Manifest.load(build_dir)
