@@ -5,6 +5,7 @@ named for."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -69,3 +70,15 @@ def test_a_checkpoint_named_for_another_step_is_refused_and_nothing_is_removed(t
     (unfinished / "checkpoint-9").rename(unfinished / "checkpoint-1")
     assert run(make_config(model_dir, tmp_path / "runs", max_steps=4), tmp_path / "cache", resume="auto") == unfinished
     assert sorted(p.name for p in unfinished.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-4"]
+
+
+def test_an_incomplete_checkpoint_passed_over_is_said(tmp_path, caplog):
+    model_dir = tiny_model_dir(tmp_path / "model")
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    unfinished = unfinished_run(tmp_path, model_dir)
+    (unfinished / "checkpoint-2" / "trainer_state.pt").unlink()  # lost: the newest is no whole checkpoint
+    with caplog.at_level(logging.WARNING, logger="packtrain.train"):
+        run(make_config(model_dir, tmp_path / "runs", max_steps=4), tmp_path / "cache", resume="auto")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resume:")]
+    assert said == [f"resume: {unfinished / 'checkpoint-2'} is incomplete (no trainer_state.pt): resuming from "
+                    "checkpoint-1 before it; it is replaced when step 2 is saved again"]

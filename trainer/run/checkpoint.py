@@ -45,7 +45,7 @@ from packtrain.core.files import TMP_PREFIX, fsync_dir, publish_dir
 from packtrain.core.hashing import sha256_file
 from packtrain.core.diskfull import written
 from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_NAME, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON,
-                                   TRAINER_STATE, RunError, complete_checkpoints, finished_artifacts,
+                                   TRAINER_STATE, RunError, complete_checkpoints, finished_artifacts, is_complete,
                                    resume_checkpoint, run_dirs)
 from packtrain.core.rundir import SUMMARY as _SUMMARY
 from packtrain.core.faults import crash_point
@@ -246,11 +246,27 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
         if not newest:
             return None
         # the newest run is the one that wrote a checkpoint last (run names need not sort by age)
-        return max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name))
-    try:
-        return resume_checkpoint(resume)
-    except RunError as e:
-        raise CheckpointError(str(e)) from None
+        chosen = max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name))
+    else:
+        try:
+            chosen = resume_checkpoint(resume)
+        except RunError as e:
+            raise CheckpointError(str(e)) from None
+    say_incomplete_after(chosen)
+    return chosen
+
+
+def say_incomplete_after(chosen: Path) -> None:
+    """Warn of every ``checkpoint-<step>`` directory of the chosen checkpoint's run, past its step, that is not a
+    whole checkpoint (a file of it removed or lost: a save itself is atomic): it is passed over, and replaced
+    when its step is saved again (attack 52: passed over without a word)."""
+    step = int(CHECKPOINT_NAME.match(chosen.name).group(1))
+    for path in sorted(chosen.parent.glob(f"{CHECKPOINT_PREFIX}*")):
+        named = CHECKPOINT_NAME.match(path.name)
+        if named and int(named.group(1)) > step and path.is_dir() and not is_complete(path):
+            missing = [name for name in (STATE_JSON, TRAINER_STATE, ADAPTER_DIR) if not (path / name).exists()]
+            log.warning("resume: %s is incomplete (no %s): resuming from %s before it; it is replaced when step %s "
+                        "is saved again", path, ", ".join(missing), chosen.name, named.group(1))
 
 
 # ----------------------------------------------------------------------------------------------
