@@ -5,6 +5,7 @@ named for."""
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -82,3 +83,20 @@ def test_an_incomplete_checkpoint_passed_over_is_said(tmp_path, caplog):
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resume:")]
     assert said == [f"resume: {unfinished / 'checkpoint-2'} is incomplete (no trainer_state.pt): resuming from "
                     "checkpoint-1 before it; it is replaced when step 2 is saved again"]
+
+
+def test_a_resume_with_another_global_batch_says_so(tmp_path, caplog):
+    """Allowed (the sampler takes a data position of another batch: trainer/data/epochs.py), but no longer
+    silent: before, the run's record named the new batch only, as if every step had taken it."""
+    model_dir = tiny_model_dir(tmp_path / "model")
+    write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    unfinished = unfinished_run(tmp_path, model_dir)
+    assert json.loads((unfinished / "checkpoint-2" / "state.json").read_text())["global_batch"] == 2
+    with caplog.at_level(logging.WARNING, logger="packtrain.train"):
+        run(make_config(model_dir, tmp_path / "runs", max_steps=4, gradient_accumulation_steps=2), tmp_path / "cache",
+            resume="auto")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming checkpoint-2")]
+    assert said == ["resuming checkpoint-2, trained with 2 sequences an optimizer step, with 4 "
+                    "(per_device_train_batch_size 2 x gradient_accumulation_steps 2 x world size 1): the steps from 3 "
+                    "on take the new batch, so the run's losses are no longer those of an uninterrupted run"]
+    assert json.loads((unfinished / "checkpoint-4" / "state.json").read_text())["global_batch"] == 4

@@ -83,6 +83,8 @@ class TrainState:
                                # before it was recorded: the build's block size)
     cpu_threads: int = 0       # torch's CPU threads the run trained with (0: not recorded); a resumed run
                                # with train.cpu_threads auto keeps them (trainer/threads.py)
+    global_batch: int = 0      # sequences an optimizer step takes, over all ranks (0: not recorded); a resume
+                               # with another one says so (trainer/run/context.py restore)
 
 
 @dataclass(frozen=True)

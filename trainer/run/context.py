@@ -235,6 +235,15 @@ def restore(ctx: TrainContext) -> None:
     """``batches`` (the train stream at the state's epoch and position); a resumed run's weights, optimizer,
     schedule, scaler and RNG states (RNG last of all)."""
     ctx.batches = BatchStream(ctx.train_loader, ctx.sampler, ctx.state.epoch, ctx.state.position)
+    train, state = ctx.train, ctx.state
+    global_batch = train.per_device_train_batch_size * train.gradient_accumulation_steps * ctx.world.world_size
+    if ctx.checkpoint is not None and state.global_batch not in (0, global_batch):  # allowed, and said
+        log.warning("resuming %s, trained with %d sequences an optimizer step, with %d (per_device_train_batch_size %d "
+                    "x gradient_accumulation_steps %d x world size %d): the steps from %d on take the new batch, so the "
+                    "run's losses are no longer those of an uninterrupted run", ctx.checkpoint.name, state.global_batch,
+                    global_batch, train.per_device_train_batch_size, train.gradient_accumulation_steps,
+                    ctx.world.world_size, state.step + 1)
+    state.global_batch = global_batch  # recorded in every checkpoint
     if ctx.checkpoint is not None:
         load_checkpoint(ctx.checkpoint, ctx.model, ctx.optimizer, ctx.scheduler, ctx.scaler)
 
