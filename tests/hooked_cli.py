@@ -48,6 +48,17 @@ if os.environ.get("ATK_SIGNAL_AT_STEP"):  # in step N's forward, these signals (
         return _forward(*args, **kwargs)
     _loop.forward_loss = _forward_and_signal
 
+if os.environ.get("ATK_SIGNAL_AT_END"):  # this signal (TERM, INT) to the process as the end of the run begins its
+    # samples and task eval, after the last step and the final adapter (tests/test_interrupts.py)
+    import packtrain.trainer.run.run_end as _run_end
+
+    _end_of_run = _run_end.end_of_run
+
+    def _signal_then_end(*args, **kwargs):
+        os.kill(os.getpid(), getattr(signal, f"SIG{os.environ['ATK_SIGNAL_AT_END']}"))
+        return _end_of_run(*args, **kwargs)
+    _run_end.end_of_run = _signal_then_end
+
 if __name__ == "__main__":
     where = os.environ.get("ATK_INT_IN")  # guess or result: Ctrl-C 0.5 s into the wait
     if where:

@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.parametrize("module, examples", [("packtrain.pipeline.pack.pack", 18), ("packtrain.pipeline.pack.mix", 15),
                                               ("packtrain.pipeline.pack.near_dup", 5), ("packtrain.pipeline.pack.near_words", 10),
                                               ("packtrain.pipeline.pack.report", 5),
-                                              ("packtrain.trainer.data.data", 2), ("packtrain.core.blocks", 4),
+                                              ("packtrain.trainer.data.data", 3), ("packtrain.core.blocks", 4),
                                               ("packtrain.trainer.model.microbatch", 7), ("packtrain.trainer.model.activations", 6),
                                               ("packtrain.trainer.model.memory", 8), ("packtrain.trainer.loop", 1),
                                               ("packtrain.trainer.data.epochs", 7), ("packtrain.trainer.schedule", 2),

@@ -193,3 +193,26 @@ def test_ctrl_c_with_data_workers_evaluates_and_saves_its_step(tmp_path, model_d
     assert stopped.returncode == 130, stopped.stderr[-3000:]
     assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-5"]
     assert [step for step, _, eval_loss in losses(run_dir) if eval_loss is not None] == [0, 5]
+
+
+@pytest.mark.parametrize("signal_name, code, line", [
+    ("TERM", 143, "stopped by SIGTERM outside the training steps (loading, evaluating before the first step, or ending "
+                  "the run): every checkpoint is kept, and a run whose adapter/ was written is finished; resume an "
+                  "unfinished one with --resume auto"),
+    ("INT", 130, "aborted")])
+def test_a_signal_at_the_end_of_the_run_leaves_it_finished_and_says_so(tmp_path, model_dir, signal_name, code, line):
+    """Attack 52: a SIGTERM after the last step (the samples, the task eval: minutes) ended the process without a
+    word, leaving .tmp-* and .lock; SIGTERM or Ctrl-C there left a trained adapter/ without summary.json, which
+    `export` and `eval` did not see ("no finished run") and `--resume auto` would train again from step 0."""
+    options = project(tmp_path, model_dir)
+    env = {**os.environ, "ATK_SIGNAL_AT_END": signal_name}
+    stopped = subprocess.run([sys.executable, str(ROOT / "tests" / "hooked_cli.py"), "train", "sql", *options],
+                             capture_output=True, text=True, env=env, start_new_session=True, timeout=600)
+    run_dir = tmp_path / "runs" / "sql" / "r"
+    assert stopped.returncode == code, stopped.stderr[-3000:]
+    assert stopped.stderr.strip().splitlines()[-1] == line and "Traceback" not in stopped.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == ["adapter", "checkpoint-10", "config.json", "metrics.jsonl",
+                                                         "run.json", "summary.json", "train.log"]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 10
+    exported = cli("export", "sql", "--out", tmp_path / "export", "--runs-dir", tmp_path / "runs")
+    assert exported.returncode == 0, exported.stderr

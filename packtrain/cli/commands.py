@@ -21,7 +21,7 @@ from packtrain.cli.plots import draw_build_plots, plot
 from packtrain.cli.talk import chat, generate
 from packtrain.cli.ray_executor import pretokenize_on_ray
 from packtrain.cli.quick_exit import QUICK_EXIT, exit_now
-from packtrain.cli.terminate import STOPPED, Terminated, stops_on_sigterm
+from packtrain.cli.terminate import TRAIN_STOPPED, Terminated, stops_on_sigterm
 from packtrain.cli.prepare import check_sources, convert_embedded, ensure_converted, ensure_names_converted
 from packtrain.core import hints
 from packtrain.core.configfile import apply_cli_overrides
@@ -169,9 +169,10 @@ def merge_parts_command(cfg, cache_dir, parts):
                    "PATH: that checkpoint or run directory.")
 @click.option("--allow-build-change", is_flag=True,
               help="Resume a checkpoint taken on another build of the same tokenizer.")
-@click.option("--max-steps", type=int, default=None, help="Train exactly this many optimizer steps.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Train exactly this many optimizer steps.")
 @click.option("--max-memory-gib", type=FiniteRange(min=0, max=1048576, min_open=True), default=None,
               help="Train as on a GPU with this much memory (train.max_memory_gib), e.g. 24 for an RTX 4090.")
+@stops_on_sigterm(line=TRAIN_STOPPED)  # outside the training steps; inside them, a checkpoint first (interrupts.py)
 def train(cfg, cache_dir, notes, build_id, resume, allow_build_change, max_steps, max_memory_gib):
     """Train EXPERT's LoRA/QLoRA adapter on its packed shards (build first: `make train` does)."""
     from packtrain.core.preflight import check_train_inputs
@@ -228,7 +229,7 @@ def eval_command(expert, run_dir, runs_dir, max_examples):
 @click.option("--configs-dir", default="configs", show_default=True, type=click.Path(file_okay=False))
 @cache_dir_option
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Config override for every expert.")
-@click.option("--max-steps", type=int, default=None, help="Train exactly this many steps per expert.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Train exactly this many steps per expert.")
 @click.option("--log-dir", default="runs/train-all", show_default=True, type=click.Path(file_okay=False),
               help="Where each expert's output goes (<expert>.log).")
 def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps, log_dir):
@@ -385,7 +386,7 @@ def run() -> object:
         return main(standalone_mode=False)
     except click.exceptions.Abort as e:
         stopped = isinstance(e.__cause__, Terminated)
-        click.echo(STOPPED if stopped else "aborted", err=True)
+        click.echo(str(e.__cause__) if stopped else "aborted", err=True)
         sys.exit(143 if stopped else 130)
     except Interrupted as e:  # a signal, after what it stopped was saved: its line, and 128 + the signal's number
         click.echo(bounded(str(e)), err=True)

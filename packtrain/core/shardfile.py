@@ -225,6 +225,10 @@ def open_shard(path: str | os.PathLike, block_size: int) -> ShardBlocks:
             shard.doc_offsets.append(_view(doc_lens.offsets))
             shard.doc_values.append(_view(doc_lens.values))
     except (pa.ArrowInvalid, OSError, KeyError, ValueError) as e:
+        if not os.path.lexists(path):  # not corrupt: gone (a build removed while a run reads it)
+            raise ContractError(f"shard {path} is missing: its build was removed or changed after it was checked "
+                                f"(keep a build while a run trains on it); rebuild it (the same inputs give the same "
+                                f"build id), then continue a stopped run with --resume auto") from None
         raise ContractError(f"shard {path} cannot be read as packed blocks of {block_size} tokens ({e}): "
                          "corrupt; rebuild it") from None
     return shard

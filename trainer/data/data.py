@@ -38,12 +38,16 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import weakref
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+from packtrain.core.errors import PacktrainError
 
 # a block's segments, positions and labels: defined once in the core, for packtrain.hf as well; importable from here
 from packtrain.core.blocks import (IGNORE_INDEX, labels_of, position_ids_from_doc_lens,  # noqa: F401
@@ -216,7 +220,7 @@ def make_loader(dataset: Dataset, sampler: Sampler | None, batch_size: int, trai
     if workers > cpus:
         log.info("dataloader_num_workers %d > %d CPUs on this machine: using %d workers", workers, cpus, cpus)
         workers = cpus
-    return DataLoader(
+    return Loader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
@@ -242,12 +246,67 @@ def leave_signals_to_the_trainer(worker_id: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+class Loader(DataLoader):
+    """A DataLoader whose worker processes :func:`stop_workers` ends wherever its iterators are held, and whose
+    workers' errors reach the trainer as raised.
+
+    torch ends an iterator's workers when the iterator is collected. One a failed run still holds (the failure's
+    traceback holds the frames that hold it: an epoch's iterator in the train stream, an evaluation's) lived on to
+    the interpreter's exit, where multiprocessing terminates and joins its workers, which ignore SIGTERM
+    (:func:`leave_signals_to_the_trainer`): a run whose build was removed under it failed, then hung for ever.
+    And a worker's packtrain error or OSError (a shard gone) came back as torch's ``Caught ContractError in
+    DataLoader worker process 0. Original Traceback ...``: a traceback on the console; it is now raised again
+    with its own one-line message."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.live: weakref.WeakSet = weakref.WeakSet()  # every iterator with worker processes not yet collected
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        self.check_worker_number_rationality()
+        iterator = _WorkersIterator(self)
+        self.live.add(iterator)
+        return iterator
+
+
+class _WorkersIterator(_MultiProcessingDataLoaderIter):
+    """torch's iterator over worker processes; a worker's :class:`PacktrainError` or ``OSError`` raised again
+    with the message it was raised with (:func:`raised_message`)."""
+
+    def _process_data(self, data, worker_idx):
+        try:
+            return super()._process_data(data, worker_idx)
+        except (PacktrainError, OSError) as e:
+            message = raised_message(getattr(data, "exc_msg", ""), type(e))
+            if message is None:
+                raise
+            raise type(e)(message) from None
+
+
+def raised_message(traceback_text: str, kind: type) -> str | None:
+    """The message of the ``kind`` exception whose formatted traceback (``traceback.format_exception``'s
+    text, as a DataLoader worker sends it) is ``traceback_text``; None where its last line is not one.
+
+    >>> raised_message("Traceback (most recent call last):\\n  File ...\\nOSError: [Errno 2] no such file\\n", OSError)
+    '[Errno 2] no such file'
+    """
+    head = f"{kind.__qualname__}: " if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}: "
+    at = traceback_text.rfind("\n" + head)
+    return traceback_text[at + 1 + len(head):].rstrip("\n") if at >= 0 else None
+
+
 def stop_workers(loaders: list) -> None:
-    """End the persistent worker processes of ``loaders`` now. torch ends them when a loader's iterator is
-    collected, which a reference cycle can put off past the interpreter's exit; there multiprocessing
-    terminates and joins them, and a worker ignores SIGTERM (:func:`leave_signals_to_the_trainer`): a finished run hung
-    for ever after its last line (seen 2026-12-06, a 5-step CPU run of the sql expert)."""
+    """End the worker processes of ``loaders`` now: every iterator's (:class:`Loader`), held anywhere, the
+    persistent one included. torch ends them when an iterator is collected, which a failure's traceback or a
+    reference cycle can put off past the interpreter's exit; there multiprocessing terminates and joins them,
+    and a worker ignores SIGTERM (:func:`leave_signals_to_the_trainer`): a finished run hung for ever after its
+    last line (seen 2026-12-06, a 5-step CPU run of the sql expert), and so did a run that failed reading a
+    shard (2026-12-06, attack 52)."""
     for loader in loaders:
+        for iterator in list(getattr(loader, "live", ())):
+            iterator._shutdown_workers()
         iterator = getattr(loader, "_iterator", None)  # where a persistent-workers loader keeps its workers
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()

@@ -24,25 +24,12 @@ from packtrain.core.errors import PacktrainError
 from packtrain.trainer.model.attention import reference_attention_for_generation
 from packtrain.trainer.eval.eval_run import OpenRun
 from packtrain.trainer.eval.generate import until_eos
-from packtrain.trainer.model.model import causal_lm
+from packtrain.trainer.model.model import causal_lm, context_length
 
 
 class PromptTooLong(PacktrainError):
     """The prompt leaves the model no position to answer in; the message says how long it is and the
     context."""
-
-
-CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-"""Where a transformers config says its context, by architecture (Llama/Qwen: the first; GPT-2: n_positions)."""
-
-
-def context_length(config) -> tuple[int, str] | None:
-    """(the positions the model can attend over, the config field that says it); None where none does."""
-    for name in CONTEXT_FIELDS:
-        value = getattr(config, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, name
-    return None
 
 
 def new_tokens_room(prompt_tokens: int, max_new_tokens: int, context: int | None,

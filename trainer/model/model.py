@@ -278,3 +278,16 @@ def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
             model = model.get_base_model()
         else:
             return model
+
+
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+"""Where a transformers config says its context, by architecture (Llama/Qwen: the first; GPT-2: n_positions)."""
+
+
+def context_length(config) -> tuple[int, str] | None:
+    """(the positions the model can attend over, the config field that says it); None where none does."""
+    for name in CONTEXT_FIELDS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, name
+    return None

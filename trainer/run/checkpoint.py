@@ -45,7 +45,7 @@ from packtrain.core.files import TMP_PREFIX, fsync_dir, publish_dir
 from packtrain.core.hashing import sha256_file
 from packtrain.core.diskfull import written
 from packtrain.core.rundir import (ADAPTER_DIR, CHECKPOINT_NAME, CHECKPOINT_PREFIX, RUN_DISK_FULL_FIX, STATE_JSON,
-                                   TRAINER_STATE, RunError, complete_checkpoints, finished_artifacts,
+                                   TRAINER_STATE, RunError, complete_checkpoints, finished_artifacts, is_complete,
                                    resume_checkpoint, run_dirs)
 from packtrain.core.rundir import SUMMARY as _SUMMARY
 from packtrain.core.faults import crash_point
@@ -83,6 +83,8 @@ class TrainState:
                                # before it was recorded: the build's block size)
     cpu_threads: int = 0       # torch's CPU threads the run trained with (0: not recorded); a resumed run
                                # with train.cpu_threads auto keeps them (trainer/threads.py)
+    global_batch: int = 0      # sequences an optimizer step takes, over all ranks (0: not recorded); a resume
+                               # with another one says so (trainer/run/context.py restore)
 
 
 @dataclass(frozen=True)
@@ -246,11 +248,27 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
         if not newest:
             return None
         # the newest run is the one that wrote a checkpoint last (run names need not sort by age)
-        return max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name))
-    try:
-        return resume_checkpoint(resume)
-    except RunError as e:
-        raise CheckpointError(str(e)) from None
+        chosen = max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name))
+    else:
+        try:
+            chosen = resume_checkpoint(resume)
+        except RunError as e:
+            raise CheckpointError(str(e)) from None
+    say_incomplete_after(chosen)
+    return chosen
+
+
+def say_incomplete_after(chosen: Path) -> None:
+    """Warn of every ``checkpoint-<step>`` directory of the chosen checkpoint's run, past its step, that is not a
+    whole checkpoint (a file of it removed or lost: a save itself is atomic): it is passed over, and replaced
+    when its step is saved again (attack 52: passed over without a word)."""
+    step = int(CHECKPOINT_NAME.match(chosen.name).group(1))
+    for path in sorted(chosen.parent.glob(f"{CHECKPOINT_PREFIX}*")):
+        named = CHECKPOINT_NAME.match(path.name)
+        if named and int(named.group(1)) > step and path.is_dir() and not is_complete(path):
+            missing = [name for name in (STATE_JSON, TRAINER_STATE, ADAPTER_DIR) if not (path / name).exists()]
+            log.warning("resume: %s is incomplete (no %s): resuming from %s before it; it is replaced when step %s "
+                        "is saved again", path, ", ".join(missing), chosen.name, named.group(1))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,6 +276,10 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
 
 
 def read_state(path: Path) -> TrainState:
+    """The state of checkpoint ``path``, which must be the step its name says: ``--resume auto`` picks the
+    highest name and a resume removes the checkpoints named after its step, so a checkpoint renamed or copied
+    under another step's name (checkpoint-4's files as checkpoint-9) was resumed at step 4 as the newest, and
+    the run's real newer checkpoints were removed as "later" ones."""
     file = path / STATE_JSON
     try:
         state = TrainState(**json.loads(file.read_text()))
@@ -265,10 +287,17 @@ def read_state(path: Path) -> TrainState:
             if type(value) is not type(getattr(TrainState, name)) or (type(value) is int and value < 0):
                 raise TypeError(f"field {name} is {value!r}, expected {type(getattr(TrainState, name)).__name__}"
                                 + (" >= 0" if type(getattr(TrainState, name)) is int else ""))
-        return state
     except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"checkpoint file {file} is corrupt ({e}); resume from another checkpoint "
                               "with --resume PATH or start a new run") from None
+    named = CHECKPOINT_NAME.match(path.name)
+    if named is not None and int(named.group(1)) != state.step:
+        right = path.with_name(f"{CHECKPOINT_PREFIX}{state.step}")
+        raise CheckpointError(f"checkpoint {path} holds step {state.step} (its {STATE_JSON}), not the step its name "
+                              f"says: it was renamed or copied under another name; rename it to {right.name}"
+                              f"{' (that name is taken: remove one of them)' if right.exists() else ''}, or remove it, "
+                              "and resume again")
+    return state
 
 
 def verify_checkpoint(path: Path) -> None:
@@ -295,71 +324,6 @@ def verify_checkpoint(path: Path) -> None:
     if bad:
         raise CheckpointError(f"checkpoint {path} is corrupt: {', '.join(bad)} do not match {CHECKSUMS}; resume "
                               "from another checkpoint with --resume PATH or start a new run")
-
-
-def check_resume(state: TrainState, path: Path, build_id: str, tokenizer_hash: str, allow_build_change: bool,
-                 world_size: int = 1, seq_length: int = 0, block_size: int = 0) -> None:
-    if state.world_size != world_size:
-        raise CheckpointError(
-            f"checkpoint {path} was taken with world size {state.world_size}, this run has world size {world_size}: "
-            "the global batch (per_device_train_batch_size x world size x gradient_accumulation_steps), the "
-            "schedule and each rank's slice of the data would change mid-run. Resume with "
-            f"{state.world_size} process(es) (torchrun --nnodes ... --nproc-per-node ... with WORLD_SIZE "
-            f"{state.world_size}{', or without torchrun' if state.world_size == 1 else ''}), or start a new run")
-    if (state.seq_length or block_size) != (seq_length or block_size):
-        raise CheckpointError(
-            f"checkpoint {path} was taken on sequences of {state.seq_length or block_size} tokens, this run has "
-            f"{seq_length or block_size} (train.max_seq_length; the cpu profile sets it on a machine without a CUDA "
-            "GPU): the data position counts sequences, so it would point elsewhere. Resume with --set "
-            f"train.max_seq_length={state.seq_length or block_size} (on the machine kind it was taken on), or start "
-            "a new run")
-    if state.tokenizer_hash != tokenizer_hash:
-        raise CheckpointError(
-            f"checkpoint {path} was trained with tokenizer {state.tokenizer_hash[:12]}, the build and model use "
-            f"{tokenizer_hash[:12]}: an adapter cannot continue on another tokenizer; start a new run")
-    if state.build_id != build_id and not allow_build_change:
-        raise CheckpointError(
-            f"checkpoint {path} was taken on build {state.build_id}, this run would train on build {build_id}: "
-            "resuming would mix two datasets. Train on the old build with --build-id "
-            f"{state.build_id}, or pass --allow-build-change to continue on the new one "
-            "(the data position then restarts at the beginning of an epoch)")
-
-
-def check_same_adapter(path: Path, lora: dict) -> None:
-    """Refuse to continue a checkpoint with other ``lora`` settings (method, r, alpha, dropout,
-    target_modules): the adapter would train on with another scale or another base (QLoRA's 4-bit vs
-    LoRA's full weights) without a word; its config.json says what it was trained with."""
-    _check_same(path, "lora", lora, sorted(lora), "LoRA settings")
-
-
-OPTIMIZER_FIELDS = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon")
-"""What the optimizer's and the schedule's saved state carry (their ``param_groups`` and ``base_lrs``): a
-resume restores the checkpoint's, whatever the config says."""
-
-
-def check_same_training(path: Path, train: dict) -> None:
-    """Refuse to continue a checkpoint with other :data:`OPTIMIZER_FIELDS` (the restored optimizer state would
-    keep the checkpoint's values while the run's config.json recorded the new ones), or another ``seed``."""
-    _check_same(path, "train", train, OPTIMIZER_FIELDS, "optimizer settings (the restored optimizer keeps them)")
-    _check_same(path, "train", train, ("seed",), "seed (it orders every epoch's blocks, so the saved data position "
-                "would point into another order; and it draws a random-init base's weights)")
-
-
-def _check_same(path: Path, section: str, ours: dict, keys, what: str) -> None:
-    file = path / CONFIG_SNAPSHOT
-    try:
-        saved = json.loads(file.read_text())[section]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"checkpoint file {file} is corrupt ({type(e).__name__}: {e}); resume from another "
-                              "checkpoint with --resume PATH or start a new run") from None
-    differ = [key for key in keys if key in saved and saved[key] != ours[key]]
-    if differ:
-        raise CheckpointError(
-            f"checkpoint {path} was trained with other {what}: "
-            + ", ".join(f"{section}.{key} {saved[key]!r} (this run: {ours[key]!r})" for key in differ)
-            + "; resume with the checkpoint's (" + " ".join(f"--set {section}.{key}={json.dumps(saved[key])}"
-                                                           for key in differ)
-            + "), or start a new run, from its adapter with train.init_adapter")
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> None:

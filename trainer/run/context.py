@@ -48,7 +48,7 @@ from packtrain.trainer.model.memory import Budget, apply_budget
 from packtrain.trainer.model.microbatch import resolve
 from packtrain.trainer.model.model import ModelSource, Precision, choose_precision, load_base_model
 from packtrain.trainer.optim import build_optimizer
-from packtrain.trainer.run.run_checks import TrainError
+from packtrain.trainer.run.run_checks import TrainError, check_build_fits_model
 from packtrain.trainer.schedule import build_scheduler, total_training_steps
 from packtrain.trainer.step import LossPath
 from packtrain.trainer.threads import set_torch_threads
@@ -141,10 +141,7 @@ def setup_model(ctx: TrainContext) -> None:
     config, train, device = ctx.config, ctx.train, ctx.device
     model = load_base_model(config.model, ctx.source, ctx.precision, train.seed, config.lora.method == "qlora",
                             device)
-    vocab = model.get_input_embeddings().num_embeddings
-    if vocab < ctx.manifest.vocab_size:
-        raise TrainError(f"model {config.model.name} has {vocab} token embeddings, the build's tokenizer "
-                         f"{ctx.manifest.vocab_size} tokens: this model cannot read these shards")
+    check_build_fits_model(ctx.build_dir, ctx.manifest, model, config.model.name, ctx.state.seq_length)
     ctx.attention = attention = choose_attention(device, config.model.use_sdpa, ctx.state.seq_length, model,
                                                  varlen=config.model.varlen_attention,
                                                  dtype=ctx.precision.autocast_dtype)
@@ -238,6 +235,15 @@ def restore(ctx: TrainContext) -> None:
     """``batches`` (the train stream at the state's epoch and position); a resumed run's weights, optimizer,
     schedule, scaler and RNG states (RNG last of all)."""
     ctx.batches = BatchStream(ctx.train_loader, ctx.sampler, ctx.state.epoch, ctx.state.position)
+    train, state = ctx.train, ctx.state
+    global_batch = train.per_device_train_batch_size * train.gradient_accumulation_steps * ctx.world.world_size
+    if ctx.checkpoint is not None and state.global_batch not in (0, global_batch):  # allowed, and said
+        log.warning("resuming %s, trained with %d sequences an optimizer step, with %d (per_device_train_batch_size %d "
+                    "x gradient_accumulation_steps %d x world size %d): the steps from %d on take the new batch, so the "
+                    "run's losses are no longer those of an uninterrupted run", ctx.checkpoint.name, state.global_batch,
+                    global_batch, train.per_device_train_batch_size, train.gradient_accumulation_steps,
+                    ctx.world.world_size, state.step + 1)
+    state.global_batch = global_batch  # recorded in every checkpoint
     if ctx.checkpoint is not None:
         load_checkpoint(ctx.checkpoint, ctx.model, ctx.optimizer, ctx.scheduler, ctx.scaler)
 

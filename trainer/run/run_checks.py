@@ -14,8 +14,10 @@ from pathlib import Path
 from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
 from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_checksums
+from packtrain.core.shardfile import open_shard
 from packtrain.core.rundir import finished_artifacts
 from packtrain.trainer.run.checkpoint import fork_dir
+from packtrain.trainer.model.model import context_length
 from packtrain.trainer.run.distributed import World
 
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
@@ -83,6 +85,51 @@ def check_tokenizer(manifest: Manifest, tok_dir: Path, model_name: str) -> None:
         f"the build used (model.name: {manifest.tokenizer.source or '?'})")
 
 
+def build_extent(build_dir: Path, manifest: Manifest) -> tuple[int, str, int]:
+    """(the largest token id and the shard holding it, the longest run of position ids: a document, or a block's
+    padding, which counts its own positions) over every shard of the build: one pass over the memory-mapped
+    tokens, after :func:`verify_shards` read them for their sha256."""
+    largest, where, longest = -1, "", 0
+    for shard in manifest.train + manifest.val:
+        blocks = open_shard(build_dir / shard.file, manifest.block_size)
+        for ids in blocks.input_ids:
+            if ids.size and int(ids.max()) > largest:
+                largest, where = int(ids.max()), shard.file
+        for lens in blocks.doc_values:
+            longest = max(longest, int(lens.max()) if lens.size else 0)
+        if len(blocks):
+            longest = max(longest, manifest.block_size - int(blocks.filled().min()))
+    return largest, where, longest
+
+
+def check_build_fits_model(build_dir: Path, manifest: Manifest, model, model_name: str, seq_length: int) -> None:
+    """Refuse a build the model cannot read, before the run directory exists: a token id past its embeddings
+    (the build's tokenizer larger than the model's vocabulary, or ids past the manifest's), or position ids past
+    the positions it has (a document, or a block's padding, longer than its context: GPT-2's learned positions end
+    at ``n_positions``). Each was an ``IndexError: index out of range in self`` traceback from the first forward
+    (on CUDA a device-side assert). Position ids restart at every document, so a block longer than the context is
+    fine where each document fits it."""
+    vocab = model.get_input_embeddings().num_embeddings
+    fix = (f"rebuild with the model's tokenizer ({hints.command('pretokenize', manifest.expert, model=model_name)}), "
+           "or train with the model the build was made for")
+    if vocab < manifest.vocab_size:
+        raise TrainError(f"model {model_name} has {vocab} token embeddings, build {manifest.build_id}'s tokenizer "
+                         f"{manifest.vocab_size} tokens: this model cannot read these shards; {fix}")
+    largest, where, longest = build_extent(build_dir, manifest)
+    if largest >= vocab:
+        raise TrainError(f"build {manifest.build_id} holds token id {largest} ({build_dir / where}), and model "
+                         f"{model_name} has {vocab} token embeddings (ids 0..{vocab - 1}): this model cannot read "
+                         f"these shards; {fix}")
+    context = context_length(model.config.get_text_config())
+    positions = min(longest, seq_length)  # a window cuts every run at its edges
+    if context is not None and positions > context[0]:
+        size, field = context
+        raise TrainError(f"build {manifest.build_id} trains sequences whose position ids run to {positions - 1} (a "
+                         f"document or a block's padding of {positions} tokens, in sequences of {seq_length}), past "
+                         f"model {model_name}'s context of {size} positions ({field}); train on windows of at most "
+                         f"{size} tokens (--set train.max_seq_length={size}), or rebuild with pack.block_size {size}")
+
+
 def choose_run_dir(checkpoint: Path | None, step: int, expert_runs: Path, run_name: str | None,
                    build_id: str) -> Path:
     """A resumed run continues in its own directory; from a finished run's checkpoint, in a new one
@@ -113,4 +160,7 @@ def new_run_dir(expert_runs: Path, run_name: str | None, build_id: str) -> Path:
         path.mkdir(parents=True)  # never into an existing directory, even one made a moment ago
     except FileExistsError:
         raise TrainError(f"run directory {path} was just created by another run: start this one again") from None
+    except OSError as e:  # a file in the way, no permission, a read-only file system: said with the field to change
+        raise TrainError(f"cannot create the run directory {path} ({e.strerror or e}: {e.filename or path}): set "
+                         f"train.output_dir (now {expert_runs.parent}) to a directory this user can write") from None
     return path

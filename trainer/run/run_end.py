@@ -1,7 +1,12 @@
-"""The end of a run, after the last step: the final artifacts (``adapter/``, optional ``merged/``,
-``summary.json`` last: it marks the run finished), each written under a temporary name and renamed
-into place (core/files.py); the base model's and the adapter's answers and the task eval
-(trainer/eval/task_eval.py); the plots (trainer/report/plots.py). Only rank 0 writes; the other ranks wait for it.
+"""The end of a run, after the last step: the final artifacts (``adapter/``, then ``summary.json``: together they
+mark the run finished; later an optional ``merged/``), each written under a temporary name and renamed into place
+(core/files.py); the base model's and the adapter's answers and the task eval (trainer/eval/task_eval.py), then
+``summary.json`` again with the task eval's scores; the plots (trainer/report/plots.py). Only rank 0 writes; the
+other ranks wait for it.
+
+``summary.json`` follows the adapter at once: the answers, the task eval and a merge take minutes, and a run
+stopped among them (Ctrl-C, a scheduler's SIGTERM) held a trained adapter that ``export``, ``eval`` and
+``--resume auto`` did not count as finished (attack 52, 2026-12-06).
 """
 
 from __future__ import annotations
@@ -44,11 +49,13 @@ def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start
         "tok_s": (state.tokens - start_tokens) / wall if wall > 0 else None,
         "adapter": str(run_dir / ADAPTER_DIR),
     })
-    # the final artifacts are written into temporary directories and renamed into place, summary.json last;
+    # the final artifacts are written into temporary directories and renamed into place, summary.json after
+    # the adapter;
     # weights that are not finite are refused before anything is written (naming where they would go)
     check_finite_weights(model, run_dir / ADAPTER_DIR, adapter_state)
     write_final(run_dir, ADAPTER_DIR, lambda d: save_adapter(model, d, ctx.run.config, ctx.tok_dir,
                                                              state_dict=adapter_state))
+    write_summary(run_dir, summary)  # the run is finished: what follows may be stopped, the adapter stays usable
     # the adapter is saved; its answers next, before a merge folds it into the base model
     if world.enabled:  # generation runs in one process: evaluate the saved adapter afterwards
         log.info("sample answers and task eval: run `packtrain eval %s --run %s`", config.expert, run_dir)
@@ -56,11 +63,11 @@ def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start
         task = end_of_run(ctx)
         if task is not None:
             summary["task_eval"] = {"base": task["base"], "adapter": task["adapter"], "examples": task["examples"]}
+            write_summary(run_dir, summary)
     if train.merge_adapter:
         write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, ctx.run.config, ctx.tok_dir))
         if (run_dir / MERGED_DIR).is_dir():
             log.info("merged model written to %s", run_dir / MERGED_DIR)
-    write_atomic(run_dir / SUMMARY, json_text(summary), f"the final {SUMMARY} of run {run_dir}", RUN_DISK_FULL_FIX)
     log.info("done: %s", json.dumps(summary))
     if "eval/loss_before" in summary:
         log.info("eval loss before training %.4f, after %.4f (%d steps, %s)", summary["eval/loss_before"],
@@ -71,9 +78,13 @@ def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start
     return run_dir
 
 
+def write_summary(run_dir: Path, summary: dict) -> None:
+    write_atomic(run_dir / SUMMARY, json_text(summary), f"the final {SUMMARY} of run {run_dir}", RUN_DISK_FULL_FIX)
+
+
 def write_final(run_dir: Path, name: str, write) -> None:
     """One final artifact directory (adapter/, merged/), written into a temporary directory and renamed
-    into place (summary.json, written last with write_atomic, marks the run finished)."""
+    into place (summary.json, written next with write_atomic, marks the run finished)."""
     tmp = run_dir / f"{TMP_PREFIX}{name}-{os.getpid()}"
     with written_or_removed(tmp, run_dir / name, f"the final {name} of run {run_dir}"):
         write(tmp)

@@ -44,9 +44,10 @@ from packtrain.core.run_lock import RunLocked, RunLocks
 from packtrain.core.rundir import RUN_JSON, complete_checkpoints, finished_artifacts, record_runs_dir, run_dirs
 from packtrain.trainer.model.activations import CheckpointingError, from_config
 from packtrain.trainer.model.adapters import NonFiniteWeightsError
-from packtrain.trainer.run.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished, check_resume,
-                                          check_same_adapter, check_same_training, discard_later_checkpoints,
-                                          find_checkpoint, read_state, verify_checkpoint)
+from packtrain.trainer.run.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished,
+                                          discard_later_checkpoints, find_checkpoint, read_state, verify_checkpoint)
+from packtrain.trainer.run.resume_checks import (check_resume, check_same_adapter, check_same_base,
+                                             check_same_training)
 from packtrain.trainer.run.context import TrainContext, prepare
 from packtrain.trainer.data.data import BlockDataset, stop_workers
 from packtrain.trainer.run.distributed import DistributedError, World, close_world, decide_on_rank0, init_world, wrap
@@ -154,8 +155,9 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
     directory, sequence length)."""
     errors: list[str] = []
     config.validate(errors)  # a config made in code, not loaded from a file, is checked too
-    if errors:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+    if errors:  # one problem, one line (as a config file's: core/configfile.py)
+        raise ConfigError(f"invalid config: {errors[0]}" if len(errors) == 1 else
+                          "invalid config:\n  - " + "\n  - ".join(errors))
     train = config.train
     build_dir = resolve_build(cache_dir, config.expert, build_id)
     manifest = Manifest.load(build_dir)
@@ -204,6 +206,7 @@ def _resume_point(config: ExpertConfig, resume: str | None, expert_runs: Path, m
                  world.world_size, seq_length, manifest.block_size)
     check_same_adapter(checkpoint, config.to_dict()["lora"])
     check_same_training(checkpoint, config.to_dict()["train"])
+    check_same_base(checkpoint, config.to_dict())  # the adapter's deltas are to that base's weights
     state = saved
     state.seq_length = seq_length  # the same (check_resume), recorded from now on in older checkpoints too
     if saved.build_id != manifest.build_id:
