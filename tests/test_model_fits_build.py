@@ -58,3 +58,23 @@ def test_a_block_longer_than_the_context_trains_where_every_document_fits(tmp_pa
     write_build(tmp_path / "cache", "sql", docs * 4, docs, 32, model_dir)
     run_dir = run(make_config(model_dir, tmp_path / "runs"), tmp_path / "cache")
     assert (run_dir / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_rotary_positions_past_max_position_embeddings_train(tmp_path):
+    """A rotary model (Llama, SmolLM2, Qwen) computes its positions for any id: its config's
+    max_position_embeddings is no table's end, and a build past it trains (the embedded model's tiny stand-in
+    says 64 and trains 512-token windows). Only a learned position table refuses."""
+    import json
+
+    from packtrain.trainer.model.model import position_table
+
+    model_dir = tiny_model_dir(tmp_path / "model", arch="llama")
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 16}))
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    run_dir = run(make_config(model_dir, tmp_path / "runs"), tmp_path / "cache")
+    assert (run_dir / "adapter" / "adapter_model.safetensors").is_file()
+    from transformers import AutoModelForCausalLM
+
+    assert position_table(AutoModelForCausalLM.from_pretrained(model_dir)) is None
+    assert position_table(AutoModelForCausalLM.from_pretrained(gpt2_dir(tmp_path / "gpt2", positions=16))) == 16

@@ -284,6 +284,24 @@ CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length
 """Where a transformers config says its context, by architecture (Llama/Qwen: the first; GPT-2: n_positions)."""
 
 
+POSITION_TABLES = ("wpe", "embed_positions", "position_embeddings")
+"""The names of learned position-embedding tables (GPT-2's and GPT-BigCode's ``wpe``, OPT's ``embed_positions``,
+BERT-style ``position_embeddings``): a position id past such a table's rows is an index error."""
+
+
+def position_table(model) -> int | None:
+    """How many positions the model's learned position embeddings hold, or None where it has none: rotary
+    (Llama, Qwen, SmolLM2) and ALiBi positions are computed for any position id, past the config's
+    ``max_position_embeddings`` too (quality aside), so only a table bounds what a run can feed it."""
+    import torch
+
+    inputs = model.get_input_embeddings()
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and module is not inputs and name.rsplit(".", 1)[-1] in POSITION_TABLES:
+            return module.num_embeddings - int(getattr(module, "offset", 0))  # OPT's table starts 2 rows in
+    return None
+
+
 def context_length(config) -> tuple[int, str] | None:
     """(the positions the model can attend over, the config field that says it); None where none does."""
     for name in CONTEXT_FIELDS:

@@ -17,7 +17,7 @@ from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_chec
 from packtrain.core.shardfile import open_shard
 from packtrain.core.rundir import finished_artifacts
 from packtrain.trainer.run.checkpoint import fork_dir
-from packtrain.trainer.model.model import context_length
+from packtrain.trainer.model.model import context_length, position_table
 from packtrain.trainer.run.distributed import World
 
 log = logging.getLogger("packtrain.train")  # the run's logger: its file log is the run's train.log
@@ -105,8 +105,8 @@ def build_extent(build_dir: Path, manifest: Manifest) -> tuple[int, str, int]:
 def check_build_fits_model(build_dir: Path, manifest: Manifest, model, model_name: str, seq_length: int) -> None:
     """Refuse a build the model cannot read, before the run directory exists: a token id past its embeddings
     (the build's tokenizer larger than the model's vocabulary, or ids past the manifest's), or position ids past
-    the positions it has (a document, or a block's padding, longer than its context: GPT-2's learned positions end
-    at ``n_positions``). Each was an ``IndexError: index out of range in self`` traceback from the first forward
+    the rows of its learned position embeddings (a document, or a block's padding, longer than them: GPT-2's end at
+    ``n_positions``; rotary and ALiBi positions have no end, whatever ``max_position_embeddings`` says). Each was an ``IndexError: index out of range in self`` traceback from the first forward
     (on CUDA a device-side assert). Position ids restart at every document, so a block longer than the context is
     fine where each document fits it."""
     vocab = model.get_input_embeddings().num_embeddings
@@ -120,10 +120,10 @@ def check_build_fits_model(build_dir: Path, manifest: Manifest, model, model_nam
         raise TrainError(f"build {manifest.build_id} holds token id {largest} ({build_dir / where}), and model "
                          f"{model_name} has {vocab} token embeddings (ids 0..{vocab - 1}): this model cannot read "
                          f"these shards; {fix}")
-    context = context_length(model.config.get_text_config())
+    table = position_table(model)  # rotary and ALiBi positions have no end: only a learned table bounds them
     positions = min(longest, seq_length)  # a window cuts every run at its edges
-    if context is not None and positions > context[0]:
-        size, field = context
+    if table is not None and positions > table:
+        size, field = table, (context_length(model.config.get_text_config()) or (None, "its position embeddings"))[1]
         raise TrainError(f"build {manifest.build_id} trains sequences whose position ids run to {positions - 1} (a "
                          f"document or a block's padding of {positions} tokens, in sequences of {seq_length}), past "
                          f"model {model_name}'s context of {size} positions ({field}); train on windows of at most "
