@@ -11,8 +11,9 @@ Exit code: 0 when every expert is up to date or rebuilt, 1 when any failed, 3 wh
 rebuild holds the lock and ``--no-wait`` was given. A failed expert leaves its CURRENT as it was.
 
 Retention: after each expert, keep its ``keep`` newest builds plus CURRENT plus every build that a
-checkpoint under its runs directories was taken on (a run must always be able to resume) or that an
-unfinished run names, and the per-source token caches those builds use. Its runs directories: the
+checkpoint under its runs directories was taken on (a run must always be able to resume), that an
+unfinished run names, or that a training process holds a lease on (core/build_lease.py: from the moment
+it chose the build, before its run.json exists), and the per-source token caches those builds use. Its runs directories: the
 configured one and every one a run recorded in the cache (absolute paths, ``cache/<expert>/.runs/``),
 so a rebuild started from another working directory still sees them.
 """
@@ -32,6 +33,7 @@ from filelock import FileLock, Timeout
 from packtrain.pipeline.orchestrate.build import build, plan
 from packtrain.pipeline.orchestrate.build_lock import expert_lock
 from packtrain.pipeline.pack.spill import SOURCES, source_key
+from packtrain.core.build_lease import remove_lease, unleased
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUILD_ID, MANIFEST, Manifest, expert_dir, read_current
@@ -80,9 +82,15 @@ def _prune(cache_dir, expert: str, root: Path, keep: int, runs_dir: Path) -> lis
     kept = [p for i, p in enumerate(builds) if i < keep or p.name in protected]
     removed = []
     for path in builds:
-        if path not in kept:
+        if path in kept:
+            continue
+        with unleased(path) as free:  # a run that has not written its run.json yet holds a lease on its build
+            if not free:
+                kept.append(path)
+                continue
             shutil.rmtree(path)
-            removed.append(path.name)
+            remove_lease(path)
+        removed.append(path.name)
     used_sources = set()
     for path in kept:
         inputs = Manifest.load(path, full=True).inputs

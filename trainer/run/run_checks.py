@@ -13,7 +13,8 @@ from pathlib import Path
 
 from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
-from packtrain.core.contract import Manifest, tokenizer_fingerprint, verify_checksums
+from packtrain.core.build_lease import BuildLeases
+from packtrain.core.contract import Manifest, resolve_build, tokenizer_fingerprint, verify_checksums
 from packtrain.core.shardfile import open_shard
 from packtrain.core.rundir import finished_artifacts
 from packtrain.trainer.run.checkpoint import fork_dir
@@ -25,6 +26,18 @@ log = logging.getLogger("packtrain.train")  # the run's logger: its file log is 
 
 class TrainError(PacktrainError):
     """The run cannot start; the message says what differs and how to fix it."""
+
+
+def leased_build(cache_dir, expert: str, build_id: str | None, leases: BuildLeases) -> Path:
+    """The build to train on (``build_id``, or CURRENT's), leased from now to the run's end so no `rebuild
+    --keep` prunes it (core/build_lease.py): the run's run.json, which protects it too, is written only once the
+    model is loaded. CURRENT is read again when a prune removed its build between the read and the lease."""
+    for _ in range(3):
+        build_dir = resolve_build(cache_dir, expert, build_id)  # a named build removed meanwhile: "missing"
+        if leases.hold(build_dir):
+            return build_dir
+    raise TrainError(f"build {build_dir.name} of expert {expert!r} was removed (a `packtrain rebuild --keep` "
+                     "pruned it) each time this run chose it: train again once that rebuild is done")
 
 
 def check_batch_shape(train, world: World) -> None:

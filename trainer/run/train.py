@@ -35,11 +35,11 @@ import torch
 
 from packtrain.core import hints
 from packtrain.core.config import ConfigError, ExpertConfig
-from packtrain.core.contract import (CONFIG_SNAPSHOT, Manifest, check_build_expert, former_stage_name,
-                                     resolve_build)
+from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, check_build_expert, former_stage_name
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError, Interrupted
 from packtrain.core.preflight import check_report_to
+from packtrain.core.build_lease import BuildLeases
 from packtrain.core.run_lock import RunLocked, RunLocks
 from packtrain.core.rundir import RUN_JSON, complete_checkpoints, finished_artifacts, record_runs_dir, run_dirs
 from packtrain.trainer.model.activations import CheckpointingError, from_config
@@ -57,7 +57,8 @@ from packtrain.trainer.model.memory import MemoryBudgetError, out_of_memory_mess
 from packtrain.trainer.report.metrics import Meter, MetricsFile, NoMetricsFile, oom_advice, peak_flops
 from packtrain.trainer.model.microbatch import MicroBatchError
 from packtrain.trainer.model.model import ModelError, ModelSource, model_source, tokenizer_dir
-from packtrain.trainer.run.run_checks import TrainError, check_batch_shape, check_tokenizer, choose_run_dir, verify_shards
+from packtrain.trainer.run.run_checks import (TrainError, check_batch_shape, check_tokenizer, choose_run_dir, leased_build,
+                                             verify_shards)
 from packtrain.trainer.run.run_end import finish_run, write_json
 from packtrain.trainer.run.runlog import FILE_ONLY, HeldLog, RankFilter, add_file_log, ensure_log_handler
 from packtrain.trainer.schedule import warmup_steps
@@ -88,18 +89,21 @@ def run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None = None
     if not world.is_main:
         log.addFilter(quiet)  # rank 0 tells the story; the others only warn
     locks = RunLocks(on_stale=log.warning)  # the run directory's lock, held by rank 0 (core/run_lock.py)
+    leases = BuildLeases()  # the build's lease, held by every rank: no prune removes it (core/build_lease.py)
     try:
         with threads_restored():  # set for the run in setup_runtime (trainer/run/context.py, trainer/threads.py)
-            return _run(config, cache_dir, build_id, resume, allow_build_change, world, locks)
+            return _run(config, cache_dir, (build_id, leases), resume, allow_build_change, world, locks)
     finally:
         locks.release()
+        leases.release()
         log.removeFilter(quiet)
         close_world(world)
 
 
-def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resume: str | None,
+def _run(config: ExpertConfig, cache_dir: str | Path, build: tuple[str | None, BuildLeases], resume: str | None,
          allow_build_change: bool, world: World, locks: RunLocks) -> Path:
-    build_dir, manifest, source, tok_dir, seq_length = _check_inputs(config, cache_dir, build_id, world)
+    """``build``: the build id asked for (None: CURRENT's) and the leases that hold it while the run lasts."""
+    build_dir, manifest, source, tok_dir, seq_length = _check_inputs(config, cache_dir, build, world)
     expert_runs = Path(config.train.output_dir) / config.expert
     if world.is_main:
         remember_runs_dir(cache_dir, config.expert, expert_runs)
@@ -147,7 +151,7 @@ def _run(config: ExpertConfig, cache_dir: str | Path, build_id: str | None, resu
             file_log.close()
 
 
-def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | None,
+def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build: tuple[str | None, BuildLeases],
                   world: World) -> tuple[Path, Manifest, ModelSource, Path, int]:
     """The config, the build (its shards against the manifest), the model's tokenizer against the build's,
     the batch shape and a train sequence at least (fewer than a global micro-batch train as HF trains them,
@@ -159,7 +163,7 @@ def _check_inputs(config: ExpertConfig, cache_dir: str | Path, build_id: str | N
         raise ConfigError(f"invalid config: {errors[0]}" if len(errors) == 1 else
                           "invalid config:\n  - " + "\n  - ".join(errors))
     train = config.train
-    build_dir = resolve_build(cache_dir, config.expert, build_id)
+    build_dir = leased_build(cache_dir, config.expert, *build)  # no prune removes it from here on
     manifest = Manifest.load(build_dir)
     verify_shards(build_dir, manifest)
     check_build_expert(build_dir, manifest, config.expert)

@@ -1,0 +1,100 @@
+"""A build a run trains on is never pruned, from the moment the run chose it (attack 53, 2026-12-06;
+packtrain/core/build_lease.py). Before, ``rebuild --keep`` knew a running run's build only from its run.json,
+written once the model was loaded: a rebuild that published a newer build meanwhile removed the build the run
+was about to train on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from packtrain.core.build_lease import BuildLeases, lease_path
+from packtrain.core.contract import write_current
+from packtrain.pipeline.orchestrate.rebuild import prune_builds
+import packtrain.trainer.run.train as train_module
+from packtrain.core.configfile import load_config
+from packtrain.pipeline.orchestrate.build import build
+from build_fixtures import make_project, make_tokenizer, rows, write_jsonl
+from trainer_fixtures import make_config, tiny_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def two_builds(tmp_path: Path) -> tuple[Path, str, str]:
+    """The tiny model, and two builds of ``sql`` by the pipeline: ``old`` (CURRENT, 40 rows) and ``new`` (41)."""
+    project = make_project(tmp_path, n_rows=40)
+    model_dir = tiny_model_dir(project["model"], vocab_size=400)  # the tiny model, with the build's tokenizer:
+    make_tokenizer(model_dir)                                      # its files overwrite the word-level ones
+    ids = []
+    for n in (40, 41):
+        write_jsonl(project["data"], rows(n))
+        ids.append(build(load_config("sql", project["configs"], {"build.num_proc": 1}), project["cache"],
+                         log=lambda *a: None, progress=False).build_id)
+    write_current(project["cache"], "sql", ids[0])
+    return model_dir, ids[0], ids[1]
+
+
+def test_a_rebuild_while_the_model_loads_keeps_the_build_the_run_chose(tmp_path, monkeypatch):
+    model_dir, old, new = two_builds(tmp_path)
+    cache, runs = tmp_path / "cache", tmp_path / "runs"
+    pruned = []
+
+    def rebuild_meanwhile(ctx):  # a rebuild publishes `new` and prunes, as the model loads (no run.json yet)
+        assert not list(runs.glob("sql/*/run.json"))
+        write_current(cache, "sql", new)
+        pruned.extend(prune_builds(cache, "sql", keep=0, runs_dir=runs / "sql", log=print))
+        real_prepare(ctx)
+
+    real_prepare = train_module.prepare
+    monkeypatch.setattr(train_module, "prepare", rebuild_meanwhile)
+    run_dir = train_module.run(make_config(model_dir, runs, max_steps=2), cache)
+    assert pruned == []
+    assert json.loads((run_dir / "run.json").read_text())["build_id"] == old
+    assert (run_dir / "adapter" / "adapter_model.safetensors").is_file()
+    # the run finished and let go: once its checkpoints are deleted, a prune removes the build and its lease file
+    for checkpoint in run_dir.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    assert prune_builds(cache, "sql", keep=0, runs_dir=runs / "sql", log=print) == [old]
+    assert not (cache / "sql" / old).exists() and not lease_path(cache / "sql" / old).exists()
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from packtrain.core.build_lease import BuildLeases
+assert BuildLeases().hold(Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_lease_held_by_another_process_keeps_the_build_until_that_process_dies(tmp_path):
+    _, old, new = two_builds(tmp_path)
+    cache = tmp_path / "cache"
+    write_current(cache, "sql", new)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(cache / "sql" / old)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert prune_builds(cache, "sql", keep=0, runs_dir=tmp_path / "runs" / "sql", log=print) == []
+        assert (cache / "sql" / old / "manifest.json").is_file()
+    finally:
+        holder.send_signal(signal.SIGKILL)  # however it dies, the kernel lets go of its lease
+        holder.wait()
+    assert prune_builds(cache, "sql", keep=0, runs_dir=tmp_path / "runs" / "sql", log=print) == [old]
+
+
+def test_a_lease_taken_on_a_build_pruned_meanwhile_is_not_held(tmp_path):
+    _, old, new = two_builds(tmp_path)
+    cache = tmp_path / "cache"
+    leases = BuildLeases()
+    write_current(cache, "sql", new)
+    assert prune_builds(cache, "sql", keep=0, runs_dir=tmp_path / "runs" / "sql", log=print) == [old]
+    assert leases.hold(cache / "sql" / old) is False  # the run re-reads CURRENT (run_checks.leased_build)
+    assert leases.hold(cache / "sql" / new) is True
+    assert list(leases.held) == [cache / "sql" / new]
+    leases.release()
