@@ -7,7 +7,8 @@ sources that changed are tokenized again. One JSON line per expert::
     {"expert": "sql", "action": "up-to-date"|"rebuilt"|"failed", "old_build": ..., "new_build": ...,
      "seconds": 1.2, "token_delta": 1234, "pruned": [...], "error": "..."}
 
-Exit code: 0 when every expert is up to date or rebuilt, 1 when any failed, 3 when another
+Exit code: 0 when every expert is up to date or rebuilt, 1 when any failed or could not be pruned (its line
+has an ``error``), 3 when another
 rebuild holds the lock and ``--no-wait`` was given. A failed expert leaves its CURRENT as it was.
 
 Retention: after each expert, keep its ``keep`` newest builds plus CURRENT plus every build that a
@@ -36,7 +37,7 @@ from packtrain.pipeline.pack.spill import SOURCES, source_key
 from packtrain.core.build_lease import remove_lease, unleased
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import BUILD_ID, MANIFEST, Manifest, expert_dir, read_current
+from packtrain.core.contract import BUILD_ID, MANIFEST, Manifest, expert_dir, load_build_config, read_current
 from packtrain.core.rundir import (CHECKPOINT_PREFIX, STATE_JSON, recorded_build_id, recorded_runs_dirs,
                                    unfinished_run_records)
 from packtrain.core.errors import ContractError, describe_error
@@ -131,9 +132,12 @@ def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log,
     try:
         prepare(config)
         planned = plan(config, cache_dir, log)  # cheap: only changed files are hashed
-        if planned[3] == old:
+        damage = build_damage(expert_dir(cache_dir, config.expert) / old) if planned[3] == old else None
+        if planned[3] == old and damage is None:
             outcome.action, outcome.new_build = "up-to-date", old
         else:
+            if damage is not None:  # build() checks it in full, removes it and builds it again
+                log(f"build {old} of {config.expert} is damaged ({damage}): building it again")
             result = build(config, cache_dir, log=log, progress=False, planned=planned)
             outcome.action, outcome.new_build = "rebuilt", result.build_id
             outcome.token_delta = token_delta(cache_dir, config.expert, old, result.build_id)
@@ -143,6 +147,25 @@ def rebuild_expert(config: ExpertConfig, cache_dir: str | Path, keep: int, log,
         outcome.error = describe_error(e)
     outcome.seconds = round(time.perf_counter() - started, 3)
     return outcome
+
+
+def build_damage(build_dir: Path) -> str | None:
+    """Why the build in ``build_dir`` cannot be called up to date, or None: its manifest or config.json cannot be
+    read, or a shard is missing or not the size its manifest says (the cheap part of the check a build makes
+    before it reuses a build: a scheduled rebuild stays milliseconds; a changed byte is the trainer's
+    sha256 check's to find)."""
+    try:
+        manifest = Manifest.load(build_dir, full=True)
+        load_build_config(build_dir)
+    except ContractError as e:
+        return str(e)
+    for shard in manifest.train + manifest.val:
+        path = build_dir / shard.file
+        if not path.is_file():
+            return f"{path}: missing"
+        if path.stat().st_size != shard.bytes:
+            return f"{path}: {path.stat().st_size} bytes, manifest says {shard.bytes}"
+    return None
 
 
 def token_delta(cache_dir, expert: str, old: str | None, new: str) -> int:
@@ -190,7 +213,7 @@ def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, 
                 outcomes = [rebuild_expert(config, cache_dir, options.keep, log, prepare) for config in configs]
             for outcome in outcomes:  # one line per expert, or per curriculum stage
                 emit(outcome.line())
-                if outcome.action == "failed":
+                if outcome.action == "failed" or outcome.error is not None:  # built, but its prune failed: said
                     code = EXIT_FAILED
         return code
     finally:
