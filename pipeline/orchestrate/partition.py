@@ -65,6 +65,10 @@ def pretokenize_part(config: ExpertConfig, cache_dir, part: tuple[int, int], log
         elif problem := source_cache_problem(outs[i]):  # a damaged part is tokenized again and replaced
             log(f"damaged part, tokenizing it again: {problem}")
             todo.append(i)
+        elif (rows := read_source_stats(outs[i]).batch_rows) != config.build.batch_rows:  # the merge refuses it
+            log(f"part {outs[i]} was cut into batches of {rows} rows, and build.batch_rows is "
+                f"{config.build.batch_rows} here: tokenizing it again")
+            todo.append(i)
     if todo:  # its temporary directories are removed when it fails
         with written(root, f"part {part[0]}/{part[1]} of {config.expert!r}", "free space or set CACHE_DIR "
                      "(--cache-dir) to a larger disk, then run the part again"):
