@@ -29,6 +29,33 @@ def quiet(*_):
     pass
 
 
+def test_a_missing_part_is_named_without_a_parts_count_to_switch_to(project):
+    for i in (0, 2):
+        pretokenize_part(config_of(project), project["cache"], (i, 3), log=quiet)
+    with pytest.raises(BuildError) as refused:
+        merge(config_of(project), project["cache"], 3, log=quiet)
+    directory = next((project["cache"] / "sql" / SOURCES / PARTS).glob("*/0-of-3")).parent
+    assert str(refused.value) == (f"cannot merge 'sql': source {project['data']} has no part(s) 1-of-3 in {directory}; "
+                                  "run `packtrain pretokenize sql --part i/3` for each, or copy their directories there")
+
+
+@pytest.mark.parametrize("difference", ["another tokenizer", "the data changed between the parts"])
+def test_a_part_made_from_other_inputs_is_named_as_such(project, tmp_path, difference):
+    pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
+    if difference == "another tokenizer":
+        other = config_of(project, **{"model.name": str(make_tokenizer(tmp_path / "model2", vocab_size=300))})
+        pretokenize_part(other, project["cache"], (1, 2), log=quiet)
+    else:
+        write_jsonl(project["data"], rows(91))
+        pretokenize_part(config_of(project), project["cache"], (1, 2), log=quiet)
+    with pytest.raises(BuildError) as refused:
+        merge(config_of(project), project["cache"], 2, log=quiet)
+    parts = project["cache"] / "sql" / SOURCES / PARTS
+    assert f"({parts} holds parts of 1 other source, config or tokenizer version(s): run every part with the " \
+           "configs, sources and tokenizer of this merge); run" in str(refused.value)
+    assert "merge with --parts" not in str(refused.value)
+
+
 def test_a_part_cut_with_another_batch_rows_is_made_again_by_its_part_run(project, tmp_path):
     pretokenize_part(config_of(project), project["cache"], (0, 2), log=quiet)
     pretokenize_part(config_of(project, **{"build.batch_rows": 20}), project["cache"], (1, 2), log=quiet)

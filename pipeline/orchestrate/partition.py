@@ -101,7 +101,7 @@ def merge_locked(config: ExpertConfig, cache_dir, count: int, planned, log, prog
         missing = [p.name for p in parts if not (p / SOURCE_STATS).is_file()]
         if missing:
             check_same_encoder(root, config, i, inputs, missing, count)
-            found = what_is_there(root, parts[0].parent, missing, set(keys))
+            found = what_is_there(root, parts[0].parent, missing, set(keys), count)
             raise BuildError(
                 f"cannot merge {config.expert!r}: source {config.sources[i].name} has no part(s) "
                 f"{', '.join(missing)} in {parts[0].parent}{f' ({found})' if found else ''}; run "
@@ -118,15 +118,16 @@ def merge_locked(config: ExpertConfig, cache_dir, count: int, planned, log, prog
     return result
 
 
-def what_is_there(root: Path, directory: Path, missing: list[str], keys: set[str]) -> str:
-    """What a merge that misses parts in ``directory`` (``.parts/<key>/``) finds instead, with the fix:
-    those parts incomplete, parts of another count, or parts of other inputs only (not ``keys``)."""
+def what_is_there(root: Path, directory: Path, missing: list[str], keys: set[str], count: int) -> str:
+    """What a merge of ``count`` parts that misses parts in ``directory`` (``.parts/<key>/``) finds instead,
+    with the fix: those parts incomplete, parts of another count only, or parts of other inputs (not ``keys``:
+    a part run with another tokenizer, config or data file lands under another key)."""
     incomplete = [name for name in missing if (directory / name).is_dir()]
     if incomplete:
         return (f"{', '.join(incomplete)} {'is' if len(incomplete) == 1 else 'are'} there but incomplete, without "
                 f"{SOURCE_STATS}: a copy cut short, or a part still running")
     counts = sorted({int(p.parent.name.rpartition("-of-")[2]) for p in directory.glob(f"*-of-*/{SOURCE_STATS}")})
-    if counts:
+    if counts and count not in counts:  # the merge's own count is what is missing parts: no other count to suggest
         return f"the parts there were made with --parts {' and '.join(map(str, counts))}: merge with --parts {counts[0]}"
     others = {p.parent.parent.name for p in (root / SOURCES / PARTS).glob(f"*/*-of-*/{SOURCE_STATS}")} - keys
     if others:
