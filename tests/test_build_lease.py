@@ -98,3 +98,15 @@ def test_a_lease_taken_on_a_build_pruned_meanwhile_is_not_held(tmp_path):
     assert leases.hold(cache / "sql" / new) is True
     assert list(leases.held) == [cache / "sql" / new]
     leases.release()
+
+
+def test_a_cache_where_no_lease_can_be_written_still_trains_and_says_so(tmp_path, monkeypatch, caplog):
+    model_dir, old, _ = two_builds(tmp_path)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setattr("packtrain.core.build_lease.lease_path", lambda build_dir: blocked / "lease")  # as read-only
+    run_dir = train_module.run(make_config(model_dir, tmp_path / "runs", max_steps=1), tmp_path / "cache")
+    assert json.loads((run_dir / "run.json").read_text())["build_id"] == old
+    assert (f"cannot hold a lease on build {old} ([Errno 17] File exists: '{blocked}'): a `packtrain rebuild "
+            "--keep` that can write this cache would not see that this run trains on it until its run.json is "
+            "written") in caplog.messages

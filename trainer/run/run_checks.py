@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from packtrain.core import hints
-from packtrain.core.errors import PacktrainError
+from packtrain.core.errors import PacktrainError, error_text
 from packtrain.core.build_lease import BuildLeases
 from packtrain.core.contract import Manifest, resolve_build, tokenizer_fingerprint, verify_checksums
 from packtrain.core.shardfile import open_shard
@@ -34,7 +34,13 @@ def leased_build(cache_dir, expert: str, build_id: str | None, leases: BuildLeas
     model is loaded. CURRENT is read again when a prune removed its build between the read and the lease."""
     for _ in range(3):
         build_dir = resolve_build(cache_dir, expert, build_id)  # a named build removed meanwhile: "missing"
-        if leases.hold(build_dir):
+        try:
+            if leases.hold(build_dir):
+                return build_dir
+        except OSError as e:  # a read-only cache (a shared mount of builds): no rebuild prunes there either
+            log.warning("cannot hold a lease on build %s (%s): a `packtrain rebuild --keep` that can write this "
+                        "cache would not see that this run trains on it until its run.json is written",
+                        build_dir.name, error_text(e))
             return build_dir
     raise TrainError(f"build {build_dir.name} of expert {expert!r} was removed (a `packtrain rebuild --keep` "
                      "pruned it) each time this run chose it: train again once that rebuild is done")
