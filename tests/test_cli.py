@@ -172,6 +172,8 @@ def test_a_bad_option_or_argument_is_one_line(tmp_path):
         (["eval"], "error: Missing argument 'EXPERT'. (see `packtrain eval --help`)"),
         (["plot", "sql", "--nope"], "error: No such option '--nope'. (see `packtrain plot --help`)"),
         (["evl", "sql"], "error: No such command 'evl'. Did you mean 'eval'? (see `packtrain --help`)"),
+        (["inspect", "sql", "--blocks", "-3"],  # was "showing -3" and exit 0 (attack 53)
+         "error: Invalid value for '--blocks': -3 is not in the range x>=1. (see `packtrain inspect --help`)"),
     ]
     for args, line in cases:
         refused = run_cli(*args, cwd=tmp_path)

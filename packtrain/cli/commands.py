@@ -261,7 +261,7 @@ def train_all(experts, all_experts, configs_dir, cache_dir, settings, max_steps,
 @cache_dir_option
 @click.option("--build-id", default=None, help="A build id (default: CURRENT).")
 @click.option("--split", type=click.Choice(["train", "val"]), default="train", show_default=True)
-@click.option("--blocks", default=2, show_default=True, help="How many blocks to show.")
+@click.option("--blocks", default=2, show_default=True, type=click.IntRange(min=1), help="How many blocks to show.")
 @click.option("--dropped", is_flag=True, help="List the near-duplicates and validation matches the build "
               "found (build.dedup: near, build.decontaminate), each with the document it matches.")
 def inspect(expert, cache_dir, build_id, split, blocks, dropped):
