@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from packtrain.core.contract import MANIFEST
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no leases (packtrain runs on Linux and macOS)
@@ -56,7 +58,7 @@ class BuildLeases:
         except BaseException:
             os.close(fd)
             raise
-        if not (key / "manifest.json").is_file():
+        if not (key / MANIFEST).is_file():
             os.close(fd)
             return False
         self.held[key] = fd
