@@ -110,3 +110,21 @@ def test_a_cache_where_no_lease_can_be_written_still_trains_and_says_so(tmp_path
     assert (f"cannot hold a lease on build {old} ([Errno 17] File exists: '{blocked}'): a `packtrain rebuild "
             "--keep` that can write this cache would not see that this run trains on it until its run.json is "
             "written") in caplog.messages
+
+
+def test_a_build_your_own_trainer_loads_is_leased_until_the_process_ends(tmp_path):
+    """``packtrain.hf.load_build`` (HF Trainer, TRL, your own loop) maps the shards: the process holds the
+    build's lease from the load to its exit, so a prune keeps it (attack 53's lead: it took none)."""
+    _, old, new = two_builds(tmp_path)
+    cache = tmp_path / "cache"
+    loader = subprocess.Popen([sys.executable, "-c", "import sys\nfrom packtrain.hf import load_build\n"
+                               "print(len(load_build(sys.argv[1])), flush=True)\nsys.stdin.read()",
+                               str(cache / "sql" / old)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert int(loader.stdout.readline()) > 0
+        write_current(cache, "sql", new)
+        assert prune_builds(cache, "sql", keep=0, runs_dir=tmp_path / "runs" / "sql", log=print) == []
+    finally:
+        loader.communicate("")  # it exits: the kernel lets go of the lease
+    assert prune_builds(cache, "sql", keep=0, runs_dir=tmp_path / "runs" / "sql", log=print) == [old]

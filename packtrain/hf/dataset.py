@@ -22,6 +22,7 @@ Recipes: docs/INTEROP.md.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ import pyarrow as pa
 from datasets import Dataset, DatasetInfo
 
 from packtrain.core import hints
+from packtrain.core.build_lease import BuildLeases
 from packtrain.core.blocks import labels_of, position_ids_from_doc_lens, targets
 from packtrain.core.contract import (CACHE_DIR_ENV, CURRENT, MANIFEST, Manifest, ShardInfo, check_build_expert,
                                      check_shard_sizes, resolve_build)
@@ -58,6 +60,7 @@ def load_build(expert_or_path: str | os.PathLike, split: str = "train",
     cache_dir = Path(cache_dir)
     with hints.given(cache_dir=str(cache_dir)):
         build_dir, manifest = locate(expert_or_path, cache_dir)
+        lease(build_dir)
         shards = split_shards(build_dir, manifest, split)
         check_shard_sizes(build_dir, manifest)
     schema = shard_schema(manifest.block_size, np.dtype(manifest.token_dtype))
@@ -66,6 +69,26 @@ def load_build(expert_or_path: str | os.PathLike, split: str = "train",
                                    f"{table.num_rows} blocks of {manifest.block_size} tokens, from {build_dir}")
     dataset = Dataset(table, info=info, split=split, fingerprint=f"packtrain-{manifest.build_id}-{split}")
     return dataset.with_transform(block_columns)
+
+
+LEASES = BuildLeases()
+"""The builds this process loaded, each leased until it exits (the kernel lets go then, however it ends)."""
+
+
+def lease(build_dir: Path) -> None:
+    """Lease ``build_dir`` for this process's life (packtrain/core/build_lease.py), as packtrain's own trainer
+    does for its run: the dataset maps its shards, and a ``packtrain rebuild --keep`` then never prunes a build
+    your trainer reads. A cache where no lease can be written (read-only: nothing prunes it) is said as a
+    warning; a build pruned between finding it and leasing it is one line: load it again."""
+    try:
+        held = LEASES.hold(build_dir)
+    except OSError as e:
+        warnings.warn(f"packtrain: cannot lease build {build_dir} ({e}): a `packtrain rebuild --keep` that can write "
+                      "this cache would not see that this process reads it", stacklevel=3)
+        return
+    if not held:
+        raise PacktrainError(f"build {build_dir} was removed as it was loaded (a `packtrain rebuild --keep` pruned it): "
+                             "load it again (an expert's name loads the build CURRENT names now)")
 
 
 def locate(expert_or_path: str | os.PathLike, cache_dir: Path) -> tuple[Path, Manifest]:
