@@ -79,10 +79,16 @@ UV = $(BIN)/uv pip install -q --native-tls --compile-bytecode --python $(BIN)/py
 
 # The installers, pinned as the locks pin what they install: a new pip or uv (new flags, other defaults)
 # reaches a fresh clone only as a deliberate change of this line, with the suite run on it.
+# A venv made under other pins (its .installers names the ones it has; none: made before they were kept) gets
+# these at the next make install, as it gets a changed lock.
 INSTALLERS := pip==26.3 uv==0.13.9
+ifneq ($(file < $(VENV)/.installers),$(INSTALLERS))
+.PHONY: $(BIN)/uv
+endif
 $(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(INSTALLERS)
+	echo "$(INSTALLERS)" > $(VENV)/.installers
 
 $(VENV)/.installed: pyproject.toml $(LOCK_DIR)/requirements-cpu.lock $(LOCK_DIR)/requirements-cuda.lock $(BIN)/uv
 	$(UV) -r $(LOCK) -e '.[$(EXTRAS)]'

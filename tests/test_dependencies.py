@@ -4,6 +4,8 @@ version it declares (the floors are the versions this suite runs on); the locks 
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 import tomllib
 from importlib.metadata import PackageNotFoundError, version
@@ -159,4 +161,25 @@ def test_the_installers_are_pinned_and_this_environment_has_them():
     assert sorted(pinned) == ["pip", "uv"] and all(Version(v) for v in pinned.values())
     if installed_lock() is None:
         pytest.skip(f"no .installed in {sys.prefix}: not a `make install` environment")
-    assert {name: version(name) for name in pinned} == pinned
+    assert {name: version(name) for name in pinned} == pinned, "this venv's installers are not the Makefile's pins: " \
+        "run `make install`"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
+def test_a_venv_made_under_other_installer_pins_gets_these_at_make_install(tmp_path):
+    """The pins reached only a new venv: `make install` held bin/uv up to date in one made under other pins (or
+    before they were kept), and the test above failed there with no way to fix it but deleting the venv. The venv
+    keeps the pins it has (.installers); `make install` installs the Makefile's where they differ."""
+    (tmp_path / "bin").mkdir()
+    for name in ("python", "uv"):
+        (tmp_path / "bin" / name).touch()
+    pins = " ".join(f"{name}=={pin}" for name, pin in installers().items())
+
+    def would_run(kept: str | None) -> bool:
+        if kept is not None:
+            (tmp_path / ".installers").write_text(kept + "\n")
+        dry = subprocess.run(["make", "-n", "-f", str(MAKEFILE), f"VENV={tmp_path}", f"{tmp_path}/bin/uv"],
+                             capture_output=True, text=True, check=True, cwd=MAKEFILE.parent)
+        return f"pip install -q {pins}" in dry.stdout
+
+    assert (would_run(None), would_run("pip==1.0 uv==0.1.0"), would_run(pins)) == (True, True, False)

@@ -78,3 +78,31 @@ def test_rotary_positions_past_max_position_embeddings_train(tmp_path):
 
     assert position_table(AutoModelForCausalLM.from_pretrained(model_dir)) is None
     assert position_table(AutoModelForCausalLM.from_pretrained(gpt2_dir(tmp_path / "gpt2", positions=16))) == 16
+
+
+def test_rotary_positions_computed_once_end_where_their_table_does(tmp_path):
+    """GPT-J and CodeGen are rotary, but compute their sin/cos once for ``n_positions`` rows (a buffer named
+    ``embed_positions``) and index it by position id; CTRL's sinusoids the same (``pos_encoding``): position ids
+    past them were an ``IndexError`` traceback from the first forward, the check taking them for unbounded.
+    Rotary positions computed per batch (GPT-NeoX) and ALiBi (BLOOM) take any id."""
+    from transformers import (AutoModelForCausalLM, BloomConfig, CodeGenConfig, CTRLConfig, GPTJConfig,
+                              GPTNeoXConfig)
+
+    from packtrain.trainer.model.model import position_table
+
+    small = {"vocab_size": 256, "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 16}
+    configs = {"gptj": GPTJConfig(**small, rotary_dim=8), "codegen": CodeGenConfig(**small, rotary_dim=8),
+               "ctrl": CTRLConfig(**small, dff=64), "bloom": BloomConfig(vocab_size=256, hidden_size=32, n_layer=1, n_head=2),
+               "gpt_neox": GPTNeoXConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=64, max_position_embeddings=16)}
+    tables = {name: position_table(AutoModelForCausalLM.from_config(config)) for name, config in configs.items()}
+    assert tables == {"gptj": 16, "codegen": 16, "ctrl": 16, "bloom": None, "gpt_neox": None}
+    model_dir = tmp_path / "gptj"
+    AutoModelForCausalLM.from_config(GPTJConfig(**small, rotary_dim=8, bos_token_id=0, eos_token_id=0,
+                                                pad_token_id=3)).save_pretrained(model_dir)
+    write_tokenizer(model_dir)
+    build_id = write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    with pytest.raises(TrainError, match=f"^build {build_id} trains sequences whose position ids run to 28 .* past model "
+                                         f"{model_dir}'s context of 16 positions \\(max_position_embeddings\\)"):
+        run(make_config(model_dir, tmp_path / "runs"), tmp_path / "cache")
+    assert not (tmp_path / "runs").exists()

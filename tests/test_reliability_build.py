@@ -459,6 +459,41 @@ def test_an_exception_that_does_not_unpickle_fails_the_wait_instead_of_hanging_i
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_result_threads_watched_by_builds_that_end_in_any_order_keep_their_errors_and_the_hook():
+    """Two builds in two threads of one process, the first to start ending first: each watch took the hook it
+    found and put it back on its exit, so the second build's watch was taken out while it waited (its result
+    thread's error printed as a traceback, its one line "its thread ended") and its hook was left installed
+    for good. A hook someone sets during a build is theirs: the build's end leaves it."""
+    import threading
+
+    from packtrain.pipeline.encode.pool import ResultsThread
+
+    def dying(go: threading.Event, what: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: go.wait() and (_ for _ in ()).throw(ValueError(what)))
+        thread.start()
+        return thread
+
+    def theirs(args):
+        printed.append(str(args.exc_value))
+
+    original, go, printed = threading.excepthook, threading.Event(), []
+    threading.excepthook = theirs  # the hook in place before the builds (Python's own prints the traceback)
+    try:
+        first, second = dying(go, "first"), dying(go, "second")
+        with ResultsThread(first) as one:
+            two = ResultsThread(second).__enter__()
+        go.set()
+        first.join(), second.join()  # the first's error goes to the hook before: no watch is on it now
+        assert (one.error, str(two.error), printed) == (None, "second", ["first"])
+        two.__exit__(None, None, None)
+        assert threading.excepthook is theirs
+        with ResultsThread(threading.Thread()):
+            threading.excepthook = original  # set by someone else while a build waits
+        assert threading.excepthook is original
+    finally:
+        threading.excepthook = original
+
+
 def test_a_result_the_build_cannot_read_back_fails_the_build_in_one_line(tmp_path, monkeypatch, capsys):
     """A batch the build's process cannot unpickle (here its third: out of memory while reading it back is
     one way) killed the Pool's result thread: the build waited forever, and the Pool then refused to stop

@@ -74,25 +74,43 @@ def awaited(result, workers: list, results: "ResultsThread") -> EncodedBatch:
 class ResultsThread:
     """A Pool's result thread, watched while the build waits (a context manager): the exception that kills
     it (a result it cannot read back) is kept for :func:`awaited`'s one line instead of printed as a
-    traceback by ``threading.excepthook``, which is the one before for every other thread."""
+    traceback. One hook (:func:`_keep_watched`) serves every watch of the process, so builds in several
+    threads may start and end in any order; it is ``threading.excepthook`` while any watch is on, passes
+    every other thread's exception to the hook before it, and is taken out by the last watch to end unless
+    another hook was set over it meanwhile (that one is left as it is)."""
 
     def __init__(self, thread: threading.Thread):
         self.thread = thread
         self.error: BaseException | None = None
 
-    def _hook(self, args) -> None:
-        if args.thread is self.thread:
-            self.error = args.exc_value
-        else:
-            self.before(args)
-
     def __enter__(self) -> "ResultsThread":
-        self.before = threading.excepthook
-        threading.excepthook = self._hook
+        with _WATCHING:
+            if threading.excepthook is not _keep_watched and not _WATCHED:
+                _BEFORE[:] = [threading.excepthook]
+                threading.excepthook = _keep_watched
+            _WATCHED[self.thread] = self
         return self
 
     def __exit__(self, *exc) -> None:
-        threading.excepthook = self.before
+        with _WATCHING:
+            _WATCHED.pop(self.thread, None)
+            if not _WATCHED and threading.excepthook is _keep_watched:
+                threading.excepthook = _BEFORE[0]
+
+
+_WATCHED: dict[threading.Thread, ResultsThread] = {}  # the result threads watched now, across the process's builds
+_WATCHING = threading.Lock()
+_BEFORE: list = []  # the threading.excepthook that _keep_watched passes other threads' exceptions to
+
+
+def _keep_watched(args) -> None:
+    """``threading.excepthook`` while a :class:`ResultsThread` watches: a watched thread's exception is kept
+    by its watch, any other goes to the hook that was there before."""
+    watch = _WATCHED.get(args.thread)
+    if watch is not None:
+        watch.error = args.exc_value
+    else:
+        _BEFORE[0](args)
 
 
 def sendable(error: Exception) -> Exception:

@@ -289,17 +289,27 @@ POSITION_TABLES = ("wpe", "embed_positions", "position_embeddings")
 BERT-style ``position_embeddings``): a position id past such a table's rows is an index error."""
 
 
+POSITION_BUFFERS = ("embed_positions", "pos_encoding")
+"""The names of position tables computed once and held as buffers, one row a position: GPT-J's and CodeGen's
+rotary sin/cos (``embed_positions``, ``n_positions`` rows), CTRL's sinusoids (``pos_encoding``). A position id
+past their rows is an index error as well: rotary as they are, their positions end."""
+
+
 def position_table(model) -> int | None:
-    """How many positions the model's learned position embeddings hold, or None where it has none: rotary
-    (Llama, Qwen, SmolLM2) and ALiBi positions are computed for any position id, past the config's
-    ``max_position_embeddings`` too (quality aside), so only a table bounds what a run can feed it."""
+    """How many positions the model's position tables hold (the fewest, where it has several), or None where
+    it has none: a learned table (:data:`POSITION_TABLES`) or one computed once (:data:`POSITION_BUFFERS`).
+    Rotary positions computed for each batch (Llama, Qwen, SmolLM2, GPT-NeoX, Phi) and ALiBi (BLOOM, Falcon)
+    take any position id, past the config's ``max_position_embeddings`` too (quality aside), so only a table
+    bounds what a run can feed the model."""
     import torch
 
     inputs = model.get_input_embeddings()
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Embedding) and module is not inputs and name.rsplit(".", 1)[-1] in POSITION_TABLES:
-            return module.num_embeddings - int(getattr(module, "offset", 0))  # OPT's table starts 2 rows in
-    return None
+    rows = [module.num_embeddings - int(getattr(module, "offset", 0))  # OPT's and BioGPT's tables start 2 rows in
+            for name, module in model.named_modules() if isinstance(module, torch.nn.Embedding)
+            and module is not inputs and name.rsplit(".", 1)[-1] in POSITION_TABLES]
+    rows += [buffer.shape[0] for name, buffer in model.named_buffers()
+             if buffer.dim() == 2 and name.rsplit(".", 1)[-1] in POSITION_BUFFERS]
+    return min(rows, default=None)
 
 
 def context_length(config) -> tuple[int, str] | None:

@@ -124,8 +124,9 @@ def build_extent(build_dir: Path, manifest: Manifest) -> tuple[int, str, int]:
 def check_build_fits_model(build_dir: Path, manifest: Manifest, model, model_name: str, seq_length: int) -> None:
     """Refuse a build the model cannot read, before the run directory exists: a token id past its embeddings
     (the build's tokenizer larger than the model's vocabulary, or ids past the manifest's), or position ids past
-    the rows of its learned position embeddings (a document, or a block's padding, longer than them: GPT-2's end at
-    ``n_positions``; rotary and ALiBi positions have no end, whatever ``max_position_embeddings`` says). Each was an ``IndexError: index out of range in self`` traceback from the first forward
+    the rows of its position table (a document, or a block's padding, longer than them: GPT-2's learned one and GPT-J's
+    rotary sin/cos end at ``n_positions``; rotary positions computed per batch and ALiBi have no end, whatever
+    ``max_position_embeddings`` says: :func:`position_table`). Each was an ``IndexError: index out of range in self`` traceback from the first forward
     (on CUDA a device-side assert). Position ids restart at every document, so a block longer than the context is
     fine where each document fits it."""
     vocab = model.get_input_embeddings().num_embeddings
@@ -139,7 +140,7 @@ def check_build_fits_model(build_dir: Path, manifest: Manifest, model, model_nam
         raise TrainError(f"build {manifest.build_id} holds token id {largest} ({build_dir / where}), and model "
                          f"{model_name} has {vocab} token embeddings (ids 0..{vocab - 1}): this model cannot read "
                          f"these shards; {fix}")
-    table = position_table(model)  # rotary and ALiBi positions have no end: only a learned table bounds them
+    table = position_table(model)  # rotary positions computed per batch and ALiBi have no end: only a table bounds them
     positions = min(longest, seq_length)  # a window cuts every run at its edges
     if table is not None and positions > table:
         size, field = table, (context_length(model.config.get_text_config()) or (None, "its position embeddings"))[1]
