@@ -121,19 +121,26 @@ def test_latin1_text_is_one_line_naming_the_line_and_the_conversion(project, tmp
     assert one_error_line(pretokenize(project, data)) == f"error: {data}, line {line} (byte 0xe9): {NOT_UTF8_FIX}"
 
 
-@pytest.mark.parametrize("suffix", ["parquet", "arrow"])
-def test_a_parquet_or_arrow_column_that_is_not_utf8_is_one_line_naming_the_column(project, tmp_path, suffix):
+def write_table(table, data: Path) -> None:
+    """``table`` as a parquet file or an Arrow stream, by ``data``'s suffix."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    answers = pa.array([b"SELECT 1", b"caf\xe9"], pa.binary()).view(pa.string())  # written unchecked, as other tools can
-    table = pa.table({"question": ["q1?", "q2?"], "context": ["c", "c"], "answer": answers})
-    data = tmp_path / f"rows.{suffix}"
-    if suffix == "parquet":
+    if data.suffix == ".parquet":
         pq.write_table(table, data)
     else:
         with pa.ipc.new_stream(str(data), table.schema) as writer:
             writer.write_table(table)
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "arrow"])
+def test_a_parquet_or_arrow_column_that_is_not_utf8_is_one_line_naming_the_column(project, tmp_path, suffix):
+    import pyarrow as pa
+
+    answers = pa.array([b"SELECT 1", b"caf\xe9"], pa.binary()).view(pa.string())  # written unchecked, as other tools can
+    table = pa.table({"question": ["q1?", "q2?"], "context": ["c", "c"], "answer": answers})
+    data = tmp_path / f"rows.{suffix}"
+    write_table(table, data)
     assert one_error_line(pretokenize(project, data)) == (
         f"error: {data}: a text column holds bytes that are not UTF-8 (ArrowInvalid: column 'answer': Invalid UTF8 "
         f"sequence at string index 1); write the file again with that column's text decoded to UTF-8, or remove it "
@@ -176,16 +183,11 @@ def test_a_column_named_twice_in_a_parquet_or_arrow_file_is_one_line(project, tm
     traceback ('Field "answer" exists 2 times in schema'). A CSV header naming it twice reads the first,
     as datasets (pandas) does."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     table = pa.Table.from_arrays([pa.array(["q?"]), pa.array(["c"]), pa.array(["SELECT 1"]), pa.array(["SELECT 2"])],
                                  names=["question", "context", "answer", "answer"])
     data = tmp_path / f"rows.{suffix}"
-    if suffix == "parquet":
-        pq.write_table(table, data)
-    else:
-        with pa.ipc.new_stream(str(data), table.schema) as writer:
-            writer.write_table(table)
+    write_table(table, data)
     assert one_error_line(pretokenize(project, data)) == (
         f"error: {data}: the column 'answer' appears 2 times in the file, so which one to read is not known; write "
         f"the file again with one column of each name, or map the field to another column with `columns:` under the "
