@@ -131,6 +131,16 @@ def test_status_of_an_expert_never_built_says_not_built(tmp_path):
     assert format_status([row]).splitlines()[2].split()[3] == "no"
 
 
+def test_status_of_a_current_naming_a_build_not_there_says_rebuild_not_delete(tmp_path):
+    """CURRENT names a build whose directory is gone: the fix said to delete that directory (attack 53)."""
+    project = make_project(tmp_path)
+    (project["cache"] / "sql").mkdir(parents=True)
+    (project["cache"] / "sql" / "CURRENT").write_text("0123456789abcdef\n")
+    (row,) = expert_status("sql", project["configs"], project["cache"])
+    missing = project["cache"] / "sql" / "0123456789abcdef"
+    assert row["error"] == f"{missing / 'manifest.json'} is missing; rebuild it with `packtrain pretokenize sql`"
+
+
 def test_a_jsonl_whose_columns_vary_counts_bad_rows(tmp_path):
     """The first row has no context and the sixth an int answer: pyarrow refuses the mixed types, the
     file is read line by line, and a column is missing only where no row has it."""

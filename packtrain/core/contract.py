@@ -396,7 +396,9 @@ def check_build_expert(build_dir: str | os.PathLike, manifest: Manifest, expert:
 
 
 def rebuild_fix(build_dir: Path) -> str:
-    return f"delete {build_dir} and rebuild it with {hints.command('pretokenize', build_dir.parent.name)}"
+    """How to mend a damaged build: delete it (where it is there at all) and build it again."""
+    rebuild = hints.command('pretokenize', build_dir.parent.name)
+    return f"delete {build_dir} and rebuild it with {rebuild}" if Path(build_dir).exists() else f"rebuild it with {rebuild}"
 
 
 BUILD_CONFIG_SCHEMA = {"model": {"name": TEXT, "tokenizer": OPTIONAL_TEXT, "revision": OPTIONAL_TEXT}}
