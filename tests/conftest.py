@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -279,3 +280,17 @@ def templated(real_tokenizer, tmp_path_factory):
         return made[name]
 
     return get
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    """A tmpfs at ``tmp_path/disk``: ``remount()`` makes it read-only (skipped where mount is not allowed)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()}): the read-only cache test needs it")
+    try:
+        yield disk, lambda: subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

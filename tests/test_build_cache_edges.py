@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import time
 
@@ -91,20 +90,6 @@ def test_a_builder_waiting_for_the_lock_says_so_and_then_builds(tmp_path, holder
         f"waiting for the build lock {root / LOCK}, held by {who}: another build of this expert is running"]
     assert results[0].up_to_date is False and (results[0].path / "manifest.json").is_file()
     assert not (root / ".lock.holder").exists()
-
-
-@pytest.fixture
-def read_only_disk(tmp_path):
-    """A tmpfs at ``tmp_path/disk``: ``remount()`` makes it read-only (skipped where mount is not allowed)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()}): the read-only cache test needs it")
-    try:
-        yield disk, lambda: subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_status_on_a_read_only_cache_shows_the_row(read_only_disk):

@@ -296,19 +296,11 @@ def test_a_csv_quote_that_never_closes_is_one_line_not_rows_swallowed(project, t
 # --- a cache on a read-only file system ------------------------------------------------------------------
 
 
-def test_a_cache_on_a_read_only_file_system_says_what_to_do(project, tmp_path):
+def test_a_cache_on_a_read_only_file_system_says_what_to_do(project, read_only_disk):
     """It was Python's ``[Errno 30] Read-only file system: '<cache>/sql'``, with no word of what to do."""
-    import subprocess
-
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()})")
-    try:
-        result = cli("pretokenize", "sql", "--configs-dir", project["configs"], "--cache-dir", disk, "--no-progress")
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
+    disk, remount_read_only = read_only_disk  # tests/conftest.py
+    remount_read_only()
+    result = cli("pretokenize", "sql", "--configs-dir", project["configs"], "--cache-dir", disk, "--no-progress")
     assert one_error_line(result) == (
         f"error: {disk / 'sql'} cannot be written: it is on a read-only file system; point packtrain at a writable "
         f"place: --cache-dir (CACHE_DIR) for builds, train.output_dir for runs")
