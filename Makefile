@@ -249,7 +249,7 @@ bench-train: install
 # The GPU machine's wheels in .whl/ (the device tool carries .whl/): packtrain's own, and what its image
 # (Python 3.12, torch, transformers, peft, pyarrow, tokenizers preinstalled; no registry) lacks, at the
 # CUDA lock's versions and the pins of install's --no-deps packages: 54 MB of the 64 MiB a call carries
-# (2026-12-06), the working tree (10 MB) counted in the 64. `make gpu-wheel PART=6`: part 6's own set,
+# (2026-12-06), the working tree (5.3 MB since the samples are .jsonl.gz, 2026-12-07) counted in the 64. `make gpu-wheel PART=6`: part 6's own set,
 # which needs torchao (model.base_precision: fp8) and has no room for what it does not import (packtrain
 # imports none of datasets, dill, multiprocess, xxhash; part 6 runs no TRL and no task eval or GGUF model).
 # A name the CUDA lock does not pin is said and not fetched (the dry run then names it missing).

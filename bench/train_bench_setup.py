@@ -6,6 +6,7 @@ for the 'before' setup, the raw rows tokenized and padded as they are read (``Ra
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -153,8 +154,8 @@ def raw_rows(config) -> list[tuple[str, str]]:
     from packtrain.pipeline.format.format import RowFormatter
 
     fmt = RowFormatter(config.format)
-    path = ROOT / "pipeline/assets/samples/sql.jsonl"
-    docs = [fmt(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    path = ROOT / "pipeline/assets/samples/sql.jsonl.gz"
+    docs = [fmt(json.loads(line)) for line in gzip.decompress(path.read_bytes()).decode().splitlines() if line.strip()]
     return [(doc.text[: doc.prompt_chars], doc.text) for doc in docs]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_train import ModelConfig
 from packtrain.core.resolve import SourceNotFound, resolve_model_dir, resolve_tokenizer_dir
 from packtrain.pipeline.read.discover import SourceError, discover_all, format_discovery, resolve_source
+from packtrain.pipeline.read.sources import iter_batches
 
 
 def rel_files(source):
@@ -169,9 +171,11 @@ def test_compressed_and_tsv_files_are_data_files(tmp_path, hf_home):
 
 def test_bundled_sample(tmp_path, monkeypatch):
     monkeypatch.setattr(discover, "SAMPLES_DIR", tmp_path)
-    (tmp_path / "sql.jsonl").write_text('{"question": "q", "context": "c", "answer": "a"}\n')
+    (tmp_path / "sql.jsonl.gz").write_bytes(gzip.compress(b'{"question": "q", "context": "c", "answer": "a"}\n'))
+    (tmp_path / "neo4j.jsonl").write_text("{}\n")  # not a bundled sample: those are <expert>.jsonl.gz
     source = resolve_source(SourceConfig(name="bundled"), expert="sql")
-    assert (source.kind, source.name, source.root, rel_files(source)) == ("bundled", "bundled", tmp_path, ["sql.jsonl"])
+    assert (source.kind, source.name, source.root, rel_files(source)) == ("bundled", "bundled", tmp_path, ["sql.jsonl.gz"])
+    assert [q for batch in iter_batches(source, ["question"], 8) for q in batch.columns["question"]] == ["q"]
     with pytest.raises(SourceNotFound, match=r"no bundled sample for expert 'neo4j'.*\(bundled: sql\)"):
         resolve_source(SourceConfig(name="bundled"), expert="neo4j")
 

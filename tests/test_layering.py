@@ -86,7 +86,7 @@ def test_the_wheel_installs_one_top_level_name_with_its_assets(tmp_path):
     assert sorted({n.split("/")[0].split("-")[0] for n in names}) == ["packtrain"]
     for needed in ["packtrain/cli/commands.py", "packtrain/core/contract.py", "packtrain/pipeline/orchestrate/build.py",
                    "packtrain/trainer/run/train.py", "packtrain/core/assets/demo-model/tokenizer.json",
-                   "packtrain/pipeline/assets/samples/sql.jsonl", "packtrain/hf/dataset.py"]:
+                   "packtrain/pipeline/assets/samples/sql.jsonl.gz", "packtrain/hf/dataset.py"]:
         assert needed in names
     assert "packtrain/__init__.py" not in names  # a namespace package: its portions are the ones above
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

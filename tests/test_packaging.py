@@ -43,5 +43,5 @@ def test_the_wheel_builds_without_warnings_and_holds_every_module_and_asset(tmp_
     (wheel,) = (tmp_path / "wheel").glob("packtrain-*.whl")
     in_wheel = {name for name in zipfile.ZipFile(wheel).namelist() if not name.startswith("packtrain-")}
     assert sorted(source_files() - in_wheel) == []
-    assert {"packtrain/pipeline/encode/__init__.py", "packtrain/pipeline/assets/samples/sql.jsonl",
+    assert {"packtrain/pipeline/encode/__init__.py", "packtrain/pipeline/assets/samples/sql.jsonl.gz",
             "packtrain/core/assets/demo-model/tokenizer.json"} <= in_wheel

@@ -10,6 +10,7 @@ and the adapter answers.
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 from pathlib import Path
@@ -97,7 +98,8 @@ def test_the_prompt_is_the_one_the_build_wrote_for_every_validation_row(real_tok
     examples = val_examples(result.path, manifest, 10 ** 6)
     info = load_tokenizer_info(directory)
     tokenizer = hf_tokenizer(directory)
-    rows = [json.loads(line) for line in (ROOT / "pipeline/assets/samples/sql.jsonl").read_text().splitlines()]
+    sample = gzip.decompress((ROOT / "pipeline/assets/samples/sql.jsonl.gz").read_bytes()).decode()
+    rows = [json.loads(line) for line in sample.splitlines()]
     by_prompt = {(row["context"], row["question"]): row for row in rows}  # a question can come with two schemas
     assert len(examples) >= 40  # the validation documents the build holds whole
     for example in examples:

@@ -14,13 +14,14 @@ no normalizer (so decode(encode(x)) == x for any text), and 8192 tokens in all:
     id 4..259            the 256 byte symbols
     id 260..8191         merges learned from the four sample files
 
-It is trained on ``pipeline/assets/samples/*.jsonl`` (every field of every row, as the formatter
+It is trained on ``pipeline/assets/samples/*.jsonl.gz`` (every field of every row, as the formatter
 would see it), so run ``tools/make_samples.py`` first when the samples change.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 
@@ -53,11 +54,11 @@ CHAT_TEMPLATE = (
 
 def sample_texts(samples_dir: Path = SAMPLES):
     """Every field of every sample row, one string at a time, in file order."""
-    files = sorted(samples_dir.glob("*.jsonl"))
+    files = sorted(samples_dir.glob("*.jsonl.gz"))
     if not files:
-        raise FileNotFoundError(f"no *.jsonl in {samples_dir}; run tools/make_samples.py first")
+        raise FileNotFoundError(f"no *.jsonl.gz in {samples_dir}; run tools/make_samples.py first")
     for path in files:
-        with open(path, encoding="utf-8") as f:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
             for line in f:
                 row = json.loads(line)
                 for key in sorted(row):
@@ -125,7 +126,7 @@ def write_tokenizer(out_dir: str | Path = DEFAULT_OUT, samples_dir: Path = SAMPL
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default: %(default)s)")
-    parser.add_argument("--samples", default=str(SAMPLES), help="directory of *.jsonl samples (default: %(default)s)")
+    parser.add_argument("--samples", default=str(SAMPLES), help="directory of *.jsonl.gz samples (default: %(default)s)")
     args = parser.parse_args(argv)
     out = write_tokenizer(args.out, Path(args.samples))
     print(f"wrote {out / 'tokenizer.json'} and {out / 'tokenizer_config.json'} ({VOCAB_SIZE} tokens)")

@@ -3,7 +3,7 @@ Offline, always: nothing here opens a socket. Models and tokenizers: packtrain/c
 
 Where a source name is looked for, in order (``resolve_source``)::
 
-    bundled                      pipeline/assets/samples/<expert>.jsonl
+    bundled                      pipeline/assets/samples/<expert>.jsonl.gz
     an existing path             a jsonl/json/csv/tsv/parquet/arrow file (the text ones also compressed:
                                  train.jsonl.gz, .bz2, .xz), a directory of them, or a
                                  ``save_to_disk`` directory (state.json / dataset_dict.json)
@@ -39,6 +39,7 @@ from packtrain.pipeline.read.compression import COMPRESSIONS, TEXT_SUFFIXES, fil
 from packtrain.pipeline.read.local_models import converted_models, local_model
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "assets" / "samples"
+SAMPLE_SUFFIX = ".jsonl.gz"  # a bundled sample: <expert>.jsonl.gz, read as any compressed JSON lines file
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")  # also the preference order
 # for errors: .parquet, .arrow, .jsonl, .json, .csv, .tsv (the text ones also compressed: .gz, .bz2, .xz, as train.jsonl.gz)
 DATA_SUFFIXES_TEXT = (f"{', '.join(DATA_SUFFIXES)} (the text ones also compressed: {', '.join(COMPRESSIONS)}, "
@@ -143,9 +144,9 @@ def _resolve_bundled(spec: SourceConfig, expert: str | None) -> ResolvedSource:
     _no_configs(spec, "the bundled sample")
     if not expert:
         raise SourceNotFound("source 'bundled' needs the expert name: resolve_source(spec, expert='sql')")
-    path = SAMPLES_DIR / f"{expert}.jsonl"
+    path = SAMPLES_DIR / f"{expert}{SAMPLE_SUFFIX}"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in SAMPLES_DIR.glob("*.jsonl"))) or "none"
+        known = ", ".join(sorted(p.name.removesuffix(SAMPLE_SUFFIX) for p in SAMPLES_DIR.glob(f"*{SAMPLE_SUFFIX}"))) or "none"
         raise SourceNotFound(f"no bundled sample for expert {expert!r}: {path} does not exist (bundled: {known}); "
                              f"add one there, or set sources: in {hints.config_file(expert)} to a dataset or local file")
     return ResolvedSource(BUNDLED, "bundled", spec.split, None, SAMPLES_DIR, (path,))
