@@ -150,7 +150,8 @@ BOUND_8 = "longer than 1 MiB (build.read_memory_mb 8 / 8) once decompressed, so 
 
 
 def rows_of(path, bound_mb: int = 8) -> list[str]:
-    from packtrain.pipeline.read.sources import ReadBound, iter_batches
+    from packtrain.pipeline.read.read_checks import ReadBound
+    from packtrain.pipeline.read.sources import iter_batches
 
     batches = iter_batches(resolve_source(SourceConfig(name=str(path))), ["prompt", "answer"], 2,
                            bound=ReadBound(bound_mb))
