@@ -343,7 +343,8 @@ def test_every_exception_a_chat_template_raises_on_a_row_is_a_bad_row(style):
 
 
 def test_a_template_errors_text_is_cut_with_its_length_said():
-    from packtrain.pipeline.format.format import BadRow, render_conversation
+    from packtrain.pipeline.format.chat_render import render_conversation
+    from packtrain.pipeline.format.format import BadRow
 
     template = "{% for m in messages %}{{ m[m.content].x }}{% endfor %}"  # names the missing key: 5,000 x
     with pytest.raises(BadRow) as raised:
