@@ -129,7 +129,7 @@ def setups(made: dict[str, Path], root: Path) -> list[Setup]:
         Setup("qwen3 thinking off", made["qwen3"], qwen3_template, qwen3_marked_template, "<|im_end|>",
               kwargs={"enable_thinking": False},
               # the generation prompt holds the empty reasoning block: the build supervises what follows it; a
-              # turn with reasoning does not start with it, so its header is supervised (format.turn_head)
+              # turn with reasoning does not start with it, so its header is supervised (chat_render.turn_head)
               prompt_side=("<think>", "\n\n", "</think>", "<|im_start|>", "assistant", "\n")),
         Setup("qwen3 each turn", made["qwen3"], qwen3_template, qwen3_marked_template, "<|im_end|>", each_turn=True),
         Setup("qwen3 + tools", made["qwen3"], qwen3_template, qwen3_marked_template, "<|im_end|>", tools=True),

@@ -150,7 +150,8 @@ BOUND_8 = "longer than 1 MiB (build.read_memory_mb 8 / 8) once decompressed, so 
 
 
 def rows_of(path, bound_mb: int = 8) -> list[str]:
-    from packtrain.pipeline.read.sources import ReadBound, iter_batches
+    from packtrain.pipeline.read.read_checks import ReadBound
+    from packtrain.pipeline.read.sources import iter_batches
 
     batches = iter_batches(resolve_source(SourceConfig(name=str(path))), ["prompt", "answer"], 2,
                            bound=ReadBound(bound_mb))
@@ -342,7 +343,8 @@ def test_every_exception_a_chat_template_raises_on_a_row_is_a_bad_row(style):
 
 
 def test_a_template_errors_text_is_cut_with_its_length_said():
-    from packtrain.pipeline.format.format import BadRow, render_conversation
+    from packtrain.pipeline.format.chat_render import render_conversation
+    from packtrain.pipeline.format.format import BadRow
 
     template = "{% for m in messages %}{{ m[m.content].x }}{% endfor %}"  # names the missing key: 5,000 x
     with pytest.raises(BadRow) as raised:

@@ -155,8 +155,8 @@ def test_a_jsonl_column_no_row_has_is_still_named(tmp_path):
 def test_an_empty_jsonl_file_lacks_no_column(tmp_path):
     """A file with no rows (a split that came out empty) is read as no rows, not as one missing every
     column (the check that a column some row has is not missing ran on files with no rows too)."""
-    from packtrain.pipeline.read import sources
+    from packtrain.pipeline.read import json_files
 
     empty = tmp_path / "part-067.jsonl"
     empty.write_text("\n")
-    assert list(sources._json_lines(empty, ["question", "answer"], 16)) == []
+    assert list(json_files._json_lines(empty, ["question", "answer"], 16)) == []

@@ -16,7 +16,8 @@ from packtrain.core.contract import Manifest
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.core.config_build import FormatConfig
 from packtrain.pipeline.format.chat_once import chatml_system, render_once, turn_end, unmark
-from packtrain.pipeline.format.format import BadRow, RowFormatter, render_conversation
+from packtrain.pipeline.format.chat_render import render_conversation
+from packtrain.pipeline.format.format import BadRow, RowFormatter
 from real_tokenizers import CHATML
 
 # Qwen3's way: earlier turns' reasoning dropped, so a turn renders differently once a later turn follows

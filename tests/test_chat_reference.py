@@ -21,7 +21,8 @@ from bench.chat_reference_setups import setups as all_setups  # noqa: E402
 from bench.chat_reference_check import A, S, U  # noqa: E402
 from build_fixtures import chat_configs, packed_documents  # noqa: E402
 
-from packtrain.pipeline.format.format import BadRow, render_conversation  # noqa: E402
+from packtrain.pipeline.format.chat_render import render_conversation  # noqa: E402
+from packtrain.pipeline.format.format import BadRow  # noqa: E402
 from packtrain.pipeline.format.format_messages import render_each_turn  # noqa: E402
 
 QWEN3 = (ROOT / "tests" / "chat_templates" / "qwen3.jinja").read_text()

@@ -20,7 +20,8 @@ from tokenizers import Tokenizer, processors
 
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.orchestrate.build import build, plan_inputs
-from packtrain.pipeline.format.format import BadRow, render_conversation
+from packtrain.pipeline.format.chat_render import render_conversation
+from packtrain.pipeline.format.format import BadRow
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 BOS, EOS = "<s>", "</s>"

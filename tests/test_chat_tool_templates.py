@@ -97,7 +97,7 @@ def test_every_real_template_that_renders_tools_gives_the_reference(templated, t
 def test_adapter_and_merged_model_directories_keep_the_tool_use_template(tmp_path):
     """The tokenizer files saved beside an adapter or merged weights include the tool_use template
     (part of the tokenizer's hash): the saved model renders a call with tools as the build did."""
-    from packtrain.core.contract import tokenizer_fingerprint
+    from packtrain.core.tokenizer_files import tokenizer_fingerprint
     from packtrain.trainer.model.adapters import save_adapter_extras
 
     source = tmp_path / "tokenizer"

@@ -81,7 +81,7 @@ def test_json_lines_read_line_by_line_compressed(tmp_path):
 
 
 def test_the_key_search_of_a_compressed_file_finds_keys_across_its_chunks(tmp_path):
-    from packtrain.pipeline.read.sources import _absent_keys
+    from packtrain.pipeline.read.json_files import _absent_keys
 
     keys = ["question", "a\"b", "é✓", "\U0001f600x"]
     line = json.dumps(dict.fromkeys(keys, 1)) + "\n"  # ensure_ascii: every non-ASCII key written escaped

@@ -14,7 +14,8 @@ from build_fixtures import seed_decision, write_jsonl
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
-from packtrain.pipeline.format.format import BadRow, render_conversation
+from packtrain.pipeline.format.chat_render import render_conversation
+from packtrain.pipeline.format.format import BadRow
 from real_tokenizers import CHATML
 from test_conversations import TOOL_CHATML, chat_project, quiet, set_template  # noqa: F401 (a fixture)
 

@@ -13,7 +13,8 @@ from packtrain.core.configfile import load_config
 from packtrain.core.shardfile import open_shard
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.errors import BuildError
-from packtrain.pipeline.format.format import BadRow, render_conversation
+from packtrain.pipeline.format.chat_render import render_conversation
+from packtrain.pipeline.format.format import BadRow
 from packtrain.pipeline.review.inspect import inspect_build
 
 # A tiny ChatML-style template that renders tool calls and tool results, as Qwen's and SmolLM2's do.

@@ -11,7 +11,7 @@ USER_FACING = [
     "packtrain.core.diskfull.DiskFullError", "packtrain.core.rundir.RunError", "packtrain.core.resolve.SourceNotFound",
     "packtrain.core.plotting.PlotError", "packtrain.pipeline.errors.BuildError",
     "packtrain.pipeline.errors.TokenizerError", "packtrain.pipeline.errors.InputsChanged",
-    "packtrain.pipeline.read.discover.SourceError", "packtrain.pipeline.read.sources.MissingColumns",
+    "packtrain.pipeline.read.discover.SourceError", "packtrain.pipeline.read.read_checks.MissingColumns",
     "packtrain.trainer.run.run_checks.TrainError", "packtrain.trainer.model.model.ModelError",
     "packtrain.trainer.run.checkpoint.CheckpointError", "packtrain.trainer.loop.NonFiniteLossError",
     "packtrain.trainer.model.adapters.NonFiniteWeightsError", "packtrain.trainer.run.distributed.DistributedError",

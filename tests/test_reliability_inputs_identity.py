@@ -27,7 +27,8 @@ from packtrain.pipeline.orchestrate.build import build, plan
 from packtrain.pipeline.errors import InputsChanged
 from packtrain.pipeline.pack.spill import SOURCES, source_key
 from packtrain.core.configfile import load_config
-from packtrain.core.contract import BUILD_ID, check_expert_name, expert_dir, read_current
+from packtrain.core.contract import BUILD_ID, expert_dir, read_current
+from packtrain.core.expert_names import check_expert_name
 from packtrain.core.rundir import record_runs_dir, recorded_runs_dirs
 from packtrain.core.errors import ContractError
 

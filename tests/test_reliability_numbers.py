@@ -22,7 +22,7 @@ import packtrain.pipeline.encode.pool as tokenize_module
 from build_fixtures import ctrl_c_as_in_a_terminal, make_project, write_jsonl
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.errors import BuildError
-from packtrain.cli.commands import resolve
+from packtrain.cli.options import resolve
 from packtrain.core.config import ConfigError, ExpertConfig, StageConfig
 from packtrain.core.config_build import SourceConfig
 from packtrain.core.config_fields import in_range

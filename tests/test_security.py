@@ -15,7 +15,8 @@ from build_fixtures import make_project, make_tokenizer
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict, load_config
-from packtrain.core.contract import check_expert_name, expert_dir
+from packtrain.core.contract import expert_dir
+from packtrain.core.expert_names import check_expert_name
 from packtrain.core.errors import ContractError
 from trainer_fixtures import RUN_END, make_config, tiny_model_dir
 

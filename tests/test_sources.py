@@ -230,7 +230,7 @@ def test_a_column_written_escaped_in_a_later_line_is_found(tmp_path, written):
 @pytest.mark.parametrize("key", ["answer", "a\"b", "back\\slash", "tab\there", "é", "\u2028", "q😀", "/x", "\x7f",
                                  "lone\ud800"])
 def test_every_json_spelling_of_a_key_is_found_and_a_near_miss_is_not(key):
-    from packtrain.pipeline.read.sources import _json_key
+    from packtrain.pipeline.read.json_files import _json_key
 
     units = [u for ch in key for u in _utf16_units(ch)]
     spellings = {json.dumps(key), json.dumps(key, ensure_ascii=False), json.dumps(key).replace("/", "\\/"),

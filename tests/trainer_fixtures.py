@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from packtrain.core.configfile import config_from_dict
-from packtrain.core.contract import FORMAT_VERSION, MANIFEST, expert_dir, token_dtype, tokenizer_fingerprint, write_current
+from packtrain.core.contract import FORMAT_VERSION, MANIFEST, expert_dir, token_dtype, write_current
+from packtrain.core.tokenizer_files import tokenizer_fingerprint
 from packtrain.core.shardfile import ShardWriter
 
 # One intra-op thread: on a small shared CPU box, OpenMP threads spin-waiting for a busy core make a

@@ -52,7 +52,7 @@ def _quote(arg: str) -> str:
 def train_all(experts: list[str], build_args: list[str], train_args: list[str], log_dir: Path,
               gpus: list[str], emit) -> int:
     """Run every expert, ``len(gpus)`` at a time (1 at a time without GPUs); returns the exit code."""
-    from packtrain.core.contract import check_expert_name
+    from packtrain.core.expert_names import check_expert_name
 
     for expert in experts:  # names become log file names: none may escape log_dir
         check_expert_name(expert)

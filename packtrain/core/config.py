@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from packtrain.core.config_build import BuildConfig, FormatConfig, PackConfig, SourceConfig
 from packtrain.core.config_fields import BUNDLED, check_numbers, num
 from packtrain.core.config_train import CpuConfig, LoraConfig, ModelConfig, TrainConfig
-from packtrain.core.contract import STAGE_NAME, check_build_name, stage_expert
+from packtrain.core.expert_names import STAGE_NAME, check_build_name, stage_expert
 from packtrain.core.errors import ContractError, PacktrainError
 
 

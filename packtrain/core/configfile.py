@@ -19,7 +19,7 @@ from typing import Any, Literal
 from packtrain.core.config import ConfigError, ExpertConfig, resolve_val_fraction
 from packtrain.core.config_fields import check_numbers
 from packtrain.core.config_names import close_choice, did_you_mean
-from packtrain.core.contract import check_expert_name
+from packtrain.core.expert_names import check_expert_name
 from packtrain.core.errors import quote
 from packtrain.core.machine import has_cuda
 from packtrain.core.yaml_reader import load_yaml

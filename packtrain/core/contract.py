@@ -4,11 +4,12 @@ The halves never import each other: what one writes and the other reads is defin
 shardfile.py (the shard format), both in the core. This module defines:
 
 - the build directory layout: ``cache/<expert>/CURRENT`` and ``cache/<expert>/<build-id>/``; a
-  curriculum stage is the expert ``<expert>.<stage>`` (no expert name has a '.', so a stage never
-  shares a directory with an expert); the run directory and ``cache/<expert>/.runs/``: rundir.py;
-- the manifest (``manifest.json``): what went in (hashed into the build id) and what came out;
-- the tokenizer fingerprint, computed the same way by the build and by the trainer, so the trainer
-  can refuse shards made with another tokenizer.
+  curriculum stage is the expert ``<expert>.<stage>`` (the names: expert_names.py); the run directory
+  and ``cache/<expert>/.runs/``: rundir.py;
+- the manifest (``manifest.json``): what went in (hashed into the build id) and what came out.
+
+The tokenizer fingerprint the manifest records, computed the same way by the build and by the trainer
+so the trainer can refuse shards made with another tokenizer: tokenizer_files.py.
 
 The shard file format and its one reader: packtrain/core/shardfile.py. The error it raises:
 errors.py; the schemas the manifest is checked against: schema.py; the one JSON reader: inputs.py.
@@ -26,8 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from packtrain.core.errors import ContractError
+from packtrain.core.expert_names import check_build_name
 from packtrain.core.files import write_atomic
-from packtrain.core.hashing import sha256_file, sha256_json
+from packtrain.core.hashing import sha256_file
 from packtrain.core import inputs
 from packtrain.core.schema import (COUNT, FILE_NAME, INTEGER, NUMBER, OBJECT, OPTIONAL_TEXT, POSITIVE, SHA256, TEXT, Is,
                                    schema_problem, short_repr)
@@ -43,70 +45,11 @@ LOCK = ".lock"
 # what to do when a write into the cache finds the disk full (core/diskfull.py)
 BUILD_DISK_FULL_FIX = "free space or set CACHE_DIR (--cache-dir) to a larger disk, then build again"
 
-# the named chat template transformers renders a call with tools by, where save_pretrained writes it
-TOOL_CHAT_TEMPLATE = "additional_chat_templates/tool_use.jinja"
-# Files that define a tokenizer's behaviour. Whatever of these exists is hashed, by content.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    TOOL_CHAT_TEMPLATE,
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-)
-
 # The demo model shipped with packtrain (``model: bundled``): a small config for random init plus
 # the bundled tokenizer, so a fresh clone builds and trains with no HF cache at all.
 BUNDLED_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "demo-model"
 
-EXPERT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-STAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,31}$")
-STAGE_SEPARATOR = "."  # in no expert name: stage builds and runs live where no expert's can
-# Names that would share a file or directory with something that is not the expert's.
-RESERVED_NAMES = {
-    "defaults": "configs/defaults.yaml is the base of every expert's config",
-    "train-all": "runs/train-all/ holds the logs of `packtrain train-all`",
-}
 BUILD_ID = re.compile(r"^[0-9a-f]{16}$")
-
-
-def check_expert_name(name: str) -> str:
-    """Expert names become directory names under configs/, cache/ and runs/: no path can escape them,
-    and none may be a name something else already uses there."""
-    if not EXPERT_NAME.fullmatch(name or ""):
-        raise ContractError(
-            f"invalid expert name {name!r}: use lowercase letters, digits, '-' and '_' "
-            "(for example 'sql' or 'neo4j'), starting with a letter or digit"
-        )
-    if name in RESERVED_NAMES:
-        raise ContractError(f"invalid expert name {name!r}: it is reserved ({RESERVED_NAMES[name]}); "
-                            f"rename {hints.config_file(name)} to another name")
-    return name
-
-
-def stage_expert(expert: str, stage: str) -> str:
-    """The name a curriculum stage is built and trained under: ``<expert>.<stage>``."""
-    return f"{expert}{STAGE_SEPARATOR}{stage}"
-
-
-def former_stage_name(name: str) -> str | None:
-    """``<expert>-<stage>``: where the stage ``<expert>.<stage>`` lived before stages had a namespace of
-    their own (an expert may have that name too: never use it, only mention it)."""
-    expert, dot, stage = name.partition(STAGE_SEPARATOR)
-    return f"{expert}-{stage}" if dot else None
-
-
-def check_build_name(name: str) -> str:
-    """What may name a directory under cache/ or runs/: an expert, or a stage ``<expert>.<stage>``."""
-    expert, dot, stage = (name or "").partition(STAGE_SEPARATOR)
-    if dot and not (EXPERT_NAME.fullmatch(expert) and STAGE_NAME.fullmatch(stage)):
-        raise ContractError(f"invalid expert name {name!r}: a curriculum stage is <expert>{STAGE_SEPARATOR}<stage>, "
-                            "the stage in lowercase letters, digits and '_'")
-    return name if dot else check_expert_name(name)
 
 
 def _is_build_name(name: str) -> bool:
@@ -124,40 +67,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
     dtype = np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
     assert np.iinfo(dtype).max >= vocab_size - 1
     return dtype
-
-
-def tokenizer_fingerprint(directory: str | os.PathLike, sha256=sha256_file) -> dict:
-    """Content hash of every tokenizer file in ``directory`` (vocab, merges, specials, chat template).
-
-    The build stores this in the manifest; the trainer computes it for the model's tokenizer and
-    refuses shards whose hash differs. ``sha256``: a cached hasher (packtrain.pipeline.hashcache.StatCache.sha256).
-    """
-    directory = Path(directory)
-    files = {}
-    for name in TOKENIZER_FILES:
-        path = directory / name
-        if path.is_file():
-            files[name] = sha256(path)
-    if "tokenizer.json" not in files:
-        raise ContractError(
-            f"no tokenizer.json in {directory}: packtrain needs a fast (Rust) tokenizer file; "
-            "save one with `AutoTokenizer.from_pretrained(...).save_pretrained(dir)`"
-        )
-    return {"hash": sha256_json(files), "files": files}
-
-
-def tokenizer_differences(built: dict, other: dict, other_name: str = "model") -> list[str]:
-    """The files in which two tokenizer fingerprints' ``files`` differ, as the refusals name them:
-    ``tokenizer.json (build 1a2b3c4d5e6f, model 6f5e4d3c2b1a)``, ``merges.txt (only in the model's tokenizer)``."""
-    diffs = []
-    for name in sorted(set(built) | set(other)):
-        if name not in other:
-            diffs.append(f"{name} (only in the build's tokenizer)")
-        elif name not in built:
-            diffs.append(f"{name} (only in the {other_name}'s tokenizer)")
-        elif built[name] != other[name]:
-            diffs.append(f"{name} (build {built[name][:12]}, {other_name} {other[name][:12]})")
-    return diffs
 
 
 # ----------------------------------------------------------------------------------------------

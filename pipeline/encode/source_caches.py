@@ -31,7 +31,8 @@ from packtrain.pipeline.format.format import RowFormatter
 from packtrain.pipeline.hashcache import StatCache
 from packtrain.pipeline.pack.report import rate
 from packtrain.pipeline.read.row_filter import check_kinds
-from packtrain.pipeline.read.sources import ReadBound, iter_batches
+from packtrain.pipeline.read.read_checks import ReadBound
+from packtrain.pipeline.read.sources import iter_batches
 from packtrain.pipeline.pack.source_stats import BadRow, Exactness, SourceStats
 from packtrain.pipeline.pack import near_dup
 from packtrain.pipeline.pack.spill import SpillWriter

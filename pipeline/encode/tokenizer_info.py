@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from packtrain.core.contract import TOOL_CHAT_TEMPLATE, tokenizer_fingerprint
+from packtrain.core.tokenizer_files import TOOL_CHAT_TEMPLATE, tokenizer_fingerprint
 from packtrain.core.inputs import check_input, parse_json, read_input
 from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.pipeline.encode.fast.line_cache import line_cut

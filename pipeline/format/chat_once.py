@@ -1,6 +1,6 @@
 """Conversations rendered once: every assistant span read off one render of the chat template.
 
-The exact way (format.render_turns) renders the template 2k+1 times for a conversation of k
+The exact way (chat_render.render_turns) renders the template 2k+1 times for a conversation of k
 assistant turns: the whole, and for each turn the conversation up to it with the generation prompt
 (where the turn starts) and through it (where it ends). Here the template renders the conversation
 once, with a marker pair (two private-use characters) around each assistant turn's content::
@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from packtrain.pipeline.format.chat_template import template_variables
-from packtrain.pipeline.format.format import BadRow, Formatted, compile_chat_template, render_turns
+from packtrain.pipeline.format.chat_render import render_turns
+from packtrain.pipeline.format.chat_template import BadRow, compile_chat_template, template_variables
+from packtrain.pipeline.format.format import Formatted
 
 OPEN, CLOSE = "\U000f0000", "\U000f0001"
 VERSION = 3  # raise when what is rendered once changes (part of the remembered refusals' key)
@@ -224,7 +225,7 @@ HEADS = {role: f"<|im_start|>{role}\n" for role in ("system", "user", "assistant
 
 def plain_chatml(messages, system: str | None, default_system: str | None, eos_token: str | None) -> Formatted | None:
     """A conversation of plain messages rendered by string joins straight from the row, for a template
-    :func:`chatml_system` admits: the result of ``format.render_conversation(..., once=True)``, which
+    :func:`chatml_system` admits: the result of ``chat_render.render_conversation(..., once=True)``, which
     would check the messages (``check_messages``, ``check_fields_rendered``), add ``system`` and render
     by :func:`chatml`. Plain: a non-empty list of dicts of exactly a role (chat_messages.ROLES) and text
     content, every assistant turn's content not blank, at least one assistant turn. None for any other
@@ -277,7 +278,7 @@ def plain_chatml(messages, system: str | None, default_system: str | None, eos_t
 
 def render_once(template: str | None, messages: list[dict], bos_token: str | None,
                 eos_token: str | None) -> Formatted | None:
-    """The conversation (checked, system prompt added: format.render_conversation's input) from one
+    """The conversation (checked, system prompt added: chat_render.render_conversation's input) from one
     render, or None where the exact way must render it. A ChatML template whose probes :func:`chatml`
     renders exactly is rendered by it, without Jinja, for messages of role and text content alone;
     others by the template with markers."""

@@ -1,5 +1,5 @@
 """Conversations in other layouts than OpenAI's ``messages`` (docs/DATASETS.md), made into the
-messages pipeline/format/format.py renders:
+messages pipeline/format/chat_render.py renders:
 
 - other keys and role names (ShareGPT ``{"from": "human", "value": "Hi"}``), through
   ``format.message_property_mappings`` and ``format.roles`` (:func:`map_messages`);
@@ -25,9 +25,9 @@ from typing import Any
 
 from packtrain.pipeline.format.chat_messages import (check_fields_rendered, check_messages, check_tools_rendered,
                                               from_json_text)
-from packtrain.pipeline.format.chat_template import template_variables
-from packtrain.pipeline.format.format import (BadRow, Formatted, compile_chat_template, no_turn_start,
-                                       template_errors_are_bad_rows, turn_head)
+from packtrain.pipeline.format.chat_render import no_turn_start, template_errors_are_bad_rows, turn_head
+from packtrain.pipeline.format.chat_template import BadRow, compile_chat_template, template_variables
+from packtrain.pipeline.format.format import Formatted
 
 
 def parsed(messages: Any, column: str) -> Any:

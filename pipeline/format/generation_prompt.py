@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from packtrain.core.config_build import FormatConfig, template_fields
-from packtrain.pipeline.format.chat_template import template_variables
-from packtrain.pipeline.format.format import BadRow, compile_chat_template, render_chat, template_errors_are_bad_rows
+from packtrain.pipeline.format.chat_render import render_chat, template_errors_are_bad_rows
+from packtrain.pipeline.format.chat_template import BadRow, compile_chat_template, template_variables
 
 
 class PromptError(ValueError):

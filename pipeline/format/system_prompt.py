@@ -10,8 +10,7 @@ template puts the marker in the first, the second holds the default (if anything
 
 from __future__ import annotations
 
-from packtrain.pipeline.format.chat_template import template_variables
-from packtrain.pipeline.format.format import compile_chat_template
+from packtrain.pipeline.format.chat_template import compile_chat_template, template_variables
 
 MARK, USER = "\x00system-mark\x00", "\x00user-mark\x00"
 

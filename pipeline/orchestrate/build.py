@@ -39,8 +39,9 @@ from packtrain.pipeline.encode import tokenizer_facts
 from packtrain.core.config import ExpertConfig
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.contract import (BUILD_DISK_FULL_FIX, CONFIG_SNAPSHOT, CURRENT, FORMAT_VERSION, LOCK, MANIFEST,
-                                     REPORT, Manifest, expert_dir, former_stage_name, load_build_config, read_current,
-                                     resolve_build, token_dtype, verify_checksums, write_current)
+                                     REPORT, Manifest, expert_dir, load_build_config, read_current, resolve_build,
+                                     token_dtype, verify_checksums, write_current)
+from packtrain.core.expert_names import former_stage_name
 from packtrain.core.files import TMP_PREFIX, fsync_dir, publish_dir, remove_path, writer_alive
 from packtrain.core.hashing import canonical_json, sha256_file, sha256_json
 from packtrain.core.diskfull import written

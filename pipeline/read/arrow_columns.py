@@ -1,7 +1,7 @@
 """A batch's columns as pyarrow read them, handed to a worker as Arrow buffers, not Python objects.
 
-The readers that go through pyarrow (parquet, arrow, JSON lines, CSV, TSV: pipeline/read/sources.py)
-give each batch as :class:`ArrowColumns`: a mapping from column name to the column's Python values,
+The readers that go through pyarrow (parquet, arrow, CSV, TSV: pipeline/read/sources.py; JSON lines:
+pipeline/read/json_files.py) give each batch as :class:`ArrowColumns`: a mapping from column name to the column's Python values,
 made (``to_pylist``, the values ``to_pydict`` gives) only where a column is asked for, and kept.
 Pickled (to a worker of the pool, pipeline/encode/pool.py), it sends the batch's Arrow buffers,
 copied down to the batch's own rows, and no value made so far: the build's process neither makes a

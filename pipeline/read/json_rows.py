@@ -1,6 +1,6 @@
 """A batch of JSON lines rows as read, parsed where its values are used: in the worker that formats them.
 
-The JSON lines pyarrow cannot read exactly (pipeline/read/sources.py ``_json_lines``: a ``messages``
+The JSON lines pyarrow cannot read exactly (pipeline/read/json_files.py ``_json_lines``: a ``messages``
 column of objects, types that change between rows) were parsed line by line with ``json.loads`` in the
 build's own process, which then pickled every row's objects to a worker of the pool: a quarter of that
 process's CPU on 50k conversations (docs/benchmarks-history.md). The build's process now only reads the

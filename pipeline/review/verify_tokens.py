@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from packtrain.core import hints
-from packtrain.core.contract import Manifest, ShardInfo, rebuild_fix, tokenizer_differences, tokenizer_fingerprint
+from packtrain.core.contract import Manifest, ShardInfo, rebuild_fix
+from packtrain.core.tokenizer_files import tokenizer_differences, tokenizer_fingerprint
 from packtrain.core.errors import ContractError
 from packtrain.core.shardfile import open_shard
 from packtrain.pipeline.review.dropped_bytes import RESTORED, missing_bytes, restored_text

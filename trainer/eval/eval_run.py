@@ -20,7 +20,8 @@ import torch
 from packtrain.core import hints
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import config_from_dict
-from packtrain.core.contract import MANIFEST, Manifest, tokenizer_fingerprint
+from packtrain.core.contract import MANIFEST, Manifest
+from packtrain.core.tokenizer_files import tokenizer_fingerprint
 from packtrain.core.inputs import one_line, read_json
 from packtrain.core.rundir import RUN_JSON, RunRecord
 from packtrain.trainer.model.adapters import ADAPTER_WEIGHTS

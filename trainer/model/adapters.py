@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from packtrain.core.config import ConfigError
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import LoraConfig
-from packtrain.core.contract import TOKENIZER_FILES
+from packtrain.core.tokenizer_files import TOKENIZER_FILES
 from packtrain.core.resolve import portable_reference
 from packtrain.trainer.model import activations
 from packtrain.trainer.run.distributed import load_full_trainable_state, sharded

@@ -14,7 +14,8 @@ from pathlib import Path
 from packtrain.core import hints
 from packtrain.core.errors import PacktrainError, error_text
 from packtrain.core.build_lease import BuildLeases
-from packtrain.core.contract import Manifest, resolve_build, tokenizer_fingerprint, verify_checksums
+from packtrain.core.contract import Manifest, resolve_build, verify_checksums
+from packtrain.core.tokenizer_files import tokenizer_fingerprint
 from packtrain.core.shardfile import open_shard
 from packtrain.core.rundir import finished_artifacts
 from packtrain.trainer.run.checkpoint import fork_dir

@@ -35,7 +35,8 @@ import torch
 
 from packtrain.core import hints
 from packtrain.core.config import ConfigError, ExpertConfig
-from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, check_build_expert, former_stage_name
+from packtrain.core.contract import CONFIG_SNAPSHOT, Manifest, check_build_expert
+from packtrain.core.expert_names import former_stage_name
 from packtrain.core.diskfull import DiskFullError
 from packtrain.core.errors import ContractError, Interrupted
 from packtrain.core.preflight import check_report_to
