@@ -27,8 +27,13 @@ def test_the_fork_server_imports_the_workers_modules_without_pyarrow_or_its_thre
             "print(*sorted(m for m in ('packtrain.pipeline.encode.pool', 'packtrain.pipeline.encode.worker', "
             "'jinja2.sandbox', 'pyarrow') if m in sys.modules))\n"
             "print(*sorted({open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}))\n"
-            "import pyarrow\n"
-            "print(*sorted({open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}))\n")
+            "import time, pyarrow\n"
+            "pyarrow.array([1])\n"  # the positive control: pyarrow's allocator starts its thread, on a loaded machine
+            "for _ in range(600):\n"  # a moment later (the check above needs no wait: the thread is never started)
+            "    names = {open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}\n"
+            "    if 'jemalloc_bg_thd' in names: break\n"
+            "    time.sleep(0.05)\n"
+            "print(*sorted(names))\n")
     modules, threads, with_pyarrow = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                                     check=True).stdout.splitlines()
     assert modules.split() == ["jinja2.sandbox", "packtrain.pipeline.encode.pool", "packtrain.pipeline.encode.worker"]
