@@ -132,6 +132,12 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
             f"{config_path}: no eos_token; packtrain ends every document with EOS. Set eos_token "
             "in tokenizer_config.json (for Qwen: <|endoftext|>)"
         )
+    if not facts["special"][eos_token]:  # an ordinary token: the data's own text would end documents with it
+        raise TokenizerError(
+            f"{config_path}: eos_token {eos_token!r} is an ordinary token of {directory / 'tokenizer.json'} (not a "
+            f"special one in its added_tokens), so the text {eos_token!r} in a document would be encoded as its end; "
+            "set eos_token to the tokenizer's special end-of-text token, or mark it \"special\": true in added_tokens"
+        )
     pad_token, pad_id = special("pad_token")
     bos_token, bos_id = special("bos_token")
     prefix = tuple(facts["prefix"])
