@@ -5,7 +5,10 @@ the file and the fix, or used as transformers would (attack 54, 2026-12-07):
   text of that token in a document became the document's end (``SELECT``, ``a``);
 - a hub repo with one link to a missing blob, or a ref to a missing snapshot, was "not on this machine", also
   where the link was to a file no loader reads (a README);
-- a missing ``model.tokenizer`` directory was reported as ``model.name``'s, with the fix "set model.name".
+- a missing ``model.tokenizer`` directory was reported as ``model.name``'s, with the fix "set model.name";
+- a vocabulary whose ids have a gap (a token at id 70,000 among 400) was a ValueError traceback from fastokens'
+  loader on a first build, and with the HF tokenizer its token array was chosen by the tokens' count (uint16), so
+  id 70,000 was written as 4,464, silently.
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ import os
 
 import pytest
 
-from build_fixtures import make_tokenizer
+from build_fixtures import make_project, make_tokenizer, packed_documents
 from conftest import write_hub_repo
 from packtrain.core.config_train import ModelConfig
+from packtrain.core.configfile import load_config
+from packtrain.core.contract import Manifest
 from packtrain.core.resolve import SourceNotFound, resolve_model_dir, resolve_tokenizer_dir
 from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 from packtrain.pipeline.errors import TokenizerError
+from packtrain.pipeline.orchestrate.build import build
 
 
 @pytest.mark.parametrize("eos", ["a", "SELECT"])
@@ -88,3 +94,21 @@ def test_a_missing_tokenizer_directory_names_model_tokenizer(tmp_path):
     assert str(refused.value) == (
         f"tokenizer {str(tmp_path / 'nodir')!r}: {tmp_path / 'nodir'} does not exist; check the path, or set "
         "model.tokenizer to a directory holding tokenizer.json")
+
+
+@pytest.mark.parametrize("fast_encoder", [True, False])
+def test_a_vocabulary_with_a_gap_in_its_ids_builds_with_ids_that_fit_their_array(tmp_path, fast_encoder):
+    from tokenizers import Tokenizer
+
+    project = make_project(tmp_path, n_rows=20, decided=False)  # a first build: fastokens is tried before its proof
+    path = project["model"] / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    select = Tokenizer.from_file(str(path)).encode("SELECT").ids[0]
+    (token,) = [t for t, i in spec["model"]["vocab"].items() if i == select]
+    spec["model"]["vocab"][token] = 70_000
+    path.write_text(json.dumps(spec))
+    result = build(load_config("sql", project["configs"], {"build.fast_encoder": fast_encoder}), project["cache"],
+                   log=lambda *a: None, progress=False)
+    ids = [i for doc, _ in packed_documents(result) for i in doc]
+    # every train document holds one SELECT (the 20th row is in val), at its id, and none at the old one
+    assert (Manifest.load(result.path).vocab_size, ids.count(70_000), select in ids) == (70_001, 19, False)
