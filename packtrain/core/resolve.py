@@ -272,8 +272,10 @@ def check_model_file(path: Path, what: str) -> None:
     """``path`` (a file a model directory must hold) is a link to a missing file: one line saying so (an
     interrupted hub download leaves such links), instead of "no such file" or a parser's error."""
     if path.is_symlink() and not path.exists():
-        raise SourceNotFound(f"{path} ({what}) is a link to {os.path.realpath(path)}, which does not exist: the "
-                             "download was cut short or its blobs removed; download the model again")
+        target = os.path.realpath(path)
+        leads = "which does not exist" if target != str(path) else "which leads back to itself"
+        raise SourceNotFound(f"{path} ({what}) is a link to {target}, {leads}: the download was cut short or its "
+                             "blobs removed; download the model again")
 
 
 def resolve_tokenizer_dir(model: ModelConfig) -> Path:
