@@ -127,17 +127,7 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
         return token, token_id
 
     eos_token, eos_id = special("eos_token")
-    if eos_id is None:
-        raise TokenizerError(
-            f"{config_path}: no eos_token; packtrain ends every document with EOS. Set eos_token "
-            "in tokenizer_config.json (for Qwen: <|endoftext|>)"
-        )
-    if not facts["special"][eos_token]:  # an ordinary token: the data's own text would end documents with it
-        raise TokenizerError(
-            f"{config_path}: eos_token {eos_token!r} is an ordinary token of {directory / 'tokenizer.json'} (not a "
-            f"special one in its added_tokens), so the text {eos_token!r} in a document would be encoded as its end; "
-            "set eos_token to the tokenizer's special end-of-text token, or mark it \"special\": true in added_tokens"
-        )
+    check_eos(eos_token, facts, config_path)
     pad_token, pad_id = special("pad_token")
     bos_token, bos_id = special("bos_token")
     prefix = tuple(facts["prefix"])
@@ -158,3 +148,19 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
         fingerprint=fingerprint,
         facts=facts,
     )
+
+
+def check_eos(eos_token: str | None, facts: dict, config_path: Path) -> None:
+    """The tokenizer has an eos token (packtrain ends every document with it), and a special one: the text of an
+    ordinary token (``SELECT``) in a document would be encoded as its end."""
+    if eos_token is None:
+        raise TokenizerError(
+            f"{config_path}: no eos_token; packtrain ends every document with EOS. Set eos_token "
+            "in tokenizer_config.json (for Qwen: <|endoftext|>)"
+        )
+    if not facts["special"][eos_token]:
+        raise TokenizerError(
+            f"{config_path}: eos_token {eos_token!r} is an ordinary token of {config_path.parent / 'tokenizer.json'} "
+            f"(not a special one in its added_tokens), so the text {eos_token!r} in a document would be encoded as its "
+            "end; set eos_token to the tokenizer's special end-of-text token, or mark it \"special\": true in added_tokens"
+        )
