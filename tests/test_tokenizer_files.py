@@ -30,16 +30,19 @@ from packtrain.pipeline.orchestrate.build import build
 
 
 @pytest.mark.parametrize("eos", ["a", "SELECT"])
-def test_an_eos_token_that_is_ordinary_text_is_refused(tmp_path, eos):
-    model = make_tokenizer(tmp_path / "model")
+def test_an_eos_token_that_is_ordinary_text_is_refused_by_the_build(tmp_path, eos):
+    project = make_project(tmp_path, n_rows=20)
+    model = project["model"]
     config = model / "tokenizer_config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "eos_token": eos}))
     with pytest.raises(TokenizerError) as refused:
-        load_tokenizer_info(model)
+        build(load_config("sql", project["configs"]), project["cache"], log=lambda *a: None, progress=False)
     assert str(refused.value) == (
         f"{config}: eos_token {eos!r} is an ordinary token of {model / 'tokenizer.json'} (not a special one in its "
         f"added_tokens), so the text {eos!r} in a document would be encoded as its end; set eos_token to the "
         "tokenizer's special end-of-text token, or mark it \"special\": true in added_tokens")
+    assert not (project["cache"] / "sql" / "CURRENT").exists()
+    assert load_tokenizer_info(model).eos_token == eos  # a finished run's tokenizer is still read (generate, chat)
 
 
 def test_a_special_eos_token_is_used(tmp_path):
