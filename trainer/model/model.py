@@ -29,7 +29,7 @@ from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import ModelConfig, TrainConfig
 from packtrain.core.diskfull import written
 from packtrain.core.inputs import one_line
-from packtrain.core.resolve import SourceNotFound, check_model_file
+from packtrain.core.resolve import SourceNotFound, check_model_file, resolve_model_dir
 from packtrain.trainer.model.model_files import check_loaded, check_model_files
 
 log = logging.getLogger("packtrain.train")
@@ -51,8 +51,6 @@ class ModelSource:
 def resolve_dir(name: str, revision: str | None, what: str = "model") -> Path:
     """``bundled``, a local directory, or an HF id in the local hub cache: resolved exactly as the
     build resolves its tokenizer (packtrain.pipeline.read.discover), so a model that builds is a model that trains."""
-    from packtrain.core.resolve import resolve_model_dir
-
     try:
         return resolve_model_dir(name, revision, "model.tokenizer" if what == "tokenizer" else "model.name")
     except SourceNotFound as e:
