@@ -13,6 +13,7 @@ import pytest
 
 from packtrain.core.config import ConfigError
 from packtrain.core.configfile import config_from_dict
+from packtrain.core.inputs import InputError
 from packtrain.trainer.run.checkpoint import CheckpointError
 from packtrain.trainer.run.curriculum import train_expert
 from packtrain.trainer.model.model import ModelError
@@ -70,7 +71,8 @@ def broken_model(model_dir: Path, directory: Path) -> Path:
 def test_an_unknown_model_type_creates_no_run_directory(tmp_path, model_dir):
     write_build(tmp_path / "cache", "sql", random_blocks(8, 32, 0), [], 32, model_dir)
     config = make_config(broken_model(model_dir, tmp_path / "broken"), tmp_path / "runs")
-    with pytest.raises(ModelError, match="cannot load model .*broken"):
+    with pytest.raises(InputError, match=r"broken/config.json cannot be read as a transformers config.json \(ValueError: "
+                       "The checkpoint you are trying to load has model type `no-such-model`"):
         run(config, tmp_path / "cache")
     assert not (tmp_path / "runs" / "sql").exists()
 
@@ -89,7 +91,7 @@ def test_a_refused_stage_creates_no_run_directory(tmp_path, model_dir):
         write_build(tmp_path / "cache", f"sql.{stage}", random_blocks(8, 32, 0), [], 32, model_dir)
     config = make_config(broken_model(model_dir, tmp_path / "broken"), tmp_path / "runs").to_dict()
     config["stages"] = [{"name": stage, "sources": [{"name": "bundled"}]} for stage in ("first", "second")]
-    with pytest.raises(TrainError, match="^sql.first: cannot load model"):
+    with pytest.raises(TrainError, match="^sql.first: .*broken/config.json cannot be read as a transformers config.json"):
         train_expert(config_from_dict(config), tmp_path / "cache")
     assert not (tmp_path / "runs").exists()
 

@@ -14,7 +14,8 @@ from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 from packtrain.pipeline.encode.notes import write_note
 from packtrain.pipeline.errors import TokenizerError
 
-FACTS = {"ids": {"<|endoftext|>": 0, "<|pad|>": 1}, "prefix": [], "vocab_size": 400}
+FACTS = {"ids": {"<|endoftext|>": 0, "<|pad|>": 1}, "prefix": [], "vocab_size": 400,
+         "special": {"<|endoftext|>": True, "<|pad|>": True}}
 
 
 def no_hf_load(monkeypatch):

@@ -211,39 +211,80 @@ def resolve_embedded(name: str) -> Path:
 # --- Models and tokenizers -----------------------------------------------------------------------
 
 
-def resolve_model_dir(name: str, revision: str | None = None) -> Path:
+def resolve_model_dir(name: str, revision: str | None = None, setting: str = "model.name") -> Path:
     """``bundled``, an embedded model (``smollm2-135m``), a local directory, or an HF model id in the hub
-    cache -> the directory holding its files."""
+    cache -> the directory holding its files. ``setting``: the config field that named it (``model.name``, or
+    ``model.tokenizer``: the messages name the field to change)."""
     if name in EMBEDDED_MODELS:
         return resolve_embedded(name)
     if name == BUNDLED:
         if not BUNDLED_MODEL_DIR.is_dir():
             raise SourceNotFound(f"the bundled demo model is missing ({BUNDLED_MODEL_DIR}); reinstall packtrain")
         return BUNDLED_MODEL_DIR
+    what = "tokenizer" if setting == "model.tokenizer" else "model"
+    where = f"{setting} / {hints.option('model')}" if setting == "model.name" else setting
+    holding = "tokenizer.json" if what == "tokenizer" else "config.json and the weights"
     if (local := cache_path(name)).exists():
         if not local.is_dir():
-            raise SourceNotFound(f"model {name!r}: {local} is a file; point model.name at the directory holding "
-                                 "config.json and the weights")
+            raise SourceNotFound(f"{what} {name!r}: {local} is a file; point {setting} at the directory holding "
+                                 f"{holding}")
         return local
     if looks_like_path(name):
-        raise missing_path("model", name, "check the path, or set model.name / --model to a directory holding "
-                                          "config.json and the weights")
+        raise missing_path(what, name, f"check the path, or set {where} to a directory holding {holding}")
     repo, note, cached = hub_repo(name, "model")
     if repo is not None:
-        return Path(pick_revision(repo, revision, f"model {name}").snapshot_path)
+        return Path(pick_revision(repo, revision, f"{what} {name}").snapshot_path)
+    if (damaged := damaged_snapshot(name, revision)) is not None:
+        return damaged
     raise SourceNotFound(
-        f"model {name!r} is not on this machine{close_choices([name], cached)}; looked in:\n  - local path {cache_path(name)} (does not exist)\n"
+        f"{what} {name!r} is not on this machine{close_choices([name], cached)}; looked in:\n  - local path {cache_path(name)} (does not exist)\n"
         f"  - hub cache {hub_cache_dir()} ({note})\nFix: download it on a connected machine with "
-        f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set model.name in "
-        f"{hints.config_file('<expert>')} / {hints.option('model')} to a local directory"
+        f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set {setting} in "
+        f"{hints.config_file('<expert>')}" + (f" / {hints.option('model')}" if setting == "model.name" else "")
+        + " to a local directory"
     )
+
+
+def damaged_snapshot(name: str, revision: str | None) -> Path | None:
+    """The snapshot ``refs/<revision or main>`` names in a hub repo huggingface_hub's scan refuses as a whole
+    (a link to a missing blob, a ref to a missing snapshot, anywhere in it), as transformers' offline loading
+    would find it: the files packtrain reads are checked one by one after (:func:`check_model_file`). None
+    where no such repo is there; a one-line error where its ref names no snapshot."""
+    folder = hub_cache_dir() / f"models--{name.replace('/', '--')}"
+    if not folder.is_dir():
+        return None
+    ref = folder / "refs" / (revision or "main")
+    commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else (revision or "")
+    snapshot = folder / "snapshots" / commit
+    if commit and "/" not in commit and snapshot.is_dir():
+        return snapshot
+    there = sorted(d.name[:8] for d in (folder / "snapshots").iterdir()) if (folder / "snapshots").is_dir() else []
+    raise SourceNotFound(
+        f"model {name!r}: the hub cache's {folder.name} is damaged: "
+        + (f"{ref} names snapshot {commit}, which {folder / 'snapshots'} does not hold" if ref.is_file()
+           else f"no ref {ref.name} ({folder / 'refs'})")
+        + f" (snapshots there: {', '.join(there) or 'none'}); download it again on a connected machine with "
+        f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set model.revision to a "
+        "snapshot that is there")
+
+
+def check_model_file(path: Path, what: str) -> None:
+    """``path`` (a file a model directory must hold) is a link to a missing file: one line saying so (an
+    interrupted hub download leaves such links), instead of "no such file" or a parser's error."""
+    if path.is_symlink() and not path.exists():
+        target = os.path.realpath(path)
+        leads = "which does not exist" if target != str(path) else "which leads back to itself"
+        raise SourceNotFound(f"{path} ({what}) is a link to {target}, {leads}: the download was cut short or its "
+                             "blobs removed; download the model again")
 
 
 def resolve_tokenizer_dir(model: ModelConfig) -> Path:
     """The directory of the tokenizer the build uses: ``model.tokenizer``, else the model's own."""
     name = model.tokenizer or model.name
     revision = model.revision if name == model.name else None
-    directory = resolve_model_dir(name, revision)
+    directory = resolve_model_dir(name, revision, "model.tokenizer" if model.tokenizer else "model.name")
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        check_model_file(directory / file, f"tokenizer of {name!r}")
     if not (directory / "tokenizer.json").is_file():
         raise SourceNotFound(
             f"no tokenizer.json in {directory} (tokenizer of {name!r}); packtrain needs a fast tokenizer file: save "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from packtrain.pipeline.encode.fast import fastokens_encoder, tiktoken_encoder
 from packtrain.core.memory import release_freed
-from packtrain.core.inputs import parse_json, read_input
+from packtrain.core.inputs import one_line, parse_json, read_input
 from packtrain.pipeline.errors import TokenizerError, read_as_hashed
 from packtrain.pipeline.encode.fast.line_cache import LineCache, line_cut
 
@@ -141,4 +141,8 @@ def _fastokens(key: tuple[str, str], meanwhile: Callable[[str], object] | None, 
         release_freed()  # the parse, freed before the load's scratch peaks (fastokens_encoder.Layout)
         if meanwhile is not None:
             meanwhile(text)
-        return fastokens_encoder.FastokensEncoder(native.result(), layout)
+        try:
+            loaded = native.result()
+        except Exception as e:  # noqa: BLE001 - its Rust loader's errors (a vocabulary with gaps in its ids): not exact here
+            raise NotExact(f"fastokens cannot load this tokenizer ({one_line(e)})") from None
+        return fastokens_encoder.FastokensEncoder(loaded, layout)

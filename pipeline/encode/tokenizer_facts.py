@@ -26,13 +26,14 @@ from packtrain.pipeline.errors import read_as_hashed
 from packtrain.pipeline.encode import machine_notes
 from packtrain.pipeline.encode.notes import note_file, read_note, remembered_note, write_note
 
-FACTS_VERSION = 1  # raise when compute() changes, so remembered facts are computed again
+FACTS_VERSION = 2  # 2: ``special``, and ``vocab_size`` the largest id + 1; raise when compute() changes, so remembered facts are computed again
 FACTS_DIR = ".tokenizer-facts"  # inside SOURCES
 
 
 def compute(tokenizer_file: Path, tokens: list[str], fix: str, file_hash: str) -> dict:
-    """The facts, from the HF tokenizer: ``vocab_size``, ``ids`` (token -> id, None when not in the
-    vocabulary) for ``tokens``, and ``prefix`` (what encoding with special tokens adds before a text).
+    """The facts, from the HF tokenizer: ``vocab_size`` (its largest id + 1), ``ids`` (token -> id, None when not in the
+    vocabulary) and ``special`` (token -> whether it is a special added token: text never becomes it) for
+    ``tokens``, and ``prefix`` (what encoding with special tokens adds before a text).
     Built from one read of the file whose sha256 is ``file_hash`` (else :class:`ContentChanged`): the
     facts are remembered under that hash, so never of other content."""
     from tokenizers import Tokenizer
@@ -47,8 +48,12 @@ def facts_of(tokenizer, tokens: list[str]) -> dict:
     plain = tokenizer.encode("x", add_special_tokens=False).ids
     wrapped = tokenizer.encode("x", add_special_tokens=True).ids
     at = next((i for i in range(len(wrapped) - len(plain) + 1) if wrapped[i : i + len(plain)] == plain), 0)
-    return {"vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
-            "ids": {token: tokenizer.token_to_id(token) for token in tokens}, "prefix": wrapped[:at]}
+    special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+    # the ids' extent, not their count: a vocabulary with gaps in its ids (70000 among 400 tokens) needs 70001 rows of
+    # embeddings and a token array that holds 70000 (a count chose uint16, and 70000 was written as 4464)
+    return {"vocab_size": max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1,
+            "ids": {token: tokenizer.token_to_id(token) for token in tokens}, "prefix": wrapped[:at],
+            "special": {token: token in special for token in tokens}}
 
 
 # (tokenizer.json's sha256, the tokens) -> the facts this process computed: another cache of this
@@ -102,4 +107,6 @@ def valid(facts, tokens: list[str]) -> bool:
     return (isinstance(facts, dict) and type(facts.get("vocab_size")) is int
             and isinstance(facts.get("ids"), dict) and set(facts["ids"]) == set(tokens)
             and all(token_id(v) for v in facts["ids"].values())
-            and isinstance(facts.get("prefix"), list) and all(type(v) is int and v >= 0 for v in facts["prefix"]))
+            and isinstance(facts.get("prefix"), list) and all(type(v) is int and v >= 0 for v in facts["prefix"])
+            and isinstance(facts.get("special"), dict) and set(facts["special"]) == set(tokens)
+            and all(type(v) is bool for v in facts["special"].values()))

@@ -127,11 +127,7 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
         return token, token_id
 
     eos_token, eos_id = special("eos_token")
-    if eos_id is None:
-        raise TokenizerError(
-            f"{config_path}: no eos_token; packtrain ends every document with EOS. Set eos_token "
-            "in tokenizer_config.json (for Qwen: <|endoftext|>)"
-        )
+    check_eos(eos_token, config_path)
     pad_token, pad_id = special("pad_token")
     bos_token, bos_id = special("bos_token")
     prefix = tuple(facts["prefix"])
@@ -152,3 +148,25 @@ def load_tokenizer_info(directory: str | os.PathLike, sha256=None, facts_dir: Pa
         fingerprint=fingerprint,
         facts=facts,
     )
+
+
+def check_eos(eos_token: str | None, config_path: Path) -> None:
+    """The tokenizer has an eos token: packtrain ends every document with it."""
+    if eos_token is None:
+        raise TokenizerError(
+            f"{config_path}: no eos_token; packtrain ends every document with EOS. Set eos_token "
+            "in tokenizer_config.json (for Qwen: <|endoftext|>)"
+        )
+
+
+def check_eos_is_special(info: TokenizerInfo) -> None:
+    """A build's eos token is a special one: the text of an ordinary token (``SELECT``) in a document would be
+    encoded as its end. Checked where a build is planned (pipeline/orchestrate/build.py), not where a finished
+    run's tokenizer is read."""
+    if not info.facts["special"][info.eos_token]:
+        raise TokenizerError(
+            f"{info.directory / 'tokenizer_config.json'}: eos_token {info.eos_token!r} is an ordinary token of "
+            f"{info.directory / 'tokenizer.json'} (not a special one in its added_tokens), so the text "
+            f"{info.eos_token!r} in a document would be encoded as its end; set eos_token to the tokenizer's special "
+            "end-of-text token, or mark it \"special\": true in added_tokens"
+        )

@@ -62,7 +62,7 @@ from packtrain.pipeline.hashcache import STAT_CACHE, StatCache
 from packtrain.pipeline.pack import near_dup
 from packtrain.pipeline.pack.shards import Packed, pack_sources, packed_lengths
 from packtrain.pipeline.pack.spill import PART_IDENTITY, PARTS, SOURCES, SPLITS, source_key, uncached_sources, write_json
-from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, load_tokenizer_info
+from packtrain.pipeline.encode.tokenizer_info import TokenizerInfo, check_eos_is_special, load_tokenizer_info
 from packtrain.pipeline.orchestrate.no_blocks import lost_documents, no_training_blocks
 
 
@@ -92,6 +92,7 @@ def plan_inputs(config: ExpertConfig, sha256=None, facts_dir: Path | None = None
     ``facts_dir``: where the tokenizer's facts are remembered, pipeline/encode/tokenizer_facts.py)."""
     sources = [resolve_source(spec, expert=config.expert) for spec in config.sources]
     tokenizer = load_tokenizer_info(resolve_tokenizer_dir(config.model), sha256, facts_dir)
+    check_eos_is_special(tokenizer)
     inputs = {
         "format_version": FORMAT_VERSION,
         "pipeline_version": PIPELINE_VERSION,

@@ -18,7 +18,6 @@ always stay fp32 (peft's ``autocast_adapter_dtype``) and the forward runs under 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -29,7 +28,9 @@ import torch
 from packtrain.core.errors import PacktrainError
 from packtrain.core.config_train import ModelConfig, TrainConfig
 from packtrain.core.diskfull import written
-from packtrain.core.inputs import one_line, read_input, read_json
+from packtrain.core.inputs import one_line
+from packtrain.core.resolve import SourceNotFound, check_model_file, resolve_model_dir
+from packtrain.trainer.model.model_files import check_loaded, check_model_files
 
 log = logging.getLogger("packtrain.train")
 
@@ -50,44 +51,27 @@ class ModelSource:
 def resolve_dir(name: str, revision: str | None, what: str = "model") -> Path:
     """``bundled``, a local directory, or an HF id in the local hub cache: resolved exactly as the
     build resolves its tokenizer (packtrain.pipeline.read.discover), so a model that builds is a model that trains."""
-    from packtrain.core.resolve import SourceNotFound, resolve_model_dir
-
     try:
-        return resolve_model_dir(name, revision)
+        return resolve_model_dir(name, revision, "model.tokenizer" if what == "tokenizer" else "model.name")
     except SourceNotFound as e:
         raise ModelError(f"{what}: {e}") from None
 
 
 def model_source(config: ModelConfig) -> ModelSource:
     directory = resolve_dir(config.name, config.revision)
+    for file in [directory / "config.json", *sorted(f for p in WEIGHT_PATTERNS for f in directory.glob(p))]:
+        try:
+            check_model_file(file, f"model {config.name}")
+        except SourceNotFound as e:
+            raise ModelError(str(e)) from None
     if not (directory / "config.json").is_file():
         raise ModelError(f"{directory} has no config.json: not a transformers model directory "
                          f"(model.name: {config.name})")
     fix = (f"the model in {directory} is damaged or incomplete: copy it again (or download it on a connected "
            f"machine), or set model.name to another model")
-    read_json(directory / "config.json", fix, "a transformers config.json")
-    for weights in sorted(directory.glob("*.safetensors")):  # the header describes every byte: truncation shows
-        read_input(weights, _check_safetensors, fix, "safetensors weights")
+    check_model_files(directory, config.trust_remote_code, fix)
     has_weights = any(any(directory.glob(p)) for p in WEIGHT_PATTERNS)
     return ModelSource(directory, config.name, has_weights)
-
-
-def _check_safetensors(path: Path) -> None:
-    """The header parses and the tensors it lists end exactly at the end of the file."""
-    import struct
-
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ValueError(f"{size} bytes, shorter than a safetensors header")
-        (length,) = struct.unpack("<Q", head)
-        if length > size - 8:
-            raise ValueError(f"the header claims {length} bytes, the file has {size}")
-        header = json.loads(f.read(length))
-    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-    if 8 + length + end != size:
-        raise ValueError(f"the tensors need {8 + length + end} bytes, the file has {size} (truncated?)")
 
 
 def tokenizer_dir(config: ModelConfig, source: ModelSource) -> Path:
@@ -169,7 +153,9 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
                 bnb_4bit_compute_dtype=precision.autocast_dtype or torch.float32,
             )
             kwargs["device_map"] = {"": device}
-        model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, **kwargs)
+        model, info = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, output_loading_info=True,
+                                                           ignore_mismatched_sizes=True, **kwargs)
+        check_loaded(info, source.label, source.directory)  # refused below: what is missing or misshapen, named
         if quantize:
             n = keep_4bit_layout(model)
             log.info("qlora: %d linear layers quantized to NF4 (double quant, compute dtype %s)",
@@ -178,7 +164,7 @@ def load_base_model(config: ModelConfig, source: ModelSource, precision: Precisi
                 log.info("qlora on cpu: bitsandbytes' generic 4-bit matmul (its faster CPU kernel comes from the HF "
                          "hub through the `kernels` package, which packtrain does not download)")
         return _finish(model if quantize else model.to(device))
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, PacktrainError):
         raise
     except Exception as e:  # transformers, safetensors and torch each raise their own types for a bad file
         raise ModelError(f"cannot load model {source.label} from {source.directory} ({one_line(e)}): copy the "
