@@ -97,6 +97,9 @@ def choose_attention(device: torch.device, use_sdpa: bool, block_size: int, mode
     if not getattr(type(model), "_supports_attention_backend", False):
         return AttentionChoice("sdpa", "sdpa", f"{reference}: {type(model).__name__} does not take a custom "
                                "attention function")
+    if any(getattr(module, "is_causal", True) is False for module in model.modules()):
+        return AttentionChoice("sdpa", "sdpa", f"{reference}: {type(model).__name__} has attention layers that are "
+                               "not causal (the varlen kernel is called causal)")
     if sliding_window is not None and sliding_window < block_size:
         return AttentionChoice("sdpa", "sdpa", f"{reference}: the model's sliding window ({sliding_window}) is "
                                f"shorter than the block ({block_size})")
