@@ -41,18 +41,21 @@ SIZES = dict(vocab_size=VOCAB, hidden_size=H, intermediate_size=2 * H, num_hidde
              attn_pdrop=0.0)
 """Every field the architecture's config has is set (the others are left out)."""
 
+MIXED = {"layer_types": ["sliding_attention", "full_attention"]}
+"""A local layer (window 4) and a global one, for the architectures that mix them (Gemma 3's 512-token local layers)."""
+
 EXACT = {  # model type: the fields it needs beyond SIZES (a sliding window of 4 wherever it has one)
-    "llama": {}, "qwen2": {}, "qwen3": {}, "qwen2_moe": {"shared_expert_intermediate_size": 32},
-    "qwen3_moe": {}, "mistral": {}, "mixtral": {}, "ministral": {}, "gemma": {},
-    "gemma2": {"query_pre_attn_scalar": 16}, "gemma3_text": {"query_pre_attn_scalar": 16},
-    "phi3": {}, "phi": {}, "olmo": {}, "olmo2": {}, "olmo3": {}, "stablelm": {}, "granite": {}, "cohere": {},
-    "cohere2": {}, "smollm3": {}, "starcoder2": {}, "helium": {}, "glm": {}, "glm4": {}, "exaone4": {},
+    "llama": {}, "qwen2": MIXED, "qwen3": MIXED, "qwen2_moe": {"shared_expert_intermediate_size": 32},
+    "qwen3_moe": {}, "mistral": {}, "mixtral": {}, "ministral": MIXED, "gemma": {},
+    "gemma2": {"query_pre_attn_scalar": 16}, "gemma3_text": {"query_pre_attn_scalar": 16, **MIXED},
+    "phi3": {}, "phi": {}, "olmo": {}, "olmo2": {}, "olmo3": MIXED, "stablelm": {}, "granite": {}, "cohere": {},
+    "cohere2": MIXED, "smollm3": {}, "starcoder2": {}, "helium": {}, "glm": {}, "glm4": {}, "exaone4": MIXED,
     "gpt2": {}, "gpt_neox": {}, "gpt_bigcode": {}, "gpt_neo": {"attention_types": [[["global", "local"], 1]],
                                                                "window_size": WINDOW, "num_layers": 2},
     "falcon": {"new_decoder_architecture": True},
     # their mask ignores the position ids: packtrain passes it ready-made (model.py EXPLICIT_MASK_MODEL_TYPES)
     "opt": {"ffn_dim": 2 * H, "word_embed_proj_dim": H}, "gpt_oss": {}, "biogpt": {}, "xglm": {"ffn_dim": 2 * H},
-    "afmoe": {}, "mpt": {"attn_config": {"alibi": True}, "expansion_ratio": 2},
+    "afmoe": MIXED, "mpt": {"attn_config": {"alibi": True}, "expansion_ratio": 2},
 }
 REFUSED = {  # model type: the fields it needs; each lets one document see the one before it
     "bloom": {},           # ALiBi and its mask come from the attention mask, position ids are ignored
@@ -107,8 +110,6 @@ def restore_kernel():
 @pytest.mark.parametrize("model_type", sorted(EXACT))
 def test_packed_logits_and_loss_equal_documents_alone(model_type):
     model = tiny_model(model_type, EXACT[model_type])
-    if WINDOW in {getattr(model.config, "sliding_window", None), getattr(model.config, "window_size", None)}:
-        assert model.config.sliding_window == WINDOW < min(LENS) if hasattr(model.config, "sliding_window") else True
     docs, ids, positions = documents()
     with torch.no_grad():
         alone = [model(input_ids=d[None]).logits[0] for d in docs]
@@ -143,3 +144,85 @@ def test_leaking_architectures_are_refused_before_training(model_type):
     assert probe(model, torch.device("cpu"), None).leak > TOLERANCE[torch.float32]
     with pytest.raises(IsolationError, match=f"model type '{model_type}'.*lets packed documents see each other"):
         check_document_isolation(model, model_type, torch.device("cpu"), None)
+
+
+def test_a_model_that_numbers_positions_its_own_way_is_refused():
+    """RoBERTa-style decoders start their positions at padding_idx + 1 when run alone: packtrain's restarting
+    position ids (0, 1, ...) give every packed document other logits, with no leak between documents."""
+    model = tiny_model("roberta", {"is_decoder": True})
+    docs, ids, positions = documents()
+    with torch.no_grad():
+        alone = [model(input_ids=d[None]).logits[0] for d in docs]
+    assert packed_error(model, docs, ids, positions, alone) > 1e-2
+    result = probe(model, torch.device("cpu"), None)
+    assert result.leak == 0.0 and result.mismatch > 1e-2
+    with pytest.raises(IsolationError, match=r"model type 'roberta'.*gives packed documents other logits than alone "
+                       r"with the reference attention .*: it does not number a packed document's positions as it "
+                       r"numbers a document alone, so training on packed blocks would be silently wrong"):
+        check_document_isolation(model, "roberta", torch.device("cpu"), None)
+
+
+def test_varlen_stays_off_models_whose_attention_is_not_causal():
+    """BERT-style decoders without ``is_decoder`` attend both ways: the reference mask does it per document, the
+    varlen kernel (called causal) would not."""
+    model = tiny_model("bert", {})
+    choice = varlen_choice(model)
+    assert not choice.varlen and "not causal" in choice.note
+    assert varlen_choice(tiny_model("gpt2", {})).varlen
+
+
+def test_a_run_refuses_a_leaking_model_before_its_run_directory(tmp_path):
+    """What packtrain did before: trained a Jamba on packed blocks, each document reading the ones before it."""
+    from packtrain.trainer.run.train import run
+    from trainer_fixtures import make_config, random_blocks, write_build, write_tokenizer
+
+    model_dir = tmp_path / "jamba"
+    tiny_model("jamba", {}).save_pretrained(model_dir)
+    write_tokenizer(model_dir)
+    write_build(tmp_path / "cache", "sql", random_blocks(4, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    with pytest.raises(IsolationError) as refused:
+        run(make_config(model_dir, tmp_path / "runs"), tmp_path / "cache")
+    message = str(refused.value)
+    assert message.startswith(f"model {model_dir} (model type 'jamba', JambaForCausalLM) lets packed documents see "
+                              "each other with sdpa attention (a document's logits move by ")
+    assert message.endswith("its attention or recurrent state is not isolated by position ids, so training on packed "
+                            "blocks would be silently wrong; use a model type listed as exact in docs/TRAINING.md "
+                            "('Which architectures')")
+    assert "\n" not in message and not (tmp_path / "runs").exists()
+
+
+def test_a_varlen_path_that_fails_is_refused_with_the_reference_as_the_fix():
+    """Nemotron's decoder layer drops the keyword arguments that carry the segments: varlen would fail at the first
+    step with a traceback; the probe says it in one line with the setting that trains it."""
+    model = tiny_model("nemotron", {})
+    choice = varlen_choice(model)
+    assert choice.varlen
+    attention.register(per_segment_kernel)
+    model.set_attn_implementation(attention.VARLEN_NAME)
+    with pytest.raises(IsolationError, match=r"^model nemotron \(model type 'nemotron', NemotronForCausalLM\) fails on "
+                       r"packed blocks with varlen attention \(RuntimeError: varlen attention was called without "
+                       r"cu_seq_lens_q .*\); set model.varlen_attention: false \(the reference attention\), or use "):
+        check_document_isolation(model, "nemotron", torch.device("cpu"), choice)
+    model.set_attn_implementation("sdpa")
+    assert check_document_isolation(model, "nemotron", torch.device("cpu"), None).exact
+
+
+def test_gemma3_with_its_vision_tower_is_exact():
+    """Gemma 3 from 4B up loads as Gemma3ForConditionalGeneration (AutoModelForCausalLM maps it so): its text
+    layers, local and global, isolate packed documents as Gemma3ForCausalLM's do."""
+    from transformers import Gemma3Config
+
+    text = {k: SIZES[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "head_dim",
+                                  "num_attention_heads", "num_key_value_heads", "sliding_window", "pad_token_id")}
+    config = Gemma3Config(text_config={**text, **MIXED, "query_pre_attn_scalar": 16}, mm_tokens_per_image=4,
+                          vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=28, patch_size=14),
+                          image_token_index=299, boi_token_index=297, eoi_token_index=298)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    assert type(model).__name__ == "Gemma3ForConditionalGeneration"
+    docs, ids, positions = documents()
+    with torch.no_grad():
+        alone = [model(input_ids=d[None], use_cache=False).logits[0] for d in docs]
+    assert packed_error(model, docs, ids, positions, alone) < 1e-5
+    assert check_document_isolation(model, "gemma3", torch.device("cpu"), None).exact

@@ -9,9 +9,10 @@ documents (Mamba hybrids: Bamba, Falcon-H1, Jamba, Zamba, LFM2, Qwen3-Next, ...)
 
 So before the first step (trainer/run/context.py ``setup_model``) a probe runs through the model exactly as
 training will, in eval mode without gradients, under the run's precision: two blocks of two documents and a
-padding tail, ``[A B .]`` and ``[A' B .]``, one forward, then ``A`` and ``B`` each alone. Isolation means B's
-logits do not depend on A (the check that catches a leak whatever its mechanism), and each document's logits
-equal its logits alone (the check that catches positions that do not restart). A model that fails is refused in
+padding tail, ``[A B .]`` and ``[A' B .]``, one forward, then ``A`` and ``B`` each alone (``model(input_ids)``,
+no position ids, as a user runs a document). Isolation means B's logits do not depend on A (the check that
+catches a leak whatever its mechanism), and each document's logits equal its logits alone (the check that
+catches positions that do not restart, or that the model numbers otherwise: RoBERTa's start at padding_idx + 1). A model that fails is refused in
 one line naming its type. The cost is three forwards of at most 18 tokens (docs/BENCHMARKS.md).
 """
 
@@ -75,8 +76,10 @@ def probe(model: torch.nn.Module, device: torch.device, choice: AttentionChoice 
     try:
         with torch.no_grad(), (precision.autocast(device) if precision else contextlib.nullcontext()):
             packed = packed_forward(model, ids, positions, **attention_inputs(_segments(segments * 2), device, choice))
-            alone = [packed_forward(model, doc[None].to(device), torch.arange(len(doc), device=device)[None],
-                                    **attention_inputs(_segments([len(doc)]), device, choice)) for doc in (a, b)]
+            # alone as a user runs a document: no position ids (a model that numbers its positions its own way,
+            # RoBERTa's from padding_idx + 1, differs from packtrain's restarting ones)
+            alone = [model(input_ids=doc[None].to(device), use_cache=False,
+                           **attention_inputs(_segments([len(doc)]), device, choice)).logits for doc in (a, b)]
     finally:
         model.train(was_training)
     packed, alone = packed.float(), [x[0].float() for x in alone]
@@ -113,6 +116,6 @@ def check_document_isolation(model: torch.nn.Module, model_name: str, device: to
                              f"{wrong}{fix}")
     if result.mismatch > result.tolerance:
         raise IsolationError(f"{kind} gives packed documents other logits than alone with {path} (by "
-                             f"{result.mismatch:.2g} of the largest logit; tolerance {result.tolerance:g}): its positions "
-                             f"do not restart at each document, {wrong}{fix}")
+                             f"{result.mismatch:.2g} of the largest logit; tolerance {result.tolerance:g}): it does not number "
+                             f"a packed document's positions as it numbers a document alone, {wrong}{fix}")
     return result
