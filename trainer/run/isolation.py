@@ -4,22 +4,23 @@ packtrain's packed forward (trainer/model/model.py ``packed_forward``) relies on
 attention needs transformers to find the documents in the position ids (``create_causal_mask``), the varlen
 path needs every layer to go through the attention function. Architectures that do neither exactly leak one
 document into the next and train silently wrong: recurrent or convolutional layers whose state runs on across
-documents (Mamba hybrids: Bamba, Falcon-H1, Jamba, Zamba, LFM2, Qwen3-Next, ...), models that ignore
-``position_ids`` or build their own mask (BLOOM, BioGPT, RoBERTa-style decoders), bidirectional ones.
+documents (Mamba hybrids: Bamba, Falcon-H1, Jamba, Zamba2, LFM2, Qwen3-Next, ...), models whose mask or positions
+come from elsewhere than the position ids where no ready-made mask helps (BLOOM's ALiBi, RoBERTa's numbering; the
+ones a mask helps get it: trainer/model/model.py ``packed_mask``).
 
 So before the first step (trainer/run/context.py ``setup_model``) a probe runs through the model exactly as
 training will, in eval mode without gradients, under the run's precision: two blocks of two documents and a
 padding tail, ``[A B .]`` and ``[A' B .]``, one forward, then ``A`` and ``B`` each alone (``model(input_ids)``,
 no position ids, as a user runs a document). Isolation means B's logits do not depend on A (the check that
 catches a leak whatever its mechanism), and each document's logits equal its logits alone (the check that
-catches positions that do not restart, or that the model numbers otherwise: RoBERTa's start at padding_idx + 1). A model that fails is refused in
-one line naming its type. The cost is three forwards of at most 18 tokens (docs/BENCHMARKS.md).
+catches positions that do not restart, or that the model numbers otherwise: RoBERTa's start at padding_idx + 1).
+A model that fails is refused in one line naming its type. The cost is three forwards of at most 36 tokens
+(docs/BENCHMARKS.md: 3% of one 2048-token block's forward).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass
 
 import torch
@@ -28,8 +29,6 @@ from packtrain.core.blocks import position_ids_from_doc_lens, segment_lens
 from packtrain.trainer.model.attention import AttentionChoice, attention_inputs
 from packtrain.trainer.model.model import Precision, packed_forward
 from packtrain.trainer.run.run_checks import TrainError
-
-log = logging.getLogger("packtrain.train")
 
 PROBE_LENS = (9, 6)
 """The probe's documents; a block of :data:`PROBE_BLOCK` ends with their padding tail."""
@@ -66,7 +65,9 @@ def probe(model: torch.nn.Module, device: torch.device, choice: AttentionChoice 
     """Run the probe through ``model`` (the causal LM, its attention path already set) on ``device``."""
     vocab = model.get_input_embeddings().num_embeddings
     g = torch.Generator().manual_seed(0)
-    a, a2, b = (torch.randint(0, vocab, (n,), generator=g) for n in (PROBE_LENS[0], PROBE_LENS[0], PROBE_LENS[1]))
+    # ordinary tokens: special ones (a multimodal model's image tokens) sit at the ends of a vocabulary
+    a, a2, b = (torch.randint(vocab // 8, vocab // 2, (n,), generator=g)
+                for n in (PROBE_LENS[0], PROBE_LENS[0], PROBE_LENS[1]))
     pad = torch.full((PROBE_BLOCK - sum(PROBE_LENS),), int(b[0]))
     ids = torch.stack([torch.cat([a, b, pad]), torch.cat([a2, b, pad])]).to(device)
     positions = torch.from_numpy(position_ids_from_doc_lens(PROBE_LENS, PROBE_BLOCK)).expand(2, -1).to(device)
