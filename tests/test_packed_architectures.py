@@ -226,3 +226,9 @@ def test_gemma3_with_its_vision_tower_is_exact():
         alone = [model(input_ids=d[None], use_cache=False).logits[0] for d in docs]
     assert packed_error(model, docs, ids, positions, alone) < 1e-5
     assert check_document_isolation(model, "gemma3", torch.device("cpu"), None).exact
+    # the window is in the text config: varlen (which has none) must see it, whatever else keeps varlen off
+    for module in model.modules():
+        if getattr(module, "is_causal", None) is False:
+            module.is_causal = True  # the vision tower's, which alone kept varlen off before
+    choice = varlen_choice(model)
+    assert not choice.varlen and f"sliding window ({WINDOW}) is shorter than the block ({BLOCK})" in choice.note

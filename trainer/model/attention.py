@@ -70,7 +70,7 @@ def choose_attention(device: torch.device, use_sdpa: bool, block_size: int, mode
                      varlen: bool = True, dtype: torch.dtype | None = torch.bfloat16) -> AttentionChoice:
     """The attention path for this run (``model``: the transformers causal LM), decided once and
     logged by the caller; for varlen the caller sets ``model.set_attn_implementation(choice.implementation)``."""
-    config = model.config
+    config = model.config.get_text_config()  # a multimodal model's (Gemma 3 from 4B) window is its text config's
     sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
     if not use_sdpa:
         return AttentionChoice("eager", "eager", "eager attention with a block mask (model.use_sdpa: false)")
