@@ -52,7 +52,10 @@ EXACT = {  # model type: the fields it needs beyond SIZES (a sliding window of 4
     "cohere2": MIXED, "smollm3": {}, "starcoder2": {}, "helium": {}, "glm": {}, "glm4": {}, "exaone4": MIXED,
     "gpt2": {}, "gpt_neox": {}, "gpt_bigcode": {}, "gpt_neo": {"attention_types": [[["global", "local"], 1]],
                                                                "window_size": WINDOW, "num_layers": 2},
-    "falcon": {"new_decoder_architecture": True},
+    "falcon": {"new_decoder_architecture": True}, "gptj": {"rotary_dim": 8}, "codegen": {"rotary_dim": 8},
+    "deepseek_v3": {"q_lora_rank": None, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+                    "v_head_dim": 16, "head_dim": 8, "num_key_value_heads": 4, "first_k_dense_replace": 1,
+                    "n_routed_experts": 4, "n_group": 1, "topk_group": 1},  # MLA: V's head dim differs from Q/K's
     # their mask ignores the position ids: packtrain passes it ready-made (model.py EXPLICIT_MASK_MODEL_TYPES)
     "opt": {"ffn_dim": 2 * H, "word_embed_proj_dim": H}, "gpt_oss": {}, "biogpt": {}, "xglm": {"ffn_dim": 2 * H},
     "afmoe": MIXED, "mpt": {"attn_config": {"alibi": True}, "expansion_ratio": 2},
