@@ -70,7 +70,7 @@ def choose_attention(device: torch.device, use_sdpa: bool, block_size: int, mode
                      varlen: bool = True, dtype: torch.dtype | None = torch.bfloat16) -> AttentionChoice:
     """The attention path for this run (``model``: the transformers causal LM), decided once and
     logged by the caller; for varlen the caller sets ``model.set_attn_implementation(choice.implementation)``."""
-    config = model.config
+    config = model.config.get_text_config()  # a multimodal model's (Gemma 3 from 4B) window is its text config's
     sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
     if not use_sdpa:
         return AttentionChoice("eager", "eager", "eager attention with a block mask (model.use_sdpa: false)")
@@ -97,6 +97,9 @@ def choose_attention(device: torch.device, use_sdpa: bool, block_size: int, mode
     if not getattr(type(model), "_supports_attention_backend", False):
         return AttentionChoice("sdpa", "sdpa", f"{reference}: {type(model).__name__} does not take a custom "
                                "attention function")
+    if any(getattr(module, "is_causal", True) is False for module in model.modules()):
+        return AttentionChoice("sdpa", "sdpa", f"{reference}: {type(model).__name__} has attention layers that are "
+                               "not causal (the varlen kernel is called causal)")
     if sliding_window is not None and sliding_window < block_size:
         return AttentionChoice("sdpa", "sdpa", f"{reference}: the model's sliding window ({sliding_window}) is "
                                f"shorter than the block ({block_size})")

@@ -222,15 +222,44 @@ def packed_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids
                    **attention) -> torch.Tensor:
     """Logits of packed blocks where documents never attend to each other.
 
-    No 2D attention mask (it would disable the detection) and no KV cache (ditto). With the reference
+    No 2D attention mask (it would disable the detection) and no KV cache (ditto); models that build their mask
+    without the position ids get it ready-made (:func:`packed_mask`). With the reference
     attention transformers' ``create_causal_mask`` finds the document boundaries in ``position_ids``
     (wherever they do not increase by one) and builds the block-diagonal causal mask for SDPA/eager;
     with varlen attention ``attention`` holds the segment boundaries (packtrain.trainer.model.attention.attention_inputs)
     and no mask is built. tests/test_trainer_packing.py checks that a packed block's logits equal each
     document's logits run alone.
     """
-    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
-                 **attention).logits
+    mask = packed_mask(model, position_ids, attention)
+    return model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False, **attention).logits
+
+
+EXPLICIT_MASK_MODEL_TYPES = ("afmoe", "biogpt", "gpt_oss", "mpt", "opt", "xglm")
+"""Model types whose forward builds its attention mask without the position ids, so transformers cannot find the
+packed documents and every document attends to the ones before it (OPT, GPT-OSS, MPT, XGLM, BioGPT, AFMoE in
+transformers 5.25; found by tests/test_packed_architectures.py): :func:`packed_mask` hands them the mask ready-made."""
+
+
+def packed_mask(model: torch.nn.Module, position_ids: torch.Tensor, attention: dict) -> torch.Tensor | dict | None:
+    """The attention mask a packed forward passes: None (transformers builds the block-diagonal mask from the position
+    ids, or varlen attention needs none: ``attention`` holds its segments), except for the
+    :data:`EXPLICIT_MASK_MODEL_TYPES`, which get the very mask transformers would build from the position ids, made by
+    its own ``create_causal_mask`` (4D, in the form the attention implementation takes), per layer type
+    (``{"full_attention": ..., "sliding_attention": ...}``) where the config has layer types (GPT-OSS' and AFMoE's
+    sliding-window layers keep their window)."""
+    lm = causal_lm(model)
+    config = lm.config
+    if attention or getattr(config, "model_type", None) not in EXPLICIT_MASK_MODEL_TYPES:
+        return None
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+    shape = (*position_ids.shape, 0)  # only the batch, length, dtype and device of the embeddings are read
+    embeds = torch.empty(shape, dtype=lm.get_input_embeddings().weight.dtype, device=position_ids.device)
+    kwargs = dict(config=config, inputs_embeds=embeds, attention_mask=None, cache=None, position_ids=position_ids)
+    if not getattr(config, "layer_types", None):
+        return create_causal_mask(**kwargs)
+    return {"full_attention": create_causal_mask(**kwargs),
+            "sliding_attention": create_sliding_window_causal_mask(**kwargs)}
 
 
 def packed_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -247,7 +276,8 @@ def packed_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, positi
     5 replaces the last recorded layer output with ``last_hidden_state``; packtrain.trainer.loss checks it
     against the logits on first use).
     """
-    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
+    mask = packed_mask(model, position_ids, attention)
+    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False,
                 output_hidden_states=True, logits_to_keep=1, **attention)
     return out.hidden_states[-1], out.logits
 
