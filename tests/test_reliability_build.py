@@ -494,6 +494,47 @@ def test_result_threads_watched_by_builds_that_end_in_any_order_keep_their_error
         threading.excepthook = original
 
 
+def test_a_hook_set_over_the_watch_and_wrapping_it_does_not_recurse_at_the_next_build():
+    """A library that wraps the hook it finds (wandb.init does, for good) while a build waits wraps the watch's
+    hook; the next build's watch took that wrapper as the hook before, so an exception in any other thread went
+    watch -> wrapper -> watch -> wrapper ... until a RecursionError (review 54). Each hook now runs once, and the
+    hook before the first watch gets the exception last."""
+    import threading
+
+    from packtrain.pipeline.encode.pool import ResultsThread
+
+    seen, original = [], threading.excepthook
+
+    def theirs(args):  # the hook in place before any build
+        seen.append(("theirs", str(args.exc_value)))
+
+    def raising_elsewhere():
+        thread = threading.Thread(target=lambda: (_ for _ in ()).throw(ValueError("elsewhere")))
+        thread.start()
+        thread.join()
+
+    threading.excepthook = theirs
+    try:
+        with ResultsThread(threading.Thread()):
+            wrapped = threading.excepthook
+
+            def wrapping(args):  # set over the watch's hook while the build waits, calling the one it found
+                seen.append(("wrapping", str(args.exc_value)))
+                wrapped(args)
+
+            threading.excepthook = wrapping
+        assert threading.excepthook is wrapping  # theirs: left in place
+        with ResultsThread(threading.Thread()):
+            raising_elsewhere()
+        assert seen == [("wrapping", "elsewhere"), ("theirs", "elsewhere")]
+        assert threading.excepthook is wrapping
+        seen.clear()
+        raising_elsewhere()
+        assert seen == [("wrapping", "elsewhere"), ("theirs", "elsewhere")]
+    finally:
+        threading.excepthook = original
+
+
 def test_a_result_the_build_cannot_read_back_fails_the_build_in_one_line(tmp_path, monkeypatch, capsys):
     """A batch the build's process cannot unpickle (here its third: out of memory while reading it back is
     one way) killed the Pool's result thread: the build waited forever, and the Pool then refused to stop

@@ -77,7 +77,8 @@ class ResultsThread:
     traceback. One hook (:func:`_keep_watched`) serves every watch of the process, so builds in several
     threads may start and end in any order; it is ``threading.excepthook`` while any watch is on, passes
     every other thread's exception to the hook before it, and is taken out by the last watch to end unless
-    another hook was set over it meanwhile (that one is left as it is)."""
+    another hook was set over it meanwhile (that one is left as it is; where it calls the hook it found, the
+    next watch's hook passes an exception through it once, then on to the hook before the first watch)."""
 
     def __init__(self, thread: threading.Thread):
         self.thread = thread
@@ -86,7 +87,7 @@ class ResultsThread:
     def __enter__(self) -> "ResultsThread":
         with _WATCHING:
             if threading.excepthook is not _keep_watched and not _WATCHED:
-                _BEFORE[:] = [threading.excepthook]
+                _BEFORE.append(threading.excepthook)
                 threading.excepthook = _keep_watched
             _WATCHED[self.thread] = self
         return self
@@ -95,22 +96,31 @@ class ResultsThread:
         with _WATCHING:
             _WATCHED.pop(self.thread, None)
             if not _WATCHED and threading.excepthook is _keep_watched:
-                threading.excepthook = _BEFORE[0]
+                threading.excepthook = _BEFORE.pop()
 
 
 _WATCHED: dict[threading.Thread, ResultsThread] = {}  # the result threads watched now, across the process's builds
 _WATCHING = threading.Lock()
-_BEFORE: list = []  # the threading.excepthook that _keep_watched passes other threads' exceptions to
+_BEFORE: list = []  # the threading.excepthook found by each install of _keep_watched, the latest last
+_PASSING = threading.local()  # .depth: how many calls of _keep_watched the exception is inside, in its thread
 
 
 def _keep_watched(args) -> None:
     """``threading.excepthook`` while a :class:`ResultsThread` watches: a watched thread's exception is kept
-    by its watch, any other goes to the hook that was there before."""
+    by its watch, any other goes to the hook that was there before. A hook set over this one that calls the
+    one it found (wandb's) calls it again, once per install under it: each call passes the exception one
+    install further back (Python's own hook past the first), so no hook runs twice and none recurses."""
     watch = _WATCHED.get(args.thread)
     if watch is not None:
         watch.error = args.exc_value
-    else:
-        _BEFORE[0](args)
+        return
+    depth = getattr(_PASSING, "depth", 0)
+    before = _BEFORE[-1 - depth] if depth < len(_BEFORE) else threading.__excepthook__
+    _PASSING.depth = depth + 1
+    try:
+        before(args)
+    finally:
+        _PASSING.depth = depth
 
 
 def sendable(error: Exception) -> Exception:
