@@ -685,6 +685,31 @@ def test_idle_encode_workers_killed_fail_the_build_rather_than_hang_it(tmp_path)
     assert "Traceback" not in result.stderr and leftovers(project["cache"]) == [], result.stderr[-3000:]
 
 
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_out_of_memory_while_the_rows_are_read_is_one_line_naming_the_read(tmp_path, monkeypatch, num_proc):
+    """A MemoryError (pyarrow's ArrowMemoryError is one) while the build's process reads a source's rows: before
+    any batch was handed out it was an IndexError traceback (the line looked for a batch in flight), and later it
+    named the batch in flight, which was not the one being read (review 54)."""
+    from packtrain.pipeline.encode import source_caches
+
+    project = make_project(tmp_path)
+    real = source_caches.iter_batches
+
+    def reads_then_fails(*args, **kwargs):
+        for n, batch in enumerate(real(*args, **kwargs)):
+            if n == fail_at:
+                raise MemoryError()
+            yield batch
+
+    monkeypatch.setattr(source_caches, "iter_batches", reads_then_fails)
+    for fail_at, rows in ((0, 0), (2, 32)):
+        with pytest.raises(packtrain.pipeline.errors.BuildError, match=(
+                rf"^reading source \S+sql\.jsonl ran out of memory \(MemoryError\) after its first {rows} rows; nothing of it "
+                r"was cached: lower build\.batch_rows \(or build\.read_memory_mb, which bounds a line\), then build again$")):
+            run_build(project, **{"build.num_proc": num_proc, "build.batch_rows": 16})
+        assert leftovers(project["cache"]) == []
+
+
 def test_the_last_batch_out_of_memory_while_spilled_is_one_line_too(tmp_path, monkeypatch):
     """A MemoryError while the build's process spills the last batch (no other batch in flight): the line names
     that batch's rows (it raised an IndexError looking for a batch in flight)."""

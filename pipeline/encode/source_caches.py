@@ -292,10 +292,10 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple,
                           near_vocab_size=tokenizer.vocab_size if near_dup.asked(config.build) else None,
                           document_limit=document_limit(config.build.read_memory_mb))
         filtered = [c.column for c in spec.where]
-        batches = iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows, spec.max_rows,
-                               where_fix(spec, i, formatter),
-                               optional=[c for _, c in formatter.optional_columns if c not in filtered],
-                               bound=ReadBound(config.build.read_memory_mb))
+        batches = read_named(iter_batches(source, formatter.needed_columns() + filtered, config.build.batch_rows,
+                                          spec.max_rows, where_fix(spec, i, formatter),
+                                          optional=[c for _, c in formatter.optional_columns if c not in filtered],
+                                          bound=ReadBound(config.build.read_memory_mb)), spec.name)
         facts_checked = False
         before = 0  # the source's rows in the batches before this one (in every file)
         for number, batch in enumerate(batches):
@@ -308,6 +308,24 @@ def batch_tasks(job: TokenizeJob, stats: dict, headers: deque, shortcuts: tuple,
                 facts_checked = True  # the first batch tokenized here checks them
                 yield checked, batch.columns
             before += batch.num_rows
+
+
+def read_named(batches, name: str):
+    """A source's ``batches`` as read; a MemoryError while one is read (pyarrow's ArrowMemoryError is one) is a
+    :class:`BuildError` naming the source and the rows read before it. :func:`encode_failure_named` would name
+    the batch in flight (not the one read), or, before any was handed out, fail looking for one (IndexError)."""
+    rows, batches = 0, iter(batches)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except MemoryError:
+            raise BuildError(f"reading source {name} ran out of memory (MemoryError) after its first {rows} rows; "
+                             "nothing of it was cached: lower build.batch_rows (or build.read_memory_mb, which bounds "
+                             "a line), then build again") from None
+        yield batch
+        rows += batch.num_rows
 
 
 def where_fix(spec, i: int, formatter: RowFormatter):
