@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+from packtrain.core import build_lease
 from packtrain.core.build_lease import BuildLeases, lease_path
 from packtrain.core.contract import write_current
 from packtrain.pipeline.orchestrate.rebuild import prune_builds
@@ -95,6 +97,7 @@ def test_a_lease_taken_on_a_build_pruned_meanwhile_is_not_held(tmp_path):
     write_current(cache, "sql", new)
     assert prune_builds(cache, "sql", keep=0, runs_dir=tmp_path / "runs" / "sql", log=print) == [old]
     assert leases.hold(cache / "sql" / old) is False  # the run re-reads CURRENT (run_checks.leased_build)
+    assert not lease_path(cache / "sql" / old).exists()  # no lease file left for a build that is gone (review 54)
     assert leases.hold(cache / "sql" / new) is True
     assert list(leases.held) == [cache / "sql" / new]
     leases.release()
@@ -128,3 +131,29 @@ def test_a_build_your_own_trainer_loads_is_leased_until_the_process_ends(tmp_pat
     finally:
         loader.communicate("")  # it exits: the kernel lets go of the lease
     assert prune_builds(cache, "sql", keep=0, runs_dir=tmp_path / "runs" / "sql", log=print) == [old]
+
+
+def test_a_lease_whose_file_a_prune_removed_as_it_was_locked_is_taken_on_the_file_there_now(tmp_path, monkeypatch):
+    """A trainer opens the lease file, and a prune (holding it) removes the build and that file; the same build is
+    published again (the same inputs make the same id) before the trainer's lock is granted. The trainer locked the
+    removed file, so the next prune made a new one, found it free and removed the build the run trains on (review
+    54). A lock is kept only on the file the lease's path names once it is granted (as filelock does)."""
+    build_dir = tmp_path / "cache" / "sql" / "0123456789abcdef"  # a build as the lease sees one: its manifest
+    build_dir.mkdir(parents=True)
+    (build_dir / "manifest.json").write_text("{}")
+    real_flock, replaced = build_lease.fcntl.flock, []
+
+    def flock_after_a_prune(fd, operation):
+        if operation == build_lease.fcntl.LOCK_SH and not replaced:  # the prune's body ran while this one waited
+            replaced.append(lease_path(build_dir))
+            lease_path(build_dir).unlink()
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(build_lease, "fcntl", SimpleNamespace(**{**vars(build_lease.fcntl), "flock": flock_after_a_prune}))
+    leases = BuildLeases()
+    assert leases.hold(build_dir) is True and replaced
+    with build_lease.unleased(build_dir) as free:
+        assert free is False  # the prune sees the run's lease
+    leases.release()
+    with build_lease.unleased(build_dir) as free:
+        assert free is True
