@@ -100,3 +100,15 @@ def test_a_resume_with_another_global_batch_says_so(tmp_path, caplog):
                     "(per_device_train_batch_size 2 x gradient_accumulation_steps 2 x world size 1): the steps from 3 "
                     "on take the new batch, so the run's losses are no longer those of an uninterrupted run"]
     assert json.loads((unfinished / "checkpoint-4" / "state.json").read_text())["global_batch"] == 4
+
+
+@pytest.mark.parametrize("digits", ["1" * 5000, "-" + "9" * 4301])
+def test_a_state_json_python_refuses_to_read_is_said_corrupt(tmp_path, digits):
+    """A state.json holding an integer of more than 4,300 digits: json.loads raises a ValueError that is no
+    JSONDecodeError, which read_state let out as a traceback (review 54; rundir.read_record already took it)."""
+    from packtrain.trainer.run.checkpoint import read_state
+
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "checkpoint-3" / "state.json").write_text(f'{{"step": {digits}}}')
+    with pytest.raises(CheckpointError, match=r"^checkpoint file \S+state\.json is corrupt \(Exceeds the limit "):
+        read_state(tmp_path / "checkpoint-3")

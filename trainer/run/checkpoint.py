@@ -287,7 +287,7 @@ def read_state(path: Path) -> TrainState:
             if type(value) is not type(getattr(TrainState, name)) or (type(value) is int and value < 0):
                 raise TypeError(f"field {name} is {value!r}, expected {type(getattr(TrainState, name)).__name__}"
                                 + (" >= 0" if type(getattr(TrainState, name)) is int else ""))
-    except (OSError, json.JSONDecodeError, TypeError, UnicodeDecodeError, RecursionError) as e:
+    except (OSError, ValueError, TypeError, RecursionError) as e:  # ValueError: not JSON, not UTF-8, or an int past 4,300 digits
         raise CheckpointError(f"checkpoint file {file} is corrupt ({e}); resume from another checkpoint "
                               "with --resume PATH or start a new run") from None
     named = CHECKPOINT_NAME.match(path.name)
