@@ -244,10 +244,10 @@ def test_a_server_that_does_not_exit_is_killed(tiny_tokenizer, monkeypatch):
     server = ForkServer(path, sha)
     child = server.context((), False).Process(target=time.sleep, args=(600,))
     child.start()
-    pid, kills, kill = forkserver._forkserver._forkserver_pid, [], os.kill
-    monkeypatch.setattr(os, "kill", lambda *args: (kills.append(args), kill(*args))[1])
+    pid, kills, kill = forkserver._forkserver._forkserver_pid, [], fork_server._Killer.kill
+    monkeypatch.setattr(fork_server._Killer, "kill", lambda self: (kills.append(self.pid), kill(self))[1])
     server.close()
-    assert kills == [(pid, signal.SIGKILL)] and forkserver._forkserver._forkserver_pid is None
+    assert kills == [pid] and forkserver._forkserver._forkserver_pid is None
     child.terminate()
     child.join()
 
@@ -277,3 +277,72 @@ def test_a_refused_fastokens_ends_its_load_and_runs_nothing_meanwhile(tmp_path, 
         encoders.fast_encoder((str(path), hashlib.sha256(path.read_bytes()).hexdigest()), "fastokens",
                               meanwhile=lambda _: seen.append(1))
     assert seen == [] and fastokens_threads() == []
+
+
+def test_the_stop_timer_firing_after_the_server_was_reaped_kills_nothing(monkeypatch):
+    """The server exits, the stdlib's stop reaps it, and the kill timer fires in that instant, before it is
+    cancelled: it killed by pid, a pid the system may have given another process by then (here none took it:
+    ProcessLookupError, a traceback in the timer's thread). It kills the process it was started for, or nothing
+    (review 54)."""
+    import subprocess
+    import sys
+
+    from packtrain.pipeline.encode import fork_server
+
+    timers = []
+
+    class Timer:  # the kill timer, fired by hand where the test says
+        def __init__(self, seconds, function, args=()):
+            timers.append((function, args))
+
+        start = cancel = join = lambda self: None
+
+    monkeypatch.setattr(threading, "Timer", Timer)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+    class Server:  # the stdlib's fork server as its _stop() sees it
+        _forkserver_pid = child.pid
+
+        def _stop(self):
+            child.kill()
+            child.wait()  # reaped, as the stdlib's stop does once the server exits
+            (function, args), = timers
+            function(*args)  # the timer fires now
+            self._forkserver_pid = None
+
+    fork_server._stop(Server())
+
+
+def test_a_stop_interrupted_while_it_waits_leaves_no_half_stopped_server(monkeypatch):
+    """A Ctrl-C while the build stopped the fork server (the stdlib's stop waiting for it to exit) left the
+    stdlib's server half stopped: its pid set, its alive descriptor closed, the process unreaped. Every later
+    build of the process then spawned its children as if another fork server ran, and the stdlib's own start
+    failed (os.close(None): TypeError). The server is now killed and the stop finished (review 54)."""
+    from packtrain.pipeline.encode import fork_server
+
+    server = forkserver._forkserver
+    assert server._forkserver_pid is None
+    preload = server._preload_modules
+    server.set_forkserver_preload([])
+    try:
+        server.ensure_running()
+        pid, waitpid, interrupts = server._forkserver_pid, os.waitpid, []
+
+        def interrupted(waited, options):
+            if waited == pid and not interrupts:
+                interrupts.append(pid)
+                raise KeyboardInterrupt  # the Ctrl-C, as the stop waits for the server
+            return waitpid(waited, options)
+
+        monkeypatch.setattr(os, "waitpid", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            fork_server._stop(server)
+        monkeypatch.setattr(os, "waitpid", waitpid)
+        assert (server._forkserver_pid, server._forkserver_alive_fd, server._forkserver_address) == (None, None, None)
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left
+        server.ensure_running()  # the process's fork server starts again
+        assert server._forkserver_pid not in (None, pid)
+    finally:
+        server._stop()
+        server.set_forkserver_preload(preload)

@@ -197,17 +197,70 @@ def _stop(server) -> None:
     """The stdlib's ``_stop()``: the server exits once every process it forked has. One may still
     run where a Ctrl-C interrupted the pool's start after the server had been asked to fork a worker
     (it then waits on the pool's queue for as long as this process holds it): after
-    :data:`STOP_SECONDS` the server is killed instead of waited for (the orphan exits with its pipes)."""
+    :data:`STOP_SECONDS` the server is killed instead of waited for (the orphan exits with its pipes).
+    Interrupted itself (a Ctrl-C while it waits), the stop is finished here (:func:`_finish_stop`): the server
+    killed and reaped, the stdlib's server whole again for the next build, then the interrupt raised."""
     pid = server._forkserver_pid
     if pid is None:
         return
-    # the server is this process's child, unreaped until _stop() returns: the pid is not reused meanwhile
-    killer = threading.Timer(STOP_SECONDS, os.kill, (pid, signal.SIGKILL))
-    killer.start()
+    killer = _Killer(pid)  # the server is this process's child, unreaped until the stdlib's stop reaps it
+    timer = threading.Timer(STOP_SECONDS, killer.kill)
+    timer.start()
     try:
         server._stop()
+    except BaseException:
+        killer.kill()
+        _finish_stop(server, pid)
+        raise
     finally:
-        killer.cancel()
+        timer.cancel()
+        timer.join()
+        killer.close()
+
+
+class _Killer:
+    """SIGKILL for one child process, sent through a pidfd where the platform has one (Linux 5.3+): to the process
+    it was opened on, never to another that took its pid once it was reaped (the stop's timer can fire in that
+    instant); nothing where it was reaped already."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.fd = None
+        with contextlib.suppress(AttributeError, OSError):  # no pidfd here: by pid
+            self.fd = os.pidfd_open(pid)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if self.fd is None:
+                os.kill(self.pid, signal.SIGKILL)
+            else:
+                signal.pidfd_send_signal(self.fd, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _finish_stop(server, pid: int) -> None:
+    """What the stdlib's stop had left to do where it was interrupted (CPython 3.8 to 3.14: the alive descriptor
+    closed, the server reaped, its socket file removed, its fields cleared): left half done, the process's
+    later builds took the server for another program's and spawned their children, and the stdlib's own start
+    failed on the closed descriptor (``os.close(None)``)."""
+    from multiprocessing import util
+
+    with contextlib.suppress(ChildProcessError):  # reaped by the stdlib's wait before the interrupt
+        os.waitpid(pid, 0)
+    if server._forkserver_alive_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(server._forkserver_alive_fd)
+    address = server._forkserver_address
+    if address is not None and not util.is_abstract_socket_namespace(address):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)
+    server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
+    if hasattr(server, "_forkserver_authkey"):  # 3.14
+        server._forkserver_authkey = None
 
 
 def _preload_from_environment() -> None:
