@@ -192,3 +192,21 @@ def test_a_wrong_fastokens_is_caught_by_the_build_never_published_and_remembered
     chosen = [line for line in lines if line.startswith("fast encoder:")]
     assert len(chosen) == 1 and chosen[0].startswith("fast encoder: off (HF tokenizers) (fast encoder (fastokens) "
                                                      "differs from the HF tokenizer on row ")
+
+
+
+def test_a_tokenizer_fastokens_cannot_load_is_refused_by_the_decision(tmp_path, monkeypatch):
+    """fastokens' own loader refusing a tokenizer the structural checks admit (as it refuses a vocabulary with
+    holes: 'model error: unsupported model type: Other') ended the decision's child with the ValueError: the
+    decision failed, nothing was remembered, and every build proved it again. It is a refusal, said as a worker's
+    load says it (review 54)."""
+    import fastokens
+
+    text = (make_tokenizer(tmp_path / "model") / "tokenizer.json").read_text()
+
+    def refuse(text):
+        raise ValueError("model error: unsupported model type: Other")
+
+    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", staticmethod(refuse))
+    assert fastokens_encoder.decide(text) == (
+        False, "fastokens cannot load this tokenizer (ValueError: model error: unsupported model type: Other)")

@@ -28,6 +28,7 @@ from packtrain.pipeline.encode.assemble import FlatDocuments
 from packtrain.pipeline.encode.fast.byte_level import single_bytes, token_byte_lengths, trims_offsets
 from packtrain.pipeline.encode.fast.byte_spans import SpanPlacer
 from packtrain.core.memory import release_freed
+from packtrain.core.inputs import one_line
 from packtrain.pipeline.encode.fast.probe import probe_difference, probe_pieces
 from packtrain.pipeline.encode.tokenizer_shape import normalizer_form, normalizer_name, plain_form, pre_tokenizer_steps
 
@@ -110,7 +111,11 @@ def decide(text: str, on_checks=None, spec: dict | None = None, loaded: dict | N
     native_text = None if NAME in loaded else loaded_text(text, spec)
     spec = None
     release_freed()  # the parse, freed before fastokens loads (memory: the decision runs beside the workers)
-    encoder = loaded[NAME] if layout is None else FastokensEncoder(fastokens.Tokenizer.from_json_str(native_text), layout)
+    try:
+        encoder = loaded[NAME] if layout is None else FastokensEncoder(
+            loaded_tokenizer(lambda: fastokens.Tokenizer.from_json_str(native_text)), layout)
+    except NotLoaded as e:
+        return False, str(e)
     native_text = None
     release_freed()  # the load's scratch, before the probe is encoded
     nfc = encoder.placer.nfc
@@ -130,6 +135,21 @@ def decide(text: str, on_checks=None, spec: dict | None = None, loaded: dict | N
     if problem is not None:
         return False, f"fastokens: {problem}"
     return True, "the HF tokenizer's ids on the probe text"
+
+
+class NotLoaded(Exception):
+    """fastokens' own loader refused a tokenizer the structural checks admit (a vocabulary with holes, ids past
+    the count of its tokens: ``model error: unsupported model type``)."""
+
+
+def loaded_tokenizer(load):
+    """``load()``'s fastokens tokenizer; its loader's refusal (a ValueError from its native code, which ended
+    the decision's child: a failed decision, not remembered, proved again by every build) a :class:`NotLoaded`
+    that says it, as a worker's load says it (pipeline/encode/encoders.py ``_fastokens``)."""
+    try:
+        return load()
+    except Exception as e:  # noqa: BLE001 - its Rust loader's errors: as encoders._fastokens says them
+        raise NotLoaded(f"fastokens cannot load this tokenizer ({one_line(e)})") from None
 
 
 def loaded_text(text: str, spec: dict) -> str:
