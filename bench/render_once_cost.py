@@ -8,6 +8,7 @@ decision remembered. Whole `packtrain pretokenize` commands, alternated, 3 each;
     .venv/bin/python -P bench/render_once_cost.py
 """
 
+import gzip
 import hashlib
 import json
 import shutil
@@ -30,7 +31,7 @@ if not tok25.exists():
     c["chat_template"] = (ROOT / "tests" / "chat_templates" / "qwen2_5.jinja").read_text()
     (tok25 / "tokenizer_config.json").write_text(json.dumps(c))
 tok = tok25
-src = [json.loads(l) for l in open(ROOT / "pipeline" / "assets" / "samples" / "sql.jsonl")]
+src = [json.loads(l) for l in gzip.open(ROOT / "pipeline" / "assets" / "samples" / "sql.jsonl.gz", "rt", encoding="utf-8")]
 rows = []
 for i in range(30000):
     a, b = src[i % len(src)], src[(i * 7 + 1) % len(src)]

@@ -3,6 +3,7 @@ dataset and a configs directory, all in a temporary directory."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -54,6 +55,12 @@ def rows(n: int, start: int = 0) -> list[dict]:
             "answer": f"SELECT COUNT(*) FROM t{i} WHERE col0 > {i * 3}",
         })
     return out
+
+
+def sample_lines(expert: str) -> list[str]:
+    """The JSON lines of the bundled sample of ``expert`` (``pipeline/assets/samples/<expert>.jsonl.gz``)."""
+    return gzip.decompress((ROOT / "pipeline" / "assets" / "samples" / f"{expert}.jsonl.gz").read_bytes()
+                           ).decode("utf-8").splitlines()
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from build_fixtures import decided, make_project, make_tokenizer, seed_decision, swap_two_merged_ids
+from build_fixtures import decided, make_project, make_tokenizer, sample_lines, seed_decision, swap_two_merged_ids
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import BUNDLED_MODEL_DIR
 from packtrain.pipeline.encode.fast import tiktoken_encoder
@@ -82,9 +82,8 @@ def test_real_qwen_tokenizer_gives_hf_ids_on_hostile_text_and_real_rows():
     rng = random.Random(0)
     texts = [random_text(rng, rng.randint(0, 80)) for _ in range(1000)]
     boundaries = [rng.randint(0, len(t)) for t in texts]
-    samples = Path(__file__).resolve().parents[1] / "pipeline" / "assets" / "samples"
     for name in ("sql", "json", "neo4j", "typescript"):
-        for line in (samples / f"{name}.jsonl").read_text().splitlines()[:500]:
+        for line in sample_lines(name)[:500]:
             values = [str(v) for v in json.loads(line).values()]
             prompt = "### Input\n" + "\n".join(values[:-1]) + "\n### Output\n"
             texts.append(prompt + values[-1])

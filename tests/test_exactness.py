@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from build_fixtures import chat_configs, decided, make_project, packed_documents as documents, seed_decision, write_jsonl
+from build_fixtures import (chat_configs, decided, make_project, packed_documents as documents, sample_lines, seed_decision,
+                            write_jsonl)
 from hostile_text import hostile_pairs, hostile_texts
 from packtrain.core.configfile import load_config
 from packtrain.core.contract import Manifest
@@ -131,7 +132,7 @@ def sample_checked(expert: str) -> int:
     ``build.check_documents: CHECK_FIRST``: the first CHECK_FIRST rows, then those the keyed hash samples
     (pipeline/encode/fast/exactness.py), as rendered by the expert's template."""
     formatter = RowFormatter(expert_config(None, expert, SAMPLES).format)
-    texts = [formatter(json.loads(line)).text for line in (SAMPLES / f"{expert}.jsonl").read_text().splitlines()]
+    texts = [formatter(json.loads(line)).text for line in sample_lines(expert)]
     assert len(texts) == 3000
     sampled = sum(exactness.sampled(text) for text in texts[CHECK_FIRST:])
     assert 0 < sampled < 20
@@ -165,7 +166,7 @@ def reference(tmp_path: Path, expert: str, directory: Path, settings: dict | Non
 
 
 def hostile_rows(n: int) -> list[dict]:
-    rows = [json.loads(line) for line in (SAMPLES / "sql.jsonl").read_text().splitlines()[:n]]
+    rows = [json.loads(line) for line in sample_lines("sql")[:n]]
     for row, (prompt, answer) in zip(rows, hostile_pairs(seed=3, count=n)):
         row["context"] = prompt + row["context"]
         row["question"] = row["question"] + answer
@@ -342,7 +343,7 @@ def test_check_documents_counts_the_sources_rows_across_batches_and_files_and_fi
 
 
 def conversations(n: int) -> list[dict]:
-    rows = [json.loads(line) for line in (SAMPLES / "sql.jsonl").read_text().splitlines()[:n]]
+    rows = [json.loads(line) for line in sample_lines("sql")[:n]]
     texts = hostile_texts(seed=5, count=n, max_pieces=8)
     out = []
     for i, (row, hostile) in enumerate(zip(rows, texts)):
