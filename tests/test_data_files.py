@@ -110,7 +110,7 @@ def test_a_hub_snapshot_pushed_with_its_own_split_names(hub_cache):
     assert rows("org/ultra", "train_sft") == ["sft0", "sft1"]
     assert rows("org/ultra", "train_gen") == ["gen0"]
     with pytest.raises(SourceNotFound, match=r"no data file for split 'train' .*\(its splits: test_sft, train_gen, "
-                                             r"train_sft\) \(set split: under the source to one of them\)"):
+                                             r"train_sft\); set split: under the source in configs/<expert>.yaml to one of them"):
         rows("org/ultra", "train")
 
 

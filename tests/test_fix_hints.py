@@ -162,7 +162,7 @@ def test_the_cli_says_a_missing_dataset_file_is_missing(tmp_path, monkeypatch, c
                            "--cache-dir", project["cache"], "--dataset", "data/nope.jsonl")
     assert (code, err) == (2, f"error: dataset 'data/nope.jsonl': {tmp_path}/data/nope.jsonl does not exist (a relative "
                               f"path is read from the working directory {tmp_path}); check the path (or give an "
-                              "absolute one) in sources: of configs/<expert>.yaml / --dataset\n")
+                              "absolute one) in sources: of configs/sql.yaml / --dataset\n")
 
 
 @pytest.mark.parametrize("name", ["./my-model", "../models/base", "models/a/b"])

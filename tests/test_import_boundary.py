@@ -109,11 +109,12 @@ def test_what_needs_no_model_never_imports_torch(hf_home, tmp_path):
                                          f"summary.json): finish it with `packtrain train sql --resume "
                                          f"{runs / 'sql' / 'stopped'}`, or name another run with --run\n"),
         "train of an unknown expert": (2, f"error: no config for expert 'nope': {configs / 'nope.yaml'} does not "
-                                          "exist (known experts: json, neo4j, sql, typescript)\n"),
+                                          "exist (known experts: json, neo4j, sql, typescript); a new expert is a file of its "
+                                          f"own: write {configs / 'nope.yaml'} (its sources: and format:, docs/CONFIG.md)\n"),
         "train with a bad --set": (2, errors["train with a bad --set"][1]),
         "pretokenize of a missing file": (2, f"error: dataset '{tmp_path / 'nope.jsonl'}': {tmp_path / 'nope.jsonl'}"
                                              " does not exist; check the path (or give an absolute one) in sources: "
-                                             f"of {configs / '<expert>.yaml'} / --dataset\n"),
+                                             f"of {configs / 'sql.yaml'} / --dataset\n"),
         "a curriculum with --build-id": (2, "error: --build-id names one build, and a curriculum has one build per "
                                             "stage: leave it out\n"),
         "train from a missing checkpoint": (2, f"error: --resume {tmp_path / 'nope'}: {tmp_path / 'nope'} does not "

@@ -20,7 +20,7 @@ class Remembered(click.Command):
     --dataset, --model, --set) in the form the user ran it (packtrain/core/hints.py)."""
 
     def invoke(self, ctx: click.Context):
-        with given(**{key: value for key, value in ctx.params.items() if key in FLAGS}):
+        with given(**{key: value for key, value in ctx.params.items() if key in FLAGS or key == "expert"}):
             return super().invoke(ctx)
 
 

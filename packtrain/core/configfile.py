@@ -54,7 +54,9 @@ def load_config(
     path = configs_dir / f"{expert}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in configs_dir.glob("*.yaml") if p.stem != "defaults")
-        raise ConfigError(f"no config for expert {expert!r}: {path} does not exist (known experts: {', '.join(known) or 'none'})")
+        raise ConfigError(f"no config for expert {expert!r}: {path} does not exist{close_choice(expert, known)} (known "
+                          f"experts: {', '.join(known) or 'none'}); a new expert is a file of its own: write {path} "
+                          "(its sources: and format:, docs/CONFIG.md)")
     data: dict[str, Any] = {}
     if (defaults := defaults_file(configs_dir)) is not None:
         data = _merge(data, _read_yaml(defaults))

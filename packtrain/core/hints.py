@@ -45,6 +45,7 @@ class Given:
     model: str | None = None
     settings: tuple[str, ...] = ()
     via_make: bool = False
+    expert: str | None = None  # the expert the command works on: the config file a message names
 
 
 DEFAULTS = {"configs_dir": "configs", "cache_dir": "cache", "runs_dir": "runs"}
@@ -82,7 +83,8 @@ def given(**options) -> Iterator[None]:
     options.setdefault("via_make", os.environ.get(VIA_MAKE, "") not in ("", "0"))
     kept = {key: str(value) if key in DEFAULTS else value for key, value in options.items()
             if key in FLAGS and value not in (None, ()) and not is_default(key, value)}
-    _given = Given(**{**kept, "settings": tuple(kept.get("settings", ())), "via_make": bool(options["via_make"])})
+    _given = Given(**{**kept, "settings": tuple(kept.get("settings", ())), "via_make": bool(options["via_make"]),
+                      "expert": options.get("expert")})
     try:
         yield
     finally:
@@ -122,8 +124,18 @@ def command(name: str, expert: str, **extra) -> str:
     return f"`{' '.join(words)}`"
 
 
-def config_file(expert: str) -> str:
-    """Where ``expert``'s config is read from: ``configs/sql.yaml``, or under ``--configs-dir``."""
+def config_file(expert: str | None = None) -> str:
+    """Where ``expert``'s config is read from: ``configs/sql.yaml``, or under ``--configs-dir``. Without
+    ``expert``, the running command's (``packtrain pretokenize text2sql``: ``configs/text2sql.yaml``), or
+    ``configs/<expert>.yaml`` where no command names one (a library user, ``rebuild --all``).
+
+    >>> with given(expert="text2sql"):
+    ...     config_file(), config_file("sql")
+    ('configs/text2sql.yaml', 'configs/sql.yaml')
+    >>> config_file()
+    'configs/<expert>.yaml'
+    """
+    expert = expert or _given.expert or "<expert>"
     return str(Path(_given.configs_dir or DEFAULTS["configs_dir"]) / f"{expert}.yaml")
 
 

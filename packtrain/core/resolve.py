@@ -240,7 +240,7 @@ def resolve_model_dir(name: str, revision: str | None = None, setting: str = "mo
         f"{what} {name!r} is not on this machine{close_choices([name], cached)}; looked in:\n  - local path {cache_path(name)} (does not exist)\n"
         f"  - hub cache {hub_cache_dir()} ({note})\nFix: download it on a connected machine with "
         f"`huggingface-cli download {name}` and copy the HF cache (HF_HOME) here, or set {setting} in "
-        f"{hints.config_file('<expert>')}" + (f" / {hints.option('model')}" if setting == "model.name" else "")
+        f"{hints.config_file()}" + (f" / {hints.option('model')}" if setting == "model.name" else "")
         + " to a local directory"
     )
 
@@ -289,7 +289,7 @@ def resolve_tokenizer_dir(model: ModelConfig) -> Path:
         raise SourceNotFound(
             f"no tokenizer.json in {directory} (tokenizer of {name!r}); packtrain needs a fast tokenizer file: save "
             "one with `AutoTokenizer.from_pretrained(...).save_pretrained(dir)` on a connected machine, or set "
-            f"model.tokenizer in {hints.config_file('<expert>')} to a directory that has one"
+            f"model.tokenizer in {hints.config_file()} to a directory that has one"
         )
     return directory
 

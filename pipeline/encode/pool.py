@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from multiprocessing.reduction import ForkingPickler
 
+from packtrain.core import hints
 from packtrain.core.faults import crash_point
 from packtrain.pipeline.encode.fork_server import ForkServer, children_ignore_ctrl_c
 from packtrain.pipeline.encode.worker import EncodedBatch, EncodeTask, encode_rows
@@ -194,6 +195,19 @@ def encoded_into_files(task: EncodeTask, columns: dict[str, list]) -> EncodedBat
                                bands=None, files=task.batch_files)
 
 
+def say_oversubscribed(num_proc: int, log) -> None:
+    """Say it when more than twice as many tokenizer processes as this process's CPUs will run: they take
+    turns on the CPUs, each with a tokenizer's memory, and the build is slower than with one a CPU
+    (measured on a 2-CPU machine: num_proc 30 took 20.3 s, num_proc 2 8.6 s; docs/reliability-history.md,
+    user 54). ``datasets.map(num_proc=...)`` starts them all too; the number asked is kept, and said.
+    A few more than the CPUs (the default 8 on a 4-CPU laptop) costs little and is not said."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if num_proc > 2 * cpus:
+        fewer = f"NUM_PROC={cpus}" if hints.via_make() else f"--num-proc {cpus}"
+        log(f"num_proc {num_proc} > the {cpus} CPU{'s' * (cpus != 1)} this build may use: its processes take turns on them "
+            f"(slower than one a CPU); {fewer} (build.num_proc) is usually fastest")
+
+
 def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc: int, server: ForkServer,
                   log=print) -> Iterator[EncodedBatch]:
     """Encode (task, batch) pairs in order with ``num_proc`` processes, at most ``2 * num_proc``
@@ -209,6 +223,7 @@ def encode_stream(tasks: Iterable[tuple[EncodeTask, dict[str, list]]], num_proc:
             log(f"num_proc {num_proc} capped at {len(first)}: only {len(first)} batch"
                 f"{'es' * (len(first) != 1)} of rows (build.batch_rows each) to tokenize")
         num_proc = len(first)
+    say_oversubscribed(num_proc, log)
     tasks = itertools.chain(first, tasks)
     if num_proc <= 1:
         for task, columns in tasks:

@@ -44,11 +44,11 @@ from packtrain.pipeline.format.special_text import SpecialText, SpecialTextRefus
 def template_columns_fix() -> str:
     """How to fix a dataset that lacks a template field's column (the config file under --configs-dir)."""
     return ("map the template's fields to this dataset's columns with `columns: {field: column}` under the source in "
-            f"{hints.config_file('<expert>')}, or name those columns in format.prompt / format.answer")
+            f"{hints.config_file()}, or name those columns in format.prompt / format.answer")
 
 
 def messages_column_fix() -> str:
-    return (f"set format.messages in {hints.config_file('<expert>')} to the column holding the conversations (a list "
+    return (f"set format.messages in {hints.config_file()} to the column holding the conversations (a list "
             "of {\"role\", \"content\"} messages)")
 
 

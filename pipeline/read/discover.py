@@ -108,27 +108,31 @@ def resolve_source(spec: SourceConfig, expert: str | None = None) -> ResolvedSou
         return _resolve_local(spec, local)
     if looks_like_path(spec.name):
         raise missing_path("dataset", spec.name, "check the path (or give an absolute one) in sources: of "
-                                                 f"{hints.config_file('<expert>')} / {hints.option('dataset')}")
+                                                 f"{hints.config_file()} / {hints.option('dataset')}")
     searched = [f"local path {cache_path(spec.name)} (does not exist)"]
     repo, hub_note, cached = hub_repo(spec.name, "dataset")
     searched.append(f"hub cache {hub_cache_dir()} ({hub_note})")
+    no_split = None
     if repo is not None:
         rev = pick_revision(repo, spec.revision, f"dataset {spec.name}")
         seen = sorted(f.file_path for f in rev.files)
         files, note, _ = _select_split(rev.snapshot_path, seen, spec.split, spec.config)
         if files:
             return ResolvedSource(spec.name, "hub", spec.split, rev.commit_hash, rev.snapshot_path, files, note, spec.config)
-        searched[-1] = (f"hub cache snapshot {rev.snapshot_path}: {_no_split(rev.snapshot_path, seen, spec)} "
-                        "(set split: under the source to one of them)")
+        no_split = f"hub cache snapshot {rev.snapshot_path}: {_no_split(rev.snapshot_path, seen, spec)}"
+        searched[-1] = f"{no_split} (set split: under the source to one of them)"
     found, ds_note = _datasets_cache_source(spec)
     if found is not None:
         return found
+    if no_split is not None:  # the dataset is here, the split is not: no download helps, split: does
+        raise SourceNotFound(f"dataset {spec.name!r} has no split {spec.split!r} on this machine: {no_split}; set "
+                             f"split: under the source in {hints.config_file()} to one of them")
     searched.append(f"datasets cache {datasets_cache_dir()} ({ds_note})")
     close = close_choices([spec.name], sorted({*cached, *_datasets_cache_ids()}))
     raise SourceNotFound(
         f"dataset {spec.name!r} (split {spec.split!r}) is not on this machine{close}; looked in:\n  - "
         + "\n  - ".join(searched) + "\nFix: " + DOWNLOAD_FIX.format(
-            name=spec.name, config_file=hints.config_file("<expert>"), dataset_option=hints.option("dataset"))
+            name=spec.name, config_file=hints.config_file(), dataset_option=hints.option("dataset"))
     )
 
 
@@ -167,7 +171,7 @@ def _resolve_local(spec: SourceConfig, path: Path) -> ResolvedSource:
                     f"'splits' is {splits!r}, not a list of split names", SAVED_FIX)
         if spec.split not in splits:
             raise SourceNotFound(f"{path} is a saved DatasetDict with splits {splits}, not {spec.split!r}; "
-                                 f"set split: under the source in {hints.config_file('<expert>')} to one of them")
+                                 f"set split: under the source in {hints.config_file()} to one of them")
         return _resolve_saved(spec, path, path / spec.split)
     if (path / "state.json").is_file():
         return _resolve_saved(spec, path, path)

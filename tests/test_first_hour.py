@@ -1,0 +1,74 @@
+"""A new user's first hour (docs/reliability-history.md, "A new user's first hour (user 54)"): the
+mistakes of a first contact get a message that names the user's own expert file and the right fix:
+an expert name with a typo (or a new one with no file yet), a split the cached dataset does not have
+(not "download it"), a misspelt column under the CLI (configs/<that expert>.yaml, not a placeholder),
+and a num_proc far above the CPUs (said: the processes take turns on them)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from build_fixtures import make_project, write_jsonl
+from reuse_fixtures import run_cli
+
+from packtrain.core import hints
+from packtrain.core.config import ConfigError
+from packtrain.core.config_build import SourceConfig
+from packtrain.core.configfile import load_config
+from packtrain.core.resolve import SourceNotFound
+from packtrain.pipeline.orchestrate.build import build
+from packtrain.pipeline.read.discover import resolve_source
+
+
+def test_an_expert_name_with_a_typo_names_the_close_one_and_how_to_add_a_new_expert(tmp_path):
+    for name in ("sql", "neo4j"):
+        (tmp_path / f"{name}.yaml").write_text("sources:\n  - name: bundled\n")
+    with pytest.raises(ConfigError) as err:
+        load_config("sqll", tmp_path)
+    assert str(err.value) == (
+        f"no config for expert 'sqll': {tmp_path}/sqll.yaml does not exist (did you mean 'sql'?) (known experts: "
+        f"neo4j, sql); a new expert is a file of its own: write {tmp_path}/sqll.yaml (its sources: and format:, "
+        "docs/CONFIG.md)")
+    with pytest.raises(ConfigError) as err:  # a new expert's name is close to none: no guess
+        load_config("text2sql", tmp_path)
+    assert str(err.value).startswith(f"no config for expert 'text2sql': {tmp_path}/text2sql.yaml does not exist "
+                                     "(known experts: neo4j, sql); a new expert")
+
+
+def test_a_split_the_cached_dataset_lacks_is_said_and_not_to_be_downloaded(hub_cache):
+    """It said 'dataset 'org/parquet-ds' (split 'validation') is not on this machine (did you mean
+    'org/parquet-ds'?)' and to download it, of a dataset in the cache with its train and test splits."""
+    with hints.given(expert="t2s", via_make=True), pytest.raises(SourceNotFound) as err:
+        resolve_source(SourceConfig(name="org/parquet-ds", split="validation"))
+    assert str(err.value) == (
+        f"dataset 'org/parquet-ds' has no split 'validation' on this machine: hub cache snapshot {hub_cache.parquet}: "
+        "no data file for split 'validation' among ['data/test-00000-of-00001.parquet', "
+        "'data/train-00000-of-00001.parquet'] (its splits: train, test); set split: under the source in "
+        "configs/t2s.yaml to one of them")
+
+
+def test_the_cli_names_the_running_experts_config_file_in_a_hint(tmp_path, monkeypatch, capsys):
+    """A misspelt messages column said 'set format.messages in configs/<expert>.yaml'."""
+    project = make_project(tmp_path)
+    write_jsonl(project["data"], [{"messages": [{"role": "user", "content": "hi"}]}])
+    text = (project["configs"] / "sql.yaml").read_text()
+    (project["configs"] / "t2s.yaml").write_text(
+        text.split("format:")[0] + "format:\n  style: chat\n  messages: mesages\npack:" + text.split("pack:")[1])
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(monkeypatch, capsys, "pretokenize", "t2s", "--cache-dir", project["cache"])
+    assert (code, err.splitlines()[-1]) == (2, (
+        f"error: {project['data']}: no column 'mesages' (did you mean 'messages'?) (it has: 'messages'); set "
+        "format.messages in configs/t2s.yaml to the column holding the conversations (a list of "
+        "{\"role\", \"content\"} messages)"))
+    assert hints.config_file() == "configs/<expert>.yaml"  # outside a command: the placeholder again
+
+
+def test_a_num_proc_far_above_the_cpus_is_said(tmp_path, monkeypatch):
+    project = make_project(tmp_path, n_rows=60)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    lines: list[str] = []
+    config = load_config("sql", project["configs"], overrides={"build.num_proc": 3, "build.batch_rows": 20})
+    build(config, project["cache"], log=lines.append, progress=False)
+    assert ("num_proc 3 > the 1 CPU this build may use: its processes take turns on them (slower than one a "
+            "CPU); --num-proc 1 (build.num_proc) is usually fastest") in lines
