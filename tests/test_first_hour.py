@@ -72,3 +72,14 @@ def test_a_num_proc_far_above_the_cpus_is_said(tmp_path, monkeypatch):
     build(config, project["cache"], log=lines.append, progress=False)
     assert ("num_proc 3 > the 1 CPU this build may use: its processes take turns on them (slower than one a "
             "CPU); --num-proc 1 (build.num_proc) is usually fastest") in lines
+
+
+def test_the_resume_hint_repeats_the_steps_and_options_the_run_was_started_with():
+    """After `make train EXPERT=tnew MAX_STEPS=4` and a Ctrl-C the line said `make train EXPERT=tnew
+    RESUME=auto`, which resumed a 30-step run (the cpu profile's) with another lr schedule."""
+    with hints.given(max_steps=4, via_make=True, expert="tnew"):
+        assert hints.command("train", "tnew", resume="auto") == "`make train EXPERT=tnew MAX_STEPS=4 RESUME=auto`"
+        assert hints.command("pretokenize", "tnew") == "`make pretokenize EXPERT=tnew`"  # a build takes no steps
+    with hints.given(max_steps=4, cache_dir="/data/cache", settings=("train.learning_rate=1e-4",)):
+        assert hints.command("train", "tnew", resume="auto") == (
+            "`packtrain train tnew --cache-dir /data/cache --set train.learning_rate=1e-4 --max-steps 4 --resume auto`")

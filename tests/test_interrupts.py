@@ -77,7 +77,7 @@ def test_a_signal_saves_its_step_and_resume_auto_ends_as_if_uninterrupted(tmp_pa
     assert [p.name for p in complete_checkpoints(run_dir)] == ["checkpoint-5"]
     last = stopped.stderr.strip().splitlines()[-1]
     assert last == (f"stopped by {name} after step 5 of 10: checkpoint {run_dir / 'checkpoint-5'}; resume with "
-                    "`packtrain train sql --resume auto` (or `make train EXPERT=sql RESUME=auto`)")
+                    f"`packtrain train sql {' '.join(options)} --resume auto`")  # the options it was run with
     assert "Traceback" not in stopped.stderr and not (run_dir / "adapter").exists()
 
     resumed = cli("train", "sql", *options, "--resume", "auto")

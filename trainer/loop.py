@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from packtrain.core import hints
 from packtrain.core.errors import Interrupted, PacktrainError
 from packtrain.trainer.model.adapters import trainable_parameters
 from packtrain.trainer.run.checkpoint import prune_checkpoints, save_checkpoint
@@ -146,13 +147,14 @@ def stop_or_save(stops: StopRequests, clock: SaveClock, world) -> tuple[bool, bo
 
 def interrupted(ctx: TrainContext, signum: int | None, saved: Path | bool) -> Interrupted:
     """The one line of a run stopped by a signal (``signum`` None: this rank got none, another did; it ends as
-    by SIGTERM): the checkpoint, and the command that resumes it."""
+    by SIGTERM): the checkpoint, and the command that resumes it, with the options of the command that
+    trained (``--cache-dir``, ``--set``, ``--max-steps``: packtrain/core/hints.py), in the form it was run."""
     state, expert = ctx.state, ctx.config.expert.partition(".")[0]  # a curriculum stage resumes with its expert
     checkpoint = saved if isinstance(saved, Path) else ctx.run.run_dir / f"checkpoint-{state.step}"
     by = NAMES[signum] if signum is not None else "a signal to another rank"
     return Interrupted(f"stopped by {by} after step {state.step} of {ctx.total_steps}: "
-                       f"checkpoint {checkpoint}; resume with `packtrain train {expert} --resume auto` "
-                       f"(or `make train EXPERT={expert} RESUME=auto`)", signum or signal.SIGTERM)
+                       f"checkpoint {checkpoint}; resume with {hints.command('train', expert, resume='auto')}",
+                       signum or signal.SIGTERM)
 
 
 def forward_backward(ctx: TrainContext, model: torch.nn.Module, forward_model: torch.nn.Module, window: list[dict],

@@ -44,21 +44,22 @@ class Given:
     dataset: str | None = None
     model: str | None = None
     settings: tuple[str, ...] = ()
+    max_steps: int | None = None
     via_make: bool = False
     expert: str | None = None  # the expert the command works on: the config file a message names
 
 
 DEFAULTS = {"configs_dir": "configs", "cache_dir": "cache", "runs_dir": "runs"}
 FLAGS = {"configs_dir": "--configs-dir", "cache_dir": "--cache-dir", "runs_dir": "--runs-dir", "dataset": "--dataset",
-         "model": "--model", "settings": "--set"}
+         "model": "--model", "settings": "--set", "max_steps": "--max-steps"}
 # a hint's own options, never remembered
 EXTRA_FLAGS = {"resume": "--resume", "parts": "--parts", "part": "--part", "run": "--run"}
-MAKE_VARIABLES = {"cache_dir": "CACHE_DIR", "dataset": "DATASET", "model": "MODEL", "resume": "RESUME",
+MAKE_VARIABLES = {"cache_dir": "CACHE_DIR", "dataset": "DATASET", "model": "MODEL", "max_steps": "MAX_STEPS", "resume": "RESUME",
                   "parts": "PARTS", "part": "PART", "run": "RUN"}
 # the options each hinted command takes, of those above; a command not listed takes none
 TAKES = {
     "pretokenize": ("configs_dir", "cache_dir", "dataset", "model", "settings"),
-    "train": ("configs_dir", "cache_dir", "dataset", "model", "settings"),
+    "train": ("configs_dir", "cache_dir", "dataset", "model", "settings", "max_steps"),
     "prepare-model": ("configs_dir", "model", "settings"),
     "merge-parts": ("configs_dir", "cache_dir", "dataset", "model", "settings"),
     "verify": ("cache_dir",),
