@@ -162,6 +162,7 @@ eval: install
 
 # EXPERT's newest run (RUN=dir for another) exported into OUT: the adapter alone, or merged into its base (MERGED=1), in DTYPE (bf16, fp16, fp32; default: the run's).
 export: install
+	$(if $(OUT),,$(error make export needs OUT=dir (a new or empty directory for the adapter): make export EXPERT=$(EXPERT) OUT=exports/$(EXPERT)))
 	$(PACKTRAIN) export $(EXPERT) --out $(OUT) $(if $(RUN),--run $(RUN)) $(if $(MERGED),--merged) $(if $(DTYPE),--dtype $(DTYPE))
 
 # PNG plots of EXPERT's current build and newest run (RUN=dir for another).

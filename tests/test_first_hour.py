@@ -83,3 +83,16 @@ def test_the_resume_hint_repeats_the_steps_and_options_the_run_was_started_with(
     with hints.given(max_steps=4, cache_dir="/data/cache", settings=("train.learning_rate=1e-4",)):
         assert hints.command("train", "tnew", resume="auto") == (
             "`packtrain train tnew --cache-dir /data/cache --set train.learning_rate=1e-4 --max-steps 4 --resume auto`")
+
+
+def test_make_export_without_out_says_out_in_makes_words():
+    """`make export EXPERT=sql` ran `packtrain export sql --out` and said "Option '--out' requires an
+    argument. (see `packtrain export --help`)": the CLI's option, not the make variable to set."""
+    import subprocess
+
+    from build_fixtures import ROOT
+
+    planned = subprocess.run(["make", "-n", "export", "EXPERT=sql"], cwd=ROOT, capture_output=True, text=True)
+    assert planned.returncode == 2
+    assert ("*** make export needs OUT=dir (a new or empty directory for the adapter): make export EXPERT=sql "
+            "OUT=exports/sql.  Stop.") in planned.stderr
