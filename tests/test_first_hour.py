@@ -96,3 +96,25 @@ def test_make_export_without_out_says_out_in_makes_words():
     assert planned.returncode == 2
     assert ("*** make export needs OUT=dir (a new or empty directory for the adapter): make export EXPERT=sql "
             "OUT=exports/sql.  Stop.") in planned.stderr
+
+
+def test_a_new_run_beside_an_unfinished_one_says_how_to_continue_that_one(tmp_path, caplog):
+    """`make train` again after a Ctrl-C started a new run without a word of the stopped run's checkpoint."""
+    import logging
+    import shutil
+
+    from trainer_fixtures import make_config, random_blocks, tiny_model_dir, write_build
+
+    from packtrain.core.rundir import FINAL_ARTIFACTS
+    from packtrain.trainer.run.train import run
+
+    model_dir = tiny_model_dir(tmp_path / "model")
+    write_build(tmp_path / "cache", "sql", random_blocks(6, 32, 0), random_blocks(2, 32, 1), 32, model_dir)
+    stopped = run(make_config(model_dir, tmp_path / "runs", run_name="a", max_steps=2, save_steps=1), tmp_path / "cache")
+    for name in FINAL_ARTIFACTS:  # as a run stopped after its checkpoint-2
+        shutil.rmtree(stopped / name) if (stopped / name).is_dir() else (stopped / name).unlink(missing_ok=True)
+    with caplog.at_level(logging.INFO, logger="packtrain.train"):
+        run(make_config(model_dir, tmp_path / "runs", run_name="b", max_steps=1), tmp_path / "cache")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("a new run:")]
+    assert said == [f"a new run: {stopped} is an unfinished run with checkpoint-2 (stopped or killed), kept as it is; "
+                    "`packtrain train sql --resume auto` continues it instead"]

@@ -243,12 +243,9 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
         if done:
             log.info("resume auto: %d finished run(s) of %s are never resumed (%s)", len(done), expert_runs,
                      ", ".join(done))
-        runs = [p for p in runs if not finished_artifacts(p)]
-        newest = [found[-1] for found in map(complete_checkpoints, runs) if found]
-        if not newest:
+        chosen = newest_resumable(expert_runs)
+        if chosen is None:
             return None
-        # the newest run is the one that wrote a checkpoint last (run names need not sort by age)
-        chosen = max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name))
     else:
         try:
             chosen = resume_checkpoint(resume)
@@ -256,6 +253,14 @@ def find_checkpoint(resume: str, expert_runs: Path) -> Path | None:
             raise CheckpointError(str(e)) from None
     say_incomplete_after(chosen)
     return chosen
+
+
+def newest_resumable(expert_runs: Path) -> Path | None:
+    """The checkpoint ``--resume auto`` takes: the newest complete one of the unfinished run that wrote a
+    checkpoint last (run names need not sort by age); None when no unfinished run has one."""
+    runs = [p for p in run_dirs(expert_runs) if not finished_artifacts(p)]
+    newest = [found[-1] for found in map(complete_checkpoints, runs) if found]
+    return max(newest, key=lambda p: ((p / STATE_JSON).stat().st_mtime_ns, p.name)) if newest else None
 
 
 def say_incomplete_after(chosen: Path) -> None:

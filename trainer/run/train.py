@@ -46,7 +46,8 @@ from packtrain.core.rundir import RUN_JSON, complete_checkpoints, finished_artif
 from packtrain.trainer.model.activations import CheckpointingError, from_config
 from packtrain.trainer.model.adapters import NonFiniteWeightsError
 from packtrain.trainer.run.checkpoint import (CheckpointError, RunInfo, TrainState, check_not_finished,
-                                          discard_later_checkpoints, find_checkpoint, read_state, verify_checkpoint)
+                                          discard_later_checkpoints, find_checkpoint, newest_resumable, read_state,
+                                          verify_checkpoint)
 from packtrain.trainer.run.resume_checks import (check_resume, check_same_adapter, check_same_base,
                                              check_same_training)
 from packtrain.trainer.run.context import TrainContext, prepare
@@ -191,6 +192,9 @@ def _resume_point(config: ExpertConfig, resume: str | None, expert_runs: Path, m
     state = TrainState(build_id=manifest.build_id, tokenizer_hash=manifest.tokenizer_hash,
                        world_size=world.world_size, seq_length=seq_length)
     checkpoint = decide_on_rank0(lambda: locked_checkpoint(resume, expert_runs, locks) if resume else None, world)
+    if resume is None and world.is_main and (left := newest_resumable(expert_runs)) is not None:
+        log.info("a new run: %s is an unfinished run with %s (stopped or killed), kept as it is; %s continues it "
+                 "instead", left.parent, left.name, hints.command("train", config.expert, resume="auto"))
     if resume == "auto" and checkpoint is None:
         log.info("resume auto: no complete checkpoint under %s; starting a new run", expert_runs)
         for unfinished in unfinished_without_checkpoint(expert_runs):
