@@ -7,6 +7,7 @@ and a num_proc far above the CPUs (said: the processes take turns on them)."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from build_fixtures import make_project, write_jsonl
@@ -113,8 +114,14 @@ def test_a_new_run_beside_an_unfinished_one_says_how_to_continue_that_one(tmp_pa
     stopped = run(make_config(model_dir, tmp_path / "runs", run_name="a", max_steps=2, save_steps=1), tmp_path / "cache")
     for name in FINAL_ARTIFACTS:  # as a run stopped after its checkpoint-2
         shutil.rmtree(stopped / name) if (stopped / name).is_dir() else (stopped / name).unlink(missing_ok=True)
+    caplog.clear()
     with caplog.at_level(logging.INFO, logger="packtrain.train"):
         run(make_config(model_dir, tmp_path / "runs", run_name="b", max_steps=1), tmp_path / "cache")
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("a new run:")]
     assert said == [f"a new run: {stopped} is an unfinished run with checkpoint-2 (stopped or killed), kept as it is; "
                     "`packtrain train sql --resume auto` continues it instead"]
+    # the summary's JSON (700 characters of unrounded floats on the console) goes to train.log only
+    done = [r for r in caplog.records if r.getMessage().startswith("done:")]
+    assert [getattr(r, "file_only", False) for r in done] == [True, False]
+    assert re.fullmatch(r"done: 1 step, 63 tokens \(\d+ supervised\) in \d+ s; .*/runs/sql/b/summary.json holds the "
+                        r"metrics", done[1].getMessage()), done[1].getMessage()

@@ -24,6 +24,7 @@ from packtrain.trainer.run.checkpoint import ADAPTER_DIR, SUMMARY, check_not_fin
 from packtrain.trainer.run.context import TrainContext
 from packtrain.trainer.run.distributed import barrier, full_trainable_state
 from packtrain.trainer.report.metrics import summarize
+from packtrain.trainer.run.runlog import FILE_ONLY
 from packtrain.core.plotting import PlotError
 from packtrain.trainer.report.plots import write_run_plots
 from packtrain.trainer.eval.task_eval import end_of_run
@@ -68,7 +69,9 @@ def finish_run(ctx: TrainContext, records: list, evals: list, wall: float, start
         write_final(run_dir, MERGED_DIR, lambda d: export_merged(model, d, ctx.run.config, ctx.tok_dir))
         if (run_dir / MERGED_DIR).is_dir():
             log.info("merged model written to %s", run_dir / MERGED_DIR)
-    log.info("done: %s", json.dumps(summary))
+    log.info("done: %s", json.dumps(summary), extra=FILE_ONLY)  # train.log keeps it whole; the console a line
+    log.info("done: %d step%s, %s tokens (%s supervised) in %.0f s; %s holds the metrics", state.step,
+             "s" * (state.step != 1), f"{state.tokens:,}", f"{state.sup_tokens:,}", summary["wall_s"], run_dir / SUMMARY)
     if "eval/loss_before" in summary:
         log.info("eval loss before training %.4f, after %.4f (%d steps, %s)", summary["eval/loss_before"],
                  summary["eval/loss_after"], state.step, config.model.name)
