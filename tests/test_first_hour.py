@@ -125,3 +125,12 @@ def test_a_new_run_beside_an_unfinished_one_says_how_to_continue_that_one(tmp_pa
     assert [getattr(r, "file_only", False) for r in done] == [True, False]
     assert re.fullmatch(r"done: 1 step, 63 tokens \(\d+ supervised\) in \d+ s; .*/runs/sql/b/summary.json holds the "
                         r"metrics", done[1].getMessage()), done[1].getMessage()
+
+
+def test_no_makefile_recipe_echoes_a_comment():
+    """A first `make train` printed the install recipe's comments ('# real tokenizers for the exactness tests
+    ... TRL, the reference packer of tests/test_pack.py'): a recipe line is echoed unless it starts with @."""
+    from build_fixtures import ROOT
+
+    echoed = [line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("\t#")]
+    assert echoed == []
