@@ -198,8 +198,8 @@ def encoded_into_files(task: EncodeTask, columns: dict[str, list]) -> EncodedBat
 def say_oversubscribed(num_proc: int, log) -> None:
     """Say it when more than twice as many tokenizer processes as this process's CPUs will run: they take
     turns on the CPUs, each with a tokenizer's memory, and the build is slower than with one a CPU
-    (measured on a 2-CPU machine: num_proc 30 took 20.3 s, num_proc 2 8.6 s; docs/reliability-history.md,
-    user 54). ``datasets.map(num_proc=...)`` starts them all too; the number asked is kept, and said.
+    (the sql sample in 30 batches on a 2-CPU machine at load 2.9: 2.6-2.7 s with num_proc 30, 0.9-1.4 s with
+    2; docs/reliability-history.md, user 54). ``datasets.map(num_proc=...)`` starts them all too; the number asked is kept, and said.
     A few more than the CPUs (the default 8 on a 4-CPU laptop) costs little and is not said."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if num_proc > 2 * cpus:
