@@ -6,6 +6,7 @@ and a num_proc far above the CPUs (said: the processes take turns on them)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -134,3 +135,16 @@ def test_no_makefile_recipe_echoes_a_comment():
 
     echoed = [line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("\t#")]
     assert echoed == []
+
+
+def test_rebuild_all_names_each_experts_own_config_file(tmp_path, monkeypatch, capsys):
+    """`make rebuild` over several experts: a failed one's line named configs/<expert>.yaml."""
+    project = make_project(tmp_path)
+    text = (project["configs"] / "sql.yaml").read_text()
+    (project["configs"] / "t2s.yaml").write_text(
+        text.split("format:")[0] + "format:\n  style: chat\n  messages: mesages\npack:" + text.split("pack:")[1])
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(monkeypatch, capsys, "rebuild", "t2s", "--cache-dir", project["cache"])
+    line = json.loads(out.splitlines()[-1])
+    assert (code, line["expert"], line["action"]) == (1, "t2s", "failed")
+    assert "set format.messages in configs/t2s.yaml to the column" in line["error"], line["error"]

@@ -92,6 +92,19 @@ def given(**options) -> Iterator[None]:
         _given = before
 
 
+@contextlib.contextmanager
+def about(expert: str) -> Iterator[None]:
+    """Hints made inside name ``expert``'s config file, the running command's options kept: a command over
+    several experts (``rebuild --all``) says each one's (``configs/text2sql.yaml``, not ``<expert>``)."""
+    global _given
+    before = _given
+    _given = dataclasses.replace(_given, expert=expert)
+    try:
+        yield
+    finally:
+        _given = before
+
+
 def is_default(key: str, value) -> bool:
     """``value`` is the default of option ``key``: its default directory, however it was spelled."""
     return key in DEFAULTS and Path(value).absolute() == Path(DEFAULTS[key]).absolute()

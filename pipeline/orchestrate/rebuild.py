@@ -34,6 +34,7 @@ from filelock import FileLock, Timeout
 from packtrain.pipeline.orchestrate.build import build, plan
 from packtrain.pipeline.orchestrate.build_lock import expert_lock
 from packtrain.pipeline.pack.spill import SOURCES, source_key
+from packtrain.core import hints
 from packtrain.core.build_lease import remove_lease, unleased
 from packtrain.core.config import ExpertConfig
 from packtrain.core.configfile import load_config
@@ -205,12 +206,13 @@ def rebuild(experts: list[str], configs_dir: str | Path, cache_dir: str | Path, 
     try:
         code = EXIT_OK
         for expert in experts:
-            try:
-                configs = load_config(expert, configs_dir, options.overrides).stage_configs()
-            except Exception as e:
-                outcomes = [Outcome(expert, "failed", error=describe_error(e))]
-            else:
-                outcomes = [rebuild_expert(config, cache_dir, options.keep, log, prepare) for config in configs]
+            with hints.about(expert):  # each expert's messages name its own config file
+                try:
+                    configs = load_config(expert, configs_dir, options.overrides).stage_configs()
+                except Exception as e:
+                    outcomes = [Outcome(expert, "failed", error=describe_error(e))]
+                else:
+                    outcomes = [rebuild_expert(config, cache_dir, options.keep, log, prepare) for config in configs]
             for outcome in outcomes:  # one line per expert, or per curriculum stage
                 emit(outcome.line())
                 if outcome.action == "failed" or outcome.error is not None:  # built, but its prune failed: said
