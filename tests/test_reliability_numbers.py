@@ -110,8 +110,9 @@ def test_every_numeric_field_declares_a_range_its_default_fits():
     ("pack.block_size=8", "pack.block_size: must be in [16, 1048576], got 8"),
     ("pack.shard_size_mb=0", "pack.shard_size_mb: must be in [1, 1048576], got 0"),
     ("build.batch_rows=0", "build.batch_rows: must be in [1, 10000000], got 0"),
-    ("build.num_proc=0", "build.num_proc: must be in [1, 1024] (tokenizer processes; capped at the number of "
-                         "batches), got 0"),
+    ("build.num_proc=0", "build.num_proc: must be in [1, 1024] (tokenizer processes or auto; capped at the number "
+                         "of batches), got 0"),
+    ("build.num_proc=many", "build.num_proc: expected an integer or 'auto', got 'many'"),
     ("sources=[{name: x, max_rows: 0}]", "sources[0].max_rows: must be in [1, 1000000000000] (or unset for "
                                          "every row), got 0"),
 ])
@@ -122,7 +123,7 @@ def test_a_bad_number_names_the_field_the_value_and_the_range(project, setting, 
 def test_every_problem_is_reported_at_once(project):
     assert problems(project, "train.learning_rate=.nan", "train.adam_beta1=1.5", "train.weight_decay=-1",
                     "train.adam_epsilon=-1", "build.num_proc=0", "lora.dropout=-.inf") == [
-        "build.num_proc: must be in [1, 1024] (tokenizer processes; capped at the number of batches), got 0",
+        "build.num_proc: must be in [1, 1024] (tokenizer processes or auto; capped at the number of batches), got 0",
         "lora.dropout: must be a finite number in [0, 1), got -inf",
         "train.learning_rate: must be a finite number in (0, 1], got nan",
         "train.weight_decay: must be in [0, 1], got -1.0",

@@ -35,7 +35,7 @@ def pretokenize_on_ray(cfg, cache_dir, address: str | None, parts: int | None, p
             else:
                 ray_build = ray_build_module()
                 if cluster is None:  # started (or joined) once, for the first stage that has work
-                    cluster = stack.enter_context(ray_build.RayCluster(address, cfg.build.num_proc, log=click.echo))
+                    cluster = stack.enter_context(ray_build.RayCluster(address, cfg.build.processes(), log=click.echo))
                 result = ray_build.build_on_ray(stage, cache_dir, cluster, parts, log=click.echo, progress=progress,
                                                 prepare=ensure_converted, planned=planned)
             click.echo(json.dumps({"expert": stage.expert, "build_id": result.build_id,

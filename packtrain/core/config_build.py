@@ -6,6 +6,7 @@ is here; packtrain/core/config.py puts the sections together.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -368,11 +369,23 @@ class PackConfig:
         pass  # its numbers are checked by check_numbers
 
 
+AUTO_NUM_PROC_MAX = 8
+"""``build.num_proc: auto`` starts at most this many tokenizer processes (the default was 8 before auto)."""
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity), or the machine's count where there is no affinity."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 @dataclass
 class BuildConfig:
-    num_proc: int = num(8, "[1, 1024]", "tokenizer processes; capped at the number of batches")
-    """Tokenizer processes, as in ``datasets.map(num_proc=...)``; capped at the number of batches. The
-    output (and the build id) is the same for any value: set it to the CPU cores you can spare."""
+    num_proc: int | Literal["auto"] = num("auto", "[1, 1024]",
+                                          "tokenizer processes or auto; capped at the number of batches")
+    """Tokenizer processes, as in ``datasets.map(num_proc=...)``; capped at the number of batches.
+    ``auto``: one per CPU this process may use (its CPU affinity: a container's or ``taskset``'s share), at most
+    :data:`AUTO_NUM_PROC_MAX` (each holds a tokenizer's memory). The output (and the build id) is the same for any
+    value: set a number to the CPU cores you can spare."""
     batch_rows: int = num(1000, "[1, 10000000]")
     """Rows per tokenization task; fixed, so the output does not depend on num_proc."""
     on_bad_rows: Literal["skip", "error"] = "skip"
@@ -437,6 +450,11 @@ class BuildConfig:
     default): a longer one stops the build in one line naming its row, before it is encoded. Raise it for
     a dataset that really holds such rows. Not part of the build id: it changes whether a build runs,
     never its bytes."""
+
+    def processes(self) -> int:
+        """``num_proc`` as a number: ``auto`` resolved on this machine (:func:`usable_cpus`, at most
+        :data:`AUTO_NUM_PROC_MAX`)."""
+        return min(usable_cpus(), AUTO_NUM_PROC_MAX) if self.num_proc == "auto" else self.num_proc
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers

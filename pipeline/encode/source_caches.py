@@ -212,7 +212,7 @@ def tokenize_pass(job: TokenizeJob, tmps: dict[int, Path], progress, log, shortc
     tokens_seen = 0
     try:
         tasks = batch_tasks(job, stats, headers, shortcuts, writer)
-        with contextlib.closing(encode_stream(tasks, config.build.num_proc, server, log)) as stream, \
+        with contextlib.closing(encode_stream(tasks, config.build.processes(), server, log)) as stream, \
                 encode_failure_named(config, headers):
             for encoded in stream:
                 i, file, start, number = headers[0]  # taken off once spilled: a failure names the batch

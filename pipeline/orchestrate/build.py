@@ -224,7 +224,7 @@ def first_build_server(config: ExpertConfig, cache_dir: str | os.PathLike) -> Fo
     notes, wanted = Path(cache_dir) / FAST_ENCODER_NOTES, config.build.fast_encoder
     if to_prove(notes, tokenizer_json, wanted):
         encoders = fast_encoder_candidates(wanted)
-    elif config.build.num_proc > 1 and (encoder := proven(notes, tokenizer_json, wanted)) is not None:
+    elif config.build.processes() > 1 and (encoder := proven(notes, tokenizer_json, wanted)) is not None:
         encoders = (encoder,)
     else:
         return None

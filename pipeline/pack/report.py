@@ -144,9 +144,9 @@ def make_report(config, manifest: Manifest, previous: Manifest | None, facts: Bu
         "seconds": round(seconds, 3),
         "tokenize_seconds": round(tokenize_seconds, 3) if tokenize_seconds is not None else None,
         "tokens_per_second": round(tokenized / tokenize_seconds) if tokenize_seconds else None,
-        "num_proc": config.build.num_proc,
+        "num_proc": config.build.processes(),  # auto resolved on the machine that built
         # the processes that tokenized: build.num_proc, capped at the batches to tokenize (pipeline/encode/pool.py)
-        "processes": min(config.build.num_proc, sum(s.batches for s, reused in zip(source_stats, facts.reused)
+        "processes": min(config.build.processes(), sum(s.batches for s, reused in zip(source_stats, facts.reused)
                                                     if not reused)) if tokenized_any(facts.reused) else 0,
         "used_bundled_sample": any(source.kind == "bundled" for source in sources),
         "sources": [{"name": source.name, "kind": source.kind, "describe": source.describe(), "weight": spec.weight,
