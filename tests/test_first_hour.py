@@ -16,7 +16,7 @@ from reuse_fixtures import run_cli
 
 from packtrain.core import hints
 from packtrain.core.config import ConfigError
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_build import BuildConfig, SourceConfig
 from packtrain.core.configfile import load_config
 from packtrain.core.resolve import SourceNotFound
 from packtrain.pipeline.orchestrate.build import build
@@ -74,6 +74,24 @@ def test_a_num_proc_far_above_the_cpus_is_said(tmp_path, monkeypatch):
     build(config, project["cache"], log=lines.append, progress=False)
     assert ("num_proc 3 > the 1 CPU this build may use: its processes take turns on them (slower than one a "
             "CPU); --num-proc 1 (build.num_proc) is usually fastest") in lines
+
+
+@pytest.mark.parametrize(("setting", "cpus", "processes"), [("auto", 2, 2), ("auto", 1, 1), ("auto", 64, 8), (5, 2, 5)])
+def test_num_proc_auto_is_one_process_a_cpu_this_process_may_use_at_most_eight(monkeypatch, setting, cpus, processes):
+    """The default was 8 whatever the machine: a 2-CPU box or CI started 8 processes, each with a tokenizer."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    assert BuildConfig().num_proc == "auto"
+    assert BuildConfig(num_proc=setting).processes() == processes
+
+
+def test_a_default_num_proc_is_never_said_to_be_above_the_cpus(tmp_path, monkeypatch):
+    project = make_project(tmp_path, n_rows=60)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # a 2-CPU box: 8 was said
+    lines: list[str] = []
+    config = load_config("sql", project["configs"], overrides={"build.num_proc": "auto", "build.batch_rows": 20})
+    build(config, project["cache"], log=lines.append, progress=False)
+    assert not [line for line in lines if "num_proc" in line and "CPU" in line]
+    assert "tokenizing with num_proc=2\n" in "\n".join(lines)  # the summary's first line ends there
 
 
 def test_the_resume_hint_repeats_the_steps_and_options_the_run_was_started_with():
