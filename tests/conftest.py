@@ -39,6 +39,12 @@ os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["PACKTRAIN_PROOFS_DIR"] = "off"
 os.environ["PACKTRAIN_NEAR_TABLES_DIR"] = "off"  # the same for near dedup's token tables (pipeline/pack/near_tables.py)
 
+# The Makefile as a fresh clone has it in every `make` a test runs: a make hands its command line's variables to
+# every make below it through these (`make test-latest` runs `make test VENV=.venv-latest LOCK_DIR=...`), and a
+# test's `make -n train` then planned .venv-latest/bin/packtrain instead of the Makefile's .venv/bin/packtrain.
+for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+    os.environ.pop(name, None)
+
 
 # A test process keeps the encoders of 16 tokenizers (a build process keeps one): test after test it
 # builds with the three real ones (loading Qwen's for fastokens takes 1-2 s) and tiny ones in between.
