@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,11 +40,19 @@ os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["PACKTRAIN_PROOFS_DIR"] = "off"
 os.environ["PACKTRAIN_NEAR_TABLES_DIR"] = "off"  # the same for near dedup's token tables (pipeline/pack/near_tables.py)
 
-# The Makefile as a fresh clone has it in every `make` a test runs: a make hands its command line's variables to
-# every make below it through these (`make test-latest` runs `make test VENV=.venv-latest LOCK_DIR=...`), and a
-# test's `make -n train` then planned .venv-latest/bin/packtrain instead of the Makefile's .venv/bin/packtrain.
-for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
-    os.environ.pop(name, None)
+# The Makefile as a fresh clone has it in every `make` a test runs. A make puts its command line's variables
+# (`make test-latest` runs `make test VENV=.venv-latest LOCK_DIR=.venv-latest`) into its recipes' environment and
+# into MAKEFLAGS, and every make below reads them there: a test's `make -n train` planned .venv-latest/bin/packtrain
+# instead of the Makefile's .venv/bin/packtrain. Both go, with make's other variables.
+def _forget_the_make_above() -> None:
+    flags = re.split(r"(?:^| )-- ", os.environ.get("MAKEFLAGS", ""), maxsplit=1)  # after " -- ": NAME=value ...
+    for assignment in re.split(r"(?<!\\) ", flags[1]) if len(flags) == 2 else ():  # a value's spaces are escaped
+        os.environ.pop(re.match(r"[^:+?!=]*", assignment).group(), None)
+    for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+        os.environ.pop(name, None)
+
+
+_forget_the_make_above()
 
 
 # A test process keeps the encoders of 16 tokenizers (a build process keeps one): test after test it
