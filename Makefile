@@ -49,6 +49,10 @@ LATEST     ?= .venv-latest
 # `packtrain ...` commands a user who typed the CLI is told (packtrain/core/hints.py).
 VIA_MAKE   := PACKTRAIN_VIA_MAKE=1
 PACKTRAIN  := $(VIA_MAKE) $(BIN)/packtrain
+# torchrun (NPROC): its ranks get OMP_NUM_THREADS=1 where the user set none, as torchrun gives them itself, but
+# without the five-line "Setting OMP_NUM_THREADS environment variable for each process" banner torchrun logs when
+# it has to choose (torch/distributed/run.py); a value the user set is kept.
+TORCHRUN   := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/torchrun
 
 BUILD_ARGS := --cache-dir $(CACHE_DIR) $(if $(NUM_PROC),--num-proc $(NUM_PROC)) \
 	$(if $(DATASET),--dataset $(DATASET)) $(if $(MODEL),--model $(MODEL))
@@ -147,7 +151,7 @@ merge:
 	@$(MAKE) --no-print-directory merge-parts
 
 train: pretokenize
-	$(if $(NPROC),$(VIA_MAKE) $(BIN)/torchrun --nproc-per-node $(NPROC) -m packtrain.cli,$(PACKTRAIN)) train $(EXPERT) $(TRAIN_ARGS)
+	$(if $(NPROC),$(VIA_MAKE) $(TORCHRUN) --nproc-per-node $(NPROC) -m packtrain.cli,$(PACKTRAIN)) train $(EXPERT) $(TRAIN_ARGS)
 
 # Every expert: one per visible GPU at a time, or one after another (logs in runs/train-all/).
 train-all: install

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,20 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # (_hermetic_models), and a test that undoes its monkeypatch falls back to none, never to this machine's.
 os.environ["PACKTRAIN_PROOFS_DIR"] = "off"
 os.environ["PACKTRAIN_NEAR_TABLES_DIR"] = "off"  # the same for near dedup's token tables (pipeline/pack/near_tables.py)
+
+# The Makefile as a fresh clone has it in every `make` a test runs. A make puts its command line's variables
+# (`make test-latest` runs `make test VENV=.venv-latest LOCK_DIR=.venv-latest`) into its recipes' environment and
+# into MAKEFLAGS, and every make below reads them there: a test's `make -n train` planned .venv-latest/bin/packtrain
+# instead of the Makefile's .venv/bin/packtrain. Both go, with make's other variables.
+def _forget_the_make_above() -> None:
+    flags = re.split(r"(?:^| )-- ", os.environ.get("MAKEFLAGS", ""), maxsplit=1)  # after " -- ": NAME=value ...
+    for assignment in re.split(r"(?<!\\) ", flags[1]) if len(flags) == 2 else ():  # a value's spaces are escaped
+        os.environ.pop(re.match(r"[^:+?!=]*", assignment).group(), None)
+    for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+        os.environ.pop(name, None)
+
+
+_forget_the_make_above()
 
 
 # A test process keeps the encoders of 16 tokenizers (a build process keeps one): test after test it

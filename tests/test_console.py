@@ -108,3 +108,24 @@ def test_a_librarys_records_below_error_reach_no_console_and_packtrains_always_d
     assert shown == (["Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes' because "
                       "Hugging Face Hub is in offline mode.", "a library released tomorrow"] if verbose else []) + [
         "a library's error", "packtrain's own warning"]
+
+
+def test_make_train_nproc_starts_torchrun_without_its_banner_and_keeps_the_users_threads():
+    """`make train NPROC=2`: where OMP_NUM_THREADS is unset, torchrun gives every rank 1 and logs a five-line banner
+    saying so on each start (torch/distributed/run.py). The Makefile gives the ranks that 1 itself: the same
+    threads, no banner (found 2026-12-07); a value the user set reaches the ranks unchanged. Run here with the
+    Makefile's own line, the ranks `printenv OMP_NUM_THREADS` instead of training."""
+    from build_fixtures import ROOT
+
+    planned = subprocess.run(["make", "-n", "train", "NPROC=2", "EXPERT=sql"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+    line = next(line.strip() for line in planned.splitlines() if "/torchrun " in line)
+    launcher, _, options = line.partition(".venv/bin/torchrun ")
+    command = f"{launcher}{Path(sys.executable).parent}/torchrun {options.split(' -m ')[0]} --no-python printenv "
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # tests/conftest.py sets it
+    started = subprocess.run(["bash", "-c", command + "OMP_NUM_THREADS"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert (started.returncode, started.stdout, started.stderr) == (0, "1\n1\n", "")
+    users = subprocess.run(["bash", "-c", launcher + "printenv OMP_NUM_THREADS"], env=dict(env, OMP_NUM_THREADS="3"),
+                           capture_output=True, text=True)
+    assert users.stdout == "3\n"

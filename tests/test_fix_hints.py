@@ -305,3 +305,18 @@ def test_the_makefile_runs_the_cli_so_that_hints_are_make_targets():
         line.strip() for line in planned]
     assert "PACKTRAIN_VIA_MAKE=1 .venv/bin/packtrain train neo4j --cache-dir /data/cache" in [
         line.strip() for line in planned]
+
+
+def test_the_makefile_test_passes_under_make_test_latest(tmp_path):
+    """`make test-latest` runs the suite as `make test VENV=.venv-latest LOCK_DIR=.venv-latest`; make hands those
+    variables to everything below it (the environment, MAKEFLAGS): the test above then planned
+    .venv-latest/bin/packtrain and failed (2026-12-07). Here it runs under a make given those and PART (the plan
+    would say --part 0/2); the tests' own makes read the Makefile alone (tests/conftest.py)."""
+    import subprocess
+    import sys
+
+    test = f"{__file__}::test_the_makefile_runs_the_cli_so_that_hints_are_make_targets"
+    (tmp_path / "Makefile").write_text(f"suite:\n\t{sys.executable} -m pytest -q -p no:cacheprovider {test}\n")
+    run = subprocess.run(["make", "-s", "-C", str(tmp_path), "suite", "VENV=.venv-latest", "LOCK_DIR=.venv-latest",
+                          "PART=0/2"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:]

@@ -36,8 +36,7 @@ def not_yet_in_the_schema() -> set[str]:
 
 
 def dry_run(tmp_path, carry: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, CARRY=str(carry))
-    env.pop("MAKEFLAGS", None)
+    env = dict(os.environ, CARRY=str(carry))  # no MAKEFLAGS of a make above the tests (tests/conftest.py)
     return subprocess.run(["make", "-s", "gpu-report", "PART=6", "DRY_RUN=1", f"PY={sys.executable}",
                            f"GPU_OUT={tmp_path / 'out'}"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
