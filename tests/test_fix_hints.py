@@ -123,8 +123,8 @@ def test_problems_of_the_file_and_of_set_each_say_where_they_come_from(tmp_path)
         f"invalid config ({path}, --set train.lr=1, --num-proc 0):",
         "  - lora.rank: unknown key (did you mean r?)",
         "  - --set train.lr=1: train.lr: unknown key (did you mean learning_rate?)",
-        "  - --num-proc 0: build.num_proc: must be in [1, 1024] (tokenizer processes; capped at the number of "
-        "batches), got 0",
+        "  - --num-proc 0: build.num_proc: must be in [1, 1024] (tokenizer processes or auto; capped at the number "
+        "of batches), got 0",
     ]
 
 
