@@ -38,7 +38,8 @@ def expert_options(f):
     f = click.option("--model", default=None,
                      help="Model (and so tokenizer): 'smollm2-135m' (the embedded pretrained base), an HF id from "
                      "the local hub cache, a local directory, or 'bundled' (random-init demo).")(f)
-    f = click.option("--num-proc", type=int, default=None, help="Tokenizer processes (default: the config's, auto: one a CPU, at most 8).")(f)
+    f = click.option("--num-proc", type=int, default=None,
+                     help="Tokenizer processes (default: the config's, auto: one a CPU, at most 8).")(f)
     f = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="Override any config field, e.g. --set pack.block_size=1024 (YAML value).")(f)
     return f
