@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.pipeline.read.discover import SourceError, resolve_source
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import tracemalloc
 import pytest
 from build_fixtures import make_tokenizer, seed_decision
 
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.configfile import load_config
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.read.discover import SourceError, resolve_source

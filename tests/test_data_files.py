@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import parquet_bytes, write_hub_repo
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.resolve import SourceNotFound
 from packtrain.pipeline.read.discover import SourceError, resolve_source
 from packtrain.pipeline.read.sources import iter_batches

@@ -13,7 +13,7 @@ from packtrain.core.configfile import load_config
 from packtrain.core.shardfile import open_shard
 from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.read.discover import resolve_source
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.pipeline.read.sources import iter_batches
 
 # The snippets of docs/DATASETS.md, with the dataset paths and the tokenizer filled in by the test.

@@ -13,7 +13,7 @@ from conftest import MODEL_COMMIT, PARQUET_COMMIT, SQL_COMMIT, write_hub_repo
 from huggingface_hub import scan_cache_dir
 
 from packtrain.pipeline.read import discover
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.config_train import ModelConfig
 from packtrain.core.resolve import SourceNotFound, resolve_model_dir, resolve_tokenizer_dir
 from packtrain.pipeline.read.discover import SourceError, discover_all, format_discovery, resolve_source

@@ -26,7 +26,7 @@ import pytest
                                               ("packtrain.pipeline.format.chat_messages", 7), ("packtrain.pipeline.format.format_columns", 3),
                                               ("packtrain.pipeline.format.generation_prompt", 2),
                                               ("packtrain.pipeline.format.format_messages", 2),
-                                              ("packtrain.core.config_build", 5),
+                                              ("packtrain.core.config_build", 2), ("packtrain.core.config_sources", 3),
                                               ("packtrain.trainer.report.sink_mlflow", 1), ("packtrain.core.config_names", 3),
                                               ("packtrain.pipeline.read.data_files", 5), ("packtrain.pipeline.read.compression", 1),
                                               ("packtrain.pipeline.format.field_text", 1), ("packtrain.pipeline.format.special_text", 3),

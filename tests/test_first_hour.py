@@ -16,7 +16,8 @@ from reuse_fixtures import run_cli
 
 from packtrain.core import hints
 from packtrain.core.config import ConfigError
-from packtrain.core.config_build import BuildConfig, SourceConfig
+from packtrain.core.config_build import BuildConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.configfile import load_config
 from packtrain.core.resolve import SourceNotFound
 from packtrain.pipeline.orchestrate.build import build

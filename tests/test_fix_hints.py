@@ -14,7 +14,7 @@ from reuse_fixtures import run_cli
 
 from packtrain.cli.options import resolve
 from packtrain.core.config import ConfigError
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.config_train import TrainConfig
 from packtrain.core.configfile import config_from_dict, load_config
 from packtrain.core.resolve import SourceNotFound, resolve_model_dir

@@ -24,7 +24,7 @@ from packtrain.pipeline.orchestrate.build import build
 from packtrain.pipeline.errors import BuildError
 from packtrain.cli.options import resolve
 from packtrain.core.config import ConfigError, ExpertConfig, StageConfig
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.config_fields import in_range
 from packtrain.core.configfile import apply_cli_overrides, load_config
 from packtrain.pipeline.read.discover import resolve_source

@@ -9,7 +9,7 @@ import socket
 import pytest
 from conftest import SQL_ROWS
 
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.resolve import resolve_model_dir
 from packtrain.pipeline.read.discover import SourceError, resolve_source
 from packtrain.pipeline.read.sources import RowBatch, iter_batches

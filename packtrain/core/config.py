@@ -8,7 +8,7 @@ reported at once.
 The trainer reads the same file for its own sections (``model``, ``lora``, ``train``); it never
 reads the build sections' data, only the shards the build wrote.
 
-The sections live by concern: config_build.py (sources, format, pack, build), config_train.py
+The sections live by concern: config_sources.py (sources), config_build.py (format, pack, build), config_train.py
 (model, lora, train, cpu), config_fields.py (``num()`` ranges, ``check_numbers``); this module holds
 the whole (:class:`ExpertConfig`, with curriculum :class:`StageConfig`) and its cross-field checks.
 """
@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from packtrain.core.config_build import BuildConfig, FormatConfig, PackConfig, SourceConfig
+from packtrain.core.config_build import BuildConfig, FormatConfig, PackConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.config_fields import BUNDLED, check_numbers, num
 from packtrain.core.config_train import CpuConfig, LoraConfig, ModelConfig, TrainConfig
 from packtrain.core.expert_names import STAGE_NAME, check_build_name, stage_expert

@@ -1,6 +1,6 @@
 """Loading an expert's config: ``configs/defaults.yaml`` < ``configs/<expert>.yaml`` < overrides
 (``DATASET=``, ``MODEL=``, ``--set key=value``), into the typed dataclasses of packtrain/core/config.py
-(sections: config_build.py, config_train.py).
+(sections: config_sources.py, config_build.py, config_train.py).
 
 Unknown keys and wrong types are collected, not raised one by one, so a user sees every problem
 of a config at once; value checks (``validate``) run once the types are right.

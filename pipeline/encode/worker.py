@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtrain.core.config_build import RowCondition
+from packtrain.core.config_sources import RowCondition
 from packtrain.pipeline.pack import mix
 from packtrain.pipeline.read.arrow_columns import num_rows
 from packtrain.pipeline.format.chat_template import rendered_on

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from packtrain.core import hints
 from packtrain.core.errors import PacktrainError
-from packtrain.core.config_build import SourceConfig
+from packtrain.core.config_sources import SourceConfig
 from packtrain.core.config_fields import BUNDLED
 from packtrain.core.config_names import close_choices
 from packtrain.core.hashing import sha256_file, sha256_json

@@ -1,4 +1,4 @@
-"""The row filter ``sources[].where`` (packtrain/core/config_build.py ``RowCondition``): which rows of a
+"""The row filter ``sources[].where`` (packtrain/core/config_sources.py ``RowCondition``): which rows of a
 batch as read are formatted, the others counted (``filtered_rows`` in the build report).
 
 Values compare as the reader gives them: a CSV's cells are text (``"False"``, ``"3"``), a JSON
