@@ -82,6 +82,11 @@ def offline_dashboards(tmp_path: Path, monkeypatch):
 
 
 def exit_code(wandb_dir: Path) -> int:
+    """The exit code in the offline run's file, read once wandb's service has ended and closed the file (read while
+    it ran, the exit record was missing once at load 10 although wandb's log said it got exit code 255)."""
+    import wandb
+
+    wandb.teardown()
     [run_file] = (wandb_dir / "wandb").glob("offline-run-*/run-*.wandb")
     [ended] = [r.exit for r in wandb_records(run_file) if r.WhichOneof("record_type") == "exit"]
     return ended.exit_code
