@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from packtrain.core.machine import affinity_cpus
+
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 PROC_STAT = Path("/proc/stat")
 
@@ -68,13 +70,6 @@ def parse_cpu_max(text: str) -> float | None:
     """``"<quota> <period>"`` (microseconds) as CPUs; None for ``max`` (no quota)."""
     quota, period = (text.split() + ["100000"])[:2]
     return None if quota == "max" else int(quota) / int(period)
-
-
-def affinity_cpus() -> int:
-    """CPUs this process may run on (its affinity mask; os.cpu_count() where there is none)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def load_average(stat: Path = PROC_STAT, samples: int = 10, interval: float = 0.03) -> float:

@@ -7,11 +7,11 @@ sections together.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from packtrain.core.config_fields import num
+from packtrain.core.machine import affinity_cpus
 
 
 ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides further "
@@ -257,11 +257,6 @@ AUTO_NUM_PROC_MAX = 8
 """``build.num_proc: auto`` starts at most this many tokenizer processes (the default was 8 before auto)."""
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity), or the machine's count where there is no affinity."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 @dataclass
 class BuildConfig:
     num_proc: int | Literal["auto"] = num("auto", "[1, 1024]",
@@ -336,9 +331,9 @@ class BuildConfig:
     never its bytes."""
 
     def processes(self) -> int:
-        """``num_proc`` as a number: ``auto`` resolved on this machine (:func:`usable_cpus`, at most
+        """``num_proc`` as a number: ``auto`` resolved on this machine (packtrain/core/machine.py ``affinity_cpus``, at most
         :data:`AUTO_NUM_PROC_MAX`)."""
-        return min(usable_cpus(), AUTO_NUM_PROC_MAX) if self.num_proc == "auto" else self.num_proc
+        return min(affinity_cpus(), AUTO_NUM_PROC_MAX) if self.num_proc == "auto" else self.num_proc
 
     def validate(self, errors: list[str], where: str) -> None:
         pass  # its numbers are checked by check_numbers

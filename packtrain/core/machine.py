@@ -9,6 +9,14 @@ import shutil
 from pathlib import Path
 
 
+def affinity_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: a container's or ``taskset``'s share; os.cpu_count()
+    where there is none)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def has_cuda() -> bool:
     """An NVIDIA GPU this process may use: the driver lists one and CUDA_VISIBLE_DEVICES does not
     hide them all."""

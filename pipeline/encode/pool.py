@@ -27,8 +27,8 @@ from collections.abc import Iterable, Iterator
 from multiprocessing.reduction import ForkingPickler
 
 from packtrain.core import hints
-from packtrain.core.config_build import usable_cpus
 from packtrain.core.faults import crash_point
+from packtrain.core.machine import affinity_cpus
 from packtrain.pipeline.encode.fork_server import ForkServer, children_ignore_ctrl_c
 from packtrain.pipeline.encode.worker import EncodedBatch, EncodeTask, encode_rows
 from packtrain.pipeline.errors import BuildError
@@ -202,7 +202,7 @@ def say_oversubscribed(num_proc: int, log) -> None:
     (the sql sample in 30 batches on a 2-CPU machine at load 2.9: 2.6-2.7 s with num_proc 30, 0.9-1.4 s with
     2; docs/reliability-history.md, user 54). ``datasets.map(num_proc=...)`` starts them all too; the number asked is kept, and said.
     A few more than the CPUs costs little and is not said; ``build.num_proc: auto`` (the default) is never more."""
-    cpus = usable_cpus()
+    cpus = affinity_cpus()
     if num_proc > 2 * cpus:
         fewer = f"NUM_PROC={cpus}" if hints.via_make() else f"--num-proc {cpus}"
         log(f"num_proc {num_proc} > the {cpus} CPU{'s' * (cpus != 1)} this build may use: its processes take turns on them "

@@ -36,7 +36,6 @@ views of the record batches (zero-copy, no token is read until it is used).
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import weakref
 from pathlib import Path
@@ -48,6 +47,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from packtrain.core.errors import PacktrainError
+from packtrain.core.machine import affinity_cpus
 
 # a block's segments, positions and labels: defined once in the core, for packtrain.hf as well; importable from here
 from packtrain.core.blocks import (IGNORE_INDEX, labels_of, position_ids_from_doc_lens,  # noqa: F401
@@ -216,7 +216,7 @@ def make_loader(dataset: Dataset, sampler: Sampler | None, batch_size: int, trai
     ``sampler`` None reads in order (validation). ``num_workers`` overrides the configured count.
     """
     workers = train_config.dataloader_num_workers if num_workers is None else num_workers
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = affinity_cpus()
     if workers > cpus:
         log.info("dataloader_num_workers %d > %d CPUs on this machine: using %d workers", workers, cpus, cpus)
         workers = cpus
