@@ -10,7 +10,6 @@ and the adapter answers.
 
 from __future__ import annotations
 
-import gzip
 import json
 import subprocess
 from pathlib import Path
@@ -25,7 +24,7 @@ from packtrain.pipeline.encode.tokenizer_info import load_tokenizer_info
 from packtrain.pipeline.format.generation_prompt import PromptError, generation_prompt, template_values
 from packtrain.trainer.eval.talk import TextStream, prompt_ids
 from packtrain.trainer.eval.task_eval import val_examples
-from build_fixtures import seed_decision
+from build_fixtures import sample_lines, seed_decision
 from real_tokenizers import CHATML, REAL_TOKENIZERS, hf_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +97,7 @@ def test_the_prompt_is_the_one_the_build_wrote_for_every_validation_row(real_tok
     examples = val_examples(result.path, manifest, 10 ** 6)
     info = load_tokenizer_info(directory)
     tokenizer = hf_tokenizer(directory)
-    sample = gzip.decompress((ROOT / "pipeline/assets/samples/sql.jsonl.gz").read_bytes()).decode()
-    rows = [json.loads(line) for line in sample.splitlines()]
+    rows = [json.loads(line) for line in sample_lines("sql")]
     by_prompt = {(row["context"], row["question"]): row for row in rows}  # a question can come with two schemas
     assert len(examples) >= 40  # the validation documents the build holds whole
     for example in examples:
